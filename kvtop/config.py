@@ -1,0 +1,146 @@
+"""Settings: where kvtop looks and how often, resolved from flags and the environment.
+
+The host is resolved exactly as Ollama's own client resolves ``OLLAMA_HOST`` so that kvtop
+watches the server that ``ollama ps`` talks to.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+DEFAULT_HOST_URL = "http://127.0.0.1:11434"
+"""Ollama's default address (``envconfig.Host()`` with ``OLLAMA_HOST`` unset)."""
+
+MIN_INTERVAL_S = 0.25
+MAX_INTERVAL_S = 60.0
+DEFAULT_INTERVAL_S = 1.0
+
+
+class HostError(ValueError):
+    """An address that cannot name an Ollama server (e.g. a port outside 0–65535 given to --host)."""
+
+
+def _env_var(value: str) -> str:
+    """Trim like Ollama's ``envconfig.Var``: surrounding spaces, then surrounding quotes."""
+    return value.strip().strip("\"'")
+
+
+def _split_host_port(hostport: str) -> tuple[str, str] | None:
+    """Go's ``net.SplitHostPort``: ``host:port`` or ``[v6]:port``; None when there is no port."""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0 or not hostport[end + 1 :].startswith(":"):
+            return None
+        return hostport[1:end], hostport[end + 2 :]
+    if hostport.count(":") != 1:
+        return None
+    host, port = hostport.split(":")
+    return host, port
+
+
+def parse_ollama_host(raw: str | None) -> str:
+    """Resolve an ``OLLAMA_HOST`` value to the base URL a client connects to.
+
+    Follows Ollama's ``envconfig.Host()`` (``envconfig/config.go``): the scheme is optional
+    (``http`` by default, default port 11434; an explicit ``http://`` defaults to port 80 and
+    ``https://`` to 443), IPv6 addresses come in brackets, a path after the host is kept as a
+    prefix, and an invalid port falls back to the default. ``0.0.0.0`` / ``::`` are listen
+    addresses: a client reaches them on the loopback, so kvtop connects to ``127.0.0.1`` / ``::1``.
+
+    Args:
+        raw: The value of ``OLLAMA_HOST`` or ``--host``; None or empty means the default.
+
+    Returns:
+        A base URL without a trailing slash, e.g. ``http://127.0.0.1:11434`` or
+        ``https://[::1]:443/ollama``.
+    """
+    s = _env_var(raw or "")
+    if not s:
+        return DEFAULT_HOST_URL
+    default_port = "11434"
+    scheme, sep, hostport = s.partition("://")
+    if not sep:
+        scheme, hostport = "http", s
+    else:
+        scheme = scheme.lower()
+        if scheme == "http":
+            default_port = "80"
+        elif scheme == "https":
+            default_port = "443"
+    hostport, _, path = hostport.partition("/")
+    split = _split_host_port(hostport)
+    if split is None:
+        host, port = "127.0.0.1", default_port
+        bare = hostport.strip("[]")
+        if bare:
+            host = bare
+    else:
+        host, port = split
+        if not host:
+            host = "127.0.0.1"
+    try:
+        port_n = int(port)
+        if not 0 <= port_n <= 65535:
+            raise ValueError(port)
+    except ValueError:
+        port = default_port
+    host = _client_host(host)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"{scheme}://{shown}:{port}"
+    if path:
+        url += "/" + path.strip("/")
+    return url.rstrip("/")
+
+
+def _client_host(host: str) -> str:
+    """Map a listen-everywhere address to the loopback a local client would reach."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if ip.is_unspecified:
+        return "127.0.0.1" if ip.version == 4 else "::1"
+    return str(ip)
+
+
+def display_host(url: str) -> str:
+    """Short form of a base URL for the header: ``127.0.0.1:11434`` (scheme shown only for https)."""
+    parts = urlsplit(url)
+    text = parts.netloc + parts.path
+    return text if parts.scheme == "http" else f"{parts.scheme}://{text}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything kvtop needs to know to run; built once by the CLI and passed down.
+
+    Attributes:
+        host_url: Base URL of the Ollama server (see ``parse_ollama_host``).
+        interval_s: Seconds between the end of one poll and the start of the next.
+        timeout_s: Bound on each HTTP request to Ollama (connect and read).
+        demo: True when watching the embedded stand-in server (the header says DEMO).
+        readonly: Never send anything that changes the server (kvtop sends nothing anyway today).
+    """
+
+    host_url: str = DEFAULT_HOST_URL
+    interval_s: float = DEFAULT_INTERVAL_S
+    timeout_s: float = 3.0
+    demo: bool = False
+    readonly: bool = False
+    show_timeout_s: float = 10.0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def clamp_interval(interval_s: float) -> float:
+    """Keep a refresh interval inside [0.25 s, 60 s]."""
+    return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, interval_s))
+
+
+def host_from_environment(env: Mapping[str, str] | None = None) -> str:
+    """The base URL from ``OLLAMA_HOST`` in ``env`` (default: the process environment)."""
+    env = os.environ if env is None else env
+    return parse_ollama_host(env.get("OLLAMA_HOST"))

@@ -1,0 +1,537 @@
+"""Scenario files for the stand-in Ollama server.
+
+A scenario is a JSON document that describes a catalog of models (what ``/api/tags`` and
+``/api/show`` answer) and a timeline of steps (what ``/api/ps`` answers while each step is
+current). The stand-in server (:mod:`kvtop.demo.server`) plays it back.
+
+Format (``"format": 1``)::
+
+    {
+      "format": 1,
+      "version": "0.22.1",                      # what /api/version answers
+      "description": "...",
+      "sources": ["..."],                       # where the numbers come from
+      "models": {
+        "qwen3:1.7b-q8_0": {
+          "digest": "<64 lowercase hex>",        # manifest digest, no "sha256:" prefix
+          "details": {"format", "family", "families", "parameter_size",
+                      "quantization_level", "parent_model"?},
+          "file_size": 2200000000,               # bytes on disk (/api/tags "size")
+          "model_info": {...},                   # GGUF keys as /api/show verbose returns them
+          "capabilities": ["completion", ...],
+          "parameters"?: {"temperature": 0.6, "stop": ["<|im_start|>"]} | "raw text",
+          "template"?, "system"?, "license"?, "modelfile"?, "modified_at"?, "tensors"?
+        }
+      },
+      "steps": [
+        {"at_s": 0, "hold_s"?: 5, "label": "...", "status"?: 503, "error"?: "...",
+         "garbage"?: false,
+         "loaded": [{"model": "qwen3:1.7b-q8_0", "context_length": 4096 | null,
+                     "size": 2754892672, "size_vram": 2754892672,
+                     "expires_in_s": 300 | -5 | "forever"}]}
+      ]
+    }
+
+``note``, ``notes``, ``source`` and ``sources`` keys are accepted (and ignored) on the top
+level, on models, on steps and on loaded entries so that every number can cite its origin.
+Any other unknown key is an error, so that a typo does not silently change the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CatalogModel",
+    "LoadedModel",
+    "ModelDetails",
+    "Scenario",
+    "Step",
+    "load_scenario",
+    "parse_scenario",
+]
+
+FORMAT_VERSION = 1
+"""The only scenario format this module reads."""
+
+_NOTE_KEYS = frozenset({"note", "notes", "source", "sources"})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})"
+)
+
+
+@dataclass(frozen=True)
+class ModelDetails:
+    """The ``details`` object Ollama copies from the manifest config.
+
+    Attributes:
+        format: ``gguf`` or ``safetensors``.
+        family: Model family, e.g. ``qwen3``.
+        families: All families, or None (Ollama sends JSON null for some cloud models).
+        parameter_size: Human parameter count, e.g. ``2.0B``.
+        quantization_level: Weight file type, e.g. ``Q8_0``.
+        parent_model: Always ``""`` in ``/api/ps``; kept for ``/api/show``.
+    """
+
+    format: str
+    family: str
+    families: tuple[str, ...] | None
+    parameter_size: str
+    quantization_level: str
+    parent_model: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the object exactly as Ollama serialises ``api.ModelDetails``.
+
+        Returns:
+            A JSON-ready dict with the six keys in Ollama's field order.
+        """
+        return {
+            "parent_model": self.parent_model,
+            "format": self.format,
+            "family": self.family,
+            "families": list(self.families) if self.families is not None else None,
+            "parameter_size": self.parameter_size,
+            "quantization_level": self.quantization_level,
+        }
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """One model the stand-in server "has pulled".
+
+    Attributes:
+        name: Display name with tag, e.g. ``qwen3:1.7b-q8_0``.
+        digest: Manifest digest, 64 lowercase hex characters.
+        details: Manifest details.
+        file_size: Size on disk in bytes (``/api/tags`` ``size``).
+        model_info: GGUF key/values as ``/api/show`` with ``verbose: true`` returns them.
+        capabilities: e.g. ``("completion", "tools")``.
+        parameters: Ollama's rendered ``parameters`` text.
+        template: Prompt template text.
+        system: System prompt text ("" when none).
+        license: License text ("" when none).
+        modelfile: Rendered Modelfile, or "" to let the server generate one.
+        modified_at: RFC 3339 timestamp.
+        tensors: ``[{name, type, shape}]`` entries, or None to leave the key out.
+    """
+
+    name: str
+    digest: str
+    details: ModelDetails
+    file_size: int
+    model_info: Mapping[str, Any]
+    capabilities: tuple[str, ...]
+    parameters: str = ""
+    template: str = ""
+    system: str = ""
+    license: str = ""
+    modelfile: str = ""
+    modified_at: str = "2026-11-10T09:00:00+09:00"
+    tensors: tuple[Mapping[str, Any], ...] | None = None
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """One row of ``/api/ps`` while a step is current.
+
+    Attributes:
+        model: Catalog name.
+        context_length: Per-slot context, or None to leave the key out (pre-v0.10 servers).
+        size: Total bytes (weights + KV + compute).
+        size_vram: Bytes in GPU memory.
+        expires_in_s: Seconds from the step's start to ``expires_at``; negative puts it in the
+            past (a busy model); None means keep-alive forever (~292 years).
+    """
+
+    model: str
+    context_length: int | None
+    size: int
+    size_vram: int
+    expires_in_s: float | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One state of the server.
+
+    Attributes:
+        at_s: Scenario seconds (before ``--speed``) at which the step becomes current.
+        hold_s: How long the step stays after the next one would start; only the last
+            step's value matters (it sets the loop period).
+        label: Short description shown by ``/_standin/state``.
+        loaded: The ``/api/ps`` rows.
+        status: When set, every ``/api/*`` answer has this HTTP status and an error body.
+        error: The error message used with ``status``.
+        garbage: When true, ``/api/ps`` answers a body that is not JSON.
+    """
+
+    at_s: float
+    hold_s: float
+    label: str
+    loaded: tuple[LoadedModel, ...]
+    status: int | None = None
+    error: str = ""
+    garbage: bool = False
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A parsed scenario.
+
+    Attributes:
+        format: Always :data:`FORMAT_VERSION`.
+        version: The Ollama version ``/api/version`` reports.
+        description: Free text.
+        sources: Citations for the numbers.
+        models: Catalog by name.
+        steps: Timeline, ordered by ``at_s``.
+    """
+
+    format: int
+    version: str
+    description: str
+    sources: tuple[str, ...]
+    models: Mapping[str, CatalogModel]
+    steps: tuple[Step, ...]
+
+    @property
+    def period_s(self) -> float:
+        """Length of one pass in scenario seconds: last step's ``at_s + hold_s``."""
+        last = self.steps[-1]
+        return last.at_s + last.hold_s
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing helpers. Each one names the JSON path of the value it rejects.
+
+
+def _fail(path: str, message: str) -> ValueError:
+    return ValueError(f"scenario {path}: {message}")
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(path, f"expected an object, got {_describe(value)}")
+    return value
+
+
+def _check_keys(obj: dict[str, Any], path: str, required: set[str], optional: set[str]) -> None:
+    for key in sorted(required):
+        if key not in obj:
+            raise _fail(f"{path}.{key}", "missing required key")
+    allowed = required | optional | _NOTE_KEYS
+    for key in obj:
+        if key not in allowed:
+            raise _fail(f"{path}.{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _str(value: Any, path: str, *, nonempty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise _fail(path, f"expected a string, got {_describe(value)}")
+    if nonempty and not value.strip():
+        raise _fail(path, "must not be empty")
+    return value
+
+
+def _int(value: Any, path: str, *, minimum: int | None = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(path, f"expected an integer, got {_describe(value)}")
+    if minimum is not None and value < minimum:
+        raise _fail(path, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(value: Any, path: str, *, minimum: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(path, f"expected a number, got {_describe(value)}")
+    if not math.isfinite(value):
+        raise _fail(path, f"must be finite, got {value}")
+    if minimum is not None and value < minimum:
+        raise _fail(path, f"must be >= {minimum:g}, got {value:g}")
+    return float(value)
+
+
+def _str_list(value: Any, path: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise _fail(path, f"expected a list of strings, got {_describe(value)}")
+    return tuple(_str(item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _freeze(value: Any) -> Any:
+    """Deep-copy JSON data, turning objects into read-only mappings (lists stay lists)."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_freeze(v) for v in value]
+    return value
+
+
+def _go_value(value: Any) -> str:
+    """Format a parameter value like Go's ``%#v`` does for Modelfile options."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def render_parameters(params: Mapping[str, Any]) -> str:
+    """Render Modelfile parameters the way ``/api/show`` does (``%-30s %#v`` per value).
+
+    Args:
+        params: Option name to value; a list value yields one line per element (``stop``).
+
+    Returns:
+        The newline-joined text.
+    """
+    lines: list[str] = []
+    for key, value in params.items():
+        values = value if isinstance(value, list) else [value]
+        lines.extend(f"{key:<30} {_go_value(v)}" for v in values)
+    return "\n".join(lines)
+
+
+def _parse_details(value: Any, path: str) -> ModelDetails:
+    obj = _object(value, path)
+    _check_keys(
+        obj,
+        path,
+        {"format", "family", "families", "parameter_size", "quantization_level"},
+        {"parent_model"},
+    )
+    families_raw = obj["families"]
+    families = None if families_raw is None else _str_list(families_raw, f"{path}.families")
+    return ModelDetails(
+        format=_str(obj["format"], f"{path}.format"),
+        family=_str(obj["family"], f"{path}.family"),
+        families=families,
+        parameter_size=_str(obj["parameter_size"], f"{path}.parameter_size"),
+        quantization_level=_str(obj["quantization_level"], f"{path}.quantization_level"),
+        parent_model=_str(obj.get("parent_model", ""), f"{path}.parent_model"),
+    )
+
+
+def _parse_model(name: str, value: Any, path: str) -> CatalogModel:
+    if ":" not in name or name.startswith(":") or name.endswith(":"):
+        raise _fail(path, "model names must be 'name:tag' as /api/ps shows them")
+    obj = _object(value, path)
+    _check_keys(
+        obj,
+        path,
+        {"digest", "details", "file_size", "model_info", "capabilities"},
+        {"parameters", "template", "system", "license", "modelfile", "modified_at", "tensors"},
+    )
+    digest = _str(obj["digest"], f"{path}.digest")
+    if not _HEX64.fullmatch(digest):
+        raise _fail(f"{path}.digest", "expected 64 lowercase hex characters without 'sha256:'")
+    model_info = _object(obj["model_info"], f"{path}.model_info")
+    for key in model_info:
+        if key.startswith("tokenizer.ggml.") and isinstance(model_info[key], list):
+            raise _fail(f"{path}.model_info.{key}", "tokenizer arrays do not belong in a scenario")
+    params_raw = obj.get("parameters", "")
+    if isinstance(params_raw, dict):
+        parameters = render_parameters(params_raw)
+    else:
+        parameters = _str(params_raw, f"{path}.parameters")
+    modified_at = _str(obj.get("modified_at", CatalogModel.modified_at), f"{path}.modified_at")
+    if not _RFC3339.fullmatch(modified_at):
+        raise _fail(f"{path}.modified_at", f"expected an RFC 3339 time, got {modified_at!r}")
+    tensors: tuple[Mapping[str, Any], ...] | None = None
+    if "tensors" in obj:
+        raw = obj["tensors"]
+        if not isinstance(raw, list):
+            raise _fail(f"{path}.tensors", f"expected a list, got {_describe(raw)}")
+        items = []
+        for i, tensor in enumerate(raw):
+            tpath = f"{path}.tensors[{i}]"
+            tobj = _object(tensor, tpath)
+            _check_keys(tobj, tpath, {"name", "type", "shape"}, set())
+            _str(tobj["name"], f"{tpath}.name")
+            _str(tobj["type"], f"{tpath}.type")
+            if not isinstance(tobj["shape"], list):
+                raise _fail(f"{tpath}.shape", "expected a list of integers")
+            for j, dim in enumerate(tobj["shape"]):
+                _int(dim, f"{tpath}.shape[{j}]")
+            items.append(_freeze(tobj))
+        tensors = tuple(items)
+    return CatalogModel(
+        name=name,
+        digest=digest,
+        details=_parse_details(obj["details"], f"{path}.details"),
+        file_size=_int(obj["file_size"], f"{path}.file_size"),
+        model_info=_freeze(model_info),
+        capabilities=_str_list(obj["capabilities"], f"{path}.capabilities"),
+        parameters=parameters,
+        template=_str(obj.get("template", ""), f"{path}.template"),
+        system=_str(obj.get("system", ""), f"{path}.system"),
+        license=_str(obj.get("license", ""), f"{path}.license"),
+        modelfile=_str(obj.get("modelfile", ""), f"{path}.modelfile"),
+        modified_at=modified_at,
+        tensors=tensors,
+    )
+
+
+def _parse_loaded(value: Any, path: str, models: Mapping[str, CatalogModel]) -> LoadedModel:
+    obj = _object(value, path)
+    _check_keys(
+        obj, path, {"model", "context_length", "size", "size_vram", "expires_in_s"}, set()
+    )
+    name = _str(obj["model"], f"{path}.model")
+    if name not in models:
+        known = ", ".join(sorted(models)) or "none"
+        raise _fail(f"{path}.model", f"{name!r} is not in $.models (known: {known})")
+    ctx_raw = obj["context_length"]
+    context_length = None if ctx_raw is None else _int(ctx_raw, f"{path}.context_length")
+    expires_raw = obj["expires_in_s"]
+    if expires_raw == "forever":
+        expires: float | None = None
+    elif isinstance(expires_raw, str):
+        raise _fail(f"{path}.expires_in_s", f"expected a number or \"forever\", got {expires_raw!r}")
+    else:
+        expires = _number(expires_raw, f"{path}.expires_in_s")
+    return LoadedModel(
+        model=name,
+        context_length=context_length,
+        size=_int(obj["size"], f"{path}.size"),
+        size_vram=_int(obj["size_vram"], f"{path}.size_vram"),
+        expires_in_s=expires,
+    )
+
+
+def _parse_step(
+    value: Any, path: str, models: Mapping[str, CatalogModel], previous_at: float
+) -> Step:
+    obj = _object(value, path)
+    _check_keys(obj, path, {"at_s", "label"}, {"hold_s", "status", "error", "garbage", "loaded"})
+    at_s = _number(obj["at_s"], f"{path}.at_s", minimum=0)
+    if at_s < previous_at:
+        raise _fail(
+            f"{path}.at_s", f"steps must be in time order ({at_s:g} < previous {previous_at:g})"
+        )
+    status: int | None = None
+    if obj.get("status") is not None:
+        status = _int(obj["status"], f"{path}.status", minimum=100)
+        if status > 599:
+            raise _fail(f"{path}.status", f"not an HTTP status: {status}")
+    garbage = obj.get("garbage", False)
+    if not isinstance(garbage, bool):
+        raise _fail(f"{path}.garbage", f"expected true or false, got {_describe(garbage)}")
+    loaded_raw = obj.get("loaded", [])
+    if not isinstance(loaded_raw, list):
+        raise _fail(f"{path}.loaded", f"expected a list, got {_describe(loaded_raw)}")
+    loaded = tuple(
+        _parse_loaded(item, f"{path}.loaded[{i}]", models) for i, item in enumerate(loaded_raw)
+    )
+    seen: set[str] = set()
+    for i, row in enumerate(loaded):
+        if row.model in seen:
+            raise _fail(f"{path}.loaded[{i}].model", f"{row.model!r} is listed twice in one step")
+        seen.add(row.model)
+    return Step(
+        at_s=at_s,
+        hold_s=_number(obj.get("hold_s", 0), f"{path}.hold_s", minimum=0),
+        label=_str(obj["label"], f"{path}.label", nonempty=True),
+        loaded=loaded,
+        status=status,
+        error=_str(obj.get("error", ""), f"{path}.error"),
+        garbage=garbage,
+    )
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """Validate decoded JSON and build a :class:`Scenario`.
+
+    Args:
+        data: The decoded JSON document.
+
+    Returns:
+        The scenario.
+
+    Raises:
+        ValueError: When the document is not a valid scenario; the message names the JSON
+            path of the offending value, e.g. ``scenario $.steps[2].loaded[0].size: ...``.
+    """
+    root = _object(data, "$")
+    _check_keys(root, "$", {"format", "version", "models", "steps"}, {"description"})
+    fmt = root["format"]
+    if fmt != FORMAT_VERSION or isinstance(fmt, bool):
+        raise _fail("$.format", f"unsupported format {_describe(fmt)} (expected {FORMAT_VERSION})")
+    version = _str(root["version"], "$.version", nonempty=True)
+    description = _str(root.get("description", ""), "$.description")
+    sources_raw = root.get("sources", [])
+    sources = (sources_raw,) if isinstance(sources_raw, str) else _str_list(sources_raw, "$.sources")
+    models_obj = _object(root["models"], "$.models")
+    models = {
+        name: _parse_model(name, value, f"$.models[{json.dumps(name)}]")
+        for name, value in models_obj.items()
+    }
+    steps_raw = root["steps"]
+    if not isinstance(steps_raw, list) or not steps_raw:
+        raise _fail("$.steps", "expected a non-empty list of steps")
+    steps: list[Step] = []
+    previous = 0.0
+    for i, raw in enumerate(steps_raw):
+        step = _parse_step(raw, f"$.steps[{i}]", models, previous)
+        steps.append(step)
+        previous = step.at_s
+    return Scenario(
+        format=FORMAT_VERSION,
+        version=version,
+        description=description,
+        sources=sources,
+        models=MappingProxyType(models),
+        steps=tuple(steps),
+    )
+
+
+def load_scenario(path_or_text: str | Path) -> Scenario:
+    """Load a scenario from a file path or from JSON text.
+
+    Args:
+        path_or_text: A :class:`~pathlib.Path`, a path string, or the JSON text itself (a
+            string whose first non-blank character is ``{``).
+
+    Returns:
+        The scenario.
+
+    Raises:
+        ValueError: When the file cannot be read, is not JSON, or is not a valid scenario.
+            The message names the file and the JSON path of the problem.
+    """
+    origin = "<text>"
+    if isinstance(path_or_text, str) and path_or_text.lstrip().startswith("{"):
+        text = path_or_text
+    else:
+        path = Path(path_or_text)
+        origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read scenario file {origin}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from exc
+    try:
+        return parse_scenario(data)
+    except ValueError as exc:
+        raise ValueError(f"{origin}: {exc}") from exc

@@ -1,0 +1,823 @@
+"""A stand-in Ollama HTTP server that plays a scenario.
+
+``kvtop --demo`` starts it as a subprocess, and the integration tests start it as a real
+process on 127.0.0.1. It speaks the parts of the Ollama API kvtop reads, with Ollama's real
+response shapes (``docs/ollama-reference.md`` §1.1 and §2.1):
+
+- ``GET /api/version``, ``GET /api/ps``, ``POST /api/show``, ``GET /api/tags``;
+- ``GET /`` answers ``Ollama is running`` like the real server;
+- anything else answers 404 ``{"error": "not found"}``.
+
+Control endpoints (not part of Ollama):
+
+- ``GET /_standin/state`` -> ``{"step": i, "label": ..., "steps": n, ...}``;
+- ``POST /_standin/advance`` (``--manual`` only) -> next step, or ``{"to": i}`` to jump.
+
+Command line::
+
+    python -m kvtop.demo.server [--host 127.0.0.1] [--port 0] [--scenario PATH] [--manual]
+                                [--speed FLOAT] [--loop/--no-loop] [--verbose]
+
+After binding it prints exactly one line, ``LISTENING http://<host>:<port>``, to stdout and
+serves until SIGTERM or SIGINT, then exits 0.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone, tzinfo
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from kvtop.demo.scenario import CatalogModel, LoadedModel, Scenario, Step, load_scenario
+
+__all__ = [
+    "DEFAULT_SCENARIO_NAME",
+    "ScenarioPlayer",
+    "StandinServer",
+    "default_scenario_path",
+    "format_go_time",
+    "main",
+    "serve",
+]
+
+DEFAULT_SCENARIO_NAME = "demo-scenario.json"
+"""File name of the bundled scenario (package ``kvtop.snapshots``, repo ``snapshots/``)."""
+
+MAX_DURATION_NS = 2**63 - 1
+"""Go's ``time.Duration(math.MaxInt64)``: what an infinite keep-alive becomes (~292 years)."""
+
+BUSY_ERROR = "server busy, please try again.  maximum pending requests exceeded"
+"""Ollama's 503 message (``ErrMaxQueue``), used when a step sets ``status`` without ``error``."""
+
+GARBAGE_BODY = b'{"models":[{"name":"qwen3:1.7b-q8_0","model":"qw'
+"""What ``/api/ps`` answers in a ``garbage`` step: JSON cut off mid-string."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+# --------------------------------------------------------------------------------------------
+# Time
+
+
+def _local_tz() -> tzinfo:
+    """Return the local time zone as a fixed offset (what Go's ``time.Local`` gives now)."""
+    tz = datetime.now().astimezone().tzinfo
+    return tz if tz is not None else timezone.utc
+
+
+def format_go_time(unix_ns: int, tz: tzinfo | None = None) -> str:
+    """Format a time the way Go's ``time.Time.MarshalJSON`` does (RFC 3339 with nanoseconds).
+
+    Trailing zeros of the fraction are dropped (no fraction at all when it is zero), and the
+    offset is ``Z`` for UTC and ``±hh:mm`` otherwise, e.g. ``2026-11-29T15:04:05.123456789Z``
+    or ``2025-10-17T16:47:07.93355-07:00``.
+
+    Args:
+        unix_ns: Nanoseconds since the Unix epoch.
+        tz: Time zone to print in; the local one when None.
+
+    Returns:
+        The timestamp text (without JSON quotes).
+    """
+    seconds, nanos = divmod(unix_ns, 1_000_000_000)
+    moment = (_EPOCH + timedelta(seconds=seconds)).astimezone(tz or _local_tz())
+    fraction = f"{nanos:09d}".rstrip("0")
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if fraction:
+        text += "." + fraction
+    offset = moment.utcoffset() or timedelta(0)
+    if offset == timedelta(0):
+        return text + "Z"
+    total_min = int(offset.total_seconds()) // 60
+    sign = "+" if total_min >= 0 else "-"
+    hours, minutes = divmod(abs(total_min), 60)
+    return f"{text}{sign}{hours:02d}:{minutes:02d}"
+
+
+# --------------------------------------------------------------------------------------------
+# Timeline
+
+
+class ScenarioPlayer:
+    """Decides which step is current, in timed or manual mode. Thread-safe.
+
+    Timed mode: step ``i`` becomes current ``at_s / speed`` seconds after :meth:`start`; with
+    ``loop`` the timeline restarts after the last step's ``at_s + hold_s``. Manual mode: the
+    step only changes through :meth:`advance`.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        manual: bool = False,
+        speed: float = 1.0,
+        loop: bool = True,
+        clock: Any = time.monotonic,
+        wall_ns: Any = time.time_ns,
+    ) -> None:
+        """Create a player; the clock starts immediately.
+
+        Args:
+            scenario: The scenario to play.
+            manual: Whether time stands still between :meth:`advance` calls.
+            speed: Timeline speed factor (> 0); 2.0 plays twice as fast.
+            loop: Whether to restart after the last step (manual mode: wrap on advance).
+            clock: Monotonic seconds source (injectable for tests).
+            wall_ns: Wall-clock nanoseconds source (injectable for tests).
+
+        Raises:
+            ValueError: When ``speed`` is not a positive finite number.
+        """
+        if not (speed > 0 and speed != float("inf")):
+            raise ValueError(f"speed must be a positive number, got {speed!r}")
+        self.scenario = scenario
+        self.manual = manual
+        self.speed = float(speed)
+        self.loop = loop
+        self._clock = clock
+        self._wall_ns = wall_ns
+        self._lock = threading.Lock()
+        self._start = 0.0
+        self._manual_index = 0
+        self._manual_since_ns = 0
+        self.start()
+
+    def start(self) -> None:
+        """(Re)start the timeline at step 0."""
+        with self._lock:
+            self._start = self._clock()
+            self._manual_index = 0
+            self._manual_since_ns = self._wall_ns()
+
+    def current(self) -> tuple[int, int]:
+        """Return the current step index and the wall time (ns) at which it became current.
+
+        Returns:
+            ``(index, since_unix_ns)``.
+        """
+        with self._lock:
+            if self.manual:
+                return self._manual_index, self._manual_since_ns
+            now_wall = self._wall_ns()
+            elapsed = (self._clock() - self._start) * self.speed
+            steps = self.scenario.steps
+            period = self.scenario.period_s
+            if self.loop and period > 0:
+                elapsed %= period
+            index = 0
+            for i, step in enumerate(steps):
+                if step.at_s <= elapsed:
+                    index = i
+                else:
+                    break
+            behind_s = max(0.0, elapsed - steps[index].at_s) / self.speed
+            return index, now_wall - int(behind_s * 1e9)
+
+    def advance(self, to: int | None = None) -> int:
+        """Move to the next step, or jump to step ``to`` (manual mode).
+
+        Past the last step the player wraps to step 0 when ``loop`` is set, else stays.
+
+        Args:
+            to: Step index to jump to, or None for the next step.
+
+        Returns:
+            The new step index.
+
+        Raises:
+            RuntimeError: When the player is not in manual mode.
+            IndexError: When ``to`` is out of range.
+        """
+        if not self.manual:
+            raise RuntimeError("advance is only available with --manual")
+        count = len(self.scenario.steps)
+        with self._lock:
+            if to is None:
+                nxt = self._manual_index + 1
+                if nxt >= count:
+                    nxt = 0 if self.loop else count - 1
+            else:
+                if not 0 <= to < count:
+                    raise IndexError(f"step {to} out of range 0..{count - 1}")
+                nxt = to
+            self._manual_index = nxt
+            self._manual_since_ns = self._wall_ns()
+            return nxt
+
+
+# --------------------------------------------------------------------------------------------
+# Response bodies
+
+
+def _normalise_name(name: str) -> str:
+    """Turn a user-supplied model name into the catalog form (lower case, with a tag)."""
+    name = name.strip().lower()
+    for prefix in ("https://", "http://"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    for prefix in ("registry.ollama.ai/library/", "registry.ollama.ai/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    if name.startswith("library/"):
+        name = name[len("library/") :]
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
+def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None) -> dict:
+    """Build the ``/api/ps`` answer for a step, in Ollama's field order and row order.
+
+    Args:
+        scenario: The scenario (for digests and details).
+        step: The current step.
+        since_ns: Wall time (ns) at which the step became current; ``expires_at`` counts
+            from it.
+        tz: Time zone for ``expires_at``; the local one when None.
+
+    Returns:
+        ``{"models": [...]}``, longest remaining ``expires_at`` first.
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for row in step.loaded:
+        model = scenario.models[row.model]
+        expires_ns = _expires_ns(row, since_ns)
+        entry: dict[str, Any] = {
+            "name": model.name,
+            "model": model.name,
+            "size": row.size,
+            "digest": model.digest,
+            "details": model.details.to_json() | {"parent_model": ""},
+            "expires_at": format_go_time(expires_ns, tz),
+            "size_vram": row.size_vram,
+        }
+        if row.context_length is not None:
+            entry["context_length"] = row.context_length
+        rows.append((expires_ns // 1_000_000_000, entry))
+    rows.sort(key=lambda item: -item[0])  # stable, like slices.SortStableFunc on Unix()
+    return {"models": [entry for _, entry in rows]}
+
+
+def _expires_ns(row: LoadedModel, since_ns: int) -> int:
+    if row.expires_in_s is None:
+        return since_ns + MAX_DURATION_NS
+    return since_ns + int(row.expires_in_s * 1e9)
+
+
+def _modelfile(model: CatalogModel) -> str:
+    if model.modelfile:
+        return model.modelfile
+    lines = [
+        '# Modelfile generated by "ollama show"',
+        "# To build a new Modelfile based on this, replace FROM with:",
+        f"# FROM {model.name}",
+        "",
+        f"FROM {model.name}",
+    ]
+    if model.template:
+        lines.append(f'TEMPLATE """{model.template}"""')
+    if model.system:
+        lines.append(f'SYSTEM """{model.system}"""')
+    for line in model.parameters.splitlines():
+        key, _, value = line.partition(" ")
+        lines.append(f"PARAMETER {key} {value.strip()}")
+    if model.license:
+        lines.append(f'LICENSE """{model.license}"""')
+    return "\n".join(lines) + "\n"
+
+
+def show_body(model: CatalogModel, verbose: bool) -> dict[str, Any]:
+    """Build the ``/api/show`` answer.
+
+    Without ``verbose`` every non-empty array in ``model_info`` is JSON null, as Ollama has
+    done since v0.6.7 (§2.2); scalars are unchanged.
+
+    Args:
+        model: The catalog model.
+        verbose: The request's ``verbose`` flag.
+
+    Returns:
+        The JSON-ready answer.
+    """
+    info: dict[str, Any] = {}
+    for key, value in model.model_info.items():
+        if isinstance(value, list) and value and not verbose:
+            info[key] = None
+        else:
+            info[key] = _thaw(value)
+    body: dict[str, Any] = {
+        "license": model.license,
+        "modelfile": _modelfile(model),
+        "parameters": model.parameters,
+        "template": model.template,
+    }
+    if model.system:
+        body["system"] = model.system
+    body["details"] = model.details.to_json()
+    body["model_info"] = info
+    if model.tensors is not None:
+        body["tensors"] = [_thaw(t) for t in model.tensors]
+    body["capabilities"] = list(model.capabilities)
+    body["modified_at"] = model.modified_at
+    return body
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_thaw(v) for v in value]
+    if hasattr(value, "items"):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
+def tags_body(scenario: Scenario) -> dict[str, Any]:
+    """Build the ``/api/tags`` answer: every catalog model, newest ``modified_at`` first.
+
+    Args:
+        scenario: The scenario.
+
+    Returns:
+        ``{"models": [{name, model, modified_at, size, digest, details}, ...]}``.
+    """
+    models = sorted(
+        scenario.models.values(), key=lambda m: _rfc3339_sort_key(m.modified_at), reverse=True
+    )
+    return {
+        "models": [
+            {
+                "name": m.name,
+                "model": m.name,
+                "modified_at": m.modified_at,
+                "size": m.file_size,
+                "digest": m.digest,
+                "details": m.details.to_json(),
+            }
+            for m in models
+        ]
+    }
+
+
+_RFC3339_PARTS = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|([+-])(\d{2}):(\d{2}))"
+)
+
+
+def _rfc3339_sort_key(text: str) -> float:
+    """Seconds since the epoch for an RFC 3339 time (nanoseconds allowed); 0.0 if unparsable."""
+    match = _RFC3339_PARTS.fullmatch(text)
+    if not match:
+        return 0.0
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction = float("0." + match.group(7)) if match.group(7) else 0.0
+    offset = timedelta(0)
+    if match.group(8) != "Z":
+        offset = timedelta(hours=int(match.group(10)), minutes=int(match.group(11)))
+        if match.group(9) == "-":
+            offset = -offset
+    moment = datetime(year, month, day, hour, minute, second, tzinfo=timezone(offset))
+    return moment.timestamp() + fraction
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP
+
+
+class StandinServer(ThreadingHTTPServer):
+    """The HTTP server; holds the player. Handler threads are daemons."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        player: ScenarioPlayer,
+        *,
+        verbose: bool = False,
+    ) -> None:
+        """Bind (but do not start) the server.
+
+        Args:
+            address: ``(host, port)``; port 0 picks a free one.
+            player: The scenario player.
+            verbose: Log one stderr line per request.
+        """
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.player = player
+        self.verbose = verbose
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the bound socket."""
+        host, port = self.server_address[:2]
+        host_text = f"[{host}]" if ":" in str(host) else str(host)
+        return f"http://{host_text}:{port}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet about dropped connections unless ``verbose``."""
+        if self.verbose:
+            super().handle_error(request, client_address)
+
+
+class _BadRequest(Exception):
+    """Raised while reading a request body; becomes a 400."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: StandinServer
+    protocol_version = "HTTP/1.1"
+    server_version = "kvtop-standin"
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+        if self.server.verbose:
+            sys.stderr.write(f"standin: {self.address_string()} {format % args}\n")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        self._send(status, body, "application/json; charset=utf-8")
+
+    def _error(self, status: int, message: str) -> None:
+        self._json(status, {"error": message})
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while True:
+                size_line = self.rfile.readline(65537)
+                try:
+                    size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                except ValueError as exc:
+                    raise _BadRequest("bad chunked encoding") from exc
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(3)
+        length_text = self.headers.get("Content-Length")
+        if not length_text:
+            return b""
+        try:
+            length = int(length_text)
+        except ValueError as exc:
+            raise _BadRequest("bad Content-Length") from exc
+        if length < 0 or length > 16 * 1024 * 1024:
+            raise _BadRequest("bad Content-Length")
+        return self.rfile.read(length)
+
+    def _json_body(self, *, required: bool) -> dict[str, Any]:
+        raw = self._read_body()
+        if not raw.strip():
+            if required:
+                raise _BadRequest("missing request body")
+            return {}
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _BadRequest(f"invalid character in request body: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise _BadRequest("json: cannot unmarshal into Go value of type object")
+        return obj
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._dispatch("HEAD")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        if len(path) > 1:
+            path = path.rstrip("/")
+        try:
+            if path.startswith("/_standin/"):
+                self._control(method, path)
+            elif path == "/" and method in ("GET", "HEAD"):
+                self._send(200, b"Ollama is running", "text/plain; charset=utf-8")
+            elif path.startswith("/api/"):
+                self._api(method, path)
+            else:
+                self._drain()
+                self._error(404, "not found")
+        except _BadRequest as exc:
+            self._error(400, str(exc))
+
+    def _drain(self) -> None:
+        try:
+            self._read_body()
+        except _BadRequest:
+            self.close_connection = True
+
+    def _control(self, method: str, path: str) -> None:
+        player = self.server.player
+        steps = player.scenario.steps
+        if path == "/_standin/state" and method == "GET":
+            index, since_ns = player.current()
+            self._json(200, self._state(index, since_ns))
+        elif path == "/_standin/advance" and method == "POST":
+            body = self._json_body(required=False)
+            if not player.manual:
+                self._error(409, "advance needs --manual")
+                return
+            to = body.get("to")
+            if to is not None and (isinstance(to, bool) or not isinstance(to, int)):
+                self._error(400, "'to' must be an integer step index")
+                return
+            try:
+                index = player.advance(to)
+            except IndexError:
+                self._error(400, f"step {to} out of range 0..{len(steps) - 1}")
+                return
+            _, since_ns = player.current()
+            self._json(200, self._state(index, since_ns))
+        else:
+            self._drain()
+            self._error(404, "not found")
+
+    def _state(self, index: int, since_ns: int) -> dict[str, Any]:
+        player = self.server.player
+        return {
+            "step": index,
+            "label": player.scenario.steps[index].label,
+            "steps": len(player.scenario.steps),
+            "manual": player.manual,
+            "since": format_go_time(since_ns),
+        }
+
+    def _api(self, method: str, path: str) -> None:
+        player = self.server.player
+        scenario = player.scenario
+        routes = {
+            ("GET", "/api/version"),
+            ("HEAD", "/api/version"),
+            ("GET", "/api/ps"),
+            ("HEAD", "/api/ps"),
+            ("GET", "/api/tags"),
+            ("HEAD", "/api/tags"),
+            ("POST", "/api/show"),
+        }
+        if (method, path) not in routes:
+            self._drain()
+            self._error(404, "not found")
+            return
+        index, since_ns = player.current()
+        step = scenario.steps[index]
+        if step.status is not None and step.status != 200:
+            self._drain()
+            self._error(step.status, step.error or BUSY_ERROR)
+            return
+        if path == "/api/version":
+            self._json(200, {"version": scenario.version})
+        elif path == "/api/ps":
+            if step.garbage:
+                self._send(200, GARBAGE_BODY, "application/json; charset=utf-8")
+            else:
+                self._json(200, ps_body(scenario, step, since_ns))
+        elif path == "/api/tags":
+            self._json(200, tags_body(scenario))
+        else:
+            self._show()
+
+    def _show(self) -> None:
+        body = self._json_body(required=True)
+        name = body.get("model") or body.get("name") or ""
+        if not isinstance(name, str) or not name:
+            self._error(400, "model is required")
+            return
+        verbose = body.get("verbose", False)
+        models = self.server.player.scenario.models
+        wanted = _normalise_name(name)
+        model = next((m for n, m in models.items() if n.lower() == wanted), None)
+        if model is None:
+            self._error(404, f"model '{name}' not found")
+            return
+        self._json(200, show_body(model, bool(verbose)))
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def default_scenario_path() -> Path:
+    """Locate the bundled scenario.
+
+    Returns:
+        ``kvtop.snapshots/demo-scenario.json`` from the installed package when present, else
+        ``<repo>/snapshots/demo-scenario.json``.
+    """
+    try:
+        resource = resources.files("kvtop.snapshots") / DEFAULT_SCENARIO_NAME
+        if resource.is_file():
+            return Path(str(resource))
+    except (ModuleNotFoundError, TypeError, ValueError, OSError):
+        pass
+    return Path(__file__).resolve().parents[2] / "snapshots" / DEFAULT_SCENARIO_NAME
+
+
+def load_default_scenario() -> Scenario:
+    """Load the bundled scenario.
+
+    Returns:
+        The scenario.
+
+    Raises:
+        ValueError: When it cannot be found or is invalid.
+    """
+    try:
+        resource = resources.files("kvtop.snapshots") / DEFAULT_SCENARIO_NAME
+        if resource.is_file():
+            return load_scenario(resource.read_text(encoding="utf-8"))
+    except (ModuleNotFoundError, TypeError, OSError):
+        pass
+    return load_scenario(Path(__file__).resolve().parents[2] / "snapshots" / DEFAULT_SCENARIO_NAME)
+
+
+def serve(
+    scenario: Scenario,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    manual: bool = False,
+    speed: float = 1.0,
+    loop: bool = True,
+    *,
+    verbose: bool = False,
+) -> ThreadingHTTPServer:
+    """Bind a stand-in server for ``scenario``; the caller starts it.
+
+    Call ``serve_forever()`` (e.g. in a thread), then ``shutdown()`` and ``server_close()``.
+    The timeline clock starts now.
+
+    Args:
+        scenario: What to play.
+        host: Address to bind; loopback by default.
+        port: Port; 0 picks a free one (read it from ``server_address``).
+        manual: Time stands still; ``POST /_standin/advance`` moves on.
+        speed: Timeline speed factor (> 0).
+        loop: Restart after the last step.
+        verbose: Log one stderr line per request.
+
+    Returns:
+        The bound, not yet serving, :class:`StandinServer`.
+    """
+    player = ScenarioPlayer(scenario, manual=manual, speed=speed, loop=loop)
+    return StandinServer((host, port), player, verbose=verbose)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kvtop.demo.server",
+        description="Stand-in Ollama server that plays a scenario (for kvtop --demo and tests).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    parser.add_argument(
+        "--scenario", type=Path, default=None, help="scenario JSON (default: the bundled demo)"
+    )
+    parser.add_argument(
+        "--manual", action="store_true", help="time stands still; POST /_standin/advance moves on"
+    )
+    parser.add_argument("--speed", type=float, default=1.0, help="timeline speed factor (> 0)")
+    parser.add_argument(
+        "--loop",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="restart after the last step (default: on)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    return parser
+
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the stand-in server until SIGTERM/SIGINT.
+
+    Args:
+        argv: Arguments without the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        0 after a clean shutdown, 2 on bad arguments or an invalid scenario, 1 when the
+        address cannot be bound.
+    """
+    parser = _build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    stop = threading.Event()
+    previous = _install_signal_handlers(stop)
+    try:
+        return _run(parser, args, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
+    """Make SIGTERM, SIGINT (and SIGHUP) set ``stop`` instead of raising.
+
+    Args:
+        stop: The event to set.
+
+    Returns:
+        The previous handlers, to restore later.
+    """
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, _on_signal)
+    return previous
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: threading.Event) -> int:
+    """Body of :func:`main` once signals are handled."""
+    if not args.speed > 0 or args.speed == float("inf"):
+        parser.error(f"--speed must be a positive number, got {args.speed}")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0..65535, got {args.port}")
+    try:
+        scenario = load_scenario(args.scenario) if args.scenario else load_default_scenario()
+    except ValueError as exc:
+        print(f"kvtop.demo.server: {exc}", file=sys.stderr)
+        return 2
+    if args.host not in _LOOPBACK:
+        print(
+            f"kvtop.demo.server: warning: binding {args.host}, not loopback", file=sys.stderr
+        )
+    try:
+        server = serve(
+            scenario,
+            host=args.host,
+            port=args.port,
+            manual=args.manual,
+            speed=args.speed,
+            loop=args.loop,
+            verbose=args.verbose,
+        )
+    except OSError as exc:
+        print(f"kvtop.demo.server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
+    thread.daemon = True
+    try:
+        thread.start()
+        sys.stdout.write(f"LISTENING {server.url}\n")
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Plain-text and JSON renderings of the state for ``kvtop --once`` (no terminal UI).
+
+The JSON schema is documented in README.md ("--once --json schema") and is stable: later
+versions add fields, never rename or remove them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtop import __version__
+from kvtop.model.state import AppState, ModelView
+
+JSON_SCHEMA_VERSION = 1
+GPU_STATUS = "not available: this kvtop version has no GPU source yet"
+
+
+def model_json(v: ModelView) -> dict[str, Any]:
+    """One model as the ``--once --json`` schema describes it (bytes as integers, null when unknown)."""
+    m = v.memory
+    return {
+        "name": v.name,
+        "digest": v.digest,
+        "size": v.size_bytes,
+        "size_vram": v.size_vram_bytes,
+        "processor": v.processor,
+        "context_length": v.context.value,
+        "parallel": v.parallel.value,
+        "kv_type": v.kv_type.value,
+        "flash_attention": v.flash_attention.value,
+        "memory": {
+            "weights": m.weights.value,
+            "kv": m.kv.value,
+            "compute": m.compute.value,
+            "source": m.source,
+        },
+        "kv_bytes_per_token": v.kv_bytes_per_token,
+        "expires_at": v.expires_at.isoformat() if v.expires_at else None,
+        "sources": {
+            "context_length": v.context.source,
+            "parallel": v.parallel.source,
+            "kv_type": v.kv_type.source,
+            "flash_attention": v.flash_attention.source,
+            "weights": m.weights.source,
+            "kv": m.kv.source,
+            "compute": m.compute.source,
+        },
+        "kv_estimate_unavailable": v.kv_unavailable if v.kv_estimate is None else None,
+        "spilled": v.spilled,
+        "cloud": v.cloud,
+    }
+
+
+def state_json(state: AppState) -> dict[str, Any]:
+    """The whole ``--once --json`` object."""
+    snap = state.ollama
+    return {
+        "schema": JSON_SCHEMA_VERSION,
+        "kvtop_version": __version__,
+        "host": state.host_url,
+        "reachable": bool(snap and snap.reachable),
+        "error": snap.error if snap else "no poll made",
+        "version": snap.version if snap else None,
+        "taken_at": snap.taken_at if snap else None,
+        "models": [model_json(v) for v in state.models] if snap and snap.reachable else [],
+        "gpus": [],
+        "gpu_status": GPU_STATUS,
+        "alerts": [],
+    }
+
+
+def _bytes(n: int | None) -> str:
+    from kvtop.ui.format import ibytes  # formatting helpers only, no Textual import
+
+    return ibytes(n)
+
+
+def state_text(state: AppState) -> str:
+    """The models table as plain aligned text, with a header line and a legend."""
+    from kvtop.ui.format import context_text, mark, safe
+
+    snap = state.ollama
+    lines: list[str] = []
+    if snap is None or not snap.reachable:
+        lines.append(f"kvtop: {state.host_url}: unreachable: {safe(snap.error if snap else 'no poll made')}")
+        return "\n".join(lines) + "\n"
+    lines.append(f"kvtop {__version__} — {state.host_url} — Ollama {safe(snap.version or '?')}"
+                 f" — {len(state.models)} model{'s' if len(state.models) != 1 else ''} loaded")
+    header = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "WEIGHTS", "KV", "COMPUTE", "KV TYPE", "FLASH ATTN", "UNTIL"]
+    rows = [header]
+    for v in state.models:
+        m = v.memory
+        rows.append([
+            safe(v.name, 40), v.short_id, _bytes(v.size_bytes), v.processor, context_text(v),
+            mark(m.weights) + _bytes(m.weights.value) if m.weights.value is not None else "?",
+            mark(m.kv) + _bytes(m.kv.value) if m.kv.value is not None else "?",
+            mark(m.compute) + _bytes(m.compute.value) if m.compute.value is not None else "?",
+            (v.kv_type.value or "?") + ("*" if v.kv_type.source == "default" else ""),
+            v.flash_attention.value or "?",
+            v.until,
+        ])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    lines.append("~ estimated  * Ollama default (the server log gives the real value)  ? not known")
+    return "\n".join(lines) + "\n"

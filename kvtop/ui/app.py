@@ -1,0 +1,231 @@
+"""KvtopApp: owns the state, runs the pollers, delegates everything else to ``model/``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.widgets import Footer, Input, Static
+
+from kvtop.config import Settings, clamp_interval
+from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.model.state import SORT_KEYS, AppState, apply, filter_views, sort_views
+from kvtop.ui.messages import SnapshotReceived
+from kvtop.ui.screens.help import HelpScreen
+from kvtop.ui.screens.model_detail import ModelDetailScreen
+from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes
+from kvtop.ui.widgets.gpu_strip import GpuStrip
+from kvtop.ui.widgets.header import ServerHeader
+from kvtop.ui.widgets.models_table import ModelsTable
+
+INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+MIN_WIDTH, MIN_HEIGHT = 60, 12
+
+
+class OllamaSource(Protocol):
+    """What the app needs from an Ollama source (``sources.ollama.OllamaClient`` or a fake)."""
+
+    async def sample(self) -> OllamaSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class KvtopApp(App[int]):
+    """The dashboard. State changes only in ``on_snapshot_received``."""
+
+    CSS_PATH = "kvtop.tcss"
+    TITLE = "kvtop"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("plus,equals_sign", "slower", "+Interval", key_display="+"),
+        Binding("minus", "faster", "-Interval", key_display="-"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    state: reactive[AppState | None] = reactive(None, always_update=False)
+    sort_key: reactive[str] = reactive("server")
+    filter_text: reactive[str] = reactive("")
+    paused: reactive[bool] = reactive(False)
+    interval_s: reactive[float] = reactive(1.0)
+
+    def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True) -> None:
+        super().__init__()
+        self.settings = settings
+        self.source = source
+        self._poll = poll and source is not None
+        self._wake = asyncio.Event()
+        self.set_reactive(KvtopApp.state, AppState(host_url=settings.host_url))
+        self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """kvtop's semantic colours, so any Textual theme can render the dashboard."""
+        return default_variables()
+
+    def compose(self) -> ComposeResult:
+        yield ServerHeader(id="header")
+        yield ModelsTable(id="models")
+        yield GpuStrip(id="gpu")
+        yield Static(id="status")
+        yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter")
+        yield Static(id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for theme in load_themes().values():
+            self.register_theme(theme)
+        if DEFAULT_THEME in self.available_themes:
+            self.theme = DEFAULT_THEME
+        header = self.query_one(ServerHeader)
+        header.demo = self.settings.demo
+        self._refresh_all()
+        if self._poll:
+            self.poll_ollama()
+
+    async def on_unmount(self) -> None:
+        if self.source is not None:
+            try:
+                await self.source.aclose()
+            except Exception:  # noqa: BLE001 - closing a pool must never block quitting
+                pass
+
+    @work(group="poll-ollama", exclusive=True, exit_on_error=False)
+    async def poll_ollama(self) -> None:
+        """Sample, post, sleep ``interval_s`` after the sample (polls never overlap)."""
+        assert self.source is not None
+        while True:
+            if not self.paused:
+                self.post_message(SnapshotReceived(await self.source.sample()))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    @on(SnapshotReceived)
+    def on_snapshot_received(self, message: SnapshotReceived) -> None:
+        """The one place state changes."""
+        if self.state is not None:
+            self.state = apply(self.state, message.snapshot)
+
+    def watch_state(self) -> None:
+        self._refresh_all()
+
+    def watch_sort_key(self) -> None:
+        self._refresh_all()
+
+    def watch_filter_text(self) -> None:
+        self._refresh_all()
+
+    def watch_paused(self) -> None:
+        self._refresh_all()
+
+    def watch_interval_s(self) -> None:
+        self._refresh_all()
+
+    def on_resize(self) -> None:
+        self._refresh_all()
+
+    def _refresh_all(self) -> None:
+        if not self.is_mounted or self.state is None:
+            return
+        state = self.state
+        too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
+        self.screen.set_class(too_small, "-too-small")
+        self.query_one("#too-small", Static).update(Text(
+            f"Terminal too small: {self.size.width}×{self.size.height}.\n"
+            f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
+            justify="center",
+        ))
+        header = self.query_one(ServerHeader)
+        header.interval_s = self.interval_s
+        header.paused = self.paused
+        header.state = state
+        views = filter_views(sort_views(state.models, self.sort_key), self.filter_text)
+        table = self.query_one(ModelsTable)
+        table.set_class(state.stale_s is not None, "-stale")
+        table.show(views, self.size.width)
+        status = Text()
+        status.append(f"sort: {self.sort_key}")
+        if self.filter_text:
+            status.append(f"  filter: {self.filter_text!s}")
+            status.append(f" ({len(views)} of {len(state.models)})")
+        status.append("   ~ estimated  * Ollama default  Enter details  ? help")
+        if state.ollama is not None and state.ollama.reachable and not state.models:
+            status = Text("No model loaded. Models appear here when a client loads one (e.g. `ollama run llama3.2`).")
+        self.query_one("#status", Static).update(status)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self._wake.set()
+
+    def _step_interval(self, direction: int) -> None:
+        steps = INTERVAL_STEPS_S
+        current = self.interval_s
+        if direction > 0:
+            nxt = next((s for s in steps if s > current), steps[-1])
+        else:
+            nxt = next((s for s in reversed(steps) if s < current), steps[0])
+        self.interval_s = nxt
+        self.notify(f"refresh every {nxt:g} s", timeout=1.5)
+
+    def action_slower(self) -> None:
+        self._step_interval(+1)
+
+    def action_faster(self) -> None:
+        self._step_interval(-1)
+        self._wake.set()
+
+    def action_cycle_sort(self) -> None:
+        i = SORT_KEYS.index(self.sort_key)
+        self.sort_key = SORT_KEYS[(i + 1) % len(SORT_KEYS)]
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("-visible")
+        box.value = self.filter_text
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        self.filter_text = ""
+        box.value = ""
+        box.remove_class("-visible")
+        self.query_one(ModelsTable).focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value
+        event.input.remove_class("-visible")
+        self.query_one(ModelsTable).focus()
+
+    @on(ModelsTable.RowSelected)
+    def _open_detail(self, event: ModelsTable.RowSelected) -> None:
+        view = self.query_one(ModelsTable).selected_view
+        if view is not None:
+            self.push_screen(ModelDetailScreen(view.name, view.digest))
+
+
+def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True) -> KvtopApp:
+    """Build the app for the CLI and the tests alike (one factory)."""
+    if source is None:
+        from kvtop.sources.ollama import OllamaClient
+
+        source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+    return KvtopApp(settings, source, poll=poll)

@@ -1,0 +1,54 @@
+"""Help: keys, column meanings and source marks."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP = """\
+kvtop — top for an Ollama server's memory
+
+Keys
+  q          quit                      ?          this help
+  p          pause / resume polling    + / -      slower / faster refresh
+  s          cycle sort order          /          filter by name (Esc clears)
+  Enter      details of the model      Esc        back / close
+  ↑ ↓        move the selection
+
+Columns
+  NAME       model name (red: spilled to system RAM)
+  ID         first 12 characters of the manifest digest
+  SIZE       /api/ps size: weights + KV cache + compute, in binary units
+  MEMORY     bar of weights █ | KV cache ▓ | compute ▒ (· not known)
+  CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
+  PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it
+  FLASH ATTN / KV TYPE  what the runner resolved (needs the server log)
+  UNTIL      keep-alive left; "expired" = busy past keep_alive or unloading
+
+Sources
+  plain      allocated (runner log) or reported (API)
+  ~          estimated (KV math from /api/show; compute = size − weights − KV)
+  *          Ollama's default, assumed until the log says otherwise
+  ?          requested (Modelfile) but not confirmed
+
+Esc or ? closes this help.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal with the keys and the legend."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 80; max-width: 100%; height: auto; max-height: 100%;
+        border: round $primary; background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(Text(HELP))

@@ -1,0 +1,113 @@
+"""Detail view of one model: every number with its source, and the KV arithmetic."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from kvtop.model.known import Known
+from kvtop.model.state import AppState, ModelView
+from kvtop.ui.format import exact_bytes, ibytes, safe
+from kvtop.ui.widgets.gpu_strip import GPU_UNAVAILABLE_REASON
+
+
+def _src(k: Known[object]) -> str:
+    return f"[{k.source}]" if k.source else "[not known]"
+
+
+def _row(out: Text, label: str, value: str, source: str = "", note: str = "") -> None:
+    out.append(f"  {label:<20}", style="bold")
+    out.append(value)
+    if source:
+        out.append(f"  {source}", style="italic")
+    if note:
+        out.append(f"\n  {'':<20}{safe(note, 200)}", style="dim")
+    out.append("\n")
+
+
+def detail_text(v: ModelView, state: AppState) -> Text:
+    """The whole detail view as text (also used by tests)."""
+    out = Text()
+    out.append(safe(v.name, 80), style="bold")
+    out.append(f"   ID {v.short_id}   digest {v.digest}\n\n")
+    _row(out, "architecture", safe(v.architecture or "?", 40))
+    _row(out, "parameters", safe(v.parameter_size or "?", 20))
+    _row(out, "weights quant", safe(v.quantization_level or "?", 20))
+    _row(out, "training context", f"{v.context_train:,}" if v.context_train else "?", "[reported]" if v.context_train else "")
+    out.append("\nMemory\n", style="bold underline")
+    _row(out, "size", exact_bytes(v.size_bytes), "[reported]", "/api/ps size: weights + KV + compute")
+    _row(out, "in VRAM", exact_bytes(v.size_vram_bytes), "[reported]", "/api/ps size_vram")
+    if v.size_bytes is not None and v.size_vram_bytes is not None:
+        _row(out, "in system RAM", exact_bytes(max(0, v.size_bytes - v.size_vram_bytes)), "[reported]",
+             "size − size_vram" + (" — SPILLED: every request runs partly on the CPU" if v.spilled else ""))
+    _row(out, "processor", v.processor, "[reported]", "as `ollama ps` computes it")
+    m = v.memory
+    _row(out, "weights", exact_bytes(m.weights.value), _src(m.weights), m.weights.note)
+    _row(out, "KV cache", exact_bytes(m.kv.value), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
+    _row(out, "compute + other", exact_bytes(m.compute.value), _src(m.compute), m.compute.note)
+    out.append("\nKV cache\n", style="bold underline")
+    _row(out, "num_ctx per slot", f"{v.context.value:,}" if v.context.value else "?", _src(v.context), v.context.note)
+    _row(out, "slots (parallel)", str(v.parallel.value) if v.parallel.value else "?", _src(v.parallel), v.parallel.note)
+    if v.total_ctx_cells is not None:
+        _row(out, "cells (ctx × slots)", f"{v.total_ctx_cells:,}")
+    _row(out, "KV type", v.kv_type.value or "?", _src(v.kv_type), v.kv_type.note)
+    _row(out, "flash attention", v.flash_attention.value or "not known", _src(v.flash_attention), v.flash_attention.note)
+    if v.kv_bytes_per_token is not None:
+        _row(out, "KV per token", f"{v.kv_bytes_per_token:,} B ({ibytes(v.kv_bytes_per_token)})", "[estimated]",
+             f"at {v.kv_type.value or 'f16'}, all KV layers")
+    if v.kv_estimate is not None:
+        e = v.kv_estimate
+        out.append("\n  arithmetic: ", style="bold")
+        out.append(safe(e.formula, 400))
+        out.append("\n")
+        _row(out, "K / V", f"{exact_bytes(e.k_bytes)} / {exact_bytes(e.v_bytes)}")
+        if e.swa_cells is not None:
+            _row(out, "sliding window", f"{e.swa_layers} SWA layers × {e.swa_cells:,} cells, {e.full_layers} full layers")
+        if e.recurrent_bytes:
+            _row(out, "recurrent state", exact_bytes(e.recurrent_bytes), "[estimated]", "per-sequence state, not per token")
+    elif v.kv_unavailable:
+        _row(out, "estimate", "unavailable", "", v.kv_unavailable)
+    out.append("\nKeep-alive\n", style="bold underline")
+    _row(out, "expires", v.expires_at.isoformat() if v.expires_at else "?", "[reported]")
+    _row(out, "until", v.until, "", "expires_at is in the past: a request longer than keep_alive is running, or the model is unloading"
+         if v.expired else "")
+    out.append("\nGPU\n", style="bold underline")
+    _row(out, "telemetry", "not available", "", GPU_UNAVAILABLE_REASON)
+    if v.show_error:
+        _row(out, "/api/show", "failed", "", v.show_error)
+    if state.stale_s is not None:
+        out.append(f"\nServer unreachable: these figures are {state.stale_s:.0f} s old.\n", style="bold")
+    return out
+
+
+class ModelDetailScreen(Screen[None]):
+    """Full-screen detail for the model named at construction; follows the app's state."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("q", "app.quit", "Quit")]
+
+    def __init__(self, name: str, digest: str) -> None:
+        super().__init__()
+        self.model_name = name
+        self.model_digest = digest
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="detail-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "state", self._refresh_body, init=True)
+
+    def _refresh_body(self, state: AppState | None) -> None:
+        body = self.query_one("#detail-body", Static)
+        if state is None:
+            return
+        for v in state.models:
+            if v.name == self.model_name and v.digest == self.model_digest:
+                body.update(detail_text(v, state))
+                return
+        body.update(Text(f"{safe(self.model_name, 80)} is no longer loaded (Esc to go back).", style="bold"))

@@ -1,0 +1,52 @@
+"""Load kvtop's themes from the TOML files shipped in ``kvtop.themes`` (top-level ``themes/``)."""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from typing import Any
+
+from textual.theme import Theme
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_THEME = "kvtop-dark"
+
+
+def theme_from_toml(data: dict[str, Any]) -> Theme:
+    """Build a Textual ``Theme`` from a parsed theme file.
+
+    Raises:
+        KeyError / ValueError: The file lacks ``name`` or ``colors.primary``.
+    """
+    colors = dict(data.get("colors", {}))
+    return Theme(
+        name=str(data["name"]),
+        primary=str(colors.pop("primary")),
+        dark=bool(data.get("dark", True)),
+        variables={str(k): str(v) for k, v in data.get("variables", {}).items()},
+        **{k: str(v) for k, v in colors.items()},
+    )
+
+
+def load_themes() -> dict[str, Theme]:
+    """Every ``*.toml`` theme bundled with kvtop, by name (a broken file is skipped)."""
+    themes: dict[str, Theme] = {}
+    for entry in resources.files("kvtop.themes").iterdir():
+        if not entry.name.endswith(".toml"):
+            continue
+        try:
+            theme = theme_from_toml(tomllib.loads(entry.read_text(encoding="utf-8")))
+        except (KeyError, ValueError, TypeError):
+            continue
+        themes[theme.name] = theme
+    return themes
+
+
+def default_variables() -> dict[str, str]:
+    """kvtop's semantic variables from the default theme (fallbacks for any other theme)."""
+    theme = load_themes().get(DEFAULT_THEME)
+    return dict(theme.variables) if theme else {}

@@ -1,0 +1,72 @@
+"""The header: server, version, reachability, latency, interval, paused, DEMO."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from kvtop.config import display_host
+from kvtop.model.state import AppState
+from kvtop.ui.format import ibytes, safe
+
+
+class ServerHeader(Static):
+    """Two lines: where and how kvtop is polling; what the server holds (or why it can't tell)."""
+
+    DEFAULT_CSS = """
+    ServerHeader { height: 2; padding: 0 1; background: $panel; }
+    """
+
+    state: reactive[AppState | None] = reactive(None, always_update=True)
+    interval_s: reactive[float] = reactive(1.0)
+    paused: reactive[bool] = reactive(False)
+    demo: reactive[bool] = reactive(False)
+
+    def render(self) -> Text:
+        """Build both lines from the current state."""
+        v = self.app.theme_variables
+        st = self.state
+        line1 = Text()
+        line1.append("kvtop", style="bold")
+        if self.demo:
+            line1.append("  DEMO", style=f"bold {v.get('kv-demo', '')}")
+        if st is None:
+            return line1
+        line1.append(f"  {safe(display_host(st.host_url), 60)}")
+        snap = st.ollama
+        version = (snap.version if snap and snap.version else None) or (st.last_ok.version if st.last_ok else None)
+        line1.append(f"  Ollama {safe(version, 24)}" if version else "  Ollama ?")
+        if snap is None:
+            line1.append("  connecting…", style=v.get("kv-muted", ""))
+        elif snap.reachable:
+            line1.append("  ● up", style=v.get("kv-ok", ""))
+            if snap.latency_s is not None:
+                line1.append(f" {snap.latency_s * 1000:.0f} ms")
+        else:
+            line1.append("  ✖ down", style=f"bold {v.get('kv-crit', '')}")
+        line1.append(f"  every {self.interval_s:g} s")
+        if self.paused:
+            line1.append("  PAUSED", style=f"bold reverse {v.get('kv-warn', '')}")
+
+        line2 = Text()
+        if snap is None:
+            line2.append("waiting for the first answer from the server…", style=v.get("kv-muted", ""))
+        elif not snap.reachable:
+            line2.append(safe(snap.error or "unreachable", 140), style=v.get("kv-crit", ""))
+            if st.stale_s is not None:
+                line2.append(f" — showing data from {st.stale_s:.0f} s ago", style=v.get("kv-warn", ""))
+            elif st.last_ok is None:
+                line2.append(" — no data yet", style=v.get("kv-muted", ""))
+            line2.append(f" ({st.failures} failed poll{'s' if st.failures != 1 else ''})", style=v.get("kv-muted", ""))
+        else:
+            n = len(st.models)
+            total = sum(m.size_bytes or 0 for m in st.models)
+            vram = sum(m.size_vram_bytes or 0 for m in st.models)
+            spilled = sum(1 for m in st.models if m.spilled)
+            line2.append(f"{n} model{'s' if n != 1 else ''} loaded")
+            if n:
+                line2.append(f" · {ibytes(total)} total · {ibytes(vram)} in VRAM")
+                if spilled:
+                    line2.append(f" · {spilled} spilled to CPU", style=f"bold {v.get('kv-crit', '')}")
+        return Text("\n").join([line1, line2])

@@ -1,0 +1,138 @@
+"""The models table: one row per loaded model, columns chosen by terminal width."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from kvtop.model.state import ModelView
+from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe, short_until
+
+WIDE_MIN_COLUMNS = 130
+"""From this width on the table shows ID, FLASH ATTN, KV TYPE, UNTIL and byte figures."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    label: str
+    width: int
+    cell: Callable[[ModelView, dict[str, str]], Text | str]
+
+
+def _name(width: int) -> Callable[[ModelView, dict[str, str]], Text]:
+    def cell(v: ModelView, colors: dict[str, str]) -> Text:
+        style = f"bold {colors.get('kv-crit', '')}" if v.spilled else ""
+        return Text(safe(v.name, width), style=style, no_wrap=True)
+    return cell
+
+
+def _processor(v: ModelView, colors: dict[str, str]) -> Text:
+    if v.cloud:
+        return Text("cloud", style=colors.get("kv-muted", ""))
+    if v.spilled:
+        return Text(v.processor, style=f"bold {colors.get('kv-crit', '')}")
+    if v.processor == "100% GPU":
+        return Text(v.processor, style=colors.get("kv-ok", ""))
+    return Text(v.processor, style=colors.get("kv-warn", ""))
+
+
+def _until(short: bool) -> Callable[[ModelView, dict[str, str]], Text]:
+    def cell(v: ModelView, colors: dict[str, str]) -> Text:
+        text = short_until(v) if short else v.until
+        return Text(text, style=colors.get("kv-warn", "") if v.expired else "")
+    return cell
+
+
+def _known(attr: str) -> Callable[[ModelView, dict[str, str]], Text]:
+    def cell(v: ModelView, colors: dict[str, str]) -> Text:
+        k = getattr(v, attr)
+        if k.value is None:
+            return Text("?", style=colors.get("kv-muted", ""))
+        suffix = "*" if k.source == "default" else ""
+        return Text(f"{k.value}{suffix}", style=colors.get("kv-muted", "") if suffix else "")
+    return cell
+
+
+def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str]], Text]:
+    def cell(v: ModelView, colors: dict[str, str]) -> Text:
+        if v.cloud:
+            return Text("cloud: no local memory", style=colors.get("kv-muted", ""))
+        out = memory_bar(v, bar_width, colors)
+        if figures:
+            out.append(" " + memory_figures(v))
+        else:
+            kv = v.memory.kv
+            out.append(" KV " + ("~" if kv.source == "estimated" else "") + ibytes(kv.value, short=True))
+        return out
+    return cell
+
+
+def columns_for(width: int) -> tuple[Column, ...]:
+    """The column set for a terminal ``width`` (80 columns shows the essentials)."""
+    if width >= WIDE_MIN_COLUMNS:
+        name_w = 26
+        return (
+            Column("name", "NAME", name_w, _name(name_w)),
+            Column("id", "ID", 12, lambda v, c: Text(v.short_id)),
+            Column("size", "SIZE", 9, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
+            Column("memory", "MEMORY weights|KV|compute", 44, _memory(16, True)),
+            Column("context", "CONTEXT", 11, lambda v, c: Text(context_text(v))),
+            Column("processor", "PROCESSOR", 15, _processor),
+            Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
+            Column("kvtype", "KV TYPE", 7, _known("kv_type")),
+            Column("until", "UNTIL", 19, _until(False)),
+        )
+    name_w = max(10, min(22, width - 66))
+    return (
+        Column("name", "NAME", name_w, _name(name_w)),
+        Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
+        Column("memory", "MEMORY w|KV|c", 18, _memory(9, False)),
+        Column("context", "CONTEXT", 8, lambda v, c: Text(context_text(v))),
+        Column("processor", "PROCESSOR", 15, _processor),
+    )
+
+
+class ModelsTable(DataTable[Text | str]):
+    """Shows ``ModelView`` rows; keeps the cursor on the same model across refreshes."""
+
+    DEFAULT_CSS = """
+    ModelsTable { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        self._signature: tuple[tuple[str, int], ...] = ()
+        self._views: tuple[ModelView, ...] = ()
+
+    @property
+    def selected_view(self) -> ModelView | None:
+        """The model under the cursor, if any."""
+        if not self._views or self.cursor_row < 0 or self.cursor_row >= len(self._views):
+            return None
+        return self._views[self.cursor_row]
+
+    def show(self, views: tuple[ModelView, ...], width: int) -> None:
+        """Replace the rows (and the columns when the width class changed)."""
+        selected = self.selected_view
+        cols = columns_for(width)
+        signature = tuple((c.key, c.width) for c in cols)
+        if signature != self._signature:
+            self.clear(columns=True)
+            for col in cols:
+                self.add_column(col.label, width=col.width, key=col.key)
+            self._signature = signature
+        else:
+            self.clear()
+        colors = dict(self.app.theme_variables)
+        for v in views:
+            self.add_row(*(col.cell(v, colors) for col in cols), key=f"{v.digest}:{v.name}")
+        self._views = views
+        if selected is not None:
+            for i, v in enumerate(views):
+                if v.name == selected.name and v.digest == selected.digest:
+                    self.move_cursor(row=i)
+                    break

@@ -1,0 +1,1 @@
+"""Bundled recordings and scenarios (shipped in the wheel as kvtop.snapshots)."""

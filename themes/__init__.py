@@ -1,0 +1,1 @@
+"""Bundled themes (shipped in the wheel as kvtop.themes)."""
