@@ -12,7 +12,7 @@ from kvtop import __version__
 from kvtop.model.state import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
-GPU_STATUS = "not available: this kvtop version has no GPU source yet"
+GPU_STATUS = "not available: no GPU source in this kvtop version"
 
 
 def model_json(v: ModelView) -> dict[str, Any]:

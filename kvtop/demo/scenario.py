@@ -113,7 +113,8 @@ class CatalogModel:
         name: Display name with tag, e.g. ``qwen3:1.7b-q8_0``.
         digest: Manifest digest, 64 lowercase hex characters.
         details: Manifest details.
-        file_size: Size on disk in bytes (``/api/tags`` ``size``).
+        file_size: Size on disk in bytes (``/api/tags`` ``size``); None when no real figure is
+            known, and the model is then left out of ``/api/tags``.
         model_info: GGUF key/values as ``/api/show`` with ``verbose: true`` returns them.
         capabilities: e.g. ``("completion", "tools")``.
         parameters: Ollama's rendered ``parameters`` text.
@@ -128,7 +129,7 @@ class CatalogModel:
     name: str
     digest: str
     details: ModelDetails
-    file_size: int
+    file_size: int | None
     model_info: Mapping[str, Any]
     capabilities: tuple[str, ...]
     parameters: str = ""
@@ -375,7 +376,7 @@ def _parse_model(name: str, value: Any, path: str) -> CatalogModel:
         name=name,
         digest=digest,
         details=_parse_details(obj["details"], f"{path}.details"),
-        file_size=_int(obj["file_size"], f"{path}.file_size"),
+        file_size=None if obj["file_size"] is None else _int(obj["file_size"], f"{path}.file_size"),
         model_info=_freeze(model_info),
         capabilities=_str_list(obj["capabilities"], f"{path}.capabilities"),
         parameters=parameters,

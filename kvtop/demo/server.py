@@ -368,6 +368,7 @@ def tags_body(scenario: Scenario) -> dict[str, Any]:
                 "details": m.details.to_json(),
             }
             for m in models
+            if m.file_size is not None
         ]
     }
 
@@ -443,6 +444,7 @@ class _BadRequest(Exception):
 class _Handler(BaseHTTPRequestHandler):
     server: StandinServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes; no 40 ms stalls
     server_version = "kvtop-standin"
 
     def version_string(self) -> str:
@@ -542,6 +544,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(404, "not found")
         except _BadRequest as exc:
             self._error(400, str(exc))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug here must not kill the connection silently
+            sys.stderr.write(f"standin: internal error on {method} {path}: {exc!r}\n")
+            self.close_connection = True
+            try:
+                self._error(500, f"stand-in internal error: {exc}")
+            except OSError:
+                pass
 
     def _drain(self) -> None:
         try:

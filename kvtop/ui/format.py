@@ -39,7 +39,7 @@ def ibytes(n: int | None, *, short: bool = False) -> str:
         unit += 1
     if unit == 0:
         text = f"{int(value)}"
-    elif abs(value) >= 100:
+    elif abs(value) >= 100 or (short and abs(value) >= 10):
         text = f"{value:.0f}"
     else:
         text = f"{value:.1f}"

@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 from kvtop.model.state import ModelView
 from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe, short_until
 
-WIDE_MIN_COLUMNS = 130
+WIDE_MIN_COLUMNS = 140
 """From this width on the table shows ID, FLASH ATTN, KV TYPE, UNTIL and byte figures."""
 
 
@@ -73,20 +73,21 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
 
 def columns_for(width: int) -> tuple[Column, ...]:
     """The column set for a terminal ``width`` (80 columns shows the essentials)."""
+    # fixed columns + 2 cells of padding per column + 2 for the vertical scrollbar
     if width >= WIDE_MIN_COLUMNS:
-        name_w = 26
+        name_w = max(14, min(40, width - 138))
         return (
             Column("name", "NAME", name_w, _name(name_w)),
             Column("id", "ID", 12, lambda v, c: Text(v.short_id)),
-            Column("size", "SIZE", 9, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
-            Column("memory", "MEMORY weights|KV|compute", 44, _memory(16, True)),
-            Column("context", "CONTEXT", 11, lambda v, c: Text(context_text(v))),
+            Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
+            Column("memory", "MEMORY weights|KV|compute", 38, _memory(14, True)),
+            Column("context", "CONTEXT", 10, lambda v, c: Text(context_text(v))),
             Column("processor", "PROCESSOR", 15, _processor),
             Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
             Column("kvtype", "KV TYPE", 7, _known("kv_type")),
-            Column("until", "UNTIL", 19, _until(False)),
+            Column("until", "UNTIL", 18, _until(False)),
         )
-    name_w = max(10, min(22, width - 66))
+    name_w = max(8, min(30, width - 65))
     return (
         Column("name", "NAME", name_w, _name(name_w)),
         Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),

@@ -1,0 +1,49 @@
+"""Host selection exactly as Ollama's envconfig.Host() reads OLLAMA_HOST (envconfig/config.go)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtop.config import display_host, host_from_environment, parse_ollama_host
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, "http://127.0.0.1:11434"),  # unset: Ollama's default
+        ("", "http://127.0.0.1:11434"),
+        ("   ", "http://127.0.0.1:11434"),
+        ("0.0.0.0", "http://127.0.0.1:11434"),  # a listen address; a client reaches loopback
+        ("0.0.0.0:11434", "http://127.0.0.1:11434"),
+        ("0.0.0.0:8080", "http://127.0.0.1:8080"),
+        ("[::]:11434", "http://[::1]:11434"),
+        ("[::1]:8080", "http://[::1]:8080"),
+        ("::1", "http://[::1]:11434"),  # SplitHostPort fails, ParseIP succeeds
+        ("gpu-box", "http://gpu-box:11434"),  # scheme optional, default port 11434
+        ("gpu-box:1234", "http://gpu-box:1234"),
+        ("http://gpu-box", "http://gpu-box:80"),  # explicit http: default port 80
+        ("https://gpu-box", "https://gpu-box:443"),  # explicit https: default port 443
+        ("https://gpu-box:8443/ollama/", "https://gpu-box:8443/ollama"),  # path prefix kept
+        ("http://gpu-box/api-prefix", "http://gpu-box:80/api-prefix"),
+        ('"gpu-box:99"', "http://gpu-box:99"),  # envconfig.Var trims quotes
+        ("'gpu-box'", "http://gpu-box:11434"),
+        ("gpu-box:notaport", "http://gpu-box:11434"),  # invalid port: default
+        ("gpu-box:99999", "http://gpu-box:11434"),  # out of range: default
+        ("HTTPS://Gpu-Box", "https://Gpu-Box:443"),
+    ],
+)
+def test_parse_ollama_host(raw: str | None, expected: str) -> None:
+    assert parse_ollama_host(raw) == expected
+
+
+def test_host_from_environment() -> None:
+    assert host_from_environment({"OLLAMA_HOST": "10.1.2.3:7000"}) == "http://10.1.2.3:7000"
+    assert host_from_environment({}) == "http://127.0.0.1:11434"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("http://127.0.0.1:11434", "127.0.0.1:11434"), ("https://gpu:443/x", "https://gpu:443/x")],
+)
+def test_display_host(url: str, shown: str) -> None:
+    assert display_host(url) == shown

@@ -1,0 +1,257 @@
+"""OllamaClient and the /api parsers on every corpus API file, through httpx.MockTransport."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import pytest
+
+from kvtop.model.humanize import human_bytes_decimal
+from kvtop.sources.ollama import OllamaClient, ShapeError, parse_go_time, parse_ps, parse_show
+from tests.conftest import FIXTURES, load_json
+
+API = FIXTURES / "api"
+
+
+# --- /api/ps JSON corpus files, against their expected facts -------------------------------------
+
+@pytest.mark.parametrize("stem", ["001-api-ps-gemma3-full-gpu", "011-api-ps-docs-example-gemma4-partial-vram-context_length"])
+def test_parse_ps_corpus_json(stem: str) -> None:
+    from kvtop.model.kv import processor_string
+
+    rows = parse_ps(load_json(f"api/{stem}.json"))
+    expected = load_json(f"api/expected/{stem}.json")["models"]
+    assert len(rows) == len(expected)
+    for row, exp in zip(rows, expected):
+        assert row.name == exp["name"]
+        assert row.size_bytes == exp["size"]
+        assert row.size_vram_bytes == exp["size_vram"]
+        assert row.context_length == exp["context_length"]
+        assert processor_string(row.size_bytes, row.size_vram_bytes) == exp["processor"]
+        assert row.expires_at is not None and row.expires_at.tzinfo is not None
+        assert len(row.digest) == 64
+
+
+def test_parse_ps_expires_at_with_nanoseconds_and_offset() -> None:
+    row = parse_ps(load_json("api/001-api-ps-gemma3-full-gpu.json"))[0]
+    assert row.expires_at == datetime(2025, 8, 8, 0, 7, 26, 817827, tzinfo=timezone(timedelta(hours=2)))
+    assert row.details.family == "gemma3" and row.details.quantization_level == "Q4_K_M"
+
+
+# --- `ollama ps` text captures: the PROCESSOR and SIZE strings kvtop reproduces -----------------
+
+def _ps_text_rows(text: str) -> list[dict[str, str]]:
+    """Rows of `ollama ps` tables in a pasted capture (prompts, comments and output skipped)."""
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.removeprefix("# ").rstrip()
+        if line.startswith("NAME ") and "PROCESSOR" in line:
+            header = re.split(r"\s{2,}", line.strip())
+            continue
+        if header is None or not line.strip():
+            header = None if not line.strip() else header
+            continue
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == len(header):
+            rows.append(dict(zip(header, cells)))
+        else:
+            header = None
+    return rows
+
+
+PS_TEXT = sorted(p.name for p in API.glob("*ollama-ps*.txt"))
+
+
+@pytest.mark.parametrize("name", PS_TEXT)
+def test_ollama_ps_text_corpus(name: str) -> None:
+    from kvtop.model.kv import processor_string
+
+    rows = _ps_text_rows((API / name).read_text(encoding="utf-8"))
+    expected = load_json(f"api/expected/{name.removesuffix('.txt')}.json")["rows"]
+    assert [r["NAME"] for r in rows] == [e["NAME"] for e in expected]
+    for row, exp in zip(rows, expected):
+        assert row["PROCESSOR"] == exp["PROCESSOR"]
+        # kvtop's processor_string reproduces the printed split for a size pair with that split
+        m = re.fullmatch(r"(\d+)%/(\d+)% CPU/GPU", row["PROCESSOR"])
+        size = 70_000_000_000
+        if m:
+            cpu = int(m.group(1))
+            assert cpu + int(m.group(2)) == 100
+            vram = size - size * cpu // 100
+            assert processor_string(size, vram) == row["PROCESSOR"]
+        elif row["PROCESSOR"] == "100% GPU":
+            assert processor_string(size, size) == "100% GPU"
+        # SIZE is Go's decimal HumanBytes: the printed value parses back and re-formats identically
+        value, unit = row["SIZE"].split()
+        mult = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}[unit]
+        assert human_bytes_decimal(round(float(value) * mult) + 12345) == row["SIZE"]  # a real size is never round
+
+
+# --- /api/show -----------------------------------------------------------------------------------
+
+def test_parse_show_cloud_stub() -> None:
+    info = parse_show(load_json("api/007-api-show-deepseek-v4-flash-cloud-compact.json"), digest="d", name="x")
+    exp = load_json("api/expected/007-api-show-deepseek-v4-flash-cloud-compact.json")
+    assert info.model_info["general.architecture"] == exp["architecture"]
+    assert info.model_info["deepseek4.context_length"] == exp["context_length"]
+    assert info.capabilities == tuple(exp["capabilities"])
+    assert info.parameters == ""
+
+
+def test_parse_show_drops_tokenizer_arrays() -> None:
+    body = {"model_info": {"general.architecture": "llama", "tokenizer.ggml.tokens": ["a"] * 10, "llama.block_count": 32}}
+    info = parse_show(body, digest="d", name="n")
+    assert dict(info.model_info) == {"general.architecture": "llama", "llama.block_count": 32}
+
+
+@pytest.mark.parametrize("body", [[], "x", 3, None])
+def test_parse_show_rejects_non_objects(body: Any) -> None:
+    with pytest.raises(ShapeError):
+        parse_show(body, digest="d", name="n")
+
+
+# --- tolerant /api/ps shapes ----------------------------------------------------------------------
+
+def test_parse_ps_tolerates_every_shape() -> None:
+    body = {
+        "models": [
+            {"name": "old:latest", "size": 10, "size_vram": 10, "digest": "ab" * 32, "details": {}, "expires_at": "2024-06-01T10:00:00Z"},
+            {"name": "cloud:cloud", "model": "cloud:cloud", "size": 0, "size_vram": 0, "digest": "cd" * 32,
+             "details": {"format": "", "families": None}, "expires_at": "0001-01-01T00:00:00Z", "remote_host": "x"},
+            {"name": "new", "size": 5, "size_vram": 3, "digest": "sha256:" + "ef" * 32, "context_length": 4096,
+             "expires_at": "2318-04-11T23:47:16.854775807+01:00", "unknown_field": {"nested": [1, 2]}},
+            {"no_name": True},
+            "garbage",
+        ],
+        "extra_top_level": 1,
+    }
+    rows = parse_ps(body)
+    assert [r.name for r in rows] == ["old:latest", "cloud:cloud", "new"]
+    assert rows[0].context_length is None and rows[0].details.family is None
+    assert rows[1].size_bytes == 0
+    assert rows[2].digest == "ef" * 32  # a sha256: prefix is dropped
+    assert rows[2].expires_at is not None and rows[2].expires_at.year == 2318
+    assert parse_ps({"models": None}) == ()
+    assert parse_ps({}) == ()
+
+
+@pytest.mark.parametrize("body", [[], "models", {"models": "x"}, {"models": 3}])
+def test_parse_ps_rejects_wrong_shapes(body: Any) -> None:
+    with pytest.raises(ShapeError):
+        parse_ps(body)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [("2025-10-17T16:47:07.93355-07:00", True), ("2026-01-01T00:00:00Z", True), ("not a time", False), (None, False), (3, False)],
+)
+def test_parse_go_time(text: Any, ok: bool) -> None:
+    assert (parse_go_time(text) is not None) is ok
+
+
+# --- OllamaClient through MockTransport -----------------------------------------------------------
+
+PS_BODY = load_json("api/011-api-ps-docs-example-gemma4-partial-vram-context_length.json")
+DIGEST = PS_BODY["models"][0]["digest"]
+
+
+def _client(handler: Callable[[httpx.Request], httpx.Response], **kw: Any) -> OllamaClient:
+    return OllamaClient("http://127.0.0.1:11434", transport=httpx.MockTransport(handler), clock=lambda: 1000.0, **kw)
+
+
+def _server(calls: list[str], ps: Any = PS_BODY, show_status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/api/ps":
+            return httpx.Response(200, json=ps)
+        if request.url.path == "/api/version":
+            return httpx.Response(200, json={"version": "0.12.6"})
+        if request.url.path == "/api/show":
+            body = json.loads(request.content)
+            assert body["verbose"] is True
+            if show_status != 200:
+                return httpx.Response(show_status, json={"error": "boom"})
+            return httpx.Response(200, json={"model_info": {"general.architecture": "gemma4"}, "capabilities": ["completion"]})
+        if request.url.path == "/api/tags":
+            return httpx.Response(200, json={"models": [{"name": "gemma4", "digest": DIGEST, "size": 9608350718}]})
+        return httpx.Response(404, json={"error": "not found"})
+    return handler
+
+
+async def test_client_sample_and_show_cache() -> None:
+    calls: list[str] = []
+    client = _client(_server(calls))
+    snap = await client.sample()
+    assert snap.reachable and snap.error is None and snap.version == "0.12.6"
+    assert snap.models[0].size_vram_bytes == 5333539264
+    assert snap.shows[DIGEST].model_info["general.architecture"] == "gemma4"
+    assert snap.tags[DIGEST].size_bytes == 9608350718
+    assert snap.latency_s is not None and snap.latency_s >= 0
+    calls.clear()
+    await client.sample()
+    assert calls == ["GET /api/ps"]  # show, tags and version are cached
+    await client.aclose()
+
+
+async def test_client_refetches_show_when_digest_changes() -> None:
+    calls: list[str] = []
+    ps = json.loads(json.dumps(PS_BODY))
+    client = _client(_server(calls, ps=ps))
+    await client.sample()
+    ps["models"][0]["digest"] = "0" * 64
+    calls.clear()
+    snap = await client.sample()
+    assert "POST /api/show" in calls
+    assert set(snap.shows) == {"0" * 64}
+    await client.aclose()
+
+
+async def test_show_failure_is_kept_per_model_and_retried_later() -> None:
+    calls: list[str] = []
+    now = [1000.0]
+    client = OllamaClient("http://x:1", transport=httpx.MockTransport(_server(calls, show_status=500)), clock=lambda: now[0])
+    snap = await client.sample()
+    assert snap.reachable
+    assert snap.shows[DIGEST].error == "/api/show: HTTP 500 Internal Server Error: boom"
+    calls.clear()
+    await client.sample()
+    assert "POST /api/show" not in calls  # not hammered every poll
+    now[0] += 16
+    calls.clear()
+    await client.sample()
+    assert "POST /api/show" in calls
+    await client.aclose()
+
+
+def _raiser(exc: Exception) -> Callable[[httpx.Request], httpx.Response]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("handler", "kind", "message"),
+    [
+        (_raiser(httpx.ConnectError("[Errno 111] Connection refused")), "refused", "connection refused (http://127.0.0.1:11434)"),
+        (_raiser(httpx.ReadTimeout("timed out")), "timeout", "/api/ps: no answer within 3 s"),
+        (_raiser(httpx.ConnectTimeout("timed out")), "timeout", "/api/ps: connect timed out after 3 s"),
+        (lambda r: httpx.Response(503, json={"error": "server busy"}), "http", "/api/ps: HTTP 503 Service Unavailable: server busy"),
+        (lambda r: httpx.Response(502, text="<html>bad gateway</html>"), "http", "/api/ps: HTTP 502 Bad Gateway: <html>bad gateway</html>"),
+        (lambda r: httpx.Response(200, text="<html>proxy login</html>"), "invalid_json", "/api/ps: invalid JSON ('<html>proxy login</html>')"),
+        (lambda r: httpx.Response(200, json=["not", "an", "object"]), "invalid_shape", "/api/ps: unexpected shape: expected a JSON object, got list"),
+    ],
+)
+async def test_client_failures_become_snapshots(handler: Callable[[httpx.Request], httpx.Response], kind: str, message: str) -> None:
+    client = _client(handler)
+    snap = await client.sample()
+    assert not snap.reachable
+    assert snap.error_kind == kind
+    assert snap.error == message
+    assert snap.taken_at == 1000.0
+    await client.aclose()
