@@ -69,7 +69,7 @@ structs, e.g. ``block_q8_0`` = 2-byte f16 scale + 32 int8 = 34 bytes per 32 valu
 """
 
 CELL_PADDING: Final = 256
-"""Cells of a llama.cpp KV cache are padded to a multiple of this (Ref §2.4, ``GGML_PAD(.., 256)``)."""
+"""Cells of a llama.cpp KV cache are padded to a multiple of this (Ref §2.4, ``GGML_PAD``)."""
 
 MAX_CONTEXT_CELLS: Final = 2**32 - 1
 """llama.cpp keeps ``n_ctx`` (= num_ctx x parallel) in a ``uint32_t`` (Ref §2.4)."""
@@ -162,7 +162,9 @@ def _cache_type(name: object) -> str:
     """Normalise a cache type argument or raise ``ValueError``."""
     canonical = normalize_cache_type(name) if isinstance(name, str) else None
     if canonical is None:
-        raise ValueError(f"unknown KV cache type {name!r}; expected one of {', '.join(CACHE_TYPES)}")
+        raise ValueError(
+            f"unknown KV cache type {name!r}; expected one of {', '.join(CACHE_TYPES)}"
+        )
     return canonical
 
 
@@ -171,12 +173,10 @@ def _is_quantized(cache_type: str) -> bool:
 
 
 def _row_bytes(n_elements: int, cache_type: str) -> int:
-    """Bytes of one ggml row of ``n_elements`` values (``ggml_row_size``); exact or ``ValueError``."""
+    """Bytes of one ggml row of ``n_elements`` values (``ggml_row_size``), or ``ValueError``."""
     type_size, block = CACHE_TYPES[cache_type]
     if n_elements % block:
-        raise ValueError(
-            f"{cache_type} rows need a multiple of {block} elements, got {n_elements}"
-        )
+        raise ValueError(f"{cache_type} rows need a multiple of {block} elements, got {n_elements}")
     return n_elements * type_size // block
 
 
@@ -465,7 +465,10 @@ def _ssm_state_bytes(keys: _Keys) -> int | None:
 
 
 def _rwkv_state_bytes(keys: _Keys) -> int | None:
-    """f32 bytes of one RWKV layer's state per sequence: R = token_shift_count*n_embd, S = n_embd*head_size."""
+    """f32 bytes of one RWKV layer's state per sequence (Ref §2.4).
+
+    ``R = token_shift_count * n_embd`` (count defaults to 2), ``S = n_embd * wkv.head_size``.
+    """
     n_embd = keys.opt_uint("embedding_length")
     head_size = keys.opt_uint("wkv.head_size")
     shift = keys.opt_uint("token_shift_count")
@@ -476,7 +479,7 @@ def _rwkv_state_bytes(keys: _Keys) -> int | None:
 
 
 def _shortconv_state_bytes(keys: _Keys) -> int | None:
-    """f32 bytes of one LFM2 conv layer per sequence: R = n_embd * (l_cache - 1), S = 0 (Ref §2.4)."""
+    """f32 bytes of one LFM2 conv layer per sequence (Ref §2.4): R = n_embd*(l_cache-1), S = 0."""
     n_embd = keys.opt_uint("embedding_length")
     l_cache = keys.opt_uint("shortconv.l_cache")
     if n_embd is None or l_cache is None:
@@ -499,12 +502,20 @@ def _pattern(n_layer: int, period: int) -> tuple[bool, ...]:
     return tuple(il % period < period - 1 for il in range(n_layer))
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
 def _swa_note(kind: str, n_swa_layers: int, n_kv_layers: int, window: int) -> str:
-    return f"{kind}: {n_swa_layers} of {n_kv_layers} layers sliding window {window}"
+    what = "chunk" if kind.startswith("chunked") else "sliding window"
+    return f"{kind}: {n_swa_layers} of {_plural(n_kv_layers, 'layer')} {what} {window}"
 
 
 def _recurrent_note(n_attn: int, n_rec: int, what: str) -> str:
-    return f"hybrid: {n_attn} attention layers + {n_rec} {what} layers (fixed state per sequence)"
+    return (
+        f"hybrid: {_plural(n_attn, 'attention layer')} + {_plural(n_rec, what + ' layer')} "
+        "(fixed state per sequence)"
+    )
 
 
 def _layout(
@@ -688,8 +699,8 @@ def _hybrid_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> KVLayout
         if ff is None:
             raise _Unavailable(f"model_info has no {keys.name('feed_forward_length')}")
         is_attn = [h > 0 for h in attn.kv_heads]
-        is_rec = [h == 0 and f == 0 for h, f in zip(attn.kv_heads, ff)]
-        mlp_only = sum(1 for h, f in zip(attn.kv_heads, ff) if h == 0 and f > 0)
+        is_rec = [h == 0 and f == 0 for h, f in zip(attn.kv_heads, ff, strict=True)]
+        mlp_only = sum(1 for h, f in zip(attn.kv_heads, ff, strict=True) if h == 0 and f > 0)
         if mlp_only:
             notes.append(f"{mlp_only} MLP-only layers hold no cache")
     elif arch in _LFM2:
@@ -827,7 +838,9 @@ def layout_from_model_info(model_info: Mapping[str, Any]) -> KVLayout | KVUnavai
         return KVUnavailable("unknown", "estimate unavailable: model_info is not a mapping")
     arch_value = model_info.get("general.architecture")
     if not isinstance(arch_value, str) or not arch_value.strip():
-        return KVUnavailable("unknown", "estimate unavailable: model_info has no general.architecture")
+        return KVUnavailable(
+            "unknown", "estimate unavailable: model_info has no general.architecture"
+        )
     arch = arch_value.strip()
     try:
         return _build(model_info, arch)
@@ -933,24 +946,26 @@ def _formula(
     """The arithmetic behind an estimate, one term per group of identical layers."""
     groups: dict[tuple[bool, int, int, int, int], int] = {}
     for layer in layout.layers:
-        key = (layer.sliding_window, layer.n_head_kv, layer.key_length, layer.value_length,
-               v_row[layer.index])
+        key = (
+            layer.sliding_window,
+            layer.n_head_kv,
+            layer.key_length,
+            layer.value_length,
+            v_row[layer.index],
+        )
         groups[key] = groups.get(key, 0) + 1
-    if unified:
-        streams = f"{n_stream} unified stream"
-    else:
-        streams = f"{n_stream} slot" + ("s" if n_stream != 1 else "")
+    streams = f"{n_stream} unified stream" if unified else _plural(n_stream, "slot")
     terms: list[str] = []
     padded = no_v = False
     for (sliding, heads, k_len, v_len, v_width), count in groups.items():
-        plural = "s" if count != 1 else ""
+        layers = _plural(count, "layer")
         if v_width == heads * v_len or v_width == 0:
             no_v = no_v or v_width == 0
-            shape = f"{count} layer{plural} × {heads} KV heads × "
+            shape = f"{layers} × {_plural(heads, 'KV head')} × "
             k_part, v_part = f"{k_len} K", f"{v_len if v_width else 0} V"
         else:
             padded = True
-            shape = f"{count} layer{plural} × "
+            shape = f"{layers} × "
             k_part, v_part = f"{heads * k_len} K", f"{v_width} V"
         if type_k == type_v:
             body = f"({k_part} + {v_part}) × {_fmt_type_bytes(type_k)}"
@@ -1153,8 +1168,15 @@ def max_num_ctx(
         return estimate.total_bytes <= budget_bytes
 
     # validates the arguments even when the budget is hopeless
-    kv_allocation(layout, step, parallel, cache_type_k, cache_type_v,
-                  flash_attention=flash_attention, n_ubatch=n_ubatch)
+    kv_allocation(
+        layout,
+        step,
+        parallel,
+        cache_type_k,
+        cache_type_v,
+        flash_attention=flash_attention,
+        n_ubatch=n_ubatch,
+    )
     if hi < 1 or budget_bytes < 0 or not fits(1):
         return 0
     lo = 1
@@ -1174,11 +1196,11 @@ def max_num_ctx(
 
 
 def _go_round(x: float) -> float:
-    """Go ``math.Round``: half away from zero, exact on the float (no ``x + 0.5`` double rounding)."""
-    t = math.trunc(x)
+    """Go ``math.Round``: half away from zero, exact on the float (no ``x + 0.5`` rounding slip)."""
+    t = float(math.trunc(x))
     if abs(x - t) >= 0.5:
         t += math.copysign(1.0, x)
-    return float(t)
+    return t
 
 
 def processor_string(size: int | None, size_vram: int | None) -> str:

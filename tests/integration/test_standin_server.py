@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import queue
 import re
 import signal
 import subprocess
@@ -16,8 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -27,10 +23,10 @@ import pytest
 
 from kvtop.demo.scenario import load_scenario, parse_scenario
 from kvtop.demo.server import ScenarioPlayer, format_go_time, serve
+from tests.standin import START_TIMEOUT_S, Standin, _read_line, _spawn, _stop, running
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "snapshots" / "demo-scenario.json"
-START_TIMEOUT_S = 15.0
 
 PS_KEYS = {
     "name",
@@ -174,90 +170,6 @@ STEP_EMPTY, STEP_THREE, STEP_BUSY, STEP_503, STEP_GARBAGE, STEP_QUEUE = range(6)
 
 # --------------------------------------------------------------------------------------------
 # Helpers
-
-
-@dataclass
-class Standin:
-    """A running stand-in server subprocess."""
-
-    proc: subprocess.Popen[str]
-    url: str
-    client: httpx.Client
-
-    def state(self) -> dict[str, Any]:
-        response = self.client.get("/_standin/state")
-        assert response.status_code == 200
-        return response.json()
-
-    def goto(self, index: int) -> dict[str, Any]:
-        response = self.client.post("/_standin/advance", json={"to": index})
-        assert response.status_code == 200, response.text
-        body = response.json()
-        assert body["step"] == index
-        return body
-
-    def ps(self) -> list[dict[str, Any]]:
-        response = self.client.get("/api/ps")
-        assert response.status_code == 200, response.text
-        assert response.headers["content-type"].startswith("application/json")
-        body = response.json()
-        assert set(body) == {"models"}
-        return body["models"]
-
-
-def _read_line(stream: Any, timeout: float) -> str:
-    box: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
-    try:
-        return box.get(timeout=timeout)
-    except queue.Empty:
-        return ""
-
-
-def _spawn(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(env_extra or {})
-    return subprocess.Popen(
-        [sys.executable, "-m", "kvtop.demo.server", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
-        env=env,
-    )
-
-
-def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        out, err = proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate(timeout=5)
-    return out, err
-
-
-@contextmanager
-def running(args: list[str], env_extra: dict[str, str] | None = None) -> Iterator[Standin]:
-    """Start the server, yield it once it printed LISTENING, always stop it afterwards."""
-    proc = _spawn(args, env_extra)
-    client: httpx.Client | None = None
-    try:
-        line = _read_line(proc.stdout, START_TIMEOUT_S)
-        if not line.startswith("LISTENING "):
-            proc.kill()
-            _, err = proc.communicate(timeout=5)
-            pytest.fail(f"server did not start: stdout={line!r} stderr={err!r}")
-        url = line.split(" ", 1)[1].strip()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url), url
-        client = httpx.Client(base_url=url, timeout=5.0, trust_env=False)
-        yield Standin(proc, url, client)
-    finally:
-        if client is not None:
-            client.close()
-        _stop(proc)
 
 
 def _parse_go_time(text: str) -> datetime:

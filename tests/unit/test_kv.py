@@ -108,7 +108,8 @@ def test_cache_types(name: str, sizes: tuple[int, int]) -> None:
 
 def test_cache_types_is_complete_and_read_only() -> None:
     # Ref §3.2: llama-server accepts exactly these nine
-    assert set(CACHE_TYPES) == {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
+    names = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
+    assert set(CACHE_TYPES) == names
     with pytest.raises(TypeError):
         CACHE_TYPES["q2_k"] = (1, 1)  # type: ignore[index]
 
@@ -224,7 +225,9 @@ def test_mixed_k_and_v_types() -> None:
         (1, 1, False, 256, 1),
     ],
 )
-def test_cells_and_streams(num_ctx: int, parallel: int, unified: bool, cells: int, streams: int) -> None:
+def test_cells_and_streams(
+    num_ctx: int, parallel: int, unified: bool, cells: int, streams: int
+) -> None:
     layout = layout_of(QWEN3_1_7B)
     estimate = kv_allocation(layout, num_ctx, parallel, unified=unified)
     assert (estimate.cells_per_seq, estimate.n_seq, estimate.unified) == (cells, streams, unified)
@@ -401,12 +404,14 @@ def test_layouts(
     assert layout.recurrent_layers == recurrent
     assert bytes_per_token(layout) == per_token
     assert layout.block_count == model_info[f"{layout.architecture}.block_count"]
-    assert [layer.index for layer in layout.layers] == sorted(layer.index for layer in layout.layers)
+    indexes = [layer.index for layer in layout.layers]
+    assert indexes == sorted(indexes)
 
 
 def test_gemma3_pattern_positions() -> None:
     layout = layout_of(GEMMA3_4B)
-    assert [layer.index for layer in layout.layers if not layer.sliding_window] == [5, 11, 17, 23, 29]
+    full = [layer.index for layer in layout.layers if not layer.sliding_window]
+    assert full == [5, 11, 17, 23, 29]
     assert layout.notes[0] == "iSWA: 29 of 34 layers sliding window 1024"
 
 
@@ -437,8 +442,8 @@ def test_gemma3n_without_shared_key_uses_llama_cpp_20() -> None:
 def test_gemma4_layers() -> None:
     layout = layout_of(GEMMA4_SYN)
     local, glob = layout.layers[0], layout.layers[5]
-    assert (local.n_head_kv, local.key_length, local.value_length, local.sliding_window) == (8, 256, 256, True)
-    assert (glob.n_head_kv, glob.key_length, glob.value_length, glob.sliding_window) == (2, 512, 512, False)
+    assert local == KVLayer(0, 8, 256, 256, True)
+    assert glob == KVLayer(5, 2, 512, 512, False)
     shared = layout_of({**GEMMA4_SYN, "gemma4.attention.shared_kv_layers": 2})
     assert [layer.index for layer in shared.layers] == [0, 1, 2, 3]
     assert any(note.startswith("shared KV: layers 4-5") for note in shared.notes)
@@ -496,7 +501,8 @@ def test_v_trans_without_flash_attention_pads_v() -> None:
 def test_mla_notes_and_optional_v() -> None:
     layout = layout_of(DEEPSEEK2_MLA)
     assert layout.mla
-    assert any(note.startswith("MLA: K=576 V=512 per layer (kv_lora_rank+rope)") for note in layout.notes)
+    mla_note = "MLA: K=576 V=512 per layer (kv_lora_rank+rope)"
+    assert any(note.startswith(mla_note) for note in layout.notes)
     with_v = kv_allocation(layout, 4096)
     no_v = kv_allocation(layout, 4096, mla_v_cache=False)
     assert no_v.v_bytes == 0
@@ -508,7 +514,8 @@ def test_mla_notes_and_optional_v() -> None:
 
 
 def test_recurrent_state() -> None:
-    # Ref §2.4 Recurrent state: R = (d_conv-1)*(d_inner + 2*n_group*d_state), S = d_state*d_inner, f32
+    # Ref §2.4 Recurrent state, f32: R = (d_conv-1)*(d_inner + 2*n_group*d_state),
+    # S = d_state*d_inner
     nxt = layout_of(QWEN3NEXT_80B)
     per_layer = (3 * (4096 + 2 * 16 * 128) + 128 * 4096) * 4
     assert nxt.recurrent_state_bytes_per_seq == 36 * per_layer
@@ -519,7 +526,8 @@ def test_recurrent_state() -> None:
     # RWKV: R = token_shift_count (default 2) * n_embd, S = n_embd * head_size
     assert layout_of(RWKV7).recurrent_state_bytes_per_seq == 4 * (2 * 768 + 768 * 64) * 4
     # Mamba2
-    assert layout_of(MAMBA2).recurrent_state_bytes_per_seq == 4 * (3 * (1536 + 256) + 128 * 1536) * 4
+    mamba_layer = (3 * (1536 + 256) + 128 * 1536) * 4
+    assert layout_of(MAMBA2).recurrent_state_bytes_per_seq == 4 * mamba_layer
     # plain models: no recurrent state; unknown state keys -> None
     assert layout_of(LLAMA31_8B).recurrent_state_bytes_per_seq == 0
     assert kv_allocation(layout_of(LLAMA31_8B), 4096).recurrent_bytes == 0
@@ -583,7 +591,8 @@ def test_non_verbose_null_arrays() -> None:
 
 def test_cloud_stub_fixture_deepseek4() -> None:
     # api fixture 007: /api/show of deepseek-v4-flash:cloud, model_info is a 4-key stub
-    show = json.loads((FIXTURES / "api" / "007-api-show-deepseek-v4-flash-cloud-compact.json").read_text())
+    path = FIXTURES / "api" / "007-api-show-deepseek-v4-flash-cloud-compact.json"
+    show = json.loads(path.read_text(encoding="utf-8"))
     result = layout_from_model_info(show["model_info"])
     assert isinstance(result, KVUnavailable)
     assert result.architecture == "deepseek4"
@@ -595,17 +604,19 @@ def test_cloud_stub_fixture_deepseek4() -> None:
 @pytest.mark.parametrize(
     ("model_info", "fragment"),
     [
-        (info("bert", block_count=12, attention__head_count=12, embedding_length=768), "no KV cache"),
+        (info("bert", block_count=12, attention__head_count=12), "no KV cache"),
         (info("nomic-bert", block_count=12, attention__head_count=12), "no KV cache"),
         (info("deepseek4", block_count=43, attention__head_count=64), "not model"),
         (info("mllama", block_count=40, attention__head_count=32), "cross-attention"),
-        (info("newhybrid", block_count=4, attention__head_count=8, ssm__state_size=16), "not modelled"),
+        (info("newhybrid", block_count=4, attention__head_count=8, ssm__state_size=16),
+         "not modelled"),
         (info("newswa", block_count=4, attention__head_count=8,
               attention__sliding_window_pattern=[True] * 4), "not modelled"),
         (info("llama", block_count=32, embedding_length=4096), "attention.head_count"),
         (info("llama", attention__head_count=32, embedding_length=4096), "block_count"),
         (info("llama", block_count=32, attention__head_count=32), "embedding_length"),
-        (info("llama", block_count=32, attention__head_count=30, embedding_length=4096), "whole number"),
+        (info("llama", block_count=32, attention__head_count=30, embedding_length=4096),
+         "whole number"),
         (info("gemma4", block_count=6, attention__head_count=8, attention__head_count_kv=8),
          "sliding_window_pattern"),
         (info("gptoss", block_count=24, attention__head_count=64, attention__key_length=64,
@@ -681,7 +692,8 @@ def test_random_garbage_never_raises() -> None:
         if kind == 0:
             return rng.randrange(-3, 70)
         if kind == 1:
-            return [rng.choice([0, 1, 2, 8, True, False, None, "x"]) for _ in range(rng.randrange(7))]
+            choices = [0, 1, 2, 8, True, False, None, "x"]
+            return [rng.choice(choices) for _ in range(rng.randrange(7))]
         if kind == 2:
             return None
         if kind == 3:
@@ -708,10 +720,8 @@ def test_random_garbage_never_raises() -> None:
             layouts += 1
             for layer in result.layers:
                 assert layer.n_head_kv > 0
-            try:
-                kv_allocation(result, 1000, 2)
-            except ValueError:
-                pass  # e.g. a head dim a quantized type cannot hold: documented ValueError
+            # f16 has no block constraint: any layout must allocate without raising
+            assert kv_allocation(result, 1000, 2).total_bytes >= 0
     assert layouts > 0
 
 
@@ -722,7 +732,9 @@ def test_random_garbage_never_raises() -> None:
 def test_quantized_head_dim_not_multiple_of_32() -> None:
     # llama.cpp llama_init_from_model: "K cache type q8_0 with block size 32 does not divide
     # n_embd_head_k=80" (phi-2 style head dim 80 = 2560/32)
-    layout = layout_of(info("phi2", block_count=32, embedding_length=2560, attention__head_count=32))
+    layout = layout_of(
+        info("phi2", block_count=32, embedding_length=2560, attention__head_count=32)
+    )
     assert bytes_per_token(layout) == 32 * 32 * 80 * 2 * 2  # f16 is fine
     for cache_type in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"):
         with pytest.raises(ValueError, match="head dim"):
@@ -773,8 +785,9 @@ def test_dataclasses_are_frozen_and_slotted() -> None:
     layout = layout_of(QWEN3_1_7B)
     estimate = kv_allocation(layout, 4096)
     for obj in (layout, layout.layers[0], estimate, KVUnavailable("a", "b")):
+        field = dataclasses.fields(obj)[0].name
         with pytest.raises(dataclasses.FrozenInstanceError):
-            obj.architecture = "x"  # type: ignore[misc,union-attr]
+            setattr(obj, field, "x")
         assert not hasattr(obj, "__dict__")
     assert isinstance(estimate, KVEstimate)
     assert isinstance(layout.layers[0], KVLayer)
@@ -871,7 +884,7 @@ def test_processor_string_llama4_fixture() -> None:
 # corpus logs: model layouts from what the log prints, KV sizes compared with the log's numbers
 #
 # Reproduced (printed KV bytes):
-#   037  layout fully printed (n_embd, n_head, n_layer, n_ctx) -> 'kv self size = 650.00 MB' exactly.
+#   037  layout fully printed (n_embd, n_head, n_layer, n_ctx) -> 'kv self size = 650.00 MB'.
 #   025  DeepSeek-Coder-V2-Lite (general.name printed) old-style MLA GGUF; K and V MiB split.
 #   045  DeepSeek V3/R1 (issue about deepseek) old-style MLA GGUF; K and V MiB split.
 #   043  Qwen3.6-27B hybrid (qwen35): attention KV 16384.00 MiB and recurrent 598.50 MiB.
@@ -913,6 +926,24 @@ def one(pattern: str, text: str) -> str:
 def mib(value: int) -> str:
     """Bytes as llama.cpp prints MiB (%.2f)."""
     return f"{value / MiB:.2f}"
+
+
+KV_SELF_SIZE = re.compile(
+    r"KV self size\s+=\s+([\d.]+) MiB, K \(f16\):\s+([\d.]+) MiB, V \(f16\):\s+([\d.]+) MiB"
+)
+
+
+def kv_self_size(log: str) -> tuple[str, str, str]:
+    """(total, K, V) MiB strings of the 'KV self size' line."""
+    match = KV_SELF_SIZE.search(log)
+    assert match
+    total, k, v = match.groups()
+    return total, k, v
+
+
+def printed_split(estimate: KVEstimate) -> tuple[str, str, str]:
+    """(K, V, total) as llama.cpp prints them."""
+    return mib(estimate.k_bytes), mib(estimate.v_bytes), mib(estimate.total_bytes)
 
 
 def assert_expected_kv(stem: str, total: int) -> None:
@@ -957,9 +988,7 @@ def test_corpus_025_deepseek_coder_v2_lite_old_mla() -> None:
     # 27 layers, 16 heads, head_count_kv 16, K = 128 nope + 64 rope = 192, V = 128.
     assert "DeepSeek-Coder-V2-Lite-Instruct" in log
     assert one(r"flash_attn = (\d)", log) == "0"
-    total_p, k_p, v_p = re.search(
-        r"KV self size\s+=\s+([\d.]+) MiB, K \(f16\):\s+([\d.]+) MiB, V \(f16\):\s+([\d.]+) MiB", log
-    ).groups()  # type: ignore[union-attr]
+    total_p, k_p, v_p = kv_self_size(log)
     model_info = info(
         "deepseek2", block_count=27, context_length=163840, embedding_length=2048,
         attention__head_count=16, attention__head_count_kv=16, attention__key_length=192,
@@ -970,7 +999,7 @@ def test_corpus_025_deepseek_coder_v2_lite_old_mla() -> None:
     n_ctx = _solve_cells(k_p, 27 * 16 * 192 * 2)
     assert n_ctx == 40960 and n_ctx % 256 == 0
     estimate = kv_allocation(layout, n_ctx, flash_attention=False)
-    assert (mib(estimate.k_bytes), mib(estimate.v_bytes), mib(estimate.total_bytes)) == (k_p, v_p, total_p)
+    assert printed_split(estimate) == (k_p, v_p, total_p)
     assert_expected_kv("025", estimate.total_bytes)
 
 
@@ -980,9 +1009,7 @@ def test_corpus_045_deepseek_v3_old_mla() -> None:
     # No hyperparameters or n_ctx in the excerpt; the issue is about DeepSeek (R1 671B). Its
     # published config as a March-2025 GGUF (no MLA absorption yet): 61 layers, 128 heads,
     # head_count_kv 128, K 192, V 128. (DeepSeek-V2's 60 layers give a non-integer cell count.)
-    total_p, k_p, v_p = re.search(
-        r"KV self size\s+=\s+([\d.]+) MiB, K \(f16\):\s+([\d.]+) MiB, V \(f16\):\s+([\d.]+) MiB", log
-    ).groups()  # type: ignore[union-attr]
+    total_p, k_p, v_p = kv_self_size(log)
     model_info = info(
         "deepseek2", block_count=61, context_length=163840, embedding_length=7168,
         attention__head_count=128, attention__head_count_kv=128, attention__key_length=192,
@@ -993,7 +1020,7 @@ def test_corpus_045_deepseek_v3_old_mla() -> None:
     cells = _solve_cells(k_p, 61 * 128 * 192 * 2)  # total cells (one stream in this llama.cpp)
     assert cells == 8192
     estimate = kv_allocation(layout, cells, flash_attention=False)
-    assert (mib(estimate.k_bytes), mib(estimate.v_bytes), mib(estimate.total_bytes)) == (k_p, v_p, total_p)
+    assert printed_split(estimate) == (k_p, v_p, total_p)
     assert_expected_kv("045", estimate.total_bytes)
     # with the layer counts wrong the same printed K would not be a whole number of cells
     with pytest.raises(AssertionError):
@@ -1009,12 +1036,16 @@ def test_corpus_043_hybrid_qwen36_27b() -> None:
     # (64 layers, full attention every 4th, 4 KV heads x 256; Gated DeltaNet with 16 key heads
     # x 128, 48 value heads x 128 -> ssm.inner_size 6144, conv kernel 4). Both printed sizes
     # then match exactly, which also checks the Ref §2.4 recurrent formula for qwen35.
-    kv_p, cells, layers, n_seq = re.search(
-        r"llama_kv_cache: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/1 seqs\)", log
-    ).groups()  # type: ignore[union-attr]
-    rs_p, rs_cells, rs_layers = re.search(
+    kv_line = re.search(
+        r"llama_kv_cache: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/1 seqs\)",
+        log,
+    )
+    rs_line = re.search(
         r"llama_memory_recurrent: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers", log
-    ).groups()  # type: ignore[union-attr]
+    )
+    assert kv_line and rs_line
+    kv_p, cells, layers, n_seq = kv_line.groups()
+    rs_p, rs_cells, rs_layers = rs_line.groups()
     model_info = info(
         "qwen35", block_count=int(rs_layers), context_length=262144, embedding_length=5120,
         attention__head_count=24, attention__head_count_kv=4, attention__key_length=256,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-GPU_UNAVAILABLE_REASON = "no GPU source in this kvtop version; VRAM per model is /api/ps size_vram"
+GPU_UNAVAILABLE_REASON = "no GPU source in this kvtop version yet"
 
 
 class GpuStrip(Static):

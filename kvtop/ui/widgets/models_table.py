@@ -87,7 +87,7 @@ def columns_for(width: int) -> tuple[Column, ...]:
             Column("kvtype", "KV TYPE", 7, _known("kv_type")),
             Column("until", "UNTIL", 18, _until(False)),
         )
-    name_w = max(8, min(30, width - 65))
+    name_w = max(8, min(30, width - 62))
     return (
         Column("name", "NAME", name_w, _name(name_w)),
         Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),

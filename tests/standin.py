@@ -1,0 +1,111 @@
+"""Start the stand-in Ollama server (``python -m kvtop.demo.server``) as a real process for tests."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "snapshots" / "demo-scenario.json"
+START_TIMEOUT_S = 15.0
+
+
+@dataclass
+class Standin:
+    """A running stand-in server subprocess."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    client: httpx.Client
+
+    def state(self) -> dict[str, Any]:
+        response = self.client.get("/_standin/state")
+        assert response.status_code == 200
+        return response.json()
+
+    def goto(self, index: int) -> dict[str, Any]:
+        response = self.client.post("/_standin/advance", json={"to": index})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["step"] == index
+        return body
+
+    def ps(self) -> list[dict[str, Any]]:
+        response = self.client.get("/api/ps")
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("application/json")
+        body = response.json()
+        assert set(body) == {"models"}
+        return body["models"]
+
+
+def _read_line(stream: Any, timeout: float) -> str:
+    box: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
+    try:
+        return box.get(timeout=timeout)
+    except queue.Empty:
+        return ""
+
+
+def _spawn(args: list[str], env_extra: dict[str, str] | None = None, port: int = 0) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "kvtop.demo.server", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=env,
+    )
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        out, err = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate(timeout=5)
+    return out, err
+
+
+@contextmanager
+def running(args: list[str], env_extra: dict[str, str] | None = None, port: int = 0) -> Iterator[Standin]:
+    """Start the server, yield it once it printed LISTENING, always stop it afterwards."""
+    proc = _spawn(args, env_extra, port)
+    client: httpx.Client | None = None
+    try:
+        line = _read_line(proc.stdout, START_TIMEOUT_S)
+        if not line.startswith("LISTENING "):
+            proc.kill()
+            _, err = proc.communicate(timeout=5)
+            pytest.fail(f"server did not start: stdout={line!r} stderr={err!r}")
+        url = line.split(" ", 1)[1].strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url), url
+        client = httpx.Client(base_url=url, timeout=5.0, trust_env=False)
+        yield Standin(proc, url, client)
+    finally:
+        if client is not None:
+            client.close()
+        _stop(proc)
+
+
+def port_of(url: str) -> int:
+    """The port of a ``http://127.0.0.1:N`` URL."""
+    return int(url.rsplit(":", 1)[1])

@@ -1,0 +1,168 @@
+"""The dashboard driven by Pilot with fake sources built from the bundled scenario."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kvtop.config import Settings
+from kvtop.ui.app import KvtopApp, make_app
+from kvtop.ui.screens.help import HelpScreen
+from kvtop.ui.screens.model_detail import ModelDetailScreen
+from kvtop.ui.widgets.header import ServerHeader
+from kvtop.ui.widgets.models_table import ModelsTable
+from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
+
+MIB = 1024 * 1024
+
+
+def rows(app: KvtopApp) -> list[list[str]]:
+    table = app.query_one(ModelsTable)
+    return [[str(getattr(c, "plain", c)) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def header_text(app: KvtopApp) -> str:
+    return app.query_one(ServerHeader).render().plain
+
+
+async def wait_for(pilot: object, cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)  # type: ignore[attr-defined]
+
+
+def app_with(*snaps: object, interval_s: float = 0.25) -> KvtopApp:
+    return make_app(Settings(host_url=HOST, interval_s=interval_s), FakeSource(*snaps))  # type: ignore[arg-type]
+
+
+async def test_table_shows_models_with_kv_math_at_80x24() -> None:
+    app = app_with(snapshot_at(step_index("spills")))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        table = rows(app)
+        names = [r[0] for r in table]
+        assert names == ["qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"]
+        # 28 layers × 8 KV heads × (128+128) × 2 B = 114,688 B/token; ×4096 = 448 MiB, ×32768 = 3.5 GiB
+        assert table[0][2].endswith("KV ~448M")
+        assert table[2][2].endswith("KV ~3.5G")
+        assert [r[4] for r in table] == ["100% GPU", "19%/81% CPU/GPU", "100% GPU"]
+        assert [r[3] for r in table] == ["4096×1*", "4096×1*", "32768×1*"]
+        head = header_text(app)
+        assert "Ollama 0.22.1" in head and "● up 4 ms" in head
+        assert "3 models loaded" in head and "1 spilled to CPU" in head
+
+
+async def test_wide_table_has_all_columns() -> None:
+    app = app_with(snapshot_at(step_index("spills")))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        table = app.query_one(ModelsTable)
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels == ["NAME", "ID", "SIZE", "MEMORY weights|KV|compute", "CONTEXT", "PROCESSOR",
+                          "FLASH ATTN", "KV TYPE", "UNTIL"]
+        q8 = rows(app)[2]
+        assert q8[1] == "b4c0dd6fbac8"
+        assert q8[3].endswith("W 2.0G KV ~3.5G C ~141M")  # 6,106,141,568 − 2,200,000,000 − 3,758,096,384
+        assert q8[6] == "?" and q8[7] == "f16*"
+        assert rows(app)[0][8] == "Forever"
+
+
+async def test_enter_opens_detail_with_kv_arithmetic_and_escape_returns() -> None:
+    app = app_with(snapshot_at(step_index("raised to 32768")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
+        app.query_one(ModelsTable).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelDetailScreen))
+        body = str(app.screen.query_one("#detail-body").render())
+        assert "3,758,096,384 B (3.5 GiB)" in body  # 32768 × 114,688
+        assert "114,688 B" in body
+        assert "[estimated]" in body and "[reported]" in body and "[default]" in body
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ModelDetailScreen))
+
+
+async def test_server_down_keeps_last_models_and_says_why() -> None:
+    app = app_with(snapshot_at(step_index("spills")), down_snapshot(TAKEN_AT + 12))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.state is not None and app.state.failures >= 1)
+        head = header_text(app)
+        assert "✖ down" in head
+        assert "connection refused (http://127.0.0.1:11434) — showing data from 12 s ago" in head
+        assert app.query_one(ModelsTable).row_count == 3
+        assert app.query_one(ModelsTable).has_class("-stale")
+
+
+async def test_keys_pause_interval_sort_filter_help() -> None:
+    src = FakeSource(snapshot_at(step_index("spills")))
+    app = make_app(Settings(host_url=HOST, interval_s=1.0), src)  # type: ignore[arg-type]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        await pilot.press("p")
+        assert app.paused and "PAUSED" in header_text(app)
+        calls = src.calls
+        await pilot.pause(0.3)
+        assert src.calls == calls  # no polling while paused
+        await pilot.press("p")
+        assert not app.paused
+        await pilot.press("plus")
+        assert app.interval_s == 2.0
+        await pilot.press("minus", "minus")
+        assert app.interval_s == 0.5
+        assert "every 0.5 s" in header_text(app)
+        await pilot.press("s")  # server -> size
+        assert app.sort_key == "size"
+        assert [r[0] for r in rows(app)] == ["gemma4:latest", "qwen3:1.7b-q8_0", "qwen3:1.7b-q4_K_M"]
+        await pilot.press("s", "s")  # -> name -> cpu
+        assert app.sort_key == "cpu"
+        assert rows(app)[0][0] == "gemma4:latest"
+        await pilot.press("slash")
+        await pilot.press(*"q4")
+        assert [r[0] for r in rows(app)] == ["qwen3:1.7b-q4_K_M"]
+        await pilot.press("enter")
+        assert app.filter_text == "q4" and len(rows(app)) == 1
+        await pilot.press("escape")
+        assert app.filter_text == "" and len(rows(app)) == 3
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_empty_server_says_no_model_loaded() -> None:
+    app = app_with(snapshot_at(0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.state is not None and app.state.reachable is True)
+        assert "No model loaded" in str(app.query_one("#status").render())
+        assert "0 models loaded" in header_text(app)
+
+
+async def test_terminal_too_small_says_so() -> None:
+    app = app_with(snapshot_at(1))
+    async with app.run_test(size=(50, 10)) as pilot:
+        await pilot.pause(0.2)
+        assert app.screen.has_class("-too-small")
+        assert "Terminal too small: 50×10" in str(app.query_one("#too-small").render())
+
+
+@pytest.mark.parametrize("evil", ["\x1b[31mred\x1b[0m:latest", "[bold]markup[/bold]:latest", "bell\x07:latest"])
+async def test_server_text_cannot_inject_escapes_or_markup(evil: str) -> None:
+    import dataclasses
+
+    snap = snapshot_at(1)
+    snap = dataclasses.replace(snap, models=(dataclasses.replace(snap.models[0], name=evil),))
+    app = app_with(snap)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
+        shown = rows(app)[0][0]
+        assert "\x1b" not in shown and "\x07" not in shown
+        if evil.startswith("["):
+            assert shown == evil  # shown literally, never interpreted as markup

@@ -1,0 +1,78 @@
+"""Snapshot tests of settled screens (fixed data, fixed poll time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtop.config import Settings
+from kvtop.ui.app import KvtopApp, make_app
+from kvtop.ui.widgets.models_table import ModelsTable
+from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
+
+
+def _app(*snaps: Any, demo: bool = False) -> KvtopApp:
+    return make_app(Settings(host_url=HOST, interval_s=0.25, demo=demo), FakeSource(*snaps))
+
+
+async def _settle(pilot: Any, rows: int | None = None) -> None:
+    app = pilot.app
+    for _ in range(100):
+        await pilot.pause(0.05)
+        if app.state is not None and app.state.ollama is not None and (
+            rows is None or app.query_one(ModelsTable).row_count == rows
+        ):
+            break
+    await pilot.pause(0.1)
+
+
+def test_main_80x24(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 3)
+
+    assert snap_compare(_app(snapshot_at(step_index("spills")), demo=True), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_main_160x48(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 3)
+
+    assert snap_compare(_app(snapshot_at(step_index("spills"))), terminal_size=(160, 48), run_before=run_before)
+
+
+def test_server_down(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 3)
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if pilot.app.state.failures:
+                break
+        await pilot.pause(0.1)
+
+    app = _app(snapshot_at(step_index("raised to 32768")), down_snapshot(TAKEN_AT + 30))
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+def test_empty_server(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 0)
+
+    assert snap_compare(_app(snapshot_at(0)), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_detail_view(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 1)
+        pilot.app.query_one(ModelsTable).focus()
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(snapshot_at(step_index("raised to 32768"))), terminal_size=(100, 48), run_before=run_before)
+
+
+def test_help(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 1)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(snapshot_at(1)), terminal_size=(100, 40), run_before=run_before)
