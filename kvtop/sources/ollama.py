@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import socket
 import re
 import time
 from collections.abc import Mapping
@@ -177,6 +178,20 @@ def parse_tags(obj: Any) -> dict[str, TagInfo]:
     return out
 
 
+def _root_os_error(exc: BaseException) -> OSError | None:
+    """The innermost ``OSError`` behind an httpx error (httpx hides ECONNREFUSED behind
+    "All connection attempts failed")."""
+    found: OSError | None = None
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError):
+            found = cur
+        cur = cur.__cause__ or cur.__context__
+    return found
+
+
 def _one_line(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -247,10 +262,13 @@ class OllamaClient:
         except httpx.TimeoutException:
             raise _RequestFailed("timeout", f"{path}: no answer within {self._timeout_s:g} s") from None
         except httpx.ConnectError as exc:
-            text = str(exc).lower()
-            if "refused" in text:
+            cause = _root_os_error(exc)
+            if isinstance(cause, ConnectionRefusedError) or "refused" in str(exc).lower():
                 raise _RequestFailed("refused", f"connection refused ({self.base_url})") from None
-            raise _RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(str(exc), 100)}") from None
+            if isinstance(cause, socket.gaierror):
+                raise _RequestFailed("connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}") from None
+            detail = str(cause) if cause is not None else str(exc)
+            raise _RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(detail, 100)}") from None
         except httpx.HTTPError as exc:
             raise _RequestFailed("other", f"{path}: {type(exc).__name__}: {_one_line(str(exc), 100)}") from None
         if resp.status_code >= 400:

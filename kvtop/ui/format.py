@@ -81,32 +81,55 @@ def context_text(view: ModelView) -> str:
     return text
 
 
-def memory_bar(view: ModelView, width: int, colors: Mapping[str, str]) -> Text:
-    """A stacked bar of ``width`` cells: weights ``█`` | KV ``▓`` | compute ``▒``, unknown ``·``.
+def _cells(values: list[int], total: int, width: int) -> list[int]:
+    """Split ``width`` cells in proportion to ``values`` (largest remainder); any non-zero value gets ≥ 1."""
+    if total <= 0:
+        return [0] * len(values)
+    exact = [v / total * width for v in values]
+    cells = [int(x) for x in exact]
+    order = sorted(range(len(values)), key=lambda i: exact[i] - cells[i], reverse=True)
+    for i in order[: max(0, width - sum(cells))]:
+        cells[i] += 1
+    for i, v in enumerate(values):
+        if v > 0 and cells[i] == 0:
+            donor = max(range(len(cells)), key=lambda j: cells[j])
+            if cells[donor] > 1:
+                cells[donor] -= 1
+                cells[i] = 1
+    return cells
 
-    Segments are proportional to ``size``; the glyphs differ so the bar reads without colour.
+
+def memory_bar(view: ModelView, width: int, colors: Mapping[str, str]) -> Text:
+    """A stacked bar of ``width`` cells: weights ``█`` | KV ``▓`` | compute ``▒``, not known ``·``.
+
+    Segments are proportional to ``size``; a part that is not known is drawn as ``·`` in its
+    place (never guessed), and every non-zero known part gets at least one cell. The glyphs
+    differ so the bar reads without colour.
     """
-    bar = Text()
     size = view.size_bytes
-    if not size or width <= 0:
-        return Text("·" * max(0, width), style=colors.get("kv-unknown", ""))
-    parts = [
-        (view.memory.weights.value, "█", "kv-weights"),
-        (view.memory.kv.value, "▓", "kv-kv"),
-        (view.memory.compute.value, "▒", "kv-compute"),
-    ]
-    used = 0
-    acc = 0
+    unknown_style = colors.get("kv-unknown", "")
+    if not size or size <= 0 or width <= 0:
+        return Text("·" * max(0, width), style=unknown_style)
+    m = view.memory
+    parts = [(m.weights.value, "█", "kv-weights"), (m.kv.value, "▓", "kv-kv"), (m.compute.value, "▒", "kv-compute")]
+    known = sum(v for v, _, _ in parts if v is not None)
+    unknown = max(0, size - known)
+    segments: list[tuple[int, str, str]] = []
+    placed_unknown = False
     for value, glyph, var in parts:
         if value is None:
-            continue
-        acc += value
-        end = min(width, round(acc / size * width))
-        if end > used:
-            bar.append(glyph * (end - used), style=colors.get(var, ""))
-            used = end
-    if used < width:
-        bar.append("·" * (width - used), style=colors.get("kv-unknown", ""))
+            if not placed_unknown:
+                segments.append((unknown, "·", unknown_style))
+                placed_unknown = True
+        else:
+            segments.append((value, glyph, colors.get(var, "")))
+    if not placed_unknown and unknown:
+        segments.append((unknown, "·", unknown_style))
+    cells = _cells([v for v, _, _ in segments], max(size, known), width)
+    bar = Text()
+    for (_, glyph, style), n in zip(segments, cells):
+        if n:
+            bar.append(glyph * n, style=style)
     return bar
 
 

@@ -1,0 +1,98 @@
+"""`kvtop --once` / `--once --json` as real processes against the stand-in server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from tests.standin import BUNDLED, REPO, running
+
+
+def kvtop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(REPO))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+MODEL_KEYS = {"name", "digest", "size", "size_vram", "processor", "context_length", "parallel", "kv_type",
+              "flash_attention", "memory", "kv_bytes_per_token", "expires_at"}
+
+
+def test_once_json_schema_against_standin() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(4)
+        proc = kvtop("--once", "--json", "--host", server.url)
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    assert {"host", "reachable", "error", "version", "models", "gpus", "gpu_status", "alerts"} <= set(doc)
+    assert doc["host"] == server.url and doc["reachable"] is True and doc["error"] is None
+    assert doc["version"] == "0.22.1" and doc["gpus"] == [] and doc["alerts"] == []
+    models = {m["name"]: m for m in doc["models"]}
+    assert set(models) == {"qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"}
+    for m in doc["models"]:
+        assert MODEL_KEYS <= set(m)
+        assert {"weights", "kv", "compute", "source"} <= set(m["memory"])
+    q8 = models["qwen3:1.7b-q8_0"]
+    assert q8["size"] == 6_106_141_568 and q8["size_vram"] == 6_106_141_568
+    assert q8["processor"] == "100% GPU" and q8["context_length"] == 32768 and q8["parallel"] == 1
+    assert q8["kv_bytes_per_token"] == 114_688
+    assert q8["memory"] == {"weights": 2_200_000_000, "kv": 3_758_096_384, "compute": 148_045_184, "source": "estimated"}
+    assert q8["kv_type"] == "f16" and q8["flash_attention"] is None
+    g = models["gemma4:latest"]
+    assert g["processor"] == "19%/81% CPU/GPU" and g["memory"]["weights"] is None
+
+
+def test_once_text_against_standin() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(1)
+        proc = kvtop("--once", "--host", server.url)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("Ollama 0.22.1 — 1 model loaded")
+    assert lines[1].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "WEIGHTS", "KV", "COMPUTE",
+                                "KV", "TYPE", "FLASH", "ATTN", "UNTIL"]
+    row = lines[2].split()
+    assert row[:6] == ["qwen3:1.7b-q8_0", "b4c0dd6fbac8", "2.6", "GiB", "100%", "GPU"]
+    assert "~448 MiB" in lines[2] and "4096×1*" in lines[2]
+
+
+def test_once_unreachable_exits_2() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = kvtop("--once", "--json", "--host", url)
+    assert proc.returncode == 2
+    doc = json.loads(proc.stdout)
+    assert doc["reachable"] is False and doc["models"] == []
+    assert doc["error"] == f"connection refused ({url})"
+    text = kvtop("--once", "--host", url)
+    assert text.returncode == 2 and "unreachable: connection refused" in text.stderr
+
+
+def test_ollama_host_environment_is_honoured() -> None:
+    port = free_port()
+    proc = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json"], capture_output=True, text=True,
+                          timeout=30, cwd=str(REPO), env={**__import__("os").environ, "OLLAMA_HOST": f"0.0.0.0:{port}"})
+    assert json.loads(proc.stdout)["host"] == f"http://127.0.0.1:{port}"
+
+
+def test_bad_arguments_exit_2_with_a_message() -> None:
+    proc = kvtop("--json")
+    assert proc.returncode == 2 and "--json needs --once" in proc.stderr
+    proc = kvtop("--interval", "0")
+    assert proc.returncode == 2 and "--interval must be a positive" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_demo_once_starts_and_stops_the_embedded_server() -> None:
+    proc = kvtop("--demo", "--once", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["reachable"] is True and doc["version"] == "0.22.1"
+    assert doc["host"].startswith("http://127.0.0.1:")

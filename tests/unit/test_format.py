@@ -1,0 +1,41 @@
+"""ui.format: units, safe text and the memory bar."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtop.model.state import AppState, apply
+from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe
+from tests.ui.fakes import snapshot_at, step_index
+
+
+@pytest.mark.parametrize(
+    ("n", "long", "short"),
+    [(0, "0 B", "0B"), (1023, "1023 B", "1023B"), (448 * 2**20, "448 MiB", "448M"), (4 * 2**30, "4.0 GiB", "4.0G"),
+     (int(61.3 * 2**20), "61.3 MiB", "61M"), (6_106_141_568, "5.7 GiB", "5.7G"), (None, "?", "?")],
+)
+def test_ibytes(n: int | None, long: str, short: str) -> None:
+    assert ibytes(n) == long and ibytes(n, short=True) == short
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [("\x1b[31mred", "�[31mred"), ("a\x07b", "a�b"), ("rtl\u202eevil", "rtl�evil"), ("ok:latest", "ok:latest")],
+)
+def test_safe_strips_control_characters(text: str, shown: str) -> None:
+    assert safe(text) == shown
+
+
+def test_safe_truncates_with_ellipsis() -> None:
+    assert safe("abcdefgh", 5) == "abcd…"
+
+
+def test_memory_bar_segments_follow_the_split() -> None:
+    views = {v.name: v for v in apply(AppState("h"), snapshot_at(step_index("spills"))).models}
+    q8 = views["qwen3:1.7b-q8_0"]  # 2.2 GB weights, 3.5 GiB KV, 141 MiB compute of 6.1 GB
+    bar = memory_bar(q8, 20, {}).plain
+    assert bar == "███████▓▓▓▓▓▓▓▓▓▓▓▓▒"
+    assert memory_figures(q8) == "W 2.0G KV ~3.5G C ~141M"
+    assert context_text(q8) == "32768×1*"
+    gemma = views["gemma4:latest"]  # weights unknown: no made-up split
+    assert memory_bar(gemma, 10, {}).plain == "·········▓"  # weights and compute unknown; KV 104 MiB gets its cell

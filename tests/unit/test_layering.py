@@ -1,0 +1,16 @@
+"""sources/ and model/ never import Textual (style guide §5): checked in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_sources_and_model_do_not_import_textual() -> None:
+    code = (
+        "import sys, kvtop.sources.ollama, kvtop.model.state, kvtop.model.kv, kvtop.report, kvtop.demo.server;"
+        "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,146 @@
+"""model.state: deriving ModelView rows (sources, KV figures, UNTIL) from snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+import pytest
+
+from kvtop.model.humanize import human_duration, until_text
+from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo
+from kvtop.model.state import AppState, apply, filter_views, parse_version, sort_views
+from kvtop.sources.ollama import parse_go_time, parse_ps
+from tests.conftest import load_json
+from tests.ui.fakes import TAKEN_AT, down_snapshot, snapshot_at, step_index
+
+QWEN3_1_7B = {  # seeds/kv-cache-experiments-ja.txt: 28 layers, 8 KV heads, head dim 128
+    "general.architecture": "qwen3", "qwen3.block_count": 28, "qwen3.attention.head_count": 16,
+    "qwen3.attention.head_count_kv": 8, "qwen3.attention.key_length": 128, "qwen3.attention.value_length": 128,
+    "qwen3.embedding_length": 2048, "qwen3.context_length": 40960,
+}
+
+
+def _snap(model: PsModel, *, version: str | None = "0.22.1", info: dict | None = None, params: str = "",
+          file_size: int | None = None, remote: bool = False) -> OllamaSnapshot:
+    show = ShowInfo(digest=model.digest, name=model.name, model_info=MappingProxyType(info or {}),
+                    parameters=params, remote=remote)
+    tags = {model.digest: TagInfo(model.name, model.digest, file_size)} if file_size else {}
+    return OllamaSnapshot(host_url="h", taken_at=TAKEN_AT, reachable=True, version=version, models=(model,),
+                          shows=MappingProxyType({model.digest: show}), tags=MappingProxyType(tags))
+
+
+def _model(**kw: object) -> PsModel:
+    base = PsModel(name="qwen3:1.7b", model="qwen3:1.7b", digest="a" * 64, size_bytes=2_754_892_672,
+                   size_vram_bytes=2_754_892_672, context_length=4096,
+                   expires_at=parse_go_time("2026-11-18T10:00:00Z"), expires_at_raw=None)
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("num_ctx", "kv_bytes"),
+    [(2048, 224 * 2**20), (4096, 448 * 2**20), (8192, 896 * 2**20), (40960, int(4.375 * 2**30))],  # seeds table
+)
+def test_kv_estimate_matches_seed_measurements(num_ctx: int, kv_bytes: int) -> None:
+    state = apply(AppState("h"), _snap(_model(context_length=num_ctx), info=QWEN3_1_7B))
+    v = state.models[0]
+    assert v.memory.kv.value == kv_bytes and v.memory.kv.source == "estimated"
+    assert v.kv_bytes_per_token == 114_688
+    assert v.parallel.value == 1 and v.parallel.source == "default"
+    assert v.context.source == "reported"
+
+
+def test_compute_is_size_minus_weights_minus_kv() -> None:
+    v = apply(AppState("h"), _snap(_model(), info=QWEN3_1_7B, file_size=2_200_000_000)).models[0]
+    assert v.memory.weights.value == 2_200_000_000 and v.memory.weights.source == "reported"
+    assert v.memory.compute.value == 2_754_892_672 - 2_200_000_000 - 448 * 2**20
+    assert v.memory.source == "estimated"
+
+
+def test_inconsistent_sizes_leave_compute_unknown_with_reason() -> None:
+    v = apply(AppState("h"), _snap(_model(), info=QWEN3_1_7B, file_size=9_000_000_000)).models[0]
+    assert v.memory.compute.value is None
+    assert "below weights + KV estimate" in v.memory.compute.note
+
+
+def test_pre_0_10_server_has_no_context_length_and_unknown_slots() -> None:
+    v = apply(AppState("h"), _snap(_model(context_length=None), version="0.3.14", info=QWEN3_1_7B)).models[0]
+    assert v.context.value is None and v.parallel.value is None
+    assert v.memory.kv.value is None and v.kv_unavailable == "num_ctx or slot count unknown"
+    assert v.kv_bytes_per_token == 114_688  # per token is still known
+
+
+def test_modelfile_num_ctx_is_requested_when_ps_has_none() -> None:
+    params = 'temperature 0.6\nnum_ctx                        16384\nstop "<|im_end|>"'  # corpus api/010
+    v = apply(AppState("h"), _snap(_model(context_length=None), version="0.9.0", info=QWEN3_1_7B, params=params)).models[0]
+    assert v.context.value == 16384 and v.context.source == "requested"
+
+
+def test_cloud_model_has_no_local_memory() -> None:
+    info = load_json("api/007-api-show-deepseek-v4-flash-cloud-compact.json")["model_info"]
+    v = apply(AppState("h"), _snap(_model(name="deepseek-v4-flash:cloud", size_bytes=0, size_vram_bytes=0),
+                                   info=info, remote=True)).models[0]
+    assert v.cloud and v.kv_unavailable == "cloud model: runs remotely, no local memory"
+    assert v.processor == "100% CPU"  # exactly what `ollama ps` prints for size_vram == 0
+
+
+def test_unavailable_architecture_says_so() -> None:
+    v = apply(AppState("h"), _snap(_model(), info={"general.architecture": "bert", "bert.block_count": 12})).models[0]
+    assert v.memory.kv.value is None and v.kv_unavailable and "bert" in v.kv_unavailable
+
+
+def test_corpus_ps_gemma4_spill_row() -> None:
+    body = load_json("api/011-api-ps-docs-example-gemma4-partial-vram-context_length.json")
+    snap = OllamaSnapshot(host_url="h", taken_at=TAKEN_AT, reachable=True, version="0.12.0", models=parse_ps(body))
+    v = apply(AppState("h"), snap).models[0]
+    assert v.processor == "19%/81% CPU/GPU" and v.cpu_percent == 19 and v.spilled
+    assert v.kv_unavailable == "waiting for /api/show"
+
+
+def test_failed_poll_keeps_models_and_counts_failures() -> None:
+    ok = apply(AppState("h"), snapshot_at(step_index("spills")))
+    down = apply(apply(ok, down_snapshot(TAKEN_AT + 5)), down_snapshot(TAKEN_AT + 10))
+    assert down.reachable is False and down.failures == 2 and down.models == ok.models
+    assert down.stale_s == 10
+    back = apply(down, snapshot_at(0, taken_at=TAKEN_AT + 20))
+    assert back.failures == 0 and back.models == () and back.stale_s is None
+
+
+def test_unchanged_poll_gives_an_equal_state() -> None:
+    s1 = apply(AppState("h"), snapshot_at(1))
+    assert apply(s1, snapshot_at(1)) == s1
+
+
+def test_sort_and_filter() -> None:
+    views = apply(AppState("h"), snapshot_at(step_index("spills"))).models
+    assert [v.name for v in sort_views(views, "size")] == ["gemma4:latest", "qwen3:1.7b-q8_0", "qwen3:1.7b-q4_K_M"]
+    assert [v.name for v in sort_views(views, "name")] == ["gemma4:latest", "qwen3:1.7b-q4_K_M", "qwen3:1.7b-q8_0"]
+    assert [v.name for v in sort_views(views, "kv")][0] == "qwen3:1.7b-q8_0"
+    assert [v.name for v in filter_views(views, "GEMMA")] == ["gemma4:latest"]
+    assert [v.name for v in filter_views(views, "cpu/gpu")] == ["gemma4:latest"]
+    with pytest.raises(ValueError):
+        sort_views(views, "nope")
+
+
+@pytest.mark.parametrize(("text", "parsed"), [("0.22.1", (0, 22, 1)), ("v0.33.0-rc2", (0, 33, 0)), ("0.0.0", (0, 0, 0)), ("dev", None), (None, None)])
+def test_parse_version(text: str | None, parsed: tuple[int, int, int] | None) -> None:
+    assert parse_version(text) == parsed
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),  # Go format.humanDuration (ollama-reference.md §1.5)
+    [(0.5, "Less than a second"), (1.5, "1 second"), (59, "59 seconds"), (60, "About a minute"), (119, "About a minute"),
+     (299, "4 minutes"), (3599, "59 minutes"), (3600, "About an hour"), (5400, "2 hours"), (47 * 3600, "47 hours"),
+     (3 * 86400, "3 days"), (20 * 86400, "2 weeks"), (90 * 86400, "3 months")],
+)
+def test_human_duration(seconds: float, text: str) -> None:
+    assert human_duration(seconds) == text
+
+
+def test_until_text_forms() -> None:
+    t = parse_go_time("2026-01-01T00:05:00Z")
+    base = parse_go_time("2026-01-01T00:00:00Z").timestamp()  # type: ignore[union-attr]
+    assert until_text(t, base) == "5 minutes from now"
+    assert until_text(t, base + 301) == "expired"
+    assert until_text(parse_go_time("2318-04-11T23:47:16.854775807Z"), base) == "Forever"
+    assert until_text(None, base) == "unknown"
