@@ -37,11 +37,11 @@ import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvtop.bundled import bundled_dir
 from kvtop.demo.scenario import CatalogModel, LoadedModel, Scenario, Step, load_scenario
 
 __all__ = [
@@ -651,37 +651,21 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def default_scenario_path() -> Path:
-    """Locate the bundled scenario.
-
-    Returns:
-        ``kvtop.snapshots/demo-scenario.json`` from the installed package when present, else
-        ``<repo>/snapshots/demo-scenario.json``.
-    """
-    try:
-        resource = resources.files("kvtop.snapshots") / DEFAULT_SCENARIO_NAME
-        if resource.is_file():
-            return Path(str(resource))
-    except (ModuleNotFoundError, TypeError, ValueError, OSError):
-        pass
-    return Path(__file__).resolve().parents[2] / "snapshots" / DEFAULT_SCENARIO_NAME
+    """Locate the bundled scenario (``snapshots/demo-scenario.json``, see ``kvtop.bundled``)."""
+    return Path(str(bundled_dir("snapshots") / DEFAULT_SCENARIO_NAME))
 
 
 def load_default_scenario() -> Scenario:
     """Load the bundled scenario.
 
-    Returns:
-        The scenario.
-
     Raises:
         ValueError: When it cannot be found or is invalid.
     """
     try:
-        resource = resources.files("kvtop.snapshots") / DEFAULT_SCENARIO_NAME
-        if resource.is_file():
-            return load_scenario(resource.read_text(encoding="utf-8"))
-    except (ModuleNotFoundError, TypeError, OSError):
-        pass
-    return load_scenario(Path(__file__).resolve().parents[2] / "snapshots" / DEFAULT_SCENARIO_NAME)
+        text = (bundled_dir("snapshots") / DEFAULT_SCENARIO_NAME).read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError) as exc:
+        raise ValueError(f"the bundled scenario cannot be read: {exc}") from None
+    return load_scenario(text)
 
 
 def serve(

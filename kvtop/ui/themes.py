@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from typing import Any
 
 from textual.theme import Theme
+
+from kvtop.bundled import bundled_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,7 +36,7 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
 def load_themes() -> dict[str, Theme]:
     """Every ``*.toml`` theme bundled with kvtop, by name (a broken file is skipped)."""
     themes: dict[str, Theme] = {}
-    for entry in resources.files("kvtop.themes").iterdir():
+    for entry in bundled_dir("themes").iterdir():
         if not entry.name.endswith(".toml"):
             continue
         try:
