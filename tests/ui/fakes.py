@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timezone
 from types import MappingProxyType
 
@@ -52,16 +53,22 @@ def down_snapshot(taken_at: float, error: str = "connection refused (http://127.
 
 
 class FakeSource:
-    """Returns queued snapshots in order, then repeats the last one."""
+    """Returns queued snapshots in order, then repeats the last one (or, with ``hold=True``,
+    never answers again, so a screen settles with a known number of polls)."""
 
-    def __init__(self, *snapshots: OllamaSnapshot) -> None:
+    def __init__(self, *snapshots: OllamaSnapshot, hold: bool = False) -> None:
         self.snapshots = list(snapshots)
         self.calls = 0
+        self.hold = hold
+        self._last_given = False
 
     async def sample(self) -> OllamaSnapshot:
         self.calls += 1
         if len(self.snapshots) > 1:
             return self.snapshots.pop(0)
+        if self.hold and self._last_given:
+            await asyncio.Event().wait()
+        self._last_given = True
         return self.snapshots[0]
 
     async def aclose(self) -> None:

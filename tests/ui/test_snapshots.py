@@ -11,7 +11,7 @@ from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_a
 
 
 def _app(*snaps: Any, demo: bool = False) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, demo=demo), FakeSource(*snaps))
+    return make_app(Settings(host_url=HOST, interval_s=0.25, demo=demo), FakeSource(*snaps, hold=True))
 
 
 async def _settle(pilot: Any, rows: int | None = None) -> None:
@@ -22,6 +22,8 @@ async def _settle(pilot: Any, rows: int | None = None) -> None:
             rows is None or app.query_one(ModelsTable).row_count == rows
         ):
             break
+    else:
+        raise AssertionError("the screen did not settle")
     await pilot.pause(0.1)
 
 
@@ -41,11 +43,12 @@ def test_main_160x48(snap_compare: Any) -> None:
 
 def test_server_down(snap_compare: Any) -> None:
     async def run_before(pilot: Any) -> None:
-        await _settle(pilot, 3)
+        await _settle(pilot, 1)
         for _ in range(100):
             await pilot.pause(0.05)
             if pilot.app.state.failures:
                 break
+        assert pilot.app.state.failures == 1
         await pilot.pause(0.1)
 
     app = _app(snapshot_at(step_index("raised to 32768")), down_snapshot(TAKEN_AT + 30))
