@@ -76,5 +76,9 @@ def human_bytes_decimal(n: int) -> str:
 
 
 def go_round(x: float) -> float:
-    """Go ``math.Round``: half away from zero (Python's ``round`` rounds half to even)."""
-    return math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)
+    """Go ``math.Round``: half away from zero, exact on the float (no ``x + 0.5`` rounding slip;
+    Python's ``round`` rounds half to even)."""
+    t = float(math.trunc(x))
+    if abs(x - t) >= 0.5:
+        t += math.copysign(1.0, x)
+    return t

@@ -24,12 +24,13 @@ The pipeline is:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final
+
+from kvtop.model.humanize import go_round
 
 __all__ = [
     "CACHE_TYPES",
@@ -1195,14 +1196,6 @@ def max_num_ctx(
 # ollama ps
 
 
-def _go_round(x: float) -> float:
-    """Go ``math.Round``: half away from zero, exact on the float (no ``x + 0.5`` rounding slip)."""
-    t = float(math.trunc(x))
-    if abs(x - t) >= 0.5:
-        t += math.copysign(1.0, x)
-    return t
-
-
 def processor_string(size: int | None, size_vram: int | None) -> str:
     """The PROCESSOR column of ``ollama ps`` for one ``/api/ps`` row.
 
@@ -1228,5 +1221,5 @@ def processor_string(size: int | None, size_vram: int | None) -> str:
         return "100% GPU"
     if size_vram > size or size == 0:
         return "Unknown"
-    cpu_percent = _go_round(float(size - size_vram) / float(size) * 100)
+    cpu_percent = go_round(float(size - size_vram) / float(size) * 100)
     return f"{int(cpu_percent)}%/{int(100 - cpu_percent)}% CPU/GPU"

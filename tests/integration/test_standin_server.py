@@ -6,7 +6,6 @@ The server runs as a real subprocess on 127.0.0.1 and is queried over HTTP with 
 from __future__ import annotations
 
 import json
-import math
 import re
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import pytest
 
 from kvtop.demo.scenario import load_scenario, parse_scenario
 from kvtop.demo.server import ScenarioPlayer, format_go_time, serve
+from kvtop.model.kv import processor_string
 from tests.standin import START_TIMEOUT_S, Standin, _read_line, _spawn, _stop, running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,18 +185,6 @@ def _parse_go_time(text: str) -> datetime:
     return datetime.strptime(base, "%Y-%m-%dT%H:%M:%S").replace(microsecond=micro, tzinfo=tz)
 
 
-def _processor(size: int, size_vram: int) -> str:
-    """``ollama ps`` PROCESSOR column (reference §1.5)."""
-    if size_vram == 0:
-        return "100% CPU"
-    if size_vram == size:
-        return "100% GPU"
-    if size_vram > size or size == 0:
-        return "Unknown"
-    cpu = math.floor((size - size_vram) / size * 100 + 0.5)
-    return f"{cpu}%/{100 - cpu}% CPU/GPU"
-
-
 @pytest.fixture(scope="module")
 def scenario_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("standin") / "scenario.json"
@@ -271,9 +259,9 @@ def test_ps_shape_values_and_order(standin: Standin) -> None:
         "parameter_size": "8.0B",
         "quantization_level": "Q4_K_M",
     }
-    assert _processor(alpha["size"], alpha["size_vram"]) == "19%/81% CPU/GPU"
-    assert _processor(beta["size"], beta["size_vram"]) == "100% GPU"
-    assert _processor(gamma["size"], gamma["size_vram"]) == "100% CPU"
+    assert processor_string(alpha["size"], alpha["size_vram"]) == "19%/81% CPU/GPU"
+    assert processor_string(beta["size"], beta["size_vram"]) == "100% GPU"
+    assert processor_string(gamma["size"], gamma["size_vram"]) == "100% CPU"
     now = datetime.now(timezone.utc)
     forever = _parse_go_time(beta["expires_at"])
     assert forever.year >= now.year + 291  # Go: now + MaxInt64 ns, about 292 years
@@ -519,7 +507,7 @@ def test_bundled_scenario_tells_the_story() -> None:
             row for step in by_step for row in step.values() if row["size_vram"] < row["size"]
         ]
         assert spills
-        assert all(_processor(r["size"], r["size_vram"]) == "19%/81% CPU/GPU" for r in spills)
+        assert all(processor_string(r["size"], r["size_vram"]) == "19%/81% CPU/GPU" for r in spills)
         assert {(r["size"], r["size_vram"], r["context_length"]) for r in spills} == {
             (6_591_830_464, 5_333_539_264, 4096)
         }
