@@ -18,8 +18,8 @@ import json
 import os
 import re
 import select
-import signal
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -31,6 +31,10 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,9 +88,9 @@ class StandIn:
         self.scenario = scenario
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
-        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
 
-    def __enter__(self) -> StandIn:
+    def __enter__(self) -> Self:
         argv = [sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--manual"]
         if self.scenario:
             argv += ["--scenario", self.scenario]
@@ -186,7 +190,9 @@ class PtyApp:
         self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(
             self.argv, stdin=slave, stdout=slave, stderr=slave, env=self.env,
-            preexec_fn=child_setup, close_fds=True,
+            # preexec_fn: setsid + TIOCSCTTY (no Popen option makes the pty the controlling
+            # terminal); the benchmarks start their threads only after this fork.
+            preexec_fn=child_setup, close_fds=True,  # noqa: PLW1509
         )
         os.close(slave)
         self.master = master
@@ -320,7 +326,7 @@ class PtyApp:
             os.close(self.master)
             self.master = -1
 
-    def __enter__(self) -> PtyApp:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

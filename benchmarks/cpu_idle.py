@@ -37,7 +37,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import PtyApp, StandIn, kvtop_command  # noqa: E402
+from _common import PtyApp, StandIn, kvtop_command
 
 TARGET_PCT_OF_CORE = 1.0
 TARGET_CPU_S_PER_MIN = 0.6

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, PtyApp, StandIn, kvtop_command, summary  # noqa: E402
+from _common import REPO_ROOT, PtyApp, StandIn, kvtop_command, summary
 
 TARGET_FIRST_FRAME_S = 1.0
 NEEDLE = "qwen3:1.7b-q8_0"
@@ -124,7 +124,7 @@ def main() -> int:
             r = one_launch(standin.url, args.timeout, args.cols, args.rows)
             launches.append(r)
 
-            def ms(key: str) -> str:
+            def ms(key: str, r: dict[str, object] = r) -> str:
                 v = r[key]
                 return "   never" if v is None else f"{v * 1000:7.1f} ms"  # type: ignore[operator]
 
@@ -167,7 +167,8 @@ def main() -> int:
     if chrome:
         print(f"  first frame (chrome, no data) {fmt(summary(chrome))}")
     if data:
-        print(f"  first frame showing data      {fmt(summary(data))}   <- target < {TARGET_FIRST_FRAME_S * 1000:.0f} ms")
+        print(f"  first frame showing data      {fmt(summary(data))}   "
+              f"<- target < {TARGET_FIRST_FRAME_S * 1000:.0f} ms")
     print(f"  python -c 'import kvtop.ui.app' {fmt(summary(t_import))}")
     print(f"  python -c pass                {fmt(summary(t_pass))}")
     if data:

@@ -7,6 +7,7 @@ mode or the arguments are wrong, 1 when the demo server cannot start.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 import json
 import subprocess
@@ -126,15 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.demo:
         try:
             with demo_server(args.demo_speed) as url:
-                return _run(Settings(**{**_as_dict(settings), "host_url": url}), once=args.once)
+                return _run(dataclasses.replace(settings, host_url=url), once=args.once)
         except RuntimeError as exc:
             print(f"kvtop: {exc}", file=sys.stderr)
             return EXIT_DEMO_FAILED
     return _run(settings, once=args.once)
-
-
-def _as_dict(settings: Settings) -> dict[str, object]:
-    return {f: getattr(settings, f) for f in settings.__dataclass_fields__}
 
 
 def _run(settings: Settings, *, once: bool) -> int:

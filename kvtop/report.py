@@ -82,7 +82,7 @@ def state_text(state: AppState) -> str:
     snap = state.ollama
     lines: list[str] = []
     if snap is None or not snap.reachable:
-        lines.append(f"kvtop: {state.host_url}: unreachable: {safe(snap.error if snap else 'no poll made')}")
+        lines.append(f"kvtop: {state.host_url}: unreachable: {safe((snap.error if snap else None) or 'no poll made')}")
         return "\n".join(lines) + "\n"
     lines.append(f"kvtop {__version__} — {state.host_url} — Ollama {safe(snap.version or '?')}"
                  f" — {len(state.models)} model{'s' if len(state.models) != 1 else ''} loaded")

@@ -240,7 +240,7 @@ def _normalise_name(name: str) -> str:
     return name
 
 
-def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None) -> dict:
+def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None) -> dict[str, Any]:
     """Build the ``/api/ps`` answer for a step, in Ollama's field order and row order.
 
     Args:
@@ -428,7 +428,7 @@ class StandinServer(ThreadingHTTPServer):
     def url(self) -> str:
         """``http://host:port`` of the bound socket."""
         host, port = self.server_address[:2]
-        host_text = f"[{host}]" if ":" in str(host) else str(host)
+        host_text = f"[{host!s}]" if ":" in str(host) else str(host)
         return f"http://{host_text}:{port}"
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -473,7 +473,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size_line = self.rfile.readline(65537)
                 try:
@@ -677,7 +677,7 @@ def serve(
     loop: bool = True,
     *,
     verbose: bool = False,
-) -> ThreadingHTTPServer:
+) -> StandinServer:
     """Bind a stand-in server for ``scenario``; the caller starts it.
 
     Call ``serve_forever()`` (e.g. in a thread), then ``shutdown()`` and ``server_close()``.

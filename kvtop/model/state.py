@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -281,7 +281,7 @@ def sort_views(views: tuple[ModelView, ...], key: str) -> tuple[ModelView, ...]:
         return views
     if key == "name":
         return tuple(sorted(views, key=lambda v: v.name.lower()))
-    getters = {
+    getters: dict[str, Callable[[ModelView], int | None]] = {
         "size": lambda v: v.size_bytes,
         "cpu": lambda v: v.cpu_percent,
         "context": lambda v: v.context.value,
@@ -290,7 +290,7 @@ def sort_views(views: tuple[ModelView, ...], key: str) -> tuple[ModelView, ...]:
     if key not in getters:
         raise ValueError(f"unknown sort key {key!r}; expected one of {', '.join(SORT_KEYS)}")
     get = getters[key]
-    known = sorted((v for v in views if get(v) is not None), key=lambda v: (-get(v), v.name))
+    known = sorted((v for v in views if get(v) is not None), key=lambda v: (-(get(v) or 0), v.name))
     return tuple(known) + tuple(v for v in views if get(v) is None)
 
 

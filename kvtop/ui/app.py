@@ -64,6 +64,7 @@ class KvtopApp(App[int]):
         self.source = source
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
+        self._dashboard_ready = False
         self.set_reactive(KvtopApp.state, AppState(host_url=settings.host_url))
         self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
 
@@ -87,6 +88,7 @@ class KvtopApp(App[int]):
             self.theme = DEFAULT_THEME
         header = self.query_one(ServerHeader)
         header.demo = self.settings.demo
+        self._dashboard_ready = True
         self._refresh_all()
         if self._poll:
             self.poll_ollama()
@@ -136,7 +138,7 @@ class KvtopApp(App[int]):
         self._refresh_all()
 
     def _refresh_all(self) -> None:
-        if not self.is_mounted or self.state is None:
+        if not self._dashboard_ready or self.state is None:
             return
         state = self.state
         too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT

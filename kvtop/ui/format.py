@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping
+from typing import Any
 
 from rich.text import Text
 
@@ -56,12 +57,12 @@ def exact_bytes(n: int | None) -> str:
     return f"{n:,} B ({ibytes(n)})"
 
 
-def mark(k: Known[object]) -> str:
+def mark(k: Known[Any]) -> str:
     """The dense-table prefix for a value's source (``~`` estimated, ``*`` default, ``?`` requested)."""
     return SOURCE_MARK.get(k.source or "", "")
 
 
-def known_text(k: Known[object], fmt: str = "{}") -> str:
+def known_text(k: Known[Any], fmt: str = "{}") -> str:
     """A value with its source mark, or ``?`` when unknown."""
     if k.value is None:
         return "?"

@@ -23,13 +23,22 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
     Raises:
         KeyError / ValueError: The file lacks ``name`` or ``colors.primary``.
     """
-    colors = dict(data.get("colors", {}))
+    colors = {str(k): str(v) for k, v in dict(data.get("colors", {})).items()}
     return Theme(
         name=str(data["name"]),
-        primary=str(colors.pop("primary")),
+        primary=colors["primary"],
+        secondary=colors.get("secondary"),
+        warning=colors.get("warning"),
+        error=colors.get("error"),
+        success=colors.get("success"),
+        accent=colors.get("accent"),
+        foreground=colors.get("foreground"),
+        background=colors.get("background"),
+        surface=colors.get("surface"),
+        panel=colors.get("panel"),
+        boost=colors.get("boost"),
         dark=bool(data.get("dark", True)),
         variables={str(k): str(v) for k, v in data.get("variables", {}).items()},
-        **{k: str(v) for k, v in colors.items()},
     )
 
 

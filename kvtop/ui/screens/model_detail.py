@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,7 +17,7 @@ from kvtop.ui.format import exact_bytes, ibytes, safe
 from kvtop.ui.widgets.gpu_strip import GPU_UNAVAILABLE_REASON
 
 
-def _src(k: Known[object]) -> str:
+def _src(k: Known[Any]) -> str:
     return f"[{k.source}]" if k.source else "[not known]"
 
 
