@@ -63,7 +63,7 @@ def one_launch(url: str, timeout: float, cols: int, rows: int) -> dict[str, obje
             "quit_clean": clean,
         }
         if t_data is None:
-            result["screen_tail"] = app.text()[-1500:]
+            result["screen_tail"] = app.text()[-6000:]
         return result
     finally:
         app.close()
@@ -133,7 +133,7 @@ def main() -> int:
                   f"{'clean, exit ' + str(r['exit_code']) if r['quit_clean'] else 'did NOT exit in 5 s (killed)'}")
             if r["first_data_frame_s"] is None:
                 print("    screen at the end (escapes stripped):")
-                for line in str(r.get("screen_tail", "")).splitlines()[-24:]:
+                for line in str(r.get("screen_tail", "")).splitlines()[-40:]:
                     print("    | " + line)
 
     data = [float(r["first_data_frame_s"]) for r in launches if r["first_data_frame_s"] is not None]  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.widgets import Footer, Input, Static
 
 from kvtop.config import Settings, clamp_interval
@@ -52,11 +52,13 @@ class KvtopApp(App[int]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    state: reactive[AppState | None] = reactive(None, always_update=False)
-    sort_key: reactive[str] = reactive("server")
-    filter_text: reactive[str] = reactive("")
-    paused: reactive[bool] = reactive(False)
-    interval_s: reactive[float] = reactive(1.0)
+    # var(): these feed watchers that update only the widgets whose content changed; a plain
+    # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
+    state: var[AppState | None] = var(None)
+    sort_key: var[str] = var("server")
+    filter_text: var[str] = var("")
+    paused: var[bool] = var(False)
+    interval_s: var[float] = var(1.0)
 
     def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True) -> None:
         super().__init__()
@@ -65,6 +67,7 @@ class KvtopApp(App[int]):
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
         self._dashboard_ready = False
+        self._static_cache: dict[str, Text] = {}
         self.set_reactive(KvtopApp.state, AppState(host_url=settings.host_url))
         self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
 
@@ -143,11 +146,12 @@ class KvtopApp(App[int]):
         state = self.state
         too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
         self.screen.set_class(too_small, "-too-small")
-        self.query_one("#too-small", Static).update(Text(
-            f"Terminal too small: {self.size.width}×{self.size.height}.\n"
-            f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
-            justify="center",
-        ))
+        if too_small:
+            self._update_static("#too-small", Text(
+                f"Terminal too small: {self.size.width}×{self.size.height}.\n"
+                f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
+                justify="center",
+            ))
         header = self.query_one(ServerHeader)
         header.interval_s = self.interval_s
         header.paused = self.paused
@@ -164,7 +168,13 @@ class KvtopApp(App[int]):
         status.append("   ~ estimated  * Ollama default  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded. Models appear here when a client loads one (e.g. `ollama run llama3.2`).")
-        self.query_one("#status", Static).update(status)
+        self._update_static("#status", status)
+
+    def _update_static(self, selector: str, content: Text) -> None:
+        """Update a Static only when its text changed (an update forces a layout pass)."""
+        if self._static_cache.get(selector) != content:
+            self._static_cache[selector] = content
+            self.query_one(selector, Static).update(content)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -108,6 +108,7 @@ class ModelsTable(DataTable[Text | str]):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
         self._signature: tuple[tuple[str, int], ...] = ()
         self._views: tuple[ModelView, ...] = ()
+        self._shown: tuple[object, ...] | None = None
 
     @property
     def selected_view(self) -> ModelView | None:
@@ -118,9 +119,14 @@ class ModelsTable(DataTable[Text | str]):
 
     def show(self, views: tuple[ModelView, ...], width: int) -> None:
         """Replace the rows (and the columns when the width class changed)."""
-        selected = self.selected_view
         cols = columns_for(width)
         signature = tuple((c.key, c.width) for c in cols)
+        colors = dict(self.app.theme_variables)
+        shown = (views, signature, tuple(sorted(colors.items())))
+        if shown == self._shown:
+            return  # nothing changed: keep the rendered rows (no repaint)
+        self._shown = shown
+        selected = self.selected_view
         if signature != self._signature:
             self.clear(columns=True)
             for col in cols:
@@ -128,7 +134,6 @@ class ModelsTable(DataTable[Text | str]):
             self._signature = signature
         else:
             self.clear()
-        colors = dict(self.app.theme_variables)
         for v in views:
             self.add_row(*(col.cell(v, colors) for col in cols), key=f"{v.digest}:{v.name}")
         self._views = views
