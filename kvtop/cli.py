@@ -95,7 +95,7 @@ async def _sample_once(settings: Settings) -> int:
 
     client = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
     try:
-        snap = await client.sample()
+        snap = await client.sample(wait_details=True)
     finally:
         await client.aclose()
     state = apply(AppState(host_url=settings.host_url), snap)

@@ -53,6 +53,12 @@ class PsModel:
     details: ModelDetails = field(default_factory=ModelDetails)
 
 
+def detail_key(m: PsModel) -> str:
+    """The key of a model's cached ``/api/show`` answer: its manifest digest, or its name
+    when a server sends no digest."""
+    return m.digest or f"name:{m.name}"
+
+
 @dataclass(frozen=True, slots=True)
 class ShowInfo:
     """The parts of ``POST /api/show`` (``verbose: true``) kvtop uses, cached per manifest digest.
@@ -97,7 +103,7 @@ class OllamaSnapshot:
         version: ``/api/version`` text, or None when unknown.
         latency_s: Round-trip time of ``/api/ps`` in seconds.
         models: Loaded models, in the server's order.
-        shows: ``/api/show`` answers for the loaded models' digests (cached).
+        shows: ``/api/show`` answers for the loaded models, by ``detail_key`` (cached).
         tags: ``/api/tags`` entries by digest, for models on disk.
     """
 

@@ -17,7 +17,7 @@ from typing import Any
 from kvtop.model import kv
 from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
 from kvtop.model.known import Known
-from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo
+from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
 """``OLLAMA_NUM_PARALLEL`` defaults to 1 from v0.10.0 (§3.3, commit 20c3266e9); before it was auto."""
@@ -173,7 +173,7 @@ def _is_cloud(m: PsModel, show: ShowInfo | None) -> bool:
 
 def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
     """Derive a ``ModelView`` from one ``/api/ps`` row and the cached ``/api/show`` / ``/api/tags``."""
-    show = snap.shows.get(m.digest)
+    show = snap.shows.get(detail_key(m))
     tag: TagInfo | None = snap.tags.get(m.digest)
     info: Mapping[str, Any] = show.model_info if show is not None else {}
     cloud = _is_cloud(m, show)
@@ -188,12 +188,19 @@ def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
         else:
             context = Known(None, None, "/api/ps has no context_length before v0.10.0; the server log gives n_ctx")
 
-    if version is not None and version >= PARALLEL_DEFAULT_SINCE:
-        parallel: Known[int] = Known(1, "default", "OLLAMA_NUM_PARALLEL default 1 (v0.10.0+); the server log gives the real value")
+    # /api/ps has context_length since v0.10.0, the release that made 1 slot the default (§1.3, §3.3)
+    modern = (version is not None and version >= PARALLEL_DEFAULT_SINCE) or (version is None and m.context_length is not None)
+    if cloud:
+        parallel: Known[int] = Known(None, None, "cloud model: slots are the remote service's")
+        kv_type: Known[str] = Known(None, None, "cloud model: the KV cache is the remote service's")
     else:
-        parallel = Known(None, None, "OLLAMA_NUM_PARALLEL was auto (4 or 1) before v0.10.0; the server log gives the real value")
-
-    kv_type: Known[str] = Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; the server log gives what the runner allocated")
+        if modern:
+            parallel = Known(1, "default", "OLLAMA_NUM_PARALLEL default 1 (v0.10.0+); the server log gives the real value")
+        elif version is None:
+            parallel = Known(None, None, "server version not known yet (/api/version)")
+        else:
+            parallel = Known(None, None, "OLLAMA_NUM_PARALLEL was auto (4 or 1) before v0.10.0; the server log gives the real value")
+        kv_type = Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; the server log gives what the runner allocated")
     flash: Known[str] = Known(None, None, "only the server log tells the resolved state (OLLAMA_FLASH_ATTENTION is misreported when unset)")
 
     kv_estimate: kv.KVEstimate | None = None

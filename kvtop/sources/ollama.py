@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo
+from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|z|[+-]\d{2}:?\d{2})?$"
@@ -29,6 +29,12 @@ _RFC3339 = re.compile(
 
 TAGS_REFRESH_S = 30.0
 """Minimum seconds between two ``/api/tags`` calls made to learn a new digest's file size."""
+
+VERSION_RETRY_S = 30.0
+"""Seconds before a failed ``/api/version`` is tried again."""
+
+FIRST_DETAILS_WAIT_S = 1.0
+"""How long the first sample waits for ``/api/version`` and ``/api/show`` before returning."""
 
 
 LARGE_BODY_BYTES = 256 * 1024
@@ -67,13 +73,18 @@ def parse_go_time(text: Any) -> datetime | None:
         return None
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _int_or_none(value: Any) -> int | None:
+    """A JSON integer that Go's int64 could have sent, else None (bools, floats with a
+    fraction, out-of-range or negative numbers are not sizes)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= INT64_MAX:
+        return value
     return None
 
 
@@ -124,11 +135,14 @@ def parse_ps(obj: Any) -> tuple[PsModel, ...]:
         if not name:
             continue
         raw_expires = _str_or_none(entry.get("expires_at"))
+        digest = (_str_or_none(entry.get("digest")) or "").removeprefix("sha256:")
+        if any(r.name == name and r.digest == digest for r in rows):
+            continue  # the same model listed twice: show it once
         rows.append(
             PsModel(
                 name=name,
                 model=_str_or_none(entry.get("model")) or name,
-                digest=(_str_or_none(entry.get("digest")) or "").removeprefix("sha256:"),
+                digest=digest,
                 size_bytes=_int_or_none(entry.get("size")),
                 size_vram_bytes=_int_or_none(entry.get("size_vram")),
                 context_length=_int_or_none(entry.get("context_length")) or None,
@@ -168,7 +182,12 @@ def parse_tags(obj: Any) -> dict[str, TagInfo]:
     if not isinstance(obj, Mapping):
         raise ShapeError(f"expected a JSON object, got {type(obj).__name__}")
     out: dict[str, TagInfo] = {}
-    for entry in obj.get("models") or []:
+    models = obj.get("models")
+    if models is None:
+        return out
+    if not isinstance(models, list):
+        raise ShapeError(f"'models' is {type(models).__name__}, expected a list")
+    for entry in models:
         if not isinstance(entry, Mapping):
             continue
         digest = (_str_or_none(entry.get("digest")) or "").removeprefix("sha256:")
@@ -207,16 +226,19 @@ class _RequestFailed(Exception):
 class OllamaClient:
     """Polls one Ollama server over ``httpx.AsyncClient`` and returns complete snapshots.
 
-    ``/api/show`` (verbose) is called once per manifest digest and cached; a digest that
-    changes (a model re-pulled under the same name) is fetched again. ``/api/tags`` is read
-    when a loaded digest's file size is unknown, at most every ``TAGS_REFRESH_S`` seconds.
+    Only ``/api/ps`` is on the poll's critical path. ``/api/version``, ``/api/show`` (verbose,
+    once per manifest digest, again when a digest changes) and ``/api/tags`` (when a loaded
+    digest's file size is unknown, at most every ``TAGS_REFRESH_S``) run as background tasks
+    whose answers join the next snapshot, so a slow ``/api/show`` never delays the table.
+    Every request has a hard deadline (a server trickling bytes cannot stall a poll).
     Read-only: only GET and the read-only ``POST /api/show`` are sent.
 
     Args:
         base_url: Server base URL (``config.parse_ollama_host``).
-        timeout_s: Bound on connect and read of the frequent calls.
-        show_timeout_s: Bound for ``/api/show`` (verbose answers carry the tokenizer: MBs).
+        timeout_s: Deadline of ``/api/ps``, ``/api/version`` and ``/api/tags``, in seconds.
+        show_timeout_s: Deadline of ``/api/show`` (verbose answers carry the tokenizer: MBs).
         transport: An ``httpx`` transport for tests (e.g. ``httpx.MockTransport``).
+        clock: Wall-clock function (Unix seconds) stamped on snapshots.
     """
 
     def __init__(
@@ -229,38 +251,50 @@ class OllamaClient:
         clock: Any = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._timeout = httpx.Timeout(timeout_s)
         self._timeout_s = timeout_s
-        self._show_timeout = httpx.Timeout(show_timeout_s)
+        self._show_timeout_s = show_timeout_s
         self._clock = clock
         host = httpx.URL(self.base_url).host
         loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
-            timeout=self._timeout,
+            timeout=httpx.Timeout(timeout_s),
             transport=transport,
             trust_env=not loopback,  # a proxy must never sit between kvtop and a local server
             headers={"User-Agent": "kvtop"},
         )
         self._shows: dict[str, ShowInfo] = {}
-        self._tags: dict[str, TagInfo] = {}
         self._show_failed_at: dict[str, float] = {}
+        self._show_tasks: dict[str, asyncio.Task[ShowInfo]] = {}
+        self._tags: dict[str, TagInfo] = {}
         self._tags_read_at: float | None = None
+        self._tags_task: asyncio.Task[dict[str, TagInfo] | None] | None = None
         self._version: str | None = None
+        self._version_failed_at: float | None = None
+        self._version_task: asyncio.Task[str | None] | None = None
+        self._samples = 0
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Cancel background requests and close the connection pool."""
+        for task in self._tasks():
+            task.cancel()
         await self._client.aclose()
 
-    async def _request(self, method: str, path: str, *, json_body: Any = None,
-                       timeout: httpx.Timeout | None = None) -> Any:
+    def _tasks(self) -> list[asyncio.Task[Any]]:
+        tasks: list[asyncio.Task[Any]] = list(self._show_tasks.values())
+        tasks += [t for t in (self._tags_task, self._version_task) if t is not None]
+        return tasks
+
+    async def _request(self, method: str, path: str, *, json_body: Any = None, deadline_s: float | None = None) -> Any:
+        deadline = deadline_s or self._timeout_s
         try:
-            resp = await self._client.request(method, path, json=json_body,
-                                              timeout=timeout or self._timeout)
+            resp = await asyncio.wait_for(
+                self._client.request(method, path, json=json_body, timeout=httpx.Timeout(deadline)), deadline
+            )
+        except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            raise _RequestFailed("timeout", f"{path}: no answer within {deadline:g} s") from None
         except httpx.ConnectTimeout:
-            raise _RequestFailed("timeout", f"{path}: connect timed out after {self._timeout_s:g} s") from None
-        except httpx.TimeoutException:
-            raise _RequestFailed("timeout", f"{path}: no answer within {self._timeout_s:g} s") from None
+            raise _RequestFailed("timeout", f"{path}: connect timed out after {deadline:g} s") from None
         except httpx.ConnectError as exc:
             cause = _root_os_error(exc)
             if isinstance(cause, ConnectionRefusedError) or "refused" in str(exc).lower():
@@ -274,10 +308,10 @@ class OllamaClient:
         if resp.status_code >= 400:
             detail = ""
             try:
-                body = resp.json()
+                body = json.loads(resp.content)
                 if isinstance(body, Mapping) and isinstance(body.get("error"), str):
                     detail = ": " + _one_line(body["error"], 120)
-            except ValueError:
+            except (ValueError, UnicodeDecodeError):
                 detail = ": " + _one_line(resp.text, 120) if resp.text.strip() else ""
             raise _RequestFailed("http", f"{path}: HTTP {resp.status_code} {resp.reason_phrase}{detail}")
         try:
@@ -285,18 +319,33 @@ class OllamaClient:
                 # a verbose /api/show carries the tokenizer (MBs): decode off the event loop
                 return await asyncio.to_thread(json.loads, resp.content)
             return json.loads(resp.content)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise _RequestFailed("invalid_json", f"{path}: invalid JSON ({_one_line(resp.text, 60)!r})") from None
 
-    async def sample(self) -> OllamaSnapshot:
+    async def sample(self, *, wait_details: bool = False) -> OllamaSnapshot:
         """Poll the server once; never raises (except cancellation).
+
+        Args:
+            wait_details: Wait for every pending ``/api/version``, ``/api/show`` and
+                ``/api/tags`` answer (each bounded by its deadline) before returning, as
+                ``--once`` does. Otherwise only the first sample waits, up to
+                ``FIRST_DETAILS_WAIT_S``.
 
         Returns:
             A complete snapshot. ``reachable`` is False when ``/api/ps`` failed; ``error``
             then says how (refused, timeout, HTTP status, invalid JSON or shape). Failures of
-            ``/api/show`` or ``/api/tags`` are kept per model and do not fail the snapshot.
+            the other calls are kept per model and do not fail the snapshot.
         """
         taken_at = self._clock()
+        try:
+            return await self._sample(taken_at, wait_details)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug must become a visible error, not a dead poller
+            return self._snapshot(taken_at, reachable=False, error_kind="other",
+                                  error=f"internal error while polling: {type(exc).__name__}: {_one_line(str(exc), 120)}")
+
+    async def _sample(self, taken_at: float, wait_details: bool) -> OllamaSnapshot:
         t0 = time.perf_counter()
         try:
             body = await self._request("GET", "/api/ps")
@@ -304,59 +353,92 @@ class OllamaClient:
             models = parse_ps(body)
         except _RequestFailed as exc:
             self._version = None  # a server that comes back may be another version
+            self._version_failed_at = None
             return self._snapshot(taken_at, reachable=False, error=exc.message, error_kind=exc.kind)
         except ShapeError as exc:
             return self._snapshot(taken_at, reachable=False,
                                   error=f"/api/ps: unexpected shape: {exc}", error_kind="invalid_shape")
-        if self._version is None:
-            try:
-                v = await self._request("GET", "/api/version")
-                self._version = _str_or_none(v.get("version")) if isinstance(v, Mapping) else None
-            except _RequestFailed:
-                self._version = None
-        for m in models:
-            if m.digest and self._show_due(m.digest, taken_at):
-                info = await self._show(m)
-                self._shows[m.digest] = info
-                if info.error:
-                    self._show_failed_at[m.digest] = taken_at
-                else:
-                    self._show_failed_at.pop(m.digest, None)
-        await self._refresh_tags(models)
+        self._samples += 1
+        self._start_details(models, taken_at)
+        pending = [t for t in self._tasks() if not t.done()]
+        if pending and (wait_details or self._samples == 1):
+            await asyncio.wait(pending, timeout=None if wait_details else FIRST_DETAILS_WAIT_S)
+        self._collect(taken_at)
         return self._snapshot(taken_at, reachable=True, latency_s=latency_s, models=models)
 
+    def _start_details(self, models: tuple[PsModel, ...], now: float) -> None:
+        if self._version is None and self._version_task is None and (
+            self._version_failed_at is None or now - self._version_failed_at >= VERSION_RETRY_S
+        ):
+            self._version_task = asyncio.create_task(self._fetch_version())
+        for m in models:
+            key = detail_key(m)
+            if key not in self._show_tasks and self._show_due(key, now):
+                self._show_tasks[key] = asyncio.create_task(self._show(m))
+        missing = any(m.digest and m.digest not in self._tags for m in models)
+        if missing and self._tags_task is None and (
+            self._tags_read_at is None or now - self._tags_read_at >= TAGS_REFRESH_S
+        ):
+            self._tags_read_at = now
+            self._tags_task = asyncio.create_task(self._fetch_tags())
+
+    def _collect(self, now: float) -> None:
+        """Move finished background answers into the caches."""
+        for key, task in list(self._show_tasks.items()):
+            if not task.done():
+                continue
+            del self._show_tasks[key]
+            info = task.result() if not task.cancelled() else ShowInfo(digest=key, name=key, error="cancelled")
+            self._shows[key] = info
+            if info.error:
+                self._show_failed_at[key] = now
+            else:
+                self._show_failed_at.pop(key, None)
+        if self._version_task is not None and self._version_task.done():
+            version = None if self._version_task.cancelled() else self._version_task.result()
+            self._version_task = None
+            self._version = version
+            self._version_failed_at = None if version else now
+        if self._tags_task is not None and self._tags_task.done():
+            tags = None if self._tags_task.cancelled() else self._tags_task.result()
+            self._tags_task = None
+            if tags is not None:
+                self._tags = tags
+
+    async def _fetch_version(self) -> str | None:
+        try:
+            body = await self._request("GET", "/api/version")
+        except _RequestFailed:
+            return None
+        return _str_or_none(body.get("version")) if isinstance(body, Mapping) else None
+
+    async def _fetch_tags(self) -> dict[str, TagInfo] | None:
+        try:
+            return parse_tags(await self._request("GET", "/api/tags"))
+        except (_RequestFailed, ShapeError):
+            return None
+
     async def _show(self, m: PsModel) -> ShowInfo:
+        key = detail_key(m)
         try:
             body = await self._request("POST", "/api/show", json_body={"model": m.name, "verbose": True},
-                                       timeout=self._show_timeout)
-            return parse_show(body, digest=m.digest, name=m.name)
+                                       deadline_s=self._show_timeout_s)
+            return parse_show(body, digest=key, name=m.name)
         except _RequestFailed as exc:
-            return ShowInfo(digest=m.digest, name=m.name, error=exc.message)
+            return ShowInfo(digest=key, name=m.name, error=exc.message)
         except ShapeError as exc:
-            return ShowInfo(digest=m.digest, name=m.name, error=f"/api/show: unexpected shape: {exc}")
+            return ShowInfo(digest=key, name=m.name, error=f"/api/show: unexpected shape: {exc}")
 
-    async def _refresh_tags(self, models: tuple[PsModel, ...]) -> None:
-        missing = [m for m in models if m.digest and m.digest not in self._tags]
-        if not missing:
-            return
-        now = self._clock()
-        if self._tags_read_at is not None and now - self._tags_read_at < TAGS_REFRESH_S:
-            return
-        self._tags_read_at = now
-        try:
-            self._tags = parse_tags(await self._request("GET", "/api/tags"))
-        except (_RequestFailed, ShapeError):
-            return
-
-    def _show_due(self, digest: str, now: float) -> bool:
-        """True when ``/api/show`` for ``digest`` is not cached, or failed ≥ SHOW_RETRY_S ago."""
-        if digest not in self._shows:
+    def _show_due(self, key: str, now: float) -> bool:
+        """True when ``/api/show`` for ``key`` is not cached, or failed ≥ SHOW_RETRY_S ago."""
+        if key not in self._shows:
             return True
-        failed_at = self._show_failed_at.get(digest)
+        failed_at = self._show_failed_at.get(key)
         return failed_at is not None and now - failed_at >= SHOW_RETRY_S
 
     def _snapshot(self, taken_at: float, **kw: Any) -> OllamaSnapshot:
-        live = {m.digest for m in kw.get("models", ())}
+        models: tuple[PsModel, ...] = kw.get("models", ())
+        live = {detail_key(m) for m in models}
         shows = {d: s for d, s in self._shows.items() if d in live}
         return OllamaSnapshot(
             host_url=self.base_url,
@@ -366,4 +448,3 @@ class OllamaClient:
             tags=MappingProxyType({d: t for d, t in self._tags.items() if d in live}),
             **kw,
         )
-

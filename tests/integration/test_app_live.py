@@ -48,6 +48,8 @@ async def test_dashboard_follows_the_scenario_and_survives_a_server_restart() ->
 
             server.goto(1)  # qwen3:1.7b-q8_0 at num_ctx 4096
             await until(pilot, lambda: [r[0] for r in rows(app)] == ["qwen3:1.7b-q8_0"])
+            # /api/show runs in the background: its answer joins a later poll
+            await until(pilot, lambda: "KV ~" in rows(app)[0][3])
             r = rows(app)[0]
             assert r[4] == "4096×1*" and r[5] == "100% GPU"
             assert " KV ~448M " in r[3]  # 4096 × 114,688 B = 448 MiB

@@ -205,7 +205,7 @@ async def test_client_refetches_show_when_digest_changes() -> None:
     await client.sample()
     ps["models"][0]["digest"] = "0" * 64
     calls.clear()
-    snap = await client.sample()
+    snap = await client.sample(wait_details=True)
     assert "POST /api/show" in calls
     assert set(snap.shows) == {"0" * 64}
     await client.aclose()
@@ -219,11 +219,11 @@ async def test_show_failure_is_kept_per_model_and_retried_later() -> None:
     assert snap.reachable
     assert snap.shows[DIGEST].error == "/api/show: HTTP 500 Internal Server Error: boom"
     calls.clear()
-    await client.sample()
+    await client.sample(wait_details=True)
     assert "POST /api/show" not in calls  # not hammered every poll
     now[0] += 16
     calls.clear()
-    await client.sample()
+    await client.sample(wait_details=True)
     assert "POST /api/show" in calls
     await client.aclose()
 
@@ -254,3 +254,79 @@ async def test_client_failures_become_snapshots(handler: Callable[[httpx.Request
     assert snap.error == message
     assert snap.taken_at == 1000.0
     await client.aclose()
+
+
+async def test_slow_show_does_not_delay_the_poll() -> None:
+    import asyncio
+    import time
+
+    release = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":
+            await release.wait()
+            return httpx.Response(200, json={"model_info": {"general.architecture": "gemma4"}})
+        if request.url.path == "/api/ps":
+            return httpx.Response(200, json=PS_BODY)
+        if request.url.path == "/api/version":
+            return httpx.Response(200, json={"version": "0.12.6"})
+        return httpx.Response(200, json={"models": []})
+
+    client = OllamaClient("http://x:1", transport=httpx.MockTransport(handler), show_timeout_s=30)
+    t0 = time.perf_counter()
+    first = await client.sample()  # the first sample waits at most FIRST_DETAILS_WAIT_S (1 s)
+    second = await client.sample()
+    assert time.perf_counter() - t0 < 2.5
+    assert first.reachable and second.reachable and second.version == "0.12.6"
+    assert DIGEST not in second.shows  # still pending, not blocking
+    release.set()
+    await asyncio.sleep(0.05)
+    third = await client.sample()
+    assert third.shows[DIGEST].model_info["general.architecture"] == "gemma4"
+    await client.aclose()
+
+
+async def test_a_trickling_server_hits_the_deadline() -> None:
+    import asyncio
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200, json={"models": []})
+
+    client = OllamaClient("http://x:1", transport=httpx.MockTransport(handler), timeout_s=0.2)
+    snap = await client.sample()
+    assert snap.error_kind == "timeout" and snap.error == "/api/ps: no answer within 0.2 s"
+    await client.aclose()
+
+
+async def test_garbage_tags_and_internal_errors_never_kill_the_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/tags":
+            return httpx.Response(200, json={"models": 5})
+        return _server([])(request)
+
+    client = _client(handler)
+    snap = await client.sample(wait_details=True)
+    assert snap.reachable and snap.tags == {}
+
+    import kvtop.sources.ollama as mod
+
+    def boom(obj: Any) -> Any:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(mod, "parse_ps", boom)
+    snap = await client.sample()
+    assert not snap.reachable and snap.error_kind == "other"
+    assert snap.error == "internal error while polling: KeyError: 'surprise'"
+    await client.aclose()
+
+
+@pytest.mark.parametrize("size", [10**400, -5, 2**63, 1.5, True, "12"])
+def test_sizes_outside_int64_are_not_known(size: Any) -> None:
+    row = parse_ps({"models": [{"name": "m", "size": size, "size_vram": 1}]})[0]
+    assert row.size_bytes is None
+
+
+def test_duplicate_rows_are_shown_once() -> None:
+    entry = PS_BODY["models"][0]
+    assert len(parse_ps({"models": [entry, entry]})) == 1

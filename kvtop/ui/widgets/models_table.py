@@ -134,8 +134,8 @@ class ModelsTable(DataTable[Text | str]):
             self._signature = signature
         else:
             self.clear()
-        for v in views:
-            self.add_row(*(col.cell(v, colors) for col in cols), key=f"{v.digest}:{v.name}")
+        for i, v in enumerate(views):
+            self.add_row(*(col.cell(v, colors) for col in cols), key=f"{i}:{v.digest}:{v.name}")
         self._views = views
         if selected is not None:
             for i, v in enumerate(views):
