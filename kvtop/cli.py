@@ -17,11 +17,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from kvtop import __version__
-from kvtop.config import DEFAULT_INTERVAL_S, Settings, clamp_interval, host_from_environment, parse_ollama_host
+from kvtop.config import DEFAULT_INTERVAL_S, HostError, Settings, clamp_interval, host_from_environment, parse_ollama_host
 
 EXIT_OK = 0
 EXIT_DEMO_FAILED = 1
 EXIT_UNREACHABLE = 2
+EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,8 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextmanager
-def demo_server(speed: float = 1.0) -> Iterator[str]:
+def demo_server(speed: float = 1.0, *, manual: bool = False) -> Iterator[str]:
     """Run the stand-in Ollama server (``kvtop.demo.server``) on a free loopback port.
+
+    The server exits by itself if kvtop dies without stopping it (``--exit-with-parent``).
 
     Yields:
         Its base URL, e.g. ``http://127.0.0.1:40321``.
@@ -57,8 +60,9 @@ def demo_server(speed: float = 1.0) -> Iterator[str]:
     Raises:
         RuntimeError: The server did not announce ``LISTENING`` within 10 s.
     """
+    cmd = [sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--speed", str(speed), "--exit-with-parent"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--speed", str(speed)],
+        cmd + (["--manual"] if manual else []),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -100,7 +104,7 @@ async def _sample_once(settings: Settings) -> int:
         await client.aclose()
     state = apply(AppState(host_url=settings.host_url), snap)
     if settings.extra.get("json") == "1":
-        sys.stdout.write(json.dumps(state_json(state), indent=2) + "\n")
+        sys.stdout.write(json.dumps(state_json(state), indent=2, ensure_ascii=False) + "\n")
     else:
         out = state_text(state)
         (sys.stdout if snap.reachable else sys.stderr).write(out)
@@ -113,9 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.json and not args.once:
         parser.error("--json needs --once")
-    if not (args.interval > 0):
+    if not (0 < args.interval < float("inf")):
         parser.error("--interval must be a positive number of seconds")
-    host_url = parse_ollama_host(args.host) if args.host is not None else host_from_environment()
+    if not (0 < args.timeout < float("inf")):
+        parser.error("--timeout must be a positive number of seconds")
+    try:
+        host_url = parse_ollama_host(args.host, strict=True) if args.host is not None else host_from_environment()
+    except HostError as exc:
+        parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
     settings = Settings(
         host_url=host_url,
         interval_s=clamp_interval(args.interval),
@@ -124,14 +133,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         readonly=args.readonly,
         extra={"json": "1" if args.json else "0"},
     )
-    if args.demo:
-        try:
-            with demo_server(args.demo_speed) as url:
-                return _run(dataclasses.replace(settings, host_url=url), once=args.once)
-        except RuntimeError as exc:
-            print(f"kvtop: {exc}", file=sys.stderr)
-            return EXIT_DEMO_FAILED
-    return _run(settings, once=args.once)
+    try:
+        if args.demo:
+            try:
+                with demo_server(args.demo_speed, manual=args.once) as url:
+                    if args.once:
+                        _show_busiest_step(url)
+                    return _run(dataclasses.replace(settings, host_url=url), once=args.once)
+            except RuntimeError as exc:
+                print(f"kvtop: {exc}", file=sys.stderr)
+                return EXIT_DEMO_FAILED
+        return _run(settings, once=args.once)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _show_busiest_step(url: str) -> None:
+    """For ``--demo --once``: jump the stand-in to the step with the most models loaded."""
+    import httpx
+
+    from kvtop.demo.server import load_default_scenario
+
+    steps = load_default_scenario().steps
+    busiest = max(range(len(steps)), key=lambda i: len(steps[i].loaded))
+    httpx.post(f"{url}/_standin/advance", json={"to": busiest}, timeout=5, trust_env=False)
 
 
 def _run(settings: Settings, *, once: bool) -> int:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import httpx
+
 DEFAULT_HOST_URL = "http://127.0.0.1:11434"
 """Ollama's default address (``envconfig.Host()`` with ``OLLAMA_HOST`` unset)."""
 
@@ -42,7 +44,7 @@ def _split_host_port(hostport: str) -> tuple[str, str] | None:
     return host, port
 
 
-def parse_ollama_host(raw: str | None) -> str:
+def parse_ollama_host(raw: str | None, *, strict: bool = False) -> str:
     """Resolve an ``OLLAMA_HOST`` value to the base URL a client connects to.
 
     Follows Ollama's ``envconfig.Host()`` (``envconfig/config.go``): the scheme is optional
@@ -53,10 +55,16 @@ def parse_ollama_host(raw: str | None) -> str:
 
     Args:
         raw: The value of ``OLLAMA_HOST`` or ``--host``; None or empty means the default.
+        strict: Refuse an invalid port instead of falling back to the default as Ollama does
+            (used for ``--host``, which the user typed and would not want silently replaced).
 
     Returns:
         A base URL without a trailing slash, e.g. ``http://127.0.0.1:11434`` or
         ``https://[::1]:443/ollama``.
+
+    Raises:
+        HostError: The value cannot name a server (e.g. ``::1:8080``, unbracketed IPv6 with a
+            port), or, with ``strict``, its port is not a number in 0–65535.
     """
     s = _env_var(raw or "")
     if not s:
@@ -87,13 +95,24 @@ def parse_ollama_host(raw: str | None) -> str:
         if not 0 <= port_n <= 65535:
             raise ValueError(port)
     except ValueError:
+        if strict:
+            raise HostError(f"invalid port {port!r} in {s!r}: expected a number 0–65535") from None
         port = default_port
     host = _client_host(host)
     shown = f"[{host}]" if ":" in host else host
     url = f"{scheme}://{shown}:{port}"
     if path:
         url += "/" + path.strip("/")
-    return url.rstrip("/")
+    url = url.rstrip("/")
+    if scheme not in ("http", "https"):
+        raise HostError(f"unsupported scheme {scheme!r} in {s!r}: use http or https")
+    try:
+        parsed = httpx.URL(url)
+        if not parsed.host:
+            raise ValueError("no host")
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise HostError(f"cannot use {s!r} as a server address: {exc}") from None
+    return url
 
 
 def _client_host(host: str) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
+
 from kvtop import __version__
 from kvtop.model.state import AppState, ModelView
 
@@ -36,6 +38,9 @@ def model_json(v: ModelView) -> dict[str, Any]:
         },
         "kv_bytes_per_token": v.kv_bytes_per_token,
         "expires_at": v.expires_at.isoformat() if v.expires_at else None,
+        "until": v.until,
+        "expired": v.expired,
+        "cpu_percent": v.cpu_percent,
         "sources": {
             "context_length": v.context.source,
             "parallel": v.parallel.source,
@@ -91,7 +96,7 @@ def state_text(state: AppState) -> str:
     for v in state.models:
         m = v.memory
         rows.append([
-            safe(v.name, 40), v.short_id, _bytes(v.size_bytes), v.processor, context_text(v),
+            safe(v.name, 40), v.short_id, _bytes(v.size_bytes), "cloud" if v.cloud else v.processor, context_text(v),
             mark(m.weights) + _bytes(m.weights.value) if m.weights.value is not None else "?",
             mark(m.kv) + _bytes(m.kv.value) if m.kv.value is not None else "?",
             mark(m.compute) + _bytes(m.compute.value) if m.compute.value is not None else "?",
@@ -99,8 +104,8 @@ def state_text(state: AppState) -> str:
             v.flash_attention.value or "?",
             v.until,
         ])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
-    lines.append("~ estimated  * Ollama default (the server log gives the real value)  ? not known")
+    widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
+        lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
+    lines.append("~ estimated  * Ollama default (the server log gives the real value)  ^ requested  ? not known")
     return "\n".join(lines) + "\n"

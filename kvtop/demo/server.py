@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import socket
@@ -720,6 +721,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="restart after the last step (default: on)",
     )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one goes away (kvtop --demo uses it)",
+    )
     return parser
 
 
@@ -801,12 +807,14 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
 
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.daemon = True
+    parent = os.getppid()
     try:
         thread.start()
         sys.stdout.write(f"LISTENING {server.url}\n")
         sys.stdout.flush()
         while not stop.wait(0.5):
-            pass
+            if args.exit_with_parent and os.getppid() != parent:
+                break  # the parent died (even by SIGKILL): never linger as an orphan
     finally:
         server.shutdown()
         server.server_close()

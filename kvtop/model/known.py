@@ -18,10 +18,11 @@ SOURCE_MARK: dict[str, str] = {
     "allocated": "",
     "reported": "",
     "estimated": "~",
-    "requested": "?",
+    "requested": "^",
     "default": "*",
 }
-"""Prefix marks used in dense tables: ``~`` estimated, ``*`` Ollama default, ``?`` requested only."""
+"""Prefix marks used in dense tables: ``~`` estimated, ``*`` Ollama default, ``^`` requested only
+(``?`` alone means not known)."""
 
 
 @dataclass(frozen=True, slots=True)

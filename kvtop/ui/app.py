@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from typing import Protocol
 
 from rich.text import Text
@@ -15,6 +16,7 @@ from textual.widgets import Footer, Input, Static
 from kvtop.config import Settings, clamp_interval
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import SORT_KEYS, AppState, apply, filter_views, sort_views
+from kvtop.ui.format import safe
 from kvtop.ui.messages import SnapshotReceived
 from kvtop.ui.screens.help import HelpScreen
 from kvtop.ui.screens.model_detail import ModelDetailScreen
@@ -24,7 +26,7 @@ from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-MIN_WIDTH, MIN_HEIGHT = 60, 12
+MIN_WIDTH, MIN_HEIGHT = 70, 12
 
 
 class OllamaSource(Protocol):
@@ -43,14 +45,17 @@ class KvtopApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("p", "toggle_pause", "Pause"),
-        Binding("plus,equals_sign", "slower", "+Interval", key_display="+"),
-        Binding("minus", "faster", "-Interval", key_display="-"),
+        Binding("plus,equals_sign", "slower", "Slower", key_display="+"),
+        Binding("minus", "faster", "Faster", key_display="-"),
         Binding("s", "cycle_sort", "Sort"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
+    MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help"})
+    """Actions that only make sense on the dashboard itself (not over the detail view)."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
     # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
@@ -85,6 +90,12 @@ class KvtopApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:  # a closed terminal or `kill` quits cleanly: the terminal is restored
+                loop.add_signal_handler(sig, self.exit)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (tests) or not supported (Windows)
         for theme in load_themes().values():
             self.register_theme(theme)
         if DEFAULT_THEME in self.available_themes:
@@ -145,7 +156,7 @@ class KvtopApp(App[int]):
             return
         state = self.state
         too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
-        self.screen.set_class(too_small, "-too-small")
+        self.screen_stack[0].set_class(too_small, "-too-small")
         if too_small:
             self._update_static("#too-small", Text(
                 f"Terminal too small: {self.size.width}×{self.size.height}.\n"
@@ -160,14 +171,12 @@ class KvtopApp(App[int]):
         table = self.query_one(ModelsTable)
         table.set_class(state.stale_s is not None, "-stale")
         table.show(views, self.size.width)
-        status = Text()
-        status.append(f"sort: {self.sort_key}")
+        status = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
-            status.append(f"  filter: {self.filter_text!s}")
-            status.append(f" ({len(views)} of {len(state.models)})")
-        status.append("   ~ estimated  * Ollama default  Enter details  ? help")
+            status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
+        status.append(f"sort: {self.sort_key}   ~ estimated  * Ollama default  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
-            status = Text("No model loaded. Models appear here when a client loads one (e.g. `ollama run llama3.2`).")
+            status = Text("No model loaded: models appear here when a client loads one.")
         self._update_static("#status", status)
 
     def _update_static(self, selector: str, content: Text) -> None:
@@ -175,6 +184,12 @@ class KvtopApp(App[int]):
         if self._static_cache.get(selector) != content:
             self._static_cache[selector] = content
             self.query_one(selector, Static).update(content)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Sorting, filtering and help act on the dashboard, not through the detail view."""
+        if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
+            return False
+        return True
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -29,6 +29,20 @@ def safe(text: str, limit: int | None = None) -> str:
     return out
 
 
+def safe_name(name: str, limit: int) -> str:
+    """A model name cut in the middle so its tag stays visible: ``hf.co/unsl…:Q4_K_M``."""
+    text = safe(name)
+    if len(text) <= limit:
+        return text
+    if limit < 4:
+        return text[:limit]
+    colon = text.rfind(":")
+    tail_len = len(text) - colon if colon > 0 else 0
+    tail_len = min(tail_len, (limit - 1) // 2) if tail_len else (limit - 1) // 3
+    head_len = limit - 1 - tail_len
+    return text[:head_len] + "…" + (text[-tail_len:] if tail_len else "")
+
+
 def ibytes(n: int | None, *, short: bool = False) -> str:
     """Bytes in binary units: ``4.0 GiB``, ``448 MiB`` (``short``: ``4.0G``, ``448M``); None -> ``?``."""
     if n is None:
@@ -58,7 +72,7 @@ def exact_bytes(n: int | None) -> str:
 
 
 def mark(k: Known[Any]) -> str:
-    """The dense-table prefix for a value's source (``~`` estimated, ``*`` default, ``?`` requested)."""
+    """The dense-table prefix for a value's source (``~`` estimated, ``*`` default, ``^`` requested)."""
     return SOURCE_MARK.get(k.source or "", "")
 
 
@@ -148,6 +162,7 @@ def short_until(view: ModelView) -> str:
     """Compact UNTIL for narrow tables: ``4 min``, ``2 h``, ``Forever``, ``expired``."""
     text = view.until
     for long, short in ((" from now", ""), (" minutes", " min"), (" seconds", " s"), (" hours", " h"),
+                        (" days", " d"), (" weeks", " wk"), (" months", " mo"), (" years", " y"),
                         ("About a minute", "1 min"), ("About an hour", "1 h"), ("Less than a second", "<1 s")):
         text = text.replace(long, short)
     return text

@@ -54,7 +54,7 @@ async def test_table_shows_models_with_kv_math_at_80x24() -> None:
         assert [r[4] for r in table] == ["100% GPU", "19%/81% CPU/GPU", "100% GPU"]
         assert [r[3] for r in table] == ["4096×1*", "4096×1*", "32768×1*"]
         head = header_text(app)
-        assert "Ollama 0.22.1" in head and "● up 4 ms" in head
+        assert "Ollama 0.22.1" in head and "● up  latency 4 ms" in head
         assert "3 models loaded" in head and "1 spilled to CPU" in head
 
 
@@ -66,11 +66,12 @@ async def test_wide_table_has_all_columns() -> None:
         labels = [str(c.label) for c in table.columns.values()]
         assert labels == ["NAME", "ID", "SIZE", "MEMORY weights|KV|compute", "CONTEXT", "PROCESSOR",
                           "FLASH ATTN", "KV TYPE", "UNTIL"]
+        assert [r[0] for r in rows(app)] == ["qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"]
         q8 = rows(app)[2]
         assert q8[1] == "b4c0dd6fbac8"
         assert q8[3].endswith("W 2.0G KV ~3.5G C ~141M")  # 6,106,141,568 − 2,200,000,000 − 3,758,096,384
         assert q8[6] == "?" and q8[7] == "f16*"
-        assert rows(app)[0][8] == "Forever"
+        assert rows(app)[0][8] == "Forever" and rows(app)[2][8] == "4 min"  # 300 s keep-alive, a moment later (Go truncates)
 
 
 async def test_enter_opens_detail_with_kv_arithmetic_and_escape_returns() -> None:

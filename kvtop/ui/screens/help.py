@@ -15,7 +15,7 @@ kvtop — top for an Ollama server's memory
 Keys
   q          quit                      ?          this help
   p          pause / resume polling    + / -      slower / faster refresh
-  s          cycle sort order          /          filter by name (Esc clears)
+  s          cycle sort order          /          filter (Esc clears it)
   Enter      details of the model      Esc        back / close
   ↑ ↓        move the selection
 
@@ -31,9 +31,13 @@ Columns
 
 Sources
   plain      allocated (runner log) or reported (API)
-  ~          estimated (KV math from /api/show; compute = size − weights − KV)
+  ~          estimated (KV math; compute = size − weights − KV)
   *          Ollama's default, assumed until the log says otherwise
-  ?          requested (Modelfile) but not confirmed
+  ^          requested (Modelfile num_ctx) but not confirmed by the server
+  ?          not known
+
+Width: ID, byte figures, FLASH ATTN and KV TYPE appear from 150 columns,
+UNTIL from 100. Ctrl+P opens the command palette (themes, keys).
 
 Esc or ? closes this help.
 """
@@ -47,7 +51,7 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen > VerticalScroll { width: 80; max-width: 100%; height: auto; max-height: 100%;
         border: round $primary; background: $surface; padding: 0 1; }
     """
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():

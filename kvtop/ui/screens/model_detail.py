@@ -18,7 +18,7 @@ from kvtop.ui.widgets.gpu_strip import GPU_UNAVAILABLE_REASON
 
 
 def _src(k: Known[Any]) -> str:
-    return f"[{k.source}]" if k.source else "[not known]"
+    return f"[{k.source}]" if k.source else ""
 
 
 def _row(out: Text, label: str, value: str, source: str = "", note: str = "") -> None:
@@ -52,7 +52,10 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "KV cache", exact_bytes(m.kv.value), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
     _row(out, "compute + other", exact_bytes(m.compute.value), _src(m.compute), m.compute.note)
     out.append("\nKV cache\n", style="bold underline")
-    _row(out, "num_ctx per slot", f"{v.context.value:,}" if v.context.value else "?", _src(v.context), v.context.note)
+    _row(out, "num_ctx per slot", f"{v.context.value:,}" if v.context.value else "not known", _src(v.context), v.context.note)
+    if v.context.value and v.context_train and v.context.value > v.context_train:
+        _row(out, "", f"above the training context ({v.context_train:,}): Ollama ≥ 0.15.5 clamps it; older versions"
+             " run past what the model was trained for")
     _row(out, "slots (parallel)", str(v.parallel.value) if v.parallel.value else "?", _src(v.parallel), v.parallel.note)
     if v.total_ctx_cells is not None:
         _row(out, "cells (ctx × slots)", f"{v.total_ctx_cells:,}")

@@ -42,7 +42,9 @@ class ServerHeader(Static):
         elif snap.reachable:
             line1.append("  ● up", style=v.get("kv-ok", ""))
             if snap.latency_s is not None:
-                line1.append(f" {snap.latency_s * 1000:.0f} ms")
+                line1.append(f"  latency {snap.latency_s * 1000:.0f} ms")
+        elif snap.error_kind in ("http", "invalid_json", "invalid_shape", "other"):
+            line1.append("  ✖ error", style=f"bold {v.get('kv-crit', '')}")  # it answers, but not with data
         else:
             line1.append("  ✖ down", style=f"bold {v.get('kv-crit', '')}")
         line1.append(f"  every {self.interval_s:g} s")
@@ -69,4 +71,7 @@ class ServerHeader(Static):
                 line2.append(f" · {ibytes(total)} total · {ibytes(vram)} in VRAM")
                 if spilled:
                     line2.append(f" · {spilled} spilled to CPU", style=f"bold {v.get('kv-crit', '')}")
-        return Text("\n").join([line1, line2])
+        out = Text("\n").join([line1, line2])
+        out.no_wrap = True  # a narrow terminal cuts the lines; it never pushes line 2 away
+        out.overflow = "ellipsis"
+        return out

@@ -9,10 +9,13 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from kvtop.model.state import ModelView
-from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe, short_until
+from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe_name, short_until
 
-WIDE_MIN_COLUMNS = 140
-"""From this width on the table shows ID, FLASH ATTN, KV TYPE, UNTIL and byte figures."""
+WIDE_MIN_COLUMNS = 150
+"""From this width on the table shows ID, FLASH ATTN, KV TYPE and byte figures."""
+
+MEDIUM_MIN_COLUMNS = 100
+"""From this width on the table shows UNTIL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +29,7 @@ class Column:
 def _name(width: int) -> Callable[[ModelView, dict[str, str]], Text]:
     def cell(v: ModelView, colors: dict[str, str]) -> Text:
         style = f"bold {colors.get('kv-crit', '')}" if v.spilled else ""
-        return Text(safe(v.name, width), style=style, no_wrap=True)
+        return Text(safe_name(v.name, width), style=style, no_wrap=True)
     return cell
 
 
@@ -73,9 +76,10 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
 
 def columns_for(width: int) -> tuple[Column, ...]:
     """The column set for a terminal ``width`` (80 columns shows the essentials)."""
-    # fixed columns + 2 cells of padding per column + 2 for the vertical scrollbar
+    # NAME gets what the fixed columns leave: their widths + 2 cells of padding per column
+    # + 2 for the vertical scrollbar + 1 spare
     if width >= WIDE_MIN_COLUMNS:
-        name_w = max(14, min(40, width - 138))
+        name_w = max(14, min(44, width - 130))
         return (
             Column("name", "NAME", name_w, _name(name_w)),
             Column("id", "ID", 12, lambda v, c: Text(v.short_id)),
@@ -85,16 +89,21 @@ def columns_for(width: int) -> tuple[Column, ...]:
             Column("processor", "PROCESSOR", 15, _processor),
             Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
             Column("kvtype", "KV TYPE", 7, _known("kv_type")),
-            Column("until", "UNTIL", 18, _until(False)),
+            Column("until", "UNTIL", 9, _until(True)),
         )
-    name_w = max(8, min(30, width - 62))
-    return (
+    medium = width >= MEDIUM_MIN_COLUMNS
+    bar_w = 12 if medium else 9 if width >= 78 else 4
+    name_w = max(8, min(40, width - 53 - bar_w - (11 if medium else 0)))
+    cols: tuple[Column, ...] = (
         Column("name", "NAME", name_w, _name(name_w)),
         Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
-        Column("memory", "MEMORY w|KV|c", 18, _memory(9, False)),
+        Column("memory", "MEMORY w|KV|c", bar_w + 9, _memory(bar_w, False)),
         Column("context", "CONTEXT", 8, lambda v, c: Text(context_text(v))),
         Column("processor", "PROCESSOR", 15, _processor),
     )
+    if medium:
+        cols += (Column("until", "UNTIL", 9, _until(True)),)
+    return cols
 
 
 class ModelsTable(DataTable[Text | str]):
