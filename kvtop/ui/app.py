@@ -8,20 +8,20 @@ from typing import Protocol
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding
 from textual.reactive import var
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from kvtop.config import Settings, clamp_interval
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import SORT_KEYS, AppState, apply, filter_views, sort_views
 from kvtop.ui.format import safe
 from kvtop.ui.messages import SnapshotReceived
+from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.help import HelpScreen
 from kvtop.ui.screens.model_detail import ModelDetailScreen
 from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes
-from kvtop.ui.widgets.gpu_strip import GpuStrip
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 
@@ -80,14 +80,16 @@ class KvtopApp(App[int]):
         """kvtop's semantic colours, so any Textual theme can render the dashboard."""
         return default_variables()
 
-    def compose(self) -> ComposeResult:
-        yield ServerHeader(id="header")
-        yield ModelsTable(id="models")
-        yield GpuStrip(id="gpu")
-        yield Static(id="status")
-        yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter")
-        yield Static(id="too-small")
-        yield Footer()
+    def get_default_screen(self) -> DashboardScreen:
+        """The dashboard is the bottom screen; detail and help screens go on top of it."""
+        return DashboardScreen()
+
+    @property
+    def dashboard(self) -> DashboardScreen:
+        """The dashboard screen, whichever screen is in front."""
+        screen = self.screen_stack[0]
+        assert isinstance(screen, DashboardScreen)
+        return screen
 
     def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
@@ -100,10 +102,6 @@ class KvtopApp(App[int]):
             self.register_theme(theme)
         if DEFAULT_THEME in self.available_themes:
             self.theme = DEFAULT_THEME
-        header = self.query_one(ServerHeader)
-        header.demo = self.settings.demo
-        self._dashboard_ready = True
-        self._refresh_all()
         if self._poll:
             self.poll_ollama()
 
@@ -148,27 +146,35 @@ class KvtopApp(App[int]):
     def watch_interval_s(self) -> None:
         self._refresh_all()
 
-    def on_resize(self) -> None:
+    def dashboard_mounted(self) -> None:
+        """Called by the dashboard screen once its widgets exist."""
+        self.dashboard.query_one(ServerHeader).demo = self.settings.demo
+        self._dashboard_ready = True
+        self._refresh_all()
+
+    def refresh_dashboard(self) -> None:
+        """Re-render the dashboard from the current state, size and view settings."""
         self._refresh_all()
 
     def _refresh_all(self) -> None:
         if not self._dashboard_ready or self.state is None:
             return
         state = self.state
+        main = self.dashboard
         too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
-        self.screen_stack[0].set_class(too_small, "-too-small")
+        main.set_class(too_small, "-too-small")
         if too_small:
             self._update_static("#too-small", Text(
                 f"Terminal too small: {self.size.width}×{self.size.height}.\n"
                 f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
                 justify="center",
             ))
-        header = self.query_one(ServerHeader)
+        header = main.query_one(ServerHeader)
         header.interval_s = self.interval_s
         header.paused = self.paused
         header.state = state
         views = filter_views(sort_views(state.models, self.sort_key), self.filter_text)
-        table = self.query_one(ModelsTable)
+        table = main.query_one(ModelsTable)
         table.set_class(state.stale_s is not None, "-stale")
         table.show(views, self.size.width)
         status = Text(no_wrap=True, overflow="ellipsis")
@@ -183,7 +189,7 @@ class KvtopApp(App[int]):
         """Update a Static only when its text changed (an update forces a layout pass)."""
         if self._static_cache.get(selector) != content:
             self._static_cache[selector] = content
-            self.query_one(selector, Static).update(content)
+            self.dashboard.query_one(selector, Static).update(content)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Sorting, filtering and help act on the dashboard, not through the detail view."""
@@ -220,17 +226,17 @@ class KvtopApp(App[int]):
         self.sort_key = SORT_KEYS[(i + 1) % len(SORT_KEYS)]
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.dashboard.query_one("#filter", Input)
         box.add_class("-visible")
         box.value = self.filter_text
         box.focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.dashboard.query_one("#filter", Input)
         self.filter_text = ""
         box.value = ""
         box.remove_class("-visible")
-        self.query_one(ModelsTable).focus()
+        self.dashboard.query_one(ModelsTable).focus()
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -240,11 +246,11 @@ class KvtopApp(App[int]):
     def _filter_submitted(self, event: Input.Submitted) -> None:
         self.filter_text = event.value
         event.input.remove_class("-visible")
-        self.query_one(ModelsTable).focus()
+        self.dashboard.query_one(ModelsTable).focus()
 
     @on(ModelsTable.RowSelected)
     def _open_detail(self, event: ModelsTable.RowSelected) -> None:
-        view = self.query_one(ModelsTable).selected_view
+        view = self.dashboard.query_one(ModelsTable).selected_view
         if view is not None:
             self.push_screen(ModelDetailScreen(view.name, view.digest))
 

@@ -96,3 +96,18 @@ def test_demo_once_starts_and_stops_the_embedded_server() -> None:
     doc = json.loads(proc.stdout)
     assert doc["reachable"] is True and doc["version"] == "0.22.1"
     assert doc["host"].startswith("http://127.0.0.1:")
+
+
+def test_invalid_host_is_a_clear_error() -> None:
+    for host, message in [("localhost:99999", "invalid port '99999'"), ("ftp://x", "unsupported scheme 'ftp'"),
+                          ("::1:40155", "cannot use '::1:40155' as a server address")]:
+        proc = kvtop("--once", "--host", host)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_demo_once_shows_the_busiest_step() -> None:
+    proc = kvtop("--demo", "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert "3 models loaded" in proc.stdout.splitlines()[0]
+    assert "19%/81% CPU/GPU" in proc.stdout

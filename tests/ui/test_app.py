@@ -167,3 +167,29 @@ async def test_server_text_cannot_inject_escapes_or_markup(evil: str) -> None:
         assert "\x1b" not in shown and "\x07" not in shown
         if evil.startswith("["):
             assert shown == evil  # shown literally, never interpreted as markup
+
+
+async def test_dashboard_keys_do_nothing_behind_the_detail_view() -> None:
+    app = app_with(snapshot_at(step_index("spills")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        app.query_one(ModelsTable).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelDetailScreen))
+        await pilot.press("s", "slash")
+        assert app.sort_key == "server" and not app.query_one("#filter").has_class("-visible")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ModelDetailScreen))
+
+
+async def test_too_small_comes_back_after_the_detail_view() -> None:
+    app = app_with(snapshot_at(1))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
+        app.query_one(ModelsTable).focus()
+        await pilot.press("p", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelDetailScreen))
+        await pilot.resize_terminal(50, 10)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ModelDetailScreen))
+        assert app.screen.has_class("-too-small")

@@ -39,3 +39,28 @@ def test_memory_bar_segments_follow_the_split() -> None:
     assert context_text(q8) == "32768×1*"
     gemma = views["gemma4:latest"]  # weights unknown: no made-up split
     assert memory_bar(gemma, 10, {}).plain == "·········▓"  # weights and compute unknown; KV 104 MiB gets its cell
+
+
+@pytest.mark.parametrize(
+    ("name", "limit", "shown"),
+    [("qwen3:1.7b-q8_0", 20, "qwen3:1.7b-q8_0"),
+     ("hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M", 22, "hf.co/unsloth/…:Q4_K_M"),
+     ("averyveryverylongnamewithouttag", 12, "averyver…tag")],
+)
+def test_safe_name_keeps_the_tag(name: str, limit: int, shown: str) -> None:
+    from kvtop.ui.format import safe_name
+
+    assert safe_name(name, limit) == shown and len(shown) <= limit
+
+
+@pytest.mark.parametrize("width", range(70, 221))
+def test_columns_fit_every_supported_width(width: int) -> None:
+    from kvtop.ui.widgets.models_table import columns_for
+
+    cols = columns_for(width)
+    used = sum(c.width + 2 for c in cols) + 2  # cell padding and the vertical scrollbar
+    assert used <= width
+    assert cols[0].key == "name" and cols[0].width >= 12
+    keys = [c.key for c in cols]
+    assert ("until" in keys) == (width >= 100)
+    assert ("id" in keys) == (width >= 150)
