@@ -27,6 +27,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -280,6 +281,15 @@ def _expires_ns(row: LoadedModel, since_ns: int) -> int:
     return since_ns + int(row.expires_in_s * 1e9)
 
 
+def model_blob(model: CatalogModel) -> str:
+    """The weights blob file name (``sha256-<hex>``) the stand-in reports for ``model``.
+
+    Real blobs are the sha256 of the GGUF file, which the scenario does not have; the stand-in
+    derives a stable one from the name so the Modelfile's ``FROM`` line has Ollama's shape.
+    """
+    return "sha256-" + hashlib.sha256(f"blob:{model.name}".encode()).hexdigest()
+
+
 def _modelfile(model: CatalogModel) -> str:
     if model.modelfile:
         return model.modelfile
@@ -288,7 +298,7 @@ def _modelfile(model: CatalogModel) -> str:
         "# To build a new Modelfile based on this, replace FROM with:",
         f"# FROM {model.name}",
         "",
-        f"FROM {model.name}",
+        f"FROM /usr/share/ollama/.ollama/models/blobs/{model_blob(model)}",
     ]
     if model.template:
         lines.append(f'TEMPLATE """{model.template}"""')

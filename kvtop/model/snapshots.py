@@ -69,6 +69,8 @@ class ShowInfo:
         parameters: The Modelfile ``parameters`` text (may set ``num_ctx``).
         capabilities: e.g. ``("completion", "tools")``.
         remote: True for a cloud/remote model (``remote_host``/``remote_model`` present).
+        model_blob: ``sha256-<hex>`` of the weights blob, from the Modelfile's ``FROM`` line
+            (the path the runner gets as ``--model``; ollama-reference.md §1.6, §7).
         error: Why the answer is missing, when it is.
     """
 
@@ -78,6 +80,7 @@ class ShowInfo:
     parameters: str = ""
     capabilities: tuple[str, ...] = ()
     remote: bool = False
+    model_blob: str | None = None
     error: str | None = None
 
 

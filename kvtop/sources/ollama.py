@@ -44,6 +44,10 @@ SHOW_RETRY_S = 15.0
 """Seconds before a failed ``/api/show`` for a digest is tried again."""
 
 
+_BLOB_FROM = re.compile(r"(?m)^FROM\s+\S*?sha256[-:]([0-9a-f]{64})\s*$")
+"""``FROM /…/blobs/sha256-<hex>`` in the Modelfile ``/api/show`` generates."""
+
+
 class ShapeError(ValueError):
     """A response that is valid JSON but not the shape Ollama sends."""
 
@@ -167,6 +171,7 @@ def parse_show(obj: Any, *, digest: str, name: str) -> ShowInfo:
         k: v for k, v in info.items() if isinstance(k, str) and not k.startswith("tokenizer.")
     } if isinstance(info, Mapping) else {}
     caps = obj.get("capabilities")
+    blob = _BLOB_FROM.search(_str_or_none(obj.get("modelfile")) or "")
     return ShowInfo(
         digest=digest,
         name=name,
@@ -174,6 +179,7 @@ def parse_show(obj: Any, *, digest: str, name: str) -> ShowInfo:
         parameters=_str_or_none(obj.get("parameters")) or "",
         capabilities=tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else (),
         remote=bool(obj.get("remote_host") or obj.get("remote_model")),
+        model_blob=f"sha256-{blob.group(1)}" if blob else None,
     )
 
 
