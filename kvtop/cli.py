@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from kvtop import __version__
 from kvtop.config import DEFAULT_INTERVAL_S, HostError, Settings, clamp_interval, host_from_environment, parse_ollama_host
 
 EXIT_OK = 0
-EXIT_DEMO_FAILED = 1
+EXIT_FAILED = 1
 EXIT_UNREACHABLE = 2
 EXIT_INTERRUPTED = 130
 
@@ -115,8 +116,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtop`` console script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # a terminal without UTF-8 gets "?" instead of a traceback
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
     if args.json and not args.once:
         parser.error("--json needs --once")
+    if args.demo and args.host is not None:
+        parser.error("--demo watches its own stand-in server; leave out --host")
     if not (0 < args.interval < float("inf")):
         parser.error("--interval must be a positive number of seconds")
     if not (0 < args.timeout < float("inf")):
@@ -142,10 +149,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return _run(dataclasses.replace(settings, host_url=url), once=args.once)
             except RuntimeError as exc:
                 print(f"kvtop: {exc}", file=sys.stderr)
-                return EXIT_DEMO_FAILED
+                return EXIT_FAILED
         return _run(settings, once=args.once)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `kvtop --once | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as exc:  # e.g. stdout is /dev/full
+        print(f"kvtop: cannot write the output: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _show_busiest_step(url: str) -> None:

@@ -82,7 +82,7 @@ def _bytes(n: int | None) -> str:
 
 def state_text(state: AppState) -> str:
     """The models table as plain aligned text, with a header line and a legend."""
-    from kvtop.ui.format import context_text, mark, safe
+    from kvtop.ui.format import context_text, mark, safe, safe_name
 
     snap = state.ollama
     lines: list[str] = []
@@ -96,7 +96,7 @@ def state_text(state: AppState) -> str:
     for v in state.models:
         m = v.memory
         rows.append([
-            safe(v.name, 40), v.short_id, _bytes(v.size_bytes), "cloud" if v.cloud else v.processor, context_text(v),
+            safe_name(v.name, 40), safe(v.short_id, 12), _bytes(v.size_bytes), "cloud" if v.cloud else v.processor, context_text(v),
             mark(m.weights) + _bytes(m.weights.value) if m.weights.value is not None else "?",
             mark(m.kv) + _bytes(m.kv.value) if m.kv.value is not None else "?",
             mark(m.compute) + _bytes(m.compute.value) if m.compute.value is not None else "?",

@@ -52,6 +52,8 @@ def until_text(expires_at: datetime | None, now_s: float) -> str:
     """
     if expires_at is None:
         return "unknown"
+    if expires_at.year == 1:  # Go's zero time.Time: HumanTime prints "Never"
+        return "Never"
     delta = expires_at.timestamp() - now_s
     if delta < 0:
         return "expired"

@@ -24,6 +24,7 @@ The pipeline is:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -312,13 +313,14 @@ class KVEstimate:
 
 
 def _as_int(value: Any) -> int | None:
-    """Return a non-negative int for an int (or integral float) value, else ``None``."""
+    """Return a non-negative int for an int (or integral float) value that a GGUF header can
+    hold (< 2**32: counts, dims and context lengths are u32 there), else ``None``."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value < 2**32:
+        return value
     return None
 
 

@@ -181,6 +181,8 @@ def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
 
     if m.context_length is not None:
         context: Known[int] = Known(m.context_length, "reported", "/api/ps context_length (per slot)")
+    elif cloud:
+        context = Known(None, None, "cloud model: /api/ps gives no context for it")
     else:
         requested = _parameter_num_ctx(show.parameters) if show else None
         if requested is not None:
@@ -232,6 +234,8 @@ def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
         kv_mem = Known(None, None, kv_unavailable or "")
     if tag is not None and tag.size_bytes is not None and not cloud:
         weights: Known[int] = Known(tag.size_bytes, "reported", "model file size from /api/tags")
+    elif cloud:
+        weights = Known(None, None, "cloud model: the weights are on the remote service")
     else:
         weights = Known(None, None, "model file size not known yet (/api/tags)")
     compute: Known[int] = Known(None, None, "needs weights and KV")

@@ -92,8 +92,13 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    """A JSON string with control and bidi-override characters replaced by U+FFFD (server text
+    is data: it must never reach a terminal as an escape sequence), else None."""
+    return _CONTROL.sub("\ufffd", value) if isinstance(value, str) else None
 
 
 def parse_details(obj: Any) -> ModelDetails:
@@ -381,12 +386,19 @@ class OllamaClient:
             key = detail_key(m)
             if key not in self._show_tasks and self._show_due(key, now):
                 self._show_tasks[key] = asyncio.create_task(self._show(m))
-        missing = any(m.digest and m.digest not in self._tags for m in models)
+        missing = any(
+            m.digest and m.digest not in self._tags and not self._is_remote(m) for m in models
+        )
         if missing and self._tags_task is None and (
             self._tags_read_at is None or now - self._tags_read_at >= TAGS_REFRESH_S
         ):
             self._tags_read_at = now
             self._tags_task = asyncio.create_task(self._fetch_tags())
+
+    def _is_remote(self, m: PsModel) -> bool:
+        """A cloud model (its ``/api/show`` says remote): ``/api/tags`` has no file for it."""
+        show = self._shows.get(detail_key(m))
+        return show is not None and show.remote
 
     def _collect(self, now: float) -> None:
         """Move finished background answers into the caches."""

@@ -211,8 +211,7 @@ class KvtopApp(App[int]):
             nxt = next((s for s in steps if s > current), steps[-1])
         else:
             nxt = next((s for s in reversed(steps) if s < current), steps[0])
-        self.interval_s = nxt
-        self.notify(f"refresh every {nxt:g} s", timeout=1.5)
+        self.interval_s = nxt  # the header shows it
 
     def action_slower(self) -> None:
         self._step_interval(+1)
@@ -229,7 +228,9 @@ class KvtopApp(App[int]):
         box = self.dashboard.query_one("#filter", Input)
         box.add_class("-visible")
         box.value = self.filter_text
-        box.focus()
+        # focus now, not after a refresh: keys typed in the same burst as "/" (a paste, a fast
+        # typist, SSH bundling keystrokes) must land in the box, not act on the dashboard
+        self.dashboard.set_focus(box)
 
     def action_clear_filter(self) -> None:
         box = self.dashboard.query_one("#filter", Input)

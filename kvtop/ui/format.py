@@ -47,6 +47,8 @@ def ibytes(n: int | None, *, short: bool = False) -> str:
     """Bytes in binary units: ``4.0 GiB``, ``448 MiB`` (``short``: ``4.0G``, ``448M``); None -> ``?``."""
     if n is None:
         return "?"
+    if abs(n) >= 2**63:  # no real size; never let a float overflow take the screen down
+        return "huge"
     value = float(n)
     unit = 0
     while abs(value) >= 1024 and unit < len(_UNITS) - 1:
@@ -83,12 +85,21 @@ def known_text(k: Known[Any], fmt: str = "{}") -> str:
     return mark(k) + fmt.format(k.value)
 
 
+def ctx_number(n: int) -> str:
+    """A context length for a narrow column: exact digits up to 99999, then ``K`` (×1024) when
+    exact (``131072`` -> ``128K``), else the digits."""
+    if n >= 100_000 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    return str(n)
+
+
 def context_text(view: ModelView) -> str:
-    """CONTEXT column: ``4096×1`` (per slot × slots) or just ``4096`` when slots are unknown."""
+    """CONTEXT column: ``4096×1`` (per slot × slots) or just ``4096`` when slots are unknown;
+    ``128K×1`` from 100000 on (K = 1024, only when exact)."""
     ctx = view.context
     if ctx.value is None:
         return "?"
-    text = mark(ctx) + str(ctx.value)
+    text = mark(ctx) + ctx_number(ctx.value)
     if view.parallel.value is not None:
         text += f"×{view.parallel.value}"
         if view.parallel.source == "default" and not mark(ctx):

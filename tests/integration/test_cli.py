@@ -111,3 +111,8 @@ def test_demo_once_shows_the_busiest_step() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "3 models loaded" in proc.stdout.splitlines()[0]
     assert "19%/81% CPU/GPU" in proc.stdout
+
+
+def test_demo_and_host_conflict() -> None:
+    proc = kvtop("--demo", "--host", "127.0.0.1:1")
+    assert proc.returncode == 2 and "--demo watches its own stand-in server" in proc.stderr

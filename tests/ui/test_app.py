@@ -95,7 +95,7 @@ async def test_server_down_keeps_last_models_and_says_why() -> None:
         await wait_for(pilot, lambda: app.state is not None and app.state.failures >= 1)
         head = header_text(app)
         assert "✖ down" in head
-        assert "connection refused (http://127.0.0.1:11434) — showing data from 12 s ago" in head
+        assert "data from 12 s ago · 1 failed poll · connection refused (http://127.0.0.1:11434)" in head
         assert app.query_one(ModelsTable).row_count == 3
         assert app.query_one(ModelsTable).has_class("-stale")
 
@@ -193,3 +193,23 @@ async def test_too_small_comes_back_after_the_detail_view() -> None:
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ModelDetailScreen))
         assert app.screen.has_class("-too-small")
+
+
+async def test_keys_typed_right_after_slash_go_to_the_filter() -> None:
+    app = app_with(snapshot_at(step_index("spills")))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        await pilot.press("slash", "q", "w", "e", "n")  # one burst: "q" must not quit
+        assert app.is_running and app.filter_text == "qwen"
+
+
+async def test_escaped_digest_cannot_reach_the_terminal() -> None:
+    import dataclasses
+
+    snap = snapshot_at(1)
+    evil = "\x1b]2;OWNED\x07" + "ab" * 32
+    snap = dataclasses.replace(snap, models=(dataclasses.replace(snap.models[0], digest=evil),))
+    app = app_with(snap)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
+        assert "\x1b" not in "".join(rows(app)[0])

@@ -64,3 +64,15 @@ def test_columns_fit_every_supported_width(width: int) -> None:
     keys = [c.key for c in cols]
     assert ("until" in keys) == (width >= 100)
     assert ("id" in keys) == (width >= 150)
+
+
+@pytest.mark.parametrize(("n", "text"), [(4096, "4096"), (32768, "32768"), (99999, "99999"), (131072, "128K"),
+                                          (1048576, "1024K"), (100001, "100001")])
+def test_ctx_number(n: int, text: str) -> None:
+    from kvtop.ui.format import ctx_number
+
+    assert ctx_number(n) == text
+
+
+def test_ibytes_never_overflows() -> None:
+    assert ibytes(10**400) == "huge"

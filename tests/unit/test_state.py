@@ -144,3 +144,22 @@ def test_until_text_forms() -> None:
     assert until_text(t, base + 301) == "expired"
     assert until_text(parse_go_time("2318-04-11T23:47:16.854775807Z"), base) == "Forever"
     assert until_text(None, base) == "unknown"
+
+
+def test_absurd_model_info_never_crashes_the_view() -> None:
+    from kvtop.report import state_json, state_text
+
+    info = dict(QWEN3_1_7B, **{"qwen3.attention.key_length": 10**400, "qwen3.attention.value_length": 1e308})
+    state = apply(AppState("h"), _snap(_model(), info=info))
+    v = state.models[0]
+    assert v.memory.kv.value is None and v.kv_unavailable
+    assert "qwen3:1.7b" in state_text(state) and state_json(state)["models"][0]["memory"]["kv"] is None
+
+
+def test_zero_expires_at_reads_never_like_ollama() -> None:
+    assert until_text(parse_go_time("0001-01-01T00:00:00Z"), TAKEN_AT) == "Never"
+
+
+def test_source_strings_lose_control_characters() -> None:
+    row = parse_ps({"models": [{"name": "a\x1b[2Jb", "digest": "\x1b]2;x\x07" + "ab" * 32, "size": 1, "size_vram": 1}]})[0]
+    assert "\x1b" not in row.name and "\x07" not in row.digest

@@ -34,8 +34,10 @@ def _row(out: Text, label: str, value: str, source: str = "", note: str = "") ->
 def detail_text(v: ModelView, state: AppState) -> Text:
     """The whole detail view as text (also used by tests)."""
     out = Text()
+    if state.stale_s is not None:
+        out.append(f"Server unreachable: these figures are {state.stale_s:.0f} s old.\n", style="bold reverse")
     out.append(safe(v.name, 80), style="bold")
-    out.append(f"   ID {v.short_id}   digest {v.digest}\n\n")
+    out.append(f"   ID {safe(v.short_id, 12)}   digest {safe(v.digest, 80)}\n\n")
     _row(out, "architecture", safe(v.architecture or "?", 40))
     _row(out, "parameters", safe(v.parameter_size or "?", 20))
     _row(out, "weights quant", safe(v.quantization_level or "?", 20))
@@ -46,7 +48,10 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     if v.size_bytes is not None and v.size_vram_bytes is not None:
         _row(out, "in system RAM", exact_bytes(max(0, v.size_bytes - v.size_vram_bytes)), "[reported]",
              "size − size_vram" + (" — SPILLED: every request runs partly on the CPU" if v.spilled else ""))
-    _row(out, "processor", v.processor, "[reported]", "as `ollama ps` computes it")
+    if v.cloud:
+        _row(out, "processor", "cloud", "", "runs on the remote service: no local memory, no local KV cache")
+    else:
+        _row(out, "processor", v.processor, "[reported]", "as `ollama ps` computes it")
     m = v.memory
     _row(out, "weights", exact_bytes(m.weights.value), _src(m.weights), m.weights.note)
     _row(out, "KV cache", exact_bytes(m.kv.value), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
@@ -84,8 +89,6 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "telemetry", "not available", "", GPU_UNAVAILABLE_REASON)
     if v.show_error:
         _row(out, "/api/show", "failed", "", v.show_error)
-    if state.stale_s is not None:
-        out.append(f"\nServer unreachable: these figures are {state.stale_s:.0f} s old.\n", style="bold")
     return out
 
 

@@ -55,12 +55,13 @@ class ServerHeader(Static):
         if snap is None:
             line2.append("waiting for the first answer from the server…", style=v.get("kv-muted", ""))
         elif not snap.reachable:
-            line2.append(safe(snap.error or "unreachable", 140), style=v.get("kv-crit", ""))
+            # the age of what is on screen first: a long error message must not push it away
             if st.stale_s is not None:
-                line2.append(f" — showing data from {st.stale_s:.0f} s ago", style=v.get("kv-warn", ""))
-            elif st.last_ok is None:
-                line2.append(" — no data yet", style=v.get("kv-muted", ""))
-            line2.append(f" ({st.failures} failed poll{'s' if st.failures != 1 else ''})", style=v.get("kv-muted", ""))
+                line2.append(f"data from {st.stale_s:.0f} s ago", style=v.get("kv-warn", ""))
+            else:
+                line2.append("no data yet", style=v.get("kv-muted", ""))
+            line2.append(f" · {st.failures} failed poll{'s' if st.failures != 1 else ''} · ", style=v.get("kv-muted", ""))
+            line2.append(safe(snap.error or "unreachable", 160), style=v.get("kv-crit", ""))
         else:
             n = len(st.models)
             total = sum(m.size_bytes or 0 for m in st.models)

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from kvtop.model.state import ModelView
-from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe_name, short_until
+from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe, safe_name, short_until
 
 WIDE_MIN_COLUMNS = 150
 """From this width on the table shows ID, FLASH ATTN, KV TYPE and byte figures."""
@@ -63,7 +63,7 @@ def _known(attr: str) -> Callable[[ModelView, dict[str, str]], Text]:
 def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str]], Text]:
     def cell(v: ModelView, colors: dict[str, str]) -> Text:
         if v.cloud:
-            return Text("cloud: no local memory", style=colors.get("kv-muted", ""))
+            return Text("cloud", style=colors.get("kv-muted", ""))
         out = memory_bar(v, bar_width, colors)
         if figures:
             out.append(" " + memory_figures(v))
@@ -79,13 +79,13 @@ def columns_for(width: int) -> tuple[Column, ...]:
     # NAME gets what the fixed columns leave: their widths + 2 cells of padding per column
     # + 2 for the vertical scrollbar + 1 spare
     if width >= WIDE_MIN_COLUMNS:
-        name_w = max(14, min(44, width - 130))
+        name_w = max(14, min(44, width - 131))
         return (
             Column("name", "NAME", name_w, _name(name_w)),
-            Column("id", "ID", 12, lambda v, c: Text(v.short_id)),
+            Column("id", "ID", 12, lambda v, c: Text(safe(v.short_id, 12))),
             Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
             Column("memory", "MEMORY weights|KV|compute", 38, _memory(14, True)),
-            Column("context", "CONTEXT", 10, lambda v, c: Text(context_text(v))),
+            Column("context", "CONTEXT", 11, lambda v, c: Text(context_text(v))),
             Column("processor", "PROCESSOR", 15, _processor),
             Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
             Column("kvtype", "KV TYPE", 7, _known("kv_type")),
@@ -93,12 +93,12 @@ def columns_for(width: int) -> tuple[Column, ...]:
         )
     medium = width >= MEDIUM_MIN_COLUMNS
     bar_w = 12 if medium else 9 if width >= 78 else 4
-    name_w = max(8, min(40, width - 53 - bar_w - (11 if medium else 0)))
+    name_w = max(8, min(40, width - 54 - bar_w - (11 if medium else 0)))
     cols: tuple[Column, ...] = (
         Column("name", "NAME", name_w, _name(name_w)),
         Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
         Column("memory", "MEMORY w|KV|c", bar_w + 9, _memory(bar_w, False)),
-        Column("context", "CONTEXT", 8, lambda v, c: Text(context_text(v))),
+        Column("context", "CONTEXT", 9, lambda v, c: Text(context_text(v))),
         Column("processor", "PROCESSOR", 15, _processor),
     )
     if medium:
