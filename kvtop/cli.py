@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop",
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
+        epilog="kvtop inspect-log PATH|- [--json]: read a whole server log and report every model load.",
     )
     p.add_argument("--host", metavar="URL",
                    help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
@@ -38,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between polls, 0.25–60 (default: 1)")
     p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
                    help="bound on each API request (default: 3)")
+    p.add_argument("--log", metavar="SPEC", default=None,
+                   help="server log: auto (default), journal[:UNIT], journal-user[:UNIT], file:PATH, "
+                        "docker:CONTAINER, - (stdin) or none")
     p.add_argument("--once", action="store_true", help="print one sample as a plain table and exit")
     p.add_argument("--json", action="store_true", help="with --once: print one JSON object instead")
     p.add_argument("--demo", action="store_true",
@@ -114,6 +118,11 @@ async def _sample_once(settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtop`` console script; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["inspect-log"]:
+        from kvtop.inspect_log import main_inspect_log
+
+        return main_inspect_log(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a terminal without UTF-8 gets "?" instead of a traceback
@@ -132,12 +141,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         host_url = parse_ollama_host(args.host, strict=True) if args.host is not None else host_from_environment()
     except HostError as exc:
         parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
+    log_spec = args.log if args.log is not None else ("none" if args.demo or args.once else "auto")
+    try:
+        from kvtop.sources.tail import parse_log_spec
+
+        parse_log_spec(log_spec)
+    except ValueError as exc:
+        parser.exit(EXIT_UNREACHABLE, f"kvtop: --log: {exc}\n")
     settings = Settings(
         host_url=host_url,
         interval_s=clamp_interval(args.interval),
         timeout_s=max(0.1, args.timeout),
         demo=args.demo,
         readonly=args.readonly,
+        log_spec=log_spec,
         extra={"json": "1" if args.json else "0"},
     )
     try:

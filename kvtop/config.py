@@ -143,6 +143,8 @@ class Settings:
         timeout_s: Bound on each HTTP request to Ollama (connect and read).
         demo: True when watching the embedded stand-in server (the header says DEMO).
         readonly: Never send anything that changes the server (kvtop sends nothing anyway today).
+        log_spec: Where the server log is read (``sources.tail.parse_log_spec``); the CLI's
+            default is ``auto``, the dataclass's ``none`` so that tests never read the machine's log.
     """
 
     host_url: str = DEFAULT_HOST_URL
@@ -151,6 +153,7 @@ class Settings:
     demo: bool = False
     readonly: bool = False
     show_timeout_s: float = 10.0
+    log_spec: str = "none"
     extra: Mapping[str, str] = field(default_factory=dict)
 
 

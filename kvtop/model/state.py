@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from kvtop.model import kv
 from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
+from kvtop.logparse.events import LogEvent
+from kvtop.logparse.loads import Load
 from kvtop.model.known import Known
+from kvtop.model.logstate import LogState, apply_log
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
@@ -95,6 +98,11 @@ class ModelView:
     forever: bool
     cloud: bool
     show_error: str | None
+    model_blob: str | None = None
+    load: Load | None = None
+    load_note: str = ""
+    devices: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    findings: tuple[str, ...] = ()
 
     @property
     def spilled(self) -> bool:
@@ -131,6 +139,7 @@ class AppState:
     last_ok: OllamaSnapshot | None = None
     models: tuple[ModelView, ...] = ()
     failures: int = 0
+    log: LogState = LogState()
 
     @property
     def reachable(self) -> bool | None:
@@ -149,8 +158,18 @@ def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
     """Return the state after ``snap``; failed polls keep the last known models (marked stale)."""
     if not snap.reachable:
         return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
-    models = tuple(model_view(m, snap) for m in snap.models)
+    models = tuple(model_view(m, snap, state.log) for m in snap.models)
     return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0)
+
+
+def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
+    """Return the state after one batch of parsed log events (``batch``: ``logstate.apply_log``
+    keywords); the model rows are re-derived when the loads changed."""
+    log = apply_log(state.log, events, **batch)
+    if log.loads is state.log.loads or state.last_ok is None:
+        return dataclasses.replace(state, log=log)
+    models = tuple(model_view(m, state.last_ok, log) for m in state.last_ok.models)
+    return dataclasses.replace(state, log=log, models=models)
 
 
 def _parameter_num_ctx(parameters: str) -> int | None:
@@ -171,8 +190,35 @@ def _is_cloud(m: PsModel, show: ShowInfo | None) -> bool:
     return m.name.endswith("-cloud") or m.name.endswith(":cloud")
 
 
-def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
-    """Derive a ``ModelView`` from one ``/api/ps`` row and the cached ``/api/show`` / ``/api/tags``."""
+def _matching_load(m: PsModel, show: ShowInfo | None, log: LogState) -> tuple[Load | None, str]:
+    """The log's newest load of this row's weights blob, if it describes this row's runner.
+
+    The blob comes from ``/api/show``'s Modelfile ``FROM`` line and the runner's ``--model``
+    (ollama-reference.md §1.6, §7). A load whose per-slot context differs from ``/api/ps``'s is
+    an older runner of the same weights (the log started after the reload, or it was missed).
+    """
+    if not log.loads:
+        return None, "no model load in the log read so far" if log.source else "no server log (--log)"
+    blob = show.model_blob if show is not None else None
+    if blob is None:
+        return None, "the model's weights blob is not known (/api/show Modelfile has no FROM …/blobs/…)"
+    load = log.latest_load(blob)
+    if load is None:
+        return None, f"the log read so far has no load of {blob[:19]}…"
+    if m.context_length is not None and load.num_ctx_per_seq is not None and load.num_ctx_per_seq != m.context_length:
+        return None, (f"the log's latest load of this model has num_ctx {load.num_ctx_per_seq}, /api/ps says"
+                      f" {m.context_length}: that load is older than the running one")
+    return load, f"runner log load #{load.index + 1} (line {load.first_line})"
+
+
+def _sum(devices: Mapping[str, int] | None) -> int | None:
+    return sum(devices.values()) if devices else None
+
+
+def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None) -> ModelView:
+    """Derive a ``ModelView`` from one ``/api/ps`` row, the cached ``/api/show`` / ``/api/tags``
+    and, when the server log has this model's load, the runner's own numbers (``allocated``)."""
+    log = log if log is not None else LogState()
     show = snap.shows.get(detail_key(m))
     tag: TagInfo | None = snap.tags.get(m.digest)
     info: Mapping[str, Any] = show.model_info if show is not None else {}
@@ -205,6 +251,23 @@ def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
         kv_type = Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; the server log gives what the runner allocated")
     flash: Known[str] = Known(None, None, "only the server log tells the resolved state (OLLAMA_FLASH_ATTENTION is misreported when unset)")
 
+    load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
+    if load is not None:
+        where = load_note
+        if load.num_ctx_per_seq is not None and context.source != "reported":
+            context = Known(load.num_ctx_per_seq, "allocated", f"{where}: n_ctx per sequence")
+        if load.parallel is not None:
+            parallel = Known(load.parallel, "allocated", f"{where}: slots (-np / n_seq_max / Parallel)")
+        if load.kv_type_k is not None:
+            kt, vt = load.kv_type_k, load.kv_type_v or load.kv_type_k
+            kv_type = Known(kt if kt == vt else f"{kt}/{vt}", "allocated", f"{where}: K ({kt}), V ({vt})")
+        if load.flash_attention is not None:
+            flash = Known(load.flash_attention, "allocated",
+                          f"{where}: {load.flash_attention_reason or 'resolved by the runner'}")
+        elif load.flash_attention_requested is not None:
+            flash = Known(load.flash_attention_requested, "requested",
+                          f"{where}: requested, the log does not say what the runner resolved")
+
     kv_estimate: kv.KVEstimate | None = None
     kv_unavailable: str | None = None
     per_token: int | None = None
@@ -220,26 +283,43 @@ def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
             kv_unavailable = layout.reason
         else:
             try:
-                per_token = kv.bytes_per_token(layout, kv_type.value or "f16")
+                type_k = load.kv_type_k if load is not None and load.kv_type_k else "f16"
+                type_v = load.kv_type_v if load is not None and load.kv_type_v else type_k
+                fa = flash.value != "disabled"
+                per_token = kv.bytes_per_token(layout, type_k, type_v)
                 if context.value is not None and parallel.value is not None:
-                    kv_estimate = kv.kv_allocation(layout, context.value, parallel.value, kv_type.value or "f16")
+                    kv_estimate = kv.kv_allocation(layout, context.value, parallel.value, type_k, type_v,
+                                                   flash_attention=fa)
                 else:
                     kv_unavailable = "num_ctx or slot count unknown"
             except ValueError as exc:
                 kv_unavailable = str(exc)
 
-    if kv_estimate is not None:
-        kv_mem: Known[int] = Known(kv_estimate.total_bytes, "estimated", kv_estimate.formula)
+    devices: Mapping[str, Mapping[str, int]] = load.memory if load is not None else {}
+    if load is not None and load.kv_bytes is not None:
+        note = f"{load_note}: allocated"
+        if kv_estimate is not None:
+            diff = load.kv_bytes - kv_estimate.total_bytes
+            note += f"; kvtop's formula gives {kv_estimate.total_bytes:,} B ({'+' if diff >= 0 else ''}{diff:,} B)"
+        kv_mem: Known[int] = Known(load.kv_bytes, "allocated", note)
+    elif kv_estimate is not None:
+        kv_mem = Known(kv_estimate.total_bytes, "estimated", kv_estimate.formula)
     else:
         kv_mem = Known(None, None, kv_unavailable or "")
-    if tag is not None and tag.size_bytes is not None and not cloud:
-        weights: Known[int] = Known(tag.size_bytes, "reported", "model file size from /api/tags")
+    log_weights = _sum(devices.get("weights"))
+    log_compute = _sum(devices.get("compute"))
+    if log_weights is not None:
+        weights: Known[int] = Known(log_weights, "allocated", f"{load_note}: model buffers on every device")
+    elif tag is not None and tag.size_bytes is not None and not cloud:
+        weights = Known(tag.size_bytes, "reported", "model file size from /api/tags")
     elif cloud:
         weights = Known(None, None, "cloud model: the weights are on the remote service")
     else:
         weights = Known(None, None, "model file size not known yet (/api/tags)")
     compute: Known[int] = Known(None, None, "needs weights and KV")
-    if m.size_bytes is not None and weights.value is not None and kv_mem.value is not None:
+    if log_compute is not None:
+        compute = Known(log_compute, "allocated", f"{load_note}: compute buffers on every device")
+    elif m.size_bytes is not None and weights.value is not None and kv_mem.value is not None:
         rest = m.size_bytes - weights.value - kv_mem.value
         if rest >= 0:
             compute = Known(rest, "estimated", "size − weights − KV (compute buffers and overhead)")
@@ -278,6 +358,11 @@ def model_view(m: PsModel, snap: OllamaSnapshot) -> ModelView:
         forever=delta is not None and delta > FOREVER_AFTER_S,
         cloud=cloud,
         show_error=show.error if show else None,
+        model_blob=show.model_blob if show else None,
+        load=load,
+        load_note=load_note,
+        devices=devices,
+        findings=tuple(load.findings()) if load is not None else (),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
 from textual import on, work
@@ -15,9 +15,13 @@ from textual.widgets import Input, Static
 
 from kvtop.config import Settings, clamp_interval
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.state import SORT_KEYS, AppState, apply, filter_views, sort_views
+from kvtop.logparse.events import LogEvent
+from kvtop.logparse.parser import LogParser
+from kvtop.model.logstate import LogState
+from kvtop.model.state import SORT_KEYS, AppState, apply, apply_log_events, filter_views, sort_views
 from kvtop.ui.format import safe
-from kvtop.ui.messages import SnapshotReceived
+from kvtop.ui.messages import LogEventsReceived, SnapshotReceived
+from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.help import HelpScreen
 from kvtop.ui.screens.model_detail import ModelDetailScreen
@@ -27,6 +31,10 @@ from kvtop.ui.widgets.models_table import ModelsTable
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
+
+
+if TYPE_CHECKING:
+    from kvtop.sources.tail import LogSource
 
 
 class OllamaSource(Protocol):
@@ -52,9 +60,11 @@ class KvtopApp(App[int]):
         Binding("minus", "faster", "Faster", key_display="-"),
         Binding("s", "cycle_sort", "Sort"),
         Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("l", "toggle_events", "Log"),
+        Binding("r", "toggle_raw", "Raw lines", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
-    MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help"})
+    MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw"})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
@@ -65,10 +75,12 @@ class KvtopApp(App[int]):
     paused: var[bool] = var(False)
     interval_s: var[float] = var(1.0)
 
-    def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True) -> None:
+    def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True,
+                 log_source: LogSource | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.source = source
+        self.log_source = log_source
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
         self._dashboard_ready = False
@@ -104,8 +116,15 @@ class KvtopApp(App[int]):
             self.theme = DEFAULT_THEME
         if self._poll:
             self.poll_ollama()
+        if self.log_source is not None:
+            self.follow_log()
 
     async def on_unmount(self) -> None:
+        if self.log_source is not None:
+            try:
+                await self.log_source.aclose()
+            except Exception:  # noqa: BLE001 - never block quitting
+                pass
         if self.source is not None:
             try:
                 await self.source.aclose()
@@ -124,6 +143,33 @@ class KvtopApp(App[int]):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
             except asyncio.TimeoutError:
                 pass
+
+    @work(group="poll-log", exclusive=True, exit_on_error=False)
+    async def follow_log(self) -> None:
+        """Read log batches, parse them (pure, fast), post the events; one message per batch."""
+        assert self.log_source is not None
+        parser = LogParser()
+        async for batch in self.log_source.batches():
+            events: list[LogEvent] = []
+            try:
+                for line in batch.lines:
+                    events.extend(parser.feed(line))
+            except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
+                self.notify(f"log parser error: {type(exc).__name__}: {exc}", severity="error")
+                parser = LogParser()
+            self.post_message(LogEventsReceived(
+                tuple(events), source=batch.source, status=batch.status, ok=batch.ok,
+                lines=len(batch.lines), dropped_lines=batch.dropped_lines,
+            ))
+
+    @on(LogEventsReceived)
+    def on_log_events_received(self, message: LogEventsReceived) -> None:
+        """Log events change state here too (the one other place)."""
+        if self.state is not None:
+            self.state = apply_log_events(
+                self.state, message.events, source=message.source, status=message.status, ok=message.ok,
+                lines=message.lines, dropped_lines=message.dropped_lines,
+            )
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
@@ -184,6 +230,10 @@ class KvtopApp(App[int]):
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded: models appear here when a client loads one.")
         self._update_static("#status", status)
+        self._update_static("#logline", log_line(state.log, self.settings.log_spec))
+        events = main.query_one(EventsPane)
+        if events.has_class("-visible"):
+            events.show(state.log, self.filter_text)
 
     def _update_static(self, selector: str, content: Text) -> None:
         """Update a Static only when its text changed (an update forces a layout pass)."""
@@ -196,6 +246,17 @@ class KvtopApp(App[int]):
         if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
             return False
         return True
+
+    def action_toggle_events(self) -> None:
+        pane = self.dashboard.query_one(EventsPane)
+        pane.toggle_class("-visible")
+        self._refresh_all()
+
+    def action_toggle_raw(self) -> None:
+        pane = self.dashboard.query_one(EventsPane)
+        if pane.has_class("-visible"):
+            pane.raw = not pane.raw
+            self._refresh_all()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -256,10 +317,33 @@ class KvtopApp(App[int]):
             self.push_screen(ModelDetailScreen(view.name, view.digest))
 
 
-def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True) -> KvtopApp:
-    """Build the app for the CLI and the tests alike (one factory)."""
+def log_line(log: LogState, spec: str) -> Text:
+    """The one-line log status under the table."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if spec == "none" and log.source is None:
+        text.append("Server log: off (--log none): figures are reported or estimated, not allocated")
+        return text
+    text.append(f"Server log: {safe(log.source or spec, 60)}")
+    if log.status:
+        text.append(f" — {safe(log.status, 160)}")
+    else:
+        text.append(f" · {log.lines:,} lines · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''} · l: events")
+    return text
+
+
+def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True,
+             log_source: LogSource | None = None) -> KvtopApp:
+    """Build the app for the CLI and the tests alike (one factory).
+
+    Raises:
+        ValueError: ``settings.log_spec`` is not a valid log spec.
+    """
     if source is None:
         from kvtop.sources.ollama import OllamaClient
 
         source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
-    return KvtopApp(settings, source, poll=poll)
+    if log_source is None and settings.log_spec != "none":
+        from kvtop.sources.tail import open_log_source, parse_log_spec
+
+        log_source = open_log_source(parse_log_spec(settings.log_spec))
+    return KvtopApp(settings, source, poll=poll, log_source=log_source)

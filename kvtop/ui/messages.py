@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from kvtop.logparse.events import LogEvent
 from kvtop.model.snapshots import OllamaSnapshot
+
+
+class LogEventsReceived(Message):
+    """The log worker parsed one batch of lines."""
+
+    def __init__(self, events: tuple[LogEvent, ...], *, source: str | None, status: str | None, ok: bool,
+                 lines: int, dropped_lines: int) -> None:
+        super().__init__()
+        self.events = events
+        self.source = source
+        self.status = status
+        self.ok = ok
+        self.lines = lines
+        self.dropped_lines = dropped_lines
 
 
 class SnapshotReceived(Message):

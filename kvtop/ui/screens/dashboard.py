@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.gpu_strip import GpuStrip
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
@@ -25,7 +26,9 @@ class DashboardScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield ServerHeader(id="header")
         yield ModelsTable(id="models")
+        yield EventsPane(id="events")
         yield GpuStrip(id="gpu")
+        yield Static(id="logline")
         yield Static(id="status")
         yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter")
         yield Static(id="too-small")

@@ -1,0 +1,140 @@
+"""Runner command lines, as Ollama logs them in its spawn lines (reference §4.2–§4.4, §7).
+
+=====  ============================================================================================
+Era    argv shape (``cmd=`` of the spawn line)
+=====  ============================================================================================
+A      ``…/runners/<variant>/ollama_llama_server --model <blob> --ctx-size N … --parallel N --port N``
+B1     ``ollama runner [--ollama-engine] --model <blob> --ctx-size N … --parallel N --port N``
+B2     ``ollama runner [--ollama-engine] --model <blob> --port N`` (the rest is in ``load request``)
+C      ``…/llama-server --model <blob> --port N … -c <ctx×np> -np N … --flash-attn on|off|auto``
+=====  ============================================================================================
+
+v0.4.0–v0.5.1 (B1) still ran ``…/runners/<variant>/ollama_llama_server``; without a server
+version such a line is taken as Era A. A spawn without ``--model`` is a GPU-discovery runner.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from kvtop.logparse.values import blob_of, to_int
+
+_FLAG_RE = re.compile(r" (--?[A-Za-z][\w-]*)(?:=(\S*)| +([^-\s]\S*|-\d\S*))?")
+_RUNNER_RE = re.compile(r"(?:^|\s)runner(?:\s|$)")
+_NEXT_FLAG_RE = re.compile(r"\s+--?[A-Za-z]")
+_FA_VALUES = frozenset({"on", "off", "auto", "true", "false", "1", "0", "enabled", "disabled"})
+
+
+class RunnerArgs(NamedTuple):
+    """The parts of a runner argv that matter for memory (None: flag absent)."""
+
+    era: str | None
+    engine: str | None
+    model_blob: str | None
+    model_path: str | None
+    mmproj_blob: str | None
+    port: int | None
+    ctx_size: int | None
+    parallel: int | None
+    batch_size: int | None
+    ubatch_size: int | None
+    n_gpu_layers: int | None
+    tensor_split: str | None
+    main_gpu: int | None
+    threads: int | None
+    flash_attn: str | None
+    kv_cache_type: str | None
+    cache_type_k: str | None
+    cache_type_v: str | None
+    no_mmap: bool
+
+
+def _model_path(cmd: str) -> str | None:
+    """The ``--model`` value, which may contain spaces (``C:\\Users\\John Doe\\…``): it runs to the next flag."""
+    i = cmd.find(" --model ")
+    if i < 0:
+        i = cmd.find(" -m ")
+        if i < 0:
+            return None
+        j = i + 4
+    else:
+        j = i + 9
+    m = _NEXT_FLAG_RE.search(cmd, j)
+    value = cmd[j:m.start()] if m is not None else cmd[j:]
+    return value.strip() or None
+
+
+def parse_cmd(cmd: str) -> RunnerArgs:
+    """Read a runner command line (a path with spaces before the flags is tolerated)."""
+    flags: dict[str, str] = {}
+    for name, eq_value, value in _FLAG_RE.findall(cmd):
+        flags[name] = eq_value or value
+
+    def get(*names: str) -> str | None:
+        for name in names:
+            v = flags.get(name)
+            if v:
+                return v
+        return None
+
+    flash_attn: str | None = None
+    fa = flags.get("--flash-attn", flags.get("-fa"))
+    if fa is not None:
+        flash_attn = fa if fa.lower() in _FA_VALUES else "true"
+    model_path = _model_path(cmd)
+    exe = cmd.split(" -", 1)[0].replace("\\", "/").lower()
+    era: str | None
+    engine: str | None
+    if "llama-server" in exe:
+        era, engine = "C", "llama"
+    elif _RUNNER_RE.search(exe):
+        if "--mlx-engine" in flags:
+            era, engine = None, "mlx"
+        else:
+            engine = "ollama" if "--ollama-engine" in flags else "llama"
+            era = "B1" if ("--ctx-size" in flags or "--parallel" in flags) else "B2"
+    elif "ollama_llama_server" in exe:
+        era, engine = "A", "llama"
+    else:
+        era, engine = None, "ollama" if "--ollama-engine" in flags else None
+    return RunnerArgs(
+        era=era,
+        engine=engine,
+        model_blob=blob_of(model_path),
+        model_path=model_path,
+        mmproj_blob=blob_of(flags.get("--mmproj")),
+        port=to_int(get("--port")),
+        ctx_size=to_int(get("--ctx-size", "-c")),
+        parallel=to_int(get("--parallel", "-np")),
+        batch_size=to_int(get("--batch-size", "-b")),
+        ubatch_size=to_int(get("--ubatch-size", "-ub")),
+        n_gpu_layers=to_int(get("--n-gpu-layers", "-ngl", "--gpu-layers")),
+        tensor_split=get("--tensor-split", "-ts"),
+        main_gpu=to_int(get("--main-gpu", "-mg")),
+        threads=to_int(get("--threads", "-t")),
+        flash_attn=flash_attn,
+        kv_cache_type=get("--kv-cache-type"),
+        cache_type_k=get("--cache-type-k", "-ctk"),
+        cache_type_v=get("--cache-type-v", "-ctv"),
+        no_mmap="--no-mmap" in flags,
+    )
+
+
+def era_of_version(version: str | None) -> str | None:
+    """The runner era of an Ollama release (§0): ``0.3.14`` -> A, ``0.5.7`` -> B1, ``0.12.3`` -> B2, ``0.30.1`` -> C."""
+    if not version:
+        return None
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version.strip())
+    if m is None:
+        return None
+    v = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if v < (0, 1, 32):
+        return "pre-A"
+    if v < (0, 4, 0):
+        return "A"
+    if v < (0, 11, 5):
+        return "B1"
+    if v < (0, 30, 0):
+        return "B2"
+    return "C"

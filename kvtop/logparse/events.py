@@ -1,0 +1,559 @@
+"""The events the log parser produces: one frozen, slotted dataclass per kind.
+
+Every event carries ``line_no`` (1-based number of the first physical line of the logical
+line), ``time`` (the timestamp printed on the line, ``None`` when it has none) and ``raw``
+(the logical line with control characters replaced by U+FFFD). ``kind`` is a stable
+snake_case class attribute. Sizes are integer bytes; a size the log prints rounded
+(``"1.5 GiB"``, ``"577.22 MiB"``) is the printed value times its unit, rounded to a byte.
+
+Each class names the line grammar it comes from; sections refer to
+``docs/ollama-reference.md`` and file numbers to the log corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, TypeVar, Union, cast
+
+
+_T = TypeVar("_T")
+
+
+def _fast_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass a faster ``__init__`` with the same signature.
+
+    A frozen dataclass sets each field through ``object.__setattr__``; calling the slot
+    descriptors' ``__set__`` directly does the same thing (the instance stays frozen:
+    assignment still raises ``FrozenInstanceError``) in about half the time, which matters
+    because the parser creates an event for almost every interesting log line.
+    """
+    params: list[str] = []
+    body: list[str] = []
+    env: dict[str, Any] = {}
+    for f in dataclasses.fields(cast(Any, cls)):
+        if f.default is not dataclasses.MISSING:
+            env[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        else:
+            params.append(f.name)
+        env[f"_s_{f.name}"] = getattr(cls, f.name).__set__
+        body.append(f"    _s_{f.name}(self, {f.name})")
+    src = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = getattr(cls.__init__, "__doc__", None)
+    setattr(cls, "__init__", init)
+    return cls
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """Fields every event has."""
+
+    kind: ClassVar[str] = ""
+    line_no: int
+    time: datetime | None
+    raw: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class ServerConfig(_Event):
+    """``msg="server config" env="map[K:V …]"`` (§3.6; corpus 018, 019, 021, 022, 033, 047).
+
+    ``env`` holds the raw strings between ``KEY:`` and the next key (lists keep their
+    brackets). ``complete`` is False when the map was cut before its closing ``]``; the
+    last, possibly cut, key is then left out.
+    """
+
+    kind: ClassVar[str] = "server_config"
+    env: Mapping[str, str]
+    complete: bool = True
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class ServerListening(_Event):
+    """``msg="Listening on 127.0.0.1:11434 (version 0.33.0)"`` (§4.1; corpus 018, 033)."""
+
+    kind: ClassVar[str] = "server_listening"
+    address: str | None
+    version: str | None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class RunnerStarted(_Event):
+    """A runner spawn line and its argv (§4.2, §4.3, §4.4, §7; corpus 001, 004, 012, 028, 061, 062).
+
+    ``starting llama server`` (A/B1), ``starting runner`` (B2), ``starting llama-server``
+    (C), ``starting mlx runner subprocess`` and the 2023 ``starting llama runner`` (no argv,
+    corpus 038). ``model_blob`` is ``sha256-<64 hex>`` from ``--model`` (never from
+    ``--mmproj``); a spawn without ``--model`` is a GPU-discovery runner. ``complete`` is
+    False when the command line was cut. ``flash_attn`` is the raw flag value: ``"true"`` for
+    the bare A/B1 flag, ``on|off|auto`` in C, None when absent.
+    """
+
+    kind: ClassVar[str] = "runner_started"
+    message: str
+    era: str | None = None
+    engine: str | None = None
+    cmd: str | None = None
+    model_blob: str | None = None
+    model_path: str | None = None
+    model_name: str | None = None
+    mmproj_blob: str | None = None
+    port: int | None = None
+    pid: int | None = None
+    ctx_size: int | None = None
+    parallel: int | None = None
+    batch_size: int | None = None
+    ubatch_size: int | None = None
+    n_gpu_layers: int | None = None
+    tensor_split: str | None = None
+    main_gpu: int | None = None
+    threads: int | None = None
+    flash_attn: str | None = None
+    kv_cache_type: str | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    no_mmap: bool = False
+    complete: bool = True
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class LoadRequest(_Event):
+    """B2 runner ``msg=load request="{Operation:… KvSize:… …}"`` (§4.3; corpus 056, 058).
+
+    ``kv_size`` is num_ctx × parallel. ``flash_attention`` is the raw value
+    (``true|false`` up to v0.13.3, ``Enabled|Disabled|Auto`` after). ``kv_cache_type`` is
+    raw; ``""`` means the default f16. ``gpu_layers`` is the count before ``[`` of
+    ``GPULayers:N[…]`` (0 for ``[]``).
+    """
+
+    kind: ClassVar[str] = "load_request"
+    operation: str | None = None
+    kv_size: int | None = None
+    parallel: int | None = None
+    batch_size: int | None = None
+    flash_attention: str | None = None
+    kv_cache_type: str | None = None
+    num_threads: int | None = None
+    gpu_layers: int | None = None
+    gpu_layers_raw: str | None = None
+    num_gpu: int | None = None
+    main_gpu: int | None = None
+    use_mmap: str | None = None
+    projector_path: str | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class LoadDecision(_Event):
+    """A scheduler decision to load a model (§4.3, §4.8; corpus 028, 030, 051).
+
+    ``loading first model`` model=…, ``new model will fit in available VRAM …, loading``
+    model=… parallel=…, B2 ``loading model "model layers"=N requested=M``, C ``loading model
+    via llama-server`` model=….
+    """
+
+    kind: ClassVar[str] = "load_decision"
+    message: str
+    model_blob: str | None = None
+    parallel: int | None = None
+    layers_total: int | None = None
+    layers_requested: int | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class ModelLoad(_Event):
+    """A llama.cpp line saying which model file it reads (corpus 010, 037, 038).
+
+    ``llama_model_loader: loaded meta data … from PATH``, ``llama.cpp: loading model from
+    PATH`` (2023), llama-server ``srv load_model: loading model 'PATH'``.
+    """
+
+    kind: ClassVar[str] = "model_load"
+    model_blob: str | None
+    path: str | None
+    grammar: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class Allocation(_Event):
+    """One allocated buffer (§4.3 memory summary, §4.5; corpus 002, 032, 035, 054, 056, 063).
+
+    ``component`` is ``weights``, ``kv``, ``compute``, ``output``, ``input`` or
+    ``recurrent``; ``device`` is as printed (``CUDA0``, ``CPU_Mapped``, ``CUDA_Host``…).
+    ``grammar`` names the line: the llama.cpp function (``load_tensors``, ``llama_kv_cache``,
+    ``sched_reserve``…: ``… buffer size = X MiB``) or ``ollama`` (``msg="kv cache"
+    device=… size="1.5 GiB"``).
+    """
+
+    kind: ClassVar[str] = "allocation"
+    component: str
+    device: str
+    bytes: int
+    grammar: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class KvSummary(_Event):
+    """A KV cache total (§4.5; corpus 002, 006, 009, 025, 037, 043, 045).
+
+    ``llama_kv_cache: size = X MiB (C cells, L layers, S/T seqs), K (t): … MiB, V (t): … MiB``,
+    the older ``KV self size  = X MiB, K (t): …``, the 2023 ``kv self size = X MB`` (MB is
+    MiB there), ``llama_kv_cache_init: kv_size = C, …, type_k = 'f16', type_v = 'f16', n_layer
+    = L`` (no size) and ``llama_memory_recurrent: size = …`` (``recurrent`` True: R/S state,
+    not KV). ``cells`` is per stream; ``seqs`` is n_seq_max and ``streams`` the number of
+    KV streams (``4/1`` = unified).
+    """
+
+    kind: ClassVar[str] = "kv_summary"
+    size_bytes: int | None = None
+    cells: int | None = None
+    layers: int | None = None
+    seqs: int | None = None
+    streams: int | None = None
+    k_type: str | None = None
+    v_type: str | None = None
+    k_bytes: int | None = None
+    v_bytes: int | None = None
+    recurrent: bool = False
+    grammar: str = ""
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class ContextParams(_Event):
+    """One llama.cpp context parameter line (§4.5; corpus 002, 006, 008, 042, 063, 065).
+
+    ``llama_new_context_with_model:`` / ``llama_init_from_model:`` / ``llama_context: NAME =
+    VALUE`` and the 2023 ``llama_model_load_internal: n_ctx = …``. Only the field of the
+    printed parameter is set. ``n_ctx_per_seq`` also takes ``n_ctx_seq`` (v0.13.4+).
+    ``flash_attn`` is raw: ``0|1`` (A/B1), ``auto|enabled|disabled`` (v0.12.4+).
+    """
+
+    kind: ClassVar[str] = "context_params"
+    n_ctx: int | None = None
+    n_ctx_per_seq: int | None = None
+    n_seq_max: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    flash_attn: str | None = None
+    kv_unified: str | None = None
+    causal_attn: str | None = None
+    grammar: str = ""
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class FlashAttention(_Event):
+    """Flash attention as resolved by the runner (§3.1, §4.6; corpus 002, 008, 025, 063).
+
+    ``Flash Attention was auto, set to enabled|disabled``, ``resolve_fused_ops: Flash
+    Attention enabled``, llama.cpp ``flash_attn = 1|0`` (A/B1) or ``= enabled|disabled``,
+    B2 ``FlashAttention:true|false|Enabled|Disabled``, and ``… - forcing off``. A requested
+    ``auto`` produces no event.
+    """
+
+    kind: ClassVar[str] = "flash_attention"
+    state: str
+    reason: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class FlashAttentionDecision(_Event):
+    """Ollama's own flash-attention choice before the runner resolves it (§4.2, §4.6; corpus 001, 028, 053).
+
+    ``enabling flash attention`` and ``model wants flash attention``: a request, not a
+    resolution.
+    """
+
+    kind: ClassVar[str] = "flash_attention_decision"
+    state: str
+    reason: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class FlashAttentionForcedOff(_Event):
+    """Flash attention turned off against the request (§4.6; corpus 023, 025, 026).
+
+    llama.cpp ``flash_attn is not compatible with Grok - forcing off``, ``flash_attn
+    requires n_embd_head_k == n_embd_head_v - forcing off``; Ollama ``flash attention enabled
+    but not supported by gpu|model`` and ``disabling flash attention for gemma4 …``.
+    """
+
+    kind: ClassVar[str] = "flash_attention_forced_off"
+    reason: str
+    source: str = "llama.cpp"
+    """``llama.cpp`` (the runner turned it off) or ``ollama`` (Ollama did not request it)."""
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class KvTypeFallback(_Event):
+    """A requested KV cache type that Ollama dropped for f16 (the §3.2 warnings).
+
+    ``quantized kv cache requested but flash attention disabled``, ``kv cache type not
+    supported by model`` (except the spurious ``type=""`` one), ``model only supports
+    non-quantized cache types``, ``OLLAMA_FLASH_ATTENTION must be enabled to use a quantized
+    OLLAMA_KV_CACHE_TYPE``, ``unsupported OLLAMA_KV_CACHE_TYPE``.
+    """
+
+    kind: ClassVar[str] = "kv_type_fallback"
+    requested: str | None
+    reason: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class OffloadedLayers(_Event):
+    """``offloaded N/M layers to GPU`` (llama.cpp ``load_tensors``, Ollama engine ``ggml.go``; corpus 006, 032, 054, 065)."""
+
+    kind: ClassVar[str] = "offloaded_layers"
+    n: int
+    total: int
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class FitOverflow(_Event):
+    """C ``common_params_fit_impl:   - ROCm0 (…): 25 layers ( 5 overflowing), …`` (§1.2, §4.5)."""
+
+    kind: ClassVar[str] = "fit_overflow"
+    device: str
+    layers: int
+    overflowing: int
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class SchedulerEstimate(_Event):
+    """The scheduler's ``offload`` estimate line (§4.2; corpus 001, 012, 039).
+
+    ``msg=offload library=…``, ``msg="offload to cuda"``, pre-0.1.45 ``offload to gpu …
+    layers.real=N``. Sizes are estimates (``memory.required.*``), not allocations.
+    """
+
+    kind: ClassVar[str] = "scheduler_estimate"
+    library: str | None = None
+    layers_requested: int | None = None
+    layers_model: int | None = None
+    layers_offload: int | None = None
+    kv_bytes: int | None = None
+    full_bytes: int | None = None
+    partial_bytes: int | None = None
+    weights_total_bytes: int | None = None
+    graph_full_bytes: int | None = None
+    graph_partial_bytes: int | None = None
+    available_bytes: tuple[int, ...] = ()
+    allocations_bytes: tuple[int, ...] = ()
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class Truncation(_Event):
+    """A prompt cut to fit the context (§4.7; corpus 014, 015, 017).
+
+    ``truncating input prompt limit=… prompt=… keep=… new=…`` (B, C; v0.4.0 ``numKeep``),
+    Era A ``input truncated | n_ctx=… n_keep=…`` (prompt and new not printed) and
+    llama-server ``input truncated, n_ctx = …, n_keep = …, n_prompt_tokens = …``.
+    """
+
+    kind: ClassVar[str] = "truncation"
+    limit: int | None
+    prompt: int | None
+    keep: int | None
+    new: int | None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class RequestTiming(_Event):
+    """Per-request token counts and rates (§4.10).
+
+    C ``slot print_timing: id N | task M | prompt eval time = … ms / … tokens (… tokens per
+    second)`` + ``eval time = …`` (also on separate unprefixed lines), A ``[print_timings]``
+    (``generation eval time … runs``) and llama.cpp ``llama_print_timings`` /
+    ``llama_perf_context_print``. One event per request; ``raw`` is the last line of it.
+    """
+
+    kind: ClassVar[str] = "request_timing"
+    prompt_tokens: int | None = None
+    prompt_ms: float | None = None
+    prompt_tps: float | None = None
+    eval_tokens: int | None = None
+    eval_ms: float | None = None
+    eval_tps: float | None = None
+    slot: int | None = None
+    task: int | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class PrefillProgress(_Event):
+    """llama-server prompt-processing progress (§4.10): ``slot update_slots: id 0 | task 3 | prompt processing progress, n_past = …, n_tokens = …, progress = 0.25``."""
+
+    kind: ClassVar[str] = "prefill_progress"
+    slot: int | None = None
+    task: int | None = None
+    n_past: int | None = None
+    n_tokens: int | None = None
+    progress: float | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class RunnerReady(_Event):
+    """A runner finished starting (§4.2, §4.4; corpus 005, 014, 030, 035).
+
+    ``llama runner started in 2.75 seconds``, ``llama-server started in … seconds`` and the
+    DEBUG ``finished setting up runner`` model=… (which names the blob).
+    """
+
+    kind: ClassVar[str] = "runner_ready"
+    seconds: float | None = None
+    model_blob: str | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class Eviction(_Event):
+    """The scheduler makes room by unloading another model (§4.3, §4.8; corpus 050)."""
+
+    kind: ClassVar[str] = "eviction"
+    reason: str
+    model_blob: str | None = None
+    pid: int | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class Unload(_Event):
+    """A runner was unloaded (§4.8; corpus 010, 049): ``changing loaded model``, ``gpu VRAM usage didn't recover within timeout``, the DEBUG expiry sequence."""
+
+    kind: ClassVar[str] = "unload"
+    reason: str
+    model_blob: str | None = None
+    pid: int | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class Oom(_Event):
+    """Out of memory, at load or at run time (corpus 005, 009, 031)."""
+
+    kind: ClassVar[str] = "oom"
+    reason: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class LoadFailed(_Event):
+    """A model load failed (corpus 009, 023, 026): ``failed to create context``, ``error starting llama server``, ``panic: unable to create llama context``…"""
+
+    kind: ClassVar[str] = "load_failed"
+    reason: str
+    model_blob: str | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class GinRequest(_Event):
+    """The gin access line (§4.9): ``[GIN] 2024/07/10 - 17:33:55 | 200 | 22.25s | 127.0.0.1 | POST "/api/generate"``."""
+
+    kind: ClassVar[str] = "gin_request"
+    status: int
+    latency_s: float | None
+    method: str
+    path: str
+    client: str
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class DeviceFree(_Event):
+    """``llama_model_load_from_file_impl: using device CUDA0 (NVIDIA …) - 15221 MiB free`` (§1.2, §4.5)."""
+
+    kind: ClassVar[str] = "device_free"
+    device: str
+    description: str
+    free_bytes: int
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class UnknownWarning(_Event):
+    """A WARN/ERROR line no other event models, so a UI can still show it."""
+
+    kind: ClassVar[str] = "unknown_warning"
+    level: str
+    message: str
+    source: str | None = None
+
+
+LogEvent = Union[
+    ServerConfig,
+    ServerListening,
+    RunnerStarted,
+    LoadRequest,
+    LoadDecision,
+    ModelLoad,
+    Allocation,
+    KvSummary,
+    ContextParams,
+    FlashAttention,
+    FlashAttentionDecision,
+    FlashAttentionForcedOff,
+    KvTypeFallback,
+    OffloadedLayers,
+    FitOverflow,
+    SchedulerEstimate,
+    Truncation,
+    RequestTiming,
+    PrefillProgress,
+    RunnerReady,
+    Eviction,
+    Unload,
+    Oom,
+    LoadFailed,
+    GinRequest,
+    DeviceFree,
+    UnknownWarning,
+]
+"""Any event the parser produces."""
+
+EVENT_TYPES: tuple[type[_Event], ...] = (
+    ServerConfig, ServerListening, RunnerStarted, LoadRequest, LoadDecision, ModelLoad,
+    Allocation, KvSummary, ContextParams, FlashAttention, FlashAttentionDecision,
+    FlashAttentionForcedOff, KvTypeFallback, OffloadedLayers, FitOverflow, SchedulerEstimate,
+    Truncation, RequestTiming, PrefillProgress, RunnerReady, Eviction, Unload, Oom, LoadFailed,
+    GinRequest, DeviceFree, UnknownWarning,
+)
+"""Every event class, in catalogue order."""
+
+
+def event_to_dict(event: LogEvent) -> dict[str, Any]:
+    """The event as a JSON-ready dict: ``kind`` first, then every field (time as ISO 8601)."""
+    out: dict[str, Any] = {"kind": event.kind}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out

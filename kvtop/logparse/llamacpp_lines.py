@@ -1,0 +1,368 @@
+"""llama.cpp / ggml lines: ``function: text``, printed raw into Ollama's log.
+
+The llama engine prints them in Eras A, B1 and B2; llama-server prints them in Era C
+(reference §4.0, §4.5, §4.6). The function prefix changed over the releases; each handler
+lists the names it serves:
+
+======================  =================================================================
+Function prefix         Releases (reference §4.5)
+======================  =================================================================
+llama_new_context_…     v0.1.32 – v0.5.x (``KV self size``, ``flash_attn = %d`` from v0.1.39)
+llama_init_from_model   v0.6.x
+llama_context           v0.7.0 – HEAD (``n_ctx_seq`` replaces ``n_ctx_per_seq`` in v0.13.4)
+llama_kv_cache_init     v0.1.32 – v0.6.x (``KV buffer size``, ``kv_size = …, type_k = '…'``)
+llama_kv_cache_unified  v0.7.0 – v0.12.3 (``size = … (… cells, … layers, …/… seqs)`` from v0.11.5)
+llama_kv_cache          v0.12.4 – HEAD
+sched_reserve           b10488 (Era C) compute buffers, ``Flash Attention was auto, set to …``
+resolve_fused_ops       Era C ``Flash Attention enabled`` (issue #18123, corpus 063)
+llm_load_tensors        ≤ 2025-01 weights; then ``load_tensors``
+llama_model_load_…      2023 pre-GGUF (``n_ctx = 2048``, corpus 037/038)
+======================  =================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+from kvtop.logparse.events import (
+    Allocation,
+    ContextParams,
+    DeviceFree,
+    FitOverflow,
+    FlashAttention,
+    FlashAttentionForcedOff,
+    KvSummary,
+    LoadFailed,
+    LogEvent,
+    ModelLoad,
+    OffloadedLayers,
+    Oom,
+    UnknownWarning,
+)
+from kvtop.logparse.values import MIB, blob_of, mib_bytes, scaled_bytes
+from kvtop.logparse.wrappers import sanitize
+
+TimeFn = Callable[[], "datetime | None"]
+Handler = Callable[[str, str, int, str, TimeFn], "list[LogEvent] | None"]
+"""``(func, rest, line_no, text, time) -> events``; None when the line is not one this grammar models."""
+
+_BUFFER_RE = re.compile(r"\s*(\S+)\s+(KV|RS|model|compute|output|input)?\s*buffer size\s*=\s*([\d.]+) (MiB|MB)")
+_BUFFER_COMPONENT = {"KV": "kv", "RS": "recurrent", "model": "weights", "compute": "compute", "output": "output",
+                     "input": "input", None: "weights"}
+_KV_SIZE_RE = re.compile(
+    r"size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\)"
+    r"(?:,\s*([KR]) \((\w+)\):\s*([\d.]+) MiB,\s*([VS]) \((\w+)\):\s*([\d.]+) MiB)?"
+)
+_KV_SELF_RE = re.compile(
+    r"[Kk][Vv] self size\s*=\s*([\d.]+) (MiB|MB)(?:,\s*K \((\w+)\):\s*([\d.]+) MiB,\s*V \((\w+)\):\s*([\d.]+) MiB)?"
+)
+_KV_INIT_RE = re.compile(
+    r"kv_size = (\d+), offload = \d+, type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)"
+)
+_PARAM_RE = re.compile(r"(\w+)\s*=\s*(\S+)")
+_FA_RESOLVED_RE = re.compile(r"Flash Attention (?:was auto, set to )?(enabled|disabled)")
+_OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_DEVICE_FREE_RE = re.compile(r"using device (\S+)\s+\((.*?)\)(?:\s*\([^)]*\))*\s+-\s+(\d+)\s+MiB free")
+_FIT_RE = re.compile(r"-\s+(\S+)\s+\((.*)\):\s+(\d+)\s+layers\s+\(\s*(\d+)\s+overflowing\)")
+_LOADED_FROM_RE = re.compile(r"loaded meta data with .* from (.+?)(?: \(version [^)]*\))?\s*$")
+_TROUBLE_RE = re.compile(
+    r"(?P<oom>[Oo]ut of memory|OutOf(?:Device|Host)?Memory|cudaMalloc failed|hipMalloc failed|[Ff]ailed to allocate"
+    r"|[Ii]nsufficient [Mm]emory|[Nn]ot enough memory|[Uu]nable to allocate)"
+    r"|(?P<fail>[Ee]rror loading model|[Ff]ailed to load model|[Uu]nable to load model|[Ff]ailed to create context"
+    r"|unable to create llama context|Unsupported cache type|requires flash_attn|failed to initialize the context"
+    r"|error: failed to)"
+)
+
+
+def _may_be_trouble(text: str) -> bool:
+    """Cheap substring test run before :data:`_TROUBLE_RE` (most free-text lines are harmless)."""
+    return ("emory" in text or "alloc" in text or "ail" in text or "nable" in text or "rror" in text
+            or "Unsupported" in text or "requires" in text)
+
+
+_CTX_PARAMS = {
+    "n_ctx": "n_ctx", "n_ctx_per_seq": "n_ctx_per_seq", "n_ctx_seq": "n_ctx_per_seq", "n_seq_max": "n_seq_max",
+    "n_batch": "n_batch", "n_ubatch": "n_ubatch", "flash_attn": "flash_attn", "kv_unified": "kv_unified",
+    "causal_attn": "causal_attn",
+}
+_FA_STATE = {"1": "enabled", "0": "disabled", "enabled": "enabled", "disabled": "disabled",
+             "true": "enabled", "false": "disabled", "on": "enabled", "off": "disabled"}
+
+
+def _meta(n: int, text: str, time: TimeFn) -> tuple[int, datetime | None, str]:
+    return n, time(), sanitize(text)
+
+
+def _buffer(func: str, rest: str, n: int, text: str, time: TimeFn, default: str) -> list[LogEvent] | None:
+    m = _BUFFER_RE.match(rest)
+    if m is None:
+        return None
+    kind = m.group(2)
+    component = _BUFFER_COMPONENT[kind] if kind is not None else default
+    if func == "llama_memory_recurrent" and component == "kv":
+        component = "recurrent"
+    return [Allocation(*_meta(n, text, time), component, m.group(1), mib_bytes(m.group(3)), func)]
+
+
+def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """KV caches: ``KV buffer size``, ``size = … (… cells …)``, ``KV self size``, ``kv_size = …``."""
+    if "buffer size" in rest:
+        return _buffer(func, rest, n, text, time, "kv")
+    recurrent = func == "llama_memory_recurrent"
+    if "cells" in rest:
+        m = _KV_SIZE_RE.search(rest)
+        if m is None:
+            return None
+        k_type = v_type = None
+        k_bytes = v_bytes = None
+        if m.group(6) is not None:
+            k_type, v_type = m.group(7), m.group(10)
+            k_bytes, v_bytes = mib_bytes(m.group(8)), mib_bytes(m.group(11))
+            recurrent = recurrent or m.group(6) == "R"
+        return [KvSummary(
+            *_meta(n, text, time), mib_bytes(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)),
+            int(m.group(5)) if m.group(5) else None, k_type, v_type, k_bytes, v_bytes, recurrent, func,
+        )]
+    if "self size" in rest:
+        return _kv_self(func, rest, n, text, time)
+    if rest.startswith("kv_size"):
+        m = _KV_INIT_RE.match(rest)
+        if m is None:
+            return None
+        return [KvSummary(
+            *_meta(n, text, time), None, int(m.group(1)), int(m.group(4)), None, None, m.group(2), m.group(3),
+            None, None, False, func,
+        )]
+    if "fail" in rest or "error" in rest:
+        return _trouble(rest, n, text, time)
+    return None
+
+
+def _kv_self(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """``KV self size  = 7168.00 MiB, K (f16): 3584.00 MiB, V (f16): 3584.00 MiB``; 2023 ``kv self size = 650.00 MB``."""
+    m = _KV_SELF_RE.search(rest)
+    if m is None:
+        return None
+    size = scaled_bytes(m.group(1), MIB)
+    if m.group(3) is None:
+        return [KvSummary(*_meta(n, text, time), size, grammar=func)]
+    return [KvSummary(
+        *_meta(n, text, time), size, None, None, None, None, m.group(3), m.group(5),
+        mib_bytes(m.group(4)), mib_bytes(m.group(6)), False, func,
+    )]
+
+
+def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """Context creation: parameters, ``KV self size``, compute/output buffers, flash-attention lines."""
+    c0 = rest[:1]
+    if c0 == "n" or c0 == "f" or c0 == "k" or c0 == "c":
+        m = _PARAM_RE.match(rest)
+        if m is not None:
+            field = _CTX_PARAMS.get(m.group(1))
+            if field is None:
+                return None
+            value = m.group(2)
+            meta = _meta(n, text, time)
+            if field == "flash_attn":
+                out: list[LogEvent] = [ContextParams(*meta, flash_attn=value, grammar=func)]
+                state = _FA_STATE.get(value.lower())
+                if state is not None:
+                    out.append(FlashAttention(*meta, state, f"{func}: flash_attn = {value}"))
+                return out
+            return _context_param(meta, field, value, func)
+    if "buffer size" in rest:
+        return _buffer(func, rest, n, text, time, "compute")
+    if "self size" in rest:
+        return _kv_self(func, rest, n, text, time)
+    if "Flash Attention" in rest:
+        m = _FA_RESOLVED_RE.search(rest)
+        if m is not None:
+            return [FlashAttention(*_meta(n, text, time), m.group(1), rest.strip())]
+        return None
+    if "forcing off" in rest:
+        meta = _meta(n, text, time)
+        reason = rest.strip()
+        return [FlashAttentionForcedOff(*meta, reason), FlashAttention(*meta, "disabled", reason)]
+    if "fail" in rest or "error" in rest or "requires" in rest:
+        return _trouble(rest, n, text, time)
+    return None
+
+
+def _context_param(
+    meta: tuple[int, datetime | None, str], field: str, value: str, func: str
+) -> list[LogEvent] | None:
+    if field == "kv_unified":
+        return [ContextParams(*meta, kv_unified=value, grammar=func)]
+    if field == "causal_attn":
+        return [ContextParams(*meta, causal_attn=value, grammar=func)]
+    if not value.isdigit():
+        return None
+    v = int(value)
+    if field == "n_ctx":
+        return [ContextParams(*meta, n_ctx=v, grammar=func)]
+    if field == "n_ctx_per_seq":
+        return [ContextParams(*meta, n_ctx_per_seq=v, grammar=func)]
+    if field == "n_seq_max":
+        return [ContextParams(*meta, n_seq_max=v, grammar=func)]
+    if field == "n_batch":
+        return [ContextParams(*meta, n_batch=v, grammar=func)]
+    return [ContextParams(*meta, n_ubatch=v, grammar=func)]
+
+
+def _tensors(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """Weights: ``load_tensors:        CUDA0 model buffer size =   577.22 MiB``; ``offloaded 25/25 layers to GPU``."""
+    if "buffer size" in rest:
+        return _buffer(func, rest, n, text, time, "weights")
+    if rest.startswith("offloaded"):
+        m = _OFFLOADED_RE.match(rest)
+        if m is None:
+            return None
+        return [OffloadedLayers(*_meta(n, text, time), int(m.group(1)), int(m.group(2)))]
+    if "fail" in rest or "error" in rest:
+        return _trouble(rest, n, text, time)
+    return None
+
+
+def _fused_ops(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """Era C: ``resolve_fused_ops: Flash Attention enabled`` (only the Flash Attention line)."""
+    if not rest.startswith("Flash Attention"):
+        return None
+    m = _FA_RESOLVED_RE.match(rest)
+    if m is None:
+        return None
+    return [FlashAttention(*_meta(n, text, time), m.group(1), f"{func}: {rest.strip()}")]
+
+
+def _model_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """``llama_model_loader: loaded meta data with 26 key-value pairs and 995 tensors from PATH (version GGUF V3 (latest))``."""
+    if not rest.startswith("loaded meta data"):
+        if rest.startswith("-") or rest.startswith("Dumping") or rest.startswith("file"):
+            return None
+        if "fail" in rest or "error" in rest:
+            return _trouble(rest, n, text, time)
+        return None
+    m = _LOADED_FROM_RE.match(rest)
+    path = m.group(1) if m else None
+    return [ModelLoad(*_meta(n, text, time), blob_of(path), path, func)]
+
+
+def _ancient_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """2023: ``llama.cpp: loading model from /…/blobs/sha256:e847…`` (corpus 037, 038)."""
+    if not rest.startswith("loading model from "):
+        return None
+    path = rest[len("loading model from "):].strip()
+    return [ModelLoad(*_meta(n, text, time), blob_of(path), path, func)]
+
+
+def _ancient_hparams(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """2023: ``llama_model_load_internal: n_ctx      = 2048`` (the context size; corpus 037, 038)."""
+    if not rest.startswith("n_ctx"):
+        return None
+    m = _PARAM_RE.match(rest)
+    if m is None or m.group(1) != "n_ctx" or not m.group(2).isdigit():
+        return None
+    return [ContextParams(*_meta(n, text, time), n_ctx=int(m.group(2)), grammar=func)]
+
+
+def _device(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """``llama_model_load_from_file_impl: using device CUDA0 (NVIDIA …) (0000:01:00.0) - 15221 MiB free``."""
+    if rest.startswith("using device"):
+        m = _DEVICE_FREE_RE.match(rest)
+        if m is None:
+            return None
+        return [DeviceFree(*_meta(n, text, time), m.group(1), m.group(2), int(m.group(3)) * MIB)]
+    if "fail" in rest or "error" in rest:
+        return _trouble(rest, n, text, time)
+    return None
+
+
+def _fit(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """Era C: ``common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing), 11065 MiB used, 1036 MiB free``."""
+    if "overflowing" not in rest:
+        return None
+    m = _FIT_RE.search(rest)
+    if m is None:
+        return None
+    return [FitOverflow(*_meta(n, text, time), m.group(1), int(m.group(3)), int(m.group(4)))]
+
+
+def _errors_only(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """Functions whose only interesting lines are failures (allocators, context/model creation)."""
+    return _trouble(rest, n, text, time)
+
+
+def _panic(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """Go ``panic: unable to create llama context`` (B llama engine, corpus 023) and other panics."""
+    found = _trouble(rest, n, text, time)
+    if found:
+        return found
+    return [UnknownWarning(*_meta(n, text, time), "PANIC", rest.strip(), None)]
+
+
+def _trouble(rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """An out-of-memory or load-failure line in free text; None if it is neither."""
+    if not _may_be_trouble(rest):
+        return None
+    m = _TROUBLE_RE.search(rest)
+    if m is None:
+        return None
+    meta = _meta(n, text, time)
+    reason = rest.strip()
+    if m.group("oom") is not None:
+        return [Oom(*meta, reason)]
+    return [LoadFailed(*meta, reason, blob_of(rest))]
+
+
+def free_text(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent]:
+    """A line with no known prefix: ``CUDA error: out of memory``, ``GGML_ASSERT: …`` (corpus 005)."""
+    found = _trouble(body, n, text, time)
+    if found:
+        return found
+    if body.startswith("GGML_ASSERT"):
+        return [UnknownWarning(*_meta(n, text, time), "ERROR", body.strip(), None)]
+    return []
+
+
+HANDLERS: dict[str, Handler] = {}
+"""Handlers by llama.cpp function prefix."""
+for _names, _handler in (
+    ("llama_kv_cache_init llama_kv_cache_unified llama_kv_cache llama_kv_cache_iswa llama_kv_cache_unified_iswa "
+     "llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid", _kv_cache),
+    ("llama_new_context_with_model llama_init_from_model llama_context sched_reserve graph_reserve", _context),
+    ("llm_load_tensors load_tensors", _tensors),
+    ("resolve_fused_ops", _fused_ops),
+    ("llama_model_loader", _model_loader),
+    ("llama.cpp", _ancient_loader),
+    ("llama_model_load_internal", _ancient_hparams),
+    ("llama_model_load_from_file_impl llama_model_load_from_file llama_load_model_from_file", _device),
+    ("common_params_fit_impl llama_params_fit_impl common_fit_params llama_params_fit", _fit),
+    ("ggml_backend_cuda_buffer_type_alloc_buffer ggml_backend_metal_buffer_type_alloc_buffer "
+     "ggml_backend_cpu_buffer_type_alloc_buffer ggml_backend_alloc_ctx_tensors_from_buft ggml_gallocr_reserve_n "
+     "ggml_gallocr_needs_realloc llama_init_from_gpt_params common_init_from_params common_init_result llama_model_load "
+     "alloc_compute_meta ggml_vk_create_buffer ggml_metal_buffer_type_alloc_buffer", _errors_only),
+    ("panic", _panic),
+):
+    for _name in _names.split():
+        HANDLERS[_name] = _handler
+
+QUIET = frozenset(
+    "print_info llm_load_print_meta llm_load_vocab load ggml_metal_init ggml_metal_device_init ggml_metal_library_init "
+    "ggml_cuda_init ggml_vulkan ggml_backend_metal_log_allocated_size ggml_metal_log_allocated_size "
+    "clip_model_loader clip_ctx llama_model_load_from_file_impl set_abort_callback create_memory "
+    "init_tokenizer validate_override".split()
+)
+"""Chatty prefixes whose lines are never events (skipped without the free-text scan)."""
+
+
+def parse_llamacpp(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """One ``function: text`` line; None when ``body`` has no function prefix this module knows."""
+    idx = body.find(": ")
+    if idx <= 0:
+        return None
+    func = body[:idx]
+    handler = HANDLERS.get(func)
+    if handler is None:
+        return None
+    return handler(func, body[idx + 2:], n, text, time) or []

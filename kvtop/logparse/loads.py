@@ -1,0 +1,648 @@
+"""Group events into model loads and build the ``kvtop inspect-log --json`` document.
+
+The document's shape and the conventions behind it are those of the corpus oracles
+(``tests/fixtures/logs/expected/README`` = ``corpus/expected/README.md``):
+
+- A load starts at a runner spawn with ``--model`` (``runner_started``), a load request, a
+  scheduler decision (``offload`` estimate, ``loading first model``, ``new model will fit
+  … loading``, ``loading model "model layers"``), or the first llama.cpp model/context/
+  allocation line. Later lines of the same runner join it: fit/alloc/commit requests,
+  repeated identical estimates, ``llama runner started``, ``loaded runners``.
+- A llama.cpp model-load line (``loaded meta data … from``, ``using device``, ``srv
+  load_model: loading``, ``llama.cpp: loading model from``) starts a new load only when the
+  current one already has context/allocation lines or has finished starting.
+- Allocations: lines for the same component and device add up within one context creation
+  (an iSWA model prints two KV lines per device). When an allocation sequence is printed
+  again (a fit/probe pass, then the real load: a weights or compute line for a device
+  already seen, or a component earlier in weights → KV → compute order), the later
+  sequence replaces the earlier one.
+- Flash attention: a resolution by the runner wins (``flash_attn = 0|1``, ``Flash Attention
+  was auto, set to …``, ``resolve_fused_ops``, ``forcing off``); otherwise Ollama's decision
+  (``--flash-attn``, ``enabling flash attention``, ``FlashAttention:true|Enabled``); a
+  complete A/B1 command line without ``--flash-attn`` means disabled; ``auto`` that is never
+  resolved stays None.
+- Events are counted per incident: consecutive OOM, load-failure, eviction, unload,
+  forced-off or fallback lines of one load give one event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kvtop.logparse.cmdline import era_of_version
+from kvtop.logparse.events import (
+    Allocation,
+    ContextParams,
+    DeviceFree,
+    Eviction,
+    FitOverflow,
+    FlashAttention,
+    FlashAttentionDecision,
+    FlashAttentionForcedOff,
+    KvSummary,
+    KvTypeFallback,
+    LoadDecision,
+    LoadFailed,
+    LoadRequest,
+    LogEvent,
+    ModelLoad,
+    OffloadedLayers,
+    Oom,
+    RequestTiming,
+    RunnerReady,
+    RunnerStarted,
+    SchedulerEstimate,
+    ServerConfig,
+    ServerListening,
+    Truncation,
+    Unload,
+)
+from kvtop.logparse.parser import iter_events
+
+COMPONENTS = ("weights", "kv", "compute")
+"""Memory components of the JSON document (allocations only)."""
+
+REPORTED_KINDS = frozenset({
+    "truncation", "kv_type_fallback", "flash_attention_forced_off", "oom", "eviction", "load_failed", "unload",
+    "request_timing",
+})
+"""Event kinds listed in the document's ``events``."""
+
+INCIDENT_KINDS = frozenset({"oom", "load_failed", "eviction", "unload", "flash_attention_forced_off",
+                            "kv_type_fallback"})
+"""Kinds whose consecutive lines (within one load) are one incident."""
+
+INCIDENT_GAP_S = 60.0
+"""Two lines of the same kind further apart than this are separate incidents."""
+
+_ORDER = {"weights": 0, "kv": 1, "recurrent": 1, "compute": 2}
+_FA_REQUEST = {"true": "enabled", "enabled": "enabled", "on": "enabled", "1": "enabled",
+               "false": "disabled", "disabled": "disabled", "off": "disabled", "0": "disabled"}
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """One model load as the log tells it. Sizes in bytes; None where the log does not say."""
+
+    index: int
+    first_line: int
+    last_line: int
+    time: datetime | None
+    era: str | None
+    engine: str | None
+    model_blob: str | None
+    model_name: str | None
+    mmproj_blob: str | None
+    port: int | None
+    pid: int | None
+    num_ctx_total: int | None
+    parallel: int | None
+    num_ctx_per_seq: int | None
+    kv_type_k: str | None
+    kv_type_v: str | None
+    flash_attention: str | None
+    flash_attention_reason: str | None
+    flash_attention_requested: str | None
+    layers_offloaded: int | None
+    layers_total: int | None
+    layers_requested: int | None
+    memory: Mapping[str, Mapping[str, int]]
+    """``weights``/``kv``/``compute`` (and ``output``/``input``/``recurrent``) → device → bytes."""
+    kv_bytes: int | None
+    kv_bytes_stated: bool
+    estimate: SchedulerEstimate | None
+    fit_overflowing: int | None
+    device_free: Mapping[str, int]
+    ready: bool
+    events: tuple[LogEvent, ...]
+    """The incidents and requests of this load (OOM, failures, fallbacks, truncations…)."""
+
+    @property
+    def estimates(self) -> dict[str, int | None]:
+        """The scheduler estimate's ``memory.required.kv/full/partial``."""
+        e = self.estimate
+        return {
+            "kv": e.kv_bytes if e else None,
+            "full": e.full_bytes if e else None,
+            "partial": e.partial_bytes if e else None,
+        }
+
+    def findings(self) -> list[str]:
+        """Plain-language problems: spill, fallbacks, forced-off flash attention, OOM, failures.
+
+        Weights in ``CPU_Mapped``/``CPU`` buffers count as spill only when not every layer is
+        offloaded: with full offload they are the mmap'ed file and the input embeddings, which
+        llama.cpp always keeps on the CPU.
+        """
+        out: list[str] = []
+        per_device = [d for c in COMPONENTS for d in self.memory.get(c, {})]
+        gpu = any(not _is_cpu_device(d) for d in per_device) or bool(self.layers_offloaded)
+        full = self.layers_offloaded is not None and self.layers_total is not None and (
+            self.layers_offloaded >= self.layers_total)
+        if per_device and not gpu:
+            out.append("CPU only: every buffer is in system memory")
+        if self.layers_offloaded is not None and self.layers_total is not None and not full:
+            out.append(f"spill: only {self.layers_offloaded}/{self.layers_total} layers offloaded to GPU")
+        if self.fit_overflowing:
+            out.append(f"spill: {self.fit_overflowing} layers overflow the GPU (llama-server fit)")
+        if gpu:
+            for component, label in (("kv", "KV cache"), ("weights", "weights")):
+                if component == "weights" and full:
+                    continue
+                cpu = sorted(d for d, b in self.memory.get(component, {}).items() if _is_cpu_device(d) and b > 0)
+                if cpu:
+                    out.append(f"spill: {label} partly in system memory ({', '.join(cpu)})")
+        counts: dict[str, int] = {}
+        for e in self.events:
+            counts[e.kind] = counts.get(e.kind, 0) + 1
+            if isinstance(e, KvTypeFallback):
+                out.append(f"KV type fallback to f16 (requested {e.requested or '?'}): {e.reason}")
+            elif isinstance(e, FlashAttentionForcedOff):
+                out.append(f"flash attention forced off: {e.reason}")
+            elif isinstance(e, Oom):
+                out.append(f"out of memory: {e.reason}")
+            elif isinstance(e, LoadFailed):
+                out.append(f"load failed: {e.reason}")
+        if counts.get("truncation"):
+            out.append(f"{counts['truncation']} prompt truncation(s)")
+        if counts.get("eviction"):
+            out.append(f"{counts['eviction']} eviction line(s)")
+        return out
+
+
+def _is_cpu_device(device: str) -> bool:
+    d = device.upper()
+    return d == "CPU" or d.startswith("CPU_") or d.endswith("_HOST") or d == "BLAS"
+
+
+class _Builder:
+    """The mutable state of one load while events are read."""
+
+    def __init__(self, index: int, event: LogEvent) -> None:
+        self.index = index
+        self.first_line = event.line_no
+        self.last_line = event.line_no
+        self.time = event.time
+        self.era: str | None = None
+        self.era_rank = 0
+        self.engine: str | None = None
+        self.model_blob: str | None = None
+        self.model_name: str | None = None
+        self.mmproj_blob: str | None = None
+        self.port: int | None = None
+        self.pid: int | None = None
+        self.values: dict[str, tuple[int, Any]] = {}
+        self.fa_strong: tuple[str, str] | None = None
+        self.fa_weak: tuple[str, str] | None = None
+        self.fa_requested: str | None = None
+        self.alloc: dict[str, dict[str, int]] = {}
+        self.kv_sizes: list[int] = []
+        self.max_order = -1
+        self.estimate: SchedulerEstimate | None = None
+        self.fit_overflowing: int | None = None
+        self.device_free: dict[str, int] = {}
+        self.has_spawn = False
+        self.has_request = False
+        self.has_alloc = False
+        self.ready = False
+        self.events: list[LogEvent] = []
+
+    # values with provenance: a higher rank (printed by the runner) wins over a lower one
+    def put(self, name: str, value: Any, rank: int) -> None:
+        if value is None:
+            return
+        old = self.values.get(name)
+        if old is None or rank >= old[0]:
+            self.values[name] = (rank, value)
+
+    def get(self, name: str) -> Any:
+        v = self.values.get(name)
+        return v[1] if v is not None else None
+
+    def set_era(self, era: str | None, rank: int) -> None:
+        if era is not None and rank >= self.era_rank:
+            self.era, self.era_rank = era, rank
+
+    def blob_ok(self, blob: str | None) -> bool:
+        return blob is None or self.model_blob is None or blob == self.model_blob
+
+    def set_blob(self, blob: str | None) -> None:
+        if blob is not None and self.model_blob is None:
+            self.model_blob = blob
+
+    def pre_spawn(self) -> bool:
+        return not self.has_spawn and not self.has_alloc and not self.ready
+
+    def add_alloc(self, component: str, device: str, nbytes: int) -> None:
+        order = _ORDER.get(component)
+        if order is not None:
+            seen = self.alloc.get(component, {})
+            if order < self.max_order or (component != "kv" and component != "recurrent" and device in seen):
+                self.reset_epoch()
+            if order > self.max_order:
+                self.max_order = order
+        per = self.alloc.setdefault(component, {})
+        per[device] = per.get(device, 0) + nbytes
+
+    def add_kv_size(self, size: int) -> None:
+        if self.max_order > 1:
+            self.reset_epoch()
+        self.max_order = max(self.max_order, 1)
+        self.kv_sizes.append(size)
+
+    def reset_epoch(self) -> None:
+        self.alloc = {}
+        self.kv_sizes = []
+        self.max_order = -1
+
+    def build(self, server_era: str | None) -> Load:
+        n_ctx = self.get("num_ctx_total")
+        parallel = self.get("parallel")
+        per_seq = self.get("num_ctx_per_seq")
+        if parallel is None and n_ctx and per_seq:
+            if n_ctx % per_seq == 0:
+                parallel = n_ctx // per_seq
+        if per_seq is None and n_ctx and parallel:
+            per_seq = n_ctx // parallel
+        if self.fa_strong is not None:
+            fa: str | None = self.fa_strong[0]
+            fa_reason: str | None = self.fa_strong[1]
+        elif self.fa_weak is not None:
+            fa, fa_reason = self.fa_weak
+        else:
+            fa = fa_reason = None
+        kv_bytes: int | None
+        if self.kv_sizes:
+            kv_bytes, stated = sum(self.kv_sizes), True
+        elif self.alloc.get("kv"):
+            kv_bytes, stated = sum(self.alloc["kv"].values()), False
+        else:
+            kv_bytes, stated = None, False
+        memory: dict[str, dict[str, int]] = {c: dict(self.alloc.get(c, {})) for c in COMPONENTS}
+        for c, per in self.alloc.items():
+            if c not in memory:
+                memory[c] = dict(per)
+        return Load(
+            index=self.index,
+            first_line=self.first_line,
+            last_line=self.last_line,
+            time=self.time,
+            era=self.era if self.era is not None else server_era,
+            engine=self.engine,
+            model_blob=self.model_blob,
+            model_name=self.model_name,
+            mmproj_blob=self.mmproj_blob,
+            port=self.port,
+            pid=self.pid,
+            num_ctx_total=n_ctx,
+            parallel=parallel,
+            num_ctx_per_seq=per_seq,
+            kv_type_k=self.get("kv_type_k"),
+            kv_type_v=self.get("kv_type_v"),
+            flash_attention=fa,
+            flash_attention_reason=fa_reason,
+            flash_attention_requested=self.fa_requested,
+            layers_offloaded=self.get("layers_offloaded"),
+            layers_total=self.get("layers_total"),
+            layers_requested=self.get("layers_requested"),
+            memory=memory,
+            kv_bytes=kv_bytes,
+            kv_bytes_stated=stated,
+            estimate=self.estimate,
+            fit_overflowing=self.fit_overflowing,
+            device_free=dict(self.device_free),
+            ready=self.ready,
+            events=tuple(self.events),
+        )
+
+
+_GRAMMAR_ERA = {
+    "sched_reserve": "C", "resolve_fused_ops": "C", "llama-server": "C",
+    "llama_model_load_internal": "pre-A", "llama.cpp": "pre-A",
+}
+
+
+@dataclass
+class _Grouper:
+    """Walks the events once, building loads and the per-incident event list."""
+
+    loads: list[_Builder] = field(default_factory=list)
+    cur: _Builder | None = None
+    pending: list[LogEvent] = field(default_factory=list)
+    incidents: list[list[Any]] = field(default_factory=list)
+    """``[event, load index or None]`` per reported incident, in log order."""
+    version: str | None = None
+    config: Mapping[str, str] | None = None
+
+    def new(self, event: LogEvent) -> _Builder:
+        b = _Builder(len(self.loads), event)
+        self.loads.append(b)
+        self.cur = b
+        pending, self.pending = self.pending, []
+        for p in pending:
+            if isinstance(p, FlashAttentionDecision):
+                b.fa_weak = (p.state, p.reason)
+        return b
+
+    def current_or_new(self, event: LogEvent) -> _Builder:
+        cur = self.cur
+        if cur is None or cur.ready:
+            return self.new(event)
+        return cur
+
+    def feed(self, e: LogEvent) -> None:
+        cur = self.cur
+        b: _Builder | None = None
+        target: int | None = None
+        """Index of the load a reported event belongs to (``len(loads)``: the next one)."""
+        if isinstance(e, RunnerStarted):
+            if e.model_blob is None and e.cmd is not None and e.model_name is None:
+                return  # GPU-discovery runner (no --model)
+            if cur is not None and cur.pre_spawn() and cur.blob_ok(e.model_blob):
+                b = cur
+            else:
+                b = self.new(e)
+            self.spawn(b, e)
+        elif isinstance(e, LoadRequest):
+            if (cur is not None and not cur.ready and cur.era in (None, "B2")
+                    and (cur.has_spawn or cur.has_request or not cur.has_alloc)):
+                b = cur
+            else:
+                b = self.new(e)
+            self.request(b, e)
+        elif isinstance(e, SchedulerEstimate):
+            if (cur is not None and not cur.ready and not cur.has_alloc
+                    and (cur.estimate is None or _same_estimate(cur.estimate, e))):
+                b = cur
+            else:
+                b = self.new(e)
+            self.estimate(b, e)
+        elif isinstance(e, LoadDecision):
+            if cur is not None and not cur.ready and not cur.has_alloc and cur.blob_ok(e.model_blob):
+                b = cur
+            elif e.message == "loading model via llama-server":
+                return
+            else:
+                b = self.new(e)
+            b.set_blob(e.model_blob)
+            b.put("parallel", e.parallel, 1)
+            b.put("layers_total", e.layers_total, 1)
+            if e.layers_requested is not None and e.layers_requested >= 0:
+                b.put("layers_requested", e.layers_requested, 1)
+        elif isinstance(e, (ModelLoad, DeviceFree)):
+            blob = e.model_blob if isinstance(e, ModelLoad) else None
+            if cur is not None and not cur.has_alloc and not cur.ready and cur.blob_ok(blob):
+                b = cur
+            else:
+                b = self.new(e)
+            b.set_blob(blob)
+            if isinstance(e, ModelLoad):
+                b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
+            else:
+                b.device_free[e.device] = e.free_bytes
+        elif isinstance(e, FlashAttentionForcedOff) and e.source == "ollama":
+            if cur is not None and cur.pre_spawn():
+                b = cur
+                target = cur.index
+            else:
+                target = len(self.loads)  # Ollama decides before it spawns the runner
+        elif isinstance(e, (Allocation, KvSummary, ContextParams, OffloadedLayers, FitOverflow, FlashAttention,
+                            FlashAttentionForcedOff)):
+            b = self.current_or_new(e)
+            self.runner_line(b, e)
+            target = b.index
+        elif isinstance(e, RunnerReady):
+            if cur is not None:
+                b = cur
+                cur.ready = True
+                cur.set_blob(e.model_blob)
+        elif isinstance(e, FlashAttentionDecision):
+            if cur is not None and cur.pre_spawn():
+                b = cur
+                cur.fa_weak = (e.state, e.reason)
+            else:
+                self.pending.append(e)
+        elif isinstance(e, KvTypeFallback):
+            if cur is not None and cur.pre_spawn():
+                b = cur
+                target = cur.index
+            else:
+                target = len(self.loads)  # Ollama warns before it spawns the runner
+        elif isinstance(e, (Oom, LoadFailed)):
+            if cur is not None:
+                b = cur
+                target = cur.index
+                if isinstance(e, LoadFailed):
+                    cur.set_blob(e.model_blob)
+        elif isinstance(e, (Truncation, RequestTiming)):
+            if cur is not None:
+                target = cur.index
+        elif isinstance(e, ServerListening):
+            if e.version:
+                self.version = e.version
+        elif isinstance(e, ServerConfig):
+            self.config = e.env
+        if b is not None:
+            b.last_line = max(b.last_line, e.line_no)
+        if e.kind in REPORTED_KINDS:
+            self.incident(e, target)
+
+    def incident(self, e: LogEvent, load: int | None) -> None:
+        """Record a reported event, unless it continues the previous incident of its kind."""
+        if e.kind in INCIDENT_KINDS and self.incidents:
+            prev, prev_load = self.incidents[-1]
+            if (prev.kind == e.kind and prev_load == load and not _far_apart(prev.time, e.time)
+                    and getattr(prev, "requested", None) == getattr(e, "requested", None)):
+                return
+        self.incidents.append([e, load])
+
+    def finish(self) -> None:
+        """Attach each incident to its load (an incident announced for a load never started has none)."""
+        for item in self.incidents:
+            load = item[1]
+            if load is not None and load >= len(self.loads):
+                item[1] = None
+            elif load is not None:
+                self.loads[load].events.append(item[0])
+
+    def spawn(self, b: _Builder, e: RunnerStarted) -> None:
+        b.has_spawn = True
+        b.set_blob(e.model_blob)
+        if e.model_name is not None:
+            b.model_name = e.model_name
+        b.mmproj_blob = e.mmproj_blob or b.mmproj_blob
+        b.port = e.port if e.port is not None else b.port
+        b.pid = e.pid if e.pid is not None else b.pid
+        b.set_era(e.era, 2)
+        b.engine = e.engine or b.engine
+        b.put("num_ctx_total", e.ctx_size, 1)
+        b.put("parallel", e.parallel, 1)
+        if e.n_gpu_layers is not None and e.n_gpu_layers >= 0:
+            b.put("layers_requested", e.n_gpu_layers, 1)
+        k = e.cache_type_k or e.kv_cache_type
+        v = e.cache_type_v or e.kv_cache_type
+        b.put("kv_type_k", k or None, 1)
+        b.put("kv_type_v", v or None, 1)
+        if e.flash_attn is not None:
+            b.fa_requested = e.flash_attn
+            state = _FA_REQUEST.get(e.flash_attn.lower())
+            if state is not None:
+                b.fa_weak = (state, f"--flash-attn {e.flash_attn}" if e.era == "C" else "--flash-attn")
+        elif e.complete and e.era in ("A", "B1") and e.cmd is not None:
+            b.fa_weak = ("disabled", "no --flash-attn on the runner command line")
+
+    def request(self, b: _Builder, e: LoadRequest) -> None:
+        b.has_request = True
+        b.set_era("B2", 2)
+        b.put("num_ctx_total", e.kv_size, 2)
+        b.put("parallel", e.parallel, 2)
+        if e.kv_cache_type:
+            b.put("kv_type_k", e.kv_cache_type, 2)
+            b.put("kv_type_v", e.kv_cache_type, 2)
+        if e.flash_attention is not None:
+            b.fa_requested = e.flash_attention
+            state = _FA_REQUEST.get(e.flash_attention.lower())
+            if state is not None:
+                b.fa_weak = (state, f"load request FlashAttention:{e.flash_attention}")
+        if e.gpu_layers is not None:
+            b.put("layers_offloaded", e.gpu_layers, 1)
+
+    @staticmethod
+    def estimate(b: _Builder, e: SchedulerEstimate) -> None:
+        b.estimate = e
+        b.put("layers_total", e.layers_model, 1)
+        b.put("layers_offloaded", e.layers_offload, 1)
+        if e.layers_requested is not None and e.layers_requested >= 0:
+            b.put("layers_requested", e.layers_requested, 1)
+
+    @staticmethod
+    def runner_line(b: _Builder, e: LogEvent) -> None:
+        b.has_alloc = b.has_alloc or not isinstance(e, (FlashAttention, FlashAttentionForcedOff))
+        if isinstance(e, Allocation):
+            b.add_alloc(e.component, e.device, e.bytes)
+            b.set_era("B2" if e.grammar == "ollama" else _GRAMMAR_ERA.get(e.grammar), 1)
+        elif isinstance(e, KvSummary):
+            if e.size_bytes is not None and not e.recurrent:
+                b.add_kv_size(e.size_bytes)
+            if not e.recurrent:
+                b.put("kv_type_k", e.k_type, 3)
+                b.put("kv_type_v", e.v_type, 3)
+                if e.cells is not None and e.streams is not None:
+                    b.put("num_ctx_total", e.cells * e.streams, 3)
+                elif e.cells is not None and e.size_bytes is None:
+                    b.put("num_ctx_total", e.cells, 2)
+                b.put("parallel", e.seqs, 3)
+            b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
+        elif isinstance(e, ContextParams):
+            b.put("num_ctx_total", e.n_ctx, 3)
+            b.put("num_ctx_per_seq", e.n_ctx_per_seq, 3)
+            b.put("parallel", e.n_seq_max, 3)
+            b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
+        elif isinstance(e, OffloadedLayers):
+            b.put("layers_offloaded", e.n, 3)
+            b.put("layers_total", e.total, 3)
+        elif isinstance(e, FitOverflow):
+            b.fit_overflowing = (b.fit_overflowing or 0) + e.overflowing
+            b.set_era("C", 1)
+        elif isinstance(e, FlashAttention):
+            b.fa_strong = (e.state, e.reason)
+            if e.reason.startswith("resolve_fused_ops"):
+                b.set_era("C", 1)
+        elif isinstance(e, FlashAttentionForcedOff):
+            b.fa_strong = ("disabled", e.reason)
+
+
+def _same_estimate(a: SchedulerEstimate, b: SchedulerEstimate) -> bool:
+    return (a.layers_model, a.layers_offload, a.kv_bytes, a.full_bytes, a.partial_bytes) == (
+        b.layers_model, b.layers_offload, b.kv_bytes, b.full_bytes, b.partial_bytes)
+
+
+def _far_apart(a: datetime | None, b: datetime | None) -> bool:
+    if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
+        return False
+    return abs((b - a).total_seconds()) > INCIDENT_GAP_S
+
+
+def _group(events: Iterable[LogEvent]) -> tuple[_Grouper, list[Load]]:
+    g = _Grouper()
+    for e in events:
+        g.feed(e)
+    g.finish()
+    server_era = era_of_version(g.version)
+    return g, [b.build(server_era) for b in g.loads]
+
+
+def group_loads(events: Iterable[LogEvent]) -> list[Load]:
+    """The model loads in ``events``, in log order (see the module docstring for the rules)."""
+    return _group(events)[1]
+
+
+def load_json(load: Load) -> dict[str, Any]:
+    """One load in the documented JSON shape, plus ``era``, ``engine`` and a few extra keys."""
+    return {
+        "model_blob": load.model_blob,
+        "num_ctx_total": load.num_ctx_total,
+        "parallel": load.parallel,
+        "num_ctx_per_seq": load.num_ctx_per_seq,
+        "kv_type_k": load.kv_type_k,
+        "kv_type_v": load.kv_type_v,
+        "flash_attention": load.flash_attention,
+        "layers_offloaded": load.layers_offloaded,
+        "layers_total": load.layers_total,
+        "memory": {c: dict(load.memory.get(c, {})) for c in COMPONENTS},
+        "kv_bytes": load.kv_bytes,
+        "estimates": load.estimates,
+        "index": load.index,
+        "era": load.era,
+        "engine": load.engine,
+        "model_name": load.model_name,
+        "mmproj_blob": load.mmproj_blob,
+        "port": load.port,
+        "first_line": load.first_line,
+        "last_line": load.last_line,
+        "findings": load.findings(),
+    }
+
+
+def event_json(event: LogEvent, load: int | None) -> dict[str, Any]:
+    """One reported event: ``kind`` and its documented fields, plus ``line``, ``time`` and ``load``."""
+    out: dict[str, Any] = {"kind": event.kind}
+    if isinstance(event, Truncation):
+        out.update(limit=event.limit, prompt=event.prompt, keep=event.keep, new=event.new)
+    elif isinstance(event, KvTypeFallback):
+        out.update(requested=event.requested, reason=event.reason)
+    elif isinstance(event, RequestTiming):
+        out.update(prompt_tokens=event.prompt_tokens, prompt_tps=event.prompt_tps, eval_tokens=event.eval_tokens,
+                   eval_tps=event.eval_tps, slot=event.slot, task=event.task)
+    elif isinstance(event, (FlashAttentionForcedOff, Oom, LoadFailed, Eviction, Unload)):
+        out["reason"] = event.reason
+    out["line"] = event.line_no
+    out["time"] = event.time.isoformat() if event.time is not None else None
+    out["load"] = load
+    return out
+
+
+def inspect_events(events: Sequence[LogEvent] | Iterable[LogEvent]) -> dict[str, Any]:
+    """The ``inspect-log --json`` document of already parsed events."""
+    g, loads = _group(events)
+    server: dict[str, Any] = {}
+    if g.version is not None or g.config is not None:
+        server = {"version": g.version, "config": dict(g.config) if g.config is not None else None}
+    return {
+        "server": server,
+        "loads": [load_json(load) for load in loads],
+        "events": [event_json(e, load) for e, load in g.incidents],
+    }
+
+
+def inspect_lines(lines: Iterable[str]) -> dict[str, Any]:
+    """Parse ``lines`` and return the ``kvtop inspect-log --json`` document.
+
+    Shape: ``{"server": {"version", "config"}, "loads": [...], "events": [...]}`` as
+    described in the corpus README; loads carry ``era`` and a few extra keys. ``server`` is
+    ``{}`` when the log has neither a version nor a config line (the oracles' convention).
+    """
+    return inspect_events(iter_events(lines))

@@ -1,0 +1,357 @@
+"""The stateful line parser: physical lines in, :data:`~kvtop.logparse.events.LogEvent` out.
+
+``LogParser.feed`` takes one physical line at a time (with or without its newline, CRLF
+included) and returns the events completed so far. It keeps three kinds of state:
+
+- **Hard wraps.** A slog or Go-logger record whose quoted value is still open at the end of
+  the line (``env="map[… OLLAM`` | ``A_SCHED_SPREAD:false …]"``, corpus 021, 022, 033) is
+  held; the following physical lines are glued to it, without a separator, until the
+  quote closes, a line that starts a new record arrives, or 8 lines were glued. Blank lines
+  inside such a record are skipped. A record cut short and never closed (``systemctl``
+  cuts, corpus 031) is parsed as far as it goes when the next record starts.
+- **Timing reports** come in parts (prompt eval / eval / total) and are joined into one
+  ``RequestTiming`` per request.
+- **The year** of journald's year-less stamps is taken from the last full timestamp seen
+  (or ``default_year``).
+
+The first stage is cheap on purpose: each line is classified by its first characters and
+dispatched through dicts keyed by slog ``msg`` or llama.cpp function name, so lines that no
+event models cost a few string operations (see ``benchmarks/parse_throughput.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from kvtop.logparse import llamacpp_lines, ollama_lines, runner_lines
+from kvtop.logparse.events import LogEvent, RequestTiming
+from kvtop.logparse.runner_lines import TimingPart
+from kvtop.logparse.wrappers import may_be_wrapped, journal_json_message, strip_wrappers, wrapper_time
+
+MAX_GLUED_LINES = 8
+"""A record is glued from at most this many physical lines (plus blank ones)."""
+
+MAX_RECORD_CHARS = 256 * 1024
+"""…and at most this many characters."""
+
+WRAP_WIDTH = 500
+"""A slog record at least this long on one physical line is held for a possible continuation."""
+
+_NEW_RECORD_RE = re.compile(
+    r"time=|level=|\d{4}[/-]\d\d[/-]\d\d|\[GIN|(?:INFO|WARN|WARNING|ERROR|DEBUG|VERB) \[|\{\"|[a-z_][a-z0-9_.]*: "
+    r"|(?:srv|slot|que|res|cmn|log|main)\s|panic:|goroutine |CUDA error|GGML_|\[New |\s*(?:prompt eval|eval|total"
+    r"|generation eval) time|\d+\.\d+\.\d+\.\d+ [IWED] "
+)
+_ENV_CONTINUATION_RE = re.compile(r"[A-Z][A-Z0-9_]*:|[a-z]+_proxy:")
+_C_TAGS = frozenset(("srv ", "slot", "que ", "res ", "cmn ", "log "))
+_EXT_LEVELS = ("INFO [", "WARN [", "WARNING [", "ERROR [", "DEBUG [", "VERB [", "ERR [")
+
+
+def _no_time() -> datetime | None:
+    return None
+
+
+def _wrapped(record: str, last_piece: str) -> bool:
+    """Whether a slog/Go-logger record probably continues on the next physical line.
+
+    Signs of a hard wrap: a quoted value still open (corpus 021, 022, 033); a record ending
+    in a space or ``=`` (a wrap between or inside attributes); or a physical piece at least
+    :data:`WRAP_WIDTH` long (pasted logs are often wrapped at a fixed width, e.g. 1000).
+    """
+    if len(last_piece) >= WRAP_WIDTH:
+        return True
+    end = record[-1:]
+    if end == " " or end == "=":
+        return True
+    return '"' in record and _open_quote(record)
+
+
+def _open_quote(text: str) -> bool:
+    """Whether ``text`` ends inside a double-quoted value (an odd number of unescaped quotes)."""
+    if text.count('"') % 2 == 0 and "\\" not in text:
+        return False
+    return (text.count('"') - text.count('\\"')) % 2 == 1
+
+
+class LogParser:
+    """Turn an Ollama server log, line by line, into events.
+
+    Args:
+        default_year: Year for journald's year-less stamps until a full timestamp is seen;
+            None leaves such lines without a time.
+    """
+
+    __slots__ = ("_line_no", "_pending", "_pending_no", "_pending_env", "_pending_blank", "_year", "_timing",
+                 "_timing_slot")
+
+    def __init__(self, *, default_year: int | None = None) -> None:
+        self._line_no = 0
+        self._pending: list[str] | None = None
+        self._pending_no = 0
+        self._pending_env = False
+        self._pending_blank = 0
+        self._year = default_year
+        self._timing: TimingPart | None = None
+        self._timing_slot: tuple[int | None, int | None] = (None, None)
+
+    @property
+    def line_no(self) -> int:
+        """Number of physical lines fed so far."""
+        return self._line_no
+
+    def feed(self, line: str) -> list[LogEvent]:
+        """Parse one physical line; returns the events it completes (possibly for earlier lines)."""
+        self._line_no += 1
+        if line[-1:] == "\n" or line[-1:] == "\r":
+            line = line.rstrip("\r\n")
+        if self._pending is None:
+            return self._logical(line, self._line_no, True)
+        return self._continue(line)
+
+    def flush(self) -> list[LogEvent]:
+        """End of input: parse a held record and emit a half-finished timing report."""
+        out: list[LogEvent] = []
+        if self._pending is not None:
+            out.extend(self._finish_pending())
+        if self._timing is not None:
+            out.append(self._emit_timing(self._timing, None))
+            self._timing = None
+        return out
+
+    # ---------------------------------------------------------------------------------------
+    # Hard wraps
+
+    def _continue(self, line: str) -> list[LogEvent]:
+        pending = self._pending
+        assert pending is not None
+        if not line.strip():
+            self._pending_blank += 1
+            if self._pending_blank > MAX_GLUED_LINES:
+                return self._finish_pending()
+            return []
+        body, _, prefixed = strip_wrappers(line)
+        if prefixed or self._starts_record(body):
+            out = self._finish_pending()
+            out.extend(self._logical(line, self._line_no, True))
+            return out
+        joined = "".join(pending)
+        if not _open_quote(joined) and body[:1] in (" ", "\t"):
+            # wrapped between attributes and indented (``…layers.model=81`` / ``  layers.offload=44 …``)
+            body = body.lstrip()
+            if not joined.endswith(" "):
+                body = " " + body
+        pending.append(body)
+        joined += body
+        if (not _wrapped(joined, body) or len(pending) >= MAX_GLUED_LINES
+                or len(joined) > MAX_RECORD_CHARS):
+            return self._finish_pending()
+        return []
+
+    def _starts_record(self, body: str) -> bool:
+        if self._pending_env and _ENV_CONTINUATION_RE.match(body):
+            return False
+        return _NEW_RECORD_RE.match(body) is not None
+
+    def _finish_pending(self) -> list[LogEvent]:
+        pending = self._pending
+        assert pending is not None
+        self._pending = None
+        return self._logical("".join(pending), self._pending_no, False)
+
+    def _hold(self, text: str, n: int) -> list[LogEvent]:
+        self._pending = [text]
+        self._pending_no = n
+        self._pending_env = 'env="map[' in text
+        self._pending_blank = 0
+        return []
+
+    # ---------------------------------------------------------------------------------------
+    # One logical line
+
+    def _logical(self, text: str, n: int, may_hold: bool) -> list[LogEvent]:
+        result: list[LogEvent] | TimingPart | None
+        if text[:5] == "time=":  # the common case: an unwrapped slog record
+            if may_hold and _wrapped(text, text):
+                return self._hold(text, n)
+            result = ollama_lines.parse_slog(text, n, text, _no_time)
+            if not result or self._timing is None:
+                return result
+            return self._after(result)
+        if may_be_wrapped(text):
+            body, stamp, _ = strip_wrappers(text)
+        else:
+            body, stamp = text, None
+        if not body:
+            return []
+        if stamp is None:
+            wtime = _no_time
+        else:
+            year = self._year
+
+            def wtime() -> datetime | None:
+                return wrapper_time(stamp, year)
+
+        c0 = body[0]
+        if (c0 == "t" and body.startswith("time=")) or (c0 == "l" and body.startswith("level=")):
+            if may_hold and _wrapped(body, text):
+                return self._hold(text, n)
+            result = ollama_lines.parse_slog(body, n, text, wtime)
+        elif c0.isdigit():
+            result = None
+            if body[4:5] == "/":
+                if may_hold and _wrapped(body, text):
+                    return self._hold(text, n)
+                result = ollama_lines.parse_go_log(body, n, text)
+            if result is None:
+                result = runner_lines.parse_server_line(body, n, text, wtime)
+            if result is None:
+                result = llamacpp_lines.free_text(body, n, text, wtime)
+        elif c0 == "[":
+            if body.startswith("[GIN]"):
+                result = ollama_lines.parse_gin(body, n, text)
+            else:
+                result = llamacpp_lines.free_text(body, n, text, wtime)
+        elif c0 == "{":
+            journal = journal_json_message(body) if '"MESSAGE"' in body else None
+            if journal is not None:
+                return self._journal_entry(journal[0], journal[1], n, text)
+            result = runner_lines.parse_runner_json(body, n, text)
+        else:
+            result = self._other(body, n, text, wtime)
+        if not result:
+            return []
+        if type(result) is TimingPart:
+            return self._timing_part(result)
+        assert isinstance(result, list)
+        if stamp is not None:
+            t = result[-1].time
+            if t is not None:
+                self._year = t.year
+        if self._timing is None:
+            return result
+        return self._after(result)
+
+    def _after(self, result: list[LogEvent]) -> list[LogEvent]:
+        """Events of a line that ends a pending timing report: that report comes first."""
+        assert self._timing is not None
+        pending_timing = self._emit_timing(self._timing, None)
+        self._timing = None
+        return [pending_timing, *result]
+
+    def _other(
+        self, body: str, n: int, text: str, wtime: llamacpp_lines.TimeFn
+    ) -> list[LogEvent] | TimingPart | None:
+        if body[:4] in _C_TAGS:
+            found = runner_lines.parse_server_line(body, n, text, wtime)
+            if found is not None:
+                return found
+        if body.startswith(_EXT_LEVELS):
+            found = runner_lines.parse_ext_server(body, n, text)
+            if found is not None:
+                return found
+        idx = body.find(": ")
+        if idx > 0:
+            func = body[:idx]
+            handler = llamacpp_lines.HANDLERS.get(func)
+            if handler is not None:
+                return handler(func, body[idx + 2:], n, text, wtime)
+            if func in llamacpp_lines.QUIET:
+                return None
+            if func in ("llama_print_timings", "llama_perf_context_print", "print_timings"):
+                return runner_lines.timing_part(body[idx + 2:], n, text, wtime, *self._timing_slot)
+        if body[:1] == " " or body[:1] == "\t":
+            stripped = body.lstrip()
+            if runner_lines.is_bare_timing(stripped):
+                return runner_lines.timing_part(stripped, n, text, wtime, *self._timing_slot)
+        elif runner_lines.is_bare_timing(body):
+            return runner_lines.timing_part(body, n, text, wtime, *self._timing_slot)
+        return llamacpp_lines.free_text(body, n, text, wtime)
+
+    def _journal_entry(self, message: str, when: datetime | None, n: int, text: str) -> list[LogEvent]:
+        """A ``journalctl -o json`` entry: parse its MESSAGE as a line of its own."""
+        out: list[LogEvent] = []
+        for part in message.splitlines() or [""]:
+            events = self._logical(part, n, False)
+            if when is not None:
+                events = [_with_time(e, when) if e.time is None else e for e in events]
+            out.extend(events)
+        return out
+
+    # ---------------------------------------------------------------------------------------
+    # Timing reports
+
+    def _timing_part(self, part: TimingPart) -> list[LogEvent]:
+        if part.part == "header":
+            self._timing_slot = (part.slot, part.task)
+            return []
+        out: list[LogEvent] = []
+        pending = self._timing
+        if part.part == "prompt":
+            if pending is not None:
+                out.append(self._emit_timing(pending, None))
+            self._timing = part
+            return out
+        self._timing_slot = (None, None)  # a header's slot/task covers one report
+        if part.part == "eval":
+            self._timing = None
+            if pending is not None and (part.slot is None or pending.slot is None or part.slot == pending.slot):
+                out.append(self._emit_timing(pending, part))
+            else:
+                if pending is not None:
+                    out.append(self._emit_timing(pending, None))
+                out.append(self._emit_timing(None, part))
+            return out
+        # total
+        if pending is not None:
+            self._timing = None
+            out.append(self._emit_timing(pending, None))
+        return out
+
+    @staticmethod
+    def _emit_timing(prompt: TimingPart | None, ev: TimingPart | None) -> RequestTiming:
+        last = ev if ev is not None else prompt
+        assert last is not None
+        first = prompt if prompt is not None else ev
+        assert first is not None
+        return RequestTiming(
+            first.line_no, first.time if first.time is not None else last.time, last.raw,
+            prompt_tokens=prompt.tokens if prompt else None,
+            prompt_ms=prompt.ms if prompt else None,
+            prompt_tps=prompt.tps if prompt else None,
+            eval_tokens=ev.tokens if ev else None,
+            eval_ms=ev.ms if ev else None,
+            eval_tps=ev.tps if ev else None,
+            slot=first.slot if first.slot is not None else last.slot,
+            task=first.task if first.task is not None else last.task,
+        )
+
+
+def _with_time(event: LogEvent, when: datetime) -> LogEvent:
+    return dataclasses.replace(event, time=when)
+
+
+def parse_lines(lines: Iterable[str], *, default_year: int | None = None) -> list[LogEvent]:
+    """All events of ``lines`` (physical lines, newlines optional), in log order."""
+    parser = LogParser(default_year=default_year)
+    feed = parser.feed
+    out: list[LogEvent] = []
+    for line in lines:
+        events = feed(line)
+        if events:
+            out.extend(events)
+    out.extend(parser.flush())
+    return out
+
+
+def iter_events(lines: Iterable[str], *, default_year: int | None = None) -> Iterator[LogEvent]:
+    """The events of ``lines`` as they are completed: memory stays bounded for a huge log."""
+    parser = LogParser(default_year=default_year)
+    feed = parser.feed
+    for line in lines:
+        events = feed(line)
+        if events:
+            yield from events
+    yield from parser.flush()

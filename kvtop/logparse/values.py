@@ -1,0 +1,182 @@
+"""Value grammars shared by the line grammars: sizes, blobs, slog ``key=value`` pairs, durations.
+
+All pure string functions. Sizes follow the README of the corpus oracles: a printed value
+times its binary unit, rounded half up to a whole byte, computed in integers so that
+``"577.22 MiB"`` is exactly ``round(577.22 × 1048576)``.
+"""
+
+from __future__ import annotations
+
+import re
+
+KIB = 1024
+MIB = 1024 * 1024
+GIB = 1024 * 1024 * 1024
+
+UNIT_BYTES: dict[str, int] = {
+    "B": 1,
+    "KiB": KIB, "KB": KIB, "kB": KIB, "K": KIB,
+    "MiB": MIB, "MB": MIB, "M": MIB,
+    "GiB": GIB, "GB": GIB, "G": GIB,
+    "TiB": GIB * 1024, "TB": GIB * 1024, "T": GIB * 1024,
+    "PiB": GIB * 1024 * 1024,
+}
+"""Every unit is binary: Go ``format.HumanBytes2`` prints KiB/MiB/GiB, and llama.cpp's "MB"
+is MiB (it divides by 1024 × 1024; corpus 037)."""
+
+_BLOB_RE = re.compile(r"sha256[-:]([0-9a-fA-F]{64})(?![0-9a-fA-F])")
+_SIZE_RE = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([KMGTP]?i?B|[KMGT])\b")
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|s|m|h)")
+# slog text handler: key=value, key="quoted value", "quoted key"=value (§4.0).
+_PAIR_RE = re.compile(r'(?:^|(?<=\s))("[^"\\]*(?:\\.[^"\\]*)*"|[^\s="]+)=("[^"\\]*(?:\\.[^"\\]*)*"?|\S*)')
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+_ESCAPE_RE = re.compile(r"\\(.)")
+_QUOTED_RE = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"')
+
+
+def scaled_bytes(number: str, unit: int) -> int:
+    """``number`` (a decimal string such as ``"577.22"``) times ``unit``, rounded half up, exactly."""
+    neg = number.startswith("-")
+    if neg:
+        number = number[1:]
+    whole, _, frac = number.partition(".")
+    if not frac:
+        value = int(whole or "0") * unit
+    else:
+        scale = 10 ** len(frac)
+        value = (int(whole or "0") * scale + int(frac)) * unit
+        value = (2 * value + scale) // (2 * scale)
+    return -value if neg else value
+
+
+def mib_bytes(number: str) -> int:
+    """``"577.22"`` MiB as bytes (llama.cpp prints two decimals)."""
+    return scaled_bytes(number, MIB)
+
+
+def size_bytes(text: str | None) -> int | None:
+    """A printed size (``"1.5 GiB"``, ``"0 B"``, ``"667.5 MiB"``) in bytes; None if unreadable or cut."""
+    if not text:
+        return None
+    m = _SIZE_RE.match(text)
+    if m is None:
+        return None
+    unit = UNIT_BYTES.get(m.group(2))
+    if unit is None:
+        return None
+    return scaled_bytes(m.group(1), unit)
+
+
+def size_list(text: str | None) -> tuple[int, ...]:
+    """A Go slice of sizes, ``"[22.0 GiB 22.0 GiB]"``, as bytes (unreadable items are skipped)."""
+    if not text:
+        return ()
+    out = []
+    for m in _SIZE_RE.finditer(text.strip("[]")):
+        unit = UNIT_BYTES.get(m.group(2))
+        if unit is not None:
+            out.append(scaled_bytes(m.group(1), unit))
+    return tuple(out)
+
+
+def blob_of(text: str | None) -> str | None:
+    """The ``sha256-<64 hex>`` blob named in a path (``sha256:`` paths are normalised), else None."""
+    if not text:
+        return None
+    m = _BLOB_RE.search(text)
+    return f"sha256-{m.group(1).lower()}" if m else None
+
+
+def go_duration_s(text: str) -> float | None:
+    """A Go ``time.Duration`` string (``1h24m39s``, ``444.455595ms``, ``31.775µs``) in seconds."""
+    text = text.strip()
+    if not text:
+        return None
+    total = 0.0
+    pos = 0
+    for m in _DURATION_PART_RE.finditer(text):
+        if m.start() != pos:
+            return None
+        pos = m.end()
+        value = float(m.group(1))
+        unit = m.group(2)
+        if unit == "h":
+            total += value * 3600
+        elif unit == "m":
+            total += value * 60
+        elif unit == "s":
+            total += value
+        elif unit == "ms":
+            total += value / 1e3
+        elif unit == "ns":
+            total += value / 1e9
+        else:
+            total += value / 1e6
+    if pos != len(text):
+        return None
+    return total
+
+
+def unquote(value: str) -> str:
+    """A slog value without its quotes and Go escapes (``"C:\\\\Users"`` -> ``C:\\Users``); a cut quote is tolerated."""
+    if value.startswith('"'):
+        m = _QUOTED_RE.match(value)
+        value = m.group(1) if m is not None else value[1:]
+        if "\\" in value:
+            value = _ESCAPE_RE.sub(lambda e: _ESCAPES.get(e.group(1), "\\" + e.group(1)), value)
+    return value
+
+
+def slog_pairs(text: str) -> dict[str, str]:
+    """The ``key=value`` pairs of a slog text line, values unquoted (§4.0).
+
+    Keys may be quoted (``"model layers"=49``); a value cut by the end of the line is kept
+    as far as it goes.
+    """
+    out = dict(_PAIR_RE.findall(text))
+    for key, value in out.items():
+        if value[:1] == '"':
+            out[key] = unquote(value)
+    if '"' in text:
+        for key in [k for k in out if k[:1] == '"']:
+            out[unquote(key)] = out.pop(key)
+    return out
+
+
+def slog_get(text: str, key: str) -> str | None:
+    """The unquoted value of one slog ``key=`` in ``text`` (None when absent); cheaper than :func:`slog_pairs` for a few keys."""
+    k = key + "="
+    i = text.find(k)
+    while i > 0 and text[i - 1] != " ":
+        i = text.find(k, i + 1)
+    if i < 0:
+        return None
+    j = i + len(k)
+    if text[j:j + 1] == '"':
+        m = _QUOTED_RE.match(text, j)
+        value = m.group(1) if m is not None else text[j + 1:]
+        if "\\" in value:
+            value = _ESCAPE_RE.sub(lambda e: _ESCAPES.get(e.group(1), "\\" + e.group(1)), value)
+        return value
+    e = text.find(" ", j)
+    return text[j:e] if e >= 0 else text[j:]
+
+
+def to_int(text: str | None) -> int | None:
+    """``int(text)`` or None (also for a value cut by the end of the line)."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def to_float(text: str | None) -> float | None:
+    """``float(text)`` or None."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None

@@ -1,0 +1,235 @@
+"""What sits around a log line: collector prefixes, quoting, timestamps, control characters.
+
+Posted and collected logs wrap Ollama's lines (reference §4.0, §6, §8):
+
+- journald short: ``Jul 24 16:07:51 host ollama[114917]: `` with localized month names
+  (``oct.`` corpus 028, ``3月`` corpus 031), also ``short-precise`` fractions and a host
+  placeholder with a space (``<ollama server>``, corpus 012);
+- journald/rsyslog ISO: ``2024-06-02T18:43:45.123+02:00 host ollama[123]: ``; ``docker logs
+  --timestamps``: ``2024-06-02T18:43:45.633123456Z ``;
+- journald ``short-monotonic``: ``[ 1234.567890] host ollama[123]: ``;
+- ``docker compose`` service columns: ``llm-api-ollama  | `` (corpus 018, 040);
+- Markdown quotes ``> `` (corpus 012);
+- journald ``-o json`` objects, whose ``MESSAGE`` is a string or, for non-UTF-8 text, an
+  array of byte values (handled by :func:`journal_json_message`).
+
+The timestamp of the line itself (slog ``time=``, Go ``2024/06/02 12:34:56``, GIN) is read
+by the line grammars; a wrapper's timestamp is used only when the line has none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+_WRAP_RE = re.compile(
+    r"(?:"
+    r"(?P<q>>[ \t]?)"
+    r"|(?P<mon>[^\W\d_]{2,5}\.?|\d{1,2}[ \t]?[月월])[ \t]+(?P<day>\d{1,2})[ \t]+"
+    r"(?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?[ \t]+(?:<[^>\n]*>|\S+)[ \t]+[^\s\[:]+(?:\[\d+\])?:[ \t]?"
+    r"|(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+"
+    r"(?:(?:<[^>\n]*>|[^\s\[:=]+)[ \t]+(?:[^\s\[:=]*ollama[^\s\[:=]*|[^\s\[:=]+(?=\[))(?:\[\d+\])?:[ \t]?)?"
+    r"|\[[ \t]*\d+\.\d+\][ \t]+\S+[ \t]+[^\s\[:]+(?:\[\d+\])?:[ \t]?"
+    r"|(?P<dc>[ \t]*\w[\w.@-]*[ \t]+\|[ \t]?)"
+    r")"
+)
+
+MONTHS: dict[str, int] = {}
+"""Month abbreviations as journald prints them under common locales (``%b``), lower case, no dot."""
+for _number, _names in enumerate(
+    (
+        "jan janv ene gen sty oca янв led ian",
+        "feb févr fév fev lut şub фев úno",
+        "mar mär mrz mars mrt мар bře",
+        "apr avr abr kwi nis апр dub",
+        "may mai mag maj mei haz мая май kvě",
+        "jun juin giu cze июн čvn",
+        "jul juil lug lip tem июл čvc",
+        "aug août ago sie ağu авг srp",
+        "sep sept set wrz eyl сен zář",
+        "oct okt ott out paź eki окт říj",
+        "nov lis kas ноя",
+        "dec déc dez dic gru ara дек pro",
+    ),
+    start=1,
+):
+    for _name in _names.split():
+        MONTHS.setdefault(_name, _number)
+
+_CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+_ISO_CACHE: dict[str, datetime | None] = {}
+
+
+def sanitize(text: str) -> str:
+    """``text`` with every control character (C0, DEL, C1; tabs and ESC included) replaced by U+FFFD."""
+    if text.isprintable() or _CONTROL_RE.search(text) is None:
+        return text
+    return text.translate(_CONTROL_TABLE)
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without SGR colour sequences (gin colours its access line on a TTY, §4.9)."""
+    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def may_be_wrapped(line: str) -> bool:
+    """A cheap test that rules out the wrapper regex for most unwrapped lines.
+
+    Unwrapped lines start with ``time=``, ``level=``, ``[GIN]``, a Go date ``2024/…`` or a
+    llama.cpp ``function:`` (a colon before the first space); wrappers start with ``>``, a
+    digit (ISO date, ``3月``), spaces or an opening ``[`` of a monotonic stamp, or a word
+    followed by a space and a digit (journald month) or by spaces and ``|`` (docker compose).
+    """
+    c = line[:1]
+    if c == ">" or c == " " or c == "\t":
+        return True
+    if c.isdigit():
+        return line[4:5] != "/"
+    if c == "[":
+        return line[1:2] == " " or line[1:2].isdigit()
+    if c == "t" and line.startswith("time="):
+        return False
+    sp = line.find(" ", 1, 48)
+    if sp < 0 or line[sp - 1] == ":" or line[sp - 1] == "=":
+        return False
+    nxt = line[sp + 1:sp + 2]
+    return nxt.isdigit() or nxt == " " or nxt == "|"
+
+
+def strip_wrappers(line: str) -> tuple[str, Any, bool]:
+    """Remove collector prefixes and quote marks from one line.
+
+    Returns:
+        ``(body, stamp, prefixed)``: the text Ollama printed; the wrapper's timestamp as a
+        ``re.Match`` (journald short or ISO; turn it into a datetime with
+        :func:`wrapper_time`) or None; and whether a collector prefix (not just a ``> ``
+        quote) was removed, which marks the start of a new record.
+    """
+    stamp: Any = None
+    prefixed = False
+    for _ in range(5):
+        if not may_be_wrapped(line):
+            break
+        m = _WRAP_RE.match(line)
+        if m is None or m.end() == 0:
+            break
+        if m.group("q") is None:
+            prefixed = True
+            if m.group("dc") is None:
+                stamp = m
+        line = line[m.end():]
+    return line, stamp, prefixed
+
+
+def wrapper_time(stamp: Any, year: int | None) -> datetime | None:
+    """The time of a wrapper prefix matched by :func:`strip_wrappers`.
+
+    A journald short stamp has no year: ``year`` supplies it (None gives None). Its time is
+    local and naive, like the text.
+    """
+    if stamp is None:
+        return None
+    iso = stamp.group("iso")
+    if iso is not None:
+        return parse_iso(iso)
+    if year is None:
+        return None
+    mon = stamp.group("mon").rstrip(".").lower()
+    month = MONTHS.get(mon)
+    if month is None and mon[:1].isdigit():
+        month = int("".join(ch for ch in mon if ch.isdigit()))
+    if month is None:
+        month = MONTHS.get(mon[:3])
+    if month is None or not 1 <= month <= 12:
+        return None
+    hms = stamp.group("hms")
+    frac = stamp.group("frac")
+    micro = int((frac[1:] + "000000")[:6]) if frac else 0
+    try:
+        return datetime(year, month, int(stamp.group("day")), int(hms[0:2]), int(hms[3:5]), int(hms[6:8]), micro)
+    except ValueError:
+        return None
+
+
+def parse_iso(text: str) -> datetime | None:
+    """An RFC 3339 / ISO 8601 time as slog, rsyslog and docker print it; naive when it has no zone.
+
+    Accepts ``Z``, ``+02:00``, ``+0200``, any number of fraction digits (docker prints 9) and
+    a comma before the fraction. Results are cached: consecutive lines repeat their stamp.
+    """
+    if text in _ISO_CACHE:
+        return _ISO_CACHE[text]
+    value = _parse_iso(text)
+    if len(_ISO_CACHE) > 4096:
+        _ISO_CACHE.clear()
+    _ISO_CACHE[text] = value
+    return value
+
+
+def _parse_iso(text: str) -> datetime | None:
+    s = text.replace(",", ".").replace(" ", "T", 1)
+    tz = ""
+    if s.endswith("Z") or s.endswith("z"):
+        s, tz = s[:-1], "+00:00"
+    elif len(s) > 19 and s[-5] in "+-" and s[-4:].isdigit():
+        s, tz = s[:-5], s[-5:-2] + ":" + s[-2:]
+    elif len(s) > 19 and s[-6] in "+-" and s[-3] == ":":
+        s, tz = s[:-6], s[-6:]
+    dot = s.find(".")
+    if dot >= 0:
+        frac = s[dot + 1:]
+        if not frac.isdigit():
+            return None
+        s = s[:dot] + "." + (frac + "000000")[:6]
+    try:
+        return datetime.fromisoformat(s + tz)
+    except ValueError:
+        return None
+
+
+def go_log_time(date: str, hms: str) -> datetime | None:
+    """Go's standard logger stamp ``2024/06/02`` ``12:34:56`` (local time, no zone)."""
+    try:
+        return datetime(int(date[0:4]), int(date[5:7]), int(date[8:10]), int(hms[0:2]), int(hms[3:5]), int(hms[6:8]))
+    except ValueError:
+        return None
+
+
+def epoch_time(seconds: float) -> datetime | None:
+    """A Unix time (the C++ runner's ``timestamp=``) as an aware UTC datetime."""
+    try:
+        return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=seconds)
+    except (OverflowError, ValueError):
+        return None
+
+
+def journal_json_message(text: str) -> tuple[str, datetime | None] | None:
+    """The ``MESSAGE`` of one ``journalctl -o json`` line, and its ``__REALTIME_TIMESTAMP``.
+
+    ``MESSAGE`` is a JSON string, or an array of byte values when the text is not valid
+    UTF-8 (decoded here with replacement characters). Returns None when the line is not a
+    journal entry.
+    """
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "MESSAGE" not in obj:
+        return None
+    message = obj["MESSAGE"]
+    if isinstance(message, list):
+        try:
+            message = bytes(int(b) & 0xFF for b in message).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+    elif not isinstance(message, str):
+        return None
+    when = None
+    stamp = obj.get("__REALTIME_TIMESTAMP")
+    if isinstance(stamp, (str, int)) and str(stamp).isdigit():
+        when = epoch_time(int(stamp) / 1e6)
+    return message, when

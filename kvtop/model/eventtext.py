@@ -1,0 +1,62 @@
+"""One-line, plain descriptions of parsed log events for the events pane (pure)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kvtop.logparse.events import LogEvent
+
+_SKIP = {"line_no", "time", "raw", "grammar", "complete", "message", "cmd", "env"}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:,.2f} MiB"
+
+
+def _value(name: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and name.endswith("bytes") and value >= 0:
+        return _mib(value)
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def describe(event: LogEvent) -> str:
+    """``allocation``: ``kv CUDA0 448.00 MiB``; other kinds: their non-empty fields as ``k=v``."""
+    kind = event.kind
+
+    def get(name: str) -> Any:
+        return getattr(event, name, None)
+
+    if kind == "allocation":
+        return f"{get('component')} {get('device')} {_mib(get('bytes'))}"
+    if kind == "kv_summary":
+        parts = [f"{_mib(get('size_bytes'))}" if get("size_bytes") is not None else "",
+                 f"{get('cells')} cells" if get("cells") else "",
+                 f"K {get('k_type')} V {get('v_type')}" if get("k_type") else ""]
+        return ("recurrent state " if get("recurrent") else "KV cache ") + ", ".join(p for p in parts if p)
+    if kind == "request_timing":
+        out = []
+        if get("prompt_tokens") is not None:
+            out.append(f"prefill {get('prompt_tokens')} tok" + (f" @ {get('prompt_tps'):,.1f} tok/s" if get("prompt_tps") else ""))
+        if get("eval_tokens") is not None:
+            out.append(f"decode {get('eval_tokens')} tok" + (f" @ {get('eval_tps'):,.1f} tok/s" if get("eval_tps") else ""))
+        return ", ".join(out) or "timing"
+    if kind == "truncation":
+        return f"prompt {get('prompt')} tokens > limit {get('limit')}: kept {get('keep')}, new {get('new')}"
+    if kind == "offloaded_layers":
+        return f"{get('n')}/{get('total')} layers on the GPU"
+    if kind == "server_config":
+        env = get("env") or {}
+        keys = ("OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_NUM_PARALLEL", "OLLAMA_CONTEXT_LENGTH")
+        return " ".join(f"{k.removeprefix('OLLAMA_')}={env[k]!s}" for k in keys if k in env) or f"{len(env)} settings"
+    fields = []
+    for f in dataclasses.fields(event):
+        if f.name in _SKIP:
+            continue
+        value = getattr(event, f.name)
+        if value in (None, "", (), {}, False):
+            continue
+        fields.append(f"{f.name}={_value(f.name, value)}")
+    return " ".join(fields)

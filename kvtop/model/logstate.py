@@ -1,0 +1,113 @@
+"""What the server log has told kvtop so far: parsed events and the model loads they form.
+
+Pure: ``apply_log`` takes the events a worker parsed from one batch of lines and returns a new
+``LogState``. Loads are regrouped (``logparse.loads.group_loads``) only when a batch carries an
+event that can change a load, so a busy server's per-request lines cost almost nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvtop.logparse.events import LogEvent
+from kvtop.logparse.loads import Load, group_loads
+
+RECENT_EVENTS = 1000
+"""Events kept for the events pane (newest last)."""
+
+LOAD_EVENTS = 20_000
+"""Events kept for grouping loads; trimmed at a load boundary, keeping the newest loads."""
+
+KEEP_LOADS = 16
+"""Loads kept when ``LOAD_EVENTS`` overflows."""
+
+PER_REQUEST_KINDS = frozenset({"gin_request", "request_timing", "prefill_progress"})
+"""Event kinds that never change a load's memory or settings."""
+
+WARNING_KINDS = frozenset({
+    "oom", "load_failed", "eviction", "kv_type_fallback", "flash_attention_forced_off", "truncation",
+    "fit_overflow", "unknown_warning",
+})
+"""Kinds the events pane highlights."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """The log as far as read.
+
+    Attributes:
+        source: Which log is read (``file:/var/log/ollama.log``), None before one is chosen.
+        status: One sentence about the source when something is off (permission, rotation…).
+        ok: False while the source is failing.
+        lines: Lines read so far.
+        dropped_lines: Lines skipped by the backlog bound.
+        recent: The newest ``RECENT_EVENTS`` events, oldest first.
+        load_events: Events the loads are grouped from.
+        loads: Model loads in log order.
+    """
+
+    source: str | None = None
+    status: str | None = None
+    ok: bool = True
+    lines: int = 0
+    dropped_lines: int = 0
+    recent: tuple[LogEvent, ...] = ()
+    load_events: tuple[LogEvent, ...] = ()
+    loads: tuple[Load, ...] = ()
+
+    def latest_load(self, model_blob: str | None) -> Load | None:
+        """The newest load of the weights blob ``sha256-<hex>``, if the log has one."""
+        if not model_blob:
+            return None
+        for load in reversed(self.loads):
+            if load.model_blob == model_blob:
+                return load
+        return None
+
+
+def apply_log(
+    state: LogState,
+    events: Sequence[LogEvent],
+    *,
+    source: str | None,
+    status: str | None,
+    ok: bool,
+    lines: int,
+    dropped_lines: int = 0,
+) -> LogState:
+    """Return the state after one batch: ``events`` parsed from ``lines`` new lines."""
+    recent = state.recent + tuple(events)
+    if len(recent) > RECENT_EVENTS:
+        recent = recent[-RECENT_EVENTS:]
+    load_events = state.load_events
+    loads = state.loads
+    if events:
+        load_events = load_events + tuple(events)
+        if any(e.kind not in PER_REQUEST_KINDS for e in events):
+            if len(load_events) > LOAD_EVENTS:
+                load_events = _trim(load_events)
+            loads = tuple(group_loads(load_events))
+    return dataclasses.replace(
+        state,
+        source=source,
+        status=status,
+        ok=ok,
+        lines=state.lines + lines,
+        dropped_lines=state.dropped_lines + dropped_lines,
+        recent=recent,
+        load_events=load_events,
+        loads=loads,
+    )
+
+
+def _trim(events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+    """Drop the oldest events, cutting at the start of one of the newest ``KEEP_LOADS`` loads."""
+    loads = group_loads(events)
+    if len(loads) > KEEP_LOADS:
+        first = loads[-KEEP_LOADS].first_line
+        kept = tuple(e for e in events if e.line_no >= first)
+        if len(kept) <= LOAD_EVENTS:
+            return kept
+    return events[-LOAD_EVENTS:]

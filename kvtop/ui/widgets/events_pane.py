@@ -1,0 +1,62 @@
+"""Events pane (toggle ``l``): parsed log events, newest first, warnings highlighted."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from kvtop.model.eventtext import describe
+from kvtop.model.logstate import WARNING_KINDS, LogState
+from kvtop.ui.format import safe
+
+MAX_ROWS = 300
+
+
+class EventsPane(DataTable[Text]):
+    """Shows ``LogState.recent``; ``raw`` shows the log lines instead of the parsed fields."""
+
+    DEFAULT_CSS = """
+    EventsPane { height: 12; border-top: solid $primary; display: none; }
+    EventsPane.-visible { display: block; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
+        self.raw = False
+        self._shown: tuple[object, ...] | None = None
+
+    def on_mount(self) -> None:
+        self.add_column("TIME", width=8, key="time")
+        self.add_column("EVENT", width=24, key="kind")
+        self.add_column("DETAIL", key="detail")
+
+    def show(self, log: LogState, needle: str = "") -> None:
+        """Render the newest events matching ``needle`` (kind or text, case-insensitive)."""
+        key = (log.recent[-1].line_no if log.recent else None, len(log.recent), needle, self.raw, log.source, log.status)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.clear()
+        colors = self.app.theme_variables
+        n = 0
+        needle = needle.strip().lower()
+        for event in reversed(log.recent):
+            text = event.raw if self.raw else describe(event)
+            if needle and needle not in event.kind and needle not in text.lower():
+                continue
+            warn = event.kind in WARNING_KINDS
+            style = f"bold {colors.get('kv-warn', '')}" if warn else ""
+            if event.kind in ("oom", "load_failed"):
+                style = f"bold {colors.get('kv-crit', '')}"
+            when = event.time.strftime("%H:%M:%S") if event.time else f"#{event.line_no}"
+            self.add_row(Text(when), Text(event.kind, style=style), Text(safe(text, 400), style=style if warn else ""))
+            n += 1
+            if n >= MAX_ROWS:
+                break
+        if n == 0:
+            what = safe(log.status or ("no events yet" if log.source else "no server log: start kvtop with --log"), 200)
+            self.add_row(Text(""), Text("—"), Text(what))
+
+    def event_count(self) -> int:
+        """Rows shown (for tests)."""
+        return self.row_count
