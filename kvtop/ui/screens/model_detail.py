@@ -81,6 +81,32 @@ def detail_text(v: ModelView, state: AppState) -> Text:
             _row(out, "recurrent state", exact_bytes(e.recurrent_bytes), "[estimated]", "per-sequence state, not per token")
     elif v.kv_unavailable:
         _row(out, "estimate", "unavailable", "", v.kv_unavailable)
+    out.append("\nRunner log\n", style="bold underline")
+    load = v.load
+    if load is None:
+        _row(out, "load", "not matched", "", v.load_note)
+    else:
+        _row(out, "load", safe(v.load_note, 80), "", f"blob {safe(load.model_blob or '?', 80)}")
+        _row(out, "runner", f"era {load.era or '?'}" + (f", {load.engine} engine" if load.engine else "")
+             + (f", port {load.port}" if load.port else "") + (f", PID {load.pid}" if load.pid else ""))
+        if load.num_ctx_total is not None:
+            _row(out, "KV cells", f"{load.num_ctx_total:,} total" + (f" = {load.num_ctx_per_seq:,} × {load.parallel}"
+                 if load.num_ctx_per_seq and load.parallel else ""), "[allocated]")
+        if load.layers_offloaded is not None and load.layers_total is not None:
+            _row(out, "layers on GPU", f"{load.layers_offloaded}/{load.layers_total}", "[allocated]")
+        for component in ("weights", "kv", "compute", "output", "recurrent"):
+            per_device = v.devices.get(component) or {}
+            if per_device:
+                text = ", ".join(f"{safe(d, 20)} {ibytes(b)}" for d, b in sorted(per_device.items()))
+                _row(out, f"{component} by device", text, "[allocated]")
+        if load.estimate is not None:
+            e = load.estimates
+            _row(out, "scheduler estimate", ", ".join(f"{k} {ibytes(b)}" for k, b in e.items() if b is not None),
+                 "[estimated]", "Ollama's own memory.required.* figures")
+    for finding in v.findings:
+        out.append("  ⚠ ", style="bold")
+        out.append(safe(finding, 200) + "\n")
+
     out.append("\nKeep-alive\n", style="bold underline")
     _row(out, "expires", v.expires_at.isoformat() if v.expires_at else "?", "[reported]")
     _row(out, "until", v.until, "", "expires_at is in the past: a request longer than keep_alive is running, or the model is unloading"
