@@ -100,8 +100,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
                 text = ", ".join(f"{safe(d, 20)} {ibytes(b)}" for d, b in sorted(per_device.items()))
                 _row(out, f"{component} by device", text, "[allocated]")
         if load.estimate is not None:
-            e = load.estimates
-            _row(out, "scheduler estimate", ", ".join(f"{k} {ibytes(b)}" for k, b in e.items() if b is not None),
+            required = load.estimates
+            _row(out, "scheduler estimate", ", ".join(f"{k} {ibytes(b)}" for k, b in required.items() if b is not None),
                  "[estimated]", "Ollama's own memory.required.* figures")
     for finding in v.findings:
         out.append("  ⚠ ", style="bold")
