@@ -18,7 +18,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from kvtop import __version__
-from kvtop.config import DEFAULT_INTERVAL_S, HostError, Settings, clamp_interval, host_from_environment, parse_ollama_host
+from kvtop.config import (
+    ConfigError,
+    HostError,
+    ResolvedConfig,
+    Settings,
+    parse_ollama_host,
+    resolve_config,
+    saved_theme,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -35,10 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", metavar="URL",
                    help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
-    p.add_argument("--interval", "-n", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+    p.add_argument("--interval", "-n", type=float, default=None, metavar="SECONDS",
                    help="seconds between polls, 0.25–60 (default: 1)")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="bound on each API request (default: 3)")
+    p.add_argument("--theme", default=None, metavar="NAME",
+                   help="kvtop-dark (default), kvtop-light, kvtop-high-contrast, kvtop-mono, or a user theme")
+    p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the effective settings and where each came from, then exit")
     p.add_argument("--log", metavar="SPEC", default=None,
                    help="server log: auto (default), journal[:UNIT], journal-user[:UNIT], file:PATH, "
                         "docker:CONTAINER, - (stdin) or none")
@@ -47,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo", action="store_true",
                    help="start the embedded stand-in Ollama server on 127.0.0.1 and watch it")
     p.add_argument("--demo-speed", type=float, default=1.0, metavar="X", help=argparse.SUPPRESS)
-    p.add_argument("--readonly", action="store_true",
+    p.add_argument("--readonly", action="store_true", default=None,
                    help="never send a request that changes the server (kvtop sends none today; kept for scripts)")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
@@ -133,29 +146,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--json needs --once")
     if args.demo and args.host is not None:
         parser.error("--demo watches its own stand-in server; leave out --host")
-    if not (0 < args.interval < float("inf")):
-        parser.error("--interval must be a positive number of seconds")
-    if not (0 < args.timeout < float("inf")):
-        parser.error("--timeout must be a positive number of seconds")
+    for flag in ("interval", "timeout"):
+        value = getattr(args, flag)
+        if value is not None and not (0 < value < float("inf")):
+            parser.error(f"--{flag} must be a positive number of seconds")
+    env = dict(os.environ)
+    if args.config:
+        env["KVTOP_CONFIG"] = args.config
+    flags = {k: getattr(args, k) for k in ("host", "interval", "timeout", "log", "theme", "readonly")}
     try:
-        host_url = parse_ollama_host(args.host, strict=True) if args.host is not None else host_from_environment()
-    except HostError as exc:
+        resolved = resolve_config(flags, env, saved_theme=saved_theme(env))
+    except ConfigError as exc:
         parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
-    log_spec = args.log if args.log is not None else ("none" if args.demo or args.once else "auto")
+    values, origins = resolved.values, resolved.origins
+    warnings = list(resolved.warnings)
+    try:
+        host_url = parse_ollama_host(values["host"], strict=origins["host"] != "env OLLAMA_HOST")
+    except HostError as exc:
+        if origins["host"] == "flag":
+            parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
+        warnings.append(f"host from {origins['host']}: {exc} — the default is used")
+        host_url = parse_ollama_host(None)
+    log_spec = values["log"]
+    if origins["log"] == "default" and (args.demo or args.once):
+        log_spec = "none"
     try:
         from kvtop.sources.tail import parse_log_spec
 
         parse_log_spec(log_spec)
     except ValueError as exc:
-        parser.exit(EXIT_UNREACHABLE, f"kvtop: --log: {exc}\n")
+        if origins["log"] in ("flag",) or origins["log"].startswith("env"):
+            parser.exit(EXIT_UNREACHABLE, f"kvtop: --log: {exc}\n")
+        warnings.append(f"log from {origins['log']}: {exc} — no log is read")
+        log_spec = "none"
+    if args.print_config:
+        print(config_report(resolved, host_url, log_spec), end="")
+        return EXIT_OK
+    for warning in warnings:
+        print(f"kvtop: {warning}", file=sys.stderr)
     settings = Settings(
         host_url=host_url,
-        interval_s=clamp_interval(args.interval),
-        timeout_s=max(0.1, args.timeout),
+        interval_s=float(values["interval"]),
+        timeout_s=max(0.1, float(values["timeout"])),
         demo=args.demo,
-        readonly=args.readonly,
+        readonly=bool(values["readonly"]),
         log_spec=log_spec,
-        extra={"json": "1" if args.json else "0"},
+        theme=str(values["theme"]),
+        alerts=values["alerts"],
+        extra={"json": "1" if args.json else "0", "warnings": "\n".join(warnings)},
     )
     try:
         if args.demo:
@@ -176,6 +214,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # e.g. stdout is /dev/full
         print(f"kvtop: cannot write the output: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str) -> str:
+    """``--print-config``: every setting, its effective value and where it came from."""
+    shown = dict(resolved.values)
+    shown["host"] = host_url
+    shown["log"] = log_spec
+    lines = [f"config file: {resolved.path}{'' if resolved.path.exists() else ' (not present)'}"]
+    for key in ("host", "interval", "timeout", "log", "theme", "readonly"):
+        lines.append(f"{key:<9} {shown[key]!s:<40} {resolved.origins[key]}")
+    if resolved.values.get("alerts"):
+        lines.append(f"alerts    {dict(resolved.values['alerts'])}")
+    for warning in resolved.warnings:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines) + "\n"
 
 
 def _show_busiest_step(url: str) -> None:

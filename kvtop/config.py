@@ -7,12 +7,23 @@ watches the server that ``ollama ps`` talks to.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import platformdirs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 DEFAULT_HOST_URL = "http://127.0.0.1:11434"
 """Ollama's default address (``envconfig.Host()`` with ``OLLAMA_HOST`` unset)."""
@@ -154,6 +165,8 @@ class Settings:
     readonly: bool = False
     show_timeout_s: float = 10.0
     log_spec: str = "none"
+    theme: str = "kvtop-dark"
+    alerts: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -166,3 +179,188 @@ def host_from_environment(env: Mapping[str, str] | None = None) -> str:
     """The base URL from ``OLLAMA_HOST`` in ``env`` (default: the process environment)."""
     env = os.environ if env is None else env
     return parse_ollama_host(env.get("OLLAMA_HOST"))
+
+
+# --- config file and precedence ---------------------------------------------------------------
+
+APP_NAME = "kvtop"
+
+CONFIG_KEYS: dict[str, str] = {
+    "host": "Ollama server, OLLAMA_HOST syntax",
+    "interval": "seconds between polls (0.25–60)",
+    "timeout": "deadline of each API request, seconds",
+    "log": "server log spec: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, docker:NAME, -, none",
+    "theme": "theme name (kvtop-dark, kvtop-light, kvtop-high-contrast, kvtop-mono, or a user theme)",
+    "readonly": "true: never send a request that changes the server",
+}
+"""Top-level keys of ``config.toml`` (an ``[alerts]`` table is accepted for alert thresholds)."""
+
+ENV_KEYS: dict[str, str] = {
+    "host": "OLLAMA_HOST",
+    "interval": "KVTOP_INTERVAL",
+    "timeout": "KVTOP_TIMEOUT",
+    "log": "KVTOP_LOG",
+    "theme": "KVTOP_THEME",
+    "readonly": "KVTOP_READONLY",
+}
+"""Environment variables, one per setting (``OLLAMA_HOST`` is Ollama's own)."""
+
+DEFAULTS: dict[str, Any] = {
+    "host": None,
+    "interval": DEFAULT_INTERVAL_S,
+    "timeout": 3.0,
+    "log": "auto",
+    "theme": "kvtop-dark",
+    "readonly": False,
+}
+
+
+class ConfigError(ValueError):
+    """A config file, environment variable or flag value that cannot be used."""
+
+
+def config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The platform's config folder for kvtop (``~/.config/kvtop`` on Linux; XDG respected)."""
+    env = os.environ if env is None else env
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]) / APP_NAME
+    return Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where kvtop keeps choices made in the UI (the theme picked with ``t``)."""
+    env = os.environ if env is None else env
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]) / APP_NAME
+    return Path(platformdirs.user_state_dir(APP_NAME))
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$KVTOP_CONFIG`` or ``<config_dir>/config.toml``."""
+    env = os.environ if env is None else env
+    return Path(env["KVTOP_CONFIG"]).expanduser() if env.get("KVTOP_CONFIG") else config_dir(env) / "config.toml"
+
+
+def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Read ``config.toml``; never raises.
+
+    Returns:
+        The settings found (unknown keys dropped) and warnings, one line each, naming the file
+        and line of a syntax error (then no setting of the file is used) or the unknown keys.
+    """
+    if not path.exists():
+        return {}, []
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        return {}, [f"{path}: {exc} — the file is ignored, defaults are used"]
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [f"{path}: cannot read it ({exc}) — defaults are used"]
+    out: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, value in data.items():
+        if key in CONFIG_KEYS or key == "alerts":
+            out[key] = value
+        else:
+            warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(CONFIG_KEYS)}, [alerts])")
+    return out, warnings
+
+
+def _coerce(key: str, value: Any, origin: str) -> Any:
+    """Check and convert one setting's value; ConfigError names where it came from."""
+    try:
+        if key in ("interval", "timeout"):
+            number = float(value)
+            if not 0 < number < float("inf"):
+                raise ValueError("must be a positive number of seconds")
+            return clamp_interval(number) if key == "interval" else number
+        if key == "readonly":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError("must be true or false")
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        return value
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key} from {origin}: {value!r}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedConfig:
+    """Every setting's effective value and where it came from (``--print-config``)."""
+
+    values: Mapping[str, Any]
+    origins: Mapping[str, str]
+    warnings: tuple[str, ...]
+    path: Path
+
+
+def resolve_config(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    *,
+    saved_theme: str | None = None,
+) -> ResolvedConfig:
+    """Combine settings: flag > environment > file > saved UI choice (theme) > default.
+
+    Args:
+        flags: Only the settings the user typed on the command line.
+        env: The environment (default: the process's).
+        saved_theme: The theme last picked in the UI, if any.
+
+    Raises:
+        ConfigError: A flag or environment value is invalid (a bad file value is a warning:
+            kvtop then starts with the default for it).
+    """
+    env = os.environ if env is None else env
+    path = config_path(env)
+    file_values, warnings = read_config_file(path)
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key in CONFIG_KEYS:
+        if key in flags and flags[key] is not None:
+            values[key], origins[key] = _coerce(key, flags[key], "--" + key), "flag"
+        elif env.get(ENV_KEYS[key], "").strip():
+            var = ENV_KEYS[key]
+            values[key], origins[key] = _coerce(key, env[var], var), f"env {var}"
+        elif key in file_values:
+            try:
+                values[key], origins[key] = _coerce(key, file_values[key], str(path)), f"file {path}"
+            except ConfigError as exc:
+                warnings.append(f"{exc} — the default is used")
+                values[key], origins[key] = DEFAULTS[key], "default"
+        elif key == "theme" and saved_theme:
+            values[key], origins[key] = saved_theme, "saved choice (t / palette)"
+        elif key == "theme" and env.get("NO_COLOR", ""):
+            values[key], origins[key] = "kvtop-mono", "NO_COLOR is set"
+        else:
+            values[key], origins[key] = DEFAULTS[key], "default"
+    alerts = file_values.get("alerts")
+    values["alerts"] = dict(alerts) if isinstance(alerts, dict) else {}
+    return ResolvedConfig(MappingProxyType(values), MappingProxyType(origins), tuple(warnings), path)
+
+
+def saved_theme(env: Mapping[str, str] | None = None) -> str | None:
+    """The theme last picked in the UI, or None."""
+    try:
+        data = tomllib.loads((state_dir(env) / "state.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    theme = data.get("theme")
+    return theme if isinstance(theme, str) else None
+
+
+def save_theme(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Remember the theme picked in the UI; returns an error sentence instead of raising."""
+    folder = state_dir(env)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "state.toml").write_text(f"theme = {json.dumps(name)}\n", encoding="utf-8")
+    except OSError as exc:
+        return f"cannot save the theme choice in {folder}: {exc}"
+    return None

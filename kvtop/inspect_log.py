@@ -176,7 +176,13 @@ def _render_load(w: Any, load: Mapping[str, Any], events: list[Mapping[str, Any]
     k, v = load.get("kv_type_k"), load.get("kv_type_v")
     rows.append(("KV cache type", f"K {safe(k) if k else '? (f16 unless printed)'}, V {safe(v) if v else '?'}"))
     fa = load.get("flash_attention")
-    rows.append(("flash attention", fa if fa else "not resolved in the log"))
+    requested = load.get("flash_attention_requested")
+    if fa:
+        rows.append(("flash attention", fa))
+    elif requested:
+        rows.append(("flash attention", f"{safe(str(requested))} requested, not resolved in the log"))
+    else:
+        rows.append(("flash attention", "not in the log"))
     off, tot = load.get("layers_offloaded"), load.get("layers_total")
     rows.append(("layers on GPU", f"{_value(off)}/{_value(tot)}"))
     memory = load.get("memory") or {}

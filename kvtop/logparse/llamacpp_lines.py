@@ -103,7 +103,7 @@ def _buffer(func: str, rest: str, n: int, text: str, time: TimeFn, default: str)
     component = _BUFFER_COMPONENT[kind] if kind is not None else default
     if func == "llama_memory_recurrent" and component == "kv":
         component = "recurrent"
-    return [Allocation(*_meta(n, text, time), component, m.group(1), mib_bytes(m.group(3)), func)]
+    return [Allocation(n, time(), sanitize(text), component, m.group(1), mib_bytes(m.group(3)), func)]
 
 
 def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:

@@ -537,6 +537,8 @@ class _Grouper:
                 b.put("parallel", e.seqs, 3)
             b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
         elif isinstance(e, ContextParams):
+            if e.flash_attn is not None and e.flash_attn.lower() == "auto":
+                b.fa_requested = "auto"
             b.put("num_ctx_total", e.n_ctx, 3)
             b.put("num_ctx_per_seq", e.n_ctx_per_seq, 3)
             b.put("parallel", e.n_seq_max, 3)
@@ -596,6 +598,7 @@ def load_json(load: Load) -> dict[str, Any]:
         "kv_bytes": load.kv_bytes,
         "estimates": load.estimates,
         "index": load.index,
+        "flash_attention_requested": load.flash_attention_requested,
         "era": load.era,
         "engine": load.engine,
         "model_name": load.model_name,

@@ -447,42 +447,56 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
     if k < 0:
         return []
     if body[k + 4:k + 5] == '"':
-        m = _QUOTED_RE.match(body, k + 4)
-        if m is None:
-            msg = _unescape(body[k + 5:])
-            rest = ""
+        q = body.find('"', k + 5)
+        if q > 0 and body[q - 1] != "\\":
+            msg, rest = body[k + 5:q], body[q + 1:]
         else:
-            msg = m.group(1)
-            if "\\" in msg:
-                msg = _unescape(msg)
-            rest = body[m.end():]
+            m = _QUOTED_RE.match(body, k + 4)
+            if m is None:
+                msg = _unescape(body[k + 5:])
+                rest = ""
+            else:
+                msg = _unescape(m.group(1))
+                rest = body[m.end():]
     else:
         e = body.find(" ", k + 4)
         if e < 0:
             msg, rest = body[k + 4:], ""
         else:
             msg, rest = body[k + 4:e], body[e:]
-    li = body.find("level=")
-    if 0 <= li < k:
-        le = body.find(" ", li)
-        level = body[li + 6:le] if le > 0 else body[li + 6:]
-    else:
-        level = ""
-    handler = _handler(msg, level)
-    if handler is None and level not in _WARN_LEVELS:
-        return []
+    handler = EXACT.get(msg)
+    if handler is None and msg.startswith(_PREFIXES):
+        handler = _handler(msg, "")
+    if handler is None:
+        level = _level(body, k)
+        if level not in _WARN_LEVELS:
+            return []
     if body.startswith("time="):
         te = body.find(" ")
         t = parse_iso(body[5:te] if te > 0 else body[5:])
     else:
         t = fallback_time()
+    raw = sanitize(text)
+    if handler is not None:
+        events = handler(msg, rest, "", n, t, raw)
+        if events is not None:
+            return events
+        level = _level(body, k)
     src = None
-    if handler is None:
-        si = body.find("source=")
-        if 0 <= si < k:
-            se = body.find(" ", si)
-            src = body[si + 7:se] if se > 0 else None
-    return _dispatch(handler, msg, rest, level, n, t, sanitize(text), src)
+    si = body.find("source=", 0, k)
+    if si >= 0:
+        se = body.find(" ", si)
+        src = body[si + 7:se] if se > 0 else None
+    return _dispatch(None, msg, rest, level, n, t, raw, src)
+
+
+def _level(body: str, end: int) -> str:
+    """The ``level=`` value of a slog record (searched before ``end``, the ``msg=`` position)."""
+    li = body.find("level=", 0, end)
+    if li < 0:
+        return ""
+    le = body.find(" ", li)
+    return body[li + 6:le] if le > 0 else body[li + 6:]
 
 
 def parse_go_log(body: str, n: int, text: str) -> list[LogEvent] | None:

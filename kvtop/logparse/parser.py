@@ -3,12 +3,15 @@
 ``LogParser.feed`` takes one physical line at a time (with or without its newline, CRLF
 included) and returns the events completed so far. It keeps three kinds of state:
 
-- **Hard wraps.** A slog or Go-logger record whose quoted value is still open at the end of
-  the line (``env="map[… OLLAM`` | ``A_SCHED_SPREAD:false …]"``, corpus 021, 022, 033) is
-  held; the following physical lines are glued to it, without a separator, until the
-  quote closes, a line that starts a new record arrives, or 8 lines were glued. Blank lines
-  inside such a record are skipped. A record cut short and never closed (``systemctl``
-  cuts, corpus 031) is parsed as far as it goes when the next record starts.
+- **Hard wraps.** Pasted logs are often hard-wrapped. A slog or Go-logger record that may
+  continue (see :func:`_wrap_kind`: a quoted value still open, ``env="map[… OLLAM`` |
+  ``A_SCHED_SPREAD:false …]"`` in corpus 021/022/033; a piece of a fixed-width wrap; a wide
+  record such as the ``offload`` estimate wrapped between attributes, issues #8430/#9181) is
+  held, and the following physical lines that do not start a record are glued to it, until
+  it is complete, a record starts, or 8 lines were glued. Blank lines inside such a record
+  are skipped. A record cut short and never closed (``systemctl`` cuts, corpus 031) is parsed
+  as far as it goes when the next record starts. A live follower calls :meth:`end_batch`
+  after each batch so that a held last line does not wait for the next batch.
 - **Timing reports** come in parts (prompt eval / eval / total) and are joined into one
   ``RequestTiming`` per request.
 - **The year** of journald's year-less stamps is taken from the last full timestamp seen
@@ -29,7 +32,7 @@ from datetime import datetime
 from kvtop.logparse import llamacpp_lines, ollama_lines, runner_lines
 from kvtop.logparse.events import LogEvent, RequestTiming
 from kvtop.logparse.runner_lines import TimingPart
-from kvtop.logparse.wrappers import may_be_wrapped, journal_json_message, strip_wrappers, wrapper_time
+from kvtop.logparse.wrappers import journal_json_message, may_be_wrapped, strip_wrappers, wrapper_time
 
 MAX_GLUED_LINES = 8
 """A record is glued from at most this many physical lines (plus blank ones)."""
@@ -45,7 +48,10 @@ _NEW_RECORD_RE = re.compile(
     r"|(?:srv|slot|que|res|cmn|log|main)\s|panic:|goroutine |CUDA error|GGML_|\[New |\s*(?:prompt eval|eval|total"
     r"|generation eval) time|\d+\.\d+\.\d+\.\d+ [IWED] "
 )
+_WIDE_RE = re.compile(r'msg=(?:offload |"offload to )|msg="starting [^"]*" cmd=|msg=load request=')
+_ATTR_START_RE = re.compile(r'\s*(?:"[^"]*"|[\w.]+)=')
 _ENV_CONTINUATION_RE = re.compile(r"[A-Z][A-Z0-9_]*:|[a-z]+_proxy:")
+_TIMING_FUNCS = frozenset(("llama_print_timings", "llama_perf_context_print", "print_timings"))
 _C_TAGS = frozenset(("srv ", "slot", "que ", "res ", "cmn ", "log "))
 _EXT_LEVELS = ("INFO [", "WARN [", "WARNING [", "ERROR [", "DEBUG [", "VERB [", "ERR [")
 
@@ -54,19 +60,28 @@ def _no_time() -> datetime | None:
     return None
 
 
-def _wrapped(record: str, last_piece: str) -> bool:
-    """Whether a slog/Go-logger record probably continues on the next physical line.
+def _wrap_kind(record: str, last_piece: str) -> str | None:
+    """How a slog/Go-logger record may continue on the next physical line, or None if it is complete.
 
-    Signs of a hard wrap: a quoted value still open (corpus 021, 022, 033); a record ending
-    in a space or ``=`` (a wrap between or inside attributes); or a physical piece at least
-    :data:`WRAP_WIDTH` long (pasted logs are often wrapped at a fixed width, e.g. 1000).
+    - ``"quote"``: a quoted value is still open (corpus 021, 022, 033): any line that does not
+      start a record continues it, glued without a separator;
+    - ``"width"``: the physical piece is at least :data:`WRAP_WIDTH` long (pasted logs are
+      often wrapped at a fixed width, e.g. 1000): the same, glued without a separator;
+    - ``"attrs"``: the record ends in a space or ``=``, or it is one of the wide records a
+      terminal or a post wraps between attributes (``offload`` estimates, spawn lines, load
+      requests; issues #8430, #9181): only an (indented) ``key=value…`` line continues it,
+      glued with one space.
     """
+    if '"' in record and _open_quote(record):
+        return "quote"
     if len(last_piece) >= WRAP_WIDTH:
-        return True
+        return "width"
     end = record[-1:]
     if end == " " or end == "=":
-        return True
-    return '"' in record and _open_quote(record)
+        return "attrs"
+    if "offload" in record or "cmd=" in record or "request=" in record:
+        return "attrs" if _WIDE_RE.search(record) else None
+    return None
 
 
 def _open_quote(text: str) -> bool:
@@ -84,12 +99,13 @@ class LogParser:
             None leaves such lines without a time.
     """
 
-    __slots__ = ("_line_no", "_pending", "_pending_no", "_pending_env", "_pending_blank", "_year", "_timing",
-                 "_timing_slot")
+    __slots__ = ("_line_no", "_pending", "_pending_kind", "_pending_no", "_pending_env", "_pending_blank", "_year",
+                 "_timing", "_timing_slot")
 
     def __init__(self, *, default_year: int | None = None) -> None:
         self._line_no = 0
         self._pending: list[str] | None = None
+        self._pending_kind = ""
         self._pending_no = 0
         self._pending_env = False
         self._pending_blank = 0
@@ -105,11 +121,28 @@ class LogParser:
     def feed(self, line: str) -> list[LogEvent]:
         """Parse one physical line; returns the events it completes (possibly for earlier lines)."""
         self._line_no += 1
-        if line[-1:] == "\n" or line[-1:] == "\r":
+        end = line[-1:]
+        if end == "\n" or end == "\r":
             line = line.rstrip("\r\n")
+        if self._pending is not None:
+            return self._continue(line)
+        if line[:5] == "time=" and _wrap_kind(line, line) is None:  # the common case, inlined
+            result = ollama_lines.parse_slog(line, self._line_no, line, _no_time)
+            if result and self._timing is not None:
+                return self._after(result)
+            return result
+        return self._logical(line, self._line_no, True)
+
+    def end_batch(self) -> list[LogEvent]:
+        """Parse a record held for a possible hard-wrap continuation now; timing state is kept.
+
+        A live tail never wraps lines (wrapping is an artefact of pasted logs), so a follower
+        should call this after each batch of lines it reads: the last line of a batch is then
+        not left waiting for the next batch.
+        """
         if self._pending is None:
-            return self._logical(line, self._line_no, True)
-        return self._continue(line)
+            return []
+        return self._finish_pending()
 
     def flush(self) -> list[LogEvent]:
         """End of input: parse a held record and emit a half-finished timing report."""
@@ -133,21 +166,22 @@ class LogParser:
                 return self._finish_pending()
             return []
         body, _, prefixed = strip_wrappers(line)
-        if prefixed or self._starts_record(body):
+        kind = self._pending_kind
+        if prefixed or self._starts_record(body) or (kind == "attrs" and not _ATTR_START_RE.match(body)):
             out = self._finish_pending()
             out.extend(self._logical(line, self._line_no, True))
             return out
         joined = "".join(pending)
-        if not _open_quote(joined) and body[:1] in (" ", "\t"):
-            # wrapped between attributes and indented (``…layers.model=81`` / ``  layers.offload=44 …``)
+        if kind == "attrs" or (kind == "width" and body[:1] in (" ", "\t")):
             body = body.lstrip()
             if not joined.endswith(" "):
                 body = " " + body
         pending.append(body)
         joined += body
-        if (not _wrapped(joined, body) or len(pending) >= MAX_GLUED_LINES
-                or len(joined) > MAX_RECORD_CHARS):
+        next_kind = _wrap_kind(joined, body)
+        if next_kind is None or len(pending) >= MAX_GLUED_LINES or len(joined) > MAX_RECORD_CHARS:
             return self._finish_pending()
+        self._pending_kind = next_kind
         return []
 
     def _starts_record(self, body: str) -> bool:
@@ -161,8 +195,9 @@ class LogParser:
         self._pending = None
         return self._logical("".join(pending), self._pending_no, False)
 
-    def _hold(self, text: str, n: int) -> list[LogEvent]:
+    def _hold(self, text: str, n: int, kind: str) -> list[LogEvent]:
         self._pending = [text]
+        self._pending_kind = kind
         self._pending_no = n
         self._pending_env = 'env="map[' in text
         self._pending_blank = 0
@@ -174,12 +209,25 @@ class LogParser:
     def _logical(self, text: str, n: int, may_hold: bool) -> list[LogEvent]:
         result: list[LogEvent] | TimingPart | None
         if text[:5] == "time=":  # the common case: an unwrapped slog record
-            if may_hold and _wrapped(text, text):
-                return self._hold(text, n)
+            if may_hold:
+                kind = _wrap_kind(text, text)
+                if kind is not None:
+                    return self._hold(text, n, kind)
             result = ollama_lines.parse_slog(text, n, text, _no_time)
             if not result or self._timing is None:
                 return result
             return self._after(result)
+        idx = text.find(": ", 0, 80)
+        if idx > 0:  # the other common case: an unwrapped llama.cpp "function: text" line
+            func = text[:idx]
+            handler = llamacpp_lines.HANDLERS.get(func)
+            if handler is not None:
+                result = handler(func, text[idx + 2:], n, text, _no_time)
+                if not result or self._timing is None:
+                    return result or []
+                return self._after(result)
+            if func in llamacpp_lines.QUIET:
+                return []
         if may_be_wrapped(text):
             body, stamp, _ = strip_wrappers(text)
         else:
@@ -196,14 +244,18 @@ class LogParser:
 
         c0 = body[0]
         if (c0 == "t" and body.startswith("time=")) or (c0 == "l" and body.startswith("level=")):
-            if may_hold and _wrapped(body, text):
-                return self._hold(text, n)
+            if may_hold:
+                kind = _wrap_kind(body, text)
+                if kind is not None:
+                    return self._hold(text, n, kind)
             result = ollama_lines.parse_slog(body, n, text, wtime)
         elif c0.isdigit():
             result = None
             if body[4:5] == "/":
-                if may_hold and _wrapped(body, text):
-                    return self._hold(text, n)
+                if may_hold:
+                    kind = _wrap_kind(body, text)
+                    if kind is not None:
+                        return self._hold(text, n, kind)
                 result = ollama_lines.parse_go_log(body, n, text)
             if result is None:
                 result = runner_lines.parse_server_line(body, n, text, wtime)
@@ -244,14 +296,6 @@ class LogParser:
     def _other(
         self, body: str, n: int, text: str, wtime: llamacpp_lines.TimeFn
     ) -> list[LogEvent] | TimingPart | None:
-        if body[:4] in _C_TAGS:
-            found = runner_lines.parse_server_line(body, n, text, wtime)
-            if found is not None:
-                return found
-        if body.startswith(_EXT_LEVELS):
-            found = runner_lines.parse_ext_server(body, n, text)
-            if found is not None:
-                return found
         idx = body.find(": ")
         if idx > 0:
             func = body[:idx]
@@ -260,8 +304,16 @@ class LogParser:
                 return handler(func, body[idx + 2:], n, text, wtime)
             if func in llamacpp_lines.QUIET:
                 return None
-            if func in ("llama_print_timings", "llama_perf_context_print", "print_timings"):
-                return runner_lines.timing_part(body[idx + 2:], n, text, wtime, *self._timing_slot)
+        if body[:4] in _C_TAGS:
+            found = runner_lines.parse_server_line(body, n, text, wtime)
+            if found is not None:
+                return found
+        if body.startswith(_EXT_LEVELS):
+            found = runner_lines.parse_ext_server(body, n, text)
+            if found is not None:
+                return found
+        if idx > 0 and body[:idx] in _TIMING_FUNCS:
+            return runner_lines.timing_part(body[idx + 2:], n, text, wtime, *self._timing_slot)
         if body[:1] == " " or body[:1] == "\t":
             stripped = body.lstrip()
             if runner_lines.is_bare_timing(stripped):

@@ -110,7 +110,9 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
     if func == "print_timing":
         part = timing_part(rest, n, text, time, slot, task)
         if part is None:
-            return TimingPart("header", n, None, "", slot=slot, task=task)
+            # a bare "slot print_timing: id 0 | task 0 |" heads unprefixed timing lines (older builds);
+            # anything else ("graphs reused = 7") is not part of the numbers
+            return TimingPart("header", n, None, "", slot=slot, task=task) if not rest.strip() else []
         return part
     if "progress" in rest and "n_tokens" in rest:
         return [PrefillProgress(

@@ -35,18 +35,14 @@ _QUOTED_RE = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"')
 
 
 def scaled_bytes(number: str, unit: int) -> int:
-    """``number`` (a decimal string such as ``"577.22"``) times ``unit``, rounded half up, exactly."""
-    neg = number.startswith("-")
-    if neg:
-        number = number[1:]
-    whole, _, frac = number.partition(".")
-    if not frac:
-        value = int(whole or "0") * unit
-    else:
-        scale = 10 ** len(frac)
-        value = (int(whole or "0") * scale + int(frac)) * unit
-        value = (2 * value + scale) // (2 * scale)
-    return -value if neg else value
+    """``number`` (a decimal string such as ``"577.22"``) times ``unit``, rounded half up.
+
+    Computed in floating point, which is exact here: the printed values have at most a few
+    decimals, so the true product's fraction is a multiple of 1/5 or 1/25 of a byte and can
+    never sit at the .5 boundary where a float error could flip the rounding.
+    """
+    value = float(number) * unit
+    return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
 
 
 def mib_bytes(number: str) -> int:

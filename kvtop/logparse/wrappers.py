@@ -100,45 +100,58 @@ def may_be_wrapped(line: str) -> bool:
     return nxt.isdigit() or nxt == " " or nxt == "|"
 
 
-def strip_wrappers(line: str) -> tuple[str, Any, bool]:
+Stamp = tuple[str, str, str, str, str]
+"""A wrapper's timestamp, parsed lazily: ``("iso", text, "", "", "")`` or ``("syslog", month, day, hh:mm:ss, .frac)``."""
+
+
+def strip_wrappers(line: str) -> tuple[str, Stamp | None, bool]:
     """Remove collector prefixes and quote marks from one line.
 
     Returns:
-        ``(body, stamp, prefixed)``: the text Ollama printed; the wrapper's timestamp as a
-        ``re.Match`` (journald short or ISO; turn it into a datetime with
-        :func:`wrapper_time`) or None; and whether a collector prefix (not just a ``> ``
-        quote) was removed, which marks the start of a new record.
+        ``(body, stamp, prefixed)``: the text Ollama printed; the wrapper's timestamp (turn
+        it into a datetime with :func:`wrapper_time`) or None; and whether a collector prefix
+        (not just a ``> `` quote) was removed, which marks the start of a new record.
     """
-    stamp: Any = None
+    stamp: Stamp | None = None
     prefixed = False
     for _ in range(5):
         if not may_be_wrapped(line):
             break
+        # fast path for the common journald form "Jul 24 16:07:51 host ollama[114917]: "
+        if line[3:4] == " " and line[6:7] == " " and line[9:10] == ":" and line[15:16] == " " and line[:3].isalpha():
+            j = line.find(": ", 16)
+            if j > 0 and line.find(" ", 16, j) > 0 and line.find("=", 16, j) < 0:
+                stamp = ("syslog", line[:3], line[4:6], line[7:15], "")
+                prefixed = True
+                line = line[j + 2:]
+                continue
         m = _WRAP_RE.match(line)
         if m is None or m.end() == 0:
             break
         if m.group("q") is None:
             prefixed = True
-            if m.group("dc") is None:
-                stamp = m
+            if m.group("iso") is not None:
+                stamp = ("iso", m.group("iso"), "", "", "")
+            elif m.group("mon") is not None:
+                stamp = ("syslog", m.group("mon"), m.group("day"), m.group("hms"), m.group("frac") or "")
         line = line[m.end():]
     return line, stamp, prefixed
 
 
-def wrapper_time(stamp: Any, year: int | None) -> datetime | None:
-    """The time of a wrapper prefix matched by :func:`strip_wrappers`.
+def wrapper_time(stamp: Stamp | None, year: int | None) -> datetime | None:
+    """The time of a wrapper prefix found by :func:`strip_wrappers`.
 
     A journald short stamp has no year: ``year`` supplies it (None gives None). Its time is
     local and naive, like the text.
     """
     if stamp is None:
         return None
-    iso = stamp.group("iso")
-    if iso is not None:
-        return parse_iso(iso)
+    kind, mon, day, hms, frac = stamp
+    if kind == "iso":
+        return parse_iso(mon)
     if year is None:
         return None
-    mon = stamp.group("mon").rstrip(".").lower()
+    mon = mon.rstrip(".").lower()
     month = MONTHS.get(mon)
     if month is None and mon[:1].isdigit():
         month = int("".join(ch for ch in mon if ch.isdigit()))
@@ -146,11 +159,9 @@ def wrapper_time(stamp: Any, year: int | None) -> datetime | None:
         month = MONTHS.get(mon[:3])
     if month is None or not 1 <= month <= 12:
         return None
-    hms = stamp.group("hms")
-    frac = stamp.group("frac")
     micro = int((frac[1:] + "000000")[:6]) if frac else 0
     try:
-        return datetime(year, month, int(stamp.group("day")), int(hms[0:2]), int(hms[3:5]), int(hms[6:8]), micro)
+        return datetime(year, month, int(day), int(hms[0:2]), int(hms[3:5]), int(hms[6:8]), micro)
     except ValueError:
         return None
 

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.reactive import var
 from textual.widgets import Input, Static
 
-from kvtop.config import Settings, clamp_interval
+from kvtop.config import Settings, clamp_interval, config_dir, save_theme
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
@@ -25,7 +25,7 @@ from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.help import HelpScreen
 from kvtop.ui.screens.model_detail import ModelDetailScreen
-from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes
+from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load_themes_reporting
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 
@@ -56,9 +56,11 @@ class KvtopApp(App[int]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("p", "toggle_pause", "Pause"),
-        Binding("plus,equals_sign", "slower", "Slower", key_display="+"),
-        Binding("minus", "faster", "Faster", key_display="-"),
+        Binding("plus,equals_sign", "slower", "Slower", key_display="+", show=False),
+        Binding("minus", "faster", "Faster", key_display="-", show=False),
         Binding("s", "cycle_sort", "Sort"),
+        Binding("S", "reverse_sort", "Reverse sort", show=False),
+        Binding("t", "cycle_theme", "Theme", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("l", "toggle_events", "Log"),
         Binding("r", "toggle_raw", "Raw lines", show=False),
@@ -71,6 +73,7 @@ class KvtopApp(App[int]):
     # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
     state: var[AppState | None] = var(None)
     sort_key: var[str] = var("server")
+    sort_reverse: var[bool] = var(False)
     filter_text: var[str] = var("")
     paused: var[bool] = var(False)
     interval_s: var[float] = var(1.0)
@@ -110,10 +113,21 @@ class KvtopApp(App[int]):
                 loop.add_signal_handler(sig, self.exit)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests) or not supported (Windows)
-        for theme in load_themes().values():
+        themes, problems = load_themes_reporting(config_dir() / "themes")
+        for theme in themes.values():
             self.register_theme(theme)
-        if DEFAULT_THEME in self.available_themes:
-            self.theme = DEFAULT_THEME
+        self._kvtop_themes = tuple(n for n in KVTOP_THEMES if n in themes) + tuple(
+            n for n in themes if n not in KVTOP_THEMES)
+        wanted = self.settings.theme
+        if wanted not in self.available_themes:
+            problems.append(f"unknown theme {wanted!r}: using {DEFAULT_THEME} (themes: {', '.join(themes)})")
+            wanted = DEFAULT_THEME
+        self._theme_loaded = False
+        self.theme = wanted
+        self._theme_loaded = True
+        warnings = [w for w in self.settings.extra.get("warnings", "").splitlines() if w] + problems
+        for warning in warnings:
+            self.notify(safe(warning, 300), severity="warning", timeout=10)
         if self._poll:
             self.poll_ollama()
         if self.log_source is not None:
@@ -220,13 +234,15 @@ class KvtopApp(App[int]):
         header.paused = self.paused
         header.state = state
         views = filter_views(sort_views(state.models, self.sort_key), self.filter_text)
+        if self.sort_reverse:
+            views = tuple(reversed(views))
         table = main.query_one(ModelsTable)
         table.set_class(state.stale_s is not None, "-stale")
         table.show(views, self.size.width)
         status = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
             status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
-        status.append(f"sort: {self.sort_key}   ~ estimated  * Ollama default  Enter details  ? help")
+        status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}   ~ estimated  * Ollama default  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded: models appear here when a client loads one.")
         self._update_static("#status", status)
@@ -280,6 +296,26 @@ class KvtopApp(App[int]):
     def action_faster(self) -> None:
         self._step_interval(-1)
         self._wake.set()
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+
+    def watch_sort_reverse(self) -> None:
+        self._refresh_all()
+
+    def action_cycle_theme(self) -> None:
+        names = list(self._kvtop_themes) or [DEFAULT_THEME]
+        i = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(i + 1) % len(names)]
+        self.notify(f"theme: {self.theme}", timeout=1.5)
+
+    def watch_theme(self, theme: str) -> None:
+        """Remember a theme picked with ``t`` or the command palette for the next start."""
+        if getattr(self, "_theme_loaded", False):
+            problem = save_theme(theme)
+            if problem:
+                self.notify(problem, severity="warning")
+        self._refresh_all()  # the table's cells carry the theme's colours
 
     def action_cycle_sort(self) -> None:
         i = SORT_KEYS.index(self.sort_key)

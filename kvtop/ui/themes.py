@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from textual.theme import Theme
@@ -42,18 +43,36 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
     )
 
 
-def load_themes() -> dict[str, Theme]:
-    """Every ``*.toml`` theme bundled with kvtop, by name (a broken file is skipped)."""
+KVTOP_THEMES = ("kvtop-dark", "kvtop-light", "kvtop-high-contrast", "kvtop-mono")
+"""The bundled themes, in the order ``t`` cycles them (user themes follow)."""
+
+
+def load_themes(user_dir: Path | None = None) -> dict[str, Theme]:
+    """Every ``*.toml`` theme bundled with kvtop, then the user's from ``user_dir`` (a user theme
+    may not replace a bundled one). A broken file is skipped; see ``load_themes_reporting``."""
+    return load_themes_reporting(user_dir)[0]
+
+
+def load_themes_reporting(user_dir: Path | None = None) -> tuple[dict[str, Theme], list[str]]:
+    """Like ``load_themes``, also returning one line per theme file that could not be used."""
     themes: dict[str, Theme] = {}
-    for entry in bundled_dir("themes").iterdir():
+    problems: list[str] = []
+    sources: list[Any] = sorted(bundled_dir("themes").iterdir(), key=lambda e: e.name)
+    if user_dir is not None and user_dir.is_dir():
+        sources += sorted(user_dir.glob("*.toml"))
+    for entry in sources:
         if not entry.name.endswith(".toml"):
             continue
         try:
             theme = theme_from_toml(tomllib.loads(entry.read_text(encoding="utf-8")))
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, OSError, tomllib.TOMLDecodeError) as exc:
+            problems.append(f"theme file {entry}: {type(exc).__name__}: {exc}")
+            continue
+        if theme.name in themes and theme.name in KVTOP_THEMES:
+            problems.append(f"theme file {entry}: {theme.name!r} is a bundled theme's name; rename it")
             continue
         themes[theme.name] = theme
-    return themes
+    return themes, problems
 
 
 def default_variables() -> dict[str, str]:

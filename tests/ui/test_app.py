@@ -213,3 +213,30 @@ async def test_escaped_digest_cannot_reach_the_terminal() -> None:
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
         assert "\x1b" not in "".join(rows(app)[0])
+
+
+async def test_reverse_sort_events_pane_raw_and_navigation_keys() -> None:
+    app = app_with(snapshot_at(step_index("spills")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        await pilot.press("s")  # size
+        assert [r[0] for r in rows(app)][0] == "gemma4:latest"
+        await pilot.press("S")
+        assert app.sort_reverse and [r[0] for r in rows(app)][0] == "qwen3:1.7b-q4_K_M"
+        table = app.query_one(ModelsTable)
+        app.dashboard.set_focus(table)
+        await pilot.pause()
+        await pilot.press("end")
+        assert table.cursor_row == 2
+        await pilot.press("home")
+        assert table.cursor_row == 0
+        await pilot.press("down", "pagedown", "pageup")
+        assert table.cursor_row == 0
+        pane = app.dashboard.query_one("#events")
+        await pilot.press("l")
+        assert pane.has_class("-visible")
+        assert "no server log" in str(pane.get_row_at(0)[2])  # says why it is empty
+        await pilot.press("r")
+        assert pane.raw
+        await pilot.press("l")
+        assert not pane.has_class("-visible")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from kvtop.model.state import ModelView
@@ -112,6 +113,10 @@ class ModelsTable(DataTable[Text | str]):
     DEFAULT_CSS = """
     ModelsTable { height: 1fr; }
     """
+    BINDINGS = [  # like top/htop: Home and End go to the first and last model
+        Binding("home", "scroll_top", "First", show=False),
+        Binding("end", "scroll_bottom", "Last", show=False),
+    ]
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
