@@ -53,7 +53,7 @@ class KvtopApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = [
         Binding("q", "quit", "Quit"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("p", "toggle_pause", "Pause"),
         Binding("plus,equals_sign", "slower", "Slower", key_display="+", show=False),
@@ -68,6 +68,9 @@ class KvtopApp(App[int]):
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw"})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
+    TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
+                              "filter", "toggle_events", "toggle_raw", "cycle_theme"})
+    """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
     # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
@@ -261,7 +264,13 @@ class KvtopApp(App[int]):
         """Sorting, filtering and help act on the dashboard, not through the detail view."""
         if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
             return False
+        if isinstance(self.focused, Input) and action in self.TYPING_HIDES:
+            return False  # these keys are being typed into the filter box: the footer must not offer them
         return True
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C quits, whatever has the focus (it is never typed into the filter box)."""
+        self.exit()
 
     def action_toggle_events(self) -> None:
         pane = self.dashboard.query_one(EventsPane)

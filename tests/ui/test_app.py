@@ -240,3 +240,14 @@ async def test_reverse_sort_events_pane_raw_and_navigation_keys() -> None:
         assert pane.raw
         await pilot.press("l")
         assert not pane.has_class("-visible")
+
+
+async def test_footer_hides_typed_keys_while_filtering_and_ctrl_c_still_quits() -> None:
+    app = app_with(snapshot_at(1))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
+        assert app.check_action("cycle_sort", ()) is True
+        await pilot.press("slash")
+        assert app.check_action("cycle_sort", ()) is False and app.check_action("quit", ()) is False
+        await pilot.press("ctrl+c")
+    assert app.return_code == 0
