@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from kvtop.logparse import iter_events
+from kvtop.logparse import LogEvent, LogParser
 from kvtop.logparse.loads import inspect_events
 from kvtop.ui.format import exact_bytes, ibytes, safe
 
@@ -96,22 +96,22 @@ def main_inspect_log(argv: list[str]) -> int:
 
 
 def _inspect(stream: IO[bytes]) -> tuple[dict[str, Any], int]:
-    counter = _Counter(_lines(stream))
-    doc = inspect_events(iter_events(counter))
-    return doc, counter.count
+    parser = LogParser()
+    doc = inspect_events(_events(parser, _lines(stream)))
+    if parser.errors:
+        print(f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
+              f"(last: {safe(parser.last_error or '', 200)})", file=sys.stderr)
+    return doc, parser.line_no
 
 
-class _Counter:
-    """Counts the lines that pass through (for the report header)."""
-
-    def __init__(self, lines: Iterator[str]) -> None:
-        self._lines = lines
-        self.count = 0
-
-    def __iter__(self) -> Iterator[str]:
-        for line in self._lines:
-            self.count += 1
-            yield line
+def _events(parser: LogParser, lines: Iterator[str]) -> Iterator[LogEvent]:
+    """The events of ``lines``, parsed as they are read (memory stays bounded for a huge log)."""
+    feed = parser.feed
+    for line in lines:
+        events = feed(line)
+        if events:
+            yield from events
+    yield from parser.flush()
 
 
 # --------------------------------------------------------------------------------------------

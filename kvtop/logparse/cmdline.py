@@ -67,19 +67,10 @@ def _model_path(cmd: str) -> str | None:
 
 def parse_cmd(cmd: str) -> RunnerArgs:
     """Read a runner command line (a path with spaces before the flags is tolerated)."""
-    flags: dict[str, str] = {}
-    for name, eq_value, value in _FLAG_RE.findall(cmd):
-        flags[name] = eq_value or value
-
-    def get(*names: str) -> str | None:
-        for name in names:
-            v = flags.get(name)
-            if v:
-                return v
-        return None
-
+    flags = {name: eq_value or value for name, eq_value, value in _FLAG_RE.findall(cmd)}
+    g = flags.get
     flash_attn: str | None = None
-    fa = flags.get("--flash-attn", flags.get("-fa"))
+    fa = g("--flash-attn", g("-fa"))
     if fa is not None:
         flash_attn = fa if fa.lower() in _FA_VALUES else "true"
     model_path = _model_path(cmd)
@@ -99,25 +90,25 @@ def parse_cmd(cmd: str) -> RunnerArgs:
     else:
         era, engine = None, "ollama" if "--ollama-engine" in flags else None
     return RunnerArgs(
-        era=era,
-        engine=engine,
-        model_blob=blob_of(model_path),
-        model_path=model_path,
-        mmproj_blob=blob_of(flags.get("--mmproj")),
-        port=to_int(get("--port")),
-        ctx_size=to_int(get("--ctx-size", "-c")),
-        parallel=to_int(get("--parallel", "-np")),
-        batch_size=to_int(get("--batch-size", "-b")),
-        ubatch_size=to_int(get("--ubatch-size", "-ub")),
-        n_gpu_layers=to_int(get("--n-gpu-layers", "-ngl", "--gpu-layers")),
-        tensor_split=get("--tensor-split", "-ts"),
-        main_gpu=to_int(get("--main-gpu", "-mg")),
-        threads=to_int(get("--threads", "-t")),
-        flash_attn=flash_attn,
-        kv_cache_type=get("--kv-cache-type"),
-        cache_type_k=get("--cache-type-k", "-ctk"),
-        cache_type_v=get("--cache-type-v", "-ctv"),
-        no_mmap="--no-mmap" in flags,
+        era,
+        engine,
+        blob_of(model_path),
+        model_path,
+        blob_of(g("--mmproj")),
+        to_int(g("--port") or None),
+        to_int(g("--ctx-size") or g("-c") or None),
+        to_int(g("--parallel") or g("-np") or None),
+        to_int(g("--batch-size") or g("-b") or None),
+        to_int(g("--ubatch-size") or g("-ub") or None),
+        to_int(g("--n-gpu-layers") or g("-ngl") or g("--gpu-layers") or None),
+        g("--tensor-split") or g("-ts") or None,
+        to_int(g("--main-gpu") or g("-mg") or None),
+        to_int(g("--threads") or g("-t") or None),
+        flash_attn,
+        g("--kv-cache-type") or None,
+        g("--cache-type-k") or g("-ctk") or None,
+        g("--cache-type-v") or g("-ctv") or None,
+        "--no-mmap" in flags,
     )
 
 

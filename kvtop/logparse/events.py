@@ -16,8 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar, Union, cast
-
+from typing import Any, ClassVar, TypeVar, cast
 
 _T = TypeVar("_T")
 
@@ -46,7 +45,7 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = getattr(cls.__init__, "__doc__", None)
-    setattr(cls, "__init__", init)
+    cls.__init__ = init  # type: ignore[method-assign]
     return cls
 
 
@@ -261,8 +260,9 @@ class FlashAttention(_Event):
 
     ``Flash Attention was auto, set to enabled|disabled``, ``resolve_fused_ops: Flash
     Attention enabled``, llama.cpp ``flash_attn = 1|0`` (A/B1) or ``= enabled|disabled``,
-    B2 ``FlashAttention:true|false|Enabled|Disabled``, and ``… - forcing off``. A requested
-    ``auto`` produces no event.
+    the B2 load request's ``FlashAttention:true|false|Enabled|Disabled`` (emitted next to the
+    ``LoadRequest``), and ``… - forcing off``. A requested ``auto`` produces no event; a later
+    event for the same load overrides an earlier one.
     """
 
     kind: ClassVar[str] = "flash_attention"
@@ -503,35 +503,35 @@ class UnknownWarning(_Event):
     source: str | None = None
 
 
-LogEvent = Union[
-    ServerConfig,
-    ServerListening,
-    RunnerStarted,
-    LoadRequest,
-    LoadDecision,
-    ModelLoad,
-    Allocation,
-    KvSummary,
-    ContextParams,
-    FlashAttention,
-    FlashAttentionDecision,
-    FlashAttentionForcedOff,
-    KvTypeFallback,
-    OffloadedLayers,
-    FitOverflow,
-    SchedulerEstimate,
-    Truncation,
-    RequestTiming,
-    PrefillProgress,
-    RunnerReady,
-    Eviction,
-    Unload,
-    Oom,
-    LoadFailed,
-    GinRequest,
-    DeviceFree,
-    UnknownWarning,
-]
+LogEvent = (
+    ServerConfig
+    | ServerListening
+    | RunnerStarted
+    | LoadRequest
+    | LoadDecision
+    | ModelLoad
+    | Allocation
+    | KvSummary
+    | ContextParams
+    | FlashAttention
+    | FlashAttentionDecision
+    | FlashAttentionForcedOff
+    | KvTypeFallback
+    | OffloadedLayers
+    | FitOverflow
+    | SchedulerEstimate
+    | Truncation
+    | RequestTiming
+    | PrefillProgress
+    | RunnerReady
+    | Eviction
+    | Unload
+    | Oom
+    | LoadFailed
+    | GinRequest
+    | DeviceFree
+    | UnknownWarning
+)
 """Any event the parser produces."""
 
 EVENT_TYPES: tuple[type[_Event], ...] = (

@@ -48,15 +48,15 @@ TimeFn = Callable[[], "datetime | None"]
 Handler = Callable[[str, str, int, str, TimeFn], "list[LogEvent] | None"]
 """``(func, rest, line_no, text, time) -> events``; None when the line is not one this grammar models."""
 
-_BUFFER_RE = re.compile(r"\s*(\S+)\s+(KV|RS|model|compute|output|input)?\s*buffer size\s*=\s*([\d.]+) (MiB|MB)")
+_BUFFER_RE = re.compile(r"\s*(\S+)\s+(KV|RS|model|compute|output|input)?\s*buffer size\s*=\s*(\d+(?:\.\d+)?) (MiB|MB)")
 _BUFFER_COMPONENT = {"KV": "kv", "RS": "recurrent", "model": "weights", "compute": "compute", "output": "output",
                      "input": "input", None: "weights"}
 _KV_SIZE_RE = re.compile(
-    r"size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\)"
-    r"(?:,\s*([KR]) \((\w+)\):\s*([\d.]+) MiB,\s*([VS]) \((\w+)\):\s*([\d.]+) MiB)?"
+    r"size\s*=\s*(\d+(?:\.\d+)?) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\)"
+    r"(?:,\s*([KR]) \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*([VS]) \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
 )
 _KV_SELF_RE = re.compile(
-    r"[Kk][Vv] self size\s*=\s*([\d.]+) (MiB|MB)(?:,\s*K \((\w+)\):\s*([\d.]+) MiB,\s*V \((\w+)\):\s*([\d.]+) MiB)?"
+    r"[Kk][Vv] self size\s*=\s*(\d+(?:\.\d+)?) (MiB|MB)(?:,\s*K \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*V \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
 )
 _KV_INIT_RE = re.compile(
     r"kv_size = (\d+), offload = \d+, type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)"
@@ -238,7 +238,7 @@ def _fused_ops(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Lo
 def _model_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
     """``llama_model_loader: loaded meta data with 26 key-value pairs and 995 tensors from PATH (version GGUF V3 (latest))``."""
     if not rest.startswith("loaded meta data"):
-        if rest.startswith("-") or rest.startswith("Dumping") or rest.startswith("file"):
+        if rest.startswith(("-", "Dumping", "file")):
             return None
         if "fail" in rest or "error" in rest:
             return _trouble(rest, n, text, time)
@@ -328,8 +328,8 @@ def free_text(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent]:
 HANDLERS: dict[str, Handler] = {}
 """Handlers by llama.cpp function prefix."""
 for _names, _handler in (
-    ("llama_kv_cache_init llama_kv_cache_unified llama_kv_cache llama_kv_cache_iswa llama_kv_cache_unified_iswa "
-     "llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid", _kv_cache),
+    (("llama_kv_cache_init llama_kv_cache_unified llama_kv_cache llama_kv_cache_iswa llama_kv_cache_unified_iswa "
+     "llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid"), _kv_cache),
     ("llama_new_context_with_model llama_init_from_model llama_context sched_reserve graph_reserve", _context),
     ("llm_load_tensors load_tensors", _tensors),
     ("resolve_fused_ops", _fused_ops),
@@ -338,20 +338,17 @@ for _names, _handler in (
     ("llama_model_load_internal", _ancient_hparams),
     ("llama_model_load_from_file_impl llama_model_load_from_file llama_load_model_from_file", _device),
     ("common_params_fit_impl llama_params_fit_impl common_fit_params llama_params_fit", _fit),
-    ("ggml_backend_cuda_buffer_type_alloc_buffer ggml_backend_metal_buffer_type_alloc_buffer "
+    (("ggml_backend_cuda_buffer_type_alloc_buffer ggml_backend_metal_buffer_type_alloc_buffer "
      "ggml_backend_cpu_buffer_type_alloc_buffer ggml_backend_alloc_ctx_tensors_from_buft ggml_gallocr_reserve_n "
      "ggml_gallocr_needs_realloc llama_init_from_gpt_params common_init_from_params common_init_result llama_model_load "
-     "alloc_compute_meta ggml_vk_create_buffer ggml_metal_buffer_type_alloc_buffer", _errors_only),
+     "alloc_compute_meta ggml_vk_create_buffer ggml_metal_buffer_type_alloc_buffer"), _errors_only),
     ("panic", _panic),
 ):
     for _name in _names.split():
         HANDLERS[_name] = _handler
 
 QUIET = frozenset(
-    "print_info llm_load_print_meta llm_load_vocab load ggml_metal_init ggml_metal_device_init ggml_metal_library_init "
-    "ggml_cuda_init ggml_vulkan ggml_backend_metal_log_allocated_size ggml_metal_log_allocated_size "
-    "clip_model_loader clip_ctx llama_model_load_from_file_impl set_abort_callback create_memory "
-    "init_tokenizer validate_override".split()
+    ["print_info", "llm_load_print_meta", "llm_load_vocab", "load", "ggml_metal_init", "ggml_metal_device_init", "ggml_metal_library_init", "ggml_cuda_init", "ggml_vulkan", "ggml_backend_metal_log_allocated_size", "ggml_metal_log_allocated_size", "clip_model_loader", "clip_ctx", "llama_model_load_from_file_impl", "set_abort_callback", "create_memory", "init_tokenizer", "validate_override"]
 )
 """Chatty prefixes whose lines are never events (skipped without the free-text scan)."""
 

@@ -242,8 +242,7 @@ class _Builder:
             seen = self.alloc.get(component, {})
             if order < self.max_order or (component != "kv" and component != "recurrent" and device in seen):
                 self.reset_epoch()
-            if order > self.max_order:
-                self.max_order = order
+            self.max_order = max(self.max_order, order)
         per = self.alloc.setdefault(component, {})
         per[device] = per.get(device, 0) + nbytes
 
@@ -262,9 +261,8 @@ class _Builder:
         n_ctx = self.get("num_ctx_total")
         parallel = self.get("parallel")
         per_seq = self.get("num_ctx_per_seq")
-        if parallel is None and n_ctx and per_seq:
-            if n_ctx % per_seq == 0:
-                parallel = n_ctx // per_seq
+        if parallel is None and n_ctx and per_seq and n_ctx % per_seq == 0:
+            parallel = n_ctx // per_seq
         if per_seq is None and n_ctx and parallel:
             per_seq = n_ctx // parallel
         if self.fa_strong is not None:

@@ -23,6 +23,7 @@ from kvtop.logparse.cmdline import parse_cmd
 from kvtop.logparse.events import (
     Allocation,
     Eviction,
+    FlashAttention,
     FlashAttentionDecision,
     FlashAttentionForcedOff,
     GinRequest,
@@ -39,10 +40,19 @@ from kvtop.logparse.events import (
     ServerConfig,
     ServerListening,
     Truncation,
-    Unload,
     UnknownWarning,
+    Unload,
 )
-from kvtop.logparse.values import blob_of, go_duration_s, size_bytes, size_list, slog_get, slog_pairs, to_float, to_int
+from kvtop.logparse.values import (
+    blob_of,
+    go_duration_s,
+    size_bytes,
+    size_list,
+    slog_get,
+    slog_pairs,
+    to_float,
+    to_int,
+)
 from kvtop.logparse.wrappers import go_log_time, parse_iso, sanitize, strip_ansi
 
 Handler = Callable[[str, str, str, int, "datetime | None", str], "list[LogEvent] | None"]
@@ -64,7 +74,7 @@ _REQUEST_RE = re.compile(
     r"|MainGPU|UseMmap|ProjectorPath):(\S*)"
 )
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_SECONDS_RE = re.compile(r"started in ([\d.]+) seconds")
+_SECONDS_RE = re.compile(r"started in (\d+(?:\.\d+)?) seconds")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
 
 
@@ -102,8 +112,7 @@ def parse_env_map(text: str) -> tuple[dict[str, str], bool]:
     keys. Returns the map and whether its closing ``]`` was seen; when it was not, the last
     key (possibly cut) is dropped.
     """
-    if text.startswith("map["):
-        text = text[4:]
+    text = text.removeprefix("map[")
     complete = text.endswith("]")
     end = len(text) - 1 if complete else len(text)
     out = {k: v.rstrip(" ") for k, v in _ENV_ITEM_RE.findall(text, 0, end)}
@@ -180,13 +189,14 @@ def _load_request(msg: str, rest: str, level: str, n: int, t: datetime | None, r
         head = gl.split("[", 1)[0]
         gpu_layers = to_int(head) if head else (0 if gl.startswith("[]") else None)
     kvct = f.get("KvCacheType")
-    return [LoadRequest(
+    fa = f.get("FlashAttention")
+    out: list[LogEvent] = [LoadRequest(
         n, t, raw,
         operation=f.get("Operation"),
         kv_size=to_int(f.get("KvSize")),
         parallel=to_int(f.get("Parallel")),
         batch_size=to_int(f.get("BatchSize")),
-        flash_attention=f.get("FlashAttention"),
+        flash_attention=fa,
         kv_cache_type=kvct.rstrip('}"') if kvct is not None else None,
         num_threads=to_int(f.get("NumThreads")),
         gpu_layers=gpu_layers,
@@ -196,6 +206,13 @@ def _load_request(msg: str, rest: str, level: str, n: int, t: datetime | None, r
         use_mmap=(f.get("UseMmap") or "").rstrip('}"') or None,
         projector_path=f.get("ProjectorPath") or None,
     )]
+    state = _FA_REQUEST_STATE.get(fa.lower()) if fa else None
+    if state is not None:  # B2 passes a resolved value; "Auto" is left to llama.cpp (§3.1)
+        out.append(FlashAttention(n, t, raw, state, f"load request FlashAttention:{fa}"))
+    return out
+
+
+_FA_REQUEST_STATE = {"true": "enabled", "enabled": "enabled", "false": "disabled", "disabled": "disabled"}
 
 
 def _estimate(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
@@ -409,7 +426,7 @@ PREFIXED: tuple[tuple[str, Handler], ...] = (
 _PREFIXES = tuple(p for p, _ in PREFIXED)
 
 
-def _handler(msg: str, level: str) -> Handler | None:
+def _handler(msg: str) -> Handler | None:
     """The handler for ``msg``; None when no event models it (WARN/ERROR then fall back to UnknownWarning)."""
     handler = EXACT.get(msg)
     if handler is None and msg.startswith(_PREFIXES):
@@ -466,7 +483,7 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
             msg, rest = body[k + 4:e], body[e:]
     handler = EXACT.get(msg)
     if handler is None and msg.startswith(_PREFIXES):
-        handler = _handler(msg, "")
+        handler = _handler(msg)
     if handler is None:
         level = _level(body, k)
         if level not in _WARN_LEVELS:
@@ -515,7 +532,7 @@ def parse_go_log(body: str, n: int, text: str) -> list[LogEvent] | None:
     else:
         msg, rest = message, ""
     msg = msg.strip()
-    handler = _handler(msg, level)
+    handler = _handler(msg)
     if handler is None and level not in _WARN_LEVELS:
         return []
     return _dispatch(handler, msg, rest, level, n, go_log_time(m.group(1), m.group(2)), sanitize(text), m.group(3))

@@ -32,7 +32,12 @@ from datetime import datetime
 from kvtop.logparse import llamacpp_lines, ollama_lines, runner_lines
 from kvtop.logparse.events import LogEvent, RequestTiming
 from kvtop.logparse.runner_lines import TimingPart
-from kvtop.logparse.wrappers import journal_json_message, may_be_wrapped, strip_wrappers, wrapper_time
+from kvtop.logparse.wrappers import (
+    journal_json_message,
+    may_be_wrapped,
+    strip_wrappers,
+    wrapper_time,
+)
 
 MAX_GLUED_LINES = 8
 """A record is glued from at most this many physical lines (plus blank ones)."""
@@ -99,8 +104,19 @@ class LogParser:
             None leaves such lines without a time.
     """
 
-    __slots__ = ("_line_no", "_pending", "_pending_kind", "_pending_no", "_pending_env", "_pending_blank", "_year",
-                 "_timing", "_timing_slot")
+    __slots__ = (
+        "_line_no",
+        "_pending",
+        "_pending_blank",
+        "_pending_env",
+        "_pending_kind",
+        "_pending_no",
+        "_timing",
+        "_timing_slot",
+        "_year",
+        "errors",
+        "last_error",
+    )
 
     def __init__(self, *, default_year: int | None = None) -> None:
         self._line_no = 0
@@ -112,6 +128,10 @@ class LogParser:
         self._year = default_year
         self._timing: TimingPart | None = None
         self._timing_slot: tuple[int | None, int | None] = (None, None)
+        self.errors = 0
+        """Lines that raised inside the parser (none expected; see :meth:`feed`)."""
+        self.last_error: str | None = None
+        """``line N: ExceptionType: message`` of the last such line."""
 
     @property
     def line_no(self) -> int:
@@ -119,7 +139,21 @@ class LogParser:
         return self._line_no
 
     def feed(self, line: str) -> list[LogEvent]:
-        """Parse one physical line; returns the events it completes (possibly for earlier lines)."""
+        """Parse one physical line; returns the events it completes (possibly for earlier lines).
+
+        A line the parser cannot handle (a bug, since every grammar is meant to tolerate any
+        text) yields no event instead of an exception: the log is untrusted input and one bad
+        line must not stop a follower. Such lines are counted in :attr:`errors`.
+        """
+        try:
+            return self._feed(line)
+        except Exception as exc:  # noqa: BLE001 - counted and kept in last_error, never silent
+            self.errors += 1
+            self.last_error = f"line {self._line_no}: {type(exc).__name__}: {exc}"
+            self._pending = None
+            return []
+
+    def _feed(self, line: str) -> list[LogEvent]:
         self._line_no += 1
         end = line[-1:]
         if end == "\n" or end == "\r":

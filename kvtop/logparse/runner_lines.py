@@ -26,15 +26,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kvtop.logparse.events import LoadFailed, LogEvent, ModelLoad, PrefillProgress, Truncation, UnknownWarning
+from kvtop.logparse.events import (
+    LoadFailed,
+    LogEvent,
+    ModelLoad,
+    PrefillProgress,
+    Truncation,
+    UnknownWarning,
+)
 from kvtop.logparse.values import blob_of, slog_pairs, to_float, to_int
 from kvtop.logparse.wrappers import epoch_time, sanitize
 
 TimeFn = Callable[[], "datetime | None"]
 
 _TIMING_RE = re.compile(
-    r"(prompt eval|generation eval|eval|total|load|sample) time\s*=\s*([\d.]+) ms"
-    r"(?:\s*/\s*(\d+) (?:tokens|runs))?(?:\s*\(\s*[\d.]+ ms per token,\s*([\d.]+) tokens per second\))?"
+    r"(prompt eval|generation eval|eval|total|load|sample) time\s*=\s*(\d+(?:\.\d+)?) ms"
+    r"(?:\s*/\s*(\d+) (?:tokens|runs))?(?:\s*\(\s*[\d.]+ ms per token,\s*(\d+(?:\.\d+)?) tokens per second\))?"
 )
 _SLOT_RE = re.compile(r"id\s+(\d+)\s*\|\s*task\s+(-?\d+)\s*\|\s*")
 _C_LINE_RE = re.compile(r"(srv|slot|que|res|cmn|log)\s+([\w:~<>()]+?):\s")
@@ -43,7 +50,7 @@ _PREFIX_RE = re.compile(r"\d+\.\d+\.\d+\.\d+ ([IWEDT]) ")
 _NUM_RE = {
     "n_past": re.compile(r"n_past = (\d+)"),
     "n_tokens": re.compile(r"n_tokens = (\d+)"),
-    "progress": re.compile(r"progress = ([\d.]+)"),
+    "progress": re.compile(r"progress = (\d+(?:\.\d+)?)"),
     "n_ctx": re.compile(r"n_ctx = (\d+)"),
     "n_keep": re.compile(r"n_keep = (\d+)"),
     "n_prompt_tokens": re.compile(r"n_prompt_tokens = (\d+)"),

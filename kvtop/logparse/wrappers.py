@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 _WRAP_RE = re.compile(
     r"(?:"
@@ -58,7 +57,7 @@ for _number, _names in enumerate(
     for _name in _names.split():
         MONTHS.setdefault(_name, _number)
 
-_CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+_CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x20), *range(0x7F, 0xA0))}
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _ISO_CACHE: dict[str, datetime | None] = {}
@@ -184,7 +183,7 @@ def parse_iso(text: str) -> datetime | None:
 def _parse_iso(text: str) -> datetime | None:
     s = text.replace(",", ".").replace(" ", "T", 1)
     tz = ""
-    if s.endswith("Z") or s.endswith("z"):
+    if s.endswith(("Z", "z")):
         s, tz = s[:-1], "+00:00"
     elif len(s) > 19 and s[-5] in "+-" and s[-4:].isdigit():
         s, tz = s[:-5], s[-5:-2] + ":" + s[-2:]

@@ -171,6 +171,7 @@ class KvtopApp(App[int]):
             try:
                 for line in batch.lines:
                     events.extend(parser.feed(line))
+                events.extend(parser.end_batch())  # a held line (it might have continued) is released
             except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
                 self.notify(f"log parser error: {type(exc).__name__}: {exc}", severity="error")
                 parser = LogParser()

@@ -1,0 +1,692 @@
+"""``kvtop plan MODEL``: memory of a model at other num_ctx / KV cache types / slots, before loading it.
+
+Usage::
+
+    kvtop plan MODEL [--ctx N ...] [--kv f16|q8_0|q4_0 ...] [--parallel P] [--flash-attention on|off]
+                     [--gpu-free BYTES|auto] [--reserve BYTES] [--json]
+                     [--host URL] [--log FILE] [--model-info FILE [--weights BYTES] [--server-version V]]
+
+One row per ``--ctx`` x ``--kv`` combination, with weights, KV cache (exact), compute buffers
+(estimated, with the stated error), total, GPU need, the fit verdict with the layers that would
+spill, and the largest num_ctx and slot count that stay 100% on the GPU (``kvtop.model.plan``).
+
+Inputs, online (the default): ``GET /api/version``, ``GET /api/tags`` (file size), ``POST
+/api/show`` with ``verbose`` (``model_info`` with per-layer arrays, the tensor list, the weights
+blob) and ``GET /api/ps`` (whether the model is loaded: its ``size_vram`` counts as available to
+it, and its ``size`` calibrates the compute estimate). Read-only: nothing that changes the server
+is sent. Offline: ``--model-info FILE`` reads a saved ``/api/show`` answer (or a bare
+``model_info`` map) instead, for models that are not on the server at hand.
+
+``--log FILE`` reads an Ollama server log (or llama-server stderr) and, when it has a load of
+this model with allocations, prints the prediction next to the allocation and the error, and
+anchors the compute estimate to the real figure.
+
+Exit status: 0; 1 when there is nothing to plan (a cloud model); 2 for bad arguments, an
+unreachable server, an unknown model, an unreadable file, or ``--gpu-free auto`` without NVML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from kvtop.model import kv
+from kvtop.model import plan
+
+EXIT_OK = 0
+EXIT_NOTHING = 1
+EXIT_ERROR = 2
+
+_MIB = 1024 * 1024
+
+
+class PlanError(Exception):
+    """A one-line reason to stop (printed as ``kvtop plan: <reason>``, exit 2)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments
+
+
+def _num_ctx(text: str) -> int:
+    try:
+        return plan.parse_num_ctx(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bytes(text: str) -> int:
+    try:
+        return plan.parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _gpu_free(text: str) -> int | str:
+    return "auto" if text.strip().lower() == "auto" else _bytes(text)
+
+
+def _cache_type(text: str) -> str:
+    value = kv.normalize_cache_type(text)
+    if value is None or text.strip() == "":
+        raise argparse.ArgumentTypeError(
+            f"unknown KV cache type {text!r}; Ollama documents {', '.join(plan.PLAN_CACHE_TYPES)}")
+    return value
+
+
+def _slots(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a slot count: {text!r}") from None
+    if not 1 <= value <= plan.MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"slots must be 1–{plan.MAX_SLOTS} (llama.cpp LLAMA_MAX_SEQ)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``kvtop plan``."""
+    p = argparse.ArgumentParser(
+        prog="kvtop plan",
+        description="Predict a model's memory (weights, KV cache, compute) at other num_ctx, KV cache "
+                    "types and slot counts, and whether it stays 100%% on the GPU.",
+    )
+    p.add_argument("model", metavar="MODEL", help="model name as Ollama lists it (llama3.1:8b)")
+    p.add_argument("--ctx", type=_num_ctx, action="append", metavar="N",
+                   help="num_ctx per slot, e.g. 32768 or 32k (repeatable; default: the loaded "
+                        f"context, else {plan.DEFAULT_NUM_CTX})")
+    p.add_argument("--kv", type=_cache_type, action="append", metavar="TYPE",
+                   help="KV cache type f16, q8_0 or q4_0 (repeatable; default f16)")
+    p.add_argument("--parallel", type=_slots, default=1, metavar="P", help="slots (OLLAMA_NUM_PARALLEL), default 1")
+    p.add_argument("--flash-attention", choices=("on", "off"), default="on",
+                   help="flash attention as the runner resolves it (default on)")
+    p.add_argument("--gpu-free", type=_gpu_free, default=None, metavar="BYTES|auto",
+                   help="free GPU memory: 24GiB, 24GB, 25769803776, or auto (NVML, the GPU with the most free)")
+    p.add_argument("--reserve", type=_bytes, default=0, metavar="BYTES",
+                   help="memory to leave free on the GPU (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--host", metavar="URL", default=None,
+                   help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on each request (default 10)")
+    p.add_argument("--log", metavar="FILE", default=None,
+                   help="server log (or llama-server stderr) with a load of this model: compare and calibrate")
+    p.add_argument("--model-info", metavar="FILE", default=None,
+                   help="offline: a saved /api/show answer (or bare model_info) instead of asking a server")
+    p.add_argument("--weights", type=_bytes, default=None, metavar="BYTES",
+                   help="offline: weights file size, when the file has no tensor list")
+    p.add_argument("--server-version", metavar="V", default=None,
+                   help="Ollama version the plan is for (default: /api/version, offline 0.30+: llama-server)")
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The model's ``/api/ps`` row when it is loaded."""
+
+    size_bytes: int | None
+    size_vram_bytes: int | None
+    context_length: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    """Everything ``kvtop plan`` read about the model.
+
+    Attributes:
+        spec: The model for the planner.
+        source: Where it came from (``http://…`` or ``--model-info FILE``).
+        version: ``/api/version`` (or ``--server-version``), None when unknown.
+        blob: ``sha256-<hex>`` of the weights blob (Modelfile ``FROM``), for log matching.
+        loaded: The ``/api/ps`` row, None when the model is not loaded.
+        remote: True for a cloud model.
+        notes: Facts found on the way.
+    """
+
+    spec: plan.ModelSpec
+    source: str
+    version: str | None
+    blob: str | None
+    loaded: Loaded | None
+    remote: bool
+    notes: tuple[str, ...] = ()
+
+
+def _full_name(name: str) -> str:
+    name = name.strip()
+    return name if ":" in name.rsplit("/", 1)[-1] else name + ":latest"
+
+
+def _same_model(a: str, b: str) -> bool:
+    return _full_name(a).lower() == _full_name(b).lower()
+
+
+def _show_parts(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any] | None, str | None, bool]:
+    """``model_info``, ``tensors``, weights blob and remote flag of an ``/api/show`` answer."""
+    from kvtop.sources.ollama import parse_show
+
+    show = parse_show(body, digest="", name="")
+    tensors = body.get("tensors")
+    return show.model_info, tensors if isinstance(tensors, list) else None, show.model_blob, show.remote
+
+
+def read_model_info_file(path: str, name: str, weights: int | None, version: str | None) -> PlanInput:
+    """``--model-info FILE``: a saved ``/api/show`` answer, or a bare ``model_info`` map.
+
+    Raises:
+        PlanError: The file cannot be read or is not such a JSON object.
+    """
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read())
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise PlanError(f"{path}: expected a JSON object (an /api/show answer or a model_info map)")
+    if isinstance(doc.get("model_info"), Mapping):
+        info, tensors, blob, remote = _show_parts(doc)
+    else:
+        info = {k: v for k, v in doc.items() if isinstance(k, str) and not k.startswith("tokenizer.")}
+        tensors, blob, remote = None, None, False
+    spec = plan.model_spec(name, info, tensors=tensors, file_size=weights, file_size_note="--weights")
+    return PlanInput(spec, f"--model-info {path}", version, blob, None, remote)
+
+
+def _client(base_url: str, timeout: float, transport: httpx.BaseTransport | None) -> httpx.Client:
+    host = httpx.URL(base_url).host
+    loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+    return httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout), transport=transport,
+                        trust_env=not loopback, headers={"User-Agent": "kvtop"})
+
+
+def _get(client: httpx.Client, method: str, path: str, body: Any = None) -> Any:
+    try:
+        resp = client.request(method, path, json=body)
+    except httpx.ConnectError:
+        raise PlanError(f"cannot connect to {client.base_url} (is Ollama running? --host, OLLAMA_HOST)") from None
+    except httpx.TimeoutException:
+        raise PlanError(f"{path}: no answer from {client.base_url} in time (--timeout)") from None
+    except httpx.HTTPError as exc:
+        raise PlanError(f"{path}: {type(exc).__name__}: {exc}") from None
+    if resp.status_code >= 400:
+        detail = ""
+        try:
+            err = resp.json()
+            if isinstance(err, Mapping) and isinstance(err.get("error"), str):
+                detail = ": " + err["error"][:160]
+        except ValueError:
+            pass
+        raise _HttpError(resp.status_code, f"{path}: HTTP {resp.status_code}{detail}")
+    try:
+        return resp.json()
+    except ValueError:
+        raise PlanError(f"{path}: the answer is not JSON") from None
+
+
+class _HttpError(PlanError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def fetch_input(base_url: str, name: str, *, timeout: float = 10.0,
+                transport: httpx.BaseTransport | None = None) -> PlanInput:
+    """Read what the planner needs from an Ollama server (read-only requests only).
+
+    Raises:
+        PlanError: Unreachable server, unknown model, or an answer of the wrong shape.
+    """
+    from kvtop.sources.ollama import ShapeError, parse_ps
+
+    notes: list[str] = []
+    with _client(base_url, timeout, transport) as client:
+        version: str | None = None
+        try:
+            v = _get(client, "GET", "/api/version")
+            version = v.get("version") if isinstance(v, Mapping) and isinstance(v.get("version"), str) else None
+        except _HttpError:
+            pass
+        file_size: int | None = None
+        digest: str | None = None
+        tags = _get(client, "GET", "/api/tags")
+        for entry in (tags.get("models") or []) if isinstance(tags, Mapping) else []:
+            if isinstance(entry, Mapping) and _same_model(str(entry.get("name") or entry.get("model") or ""), name):
+                size = entry.get("size")
+                file_size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+                digest = str(entry.get("digest") or "").removeprefix("sha256:") or None
+                break
+        try:
+            show = _get(client, "POST", "/api/show", {"model": name, "verbose": True})
+        except _HttpError as exc:
+            if exc.status == 404:
+                raise PlanError(f"model {name!r} not found on {base_url} (ollama pull {name})") from None
+            raise
+        if not isinstance(show, Mapping):
+            raise PlanError("/api/show: unexpected answer")
+        info, tensors, blob, remote = _show_parts(show)
+        loaded: Loaded | None = None
+        try:
+            rows = parse_ps(_get(client, "GET", "/api/ps"))
+        except (_HttpError, ShapeError):
+            rows = ()
+            notes.append("/api/ps could not be read: treated as not loaded")
+        for row in rows:
+            if _same_model(row.name, name) or (digest is not None and row.digest == digest):
+                loaded = Loaded(row.size_bytes, row.size_vram_bytes, row.context_length)
+                break
+    if file_size is None and not remote:
+        notes.append("/api/tags does not list this model: its file size is not known")
+    spec = plan.model_spec(name, info, tensors=tensors, file_size=file_size)
+    return PlanInput(spec, base_url, version, blob, loaded, remote, tuple(notes))
+
+
+def nvml_free_bytes() -> tuple[int, str]:
+    """Free memory of the GPU with the most free memory, through NVML.
+
+    Returns:
+        ``(bytes, "GPU i (name)")``.
+
+    Raises:
+        PlanError: NVML (the ``pynvml`` package or the driver library) is not available.
+    """
+    try:
+        nvml: Any = importlib.import_module("pynvml")
+    except ImportError:
+        raise PlanError("--gpu-free auto needs NVML (the pynvml package); pass the free memory, "
+                        "e.g. --gpu-free 24GiB") from None
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, …
+        raise PlanError(f"--gpu-free auto: NVML is not available ({exc}); pass the free memory, "
+                        "e.g. --gpu-free 24GiB") from None
+    try:
+        best: tuple[int, str] | None = None
+        for i in range(int(nvml.nvmlDeviceGetCount())):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            free = int(nvml.nvmlDeviceGetMemoryInfo(handle).free)
+            name = nvml.nvmlDeviceGetName(handle)
+            label = f"GPU {i} ({name.decode() if isinstance(name, bytes) else name})"
+            if best is None or free > best[0]:
+                best = (free, label)
+    except Exception as exc:  # noqa: BLE001
+        raise PlanError(f"--gpu-free auto: NVML query failed ({exc})") from None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    if best is None:
+        raise PlanError("--gpu-free auto: NVML reports no GPU; pass the free memory, e.g. --gpu-free 24GiB")
+    return best
+
+
+def calibration_from_log(path: str, blob: str | None) -> tuple[plan.Calibration | None, str]:
+    """The newest load of ``blob`` with allocations in a server log (any load when ``blob`` is None).
+
+    Raises:
+        PlanError: The file cannot be read.
+    """
+    from kvtop.logparse.loads import group_loads
+    from kvtop.logparse.parser import iter_events
+
+    try:
+        with open(path, "rb") as fh:
+            lines = [raw.decode("utf-8", "replace") for raw in fh]
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror or exc}") from None
+    loads = group_loads(iter_events(lines))
+    candidates = [ld for ld in loads if blob is None or ld.model_blob is None or ld.model_blob == blob]
+    for load in reversed(candidates):
+        cal = plan.calibration_from_load(load, note=f"{path}: load #{load.index + 1} (line {load.first_line})")
+        if cal is not None:
+            why = "" if blob is not None and load.model_blob == blob else (
+                " (the model's blob is not known: the log's newest load with allocations)" if blob is None
+                else " (the load names no blob)")
+            return cal, f"{path}: load #{load.index + 1}{why}"
+    return None, f"{path}: no load{' of ' + blob[:19] + '…' if blob else ''} with compute allocations"
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One table row: a prediction and its limits."""
+
+    prediction: plan.Prediction
+    max_num_ctx: int | None
+    max_parallel: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """Everything ``kvtop plan`` prints."""
+
+    inp: PlanInput
+    engine: plan.Engine
+    free_bytes: int | None
+    free_source: str
+    budget_bytes: int | None
+    reserve_bytes: int
+    rows: tuple[Row, ...]
+    calibration: plan.Calibration | None
+    calibration_note: str
+    comparison: plan.Comparison | None
+    settings: tuple[plan.ServerSettings, ...]
+    notes: tuple[str, ...]
+
+
+def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str] | None, parallel: int,
+              flash_attention: bool, *, free_bytes: int | None, free_source: str, reserve_bytes: int = 0,
+              calibration: plan.Calibration | None = None, calibration_note: str = "") -> PlanResult:
+    """Predict every ``ctx`` x ``kv`` configuration (pure given its inputs)."""
+    notes = list(inp.notes) + list(inp.spec.notes)
+    engine = plan.engine_for_version(inp.version)
+    loaded = inp.loaded
+    if not ctxs:
+        if loaded is not None and loaded.context_length:
+            ctxs = [loaded.context_length]
+        else:
+            ctxs = [plan.DEFAULT_NUM_CTX]
+            notes.append(f"num_ctx {plan.DEFAULT_NUM_CTX}: Ollama's default below 23 GiB of VRAM "
+                         "(v0.15.5+ raises it with more VRAM); pass --ctx")
+    kv_types = list(kv_types or ["f16"])
+    held = loaded.size_vram_bytes if loaded is not None else None
+    budget = plan.gpu_budget(free_bytes, held, reserve_bytes)
+    if calibration is None and loaded is not None and loaded.size_bytes and loaded.context_length \
+            and inp.spec.weights_bytes is not None:
+        base = plan.predict(inp.spec, plan.PlanConfig(loaded.context_length), engine=engine)
+        if base.kv_bytes is not None:
+            derived = loaded.size_bytes - inp.spec.weights_bytes - base.kv_bytes - (base.recurrent_bytes or 0)
+            if derived >= 0:
+                calibration = plan.Calibration(
+                    base.config, derived, "derived",
+                    "/api/ps size − weights − KV, assuming Ollama's defaults (f16, 1 slot, flash attention on); "
+                    "--log gives the runner's real settings",
+                    weights_bytes=inp.spec.weights_bytes, kv_bytes=base.kv_bytes, total_bytes=loaded.size_bytes)
+                calibration_note = f"loaded at num_ctx {loaded.context_length} (/api/ps)"
+            else:
+                notes.append("/api/ps size is below weights + KV at Ollama's defaults: the server runs another "
+                             "KV type or slot count; --log gives the real figures")
+    rows: list[Row] = []
+    seen: list[tuple[str, int, bool]] = []
+    for ctx in ctxs:
+        for kv_type in kv_types:
+            config = plan.PlanConfig(ctx, kv_type, parallel, flash_attention)
+            p = plan.predict(inp.spec, config, budget_bytes=budget, calibration=calibration, engine=engine)
+            rows.append(Row(
+                p,
+                plan.max_num_ctx_on_gpu(inp.spec, config, budget, calibration=calibration, engine=engine),
+                plan.max_parallel_on_gpu(inp.spec, p.config, budget, calibration=calibration, engine=engine),
+            ))
+            key = (kv_type, parallel, flash_attention)
+            if key not in seen:
+                seen.append(key)
+    comparison = plan.compare(inp.spec, calibration, engine=engine) if calibration is not None else None
+    settings = tuple(plan.server_settings(*key) for key in seen)
+    return PlanResult(inp, engine, free_bytes, free_source, budget, reserve_bytes, tuple(rows), calibration,
+                      calibration_note, comparison, settings, tuple(dict.fromkeys(notes)))
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+def mib(n: int | None) -> str:
+    """Bytes in MiB as llama.cpp prints them: ``4096``, ``4685.3``; ``?`` for None."""
+    if n is None:
+        return "?"
+    if n % _MIB == 0:
+        return str(n // _MIB)
+    return f"{n / _MIB:.1f}"
+
+
+def _signed(n: int) -> str:
+    return ("+" if n >= 0 else "−") + f"{abs(n):,}"
+
+
+def _layout_text(spec: plan.ModelSpec) -> str:
+    layout = spec.layout
+    parts = [spec.architecture]
+    if isinstance(layout, kv.KVLayout):
+        parts.append(f"{layout.block_count} layers")
+        if layout.layers:
+            first = layout.layers[0]
+            parts.append(f"{first.n_head_kv} KV heads × {first.key_length}")
+        parts.extend(layout.notes)
+    if spec.context_train:
+        parts.append(f"trained {spec.context_train:,} tokens")
+    return ", ".join(parts)
+
+
+def render_text(r: PlanResult) -> str:
+    """The human report: header, the table, the comparison, notes, how to apply."""
+    out = io.StringIO()
+    w = out.write
+    spec = r.inp.spec
+    w(f"kvtop plan {spec.name} — {_layout_text(spec)}\n")
+    w(f"  source    {r.inp.source}" + (f" (Ollama {r.inp.version})" if r.inp.version else "") + "\n")
+    if spec.weights_bytes is not None:
+        w(f"  weights   {spec.weights_bytes:,} B ({mib(spec.weights_bytes)} MiB): {spec.weights_note}\n")
+    else:
+        w(f"  weights   not known: {spec.weights_note}\n")
+    if r.budget_bytes is None:
+        w("  GPU       free memory not given: no fit verdict (--gpu-free BYTES|auto)\n")
+    else:
+        held = r.inp.loaded.size_vram_bytes if r.inp.loaded is not None else None
+        text = f"{mib(r.budget_bytes)} MiB available = {mib(r.free_bytes)} MiB free ({r.free_source})"
+        if held:
+            text += f" + {mib(held)} MiB this model holds now"
+        if r.reserve_bytes:
+            text += f" − {mib(r.reserve_bytes)} MiB reserve"
+        w(f"  GPU       {text}\n")
+    w(f"  runner    {r.engine}" + (" (Ollama v0.30+)" if r.engine == "llama-server" else " (Ollama before v0.30)")
+      + "; sizes in MiB (1 MiB = 1,048,576 B); ~ compute is estimated\n")
+    if r.inp.loaded is not None:
+        lo = r.inp.loaded
+        w(f"  loaded    num_ctx {lo.context_length or '?'}, size {mib(lo.size_bytes)} MiB, "
+          f"in VRAM {mib(lo.size_vram_bytes)} MiB (/api/ps)\n")
+    reason = spec.kv_reason
+    if reason:
+        w(f"\n  KV cache: {reason}\n  kvtop cannot predict this model's KV cache or total.\n")
+    header = ["num_ctx", "slots", "KV", "FA", "weights", "KV cache", "compute", "total", "on GPU", "fit",
+              "max num_ctx", "max slots"]
+    table: list[list[str]] = [header]
+    for row in r.rows:
+        p = row.prediction
+        fit = p.fit.text() if p.fit is not None else ("?" if p.total_bytes is not None else "")
+        ctx = f"{p.config.num_ctx}" + ("*" if p.config.num_ctx != p.requested_num_ctx else "")
+        table.append([
+            ctx, str(p.config.parallel), p.config.cache_type, "on" if p.config.flash_attention else "off",
+            mib(p.weights_bytes), mib(p.kv_bytes) if p.kv is not None else "n/a",
+            f"~{mib(p.compute_bytes)}±{mib(p.compute_error_bytes)}",
+            mib(p.total_bytes), mib(p.gpu_bytes), fit,
+            "?" if row.max_num_ctx is None else str(row.max_num_ctx),
+            "?" if row.max_parallel is None else str(row.max_parallel),
+        ])
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    left = {2, 3, 9}
+    w("\n")
+    for line in table:
+        cells = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(line)]
+        w("  " + "  ".join(cells).rstrip() + "\n")
+    w("\n")
+    problems = {p.kv_problem for p in (row.prediction for row in r.rows) if p.kv_problem and p.kv_problem != reason}
+    for problem in sorted(problems):
+        w(f"  ! {problem}\n")
+    first = r.rows[0].prediction if r.rows else None
+    if first is not None:
+        w(f"  compute   {first.compute_note}\n")
+        if first.kv is not None:
+            w(f"  KV        {first.kv.formula}\n")
+        for note in first.notes:
+            w(f"  note      {note}\n")
+    if any(row.prediction.config.num_ctx != row.prediction.requested_num_ctx for row in r.rows):
+        w("  *         num_ctx clamped to the training context, as Ollama does\n")
+    for note in r.notes:
+        w(f"  note      {note}\n")
+    if r.comparison is not None:
+        c = r.comparison
+        what = "allocated by the runner" if c.calibration.source == "allocated" else "derived from /api/ps"
+        w(f"\nPrediction vs the loaded model ({r.calibration_note}; {c.calibration.config.label()}; {what}):\n")
+        w(f"  {'':<10} {'predicted B':>16} {'actual B':>16} {'error B':>14} {'error':>8}  stated error\n")
+        for cr in c.rows:
+            pred = "?" if cr.predicted is None else f"{cr.predicted:,}"
+            act = "?" if cr.actual is None else f"{cr.actual:,}"
+            err = "" if cr.error_bytes is None else _signed(cr.error_bytes)
+            pct = "" if cr.error_percent is None else f"{cr.error_percent:+.2f}%"
+            verdict = "" if cr.within is None else ("within" if cr.within else "OUTSIDE")
+            w(f"  {cr.component:<10} {pred:>16} {act:>16} {err:>14} {pct:>8}  ±{cr.stated_error_bytes:,} {verdict}\n")
+        w("  Later rows anchor the compute estimate to the real figure (calibrated).\n")
+    elif r.calibration_note:
+        w(f"\n  log       {r.calibration_note}\n")
+    w("\nApply: num_ctx is per request (options.num_ctx; OLLAMA_CONTEXT_LENGTH sets the server's default).\n")
+    if r.settings:
+        example = next((x for x in r.settings if dict(x.env)["OLLAMA_KV_CACHE_TYPE"] != "f16"), r.settings[0])
+        env = dict(example.env)
+        w("KV cache type, slots and flash attention are server-wide (a restart unloads every model); "
+          f"for {env['OLLAMA_KV_CACHE_TYPE']}, {env['OLLAMA_NUM_PARALLEL']} slot(s):\n")
+        w(f"  systemd   {example.systemd[0]}, add:\n")
+        for entry in example.systemd[1:-1]:
+            w(f"              {entry}\n")
+        w(f"            then: {example.systemd[-1]}\n")
+        w("  macOS     " + "; ".join(example.launchctl[:-1]) + "; then quit and reopen Ollama\n")
+        w(f"  docker    {example.docker}\n")
+        others = [dict(x.env)["OLLAMA_KV_CACHE_TYPE"] for x in r.settings if x is not example]
+        if others:
+            w(f"  (for {', '.join(others)}: the same with that OLLAMA_KV_CACHE_TYPE)\n")
+        for note in example.notes[2:]:
+            w(f"  ! {note}\n")
+    return out.getvalue()
+
+
+def result_json(r: PlanResult) -> dict[str, Any]:
+    """The ``--json`` document (exact bytes; every compute figure flagged as estimated)."""
+    spec = r.inp.spec
+    loaded = r.inp.loaded
+    return {
+        "model": spec.name,
+        "source": r.inp.source,
+        "version": r.inp.version,
+        "engine": r.engine,
+        "architecture": spec.architecture,
+        "block_count": spec.block_count,
+        "context_train": spec.context_train,
+        "kv_unavailable": spec.kv_reason,
+        "layout_notes": list(spec.layout.notes) if isinstance(spec.layout, kv.KVLayout) else [],
+        "weights_bytes": spec.weights_bytes,
+        "weights_source": spec.weights_note,
+        "layers_exact": spec.layers.exact if spec.layers is not None else None,
+        "loaded": None if loaded is None else {
+            "size_bytes": loaded.size_bytes, "size_vram_bytes": loaded.size_vram_bytes,
+            "context_length": loaded.context_length,
+        },
+        "gpu": {
+            "free_bytes": r.free_bytes, "free_source": r.free_source or None,
+            "held_bytes": loaded.size_vram_bytes if loaded is not None else None,
+            "reserve_bytes": r.reserve_bytes, "budget_bytes": r.budget_bytes,
+        },
+        "rows": [plan.prediction_json(row.prediction, max_num_ctx=row.max_num_ctx, max_parallel=row.max_parallel)
+                 for row in r.rows],
+        "comparison": plan.comparison_json(r.comparison) if r.comparison is not None else None,
+        "calibration_note": r.calibration_note or None,
+        "server_settings": [
+            {"env": dict(s.env), "systemd": list(s.systemd), "launchctl": list(s.launchctl), "docker": s.docker,
+             "notes": list(s.notes)}
+            for s in r.settings
+        ],
+        "notes": list(r.notes),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+
+
+def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
+    """Run ``kvtop plan`` with ``argv`` (the arguments after ``plan``); returns the exit status.
+
+    Args:
+        argv: Command-line arguments.
+        transport: An ``httpx`` transport for tests.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed its message
+        return EXIT_OK if exc.code == 0 else EXIT_ERROR
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
+    try:
+        result = _plan(args, transport)
+    except PlanError as exc:
+        print(f"kvtop plan: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if result is None:
+        return EXIT_NOTHING
+    text = json.dumps(result_json(result), indent=2, ensure_ascii=False) + "\n" if args.json else render_text(result)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> PlanResult | None:
+    if args.model_info:
+        if args.host:
+            raise PlanError("--model-info plans offline; leave out --host")
+        inp = read_model_info_file(args.model_info, args.model, args.weights, args.server_version)
+    else:
+        from kvtop.config import HostError, parse_ollama_host
+
+        try:
+            raw = args.host if args.host is not None else os.environ.get("OLLAMA_HOST")
+            host = parse_ollama_host(raw, strict=args.host is not None)
+        except HostError as exc:
+            raise PlanError(str(exc)) from None
+        inp = fetch_input(host, args.model, timeout=args.timeout, transport=transport)
+        if args.server_version:
+            inp = PlanInput(inp.spec, inp.source, args.server_version, inp.blob, inp.loaded, inp.remote, inp.notes)
+        if args.weights is not None:
+            raise PlanError("--weights is for --model-info (the server's /api/tags gives the file size)")
+    if inp.remote:
+        print(f"kvtop plan: {args.model} is a cloud model: it runs on the remote service, "
+              "no local memory to plan", file=sys.stderr)
+        return None
+    free: int | None = None
+    free_source = ""
+    if args.gpu_free == "auto":
+        free, free_source = nvml_free_bytes()
+        free_source = f"NVML, {free_source}"
+    elif isinstance(args.gpu_free, int):
+        free, free_source = args.gpu_free, "--gpu-free"
+    calibration: plan.Calibration | None = None
+    calibration_note = ""
+    if args.log:
+        calibration, calibration_note = calibration_from_log(args.log, inp.blob)
+    return make_plan(inp, args.ctx, args.kv, args.parallel, args.flash_attention == "on",
+                     free_bytes=free, free_source=free_source, reserve_bytes=args.reserve,
+                     calibration=calibration, calibration_note=calibration_note)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main_plan(sys.argv[1:]))

@@ -1,0 +1,374 @@
+"""Process source: the Ollama server, its runners (every era) and the processes on the GPUs.
+
+``ProcSource.sample(gpu_pids)`` walks the process table once with psutil and returns a
+``ProcSnapshot``: ``ollama serve`` processes, runners with the weights blob from ``--model``
+(ollama-reference.md §7), Ollama's GPU-discovery runners (no ``--model``: not models), what is
+known about each GPU PID (user, name, command line) and whether NVML's PIDs can be trusted to
+name local processes at all (a container with its own PID namespace sees other PIDs than the
+driver reports). ``AccessDenied``/``NoSuchProcess`` for one process costs only that process's
+missing fields, never the sample. Nothing here imports Textual or Rich.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from kvtop.model.gpu import PidNamespace, ProcessInfo, ProcSnapshot, RunnerKind, RunnerProcess, ServerProcess
+
+_BLOB = re.compile(r"sha256[-:]([0-9a-f]{64})")
+"""A weights blob file name: ``sha256-<hex>`` (``sha256:<hex>`` in very old stores)."""
+
+ERA = {
+    "ollama_llama_server": "v0.1.32–v0.5.1",
+    "runner_ctx": "v0.5.2–v0.11.4",
+    "runner": "v0.11.5–v0.24",
+    "llama-server": "v0.30+",
+    "mlx runner": "v0.16+ (MLX)",
+}
+
+HOST_INIT_NAMES = frozenset({"systemd", "init", "launchd", "upstart", "openrc-init", "runit"})
+"""PID 1 names that mean kvtop sees the host's PID namespace."""
+
+CmdKind = Literal["server", "runner", "discovery"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cmdline:
+    """What a command line says about an Ollama process (``classify_cmdline``)."""
+
+    kind: CmdKind
+    runner_kind: RunnerKind | None = None
+    era: str = ""
+    model_arg: str | None = None
+    blob: str | None = None
+    model_name: str | None = None
+    port: int | None = None
+    ctx_size: int | None = None
+    parallel: int | None = None
+    engine: str | None = None
+    ollama_path: bool = False
+    """The executable or the model path says Ollama (needed to claim a bare ``llama-server``)."""
+
+
+def _basename(path: str) -> str:
+    name = re.split(r"[\\/]", path)[-1].lower()
+    return name[:-4] if name.endswith(".exe") else name
+
+
+def _opt(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the first of ``names`` (``--x v`` or ``--x=v``), None when absent."""
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1:]
+    return None
+
+
+def _has(argv: Sequence[str], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in argv for n in names)
+
+
+def _int_opt(argv: Sequence[str], *names: str) -> int | None:
+    value = _opt(argv, *names)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def blob_of(model_path: str | None) -> str | None:
+    """``sha256-<hex>`` when ``model_path``'s file name is a weights blob, else None."""
+    if not model_path:
+        return None
+    m = _BLOB.fullmatch(re.split(r"[\\/]", model_path)[-1])
+    return f"sha256-{m.group(1)}" if m else None
+
+
+def classify_cmdline(argv: Sequence[str]) -> Cmdline | None:
+    """Recognise an Ollama server, runner or GPU-discovery runner from its argv (§7); else None.
+
+    * ``ollama serve``.
+    * v0.1.32–v0.5.1: ``…/runners/<variant>/ollama_llama_server --model <blob> … --port N``.
+    * v0.5.2–v0.24: ``<ollama or runner binary> runner [--ollama-engine] --model <blob> … --port N``
+      (``--mlx-engine``: ``--model`` is a model name).
+    * v0.30+: ``…/lib/ollama/llama-server --model <blob> --port N … -c <cells> -np <slots>``.
+
+    A runner-shaped command line without ``--model`` is a GPU-discovery runner. A
+    ``llama-server`` only counts when its path or its ``--model`` blob says Ollama
+    (``Cmdline.ollama_path``); the caller also accepts one whose parent is ``ollama serve``.
+    """
+    argv = list(argv)
+    if len(argv) == 1 and " " in argv[0] and ("--model" in argv[0] or argv[0].split()[1:2] in (["serve"], ["runner"])):
+        argv = argv[0].split()  # a process that rewrote its title into one string
+    if not argv:
+        return None
+    exe = _basename(argv[0])
+    rest = argv[1:]
+    ollama_in_path = "ollama" in argv[0].lower()
+    if exe.startswith("ollama") and not exe.startswith("ollama_llama_server") and rest[:1] == ["serve"]:
+        return Cmdline(kind="server", ollama_path=True)
+    if rest[:1] == ["runner"] and ("ollama" in exe or "llama" in exe):
+        model = _opt(rest, "--model")
+        port = _int_opt(rest, "--port")
+        if "--mlx-engine" in rest:
+            if model is None:
+                return Cmdline(kind="discovery", runner_kind="mlx runner", era=ERA["mlx runner"], port=port)
+            return Cmdline(kind="runner", runner_kind="mlx runner", era=ERA["mlx runner"], model_arg=model,
+                           blob=blob_of(model), model_name=None if blob_of(model) else model, port=port,
+                           engine="mlx", ollama_path=True)
+        ctx = _int_opt(rest, "--ctx-size")
+        era = ERA["runner_ctx"] if ctx is not None else ERA["runner"]
+        if model is None:
+            return Cmdline(kind="discovery", runner_kind="ollama runner", era=era, port=port, ollama_path=True)
+        return Cmdline(kind="runner", runner_kind="ollama runner", era=era, model_arg=model, blob=blob_of(model),
+                       port=port, ctx_size=ctx, parallel=_int_opt(rest, "--parallel"),
+                       engine="ollama" if "--ollama-engine" in rest else "llama.cpp", ollama_path=True)
+    if exe.startswith("ollama_llama_server"):
+        model = _opt(rest, "--model")
+        port = _int_opt(rest, "--port")
+        era = ERA["ollama_llama_server"]
+        if model is None:
+            return Cmdline(kind="discovery", runner_kind="ollama_llama_server", era=era, port=port, ollama_path=True)
+        return Cmdline(kind="runner", runner_kind="ollama_llama_server", era=era, model_arg=model,
+                       blob=blob_of(model), port=port, ctx_size=_int_opt(rest, "--ctx-size"),
+                       parallel=_int_opt(rest, "--parallel"), engine="llama.cpp", ollama_path=True)
+    if exe == "llama-server":
+        model = _opt(rest, "--model", "-m")
+        blob = blob_of(model)
+        ollama = ollama_in_path or blob is not None
+        era = ERA["llama-server"]
+        if model is None or _has(rest, "--list-devices"):
+            return Cmdline(kind="discovery", runner_kind="llama-server", era=era, port=_int_opt(rest, "--port"),
+                           ollama_path=ollama_in_path)
+        return Cmdline(kind="runner", runner_kind="llama-server", era=era, model_arg=model, blob=blob,
+                       port=_int_opt(rest, "--port"), ctx_size=_int_opt(rest, "-c", "--ctx-size"),
+                       parallel=_int_opt(rest, "-np", "--parallel"), engine="llama.cpp", ollama_path=ollama)
+    return None
+
+
+def _candidate_name(name: str | None) -> bool:
+    return name is not None and ("ollama" in name.lower() or "llama" in name.lower())
+
+
+def container_kind(root: Path, proc_root: Path, environ: Mapping[str, str]) -> str | None:
+    """The container kvtop runs in (``docker``, ``podman``, ``kubernetes``, ``lxc``…), None on a host."""
+    if (root / ".dockerenv").exists():
+        return "docker"
+    if (root / "run" / ".containerenv").exists():
+        return "podman"
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if environ.get("container"):
+        return environ["container"]
+    try:
+        cgroup = (proc_root / "1" / "cgroup").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        cgroup = ""
+    for marker, kind in (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", "podman"),
+                         ("containerd", "containerd"), ("lxc", "lxc")):
+        if marker in cgroup:
+            return kind
+    return None
+
+
+def pid_namespace(container: str | None, pid1_name: str | None, gpu_pids: Collection[int],
+                  visible: Collection[int], ollama_pids: Collection[int]) -> PidNamespace:
+    """Decide whether NVML's PIDs (host PIDs) name local processes.
+
+    Inside a container with its own PID namespace the driver still reports host PIDs: a local
+    PID that happens to be equal names the wrong process. An Ollama process whose local PID is
+    on the GPU proves the namespaces agree; NVML PIDs none of which exist here prove they don't.
+    """
+    private: bool | None = None
+    if container is not None:
+        private = None if pid1_name is None else pid1_name not in HOST_INIT_NAMES
+    gpu = set(gpu_pids)
+    if not gpu or gpu & set(ollama_pids):
+        return PidNamespace(container=container, private=private, mismatch=False)
+    missing = gpu - set(visible)
+    if private:
+        return PidNamespace(
+            container=container, private=True, mismatch=True,
+            note=f"kvtop runs in a {container} container with its own PID namespace: NVML reports host PIDs,"
+                 " so process names are not shown (run with --pid=host to see them)",
+        )
+    if missing == gpu:
+        return PidNamespace(
+            container=container, private=private, mismatch=True,
+            note="none of the PIDs NVML reports exist here: kvtop is probably in a container or another"
+                 " PID namespace, so process names are not shown",
+        )
+    return PidNamespace(container=container, private=private, mismatch=False)
+
+
+class ProcSource:
+    """Finds Ollama's processes and describes the GPU PIDs; never raises.
+
+    Args:
+        process_iter: Returns psutil-like processes (``pid``, ``oneshot()``, ``as_dict(attrs, ad_value)``);
+            None uses ``psutil.process_iter``. Tests pass fakes that raise ``AccessDenied``.
+        proc_root / root / environ: Where container markers are looked for (tests use ``tmp_path``).
+        clock: Wall-clock time for ``taken_at``.
+    """
+
+    def __init__(self, *, process_iter: Callable[[], Iterable[Any]] | None = None, proc_root: Path | str = "/proc",
+                 root: Path | str = "/", environ: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time, platform: str | None = None) -> None:
+        self._process_iter = process_iter
+        self._proc_root = Path(proc_root)
+        self._root = Path(root)
+        self._environ = environ
+        self._clock = clock
+        self._platform = platform if platform is not None else sys.platform
+        self._lock = threading.Lock()
+        self._container: str | None | bool = False  # False: not looked yet
+
+    async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot:
+        """One complete pass over the process table, in a worker thread."""
+        return await asyncio.to_thread(self.sample_sync, tuple(gpu_pids))
+
+    async def aclose(self) -> None:
+        """Nothing to release (kept for symmetry with the other sources)."""
+
+    def sample_sync(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot:
+        """Blocking ``sample``: never raises."""
+        with self._lock:
+            now = self._clock()
+            try:
+                return self._sample(now, tuple(gpu_pids))
+            except Exception as exc:  # noqa: BLE001 - a process table we cannot read is a snapshot too
+                return ProcSnapshot(taken_at=now, ok=False, error=f"{type(exc).__name__}: {exc}")
+
+    # ----------------------------------------------------------------------------------------
+
+    def _iter(self, psutil: Any) -> Iterable[Any]:
+        if self._process_iter is not None:
+            return self._process_iter()
+        it: Iterable[Any] = psutil.process_iter()
+        return it
+
+    def _container_kind(self) -> str | None:
+        if self._container is False:
+            if self._platform.startswith("linux"):
+                env = self._environ if self._environ is not None else os.environ
+                self._container = container_kind(self._root, self._proc_root, env)
+            else:
+                self._container = None
+        return self._container if isinstance(self._container, str) else None
+
+    def _sample(self, now: float, gpu_pids: tuple[int, ...]) -> ProcSnapshot:
+        psutil: Any = importlib.import_module("psutil")  # untyped: no stubs needed for mypy --strict
+        wanted = set(gpu_pids)
+        light: dict[int, tuple[Any, dict[str, Any]]] = {}
+        for p in self._iter(psutil):
+            try:
+                info = p.as_dict(attrs=["name", "ppid"], ad_value=None)
+            except psutil.NoSuchProcess:
+                continue
+            except psutil.AccessDenied:  # as_dict fills ad_value; a fake or odd platform may still raise
+                info = {"name": None, "ppid": None}
+            light[int(p.pid)] = (p, info)
+        server_like = {pid for pid, (_, info) in light.items() if _candidate_name(info.get("name"))}
+        candidates = {
+            pid for pid, (_, info) in light.items()
+            if pid in server_like or pid in wanted or info.get("ppid") in server_like
+        }
+        full: dict[int, dict[str, Any]] = {}
+        gone: set[int] = set()
+        for pid in sorted(candidates):
+            proc, info = light[pid]
+            try:
+                with proc.oneshot():
+                    more = proc.as_dict(attrs=["cmdline", "username", "memory_info"], ad_value=None)
+            except psutil.NoSuchProcess:  # ZombieProcess included: it exited during the sample
+                gone.add(pid)
+                continue
+            except psutil.AccessDenied:
+                more = {"cmdline": None, "username": None, "memory_info": None}
+            full[pid] = {**info, **more}
+
+        servers: list[ServerProcess] = []
+        parsed: dict[int, Cmdline] = {}
+        for pid, info in full.items():
+            cmd = info.get("cmdline")
+            c = classify_cmdline(cmd) if cmd else None
+            if c is None:
+                continue
+            parsed[pid] = c
+            if c.kind == "server":
+                servers.append(ServerProcess(pid=pid, user=info.get("username"), cmdline=tuple(cmd or ())))
+        server_pids = {s.pid for s in servers}
+        runners: list[RunnerProcess] = []
+        discovery: list[int] = []
+        for pid, c in sorted(parsed.items()):
+            if c.kind == "server":
+                continue
+            info = full[pid]
+            ppid = info.get("ppid")
+            if not (c.ollama_path or ppid in server_pids):
+                continue  # someone's own llama-server, not Ollama's: an "other process"
+            if c.kind == "discovery":
+                discovery.append(pid)
+                continue
+            assert c.runner_kind is not None
+            mem = info.get("memory_info")
+            runners.append(RunnerProcess(
+                pid=pid, kind=c.runner_kind, era=c.era, model_arg=c.model_arg, blob=c.blob, model_name=c.model_name,
+                port=c.port, ctx_size=c.ctx_size, parallel=c.parallel, engine=c.engine,
+                ppid=ppid if isinstance(ppid, int) else None,
+                server_pid=ppid if ppid in server_pids else None, user=info.get("username"),
+                rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
+                cmdline=tuple(info.get("cmdline") or ()),
+            ))
+        # psutil sees runners whose name says nothing (cmdline unreadable): keep what is known
+        for pid in sorted(full):
+            info = full[pid]
+            if pid in parsed or info.get("cmdline") is not None:
+                continue
+            name = (info.get("name") or "").lower()
+            if name.startswith("ollama_llama_ser") or name.startswith("llama-server"):
+                runners.append(RunnerProcess(pid=pid, kind="llama-server" if name.startswith("llama") else
+                                             "ollama_llama_server", era="?", user=info.get("username"),
+                                             ppid=info.get("ppid"), server_pid=info.get("ppid")
+                                             if info.get("ppid") in server_pids else None))
+
+        processes: dict[int, ProcessInfo] = {}
+        for pid in sorted(wanted):
+            if pid in full:
+                info = full[pid]
+                cmd = info.get("cmdline")
+                mem = info.get("memory_info")
+                denied = [k for k in ("cmdline", "username") if info.get(k) is None]
+                processes[pid] = ProcessInfo(
+                    pid=pid, visible=True, user=info.get("username"), name=info.get("name"),
+                    cmdline=tuple(cmd) if cmd is not None else None,
+                    rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
+                    note=f"access denied: {' and '.join(denied)} not readable" if denied else None,
+                )
+            elif pid in gone:
+                processes[pid] = ProcessInfo(pid=pid, visible=False, note="exited during the sample")
+            else:
+                processes[pid] = ProcessInfo(pid=pid, visible=False, note="no such process here")
+
+        pid1 = light.get(1)
+        pid1_name = pid1[1].get("name") if pid1 is not None else None
+        ollama_pids = server_pids | {r.pid for r in runners} | set(discovery)
+        namespace = pid_namespace(self._container_kind(), pid1_name, wanted,
+                                  [p for p in wanted if p in light], ollama_pids)
+        return ProcSnapshot(
+            taken_at=now, ok=True, servers=tuple(servers), runners=tuple(runners), discovery_pids=tuple(discovery),
+            processes=MappingProxyType(processes), namespace=namespace,
+        )
