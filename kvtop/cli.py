@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop",
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
-        epilog="kvtop inspect-log PATH|- [--json]: read a whole server log and report every model load.",
+        epilog="kvtop inspect-log PATH|- [--json]: read a whole server log and report every model load.  "
+               "kvtop plan MODEL [--ctx N ...] [--kv TYPE ...] [--parallel P] [--gpu-free BYTES|auto] [--json]: "
+               "memory and fit at another num_ctx, cache type or slot count.",
     )
     p.add_argument("--host", metavar="URL",
                    help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start the embedded stand-in Ollama server on 127.0.0.1 and watch it")
     p.add_argument("--demo-speed", type=float, default=1.0, metavar="X", help=argparse.SUPPRESS)
     p.add_argument("--readonly", action="store_true", default=None,
-                   help="never send a request that changes the server (kvtop sends none today; kept for scripts)")
+                   help="never send a request that changes the server (disables the what-if screen's load action)")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
 
@@ -136,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvtop.inspect_log import main_inspect_log
 
         return main_inspect_log(argv[1:])
+    if argv[:1] == ["plan"]:
+        from kvtop.plan_cli import main_plan
+
+        return main_plan(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a terminal without UTF-8 gets "?" instead of a traceback

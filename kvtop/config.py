@@ -153,7 +153,7 @@ class Settings:
         interval_s: Seconds between the end of one poll and the start of the next.
         timeout_s: Bound on each HTTP request to Ollama (connect and read).
         demo: True when watching the embedded stand-in server (the header says DEMO).
-        readonly: Never send anything that changes the server (kvtop sends nothing anyway today).
+        readonly: Never send anything that changes the server (disables the what-if load action).
         log_spec: Where the server log is read (``sources.tail.parse_log_spec``); the CLI's
             default is ``auto``, the dataclass's ``none`` so that tests never read the machine's log.
     """

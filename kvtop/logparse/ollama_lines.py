@@ -46,20 +46,21 @@ from kvtop.logparse.events import (
 from kvtop.logparse.values import (
     blob_of,
     go_duration_s,
+    quoted_end,
+    quoted_value,
     size_bytes,
     size_list,
     slog_get,
     slog_pairs,
     to_float,
     to_int,
+    unescape,
 )
 from kvtop.logparse.wrappers import go_log_time, parse_iso, sanitize, strip_ansi
 
 Handler = Callable[[str, str, str, int, "datetime | None", str], "list[LogEvent] | None"]
 """``(msg, rest, level, line_no, time, raw) -> events``; None means "not this grammar after all"."""
 
-_QUOTED_RE = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"')
-_ESCAPE_RE = re.compile(r"\\(.)")
 _GOLOG_RE = re.compile(
     r"(\d{4}/\d\d/\d\d) (\d\d:\d\d:\d\d)(?:\.\d+)? (?:([\w.-]+\.go:\d+): )?(?:(INFO|WARN|WARNING|ERROR|DEBUG) )?(.*)"
 )
@@ -75,11 +76,6 @@ _REQUEST_RE = re.compile(
 )
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _SECONDS_RE = re.compile(r"started in (\d+(?:\.\d+)?) seconds")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
-
-
-def _unescape(text: str) -> str:
-    return _ESCAPE_RE.sub(lambda e: _ESCAPES.get(e.group(1), "\\" + e.group(1)), text) if "\\" in text else text
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,14 +87,10 @@ def _server_config(msg: str, rest: str, level: str, n: int, t: datetime | None, 
     i = rest.find("env=")
     if i < 0:
         return None
-    value = rest[i + 4:]
-    closed = True
-    if value.startswith('"'):
-        m = _QUOTED_RE.match(value)
-        if m is None:
-            value, closed = _unescape(value[1:]), False
-        else:
-            value = _unescape(m.group(1))
+    if rest[i + 4:i + 5] == '"':
+        value, closed = quoted_value(rest, i + 4)
+    else:
+        value, closed = rest[i + 4:], True
     env, complete = parse_env_map(value)
     return [ServerConfig(n, t, raw, env, complete and closed)]
 
@@ -121,7 +113,9 @@ def parse_env_map(text: str) -> tuple[dict[str, str], bool]:
     return out, complete
 
 
-_ENV_ITEM_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(\[[^\]]*\]|(?:[^ ]| +(?![A-Za-z_][A-Za-z0-9_]*:))*) *")
+_ENV_ITEM_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(\[[^\]]*\]|[^ ]*(?: +(?![A-Za-z_][A-Za-z0-9_]*:)[^ ]*)*) *")
+"""``KEY:value``: a bracketed list, or text up to the spaces before the next ``KEY:`` (unrolled so that runs
+of non-spaces are matched in one step: the same matches as ``(?:[^ ]| +(?!KEY:))*``)."""
 
 
 def _listening(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
@@ -151,16 +145,11 @@ def _spawn(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str
             model_path=model, model_name=None if blob_of(model) else model, port=to_int(pairs.get("port")),
             pid=to_int(pairs.get("pid")),
         )]
-    value = rest[i + 4:]
     complete = True
-    if value.startswith('"'):
-        m = _QUOTED_RE.match(value)
-        if m is None:
-            cmd, complete = _unescape(value[1:]), False
-        else:
-            cmd = _unescape(m.group(1))
+    if rest[i + 4:i + 5] == '"':
+        cmd, complete = quoted_value(rest, i + 4)
     else:
-        cmd = value.split(" ", 1)[0]
+        cmd = rest[i + 4:].split(" ", 1)[0]
     a = parse_cmd(cmd)
     return [RunnerStarted(
         n, t, raw, msg, era=a.era, engine=a.engine, cmd=cmd, model_blob=a.model_blob, model_path=a.model_path,
@@ -468,13 +457,13 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
         if q > 0 and body[q - 1] != "\\":
             msg, rest = body[k + 5:q], body[q + 1:]
         else:
-            m = _QUOTED_RE.match(body, k + 4)
-            if m is None:
-                msg = _unescape(body[k + 5:])
+            e = quoted_end(body, k + 4)
+            if e < 0:
+                msg = unescape(body[k + 5:])
                 rest = ""
             else:
-                msg = _unescape(m.group(1))
-                rest = body[m.end():]
+                msg = unescape(body[k + 5:e - 1])
+                rest = body[e:]
     else:
         e = body.find(" ", k + 4)
         if e < 0:

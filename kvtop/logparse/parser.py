@@ -31,10 +31,10 @@ from datetime import datetime
 
 from kvtop.logparse import llamacpp_lines, ollama_lines, runner_lines
 from kvtop.logparse.events import LogEvent, RequestTiming
+from kvtop.logparse.ollama_lines import parse_slog
 from kvtop.logparse.runner_lines import TimingPart
 from kvtop.logparse.wrappers import (
     journal_json_message,
-    may_be_wrapped,
     strip_wrappers,
     wrapper_time,
 )
@@ -59,6 +59,8 @@ _ENV_CONTINUATION_RE = re.compile(r"[A-Z][A-Z0-9_]*:|[a-z]+_proxy:")
 _TIMING_FUNCS = frozenset(("llama_print_timings", "llama_perf_context_print", "print_timings"))
 _C_TAGS = frozenset(("srv ", "slot", "que ", "res ", "cmn ", "log "))
 _EXT_LEVELS = ("INFO [", "WARN [", "WARNING [", "ERROR [", "DEBUG [", "VERB [", "ERR [")
+_LLAMA_HANDLERS = llamacpp_lines.HANDLERS
+_QUIET = llamacpp_lines.QUIET
 
 
 def _no_time() -> datetime | None:
@@ -146,26 +148,45 @@ class LogParser:
         line must not stop a follower. Such lines are counted in :attr:`errors`.
         """
         try:
-            return self._feed(line)
+            n = self._line_no = self._line_no + 1
+            end = line[-1:]
+            if end == "\n" or end == "\r":
+                line = line.rstrip("\r\n")
+            if self._pending is not None:
+                return self._continue(line)
+            result: list[LogEvent] | None
+            if line[:5] == "time=":  # the common case, inlined: an unwrapped slog record that is complete
+                if (
+                    len(line) < WRAP_WIDTH
+                    and (end := line[-1:]) != " "
+                    and end != "="
+                    and ('"' not in line or not _open_quote(line))
+                    and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
+                ):
+                    result = parse_slog(line, n, line, _no_time)
+                    if result and self._timing is not None:
+                        return self._after(result)
+                    return result
+                return self._logical(line, n, True)
+            idx = line.find(": ", 0, 80)
+            if idx > 0:  # the other common case: an unwrapped llama.cpp "function: text" line
+                func = line[:idx]
+                handler = _LLAMA_HANDLERS.get(func)
+                if handler is not None:
+                    result = handler(func, line[idx + 2:], n, line, _no_time)
+                    if not result:
+                        return []
+                    if self._timing is None:
+                        return result
+                    return self._after(result)
+                if func in _QUIET:
+                    return []
+            return self._wrapped(line, n, True)
         except Exception as exc:  # noqa: BLE001 - counted and kept in last_error, never silent
             self.errors += 1
             self.last_error = f"line {self._line_no}: {type(exc).__name__}: {exc}"
             self._pending = None
             return []
-
-    def _feed(self, line: str) -> list[LogEvent]:
-        self._line_no += 1
-        end = line[-1:]
-        if end == "\n" or end == "\r":
-            line = line.rstrip("\r\n")
-        if self._pending is not None:
-            return self._continue(line)
-        if line[:5] == "time=" and _wrap_kind(line, line) is None:  # the common case, inlined
-            result = ollama_lines.parse_slog(line, self._line_no, line, _no_time)
-            if result and self._timing is not None:
-                return self._after(result)
-            return result
-        return self._logical(line, self._line_no, True)
 
     def end_batch(self) -> list[LogEvent]:
         """Parse a record held for a possible hard-wrap continuation now; timing state is kept.
@@ -262,10 +283,12 @@ class LogParser:
                 return self._after(result)
             if func in llamacpp_lines.QUIET:
                 return []
-        if may_be_wrapped(text):
-            body, stamp, _ = strip_wrappers(text)
-        else:
-            body, stamp = text, None
+        return self._wrapped(text, n, may_hold)
+
+    def _wrapped(self, text: str, n: int, may_hold: bool) -> list[LogEvent]:
+        """A logical line that is neither an unwrapped slog record nor a known llama.cpp line."""
+        result: list[LogEvent] | TimingPart | None
+        body, stamp, _ = strip_wrappers(text)
         if not body:
             return []
         if stamp is None:

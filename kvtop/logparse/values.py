@@ -32,6 +32,9 @@ _PAIR_RE = re.compile(r'(?:^|(?<=\s))("[^"\\]*(?:\\.[^"\\]*)*"|[^\s="]+)=("[^"\\
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
 _ESCAPE_RE = re.compile(r"\\(.)")
 _QUOTED_RE = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"')
+_UNIT_RE = re.compile(r"[KMGTP]?i?B|[KMGT]")
+_PLAIN_UNITS = {unit: n for unit, n in UNIT_BYTES.items() if _UNIT_RE.fullmatch(unit)}
+"""The units :data:`_SIZE_RE` reads (``kB`` is not one of them), for the fast paths of the size readers."""
 
 
 def scaled_bytes(number: str, unit: int) -> int:
@@ -54,6 +57,16 @@ def size_bytes(text: str | None) -> int | None:
     """A printed size (``"1.5 GiB"``, ``"0 B"``, ``"667.5 MiB"``) in bytes; None if unreadable or cut."""
     if not text:
         return None
+    sp = text.find(" ")
+    if sp > 0:  # fast path: exactly "<number> <unit>", which the regex below reads the same way
+        unit = _PLAIN_UNITS.get(text[sp + 1:])
+        if unit is not None:
+            number = text[:sp]
+            digits = number[1:] if number[:1] == "-" else number
+            head, dot, tail = digits.partition(".")
+            if head.isdecimal() and (not dot or tail.isdecimal()):
+                value = float(number) * unit
+                return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
     m = _SIZE_RE.match(text)
     if m is None:
         return None
@@ -67,8 +80,24 @@ def size_list(text: str | None) -> tuple[int, ...]:
     """A Go slice of sizes, ``"[22.0 GiB 22.0 GiB]"``, as bytes (unreadable items are skipped)."""
     if not text:
         return ()
+    text = text.strip("[]")
+    parts = text.split(" ")
+    if len(parts) % 2 == 0:  # fast path: "<number> <unit> <number> <unit>…", read as the regex below reads it
+        out = []
+        get = _PLAIN_UNITS.get
+        for i in range(0, len(parts), 2):
+            unit = get(parts[i + 1])
+            number = parts[i]
+            digits = number[1:] if number[:1] == "-" else number
+            head, dot, tail = digits.partition(".")
+            if unit is None or not head.isdecimal() or (dot and not tail.isdecimal()):
+                break
+            value = float(number) * unit
+            out.append(int(value + 0.5) if value >= 0 else -int(-value + 0.5))
+        else:
+            return tuple(out)
     out = []
-    for m in _SIZE_RE.finditer(text.strip("[]")):
+    for m in _SIZE_RE.finditer(text):
         unit = UNIT_BYTES.get(m.group(2))
         if unit is not None:
             out.append(scaled_bytes(m.group(1), unit))
@@ -77,7 +106,7 @@ def size_list(text: str | None) -> tuple[int, ...]:
 
 def blob_of(text: str | None) -> str | None:
     """The ``sha256-<64 hex>`` blob named in a path (``sha256:`` paths are normalised), else None."""
-    if not text:
+    if not text or "sha256" not in text:
         return None
     m = _BLOB_RE.search(text)
     return f"sha256-{m.group(1).lower()}" if m else None
@@ -113,13 +142,47 @@ def go_duration_s(text: str) -> float | None:
     return total
 
 
+def unescape(text: str) -> str:
+    """Go escapes resolved (``\\n``, ``\\t``, ``\\r``, ``\\"``, ``\\\\``; others keep their backslash)."""
+    if "\\" not in text:
+        return text
+    return _ESCAPE_RE.sub(_unescape_one, text)
+
+
+def _unescape_one(e: re.Match[str]) -> str:
+    return _ESCAPES.get(e.group(1), "\\" + e.group(1))
+
+
+def quoted_end(text: str, start: int) -> int:
+    """The end (just past the closing quote) of the Go-quoted string that opens at ``text[start]`` (a ``"``).
+
+    -1 when the string is not closed. The same as matching :data:`_QUOTED_RE` at ``start``,
+    without that regex's slow failure on a long string cut by the end of the line.
+    """
+    q = text.find('"', start + 1)
+    if q < 0:  # no closing quote at all
+        return -1
+    if text.find("\\", start + 1, q) < 0:  # no escape before the first quote: it closes the string
+        return q + 1
+    m = _QUOTED_RE.match(text, start)
+    return m.end() if m is not None else -1
+
+
+def quoted_value(text: str, start: int) -> tuple[str, bool]:
+    """The Go-quoted string that opens at ``text[start]`` (a ``"``), unescaped, and whether it is closed.
+
+    A string cut by the end of the text (no closing quote) runs to the end.
+    """
+    e = quoted_end(text, start)
+    if e < 0:
+        return unescape(text[start + 1:]), False
+    return unescape(text[start + 1:e - 1]), True
+
+
 def unquote(value: str) -> str:
     """A slog value without its quotes and Go escapes (``"C:\\\\Users"`` -> ``C:\\Users``); a cut quote is tolerated."""
     if value.startswith('"'):
-        m = _QUOTED_RE.match(value)
-        value = m.group(1) if m is not None else value[1:]
-        if "\\" in value:
-            value = _ESCAPE_RE.sub(lambda e: _ESCAPES.get(e.group(1), "\\" + e.group(1)), value)
+        return quoted_value(value, 0)[0]
     return value
 
 
@@ -140,20 +203,20 @@ def slog_pairs(text: str) -> dict[str, str]:
 
 
 def slog_get(text: str, key: str) -> str | None:
-    """The unquoted value of one slog ``key=`` in ``text`` (None when absent); cheaper than :func:`slog_pairs` for a few keys."""
+    """The unquoted value of one slog ``key=`` in ``text`` (None when absent); cheaper than :func:`slog_pairs` for a few keys.
+
+    The key is found at the start of ``text`` or after a space (its first such occurrence).
+    """
     k = key + "="
-    i = text.find(k)
-    while i > 0 and text[i - 1] != " ":
-        i = text.find(k, i + 1)
-    if i < 0:
-        return None
-    j = i + len(k)
+    if text.startswith(k):
+        j = len(k)
+    else:
+        i = text.find(" " + k)
+        if i < 0:
+            return None
+        j = i + 1 + len(k)
     if text[j:j + 1] == '"':
-        m = _QUOTED_RE.match(text, j)
-        value = m.group(1) if m is not None else text[j + 1:]
-        if "\\" in value:
-            value = _ESCAPE_RE.sub(lambda e: _ESCAPES.get(e.group(1), "\\" + e.group(1)), value)
-        return value
+        return quoted_value(text, j)[0]
     e = text.find(" ", j)
     return text[j:e] if e >= 0 else text[j:]
 

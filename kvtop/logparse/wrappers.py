@@ -61,6 +61,7 @@ _CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x20), *range(0x7F, 0xA0))}
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _ISO_CACHE: dict[str, datetime | None] = {}
+_SYSLOG_CACHE: dict[tuple[tuple[str, str, str, str, str], int], datetime | None] = {}
 
 
 def sanitize(text: str) -> str:
@@ -114,16 +115,20 @@ def strip_wrappers(line: str) -> tuple[str, Stamp | None, bool]:
     stamp: Stamp | None = None
     prefixed = False
     for _ in range(5):
-        if not may_be_wrapped(line):
-            break
         # fast path for the common journald form "Jul 24 16:07:51 host ollama[114917]: "
         if line[3:4] == " " and line[6:7] == " " and line[9:10] == ":" and line[15:16] == " " and line[:3].isalpha():
+            # may_be_wrapped() of such a line depends only on the character after the month
+            c4 = line[4:5]
+            if not (c4.isdigit() or c4 == " " or c4 == "|"):
+                break
             j = line.find(": ", 16)
             if j > 0 and line.find(" ", 16, j) > 0 and line.find("=", 16, j) < 0:
                 stamp = ("syslog", line[:3], line[4:6], line[7:15], "")
                 prefixed = True
                 line = line[j + 2:]
                 continue
+        elif not may_be_wrapped(line):
+            break
         m = _WRAP_RE.match(line)
         if m is None or m.end() == 0:
             break
@@ -145,11 +150,22 @@ def wrapper_time(stamp: Stamp | None, year: int | None) -> datetime | None:
     """
     if stamp is None:
         return None
-    kind, mon, day, hms, frac = stamp
-    if kind == "iso":
-        return parse_iso(mon)
+    if stamp[0] == "iso":
+        return parse_iso(stamp[1])
     if year is None:
         return None
+    key = (stamp, year)
+    if key in _SYSLOG_CACHE:  # consecutive lines repeat their stamp
+        return _SYSLOG_CACHE[key]
+    value = _syslog_time(stamp, year)
+    if len(_SYSLOG_CACHE) > 4096:
+        _SYSLOG_CACHE.clear()
+    _SYSLOG_CACHE[key] = value
+    return value
+
+
+def _syslog_time(stamp: Stamp, year: int) -> datetime | None:
+    _, mon, day, hms, frac = stamp
     mon = mon.rstrip(".").lower()
     month = MONTHS.get(mon)
     if month is None and mon[:1].isdigit():

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from kvtop.model.state import ModelView
+if TYPE_CHECKING:  # annotations only: state.py may import this module (AppState.gpu / .procs)
+    from kvtop.model.state import ModelView
 
 GpuBackend = Literal["nvml", "amd-sysfs"]
 GpuProblem = Literal[
@@ -522,7 +523,8 @@ def model_gpu_usage(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
         if by_gpu and all(b is not None for _, b in by_gpu):
             measured = sum(b or 0 for _, b in by_gpu)
         note = _usage_note(m, pids, by_gpu, measured, gpu, procs, matches)
-        if measured is None and pids and not by_gpu and gpu is not None and gpu.ok and _processes_listed(gpu):
+        if (measured is None and pids and not by_gpu and gpu is not None and gpu.ok and _processes_listed(gpu)
+                and procs is not None and not procs.namespace.mismatch):
             measured = 0  # NVML lists processes and this runner is not among them: CPU only
         overhead = None if measured is None or m.size_vram_bytes is None or not measured else measured - m.size_vram_bytes
         out[key] = ModelGpu(name=m.name, digest=m.digest, runner_pids=pids, by_gpu=by_gpu, measured_bytes=measured,
@@ -566,6 +568,20 @@ def _usage_note(m: ModelView, pids: tuple[int, ...], by_gpu: tuple[tuple[int, in
     if measured is None:
         return f"{runner}; the driver lists the process but not its memory"
     return f"{runner}; NVML per-process memory on GPU " + ", ".join(str(i) for i, _ in by_gpu)
+
+
+def gpu_free_bytes(gpu: GpuSnapshot | None) -> int | None:
+    """Free memory over all working GPUs (the what-if screen's budget); None when not known.
+
+    With several GPUs this is an upper bound: Ollama splits a model's layers over GPUs, and no
+    single allocation can use all of it.
+    """
+    if gpu is None or not gpu.ok:
+        return None
+    free = [d.memory_free_bytes for d in gpu.devices if d.error is None]
+    if not free or any(f is None for f in free):
+        return None
+    return sum(f or 0 for f in free)
 
 
 # --------------------------------------------------------------------------------------------

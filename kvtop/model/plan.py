@@ -63,6 +63,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from kvtop.model import kv
+from kvtop.model.state import ModelView
 
 __all__ = [
     "CALIBRATED_MIN_ERROR",
@@ -87,6 +88,7 @@ __all__ = [
     "Prediction",
     "ServerSettings",
     "calibration_from_load",
+    "calibration_from_view",
     "compare",
     "comparison_json",
     "compute_model_bytes",
@@ -489,7 +491,7 @@ def model_spec(
     layers: LayerWeights | None = None
     n_vocab_t: int | None = None
     weights: int | None = None
-    weights_note = "not known: no tensor list and no file size"
+    weights_note = "no tensor list and no file size"
     if tensors:
         layers, n_vocab_t, tensor_notes = _layer_weights(tensors, n_layer)
         notes.extend(tensor_notes)
@@ -620,6 +622,34 @@ def calibration_from_load(load: Any, *, note: str = "runner log") -> Calibration
     )
 
 
+def calibration_from_view(view: ModelView) -> Calibration | None:
+    """Calibration from a dashboard row: its matched runner load, else ``/api/ps`` size.
+
+    Without a load, the compute figure is the row's ``size − weights − KV`` (at the KV type,
+    slots and flash attention the row assumes: Ollama's defaults until the log says otherwise).
+
+    Returns:
+        None for a cloud model, or when the context, slots or compute figure are not known.
+    """
+    if view.cloud:
+        return None
+    if view.load is not None:
+        cal = calibration_from_load(view.load, note=view.load_note)
+        if cal is not None:
+            return cal
+    ctx, par = view.context.value, view.parallel.value
+    compute = view.memory.compute
+    if ctx is None or par is None or compute.value is None:
+        return None
+    kv_type = kv.normalize_cache_type((view.kv_type.value or "f16").split("/")[0]) or "f16"
+    fa = view.flash_attention.value != "disabled"
+    source: CalibrationSource = "allocated" if compute.source == "allocated" else "derived"
+    note = compute.note if compute.source == "allocated" else "/api/ps size − weights − KV"
+    return Calibration(PlanConfig(ctx, kv_type, par, fa), compute.value, source, note,
+                       weights_bytes=view.memory.weights.value, kv_bytes=view.memory.kv.value,
+                       total_bytes=view.size_bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """Where a configuration lands on the GPU, layer by layer.
@@ -652,14 +682,15 @@ class Fit:
     layers_exact: bool
 
     def text(self) -> str:
-        """``fits, 3.1 GiB spare`` / ``spills: layers 0–5 on CPU (27/33 on GPU)``."""
+        """``fits: 100% GPU`` / ``spills: layers 0–5 on CPU (27/33 on GPU)`` / ``marginal: …``."""
+        where = f"{_ranges(self.spilled)} on CPU ({self.gpu_layers}/{self.total_layers} on GPU)"
         if self.verdict == "fits":
             return "fits: 100% GPU"
         if self.verdict == "marginal":
-            return "marginal: within the estimate's error"
-        if not self.spilled and self.gpu_layers == self.total_layers:
-            return "spills"
-        return f"spills: {_ranges(self.spilled)} on CPU ({self.gpu_layers}/{self.total_layers} on GPU)"
+            if self.headroom_bytes >= 0:
+                return "marginal: fits, inside the error"
+            return f"marginal: {where}"
+        return f"spills: {where}"
 
 
 def _ranges(indices: Sequence[int]) -> str:
@@ -939,7 +970,7 @@ def predict(
         elif budget_bytes is not None:
             fit = _fit(spec, LayerWeights((), 0, gpu_weights, 0, exact=False), [], compute, gpu, error,
                        budget_bytes)
-    if spec.layers is not None and not spec.layers.exact and fit is not None:
+    if spec.layers is not None and not spec.layers.exact and fit is not None and fit.spilled:
         notes.append("spilled layers assume equal layer sizes (no tensor list)")
     return Prediction(
         config=config,
@@ -1111,7 +1142,9 @@ def compare(spec: ModelSpec, calibration: Calibration, *, engine: Engine = "llam
     """Predict the loaded configuration without calibration and compare it with the real figures.
 
     KV must match exactly (within the log's 0.01 MiB rounding); weights within the rounding of
-    their buffer lines; compute and total within the compute estimate's stated error.
+    their buffer lines; compute and total within the compute estimate's stated error. A derived
+    calibration (from ``/api/ps``) compares compute and total only: its weights and KV are the
+    predicted ones.
     """
     p = predict(spec, calibration.config, engine=engine)
     rounding = LOG_ROUNDING_BYTES if calibration.source == "allocated" else 0
@@ -1123,12 +1156,15 @@ def compare(spec: ModelSpec, calibration: Calibration, *, engine: Engine = "llam
         return ComparisonRow(name, predicted, actual, error, stated, abs(error) <= stated)
 
     c = calibration
-    rows = (
-        row("weights", p.weights_bytes, c.weights_bytes, rounding * max(1, c.weights_lines)),
-        row("KV cache", p.kv_bytes, c.kv_bytes, rounding * max(1, c.kv_lines)),
+    rows: tuple[ComparisonRow, ...] = (
         row("compute", p.compute_bytes, c.compute_bytes, p.compute_error_bytes + rounding),
         row("total", p.total_bytes, c.total_bytes, p.total_error_bytes + rounding * max(1, c.lines)),
     )
+    if c.source == "allocated":  # derived figures used the predicted weights and KV themselves
+        rows = (
+            row("weights", p.weights_bytes, c.weights_bytes, rounding * max(1, c.weights_lines)),
+            row("KV cache", p.kv_bytes, c.kv_bytes, rounding * max(1, c.kv_lines)),
+        ) + rows
     return Comparison(calibration, p, rows)
 
 

@@ -63,13 +63,15 @@ class KvtopApp(App[int]):
         Binding("t", "cycle_theme", "Theme", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("l", "toggle_events", "Log"),
+        Binding("w", "what_if", "What if"),
         Binding("r", "toggle_raw", "Raw lines", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
-    MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw"})
+    MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
+                                     "what_if"})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
     TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
-                              "filter", "toggle_events", "toggle_raw", "cycle_theme"})
+                              "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if"})
     """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
@@ -268,6 +270,21 @@ class KvtopApp(App[int]):
         if isinstance(self.focused, Input) and action in self.TYPING_HIDES:
             return False  # these keys are being typed into the filter box: the footer must not offer them
         return True
+
+    def action_what_if(self) -> None:
+        """Open the what-if planner for the selected model."""
+        view = self.dashboard.query_one(ModelsTable).selected_view
+        if view is None or view.cloud:
+            self.notify("select a local model first (w plans a loaded model's memory)")
+            return
+        from kvtop.ui.screens.plan import PlanScreen
+
+        self.push_screen(PlanScreen(view.name, view.digest, gpu_free_bytes=self.gpu_free_bytes(),
+                                    readonly=self.settings.readonly, host_url=self.settings.host_url))
+
+    def gpu_free_bytes(self) -> int | None:
+        """Free GPU memory for the planner; None until a GPU source reports it."""
+        return None
 
     def action_interrupt(self) -> None:
         """Ctrl+C quits, whatever has the focus (it is never typed into the filter box)."""

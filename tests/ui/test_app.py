@@ -251,3 +251,16 @@ async def test_footer_hides_typed_keys_while_filtering_and_ctrl_c_still_quits() 
         assert app.check_action("cycle_sort", ()) is False and app.check_action("quit", ()) is False
         await pilot.press("ctrl+c")
     assert app.return_code == 0
+
+
+async def test_w_opens_the_what_if_planner_for_the_selected_model() -> None:
+    from kvtop.ui.screens.plan import PlanScreen
+
+    app = app_with(snapshot_at(step_index("raised to 32768")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
+        assert app.screen.model_name == "qwen3:1.7b-q8_0"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, PlanScreen))

@@ -79,3 +79,13 @@ def test_help(snap_compare: Any) -> None:
         await pilot.pause(0.2)
 
     assert snap_compare(_app(snapshot_at(1)), terminal_size=(100, 40), run_before=run_before)
+
+
+def test_what_if_screen(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 1)
+        await pilot.press("w")
+        await pilot.pause(0.3)
+
+    app = _app(snapshot_at(step_index("raised to 32768")))
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

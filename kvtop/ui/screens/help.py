@@ -17,6 +17,8 @@ Keys
   p          pause / resume polling    + / -      slower / faster refresh
   s          cycle sort order          /          filter (Esc clears it)
   Enter      details of the model      Esc        back / close
+  w          what-if planner           l / r      events pane / raw lines
+  S          reverse the sort          t          next theme
   ↑ ↓        move the selection
 
 Columns

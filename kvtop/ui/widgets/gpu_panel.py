@@ -248,7 +248,7 @@ def system_text(system: SystemMemory | None, colors: Mapping[str, str], *, short
         out.append(" · ")
         out.append(f"swap {ibytes(system.swap_used_bytes, short=short)}/{ibytes(system.swap_total_bytes, short=short)}",
                    style=style)
-    elif system.swap_total_bytes == 0:
+    elif system.swap_total_bytes == 0 and not short:
         out.append(" · no swap")
     return out
 
@@ -274,10 +274,13 @@ def panel_text(views: Sequence[GpuView], status: str, width: int, colors: Mappin
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append(safe(status, 300), style=colors.get("kv-warn", "") if views else muted)
         sys_line = system_text(system, colors, short=True)
-        if sys_line.plain:
-            line.append("  ·  ")
+        if sys_line.plain and line.cell_len + 3 + sys_line.cell_len <= usable:
+            line.append(" · ")
             line.append_text(sys_line)
+            sys_line = Text()
         lines.append(line)
+        if sys_line.plain:
+            lines.append(sys_line)
         lines.extend(_error_line(v, compact, 14, colors) for v in views)
     else:
         model_colors = _model_colors(views, colors)
@@ -294,17 +297,26 @@ def panel_text(views: Sequence[GpuView], status: str, width: int, colors: Mappin
             lines.append(tail)
     for note in notes:
         lines.append(Text(safe(note, 300), style=muted, no_wrap=True, overflow="ellipsis"))
-    return Text("\n").join(lines)
+    out = Text("\n").join(lines)
+    out.no_wrap, out.overflow = True, "ellipsis"  # join() drops the lines' own settings
+    return out
 
 
-def gpu_detail_rows(usage: ModelGpu | None, status: str) -> list[tuple[str, str, str, str]]:
-    """The detail view's GPU section as ``(label, value, source, note)`` rows."""
+def gpu_detail_rows(usage: ModelGpu | None, status: str, ok: bool = False) -> list[tuple[str, str, str, str]]:
+    """The detail view's GPU section as ``(label, value, source, note)`` rows.
+
+    Args:
+        usage: This model's entry of ``model.gpu.model_gpu_usage`` (None before a process sample).
+        status: ``model.gpu.gpu_status_line(state.gpu)``.
+        ok: ``state.gpu.ok``.
+    """
+    rows: list[tuple[str, str, str, str]] = [("telemetry", "available" if ok else "not available", "", status)]
     if usage is None:
-        return [("telemetry", "not available", "", status)]
-    rows: list[tuple[str, str, str, str]] = []
+        return rows
     rows.append(("runner PID", ", ".join(str(p) for p in usage.runner_pids) or "not found", "", usage.note))
-    rows.append(("measured VRAM", exact_bytes(usage.measured_bytes), "[reported]" if usage.measured_bytes is not None
-                 else "", "NVML per-process used GPU memory of the runner, all GPUs"))
+    known = usage.measured_bytes is not None
+    rows.append(("measured VRAM", exact_bytes(usage.measured_bytes), "[reported]" if known else "",
+                 "NVML per-process used GPU memory of the runner, all GPUs" if known else ""))
     for index, b in usage.by_gpu:
         rows.append((f"  on GPU {index}", exact_bytes(b), "[reported]" if b is not None else "", ""))
     rows.append(("size_vram", exact_bytes(usage.size_vram_bytes), "[reported]", "/api/ps: what Ollama counts"))

@@ -1,0 +1,669 @@
+"""What-if screen (``w`` on a model): memory at another num_ctx, KV cache type, slot count or flash attention.
+
+The numbers come from :mod:`kvtop.model.plan`; this screen only keeps the configuration being
+edited and renders. It follows the app's state like the detail view (``self.watch(self.app,
+"state", ...)``), so the "now" side (what the model holds, its calibration) stays current.
+
+Keys: ``↑``/``↓`` pick a field, ``←``/``→`` change it (num_ctx moves along a ladder of common
+sizes), digits then Enter type num_ctx or slots, ``k`` cycles the cache type, ``f`` toggles flash
+attention, ``a`` loads the model with the shown num_ctx after a confirmation, Esc goes back.
+
+GPU free memory is given by the app (``gpu_free_bytes``, None until GPU telemetry exists); what
+the model already holds in VRAM (``/api/ps`` ``size_vram``) counts as available to it.
+
+The one request that changes the server is explicit and confirmed: ``POST /api/generate`` with
+an empty prompt and ``options.num_ctx`` loads the model with that context (an empty prompt only
+loads, Ollama API docs "Load a model"); it is disabled with ``--readonly``. Cache type, slots and
+flash attention are server-wide (Ref §3.1-§3.3): the screen shows the lines that set them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.events import Key
+from textual.reactive import var
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Static
+
+from kvtop.model import kv, plan
+from kvtop.model.state import AppState, ModelView
+from kvtop.ui.format import ibytes, safe
+
+__all__ = ["ConfirmLoad", "PlanScreen", "fetch_tensors", "next_num_ctx", "plan_screen_for", "send_load_request"]
+
+NUM_CTX_LADDER: tuple[int, ...] = (
+    256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536, 98304,
+    131072, 196608, 262144, 393216, 524288, 786432, 1048576,
+)
+"""num_ctx values ``←``/``→`` step through (powers of two and the 1.5× between them)."""
+
+FIELDS: tuple[str, ...] = ("num_ctx", "KV cache type", "slots", "flash attention")
+
+LOAD_TIMEOUT_S = 600.0
+"""A load can take minutes for a large model read from disk."""
+
+BAR_WIDTH = 60
+
+
+def next_num_ctx(current: int, direction: int, cap: int | None) -> int:
+    """The next ladder value above (``direction > 0``) or below ``current``, within ``[256, cap]``.
+
+    The cap (the model's training context) is itself a stop, so the maximum is reachable.
+    """
+    ladder = sorted(set(NUM_CTX_LADDER) | ({cap} if cap else set()))
+    if cap:
+        ladder = [v for v in ladder if v <= cap]
+    if direction > 0:
+        return next((v for v in ladder if v > current), ladder[-1])
+    return next((v for v in reversed(ladder) if v < current), ladder[0])
+
+
+def _fmt_error(n: int) -> str:
+    return f"±{ibytes(n)}"
+
+
+class ConfirmLoad(ModalScreen[bool]):
+    """Asks before kvtop sends the one request that changes the server."""
+
+    DEFAULT_CSS = """
+    ConfirmLoad { align: center middle; }
+    ConfirmLoad > Vertical { width: 76; max-width: 100%; height: auto; border: round $warning;
+        background: $surface; padding: 1 2; }
+    ConfirmLoad Horizontal { height: auto; margin-top: 1; }
+    ConfirmLoad Button { margin-right: 2; }
+    """
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(self.text), id="confirm-text")
+            with Horizontal():
+                yield Button("Load (y)", id="yes", variant="warning")
+                yield Button("Cancel (n)", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive: int | str | None, *,
+                            transport: httpx.AsyncBaseTransport | None = None,
+                            timeout_s: float = LOAD_TIMEOUT_S) -> str | None:
+    """``POST {base_url}/api/generate`` with an empty prompt and ``options.num_ctx``: load the model.
+
+    Args:
+        base_url: Ollama server URL.
+        model: Model name.
+        num_ctx: Context per slot to load with.
+        keep_alive: The model's keep-alive to keep (``-1`` for forever); None leaves it out
+            (the server's default applies).
+        transport: An ``httpx`` transport for tests.
+        timeout_s: Bound on the whole request (loading reads the weights).
+
+    Returns:
+        None on success, else one line saying what went wrong.
+    """
+    body: dict[str, Any] = {"model": model, "prompt": "", "options": {"num_ctx": num_ctx}, "stream": False}
+    if keep_alive is not None:
+        body["keep_alive"] = keep_alive
+    host = httpx.URL(base_url).host
+    loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+    try:
+        async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=not loopback,
+                                     timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                     headers={"User-Agent": "kvtop"}) as client:
+            resp = await client.post("/api/generate", json=body)
+    except httpx.ConnectError:
+        return f"cannot connect to {base_url}"
+    except httpx.TimeoutException:
+        return f"no answer from {base_url} within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if resp.status_code >= 400:
+        detail = ""
+        try:
+            err = resp.json()
+            if isinstance(err, Mapping) and isinstance(err.get("error"), str):
+                detail = f": {err['error'][:160]}"
+        except ValueError:
+            detail = f": {resp.text[:160]}" if resp.text.strip() else ""
+        return f"POST /api/generate: HTTP {resp.status_code} {resp.reason_phrase}{detail}"
+    return None
+
+
+async def fetch_tensors(base_url: str, model: str, *,
+                        transport: httpx.AsyncBaseTransport | None = None) -> list[Any] | None:
+    """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
+
+    Read-only. Returns None when it cannot be read.
+    """
+    try:
+        async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0,
+                                     trust_env=False) as client:
+            resp = await client.post("/api/show", json={"model": model})
+        body = resp.json() if resp.status_code < 400 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    tensors = body.get("tensors") if isinstance(body, Mapping) else None
+    return tensors if isinstance(tensors, list) and tensors else None
+
+
+class PlanScreen(Screen[None]):
+    """The what-if planner for one model (by name and digest); follows the app's state.
+
+    Args:
+        name: Model name.
+        digest: Manifest digest (``/api/ps``), to find the row again.
+        gpu_free_bytes: Free GPU memory now, None when not known (no telemetry).
+        readonly: ``--readonly``: the load action is disabled, and says why.
+        host_url: Server URL for the load action; defaults to the state's ``host_url``.
+        transport: An ``httpx`` transport for tests.
+        fetch_tensors: Read the ``/api/show`` tensor list once, for per-layer weights (the
+            state's ``/api/show`` cache drops it). Off by default: it is a request of its own.
+    """
+
+    DEFAULT_CSS = """
+    PlanScreen #plan-body { padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("up", "field(-1)", "Field ↑", show=False),
+        Binding("down", "field(1)", "Field ↓", show=False),
+        Binding("left", "change(-1)", "Less", key_display="←"),
+        Binding("right", "change(1)", "More", key_display="→"),
+        Binding("enter", "apply_typed", "Apply typed", show=False),
+        Binding("backspace", "erase", "Erase", show=False),
+        Binding("k", "cycle_kv", "KV type"),
+        Binding("f", "toggle_fa", "Flash attn"),
+        Binding("a", "load", "Load with this num_ctx"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    gpu_free_bytes: var[int | None] = var(None)
+    """Free GPU memory (bytes), set by the app as telemetry arrives; None when not known."""
+
+    def __init__(self, name: str, digest: str, *, gpu_free_bytes: int | None = None, readonly: bool = False,
+                 host_url: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 fetch_tensors: bool = False) -> None:
+        super().__init__()
+        self.model_name = name
+        self.model_digest = digest
+        self.readonly = readonly
+        self.host_url = host_url
+        self.transport = transport
+        self.fetch_tensors_enabled = fetch_tensors
+        self.set_reactive(PlanScreen.gpu_free_bytes, gpu_free_bytes)
+        self.view: ModelView | None = None
+        self.spec: plan.ModelSpec | None = None
+        self.config: plan.PlanConfig | None = None
+        self.calibration: plan.Calibration | None = None
+        self.engine: plan.Engine = "llama-server"
+        self.field = 0
+        self.typed = ""
+        self.status = ""
+        self.loading = False
+        self._show_key: tuple[Any, ...] | None = None
+        self._tensors: list[Any] | None = None
+        self._limits_cache: dict[tuple[Any, ...], dict[str, int | None]] = {}
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="plan-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "state", self._on_state, init=True)
+        self.call_after_refresh(self._refresh)  # the init call above ran before the screen counted as mounted
+        if self.fetch_tensors_enabled:
+            self._read_tensors()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _on_state(self, state: AppState | None) -> None:
+        if state is None:
+            return
+        if self.host_url is None:
+            self.host_url = state.host_url
+        snap = state.last_ok
+        if snap is not None and snap.version:
+            self.engine = plan.engine_for_version(snap.version)
+        view = next((v for v in state.models if v.name == self.model_name and v.digest == self.model_digest), None)
+        self.view = view
+        if view is not None and snap is not None:
+            show = snap.shows.get(view.digest) or snap.shows.get(f"name:{view.name}")
+            tag = snap.tags.get(view.digest)
+            info: Mapping[str, Any] = show.model_info if show is not None and not show.error else {}
+            key = (id(info), tag.size_bytes if tag else None, id(self._tensors))
+            if key != self._show_key and info:
+                self._show_key = key
+                self.spec = plan.model_spec(view.name, info, tensors=self._tensors,
+                                            file_size=tag.size_bytes if tag else None)
+            self.calibration = plan.calibration_from_view(view)
+            if self.config is None:
+                self.config = self._initial_config(view)
+        self._refresh()
+
+    def _initial_config(self, view: ModelView) -> plan.PlanConfig:
+        kv_type = kv.normalize_cache_type((view.kv_type.value or "f16").split("/")[0]) or "f16"
+        return plan.PlanConfig(
+            num_ctx=view.context.value or plan.DEFAULT_NUM_CTX,
+            cache_type=kv_type if kv_type in plan.PLAN_CACHE_TYPES else "f16",
+            parallel=max(1, min(plan.MAX_SLOTS, view.parallel.value or 1)),
+            flash_attention=view.flash_attention.value != "disabled",
+        )
+
+    def watch_gpu_free_bytes(self) -> None:
+        self._refresh()
+
+    @work(group="plan-tensors", exclusive=True, exit_on_error=False)
+    async def _read_tensors(self) -> None:
+        if not self.host_url:
+            state = getattr(self.app, "state", None)
+            self.host_url = state.host_url if isinstance(state, AppState) else None
+        if not self.host_url:
+            return
+        tensors = await fetch_tensors(self.host_url, self.model_name, transport=self.transport)
+        if tensors is not None:
+            self._tensors = tensors
+            self._show_key = None
+            self._on_state(getattr(self.app, "state", None))
+
+    # -- derived numbers --------------------------------------------------------------------
+
+    def budget(self) -> int | None:
+        """GPU memory available to this model: free + what it holds now (``size_vram``)."""
+        held = self.view.size_vram_bytes if self.view is not None else None
+        return plan.gpu_budget(self.gpu_free_bytes, held)
+
+    def prediction(self) -> plan.Prediction | None:
+        """The prediction for the configuration on screen, None before the model is known."""
+        if self.spec is None or self.config is None:
+            return None
+        try:
+            return plan.predict(self.spec, self.config, budget_bytes=self.budget(),
+                                calibration=self.calibration, engine=self.engine)
+        except ValueError:
+            return None
+
+    def limits(self) -> dict[str, int | None]:
+        """Largest num_ctx per cache type at these slots, and largest slot count at this num_ctx."""
+        if self.spec is None or self.config is None:
+            return {}
+        budget = self.budget()
+        key = (id(self.spec), self.config, budget, self.calibration, self.engine)
+        cached = self._limits_cache.get(key)
+        if cached is not None:
+            return cached
+        out: dict[str, int | None] = {}
+        for ct in plan.PLAN_CACHE_TYPES:
+            cfg = dataclasses.replace(self.config, cache_type=ct)
+            try:
+                out[ct] = plan.max_num_ctx_on_gpu(self.spec, cfg, budget, calibration=self.calibration,
+                                                  engine=self.engine)
+            except ValueError:
+                out[ct] = None
+        try:
+            out["slots"] = plan.max_parallel_on_gpu(self.spec, self.config, budget, calibration=self.calibration,
+                                                    engine=self.engine)
+        except ValueError:
+            out["slots"] = None
+        self._limits_cache = {key: out}
+        return out
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def _colors(self) -> Mapping[str, str]:
+        try:
+            return self.app.theme_variables
+        except Exception:  # noqa: BLE001 - before the app has a theme
+            return {}
+
+    def _refresh(self) -> None:
+        if not self.is_mounted:
+            return
+        self.query_one("#plan-body", Static).update(self.body_text())
+
+    def body_text(self) -> Text:
+        """Everything on the screen as text (also used by tests)."""
+        colors = self._colors()
+        out = Text()
+        v, spec, cfg = self.view, self.spec, self.config
+        out.append("What if: ", style="bold")
+        out.append(safe(self.model_name, 80), style="bold")
+        if spec is not None:
+            out.append(f"   {safe(spec.architecture, 30)}, {spec.block_count} layers"
+                       + (f", trained {spec.context_train:,} tokens" if spec.context_train else ""))
+        out.append("\n")
+        if v is not None:
+            now = (f"loaded now: {v.context.value or '?'} × {v.parallel.value or '?'} slot(s), "
+                   f"{v.kv_type.value or '?'}, flash attention {v.flash_attention.value or 'not known'}; "
+                   f"size {ibytes(v.size_bytes)}, {v.processor}")
+            out.append(safe(now, 200) + "\n", style="dim")
+        else:
+            out.append("not loaded now (the plan still holds; nothing is held in VRAM)\n", style="dim")
+        if spec is None or cfg is None:
+            out.append("\nWaiting for /api/show of this model…\n")
+            return out
+        out.append("\n")
+        values = [f"{cfg.num_ctx:,}", cfg.cache_type, str(cfg.parallel), "on" if cfg.flash_attention else "off"]
+        hints = ["←/→ ladder, or type digits + Enter", "←/→ or k: f16 · q8_0 · q4_0", "←/→, or type + Enter",
+                 "←/→ or f (the runner's resolution)"]
+        for i, (label, value, hint) in enumerate(zip(FIELDS, values, hints)):
+            selected = i == self.field
+            out.append("▸ " if selected else "  ", style="bold")
+            out.append(f"{label:<17}", style="bold" if selected else "")
+            out.append(f"{value:<10}", style="reverse" if selected else "bold")
+            if selected and self.typed:
+                out.append(f" typing {self.typed}_ (Enter applies, Esc cancels)", style=colors.get("kv-warn", ""))
+            else:
+                out.append(f" {hint}", style="dim")
+            out.append("\n")
+        p = self.prediction()
+        if p is None:
+            out.append("\nThis configuration cannot be planned.\n")
+            return out
+        out.append("\n")
+        self._render_bar(out, p, colors)
+        self._render_figures(out, p, colors)
+        self._render_calibration(out, spec)
+        self._render_limits(out, p)
+        self._render_apply(out, p, colors)
+        return out
+
+    def _render_bar(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
+        budget = p.fit.budget_bytes if p.fit is not None else None
+        need = p.gpu_bytes
+        if budget is None:
+            held = self.view.size_vram_bytes if self.view is not None else None
+            out.append("GPU free memory not known", style=colors.get("kv-warn", ""))
+            out.append(" (no GPU telemetry): no fit verdict" + (f"; this model holds {ibytes(held)} now" if held else "")
+                       + "\n\n")
+            if need is None:
+                return
+            scale = need
+        else:
+            held = self.view.size_vram_bytes if self.view is not None else 0
+            out.append(f"GPU budget {ibytes(budget)} = {ibytes(self.gpu_free_bytes)} free"
+                       + (f" + {ibytes(held)} held by this model" if held else "") + "\n")
+            if need is None:
+                out.append("\n")
+                return
+            scale = max(budget, need)
+        weights_gpu = need - (p.kv_bytes or 0) - (p.recurrent_bytes or 0) - p.compute_bytes
+        parts = [(weights_gpu, "█", "kv-weights"), ((p.kv_bytes or 0) + (p.recurrent_bytes or 0), "▓", "kv-kv"),
+                 (p.compute_bytes, "▒", "kv-compute")]
+        width = BAR_WIDTH
+        cells: list[tuple[str, str]] = []
+        acc = 0
+        for value, glyph, var_name in parts:
+            start = acc * width // scale if scale else 0
+            acc += max(0, value)
+            end = acc * width // scale if scale else 0
+            cells += [(glyph, colors.get(var_name, ""))] * (end - start)
+        if budget is not None:
+            edge = budget * width // scale if scale else 0
+            cells = [(g, colors.get("kv-crit", "") if i >= edge else s) for i, (g, s) in enumerate(cells)]
+            cells += [("░", colors.get("kv-free", ""))] * max(0, edge - len(cells))
+        bar = Text("[")
+        for glyph, style in cells:
+            bar.append(glyph, style=style)
+        bar.append("]  █ weights ▓ KV ▒ compute" + (" ░ free" if budget is not None else "") + "\n")
+        out.append_text(bar)
+
+    def _render_figures(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
+        def row(label: str, value: str, note: str = "", style: str = "") -> None:
+            out.append(f"  {label:<12}", style="bold")
+            out.append(value, style=style)
+            if note:
+                out.append(f"\n  {'':<12}{safe(note, 240)}", style="dim")
+            out.append("\n")
+
+        row("weights", ibytes(p.weights_bytes) if p.weights_bytes is not None else "not known", p.weights_note)
+        if p.kv is not None:
+            row("KV cache", ibytes(p.kv_bytes), "exact: " + p.kv.formula)
+        else:
+            row("KV cache", "unavailable", p.kv_problem or "", colors.get("kv-warn", ""))
+        if p.recurrent_bytes:
+            row("state", ibytes(p.recurrent_bytes), "recurrent state per sequence × slots")
+        row("compute", f"~{ibytes(p.compute_bytes)} {_fmt_error(p.compute_error_bytes)}", p.compute_note)
+        if p.total_bytes is not None:
+            row("total", f"{ibytes(p.total_bytes)} {_fmt_error(p.total_error_bytes)}", "weights + KV + compute")
+            row("on GPU", ibytes(p.gpu_bytes), "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)")
+        else:
+            row("total", "not known", "needs the KV cache and the weights")
+        f = p.fit
+        if f is not None:
+            if f.verdict == "fits":
+                text, style = f"FITS: 100% GPU, {ibytes(f.headroom_bytes)} to spare", colors.get("kv-ok", "")
+            elif f.verdict == "marginal":
+                text = (f"MARGINAL: {ibytes(abs(f.headroom_bytes))} {'to spare' if f.headroom_bytes >= 0 else 'short'}, "
+                        "within the estimate's error")
+                style = colors.get("kv-warn", "")
+            else:
+                text = f"SPILLS: {ibytes(-f.headroom_bytes)} short; {f.text().removeprefix('spills: ')}, ≈ {f.processor}"
+                style = colors.get("kv-crit", "")
+            out.append("  verdict     ", style="bold")
+            out.append(text + "\n", style=f"bold {style}".strip())
+            if f.verdict != "fits" and not f.layers_exact:
+                out.append("              layer sizes assumed equal (no tensor list)\n", style="dim")
+        for note in p.notes:
+            out.append(f"  ! {safe(note, 200)}\n", style=colors.get("kv-warn", ""))
+        reason = self.spec.kv_reason if self.spec is not None else None
+        if reason:
+            out.append(f"  kvtop cannot do the KV math for this model: {safe(reason, 200)}\n",
+                       style=colors.get("kv-warn", ""))
+
+    def _render_calibration(self, out: Text, spec: plan.ModelSpec) -> None:
+        cal = self.calibration
+        if cal is None:
+            return
+        try:
+            c = plan.compare(spec, cal, engine=self.engine)
+        except ValueError:
+            return
+        what = "the runner's allocation" if cal.source == "allocated" else "/api/ps size (compute derived)"
+        out.append(f"\nPrediction vs reality at {cal.config.label()} ({what}):\n", style="bold")
+        for r in c.rows:
+            if r.predicted is None or r.actual is None or r.error_bytes is None:
+                continue
+            pct = f" ({r.error_percent:+.1f}%)" if r.error_percent is not None else ""
+            mark = "within" if r.within else "OUTSIDE"
+            out.append(f"  {r.component:<10} predicted {ibytes(r.predicted):<10} actual {ibytes(r.actual):<10} "
+                       f"error {r.error_bytes:+,} B{pct}, {mark} ±{ibytes(r.stated_error_bytes)}\n")
+
+    def _render_limits(self, out: Text, p: plan.Prediction) -> None:
+        lim = self.limits()
+        if not lim or all(value is None for value in lim.values()):
+            return
+        out.append("\nLargest num_ctx that stays 100% on the GPU", style="bold")
+        out.append(f" ({p.config.parallel} slot(s), FA {'on' if p.config.flash_attention else 'off'}): ")
+        out.append("  ".join(f"{ct} {'?' if lim.get(ct) is None else f'{lim[ct]:,}'}" for ct in plan.PLAN_CACHE_TYPES))
+        out.append("\n")
+        slots = lim.get("slots")
+        out.append("Largest slot count at this num_ctx: ", style="bold")
+        out.append(f"{'?' if slots is None else slots}\n")
+
+    def _render_apply(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
+        out.append("\nApply\n", style="bold")
+        if self.readonly:
+            out.append("  a  load with this num_ctx: disabled (--readonly: kvtop sends nothing that changes the server)\n",
+                       style="dim")
+        else:
+            out.append(f"  a  load now with num_ctx {p.config.num_ctx:,} (POST /api/generate, empty prompt; asks first)\n")
+        if self.status:
+            out.append(f"     {safe(self.status, 200)}\n", style=colors.get("kv-warn", "") if "fail" in self.status
+                       or "cannot" in self.status or "HTTP" in self.status else "")
+        v = self.view
+        server = self._initial_config(v) if v is not None else None
+        cfg = p.config
+        if server is None or (cfg.cache_type, cfg.parallel, cfg.flash_attention) != (
+                server.cache_type, server.parallel, server.flash_attention):
+            s = plan.server_settings(cfg.cache_type, cfg.parallel, cfg.flash_attention)
+            out.append("  KV cache type, slots and flash attention are server-wide (restart; every model unloads):\n")
+            out.append("    systemd  sudo systemctl edit ollama.service  →  [Service] "
+                       + " ".join(line for line in s.systemd if line.startswith("Environment=")) + "\n")
+            out.append("             then " + s.systemd[-1] + "\n")
+            out.append("    macOS    " + "; ".join(s.launchctl[:-1]) + "; then reopen Ollama\n")
+            out.append(f"    docker   {s.docker}\n")
+            for note in s.notes[2:]:
+                out.append(f"    ! {note}\n", style=colors.get("kv-crit", ""))
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def _set(self, **changes: Any) -> None:
+        if self.config is None:
+            return
+        self.config = dataclasses.replace(self.config, **changes)
+        self._refresh()
+
+    def action_back(self) -> None:
+        if self.typed:
+            self.typed = ""
+            self._refresh()
+            return
+        self.dismiss(None)
+
+    def action_field(self, step: int) -> None:
+        self.typed = ""
+        self.field = (self.field + step) % len(FIELDS)
+        self._refresh()
+
+    def action_change(self, direction: int) -> None:
+        cfg = self.config
+        if cfg is None:
+            return
+        self.typed = ""
+        name = FIELDS[self.field]
+        if name == "num_ctx":
+            cap = self.spec.context_train if self.spec is not None else None
+            self._set(num_ctx=next_num_ctx(cfg.num_ctx, direction, cap))
+        elif name == "KV cache type":
+            types = plan.PLAN_CACHE_TYPES
+            i = types.index(cfg.cache_type) if cfg.cache_type in types else 0
+            self._set(cache_type=types[(i + direction) % len(types)])
+        elif name == "slots":
+            self._set(parallel=max(1, min(plan.MAX_SLOTS, cfg.parallel + direction)))
+        else:
+            self._set(flash_attention=not cfg.flash_attention)
+
+    def action_cycle_kv(self) -> None:
+        self.field = FIELDS.index("KV cache type")
+        self.action_change(1)
+
+    def action_toggle_fa(self) -> None:
+        self.field = FIELDS.index("flash attention")
+        self.action_change(1)
+
+    def on_key(self, event: Key) -> None:
+        """Digits type a value into the selected numeric field (num_ctx or slots)."""
+        if event.character is not None and event.character.isdigit() and FIELDS[self.field] in ("num_ctx", "slots"):
+            if len(self.typed) < 10:
+                self.typed += event.character
+            event.stop()
+            event.prevent_default()
+            self._refresh()
+
+    def action_erase(self) -> None:
+        self.typed = self.typed[:-1]
+        self._refresh()
+
+    def action_apply_typed(self) -> None:
+        if not self.typed or self.config is None:
+            return
+        value = int(self.typed)
+        self.typed = ""
+        if FIELDS[self.field] == "num_ctx":
+            if value < 1:
+                self.status = "num_ctx must be at least 1"
+            else:
+                self.status = ""
+                self._set(num_ctx=value)
+                return
+        else:
+            if not 1 <= value <= plan.MAX_SLOTS:
+                self.status = f"slots must be 1–{plan.MAX_SLOTS} (llama.cpp LLAMA_MAX_SEQ)"
+            else:
+                self.status = ""
+                self._set(parallel=value)
+                return
+        self._refresh()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The load action is shown disabled with ``--readonly`` or while a load runs."""
+        if action == "load" and (self.readonly or self.loading):
+            return None
+        return True
+
+    def action_load(self) -> None:
+        if self.readonly or self.config is None or self.loading:
+            return
+        num_ctx = self.config.num_ctx
+        keep: int | None = -1 if self.view is not None and self.view.forever else None
+        lines = [
+            f"Load {self.model_name} with num_ctx {num_ctx:,} now?",
+            "",
+            f"kvtop sends POST {self.host_url or '?'}/api/generate with an empty prompt and "
+            f"options.num_ctx {num_ctx}" + (", keep_alive -1 (it is kept forever now)" if keep == -1 else
+                                            " (keep_alive: the server's default)") + ".",
+            "If the model is loaded with another num_ctx, Ollama reloads it: requests wait meanwhile.",
+        ]
+        if self.view is not None:
+            server = self._initial_config(self.view)
+            cfg = self.config
+            if (cfg.cache_type, cfg.parallel, cfg.flash_attention) != (server.cache_type, server.parallel,
+                                                                       server.flash_attention):
+                lines.append(f"Only num_ctx changes: the server keeps its own KV type ({server.cache_type}), "
+                             f"slots ({server.parallel}) and flash attention.")
+        self.app.push_screen(ConfirmLoad("\n".join(lines)), lambda yes: self._confirmed(bool(yes), num_ctx, keep))
+
+    def _confirmed(self, yes: bool, num_ctx: int, keep: int | None) -> None:
+        if not yes:
+            self.status = "load cancelled: nothing was sent"
+            self._refresh()
+            return
+        self._send(num_ctx, keep)
+
+    @work(group="plan-load", exclusive=True, exit_on_error=False)
+    async def _send(self, num_ctx: int, keep: int | None) -> None:
+        if not self.host_url:
+            self.status = "load failed: the server URL is not known"
+            self._refresh()
+            return
+        self.loading = True
+        self.status = f"sending POST /api/generate (num_ctx {num_ctx:,})… the model loads"
+        self.refresh_bindings()
+        self._refresh()
+        try:
+            error = await send_load_request(self.host_url, self.model_name, num_ctx, keep, transport=self.transport)
+        finally:
+            self.loading = False
+            self.refresh_bindings()
+        if error is None:
+            self.status = f"loaded with num_ctx {num_ctx:,}: /api/ps shows it on the next poll"
+            self.notify(f"{self.model_name}: loaded with num_ctx {num_ctx:,}", timeout=4)
+        else:
+            self.status = f"load failed: {error}"
+            self.notify(safe(self.status, 200), severity="error", timeout=8)
+        self._refresh()
+
+
+def plan_screen_for(view: ModelView, *, gpu_free_bytes: int | None, readonly: bool,
+                    host_url: str | None = None) -> PlanScreen:
+    """The screen for a dashboard row (what ``w`` pushes)."""
+    return PlanScreen(view.name, view.digest, gpu_free_bytes=gpu_free_bytes, readonly=readonly, host_url=host_url)
+
