@@ -113,16 +113,21 @@ def demo_server(speed: float = 1.0, *, manual: bool = False) -> Iterator[str]:
 
 
 async def _sample_once(settings: Settings) -> int:
-    from kvtop.model.state import AppState, apply
+    from kvtop.model.state import AppState, apply, apply_gpu
     from kvtop.report import state_json, state_text
+    from kvtop.sources.gpu import GpuSource
     from kvtop.sources.ollama import OllamaClient
+    from kvtop.sources.procs import ProcSource
 
     client = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+    gpu_source = GpuSource()
     try:
-        snap = await client.sample(wait_details=True)
+        snap, gpu = await asyncio.gather(client.sample(wait_details=True), gpu_source.sample())
+        procs = await ProcSource().sample(gpu.pids)
     finally:
         await client.aclose()
-    state = apply(AppState(host_url=settings.host_url), snap)
+        await gpu_source.aclose()
+    state = apply_gpu(apply(AppState(host_url=settings.host_url), snap), gpu, procs)
     if settings.extra.get("json") == "1":
         sys.stdout.write(json.dumps(state_json(state), indent=2, ensure_ascii=False) + "\n")
     else:

@@ -11,13 +11,13 @@ from typing import Any
 from rich.cells import cell_len
 
 from kvtop import __version__
+from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.state import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
-GPU_STATUS = "not available: no GPU source in this kvtop version"
 
 
-def model_json(v: ModelView) -> dict[str, Any]:
+def model_json(v: ModelView, usage: ModelGpu | None = None) -> dict[str, Any]:
     """One model as the ``--once --json`` schema describes it (bytes as integers, null when unknown)."""
     m = v.memory
     return {
@@ -53,12 +53,14 @@ def model_json(v: ModelView) -> dict[str, Any]:
         "kv_estimate_unavailable": v.kv_unavailable if v.kv_estimate is None else None,
         "spilled": v.spilled,
         "cloud": v.cloud,
+        **model_gpu_json(usage),
     }
 
 
 def state_json(state: AppState) -> dict[str, Any]:
     """The whole ``--once --json`` object."""
     snap = state.ollama
+    usage = model_gpu_usage(state.gpu, state.procs, state.models)
     return {
         "schema": JSON_SCHEMA_VERSION,
         "kvtop_version": __version__,
@@ -67,9 +69,8 @@ def state_json(state: AppState) -> dict[str, Any]:
         "error": snap.error if snap else "no poll made",
         "version": snap.version if snap else None,
         "taken_at": snap.taken_at if snap else None,
-        "models": [model_json(v) for v in state.models] if snap and snap.reachable else [],
-        "gpus": [],
-        "gpu_status": GPU_STATUS,
+        "models": [model_json(v, usage.get((v.name, v.digest))) for v in state.models] if snap and snap.reachable else [],
+        **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [],
     }
 
@@ -108,4 +109,31 @@ def state_text(state: AppState) -> str:
     for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
         lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
     lines.append("~ estimated  * Ollama default (the server log gives the real value)  ^ requested  ? not known")
+    lines.extend(gpu_text_lines(state))
     return "\n".join(lines) + "\n"
+
+
+def gpu_text_lines(state: AppState) -> list[str]:
+    """The GPU status, one line per GPU and one per process on it (``--once`` plain text)."""
+    from kvtop.model.gpu import gpu_views
+    from kvtop.ui.format import ibytes, safe
+
+    lines = [safe(gpu_status_line(state.gpu))]
+    for v in gpu_views(state.gpu, state.procs, state.models):
+        d = v.device
+        name = f"GPU {d.index} {safe(d.name or d.uuid or '?', 40)}"
+        if d.error:
+            lines.append(f"{name}: {safe(d.error, 200)}")
+            continue
+        used = d.memory_total_bytes - d.memory_free_bytes if d.memory_total_bytes is not None and d.memory_free_bytes is not None else d.memory_used_bytes
+        lines.append(f"{name}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
+                     f", util {d.gpu_util_percent if d.gpu_util_percent is not None else '?'}%"
+                     f", {d.temperature_c if d.temperature_c is not None else '?'}°C"
+                     f", {d.power_draw_mw // 1000 if d.power_draw_mw is not None else '?'} W")
+        for p in v.processes:
+            what = p.model or p.command or p.name or "?"
+            lines.append(f"  PID {p.pid:<8} {ibytes(p.gpu_memory_bytes):>10}  {p.kind:<7} {safe(p.user or '?', 16):<8} "
+                         f"{safe(what, 80)}" + (f"  ({safe(p.note, 80)})" if p.note else ""))
+        if v.note:
+            lines.append(f"  {safe(v.note, 160)}")
+    return lines

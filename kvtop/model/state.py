@@ -18,6 +18,7 @@ from kvtop.model import kv
 from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.loads import Load
+from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.known import Known
 from kvtop.model.logstate import LogState, apply_log
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
@@ -132,6 +133,8 @@ class AppState:
         last_ok: The latest reachable snapshot (its models stay on screen while the server is down).
         models: Derived rows for ``last_ok``'s models.
         failures: Consecutive failed polls.
+        gpu: The latest GPU sample (``sources.gpu.GpuSource``), None before the first one.
+        procs: The process sample taken right after it (``sources.procs.ProcSource``).
     """
 
     host_url: str
@@ -140,6 +143,8 @@ class AppState:
     models: tuple[ModelView, ...] = ()
     failures: int = 0
     log: LogState = LogState()
+    gpu: GpuSnapshot | None = None
+    procs: ProcSnapshot | None = None
 
     @property
     def reachable(self) -> bool | None:
@@ -160,6 +165,11 @@ def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
         return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
     models = tuple(model_view(m, snap, state.log) for m in snap.models)
     return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0)
+
+
+def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
+    """Return the state after one GPU + process sample (joined with the models at render time)."""
+    return dataclasses.replace(state, gpu=gpu, procs=procs)
 
 
 def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:

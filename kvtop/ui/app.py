@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
@@ -14,18 +15,20 @@ from textual.reactive import var
 from textual.widgets import Input, Static
 
 from kvtop.config import Settings, clamp_interval, config_dir, save_theme
+from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, gpu_free_bytes, gpu_panel_data
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
 from kvtop.model.logstate import LogState
-from kvtop.model.state import SORT_KEYS, AppState, apply, apply_log_events, filter_views, sort_views
+from kvtop.model.state import SORT_KEYS, AppState, apply, apply_gpu, apply_log_events, filter_views, sort_views
 from kvtop.ui.format import safe
-from kvtop.ui.messages import LogEventsReceived, SnapshotReceived
+from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.help import HelpScreen
 from kvtop.ui.screens.model_detail import ModelDetailScreen
 from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load_themes_reporting
+from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 
@@ -41,6 +44,22 @@ class OllamaSource(Protocol):
     """What the app needs from an Ollama source (``sources.ollama.OllamaClient`` or a fake)."""
 
     async def sample(self) -> OllamaSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class GpuSourceLike(Protocol):
+    """What the app needs from a GPU source (``sources.gpu.GpuSource`` or a fake)."""
+
+    async def sample(self) -> GpuSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ProcSourceLike(Protocol):
+    """What the app needs from a process source (``sources.procs.ProcSource`` or a fake)."""
+
+    async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot: ...
 
     async def aclose(self) -> None: ...
 
@@ -63,15 +82,16 @@ class KvtopApp(App[int]):
         Binding("t", "cycle_theme", "Theme", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("l", "toggle_events", "Log"),
+        Binding("g", "toggle_gpu", "GPU"),
         Binding("w", "what_if", "What if"),
         Binding("r", "toggle_raw", "Raw lines", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
-                                     "what_if"})
+                                     "what_if", "toggle_gpu"})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
     TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
-                              "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if"})
+                              "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu"})
     """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
@@ -84,11 +104,14 @@ class KvtopApp(App[int]):
     interval_s: var[float] = var(1.0)
 
     def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True,
-                 log_source: LogSource | None = None) -> None:
+                 log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
+                 proc_source: ProcSourceLike | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.source = source
         self.log_source = log_source
+        self.gpu_source = gpu_source
+        self.proc_source = proc_source
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
         self._dashboard_ready = False
@@ -137,6 +160,8 @@ class KvtopApp(App[int]):
             self.poll_ollama()
         if self.log_source is not None:
             self.follow_log()
+        if self._poll and self.gpu_source is not None and self.proc_source is not None:
+            self.poll_gpu()
 
     async def on_unmount(self) -> None:
         if self.log_source is not None:
@@ -149,6 +174,12 @@ class KvtopApp(App[int]):
                 await self.source.aclose()
             except Exception:  # noqa: BLE001 - closing a pool must never block quitting
                 pass
+        for closable in (self.gpu_source, self.proc_source):
+            if closable is not None:
+                try:
+                    await closable.aclose()
+                except Exception:  # noqa: BLE001 - never block quitting
+                    pass
 
     @work(group="poll-ollama", exclusive=True, exit_on_error=False)
     async def poll_ollama(self) -> None:
@@ -162,6 +193,17 @@ class KvtopApp(App[int]):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
             except asyncio.TimeoutError:
                 pass
+
+    @work(group="poll-gpu", exclusive=True, exit_on_error=False)
+    async def poll_gpu(self) -> None:
+        """One GPU sample, then the processes on it, posted together; sleep ``interval_s`` after."""
+        assert self.gpu_source is not None and self.proc_source is not None
+        while True:
+            if not self.paused:
+                gpu = await self.gpu_source.sample()
+                procs = await self.proc_source.sample(gpu.pids)
+                self.post_message(GpuSampled(gpu, procs))
+            await asyncio.sleep(self.interval_s)
 
     @work(group="poll-log", exclusive=True, exit_on_error=False)
     async def follow_log(self) -> None:
@@ -190,6 +232,12 @@ class KvtopApp(App[int]):
                 self.state, message.events, source=message.source, status=message.status, ok=message.ok,
                 lines=message.lines, dropped_lines=message.dropped_lines,
             )
+
+    @on(GpuSampled)
+    def on_gpu_sampled(self, message: GpuSampled) -> None:
+        """A GPU + process sample changes state here."""
+        if self.state is not None:
+            self.state = apply_gpu(self.state, message.gpu, message.procs)
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
@@ -223,8 +271,8 @@ class KvtopApp(App[int]):
         self._refresh_all()
 
     def _refresh_all(self) -> None:
-        if not self._dashboard_ready or self.state is None:
-            return
+        if not self._dashboard_ready or self.state is None or not self.is_running:
+            return  # not up yet, or shutting down: a late GpuSampled must not query removed widgets
         state = self.state
         main = self.dashboard
         too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
@@ -253,6 +301,7 @@ class KvtopApp(App[int]):
             status = Text("No model loaded: models appear here when a client loads one.")
         self._update_static("#status", status)
         self._update_static("#logline", log_line(state.log, self.settings.log_spec))
+        main.query_one(GpuPanel).show_data(gpu_panel_data(state.gpu, state.procs, state.models), self.size.width)
         events = main.query_one(EventsPane)
         if events.has_class("-visible"):
             events.show(state.log, self.filter_text)
@@ -284,11 +333,14 @@ class KvtopApp(App[int]):
 
     def gpu_free_bytes(self) -> int | None:
         """Free GPU memory for the planner; None until a GPU source reports it."""
-        return None
+        return gpu_free_bytes(self.state.gpu) if self.state is not None and self.state.gpu is not None else None
 
     def action_interrupt(self) -> None:
         """Ctrl+C quits, whatever has the focus (it is never typed into the filter box)."""
         self.exit()
+
+    def action_toggle_gpu(self) -> None:
+        self.dashboard.query_one(GpuPanel).toggle_class("-hidden")
 
     def action_toggle_events(self) -> None:
         pane = self.dashboard.query_one(EventsPane)
@@ -395,7 +447,8 @@ def log_line(log: LogState, spec: str) -> Text:
 
 
 def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True,
-             log_source: LogSource | None = None) -> KvtopApp:
+             log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
+             proc_source: ProcSourceLike | None = None) -> KvtopApp:
     """Build the app for the CLI and the tests alike (one factory).
 
     Raises:
@@ -405,8 +458,14 @@ def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bo
         from kvtop.sources.ollama import OllamaClient
 
         source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+        if gpu_source is None and proc_source is None:  # real run: real GPU and process sources
+            from kvtop.sources.gpu import GpuSource
+            from kvtop.sources.procs import ProcSource
+
+            gpu_source, proc_source = GpuSource(), ProcSource()
     if log_source is None and settings.log_spec != "none":
         from kvtop.sources.tail import open_log_source, parse_log_spec
 
         log_source = open_log_source(parse_log_spec(settings.log_spec))
-    return KvtopApp(settings, source, poll=poll, log_source=log_source)
+    return KvtopApp(settings, source, poll=poll, log_source=log_source, gpu_source=gpu_source,
+                    proc_source=proc_source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from kvtop.logparse.events import LogEvent
+from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 
 
@@ -28,3 +29,12 @@ class SnapshotReceived(Message):
     def __init__(self, snapshot: OllamaSnapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
+
+
+class GpuSampled(Message):
+    """The GPU worker took one GPU sample and, right after it, one process sample."""
+
+    def __init__(self, gpu: GpuSnapshot, procs: ProcSnapshot) -> None:
+        super().__init__()
+        self.gpu = gpu
+        self.procs = procs

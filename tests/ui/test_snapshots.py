@@ -7,11 +7,13 @@ from typing import Any
 from kvtop.config import Settings
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.models_table import ModelsTable
+from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
 
 
 def _app(*snaps: Any, demo: bool = False) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, demo=demo), FakeSource(*snaps, hold=True))
+    return make_app(Settings(host_url=HOST, interval_s=0.25, demo=demo), FakeSource(*snaps, hold=True),
+                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
 
 
 async def _settle(pilot: Any, rows: int | None = None) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from kvtop.config import Settings, saved_theme
 from kvtop.ui.app import make_app
+from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from kvtop.ui.themes import KVTOP_THEMES, load_themes, load_themes_reporting
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
@@ -18,7 +19,8 @@ from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 def test_theme_snapshot(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
     app = make_app(Settings(host_url=HOST, interval_s=0.25, theme=theme),
-                   FakeSource(snapshot_at(step_index("spills")), hold=True))
+                   FakeSource(snapshot_at(step_index("spills")), hold=True),
+                   gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
 
     async def run_before(pilot: Any) -> None:
         for _ in range(100):

@@ -8,7 +8,7 @@ import sys
 
 def test_sources_and_model_do_not_import_textual() -> None:
     code = (
-        "import sys, kvtop.sources.ollama, kvtop.model.state, kvtop.model.kv, kvtop.report, kvtop.demo.server;"
+        "import sys, kvtop.sources.ollama, kvtop.sources.gpu, kvtop.sources.procs, kvtop.model.gpu, kvtop.model.state, kvtop.model.kv, kvtop.report, kvtop.demo.server;"
         "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

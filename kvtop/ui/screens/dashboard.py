@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from kvtop.ui.widgets.events_pane import EventsPane
-from kvtop.ui.widgets.gpu_strip import GpuStrip
+from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 
@@ -27,7 +27,7 @@ class DashboardScreen(Screen[None]):
         yield ServerHeader(id="header")
         yield ModelsTable(id="models")
         yield EventsPane(id="events")
-        yield GpuStrip(id="gpu")
+        yield GpuPanel(id="gpu")
         yield Static(id="logline")
         yield Static(id="status")
         yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter")

@@ -31,6 +31,11 @@ Columns
   FLASH ATTN / KV TYPE  what the runner resolved (needs the server log)
   UNTIL      keep-alive left; "expired" = busy past keep_alive or unloading
 
+GPU panel (one line per GPU under 100 columns)
+  █          a loaded model's runner (NVML per-process memory; one colour each)
+  ▓          other Ollama processes    ▒          other processes
+  ·          driver, reserved, unlisted ░          free
+
 Sources
   plain      allocated (runner log) or reported (API)
   ~          estimated (KV math; compute = size − weights − KV)

@@ -14,7 +14,8 @@ from textual.widgets import Footer, Static
 from kvtop.model.known import Known
 from kvtop.model.state import AppState, ModelView
 from kvtop.ui.format import exact_bytes, ibytes, safe
-from kvtop.ui.widgets.gpu_strip import GPU_UNAVAILABLE_REASON
+from kvtop.model.gpu import gpu_status_line, model_gpu_usage
+from kvtop.ui.widgets.gpu_panel import gpu_detail_rows
 
 
 def _src(k: Known[Any]) -> str:
@@ -112,7 +113,9 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "until", v.until, "", "expires_at is in the past: a request longer than keep_alive is running, or the model is unloading"
          if v.expired else "")
     out.append("\nGPU\n", style="bold underline")
-    _row(out, "telemetry", "not available", "", GPU_UNAVAILABLE_REASON)
+    usage = model_gpu_usage(state.gpu, state.procs, state.models).get((v.name, v.digest)) if state.procs else None
+    for label, value, source, note in gpu_detail_rows(usage, gpu_status_line(state.gpu), state.gpu is not None and state.gpu.ok):
+        _row(out, label, value, source, note)
     if v.show_error:
         _row(out, "/api/show", "failed", "", v.show_error)
     return out
