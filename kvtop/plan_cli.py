@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop plan",
         description="Predict a model's memory (weights, KV cache, compute) at other num_ctx, KV cache "
-                    "types and slot counts, and whether it stays 100%% on the GPU.",
+                    "types and slot counts, and whether it stays 100% on the GPU.",
     )
     p.add_argument("model", metavar="MODEL", help="model name as Ollama lists it (llama3.1:8b)")
     p.add_argument("--ctx", type=_num_ctx, action="append", metavar="N",
