@@ -242,7 +242,8 @@ def _normalise_name(name: str) -> str:
     return name
 
 
-def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None) -> dict[str, Any]:
+def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None, *,
+            reloads: dict[str, tuple[int, int, int]] | None = None) -> dict[str, Any]:
     """Build the ``/api/ps`` answer for a step, in Ollama's field order and row order.
 
     Args:
@@ -251,6 +252,7 @@ def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = N
         since_ns: Wall time (ns) at which the step became current; ``expires_at`` counts
             from it.
         tz: Time zone for ``expires_at``; the local one when None.
+        reloads: ``POST /api/generate`` reloads in this step: model -> (num_ctx, size, size_vram).
 
     Returns:
         ``{"models": [...]}``, longest remaining ``expires_at`` first.
@@ -259,17 +261,18 @@ def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = N
     for row in step.loaded:
         model = scenario.models[row.model]
         expires_ns = _expires_ns(row, since_ns)
+        context, size, size_vram = (reloads or {}).get(row.model, (row.context_length, row.size, row.size_vram))
         entry: dict[str, Any] = {
             "name": model.name,
             "model": model.name,
-            "size": row.size,
+            "size": size,
             "digest": model.digest,
             "details": model.details.to_json() | {"parent_model": ""},
             "expires_at": format_go_time(expires_ns, tz),
-            "size_vram": row.size_vram,
+            "size_vram": size_vram,
         }
-        if row.context_length is not None:
-            entry["context_length"] = row.context_length
+        if context is not None:
+            entry["context_length"] = context
         rows.append((expires_ns // 1_000_000_000, entry))
     rows.sort(key=lambda item: -item[0])  # stable, like slices.SortStableFunc on Unix()
     return {"models": [entry for _, entry in rows]}
@@ -433,6 +436,9 @@ class StandinServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.player = player
         self.verbose = verbose
+        self.reloads: dict[tuple[int, str], tuple[int, int, int]] = {}
+        """``POST /api/generate`` reloads: (step index, model) -> (num_ctx, size, size_vram)."""
+        self.reloads_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     @property
@@ -618,6 +624,7 @@ class _Handler(BaseHTTPRequestHandler):
             ("GET", "/api/tags"),
             ("HEAD", "/api/tags"),
             ("POST", "/api/show"),
+            ("POST", "/api/generate"),
         }
         if (method, path) not in routes:
             self._drain()
@@ -635,11 +642,54 @@ class _Handler(BaseHTTPRequestHandler):
             if step.garbage:
                 self._send(200, GARBAGE_BODY, "application/json; charset=utf-8")
             else:
-                self._json(200, ps_body(scenario, step, since_ns))
+                with self.server.reloads_lock:
+                    reloads = {m: v for (i, m), v in self.server.reloads.items() if i == index}
+                self._json(200, ps_body(scenario, step, since_ns, reloads=reloads))
         elif path == "/api/tags":
             self._json(200, tags_body(scenario))
+        elif path == "/api/generate":
+            self._generate(index, step)
         else:
             self._show()
+
+    def _generate(self, index: int, step: Step) -> None:
+        """``POST /api/generate`` with an empty prompt: reload a loaded model at ``options.num_ctx``.
+
+        Only what the what-if planner sends is supported. The new size is the current one plus
+        the KV cache difference (``kvtop.model.kv``, f16); a model fully on the GPU stays there,
+        a spilled one puts the difference in system RAM. The reload lasts until the step changes.
+        """
+        try:
+            body = self._json_body(required=True)
+        except _BadRequest as exc:
+            self._error(400, str(exc))
+            return
+        name = _normalise_name(str(body.get("model") or ""))
+        options = body.get("options") if isinstance(body.get("options"), dict) else {}
+        num_ctx = options.get("num_ctx") if isinstance(options, dict) else None
+        row = next((r for r in step.loaded if r.model == name), None)
+        if row is None:
+            self._error(404, f"model '{name}' is not loaded in this step of the stand-in's scenario")
+            return
+        if not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx < 1:
+            self._error(400, "the stand-in only reloads with options.num_ctx (a positive integer)")
+            return
+        from kvtop.model import kv
+
+        model = self.server.player.scenario.models[row.model]
+        layout = kv.layout_from_model_info(_thaw(model.model_info))
+        with self.server.reloads_lock:
+            old_ctx, size, vram = self.server.reloads.get((index, name), (row.context_length, row.size, row.size_vram))
+            if isinstance(layout, kv.KVUnavailable) or old_ctx is None:
+                self._error(400, f"the stand-in cannot size {name} at another num_ctx")
+                return
+            ctx = min(num_ctx, layout.context_length_train or num_ctx)
+            delta = kv.bytes_per_token(layout) * (ctx - old_ctx)
+            new_size = max(0, size + delta)
+            new_vram = new_size if vram == size else max(0, min(vram, new_size))
+            self.server.reloads[(index, name)] = (ctx, new_size, new_vram)
+        self._json(200, {"model": name, "created_at": format_go_time(time.time_ns()), "response": "",
+                         "done": True, "done_reason": "load"})
 
     def _show(self) -> None:
         body = self._json_body(required=True)

@@ -678,3 +678,19 @@ def test_bundled_scenario_loads_and_is_80_seconds() -> None:
     assert scenario.sources
     assert all(step.status is None and not step.garbage for step in scenario.steps)
     assert scenario.steps[0].loaded == () and scenario.steps[-1].loaded == ()
+
+
+def test_generate_reloads_a_loaded_model_at_another_num_ctx() -> None:
+    # POST /api/generate {"prompt": "", "options": {"num_ctx": N}} is what the what-if planner sends
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(1)  # qwen3:1.7b-q8_0 at 4096: 2,754,892,672 B (seeds)
+        r = server.client.post("/api/generate", json={"model": "qwen3:1.7b-q8_0", "prompt": "",
+                                                      "options": {"num_ctx": 32768}})
+        assert r.status_code == 200 and r.json()["done_reason"] == "load"
+        row = server.ps()[0]
+        assert row["context_length"] == 32768
+        assert row["size"] == 2_754_892_672 + 28_672 * 114_688 == row["size_vram"]  # + the KV difference
+        assert server.client.post("/api/generate", json={"model": "nope", "prompt": ""}).status_code == 404
+        assert server.client.post("/api/generate", json={"model": "qwen3:1.7b-q8_0", "prompt": ""}).status_code == 400
+        server.goto(2)
+        assert server.ps()[0]["size"] == 6_106_141_568  # the scenario's own number again after the step

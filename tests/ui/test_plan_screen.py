@@ -200,7 +200,7 @@ async def test_load_sends_generate_with_num_ctx_and_keep_alive() -> None:
                                   "stream": False, "keep_alive": -1}}]
 
 
-async def test_load_against_the_standin_shows_its_404_clearly() -> None:
+async def test_load_against_the_standin_reloads_the_model() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(1)
         app = app_at("loads at num_ctx 4096", host=server.url)
@@ -211,10 +211,23 @@ async def test_load_against_the_standin_shows_its_404_clearly() -> None:
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
             await pilot.press("y")
-            await wait_for(pilot, lambda: "load failed" in body(screen), timeout_s=10)
-            text = body(screen)
-            assert "load failed: POST /api/generate: HTTP 404 Not Found: not found" in text
+            await wait_for(pilot, lambda: "loaded with num_ctx 6,144" in body(screen), timeout_s=10)
             assert not screen.loading
+            assert server.ps()[0]["context_length"] == 6144  # the stand-in reloaded it (POST /api/generate)
+
+
+async def test_load_error_is_shown_clearly() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(1)
+        app = app_at("loads at num_ctx 4096", host=server.url)
+        async with app.run_test(size=(130, 50)) as pilot:
+            screen = await open_plan(pilot, host_url=server.url)
+            server.goto(0)  # the model is gone by the time the user confirms
+            await pilot.press("right", "a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: "load failed" in body(screen), timeout_s=10)
+            assert "HTTP 404 Not Found: model 'qwen3:1.7b-q8_0' is not loaded" in body(screen)
 
 
 def test_num_ctx_ladder() -> None:
