@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 from contextlib import contextmanager
 
 from kvtop import __version__
@@ -258,9 +259,38 @@ def _run(settings: Settings, *, once: bool) -> int:
         return asyncio.run(_sample_once(settings))
     from kvtop.ui.app import make_app
 
-    app = make_app(settings)
+    log_source = None
+    if settings.log_spec == "-":
+        try:
+            log_source = _stdin_log_with_keys_from_tty()
+        except OSError as exc:
+            print(f"kvtop: --log -: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+    app = make_app(settings, log_source=log_source)
     app.run()
     return app.return_code or EXIT_OK
+
+
+def _stdin_log_with_keys_from_tty() -> Any:
+    """``ollama serve 2>&1 | kvtop --log -``: the pipe is the log, the keys come from the terminal.
+
+    Textual reads keys from file descriptor 0, so the pipe is moved to a new descriptor for the
+    log reader and the controlling terminal (``/dev/tty``) takes its place.
+
+    Raises:
+        OSError: stdin is a terminal (nothing is piped in), or there is no terminal for the keys.
+    """
+    from kvtop.sources.tail import StdinTail
+
+    if os.isatty(0):
+        raise OSError("nothing is piped into kvtop (stdin is the terminal); "
+                      "use e.g. `ollama serve 2>&1 | kvtop --log -`, or --log file:PATH")
+    log_fd = os.dup(0)
+    tty_fd = os.open("/dev/tty", os.O_RDWR)
+    os.dup2(tty_fd, 0)
+    os.close(tty_fd)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's stdin, kept for its lifetime
+    return StdinTail(log_fd)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -155,7 +155,7 @@ class KvtopApp(App[int]):
         self._theme_loaded = True
         warnings = [w for w in self.settings.extra.get("warnings", "").splitlines() if w] + problems
         for warning in warnings:
-            self.notify(safe(warning, 300), severity="warning", timeout=10)
+            self.notify(safe(warning, 300), severity="warning", timeout=10, markup=False)
         if self._poll:
             self.poll_ollama()
         if self.log_source is not None:
@@ -217,7 +217,7 @@ class KvtopApp(App[int]):
                     events.extend(parser.feed(line))
                 events.extend(parser.end_batch())  # a held line (it might have continued) is released
             except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
-                self.notify(f"log parser error: {type(exc).__name__}: {exc}", severity="error")
+                self.notify(f"log parser error: {type(exc).__name__}: {exc}", severity="error", markup=False)
                 parser = LogParser()
             self.post_message(LogEventsReceived(
                 tuple(events), source=batch.source, status=batch.status, ok=batch.ok,
@@ -324,7 +324,7 @@ class KvtopApp(App[int]):
         """Open the what-if planner for the selected model."""
         view = self.dashboard.query_one(ModelsTable).selected_view
         if view is None or view.cloud:
-            self.notify("select a local model first (w plans a loaded model's memory)")
+            self.notify("select a local model first (w plans a loaded model's memory)", markup=False)
             return
         from kvtop.ui.screens.plan import PlanScreen
 
@@ -386,14 +386,14 @@ class KvtopApp(App[int]):
         names = list(self._kvtop_themes) or [DEFAULT_THEME]
         i = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(i + 1) % len(names)]
-        self.notify(f"theme: {self.theme}", timeout=1.5)
+        self.notify(f"theme: {self.theme}", timeout=1.5, markup=False)
 
     def watch_theme(self, theme: str) -> None:
         """Remember a theme picked with ``t`` or the command palette for the next start."""
         if getattr(self, "_theme_loaded", False):
             problem = save_theme(theme)
             if problem:
-                self.notify(problem, severity="warning")
+                self.notify(problem, severity="warning", markup=False)
         self._refresh_all()  # the table's cells carry the theme's colours
 
     def action_cycle_sort(self) -> None:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from kvtop.bundled import bundled_dir
@@ -25,6 +26,12 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
         KeyError / ValueError: The file lacks ``name`` or ``colors.primary``.
     """
     colors = {str(k): str(v) for k, v in dict(data.get("colors", {})).items()}
+    variables = {str(k): str(v) for k, v in data.get("variables", {}).items()}
+    for key, value in list(colors.items()) + list(variables.items()):
+        try:  # a bad colour must be reported at load time, never crash the app when applied
+            Color.parse(value)
+        except ColorParseError as exc:
+            raise ValueError(f"{key} = {value!r} is not a colour ({exc})") from None
     return Theme(
         name=str(data["name"]),
         primary=colors["primary"],
@@ -39,7 +46,7 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
         panel=colors.get("panel"),
         boost=colors.get("boost"),
         dark=bool(data.get("dark", True)),
-        variables={str(k): str(v) for k, v in data.get("variables", {}).items()},
+        variables=variables,
     )
 
 

@@ -655,10 +655,10 @@ class PlanScreen(Screen[None]):
             self.refresh_bindings()
         if error is None:
             self.status = f"loaded with num_ctx {num_ctx:,}: /api/ps shows it on the next poll"
-            self.notify(f"{self.model_name}: loaded with num_ctx {num_ctx:,}", timeout=4)
+            self.notify(f"{self.model_name}: loaded with num_ctx {num_ctx:,}", timeout=4, markup=False)
         else:
             self.status = f"load failed: {error}"
-            self.notify(safe(self.status, 200), severity="error", timeout=8)
+            self.notify(safe(self.status, 200), severity="error", timeout=8, markup=False)
         self._refresh()
 
 
