@@ -16,7 +16,6 @@ from kvtop.demo.scenario import load_scenario
 from kvtop.demo.server import model_blob
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.events_pane import EventsPane
-from kvtop.ui.widgets.models_table import ModelsTable
 from tests.integration.test_app_live import rows, until
 from tests.llama_fixture import ollama_spawn_line
 from tests.standin import BUNDLED, running

@@ -18,7 +18,7 @@ STORE = "/usr/share/ollama/.ollama/models/blobs"
 
 @pytest.mark.parametrize(("argv", "expect"), [
     # v0.1.32 – v0.5.1: an extracted runner binary
-    ([f"/tmp/ollama2384/runners/cuda_v11/ollama_llama_server", "--model", f"{STORE}/{B1}", "--ctx-size", "8192",
+    (["/tmp/ollama2384/runners/cuda_v11/ollama_llama_server", "--model", f"{STORE}/{B1}", "--ctx-size", "8192",
       "--batch-size", "512", "--embedding", "--n-gpu-layers", "33", "--threads", "8", "--parallel", "4",
       "--port", "39231"],
      dict(kind="runner", runner_kind="ollama_llama_server", era="v0.1.32–v0.5.1", blob=B1, port=39231, ctx_size=8192,
