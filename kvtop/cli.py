@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="server log: auto (default), journal[:UNIT], journal-user[:UNIT], file:PATH, "
                         "docker:CONTAINER, - (stdin) or none")
     p.add_argument("--once", action="store_true", help="print one sample as a plain table and exit")
-    p.add_argument("--json", action="store_true", help="with --once: print one JSON object instead")
+    p.add_argument("--json", action="store_true", help="with --once or --check: print JSON instead")
+    p.add_argument("--check", action="store_true",
+                   help="one sample, print the alerts, exit 0 (none), 1 (warnings) or 2 (critical or unreachable)")
     p.add_argument("--demo", action="store_true",
                    help="start the embedded stand-in Ollama server on 127.0.0.1 and watch it")
     p.add_argument("--demo-speed", type=float, default=1.0, metavar="X", help=argparse.SUPPRESS)
@@ -114,7 +116,9 @@ def demo_server(speed: float = 1.0, *, manual: bool = False) -> Iterator[str]:
 
 
 async def _sample_once(settings: Settings) -> int:
-    from kvtop.model.state import AppState, apply, apply_gpu
+    from datetime import datetime, timezone
+
+    from kvtop.model.state import apply, apply_gpu, initial_state
     from kvtop.report import state_json, state_text
     from kvtop.sources.gpu import GpuSource
     from kvtop.sources.ollama import OllamaClient
@@ -128,7 +132,24 @@ async def _sample_once(settings: Settings) -> int:
     finally:
         await client.aclose()
         await gpu_source.aclose()
-    state = apply_gpu(apply(AppState(host_url=settings.host_url), snap), gpu, procs)
+    first, warnings = initial_state(settings.host_url, settings.alerts,
+                                    datetime.now().astimezone().tzinfo or timezone.utc)
+    for warning in warnings:
+        print(f"kvtop: [alerts] {warning}", file=sys.stderr)
+    state = apply_gpu(apply(first, snap), gpu, procs)
+    if settings.extra.get("check") == "1":
+        from kvtop.model.alerts import alert_json, exit_code
+        from kvtop.report import alert_lines
+
+        if settings.extra.get("json") == "1":
+            sys.stdout.write(json.dumps({"reachable": bool(snap.reachable), "error": snap.error,
+                                         "alerts": [alert_json(a) for a in state.alerts]}, indent=2) + "\n")
+        else:
+            lines = alert_lines(state) or ["kvtop: no alerts"]
+            if not snap.reachable:
+                lines.insert(0, f"kvtop: {settings.host_url}: unreachable: {snap.error}")
+            sys.stdout.write("\n".join(lines) + "\n")
+        return exit_code(state.alerts, bool(snap.reachable))
     if settings.extra.get("json") == "1":
         sys.stdout.write(json.dumps(state_json(state), indent=2, ensure_ascii=False) + "\n")
     else:
@@ -154,8 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="replace")
-    if args.json and not args.once:
-        parser.error("--json needs --once")
+    if args.json and not (args.once or args.check):
+        parser.error("--json needs --once or --check")
+    if args.check:
+        args.once = True
     if args.demo and args.host is not None:
         parser.error("--demo watches its own stand-in server; leave out --host")
     for flag in ("interval", "timeout"):
@@ -205,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_spec=log_spec,
         theme=str(values["theme"]),
         alerts=values["alerts"],
-        extra={"json": "1" if args.json else "0", "warnings": "\n".join(warnings)},
+        extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
+               "warnings": "\n".join(warnings)},
     )
     try:
         if args.demo:

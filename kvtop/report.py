@@ -12,6 +12,7 @@ from rich.cells import cell_len
 
 from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
+from kvtop.model.alerts import alert_json
 from kvtop.model.state import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
@@ -71,7 +72,7 @@ def state_json(state: AppState) -> dict[str, Any]:
         "taken_at": snap.taken_at if snap else None,
         "models": [model_json(v, usage.get((v.name, v.digest))) for v in state.models] if snap and snap.reachable else [],
         **gpu_json(state.gpu, state.procs, state.models),
-        "alerts": [],
+        "alerts": [alert_json(a) for a in state.alerts],
     }
 
 
@@ -79,6 +80,19 @@ def _bytes(n: int | None) -> str:
     from kvtop.ui.format import ibytes  # formatting helpers only, no Textual import
 
     return ibytes(n)
+
+
+def alert_lines(state: AppState) -> list[str]:
+    """``ALERT <severity> <kind> <model>: <message>`` and its fixes, most severe first."""
+    from kvtop.ui.format import safe
+
+    out: list[str] = []
+    for a in state.alerts:
+        out.append(f"ALERT {a.severity} {a.kind}{' ' + safe(a.model, 60) if a.model else ''}: {safe(a.message, 300)}")
+        for fix in a.fixes:
+            verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
+            out.append(f"  fix: {safe(fix.action, 80)} — {safe(fix.detail, 160)} ({verdict}; {safe(fix.cost, 120)})")
+    return out
 
 
 def state_text(state: AppState) -> str:
@@ -109,6 +123,7 @@ def state_text(state: AppState) -> str:
     for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
         lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
     lines.append("~ estimated  * Ollama default (the server log gives the real value)  ^ requested  ? not known")
+    lines.extend(alert_lines(state))
     lines.extend(gpu_text_lines(state))
     return "\n".join(lines) + "\n"
 

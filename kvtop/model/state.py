@@ -11,13 +11,14 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from kvtop.model import kv
 from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.loads import Load
+from kvtop.model.alerts import DEFAULT_THRESHOLDS, Alert, Thresholds, evaluate
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.known import Known
 from kvtop.model.logstate import LogState, apply_log
@@ -145,6 +146,9 @@ class AppState:
     log: LogState = LogState()
     gpu: GpuSnapshot | None = None
     procs: ProcSnapshot | None = None
+    alerts: tuple[Alert, ...] = ()
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    naive_tz: tzinfo = timezone.utc
 
     @property
     def reachable(self) -> bool | None:
@@ -159,17 +163,38 @@ class AppState:
         return max(0.0, self.ollama.taken_at - self.last_ok.taken_at)
 
 
+def initial_state(host_url: str, alert_settings: Mapping[str, Any], naive_tz: tzinfo) -> tuple[AppState, list[str]]:
+    """The state before the first poll, with the configured alert thresholds.
+
+    Args:
+        host_url: The server watched.
+        alert_settings: The ``[alerts]`` table of ``config.toml``.
+        naive_tz: The zone of log timestamps that carry none (the local one for a local log).
+
+    Returns:
+        The state and one warning per unusable threshold (its default is kept).
+    """
+    thresholds, warnings = Thresholds.from_mapping(alert_settings)
+    return AppState(host_url=host_url, thresholds=thresholds, naive_tz=naive_tz), warnings
+
+
+def with_alerts(state: AppState) -> AppState:
+    """The state with its alerts re-evaluated (``since`` carried over from the previous ones)."""
+    alerts = evaluate(state, state.thresholds, state.alerts, naive_tz=state.naive_tz)
+    return state if alerts == state.alerts else dataclasses.replace(state, alerts=alerts)
+
+
 def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
     """Return the state after ``snap``; failed polls keep the last known models (marked stale)."""
     if not snap.reachable:
-        return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
+        return with_alerts(dataclasses.replace(state, ollama=snap, failures=state.failures + 1))
     models = tuple(model_view(m, snap, state.log) for m in snap.models)
-    return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0)
+    return with_alerts(dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0))
 
 
 def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
     """Return the state after one GPU + process sample (joined with the models at render time)."""
-    return dataclasses.replace(state, gpu=gpu, procs=procs)
+    return with_alerts(dataclasses.replace(state, gpu=gpu, procs=procs))
 
 
 def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
@@ -177,9 +202,9 @@ def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) 
     keywords); the model rows are re-derived when the loads changed."""
     log = apply_log(state.log, events, **batch)
     if log.loads is state.log.loads or state.last_ok is None:
-        return dataclasses.replace(state, log=log)
+        return with_alerts(dataclasses.replace(state, log=log))
     models = tuple(model_view(m, state.last_ok, log) for m in state.last_ok.models)
-    return dataclasses.replace(state, log=log, models=models)
+    return with_alerts(dataclasses.replace(state, log=log, models=models))
 
 
 def _parameter_num_ctx(parameters: str) -> int | None:

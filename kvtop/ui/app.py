@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from datetime import datetime, timezone
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,7 +21,16 @@ from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
 from kvtop.model.logstate import LogState
-from kvtop.model.state import SORT_KEYS, AppState, apply, apply_gpu, apply_log_events, filter_views, sort_views
+from kvtop.model.state import (
+    SORT_KEYS,
+    AppState,
+    apply,
+    apply_gpu,
+    apply_log_events,
+    filter_views,
+    initial_state,
+    sort_views,
+)
 from kvtop.ui.format import safe
 from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
 from kvtop.ui.widgets.events_pane import EventsPane
@@ -116,7 +126,9 @@ class KvtopApp(App[int]):
         self._wake = asyncio.Event()
         self._dashboard_ready = False
         self._static_cache: dict[str, Text] = {}
-        self.set_reactive(KvtopApp.state, AppState(host_url=settings.host_url))
+        first, self._threshold_warnings = initial_state(
+            settings.host_url, settings.alerts, datetime.now().astimezone().tzinfo or timezone.utc)
+        self.set_reactive(KvtopApp.state, first)
         self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -154,6 +166,7 @@ class KvtopApp(App[int]):
         self.theme = wanted
         self._theme_loaded = True
         warnings = [w for w in self.settings.extra.get("warnings", "").splitlines() if w] + problems
+        warnings += [f"[alerts] {w}" for w in self._threshold_warnings]
         for warning in warnings:
             self.notify(safe(warning, 300), severity="warning", timeout=10, markup=False)
         if self._poll:
@@ -301,6 +314,8 @@ class KvtopApp(App[int]):
             status = Text("No model loaded: models appear here when a client loads one.")
         self._update_static("#status", status)
         self._update_static("#logline", log_line(state.log, self.settings.log_spec))
+        main.query_one("#alertbar").set_class(not state.alerts, "-none")
+        self._update_static("#alertbar", alert_bar(state, dict(self.theme_variables), self.size.width - 2))
         main.query_one(GpuPanel).show_data(gpu_panel_data(state.gpu, state.procs, state.models), self.size.width)
         events = main.query_one(EventsPane)
         if events.has_class("-visible"):
@@ -430,6 +445,34 @@ class KvtopApp(App[int]):
         view = self.dashboard.query_one(ModelsTable).selected_view
         if view is not None:
             self.push_screen(ModelDetailScreen(view.name, view.digest))
+
+
+def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text:
+    """The most severe alert in one line (its first fix that fits in a second), and how many more;
+    each line cut to ``width`` cells."""
+    text = Text()
+    if not state.alerts:
+        return text
+    top = state.alerts[0]
+    style = {"critical": "kv-crit", "warning": "kv-warn"}.get(top.severity, "kv-muted")
+    text.append(f"{'✖' if top.severity == 'critical' else '▲' if top.severity == 'warning' else 'ℹ'} ",
+                style=f"bold {colors.get(style, '')}")
+    text.append(f"{top.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
+    if top.model:
+        text.append(f" {safe(top.model, 40)}", style="bold")
+    text.append(f": {safe(top.message, 200)}")
+    text.truncate(max(10, width), overflow="ellipsis")
+    fix = next((f for f in top.fixes if f.fits), None)
+    more = len(state.alerts) - 1
+    if fix is not None or more:
+        second = Text()
+        if more:
+            second.append(f"+{more} more · ", style=colors.get("kv-muted", ""))
+        if fix is not None:
+            second.append(f"fix: {safe(fix.action, 60)} — {safe(fix.detail, 100)}", style=colors.get("kv-ok", ""))
+        second.truncate(max(10, width), overflow="ellipsis")
+        text = Text("\n").join([text, second])
+    return text
 
 
 def log_line(log: LogState, spec: str) -> Text:

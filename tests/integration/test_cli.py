@@ -34,7 +34,7 @@ def test_once_json_schema_against_standin() -> None:
     doc: dict[str, Any] = json.loads(proc.stdout)
     assert {"host", "reachable", "error", "version", "models", "gpus", "gpu_status", "alerts"} <= set(doc)
     assert doc["host"] == server.url and doc["reachable"] is True and doc["error"] is None
-    assert doc["version"] == "0.22.1" and isinstance(doc["gpus"], list) and doc["alerts"] == []
+    assert doc["version"] == "0.22.1" and isinstance(doc["gpus"], list) and [a["kind"] for a in doc["alerts"]] == ["spill"]
     assert doc["gpu_status"].startswith("GPU telemetry: ")
     models = {m["name"]: m for m in doc["models"]}
     assert set(models) == {"qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"}
@@ -117,3 +117,18 @@ def test_demo_once_shows_the_busiest_step() -> None:
 def test_demo_and_host_conflict() -> None:
     proc = kvtop("--demo", "--host", "127.0.0.1:1")
     assert proc.returncode == 2 and "--demo watches its own stand-in server" in proc.stderr
+
+
+def test_check_exit_codes_and_alerts() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(1)  # one model, 100% GPU: no alert
+        proc = kvtop("--check", "--host", server.url)
+        assert proc.returncode == 0 and "no alerts" in proc.stdout, proc.stdout + proc.stderr
+        server.goto(4)  # gemma4 spills: critical
+        proc = kvtop("--check", "--json", "--host", server.url)
+        assert proc.returncode == 2, proc.stderr
+        alert = json.loads(proc.stdout)["alerts"][0]
+        assert alert["kind"] == "spill" and alert["severity"] == "critical" and alert["model"] == "gemma4:latest"
+        assert "19% of 6.1 GiB in system RAM" in alert["message"] and alert["fixes"]
+    proc = kvtop("--check", "--host", f"http://127.0.0.1:{free_port()}")
+    assert proc.returncode == 2 and "unreachable" in proc.stdout

@@ -82,6 +82,17 @@ def detail_text(v: ModelView, state: AppState) -> Text:
             _row(out, "recurrent state", exact_bytes(e.recurrent_bytes), "[estimated]", "per-sequence state, not per token")
     elif v.kv_unavailable:
         _row(out, "estimate", "unavailable", "", v.kv_unavailable)
+    mine = [a for a in state.alerts if a.model == v.name]
+    if mine:
+        out.append("\nAlerts\n", style="bold underline")
+        for a in mine:
+            out.append(f"  {a.severity.upper()} {a.kind.replace('_', ' ')}: ", style="bold")
+            out.append(safe(a.message, 300) + "\n")
+            for fix in a.fixes:
+                mark = {True: "✓", False: "✗", None: "?"}[fix.fits]
+                out.append(f"    {mark} {safe(fix.action, 60)}: {safe(fix.detail, 160)}")
+                out.append(f" — {safe(fix.cost, 160)}\n" if fix.cost else "\n", style="dim")
+
     out.append("\nRunner log\n", style="bold underline")
     load = v.load
     if load is None:
