@@ -18,6 +18,7 @@ Keys
   s          cycle sort order          /          filter (Esc clears it)
   Enter      details of the model      Esc        back / close
   w          what-if planner           l / r      events pane / raw lines
+  g          GPU panel                 Ctrl+C     quit from anywhere
   S          reverse the sort          t          next theme
   ↑ ↓        move the selection
 
