@@ -214,8 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.exit(EXIT_UNREACHABLE, f"kvtop: --log: {exc}\n")
         warnings.append(f"log from {origins['log']}: {exc} — no log is read")
         log_spec = "none"
+    if args.once and origins["log"] != "default" and log_spec != "none":
+        warnings.append(f"--once/--check read no server log: {log_spec} is ignored (the sample is /api/ps and NVML)")
     if args.print_config:
-        print(config_report(resolved, host_url, log_spec), end="")
+        print(config_report(resolved, host_url, log_spec, warnings), end="")
         return EXIT_OK
     for warning in warnings:
         print(f"kvtop: {warning}", file=sys.stderr)
@@ -252,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str) -> str:
+def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str, warnings: Sequence[str] = ()) -> str:
     """``--print-config``: every setting, its effective value and where it came from."""
     shown = dict(resolved.values)
     shown["host"] = host_url
@@ -262,7 +264,7 @@ def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str) -> str
         lines.append(f"{key:<9} {shown[key]!s:<40} {resolved.origins[key]}")
     if resolved.values.get("alerts"):
         lines.append(f"alerts    {dict(resolved.values['alerts'])}")
-    for warning in resolved.warnings:
+    for warning in warnings or resolved.warnings:
         lines.append(f"warning: {warning}")
     return "\n".join(lines) + "\n"
 

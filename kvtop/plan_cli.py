@@ -33,6 +33,7 @@ import io
 import json
 import os
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -304,7 +305,9 @@ def nvml_free_bytes() -> tuple[int, str]:
         PlanError: NVML (the ``pynvml`` package or the driver library) is not available.
     """
     try:
-        nvml: Any = importlib.import_module("pynvml")
+        with warnings.catch_warnings():  # the pynvml shim warns that it is deprecated
+            warnings.simplefilter("ignore")
+            nvml: Any = importlib.import_module("pynvml")
     except ImportError:
         raise PlanError("--gpu-free auto needs NVML (the pynvml package); pass the free memory, "
                         "e.g. --gpu-free 24GiB") from None
@@ -504,7 +507,7 @@ def render_text(r: PlanResult) -> str:
     reason = spec.kv_reason
     if reason:
         w(f"\n  KV cache: {reason}\n  kvtop cannot predict this model's KV cache or total.\n")
-    header = ["num_ctx", "slots", "KV", "FA", "weights", "KV cache", "compute", "total", "on GPU", "fit",
+    header = ["num_ctx", "slots", "KV", "FA", "weights", "KV cache", "compute", "total", "100% GPU needs", "fit",
               "max num_ctx", "max slots"]
     table: list[list[str]] = [header]
     for row in r.rows:

@@ -405,7 +405,9 @@ class AutoTail:
                 self._inner = src
                 self.description = src.description
                 break
-            status = "no Ollama server log found — choose one with --log (journal, file:PATH, docker:NAME or -)"
+            tried = "; ".join(r for r in self.reasons if "not tried" not in r)
+            status = ("no Ollama server log found — choose one with --log (journal, file:PATH, docker:NAME or -)"
+                      + (f". Tried: {tried}" if tried else ""))
             if status != said:
                 yield LogBatch(self.description, (), status, False, time.time())
                 said = status

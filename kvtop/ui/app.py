@@ -485,7 +485,8 @@ def log_line(log: LogState, spec: str) -> Text:
     if log.status:
         text.append(f" — {safe(log.status, 160)}")
     else:
-        text.append(f" · {log.lines:,} lines · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''} · l: events")
+        text.append(f" · {log.lines:,} line{'s' if log.lines != 1 else ''} · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''}"
+                    " · l: events")
     return text
 
 

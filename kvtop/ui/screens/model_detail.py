@@ -48,7 +48,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "in VRAM", exact_bytes(v.size_vram_bytes), "[reported]", "/api/ps size_vram")
     if v.size_bytes is not None and v.size_vram_bytes is not None:
         _row(out, "in system RAM", exact_bytes(max(0, v.size_bytes - v.size_vram_bytes)), "[reported]",
-             "size − size_vram" + (" — SPILLED: every request runs partly on the CPU" if v.spilled else ""))
+             "size − size_vram" + (" — runs entirely on the CPU" if v.size_vram_bytes == 0 and v.size_bytes
+                                   else " — SPILLED: every request runs partly on the CPU" if v.spilled else ""))
     if v.cloud:
         _row(out, "processor", "cloud", "", "runs on the remote service: no local memory, no local KV cache")
     else:
