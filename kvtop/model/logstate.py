@@ -17,6 +17,9 @@ from kvtop.logparse.loads import Load, group_loads
 RECENT_EVENTS = 1000
 """Events kept for the events pane (newest last)."""
 
+RAW_LINES = 500
+"""Raw log lines kept for the events pane's raw view (``r``), parsed or not."""
+
 LOAD_EVENTS = 20_000
 """Events kept for grouping loads; trimmed at a load boundary, keeping the newest loads."""
 
@@ -44,6 +47,7 @@ class LogState:
         lines: Lines read so far.
         dropped_lines: Lines skipped by the backlog bound.
         recent: The newest ``RECENT_EVENTS`` events, oldest first.
+        raw: The newest ``RAW_LINES`` lines as read (untrusted text: sanitize before display).
         load_events: Events the loads are grouped from.
         loads: Model loads in log order.
     """
@@ -54,6 +58,7 @@ class LogState:
     lines: int = 0
     dropped_lines: int = 0
     recent: tuple[LogEvent, ...] = ()
+    raw: tuple[str, ...] = ()
     load_events: tuple[LogEvent, ...] = ()
     loads: tuple[Load, ...] = ()
 
@@ -76,8 +81,10 @@ def apply_log(
     ok: bool,
     lines: int,
     dropped_lines: int = 0,
+    raw_lines: Sequence[str] = (),
 ) -> LogState:
     """Return the state after one batch: ``events`` parsed from ``lines`` new lines."""
+    raw = (state.raw + tuple(raw_lines))[-RAW_LINES:] if raw_lines else state.raw
     recent = state.recent + tuple(events)
     if len(recent) > RECENT_EVENTS:
         recent = recent[-RECENT_EVENTS:]
@@ -97,6 +104,7 @@ def apply_log(
         lines=state.lines + lines,
         dropped_lines=state.dropped_lines + dropped_lines,
         recent=recent,
+        raw=raw,
         load_events=load_events,
         loads=loads,
     )

@@ -234,7 +234,7 @@ class KvtopApp(App[int]):
                 parser = LogParser()
             self.post_message(LogEventsReceived(
                 tuple(events), source=batch.source, status=batch.status, ok=batch.ok,
-                lines=len(batch.lines), dropped_lines=batch.dropped_lines,
+                lines=len(batch.lines), dropped_lines=batch.dropped_lines, raw_lines=batch.lines,
             ))
 
     @on(LogEventsReceived)
@@ -243,7 +243,7 @@ class KvtopApp(App[int]):
         if self.state is not None:
             self.state = apply_log_events(
                 self.state, message.events, source=message.source, status=message.status, ok=message.ok,
-                lines=message.lines, dropped_lines=message.dropped_lines,
+                lines=message.lines, dropped_lines=message.dropped_lines, raw_lines=message.raw_lines,
             )
 
     @on(GpuSampled)

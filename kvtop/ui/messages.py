@@ -13,7 +13,7 @@ class LogEventsReceived(Message):
     """The log worker parsed one batch of lines."""
 
     def __init__(self, events: tuple[LogEvent, ...], *, source: str | None, status: str | None, ok: bool,
-                 lines: int, dropped_lines: int) -> None:
+                 lines: int, dropped_lines: int, raw_lines: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.events = events
         self.source = source
@@ -21,6 +21,7 @@ class LogEventsReceived(Message):
         self.ok = ok
         self.lines = lines
         self.dropped_lines = dropped_lines
+        self.raw_lines = raw_lines
 
 
 class SnapshotReceived(Message):

@@ -32,7 +32,8 @@ class EventsPane(DataTable[Text]):
 
     def show(self, log: LogState, needle: str = "") -> None:
         """Render the newest events matching ``needle`` (kind or text, case-insensitive)."""
-        key = (log.recent[-1].line_no if log.recent else None, len(log.recent), needle, self.raw, log.source, log.status)
+        key = (log.recent[-1].line_no if log.recent else None, len(log.recent), log.lines, needle, self.raw,
+               log.source, log.status)
         if key == self._shown:
             return
         self._shown = key
@@ -40,6 +41,17 @@ class EventsPane(DataTable[Text]):
         colors = self.app.theme_variables
         n = 0
         needle = needle.strip().lower()
+        if self.raw:  # every line as read, parsed or not, newest first
+            for i, line in enumerate(reversed(log.raw)):
+                if needle and needle not in line.lower():
+                    continue
+                self.add_row(Text(f"-{i}" if i else "last"), Text("raw"), Text(safe(line, 400)))
+                n += 1
+                if n >= MAX_ROWS:
+                    break
+            if n == 0:
+                self.add_row(Text(""), Text("—"), Text("no raw lines yet"))
+            return
         for event in reversed(log.recent):
             text = event.raw if self.raw else describe(event)
             if needle and needle not in event.kind and needle not in text.lower():
