@@ -7,11 +7,12 @@ event that can change a load, so a busy server's per-request lines cost almost n
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvtop.logparse.events import LogEvent
+from kvtop.logparse.events import LogEvent, RequestTiming
 from kvtop.logparse.loads import Load, group_loads
 
 RECENT_EVENTS = 1000
@@ -107,6 +108,48 @@ def apply_log(
         raw=raw,
         load_events=load_events,
         loads=loads,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """A model's request timings from the runner log (llama-server ``print_timing`` lines).
+
+    Attributes:
+        requests: Timed requests in the events kept (``RECENT_EVENTS``).
+        last_prefill_tps / last_decode_tps: The newest request's prompt and generation speed.
+        avg_decode_tps: Mean generation speed of the last ``window`` timed requests.
+        requests_per_min: Timed requests in the minute before ``now_s`` (None without timestamps).
+    """
+
+    requests: int
+    last_prefill_tps: float | None
+    last_decode_tps: float | None
+    avg_decode_tps: float | None
+    requests_per_min: int | None
+
+
+def throughput(log: LogState, load: Load, now_s: float, window: int = 10) -> Throughput:
+    """Timings of the requests served by ``load``: each timing line belongs to the newest load
+    that started before it (the runner log's timing lines name no model; ollama-reference §4.10)."""
+    starts = [ld.first_line for ld in log.loads]
+    mine: list[RequestTiming] = []
+    for e in log.recent:
+        if not isinstance(e, RequestTiming):
+            continue
+        i = bisect.bisect_right(starts, e.line_no) - 1
+        if i >= 0 and log.loads[i].index == load.index:
+            mine.append(e)
+    last = mine[-1] if mine else None
+    decode = [e.eval_tps for e in mine[-window:] if e.eval_tps]
+    timed = [e.time for e in mine if e.time is not None and e.time.tzinfo is not None]
+    per_min = sum(1 for t in timed if 0 <= now_s - t.timestamp() <= 60) if timed else None
+    return Throughput(
+        requests=len(mine),
+        last_prefill_tps=last.prompt_tps if last else None,
+        last_decode_tps=last.eval_tps if last else None,
+        avg_decode_tps=sum(decode) / len(decode) if decode else None,
+        requests_per_min=per_min,
     )
 
 

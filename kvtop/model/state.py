@@ -21,7 +21,7 @@ from kvtop.logparse.loads import Load
 from kvtop.model.alerts import DEFAULT_THRESHOLDS, Alert, Thresholds, evaluate
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.known import Known
-from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.logstate import LogState, Throughput, apply_log, throughput
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
@@ -105,6 +105,8 @@ class ModelView:
     load_note: str = ""
     devices: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     findings: tuple[str, ...] = ()
+    throughput: Throughput | None = None
+    timings_note: str = ""
 
     @property
     def spilled(self) -> bool:
@@ -398,6 +400,9 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None) ->
         load_note=load_note,
         devices=devices,
         findings=tuple(load.findings()) if load is not None else (),
+        throughput=throughput(log, load, snap.taken_at) if load is not None else None,
+        timings_note=("" if load is None or load.era == "C" else
+                      "no timings in this Ollama version's log (llama-server runners, v0.30+, print them)"),
     )
 
 

@@ -79,6 +79,11 @@ async def test_log_allocations_replace_estimates(tmp_path: Path) -> None:
             assert v.parallel.value == 1 and v.parallel.source == "allocated"
             assert v.memory.weights.source == "allocated" and v.memory.compute.source == "allocated"
             assert set(v.devices["kv"]) == {"CPU"}
+            await until(pilot, lambda: app.state.models[0].throughput is not None
+                        and app.state.models[0].throughput.requests == 2)
+            t = app.state.models[0].throughput
+            assert t.last_decode_tps and t.last_decode_tps > 0 and t.avg_decode_tps and t.last_prefill_tps
+            await until(pilot, lambda: rows(app)[0][8] == f"{t.last_decode_tps:,.1f}")  # TOK/S column
             await until(pilot, lambda: rows(app)[0][4] == "2048×1" and rows(app)[0][7] == "f16")
             assert " KV 2.0M " in rows(app)[0][3]  # no "~": allocated, not estimated
             assert "Server log: file:" in str(app.dashboard.query_one("#logline").render())

@@ -63,7 +63,7 @@ def test_columns_fit_every_supported_width(width: int) -> None:
     assert cols[0].key == "name" and cols[0].width >= 12
     keys = [c.key for c in cols]
     assert ("until" in keys) == (width >= 100)
-    assert ("id" in keys) == (width >= 150)
+    assert ("id" in keys) == (width >= 160)
 
 
 @pytest.mark.parametrize(("n", "text"), [(4096, "4096"), (32768, "32768"), (99999, "99999"), (131072, "128K"),

@@ -30,6 +30,7 @@ Columns
   CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
   PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it
   FLASH ATTN / KV TYPE  what the runner resolved (needs the server log)
+  TOK/S      decode tokens/s of the newest request (llama-server runners, v0.30+)
   UNTIL      keep-alive left; "expired" = busy past keep_alive or unloading
 
 GPU panel (one line per GPU under 100 columns)
@@ -44,7 +45,7 @@ Sources
   ^          requested (Modelfile num_ctx) but not confirmed by the server
   ?          not known
 
-Width: ID, byte figures, FLASH ATTN and KV TYPE appear from 150 columns,
+Width: ID, byte figures, FLASH ATTN, KV TYPE, TOK/S appear from 160 columns,
 UNTIL from 100. Ctrl+P opens the command palette (themes, keys).
 
 Esc or ? closes this help.

@@ -116,6 +116,16 @@ def detail_text(v: ModelView, state: AppState) -> Text:
             required = load.estimates
             _row(out, "scheduler estimate", ", ".join(f"{k} {ibytes(b)}" for k, b in required.items() if b is not None),
                  "[estimated]", "Ollama's own memory.required.* figures")
+    t = v.throughput
+    if t is not None and t.requests:
+        _row(out, "requests (timed)", f"{t.requests}" + (f", {t.requests_per_min}/min" if t.requests_per_min is not None else ""))
+        if t.last_prefill_tps is not None:
+            _row(out, "prefill", f"{t.last_prefill_tps:,.1f} tok/s", "[allocated]", "newest request")
+        if t.last_decode_tps is not None:
+            avg = f", average {t.avg_decode_tps:,.1f}" if t.avg_decode_tps is not None else ""
+            _row(out, "decode", f"{t.last_decode_tps:,.1f} tok/s{avg}", "[allocated]", "newest request; average of the last 10")
+    elif v.timings_note and load is not None:
+        _row(out, "tok/s", "not available", "", v.timings_note)
     for finding in v.findings:
         out.append("  ⚠ ", style="bold")
         out.append(safe(finding, 200) + "\n")

@@ -12,8 +12,8 @@ from textual.widgets import DataTable
 from kvtop.model.state import ModelView
 from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe, safe_name, short_until
 
-WIDE_MIN_COLUMNS = 150
-"""From this width on the table shows ID, FLASH ATTN, KV TYPE and byte figures."""
+WIDE_MIN_COLUMNS = 160
+"""From this width on the table shows ID, FLASH ATTN, KV TYPE, TOK/S and byte figures."""
 
 MEDIUM_MIN_COLUMNS = 100
 """From this width on the table shows UNTIL."""
@@ -61,6 +61,16 @@ def _known(attr: str) -> Callable[[ModelView, dict[str, str]], Text]:
     return cell
 
 
+def _tps(v: ModelView, colors: dict[str, str]) -> Text:
+    """Decode tok/s of the newest request (from the runner log), or why there is none."""
+    t = v.throughput
+    if t is not None and t.last_decode_tps is not None:
+        return Text(f"{t.last_decode_tps:,.1f}", justify="right")
+    if v.load is not None and v.timings_note:
+        return Text("no timings", style=colors.get("kv-muted", ""))
+    return Text("–" if v.load is not None else "?", style=colors.get("kv-muted", ""), justify="right")
+
+
 def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str]], Text]:
     def cell(v: ModelView, colors: dict[str, str]) -> Text:
         if v.cloud:
@@ -80,7 +90,7 @@ def columns_for(width: int) -> tuple[Column, ...]:
     # NAME gets what the fixed columns leave: their widths + 2 cells of padding per column
     # + 2 for the vertical scrollbar + 1 spare
     if width >= WIDE_MIN_COLUMNS:
-        name_w = max(14, min(44, width - 131))
+        name_w = max(14, min(44, width - 143))
         return (
             Column("name", "NAME", name_w, _name(name_w)),
             Column("id", "ID", 12, lambda v, c: Text(safe(v.short_id, 12))),
@@ -90,6 +100,7 @@ def columns_for(width: int) -> tuple[Column, ...]:
             Column("processor", "PROCESSOR", 15, _processor),
             Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
             Column("kvtype", "KV TYPE", 7, _known("kv_type")),
+            Column("tps", "TOK/S", 10, _tps),
             Column("until", "UNTIL", 9, _until(True)),
         )
     medium = width >= MEDIUM_MIN_COLUMNS
