@@ -237,3 +237,14 @@ def test_num_ctx_ladder() -> None:
     assert next_num_ctx(5000, -1, None) == 4096
     assert next_num_ctx(256, -1, None) == 256
     assert next_num_ctx(1048576, 1, None) == 1048576
+
+
+async def test_typed_values_in_one_burst_all_apply() -> None:
+    app = app_at("loads at num_ctx 4096")
+    async with app.run_test(size=(130, 50)) as pilot:
+        screen = await open_plan(pilot)
+        await pilot.press("8", "1", "9", "2", "enter", "down", "down", "4", "enter")
+        assert screen.config is not None
+        assert screen.config.num_ctx == 8192 and screen.config.parallel == 4
+        await pilot.press("up", "up", "1", "6", "3", "8", "4", "down")  # moving on applies typed digits
+        assert screen.config.num_ctx == 16384

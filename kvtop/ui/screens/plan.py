@@ -539,7 +539,8 @@ class PlanScreen(Screen[None]):
         self.dismiss(None)
 
     def action_field(self, step: int) -> None:
-        self.typed = ""
+        if self.typed:  # digits typed and not yet applied are applied, never dropped silently
+            self.action_apply_typed()
         self.field = (self.field + step) % len(FIELDS)
         self._refresh()
 
@@ -577,6 +578,11 @@ class PlanScreen(Screen[None]):
             event.stop()
             event.prevent_default()
             self._refresh()
+        elif event.key == "enter" and self.typed:
+            # handled here, in key order, so "8192⏎↓↓4⏎" typed in one burst applies both values
+            event.stop()
+            event.prevent_default()
+            self.action_apply_typed()
 
     def action_erase(self) -> None:
         self.typed = self.typed[:-1]
