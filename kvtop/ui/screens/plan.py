@@ -515,8 +515,9 @@ class PlanScreen(Screen[None]):
                 server.cache_type, server.parallel, server.flash_attention):
             s = plan.server_settings(cfg.cache_type, cfg.parallel, cfg.flash_attention)
             out.append("  KV cache type, slots and flash attention are server-wide (restart; every model unloads):\n")
-            out.append("    systemd  sudo systemctl edit ollama.service  →  [Service] "
-                       + " ".join(line for line in s.systemd if line.startswith("Environment=")) + "\n")
+            out.append("    systemd  sudo systemctl edit ollama.service, add (one per line, as a drop-in):\n")
+            for line in s.systemd[1:-1]:
+                out.append(f"               {line}\n")
             out.append("             then " + s.systemd[-1] + "\n")
             out.append("    macOS    " + "; ".join(s.launchctl[:-1]) + "; then reopen Ollama\n")
             out.append(f"    docker   {s.docker}\n")
