@@ -16,13 +16,14 @@ version such a line is taken as Era A. A spawn without ``--model`` is a GPU-disc
 from __future__ import annotations
 
 import re
+from string import ascii_letters as _ASCII_LETTERS
 from typing import NamedTuple
 
 from kvtop.logparse.values import blob_of, to_int
 
-_FLAG_RE = re.compile(r" (--?[A-Za-z][\w-]*)(?:=(\S*)| +([^-\s]\S*|-\d\S*))?")
+_FLAG_RE = re.compile(r" (--?[A-Za-z][\w-]*)(?:(?:=| +(?=[^-\s]|-\d))(\S*))?")
+"""`` --flag``, ``=value`` or `` value`` (a value does not start with ``-`` unless a number follows it)."""
 _RUNNER_RE = re.compile(r"(?:^|\s)runner(?:\s|$)")
-_NEXT_FLAG_RE = re.compile(r"\s+--?[A-Za-z]")
 _FA_VALUES = frozenset({"on", "off", "auto", "true", "false", "1", "0", "enabled", "disabled"})
 
 
@@ -60,14 +61,22 @@ def _model_path(cmd: str) -> str | None:
         j = i + 4
     else:
         j = i + 9
-    m = _NEXT_FLAG_RE.search(cmd, j)
-    value = cmd[j:m.start()] if m is not None else cmd[j:]
-    return value.strip() or None
+    # the value ends where whitespace and then a flag (``-x``, ``--x``) follow
+    d = cmd.find("-", j + 1)
+    while d > 0:
+        if cmd[d - 1].isspace():
+            c = cmd[d + 1:d + 2]
+            if c == "-":
+                c = cmd[d + 2:d + 3]
+            if c and c in _ASCII_LETTERS:
+                return cmd[j:d].strip() or None
+        d = cmd.find("-", d + 1)
+    return cmd[j:].strip() or None
 
 
 def parse_cmd(cmd: str) -> RunnerArgs:
     """Read a runner command line (a path with spaces before the flags is tolerated)."""
-    flags = {name: eq_value or value for name, eq_value, value in _FLAG_RE.findall(cmd)}
+    flags = dict(_FLAG_RE.findall(cmd))
     g = flags.get
     flash_attn: str | None = None
     fa = g("--flash-attn", g("-fa"))

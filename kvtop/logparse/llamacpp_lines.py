@@ -77,9 +77,17 @@ _TROUBLE_RE = re.compile(
 
 
 def _may_be_trouble(text: str) -> bool:
-    """Cheap substring test run before :data:`_TROUBLE_RE` (most free-text lines are harmless)."""
-    return ("emory" in text or "alloc" in text or "ail" in text or "nable" in text or "rror" in text
-            or "Unsupported" in text or "requires" in text)
+    """Cheap substring test run before :data:`_TROUBLE_RE` (most free-text lines are harmless).
+
+    A broad test first, then one substring that every alternative of the regex contains
+    (the regex search costs far more when it fails on a long line).
+    """
+    if not ("emory" in text or "alloc" in text or "ail" in text or "nable" in text or "rror" in text
+            or "Unsupported" in text or "requires" in text):
+        return False
+    return ("ut of memory" in text or "ailed to" in text or "nable to " in text or "OutOf" in text
+            or "Malloc failed" in text or "nsufficient " in text or "ot enough memory" in text
+            or "rror loading model" in text or "Unsupported cache type" in text or "requires flash_attn" in text)
 
 
 _CTX_PARAMS = {
@@ -99,11 +107,14 @@ def _buffer(func: str, rest: str, n: int, text: str, time: TimeFn, default: str)
     m = _BUFFER_RE.match(rest)
     if m is None:
         return None
-    kind = m.group(2)
+    device, kind, number, _ = m.groups()
     component = _BUFFER_COMPONENT[kind] if kind is not None else default
     if func == "llama_memory_recurrent" and component == "kv":
         component = "recurrent"
-    return [Allocation(n, time(), sanitize(text), component, m.group(1), mib_bytes(m.group(3)), func)]
+    t = time()
+    raw = text if text.isprintable() else sanitize(text)
+    size = float(number) * MIB  # mib_bytes(number): the number is unsigned
+    return [Allocation(n, t, raw, component, device, int(size + 0.5), func)]
 
 
 def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
@@ -160,18 +171,29 @@ def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
     if c0 == "n" or c0 == "f" or c0 == "k" or c0 == "c":
         m = _PARAM_RE.match(rest)
         if m is not None:
-            field = _CTX_PARAMS.get(m.group(1))
+            name, value = m.groups()
+            field = _CTX_PARAMS.get(name)
             if field is None:
                 return None
-            value = m.group(2)
-            meta = _meta(n, text, time)
+            t = time()
+            raw = text if text.isprintable() else sanitize(text)
             if field == "flash_attn":
-                out: list[LogEvent] = [ContextParams(*meta, flash_attn=value, grammar=func)]
+                out: list[LogEvent] = [ContextParams(n, t, raw, flash_attn=value, grammar=func)]
                 state = _FA_STATE.get(value.lower())
                 if state is not None:
-                    out.append(FlashAttention(*meta, state, f"{func}: flash_attn = {value}"))
+                    out.append(FlashAttention(n, t, raw, state, f"{func}: flash_attn = {value}"))
                 return out
-            return _context_param(meta, field, value, func)
+            if field == "kv_unified" or field == "causal_attn" or not value.isdigit():
+                return _context_param((n, t, raw), field, value, func)
+            v = int(value)
+            # ContextParams(line_no, time, raw, n_ctx, n_ctx_per_seq, n_seq_max, n_batch, n_ubatch, ..., grammar)
+            if field == "n_ctx":
+                return [ContextParams(n, t, raw, v, None, None, None, None, None, None, None, func)]
+            if field == "n_batch":
+                return [ContextParams(n, t, raw, None, None, None, v, None, None, None, None, func)]
+            if field == "n_ubatch":
+                return [ContextParams(n, t, raw, None, None, None, None, v, None, None, None, func)]
+            return _context_param((n, t, raw), field, value, func)
     if "buffer size" in rest:
         return _buffer(func, rest, n, text, time, "compute")
     if "self size" in rest:

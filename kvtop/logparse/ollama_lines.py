@@ -44,6 +44,7 @@ from kvtop.logparse.events import (
     Unload,
 )
 from kvtop.logparse.values import (
+    PLAIN_UNITS,
     blob_of,
     go_duration_s,
     quoted_end,
@@ -107,7 +108,11 @@ def parse_env_map(text: str) -> tuple[dict[str, str], bool]:
     text = text.removeprefix("map[")
     complete = text.endswith("]")
     end = len(text) - 1 if complete else len(text)
-    out = {k: v.rstrip(" ") for k, v in _ENV_ITEM_RE.findall(text, 0, end)}
+    items = _ENV_ITEM_RE.findall(text, 0, end)
+    if "  " in text or text[end - 1:end] == " ":
+        out = {k: v.rstrip(" ") for k, v in items}
+    else:  # a value can end in spaces only before a run of two or more, or at the end
+        out = dict(items)
     if not complete and out:
         del out[next(reversed(out))]
     return out, complete
@@ -230,10 +235,18 @@ def _estimate(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: 
 
 
 _ALLOC_COMPONENT = {"model weights": "weights", "kv cache": "kv", "compute graph": "compute"}
+_DEVICE_SIZE_RE = re.compile(
+    r' device=([^ "=]++) size="(\d++(?:\.\d++)?+) (' + "|".join(sorted(PLAIN_UNITS, key=len, reverse=True)) + r')"'
+)
 
 
 def _device_memory(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
     """§4.3 memory summary: ``msg="kv cache" device=CUDA0 size="1.5 GiB"``; PR builds: ``buffer=`` / ``buffer_type=`` (corpus 054)."""
+    m = _DEVICE_SIZE_RE.fullmatch(rest)
+    if m is not None:  # fast path: exactly `` device=X size="N UNIT"``, read as below
+        device, number, unit = m.groups()
+        size = float(number) * PLAIN_UNITS[unit]
+        return [Allocation(n, t, raw, _ALLOC_COMPONENT[msg], device, int(size + 0.5), "ollama")]
     device = slog_get(rest, "device") or slog_get(rest, "buffer_type") or slog_get(rest, "buffer") or slog_get(
         rest, "backend")
     nbytes = size_bytes(slog_get(rest, "size"))
@@ -337,13 +350,11 @@ def _with_error(msg: str, rest: str) -> str:
 
 def _gin(body: str, n: int, raw: str) -> list[LogEvent]:
     """§4.9 gin access line (colours removed; latency as a Go duration)."""
-    m = _GIN_RE.match(strip_ansi(body))
+    m = _GIN_RE.match(strip_ansi(body) if "\x1b" in body else body)
     if m is None:
         return []
-    return [GinRequest(
-        n, go_log_time(m.group(1), m.group(2)), raw, int(m.group(3)), go_duration_s(m.group(4)),
-        m.group(6), m.group(7), m.group(5),
-    )]
+    date, hms, status, latency, client, method, path = m.groups()
+    return [GinRequest(n, go_log_time(date, hms), raw, int(status), go_duration_s(latency), method, path, client)]
 
 
 EXACT: dict[str, Handler] = {
@@ -438,6 +449,12 @@ def _dispatch(
 
 
 _WARN_LEVELS = frozenset(("WARN", "ERROR", "WARNING"))
+_SLOG_HEAD_RE = re.compile(
+    r'(?:time=([^ =]*+) )?level=([^ =]*+) (?:source=([^ =]*+) )?msg=(?:"([^"]*+)"(?<!\\")|(?!")([^ ]*+))'
+)
+"""The usual head of a slog record, read as :func:`parse_slog`'s general path reads it: the values before
+``msg=`` hold no ``=`` (so this ``msg=`` is the first one), and a quoted message ends at the next quote,
+which has no backslash before it (the general path then takes the text between the quotes as it is)."""
 
 
 def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetime | None]) -> list[LogEvent]:
@@ -449,6 +466,24 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
         text: The whole logical line (becomes ``raw``).
         fallback_time: The wrapper's time, for records without ``time=``.
     """
+    m = _SLOG_HEAD_RE.match(body)
+    if m is not None:  # fast path: the usual head "time=… level=… source=… msg=…", read as below
+        stamp, level, src, msg, bare = m.groups()
+        if msg is None:
+            msg = bare
+        rest = body[m.end():]
+        handler = EXACT.get(msg)
+        if handler is None and msg.startswith(_PREFIXES):
+            handler = _handler(msg)
+        if handler is None and level not in _WARN_LEVELS:
+            return []
+        t = parse_iso(stamp) if stamp is not None else fallback_time()
+        raw = text if text.isprintable() else sanitize(text)
+        if handler is not None:
+            events = handler(msg, rest, "", n, t, raw)
+            if events is not None:
+                return events
+        return _dispatch(None, msg, rest, level, n, t, raw, src)
     k = body.find("msg=")
     if k < 0:
         return []
@@ -529,4 +564,4 @@ def parse_go_log(body: str, n: int, text: str) -> list[LogEvent] | None:
 
 def parse_gin(body: str, n: int, text: str) -> list[LogEvent]:
     """One gin access line."""
-    return _gin(body, n, sanitize(text))
+    return _gin(body, n, text if text.isprintable() else sanitize(text))

@@ -34,6 +34,7 @@ from kvtop.logparse.events import LogEvent, RequestTiming
 from kvtop.logparse.ollama_lines import parse_slog
 from kvtop.logparse.runner_lines import TimingPart
 from kvtop.logparse.wrappers import (
+    Stamp,
     journal_json_message,
     strip_wrappers,
     wrapper_time,
@@ -61,6 +62,10 @@ _C_TAGS = frozenset(("srv ", "slot", "que ", "res ", "cmn ", "log "))
 _EXT_LEVELS = ("INFO [", "WARN [", "WARNING [", "ERROR [", "DEBUG [", "VERB [", "ERR [")
 _LLAMA_HANDLERS = llamacpp_lines.HANDLERS
 _QUIET = llamacpp_lines.QUIET
+
+
+Stripped = tuple[str, Stamp | None, bool]
+"""What :func:`~kvtop.logparse.wrappers.strip_wrappers` returns."""
 
 
 def _no_time() -> datetime | None:
@@ -149,8 +154,7 @@ class LogParser:
         """
         try:
             n = self._line_no = self._line_no + 1
-            end = line[-1:]
-            if end == "\n" or end == "\r":
+            if line[-1:] in "\r\n":  # (also true for "", which rstrip leaves alone)
                 line = line.rstrip("\r\n")
             if self._pending is not None:
                 return self._continue(line)
@@ -158,9 +162,8 @@ class LogParser:
             if line[:5] == "time=":  # the common case, inlined: an unwrapped slog record that is complete
                 if (
                     len(line) < WRAP_WIDTH
-                    and (end := line[-1:]) != " "
-                    and end != "="
-                    and ('"' not in line or not _open_quote(line))
+                    and line[-1] not in " ="
+                    and ((line.count('"') & 1 == 0 and "\\" not in line) or not _open_quote(line))
                     and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
                 ):
                     result = parse_slog(line, n, line, _no_time)
@@ -168,12 +171,11 @@ class LogParser:
                         return self._after(result)
                     return result
                 return self._logical(line, n, True)
-            idx = line.find(": ", 0, 80)
-            if idx > 0:  # the other common case: an unwrapped llama.cpp "function: text" line
-                func = line[:idx]
+            func, sep, rest = line.partition(": ")
+            if sep and 0 < len(func) < 79:  # the other common case: an unwrapped llama.cpp "function: text" line
                 handler = _LLAMA_HANDLERS.get(func)
                 if handler is not None:
-                    result = handler(func, line[idx + 2:], n, line, _no_time)
+                    result = handler(func, rest, n, line, _no_time)
                     if not result:
                         return []
                     if self._timing is None:
@@ -220,11 +222,12 @@ class LogParser:
             if self._pending_blank > MAX_GLUED_LINES:
                 return self._finish_pending()
             return []
-        body, _, prefixed = strip_wrappers(line)
+        stripped = strip_wrappers(line)
+        body, _, prefixed = stripped
         kind = self._pending_kind
         if prefixed or self._starts_record(body) or (kind == "attrs" and not _ATTR_START_RE.match(body)):
             out = self._finish_pending()
-            out.extend(self._logical(line, self._line_no, True))
+            out.extend(self._logical(line, self._line_no, True, stripped))
             return out
         joined = "".join(pending)
         if kind == "attrs" or (kind == "width" and body[:1] in (" ", "\t")):
@@ -261,7 +264,7 @@ class LogParser:
     # ---------------------------------------------------------------------------------------
     # One logical line
 
-    def _logical(self, text: str, n: int, may_hold: bool) -> list[LogEvent]:
+    def _logical(self, text: str, n: int, may_hold: bool, stripped: Stripped | None = None) -> list[LogEvent]:
         result: list[LogEvent] | TimingPart | None
         if text[:5] == "time=":  # the common case: an unwrapped slog record
             if may_hold:
@@ -283,12 +286,15 @@ class LogParser:
                 return self._after(result)
             if func in llamacpp_lines.QUIET:
                 return []
-        return self._wrapped(text, n, may_hold)
+        return self._wrapped(text, n, may_hold, stripped)
 
-    def _wrapped(self, text: str, n: int, may_hold: bool) -> list[LogEvent]:
-        """A logical line that is neither an unwrapped slog record nor a known llama.cpp line."""
+    def _wrapped(self, text: str, n: int, may_hold: bool, stripped: Stripped | None = None) -> list[LogEvent]:
+        """A logical line that is neither an unwrapped slog record nor a known llama.cpp line.
+
+        ``stripped`` is ``strip_wrappers(text)`` when the caller has it already.
+        """
         result: list[LogEvent] | TimingPart | None
-        body, stamp, _ = strip_wrappers(text)
+        body, stamp, _ = stripped if stripped is not None else strip_wrappers(text)
         if not body:
             return []
         if stamp is None:
@@ -301,11 +307,16 @@ class LogParser:
 
         c0 = body[0]
         if (c0 == "t" and body.startswith("time=")) or (c0 == "l" and body.startswith("level=")):
-            if may_hold:
+            if may_hold and (  # _wrap_kind(body, text) is not None, its common case inlined
+                len(text) >= WRAP_WIDTH
+                or body[-1] in " ="
+                or not ((body.count('"') & 1 == 0 and "\\" not in body) or not _open_quote(body))
+                or (("offload" in body or "cmd=" in body or "request=" in body) and _WIDE_RE.search(body))
+            ):
                 kind = _wrap_kind(body, text)
                 if kind is not None:
                     return self._hold(text, n, kind)
-            result = ollama_lines.parse_slog(body, n, text, wtime)
+            result = parse_slog(body, n, text, wtime)
         elif c0.isdigit():
             result = None
             if body[4:5] == "/":
@@ -353,13 +364,13 @@ class LogParser:
     def _other(
         self, body: str, n: int, text: str, wtime: llamacpp_lines.TimeFn
     ) -> list[LogEvent] | TimingPart | None:
-        idx = body.find(": ")
-        if idx > 0:
-            func = body[:idx]
-            handler = llamacpp_lines.HANDLERS.get(func)
+        func, sep, rest = body.partition(": ")
+        is_func = sep != "" and func != ""
+        if is_func:
+            handler = _LLAMA_HANDLERS.get(func)
             if handler is not None:
-                return handler(func, body[idx + 2:], n, text, wtime)
-            if func in llamacpp_lines.QUIET:
+                return handler(func, rest, n, text, wtime)
+            if func in _QUIET:
                 return None
         if body[:4] in _C_TAGS:
             found = runner_lines.parse_server_line(body, n, text, wtime)
@@ -369,8 +380,8 @@ class LogParser:
             found = runner_lines.parse_ext_server(body, n, text)
             if found is not None:
                 return found
-        if idx > 0 and body[:idx] in _TIMING_FUNCS:
-            return runner_lines.timing_part(body[idx + 2:], n, text, wtime, *self._timing_slot)
+        if is_func and func in _TIMING_FUNCS:
+            return runner_lines.timing_part(rest, n, text, wtime, *self._timing_slot)
         if body[:1] == " " or body[:1] == "\t":
             stripped = body.lstrip()
             if runner_lines.is_bare_timing(stripped):

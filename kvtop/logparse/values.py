@@ -33,7 +33,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
 _ESCAPE_RE = re.compile(r"\\(.)")
 _QUOTED_RE = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"')
 _UNIT_RE = re.compile(r"[KMGTP]?i?B|[KMGT]")
-_PLAIN_UNITS = {unit: n for unit, n in UNIT_BYTES.items() if _UNIT_RE.fullmatch(unit)}
+PLAIN_UNITS = {unit: n for unit, n in UNIT_BYTES.items() if _UNIT_RE.fullmatch(unit)}
 """The units :data:`_SIZE_RE` reads (``kB`` is not one of them), for the fast paths of the size readers."""
 
 
@@ -59,7 +59,7 @@ def size_bytes(text: str | None) -> int | None:
         return None
     sp = text.find(" ")
     if sp > 0:  # fast path: exactly "<number> <unit>", which the regex below reads the same way
-        unit = _PLAIN_UNITS.get(text[sp + 1:])
+        unit = PLAIN_UNITS.get(text[sp + 1:])
         if unit is not None:
             number = text[:sp]
             digits = number[1:] if number[:1] == "-" else number
@@ -84,7 +84,7 @@ def size_list(text: str | None) -> tuple[int, ...]:
     parts = text.split(" ")
     if len(parts) % 2 == 0:  # fast path: "<number> <unit> <number> <unit>…", read as the regex below reads it
         out = []
-        get = _PLAIN_UNITS.get
+        get = PLAIN_UNITS.get
         for i in range(0, len(parts), 2):
             unit = get(parts[i + 1])
             number = parts[i]
@@ -117,6 +117,13 @@ def go_duration_s(text: str) -> float | None:
     text = text.strip()
     if not text:
         return None
+    one = _DURATION_PART_RE.fullmatch(text)
+    if one is not None:  # fast path: one part (the loop below gives 0.0 + the same value)
+        number, unit = one.groups()
+        if unit == "ms":
+            return float(number) / 1e3
+        if unit == "s":
+            return float(number)
     total = 0.0
     pos = 0
     for m in _DURATION_PART_RE.finditer(text):
@@ -182,7 +189,10 @@ def quoted_value(text: str, start: int) -> tuple[str, bool]:
 def unquote(value: str) -> str:
     """A slog value without its quotes and Go escapes (``"C:\\\\Users"`` -> ``C:\\Users``); a cut quote is tolerated."""
     if value.startswith('"'):
-        return quoted_value(value, 0)[0]
+        m = _QUOTED_RE.match(value)
+        value = m.group(1) if m is not None else value[1:]
+        if "\\" in value:
+            value = _ESCAPE_RE.sub(_unescape_one, value)
     return value
 
 
@@ -203,20 +213,20 @@ def slog_pairs(text: str) -> dict[str, str]:
 
 
 def slog_get(text: str, key: str) -> str | None:
-    """The unquoted value of one slog ``key=`` in ``text`` (None when absent); cheaper than :func:`slog_pairs` for a few keys.
-
-    The key is found at the start of ``text`` or after a space (its first such occurrence).
-    """
+    """The unquoted value of one slog ``key=`` in ``text`` (None when absent); cheaper than :func:`slog_pairs` for a few keys."""
     k = key + "="
-    if text.startswith(k):
-        j = len(k)
-    else:
-        i = text.find(" " + k)
-        if i < 0:
-            return None
-        j = i + 1 + len(k)
+    i = text.find(k)
+    while i > 0 and text[i - 1] != " ":
+        i = text.find(k, i + 1)
+    if i < 0:
+        return None
+    j = i + len(k)
     if text[j:j + 1] == '"':
-        return quoted_value(text, j)[0]
+        m = _QUOTED_RE.match(text, j)
+        value = m.group(1) if m is not None else text[j + 1:]
+        if "\\" in value:
+            value = _ESCAPE_RE.sub(_unescape_one, value)
+        return value
     e = text.find(" ", j)
     return text[j:e] if e >= 0 else text[j:]
 

@@ -57,11 +57,19 @@ for _number, _names in enumerate(
     for _name in _names.split():
         MONTHS.setdefault(_name, _number)
 
+_JOURNAL_RE = re.compile(r"([A-Za-z]{3}) ([0-9 |].) (..:.{5}) ([^:=]*+(?::(?! )[^:=]*+)*+): ", re.DOTALL)
+"""The common journald form ``Jul 24 16:07:51 host ollama[114917]: `` on an ASCII line: the month, day and
+time by position, then text without ``=`` up to the first ``": "`` (which must contain a space)."""
+_MAY_BE_WRAPPED_RE = re.compile(
+    r"[> \t]|[0-9](?!.{3}/)|\[[ 0-9]|(?!time=)[^> \t\[0-9][^ ]{0,46}+(?<![:=]) [0-9 |]", re.DOTALL
+)
+""":func:`may_be_wrapped` of an ASCII line as one match (possessive: giving back never finds another space)."""
 _CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x20), *range(0x7F, 0xA0))}
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _ISO_CACHE: dict[str, datetime | None] = {}
 _SYSLOG_CACHE: dict[tuple[tuple[str, str, str, str, str], int], datetime | None] = {}
+_GO_CACHE: dict[tuple[str, str], datetime | None] = {}
 
 
 def sanitize(text: str) -> str:
@@ -112,20 +120,52 @@ def strip_wrappers(line: str) -> tuple[str, Stamp | None, bool]:
         it into a datetime with :func:`wrapper_time`) or None; and whether a collector prefix
         (not just a ``> `` quote) was removed, which marks the start of a new record.
     """
-    stamp: Stamp | None = None
-    prefixed = False
-    for _ in range(5):
+    if line.isascii():  # the common forms first, each test one regex call (the loop below does the same)
+        if _MAY_BE_WRAPPED_RE.match(line) is None:
+            return line, None, False
+        j = _JOURNAL_RE.match(line)
+        if j is not None:
+            mon, day, hms, host = j.groups()
+            if " " in host:
+                stamp: Stamp = ("syslog", mon, day, hms, "")
+                line = line[j.end():]
+                if _MAY_BE_WRAPPED_RE.match(line) is None:
+                    return line, stamp, True
+                return _strip_more(line, stamp, True, 4, False)
+        return _strip_more(line, None, False, 5, True)
+    return _strip_more(line, None, False, 5, False)
+
+
+def _strip_more(
+    line: str, stamp: Stamp | None, prefixed: bool, rounds: int, checked: bool
+) -> tuple[str, Stamp | None, bool]:
+    """The loop of :func:`strip_wrappers`; ``checked``: ``line`` may be wrapped and is not the journald fast form."""
+    ascii_line = line.isascii()  # O(1); its pieces are ASCII too
+    for _ in range(rounds):
+        if checked:
+            checked = False
+        elif ascii_line:  # the same tests as below, each in one regex call
+            if _MAY_BE_WRAPPED_RE.match(line) is None:
+                break
+            j = _JOURNAL_RE.match(line)  # (its lines may be wrapped)
+            if j is not None:
+                mon, day, hms, host = j.groups()
+                if " " in host:
+                    stamp = ("syslog", mon, day, hms, "")
+                    prefixed = True
+                    line = line[j.end():]
+                    continue
         # fast path for the common journald form "Jul 24 16:07:51 host ollama[114917]: "
-        if line[3:4] == " " and line[6:7] == " " and line[9:10] == ":" and line[15:16] == " " and line[:3].isalpha():
+        elif line[3:4] == " " and line[6:7] == " " and line[9:10] == ":" and line[15:16] == " " and line[:3].isalpha():
             # may_be_wrapped() of such a line depends only on the character after the month
             c4 = line[4:5]
             if not (c4.isdigit() or c4 == " " or c4 == "|"):
                 break
-            j = line.find(": ", 16)
-            if j > 0 and line.find(" ", 16, j) > 0 and line.find("=", 16, j) < 0:
+            j4 = line.find(": ", 16)
+            if j4 > 0 and line.find(" ", 16, j4) > 0 and line.find("=", 16, j4) < 0:
                 stamp = ("syslog", line[:3], line[4:6], line[7:15], "")
                 prefixed = True
-                line = line[j + 2:]
+                line = line[j4 + 2:]
                 continue
         elif not may_be_wrapped(line):
             break
@@ -218,7 +258,18 @@ def _parse_iso(text: str) -> datetime | None:
 
 
 def go_log_time(date: str, hms: str) -> datetime | None:
-    """Go's standard logger stamp ``2024/06/02`` ``12:34:56`` (local time, no zone)."""
+    """Go's standard logger stamp ``2024/06/02`` ``12:34:56`` (local time, no zone); cached like :func:`parse_iso`."""
+    key = (date, hms)
+    if key in _GO_CACHE:
+        return _GO_CACHE[key]
+    value = _go_log_time(date, hms)
+    if len(_GO_CACHE) > 4096:
+        _GO_CACHE.clear()
+    _GO_CACHE[key] = value
+    return value
+
+
+def _go_log_time(date: str, hms: str) -> datetime | None:
     try:
         return datetime(int(date[0:4]), int(date[5:7]), int(date[8:10]), int(hms[0:2]), int(hms[3:5]), int(hms[6:8]))
     except ValueError:
