@@ -44,6 +44,8 @@ from kvtop.ui.widgets.models_table import ModelsTable
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
+PROC_REFRESH_S = 5.0
+"""Seconds between two full process-table reads when the GPU's process list is unchanged."""
 
 
 if TYPE_CHECKING:
@@ -211,10 +213,18 @@ class KvtopApp(App[int]):
     async def poll_gpu(self) -> None:
         """One GPU sample, then the processes on it, posted together; sleep ``interval_s`` after."""
         assert self.gpu_source is not None and self.proc_source is not None
+        procs: ProcSnapshot | None = None
+        pids: frozenset[int] = frozenset()
+        loop = asyncio.get_running_loop()
+        procs_at = 0.0
         while True:
             if not self.paused:
                 gpu = await self.gpu_source.sample()
-                procs = await self.proc_source.sample(gpu.pids)
+                # the process table is re-read when the GPU's processes change, else every
+                # PROC_REFRESH_S: a full scan each second is most of the idle CPU on a busy host
+                if procs is None or frozenset(gpu.pids) != pids or loop.time() - procs_at >= PROC_REFRESH_S:
+                    procs = await self.proc_source.sample(gpu.pids)
+                    pids, procs_at = frozenset(gpu.pids), loop.time()
                 self.post_message(GpuSampled(gpu, procs))
             await asyncio.sleep(self.interval_s)
 
