@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,6 @@ from kvtop.sources.tail import (
     DockerTail,
     FileTail,
     JournalTail,
-    LogBatch,
-    LogSource,
     StdinTail,
     journal_message,
     open_log_source,
@@ -33,6 +30,7 @@ from kvtop.sources.tail import (
     resolve_auto,
 )
 from kvtop.sources.tail_proc import JOURNAL_PERMISSION
+from tests.tail_collect import Collector
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX fakes")
 
@@ -81,39 +79,6 @@ class Fakes:
 @pytest.fixture
 def fakes(tmp_path: Path) -> Fakes:
     return Fakes(tmp_path)
-
-
-class Collector:
-    def __init__(self, src: LogSource) -> None:
-        self.src = src
-        self.batches: list[LogBatch] = []
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        async for b in self.src.batches():
-            self.batches.append(b)
-
-    @property
-    def lines(self) -> list[str]:
-        return [x for b in self.batches for x in b.lines]
-
-    @property
-    def last(self) -> LogBatch:
-        """The newest batch (a blank one before the first arrives)."""
-        return self.batches[-1] if self.batches else LogBatch("", (), None, True, 0.0)
-
-    async def until(self, pred: Callable[[], bool], timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not pred():
-            if self.task.done():
-                self.task.result()
-            assert time.monotonic() < deadline, f"timed out; batches={self.batches[-3:]}"
-            await asyncio.sleep(0.01)
-
-    async def close(self) -> None:
-        await self.src.aclose()
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
 
 
 def _gone(pid: int) -> bool:

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,40 +22,7 @@ from kvtop.sources.tail import (
     parse_log_spec,
 )
 from kvtop.sources.tail_base import LineSplitter
-
-
-class Collector:
-    """Runs ``tail.batches()`` in a task and keeps every batch."""
-
-    def __init__(self, tail: FileTail) -> None:
-        self.tail = tail
-        self.batches: list[LogBatch] = []
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        async for b in self.tail.batches():
-            self.batches.append(b)
-
-    @property
-    def lines(self) -> list[str]:
-        return [x for b in self.batches for x in b.lines]
-
-    @property
-    def statuses(self) -> list[str | None]:
-        return [b.status for b in self.batches]
-
-    async def until(self, pred: Callable[[], bool], timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not pred():
-            if self.task.done():
-                self.task.result()
-            assert time.monotonic() < deadline, f"timed out; batches={self.batches[-3:]}"
-            await asyncio.sleep(0.01)
-
-    async def close(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
-        await self.tail.aclose()
+from tests.tail_collect import Collector
 
 
 @pytest.fixture
