@@ -93,6 +93,16 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _gone_soon(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once ``pid`` has exited; a signalled process on a loaded machine may take a moment."""
+    deadline = time.monotonic() + timeout_s
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _entry(message: object, cursor: str) -> str:
     return json.dumps({"__CURSOR": cursor, "_SYSTEMD_UNIT": "ollama.service", "MESSAGE": message})
 
@@ -128,7 +138,7 @@ async def test_journal_messages_string_bytes_and_multiline(fakes: Fakes) -> None
     ]
     assert fakes.argv("journalctl") == ["-u", "ollama", "-f", "-o", "json", "--no-pager", "-n", "50"]
     assert all(b.ok and b.status is None and b.source == "journal:ollama (system)" for b in col.batches)
-    assert _gone(pid), "journalctl left running after aclose()"
+    assert _gone_soon(pid), "journalctl left running after aclose()"
 
 
 async def test_journal_user_unit_passes_user(fakes: Fakes) -> None:
@@ -231,7 +241,7 @@ async def test_docker_merges_stdout_and_stderr_and_leaves_no_orphans(fakes: Fake
     ]
     assert fakes.argv("docker") == ["logs", "-f", "--tail", "100", "ollama"]
     assert col.last.source == "docker:ollama"
-    assert _gone(pid) and _gone(child), "docker (or its child) left running"
+    assert _gone_soon(pid) and _gone_soon(child), "docker (or its child) left running"
 
 
 @pytest.mark.parametrize(
@@ -287,8 +297,8 @@ async def test_aclose_kills_a_child_that_ignores_sigterm(fakes: Fakes, monkeypat
     pid = fakes.pids("docker")[0]
     t0 = time.monotonic()
     await col.close()
-    assert _gone(pid)
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 2.0  # TERM ignored: killed after the 2 s grace, not later
+    assert _gone_soon(pid)
 
 
 # -- stdin -----------------------------------------------------------------------------------------
