@@ -42,10 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
         epilog="kvtop inspect-log PATH|- [--json]: read a whole server log and report every model load.  "
                "kvtop plan MODEL [--ctx N ...] [--kv TYPE ...] [--parallel P] [--gpu-free BYTES|auto] [--json]: "
-               "memory and fit at another num_ctx, cache type or slot count.",
+               "memory and fit at another num_ctx, cache type or slot count.  "
+               "kvtop export prometheus [--listen HOST:PORT]: serve /metrics for Prometheus, headless.",
     )
-    p.add_argument("--host", metavar="URL",
-                   help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
+    p.add_argument("--host", metavar="URL", action="append",
+                   help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434); "
+                        "repeat it to watch several servers")
     p.add_argument("--interval", "-n", type=float, default=None, metavar="SECONDS",
                    help="seconds between polls, 0.25–60 (default: 1)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -65,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo", action="store_true",
                    help="start the embedded stand-in Ollama server on 127.0.0.1 and watch it")
     p.add_argument("--demo-speed", type=float, default=1.0, metavar="X", help=argparse.SUPPRESS)
+    p.add_argument("--record", metavar="FILE", default=None,
+                   help="write every sample and log batch to FILE as JSON Lines (gzip when FILE ends in .gz)")
+    p.add_argument("--replay", metavar="FILE", default=None,
+                   help="play a recording instead of polling (FILE, or a bundled one: demo, incident)")
     p.add_argument("--readonly", action="store_true", default=None,
                    help="never send a request that changes the server (disables the what-if screen's load action)")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
@@ -115,47 +121,135 @@ def demo_server(speed: float = 1.0, *, manual: bool = False) -> Iterator[str]:
             proc.wait()
 
 
-async def _sample_once(settings: Settings) -> int:
+async def _sample_states(settings: Settings) -> list[Any]:
+    """One sample of every server (concurrently) and of this machine's GPUs, as ``AppState``s.
+
+    The GPU sample joins the state of ``local_host(settings.host_urls)`` only: it describes the
+    machine kvtop runs on. So does the server log, when one is configured: its newest lines (the
+    dashboard's start bound, ``sources.tail_backlog``) are read once, while the servers are
+    polled, parsed and applied before the alerts are evaluated, so the log's event alerts
+    (truncation, OOM, KV type not applied, …) count too.
+    """
     from datetime import datetime, timezone
 
+    from kvtop.config import local_host
     from kvtop.model.state import apply, apply_gpu, initial_state
-    from kvtop.report import state_json, state_text
     from kvtop.sources.gpu import GpuSource
     from kvtop.sources.ollama import OllamaClient
     from kvtop.sources.procs import ProcSource
 
-    client = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+    hosts = settings.host_urls
+    clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s) for h in hosts]
     gpu_source = GpuSource()
     try:
-        snap, gpu = await asyncio.gather(client.sample(wait_details=True), gpu_source.sample())
+        *snaps, gpu, backlog = await asyncio.gather(*(c.sample(wait_details=True) for c in clients),
+                                                    gpu_source.sample(), _log_backlog(settings))
         procs = await ProcSource().sample(gpu.pids)
     finally:
-        await client.aclose()
+        for client in clients:
+            await client.aclose()
         await gpu_source.aclose()
-    first, warnings = initial_state(settings.host_url, settings.alerts,
-                                    datetime.now().astimezone().tzinfo or timezone.utc)
-    for warning in warnings:
-        print(f"kvtop: [alerts] {warning}", file=sys.stderr)
-    state = apply_gpu(apply(first, snap), gpu, procs)
+    tz = datetime.now().astimezone().tzinfo or timezone.utc
+    local = local_host(hosts)
+    states = []
+    for host, snap in zip(hosts, snaps):
+        first, warnings = initial_state(host, settings.alerts, tz)
+        if host == hosts[0]:
+            for warning in warnings:
+                print(f"kvtop: [alerts] {warning}", file=sys.stderr)
+        state = apply(first, snap)
+        if host == local:
+            state = apply_gpu(state, gpu, procs)
+            if backlog is not None:
+                state = _apply_backlog(state, backlog, settings)
+        states.append(state)
+    return states
+
+
+async def _log_backlog(settings: Settings) -> Any:
+    """``--once``/``--check``: the server log's newest lines (``tail_backlog.Backlog``), None without a log."""
+    if settings.log_spec == "none":
+        return None
+    from kvtop.sources.tail import parse_log_spec
+    from kvtop.sources.tail_backlog import read_backlog
+
+    return await read_backlog(parse_log_spec(settings.log_spec))
+
+
+def _apply_backlog(state: Any, backlog: Any, settings: Settings) -> Any:
+    """Parse a read backlog into ``state`` and say on stderr what was read (stdout stays the report).
+
+    A log that ``auto`` picked but could not read is left out (the user asked for no log): it says
+    so on stderr and raises no ``log_source_lost`` alert; a log named with ``--log`` that cannot
+    be read raises it, as on the dashboard.
+    """
+    from kvtop.logparse.parser import parse_lines
+    from kvtop.model.state import apply_log_events
+
+    auto = settings.extra.get("log_origin") == "default"
+    where = backlog.source
+    if not backlog.ok:
+        print(f"kvtop: server log {where}: {backlog.status}" + (" — no log read" if auto else ""), file=sys.stderr)
+        if auto:
+            return state
+    elif not backlog.lines:
+        print(f"kvtop: server log {where}: {backlog.status or 'no lines'}", file=sys.stderr)
+        if where in ("auto", "none"):
+            return state
+    else:
+        more = f"; {backlog.dropped_lines:,} older left out" if backlog.dropped_lines else ""
+        print(f"kvtop: server log {where}: read its newest {len(backlog.lines):,} lines{more}", file=sys.stderr)
+    events = parse_lines(backlog.lines)
+    return apply_log_events(state, events, source=where, status=backlog.status, ok=backlog.ok,
+                            lines=len(backlog.lines), dropped_lines=backlog.dropped_lines)
+
+
+async def _sample_once(settings: Settings) -> int:
+    """``--once`` / ``--check``: print one sample of every server; returns the exit code.
+
+    With one server the output is unchanged from a single-host kvtop; with several, ``--json``
+    wraps one object per server in ``{"hosts": [...]}`` and the text blocks follow each other.
+    ``--once`` exits 2 when any server is unreachable; ``--check`` exits with the worst code.
+    """
+    from kvtop.report import state_json, state_text
+
+    states = await _sample_states(settings)
+    several = len(states) > 1
     if settings.extra.get("check") == "1":
         from kvtop.model.alerts import alert_json, exit_code
         from kvtop.report import alert_lines
 
+        codes = [exit_code(st.alerts, bool(st.reachable)) for st in states]
         if settings.extra.get("json") == "1":
-            sys.stdout.write(json.dumps({"reachable": bool(snap.reachable), "error": snap.error,
-                                         "alerts": [alert_json(a) for a in state.alerts]}, indent=2) + "\n")
+            objs = [{"host": st.host_url, "reachable": bool(st.reachable),
+                     "error": st.ollama.error if st.ollama else "no poll made",
+                     "alerts": [alert_json(a) for a in st.alerts],
+                     "log": ({"source": st.log.source, "lines": st.log.lines, "ok": st.log.ok, "status": st.log.status}
+                             if st.log.source is not None else None)} for st in states]
+            out: Any = {"hosts": objs, "exit_code": max(codes)} if several else {
+                k: v for k, v in objs[0].items() if k != "host"}
+            sys.stdout.write(json.dumps(out, indent=2) + "\n")
         else:
-            lines = alert_lines(state) or ["kvtop: no alerts"]
-            if not snap.reachable:
-                lines.insert(0, f"kvtop: {settings.host_url}: unreachable: {snap.error}")
+            lines: list[str] = []
+            for st in states:
+                block = alert_lines(st) or ["kvtop: no alerts"]
+                if not st.reachable:
+                    block.insert(0, f"kvtop: {st.host_url}: unreachable: {st.ollama.error if st.ollama else ''}")
+                if several:
+                    block = [f"== {st.host_url}"] + [f"  {line}" for line in block]
+                lines.extend(block)
             sys.stdout.write("\n".join(lines) + "\n")
-        return exit_code(state.alerts, bool(snap.reachable))
+        return max(codes)
+    reachable = all(st.reachable for st in states)
     if settings.extra.get("json") == "1":
-        sys.stdout.write(json.dumps(state_json(state), indent=2, ensure_ascii=False) + "\n")
+        out = {"hosts": [state_json(st) for st in states]} if several else state_json(states[0])
+        sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
     else:
-        out = state_text(state)
-        (sys.stdout if snap.reachable else sys.stderr).write(out)
-    return EXIT_OK if snap.reachable else EXIT_UNREACHABLE
+        for i, st in enumerate(states):
+            if i:
+                sys.stdout.write("\n")
+            (sys.stdout if st.reachable else sys.stderr).write(state_text(st))
+    return EXIT_OK if reachable else EXIT_UNREACHABLE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,12 +263,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvtop.plan_cli import main_plan
 
         return main_plan(argv[1:])
+    if argv[:1] == ["export"]:
+        from kvtop.export.prometheus import main_export
+
+        return main_export(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a terminal without UTF-8 gets "?" instead of a traceback
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="replace")
+    if args.record and args.replay:
+        parser.error("--record and --replay exclude each other")
+    if args.record and (args.once or args.check):
+        parser.error("--record records the dashboard; leave out --once/--check")
+    if args.replay and (args.once or args.check or args.demo or args.host is not None or args.log is not None):
+        parser.error("--replay plays a recording; leave out --host, --log, --demo, --once and --check")
     if args.json and not (args.once or args.check):
         parser.error("--json needs --once or --check")
     if args.check:
@@ -195,16 +299,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
     values, origins = resolved.values, resolved.origins
     warnings = list(resolved.warnings)
-    try:
-        host_url = parse_ollama_host(values["host"], strict=origins["host"] != "env OLLAMA_HOST")
-    except HostError as exc:
-        if origins["host"] == "flag":
-            parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
-        warnings.append(f"host from {origins['host']}: {exc} — the default is used")
-        host_url = parse_ollama_host(None)
+    host_urls: list[str] = []
+    for raw in values["host"] or (None,):
+        try:
+            url = parse_ollama_host(raw, strict=origins["host"] != "env OLLAMA_HOST")
+        except HostError as exc:
+            if origins["host"] == "flag":
+                parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
+            warnings.append(f"host from {origins['host']}: {exc} — "
+                            f"{'it is left out' if len(values['host']) > 1 else 'the default is used'}")
+            continue
+        if url not in host_urls:
+            host_urls.append(url)
+    if not host_urls:
+        host_urls.append(parse_ollama_host(None))
+    host_url = host_urls[0]
     log_spec = values["log"]
-    if origins["log"] == "default" and (args.demo or args.once):
-        log_spec = "none"
+    if origins["log"] == "default" and (args.demo or (args.once and not args.check)):
+        log_spec = "none"  # --check reads the log auto finds: a health check should see its events
     try:
         from kvtop.sources.tail import parse_log_spec
 
@@ -214,10 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.exit(EXIT_UNREACHABLE, f"kvtop: --log: {exc}\n")
         warnings.append(f"log from {origins['log']}: {exc} — no log is read")
         log_spec = "none"
-    if args.once and origins["log"] != "default" and log_spec != "none":
-        warnings.append(f"--once/--check read no server log: {log_spec} is ignored (the sample is /api/ps and NVML)")
     if args.print_config:
-        print(config_report(resolved, host_url, log_spec, warnings), end="")
+        print(config_report(resolved, ", ".join(host_urls), log_spec, warnings), end="")
         return EXIT_OK
     for warning in warnings:
         print(f"kvtop: {warning}", file=sys.stderr)
@@ -230,8 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_spec=log_spec,
         theme=str(values["theme"]),
         alerts=values["alerts"],
+        more_hosts=tuple(host_urls[1:]),
         extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
-               "warnings": "\n".join(warnings)},
+               "warnings": "\n".join(warnings), "log_origin": origins["log"]},
     )
     try:
         if args.demo:
@@ -239,11 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with demo_server(args.demo_speed, manual=args.once) as url:
                     if args.once:
                         _show_busiest_step(url)
-                    return _run(dataclasses.replace(settings, host_url=url), once=args.once)
+                    return _run(dataclasses.replace(settings, host_url=url), once=args.once, record=args.record)
             except RuntimeError as exc:
                 print(f"kvtop: {exc}", file=sys.stderr)
                 return EXIT_FAILED
-        return _run(settings, once=args.once)
+        if args.replay:
+            return _replay(settings, args.replay)
+        return _run(settings, once=args.once, record=args.record)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `kvtop --once | head`
@@ -280,7 +393,43 @@ def _show_busiest_step(url: str) -> None:
     httpx.post(f"{url}/_standin/advance", json={"to": busiest}, timeout=5, trust_env=False)
 
 
-def _run(settings: Settings, *, once: bool) -> int:
+def _replay(settings: Settings, name: str) -> int:
+    """``--replay FILE|NAME``: the dashboard over a recording; exit 2 when it cannot be read."""
+    from kvtop.sources.replay import RecordingError, read_recording, resolve_recording
+    from kvtop.ui.app import make_app
+
+    try:
+        recording = read_recording(resolve_recording(name))
+    except RecordingError as exc:
+        print(f"kvtop: --replay: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    header = recording.header
+    log_spec = header.sources.get("log")
+    settings = dataclasses.replace(
+        settings, host_url=header.host_url, demo=False, readonly=True,
+        log_spec=log_spec if isinstance(log_spec, str) else "none")
+    app = make_app(settings, replay=recording)
+    app.run()
+    return app.return_code or EXIT_OK
+
+
+def _attach_recorder(app: Any, path: str) -> str | None:
+    """``--record FILE``: create FILE with its header and hand it to ``app``; the error text, or None."""
+    from kvtop.sources.replay import Recorder, recording_header
+
+    header = recording_header(
+        hosts=app.hosts, log_spec=app.settings.log_spec, gpu=app.gpu_source is not None, demo=app.settings.demo,
+        naive_tz=app.state.naive_tz, thresholds=app.state.thresholds, started_at=time.time())
+    try:
+        app.recorder = Recorder.create(path, header)
+    except FileExistsError:
+        return f"--record: {path} exists: kvtop never overwrites a recording; pick another name"
+    except OSError as exc:
+        return f"--record: cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
+def _run(settings: Settings, *, once: bool, record: str | None = None) -> int:
     if once:
         return asyncio.run(_sample_once(settings))
     from kvtop.ui.app import make_app
@@ -293,6 +442,11 @@ def _run(settings: Settings, *, once: bool) -> int:
             print(f"kvtop: --log -: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
     app = make_app(settings, log_source=log_source)
+    if record:
+        problem = _attach_recorder(app, record)
+        if problem:
+            print(f"kvtop: {problem}", file=sys.stderr)
+            return EXIT_UNREACHABLE
     app.run()
     return app.return_code or EXIT_OK
 

@@ -10,7 +10,7 @@ import ipaddress
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -137,6 +137,23 @@ def _client_host(host: str) -> str:
     return str(ip)
 
 
+def local_host(hosts: Sequence[str]) -> str:
+    """The server this machine's GPU sample and server log belong to: the first one on a
+    loopback address, else the first one (a single ``--host`` may be an SSH tunnel to this machine).
+
+    Raises:
+        IndexError: ``hosts`` is empty.
+    """
+    for url in hosts:
+        name = (urlsplit(url).hostname or "").lower()
+        try:
+            if name == "localhost" or ipaddress.ip_address(name).is_loopback:
+                return url
+        except ValueError:
+            continue
+    return hosts[0]
+
+
 def display_host(url: str) -> str:
     """Short form of a base URL for the header: ``127.0.0.1:11434`` (scheme shown only for https)."""
     parts = urlsplit(url)
@@ -154,6 +171,7 @@ class Settings:
         timeout_s: Bound on each HTTP request to Ollama (connect and read).
         demo: True when watching the embedded stand-in server (the header says DEMO).
         readonly: Never send anything that changes the server (disables the what-if load action).
+        more_hosts: Further servers to watch beside ``host_url`` (each polled on its own).
         log_spec: Where the server log is read (``sources.tail.parse_log_spec``); the CLI's
             default is ``auto``, the dataclass's ``none`` so that tests never read the machine's log.
     """
@@ -168,6 +186,12 @@ class Settings:
     theme: str = "kvtop-dark"
     alerts: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)
+    more_hosts: tuple[str, ...] = ()
+
+    @property
+    def host_urls(self) -> tuple[str, ...]:
+        """Every server watched, ``host_url`` first (``--host`` repeated, or ``host = [...]``)."""
+        return (self.host_url, *(h for h in self.more_hosts if h != self.host_url))
 
 
 def clamp_interval(interval_s: float) -> float:
@@ -186,7 +210,7 @@ def host_from_environment(env: Mapping[str, str] | None = None) -> str:
 APP_NAME = "kvtop"
 
 CONFIG_KEYS: dict[str, str] = {
-    "host": "Ollama server, OLLAMA_HOST syntax",
+    "host": "Ollama server, OLLAMA_HOST syntax, or a list of them (several servers)",
     "interval": "seconds between polls (0.25–60)",
     "timeout": "deadline of each API request, seconds",
     "log": "server log spec: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, docker:NAME, -, none",
@@ -269,6 +293,11 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
 def _coerce(key: str, value: Any, origin: str) -> Any:
     """Check and convert one setting's value; ConfigError names where it came from."""
     try:
+        if key == "host":
+            hosts = [value] if isinstance(value, str) else value
+            if not isinstance(hosts, (list, tuple)) or not hosts or not all(isinstance(h, str) for h in hosts):
+                raise ValueError("must be a string or a non-empty list of strings")
+            return tuple(hosts)
         if key in ("interval", "timeout"):
             number = float(value)
             if not 0 < number < float("inf"):
@@ -307,6 +336,8 @@ def resolve_config(
     saved_theme: str | None = None,
 ) -> ResolvedConfig:
     """Combine settings: flag > environment > file > saved UI choice (theme) > default.
+
+    ``values["host"]`` is a tuple of host strings (several servers) or None (the default).
 
     Args:
         flags: Only the settings the user typed on the command line.

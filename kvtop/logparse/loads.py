@@ -57,6 +57,7 @@ from kvtop.logparse.events import (
     SchedulerEstimate,
     ServerConfig,
     ServerListening,
+    PromptRejected,
     Truncation,
     Unload,
 )
@@ -67,7 +68,7 @@ COMPONENTS = ("weights", "kv", "compute")
 
 REPORTED_KINDS = frozenset({
     "truncation", "kv_type_fallback", "flash_attention_forced_off", "oom", "eviction", "load_failed", "unload",
-    "request_timing",
+    "request_timing", "prompt_rejected",
 })
 """Event kinds listed in the document's ``events``."""
 
@@ -168,6 +169,8 @@ class Load:
                 out.append(f"load failed: {e.reason}")
         if counts.get("truncation"):
             out.append(f"{counts['truncation']} prompt truncation(s)")
+        if counts.get("prompt_rejected"):
+            out.append(f"{counts['prompt_rejected']} prompt(s) rejected: longer than the context")
         if counts.get("eviction"):
             out.append(f"{counts['eviction']} eviction line(s)")
         return out
@@ -435,7 +438,7 @@ class _Grouper:
                 target = cur.index
                 if isinstance(e, LoadFailed):
                     cur.set_blob(e.model_blob)
-        elif isinstance(e, (Truncation, RequestTiming)):
+        elif isinstance(e, (Truncation, PromptRejected, RequestTiming)):
             if cur is not None:
                 target = cur.index
         elif isinstance(e, ServerListening):
@@ -613,6 +616,8 @@ def event_json(event: LogEvent, load: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": event.kind}
     if isinstance(event, Truncation):
         out.update(limit=event.limit, prompt=event.prompt, keep=event.keep, new=event.new)
+    elif isinstance(event, PromptRejected):
+        out.update(prompt=event.n_prompt_tokens, limit=event.n_ctx)
     elif isinstance(event, KvTypeFallback):
         out.update(requested=event.requested, reason=event.reason)
     elif isinstance(event, RequestTiming):

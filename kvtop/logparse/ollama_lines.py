@@ -22,6 +22,7 @@ from datetime import datetime
 from kvtop.logparse.cmdline import parse_cmd
 from kvtop.logparse.events import (
     Allocation,
+    ContextClamped,
     Eviction,
     FlashAttention,
     FlashAttentionDecision,
@@ -310,6 +311,11 @@ def _truncation(msg: str, rest: str, level: str, n: int, t: datetime | None, raw
                        to_int(slog_get(rest, "new")))]
 
 
+def _clamped(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
+    """§3.4, §4.4: ``requested context size too large for model num_ctx=… n_ctx_train=…`` (v0.15.5+)."""
+    return [ContextClamped(n, t, raw, to_int(slog_get(rest, "num_ctx")), to_int(slog_get(rest, "n_ctx_train")))]
+
+
 def _runner_ref(rest: str) -> tuple[str | None, int | None]:
     blob = blob_of(slog_get(rest, "runner.model") or slog_get(rest, "model") or slog_get(rest, "modelPath"))
     return blob, to_int(slog_get(rest, "runner.pid") or slog_get(rest, "pid"))
@@ -380,6 +386,7 @@ EXACT: dict[str, Handler] = {
     "OLLAMA_FLASH_ATTENTION must be enabled to use a quantized OLLAMA_KV_CACHE_TYPE": _kv_fallback,
     "unsupported OLLAMA_KV_CACHE_TYPE": _kv_fallback,
     "truncating input prompt": _truncation,
+    "requested context size too large for model": _clamped,
     "changing loaded model": _unload,
     "gpu VRAM usage didn't recover within timeout": _unload,
     "timer expired, expiring to unload": _unload,

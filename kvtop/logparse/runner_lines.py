@@ -12,6 +12,8 @@
   '…'``. Older builds print the timing lines unprefixed after ``slot print_timing: id 0 |
   task 0 |``. With the log prefix on, lines start ``0.00.035.060 I ``.
 - llama.cpp ``llama_print_timings:`` / ``llama_perf_context_print:`` timing lines.
+- llama-server's refusal of an over-long prompt: ``srv    send_error: task id = 0, error: request
+  (2104 tokens) exceeds the available context size (256 tokens), try increasing it``.
 
 Timing lines come in parts (prompt eval, eval, total); :class:`TimingPart` carries one part
 and the parser joins the parts of one request into a ``RequestTiming`` event.
@@ -31,6 +33,8 @@ from kvtop.logparse.events import (
     LogEvent,
     ModelLoad,
     PrefillProgress,
+    PromptRejected,
+    SlotActivity,
     Truncation,
     UnknownWarning,
 )
@@ -56,6 +60,14 @@ _NUM_RE = {
     "n_prompt_tokens": re.compile(r"n_prompt_tokens = (\d+)"),
 }
 _LOADING_RE = re.compile(r"loading model '([^']*)'")
+_CACHED_RE = re.compile(r"cached n_tokens = (\d+)")
+_NEW_PROMPT_RE = re.compile(r"n_ctx_slot = (\d+).*?(?:task\.n_tokens|n_prompt_tokens) = (\d+)")
+_RELEASE_RE = re.compile(r"stop processing: n_tokens = (\d+)")
+_REJECTED_RE = re.compile(
+    r"(?:request|input) \((\d+) tokens\) (?:exceeds the available context size|is larger than the max context size)"
+    r" \((\d+) tokens\)"
+)
+_TASK_ID_RE = re.compile(r"task id = (\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,22 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
             # anything else ("graphs reused = 7") is not part of the numbers
             return TimingPart("header", n, None, "", slot=slot, task=task) if not rest.strip() else []
         return part
+    if func == "launch_slot_" and rest.startswith("processing task"):
+        return [SlotActivity(n, time(), sanitize(text), "start", slot, task)]
+    if rest.startswith("new prompt"):
+        pm = _NEW_PROMPT_RE.search(rest)
+        return [SlotActivity(n, time(), sanitize(text), "prompt", slot, task,
+                             int(pm.group(1)) if pm else None, int(pm.group(2)) if pm else None)]
+    if rest.startswith("cached n_tokens"):
+        cm = _CACHED_RE.match(rest)
+        if cm is not None:
+            return [PrefillProgress(n, time(), sanitize(text), slot, task, int(cm.group(1)))]
+    if func == "init_sampler" or rest.startswith("prompt done"):
+        return [SlotActivity(n, time(), sanitize(text), "prompt_done", slot, task)]
+    if func == "release" and "stop processing" in rest:
+        rm = _RELEASE_RE.search(rest)
+        return [SlotActivity(n, time(), sanitize(text), "release", slot, task,
+                             n_tokens=int(rm.group(1)) if rm else None)]
     if "progress" in rest and "n_tokens" in rest:
         return [PrefillProgress(
             n, time(), sanitize(text), slot, task, _num(rest, "n_past"), _num(rest, "n_tokens"),
@@ -129,6 +157,12 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
     if rest.startswith("input truncated"):
         return [Truncation(n, time(), sanitize(text), _num(rest, "n_ctx"), None, _num(rest, "n_keep"),
                            _num(rest, "n_prompt_tokens"))]
+    if " tokens) " in rest:
+        rj = _REJECTED_RE.search(rest)
+        if rj is not None:
+            tm = _TASK_ID_RE.match(rest)
+            return [PromptRejected(n, time(), sanitize(text), int(rj.group(1)), int(rj.group(2)),
+                                   int(tm.group(1)) if tm else task)]
     if func == "load_model":
         if rest.startswith("loading model"):
             lm = _LOADING_RE.search(rest)

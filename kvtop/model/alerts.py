@@ -11,7 +11,7 @@ Two kinds of rule:
   a context above the training context, the server unreachable, the log source lost, a GPU
   nearly full or shared with foreign processes, swap in use while a model is spilled. While the
   server is unreachable the per-model state rules are not evaluated (the rows are stale).
-* **Event rules** read the server log: truncated prompts, clamped contexts, OOMs, failed loads,
+* **Event rules** read the server log: truncated or rejected prompts, clamped contexts, OOMs, failed loads,
   refused quantized V caches, runner crashes, evictions and reload churn. An event counts only
   while it is recent: its time is within ``Thresholds.event_window_s`` (reload churn:
   ``churn_window_s``) before now. A line printed without a timestamp (llama.cpp's own lines)
@@ -47,6 +47,8 @@ from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from kvtop.logparse.events import (
+    ContextClamped,
+    ContextOverTraining,
     Eviction,
     FlashAttentionForcedOff,
     KvTypeFallback,
@@ -54,6 +56,7 @@ from kvtop.logparse.events import (
     LoadRequest,
     LogEvent,
     Oom,
+    PromptRejected,
     RunnerStarted,
     ServerConfig,
     Truncation,
@@ -93,6 +96,7 @@ KINDS: Final[Mapping[str, tuple[Severity, str]]] = {
     "kv_type_not_applied": ("warning", "the KV cache type requested is not the one allocated"),
     "flash_attention_off": ("warning", "flash attention is off although requested or needed by a quantized cache"),
     "prompt_truncated": ("warning", "prompts longer than the context were cut"),
+    "prompt_rejected": ("warning", "llama-server refused prompts longer than the context (HTTP 400)"),
     "reload_churn": ("warning", "the same weights were loaded again and again"),
     "eviction": ("warning", "the scheduler unloaded a model to make room"),
     "context_over_training": ("warning", "num_ctx is above the model's training context"),
@@ -117,9 +121,6 @@ _QUANTIZED_V_RE: Final = re.compile(
 _CRASH_RE: Final = re.compile(
     r"GGML_ASSERT|SIGSEGV|SIGABRT|segmentation fault|core dumped|panic:|runner process has terminated"
     r"|exception in thread|std::bad_alloc", re.IGNORECASE)
-_CLAMP_MSG: Final = "requested context size too large for model"
-_NUM_CTX_RE: Final = re.compile(r"\bnum_ctx=\"?(\d+)")
-_N_CTX_TRAIN_RE: Final = re.compile(r"\bn_ctx_train=\"?(\d+)")
 _FA_ON: Final = frozenset({"on", "true", "1", "enabled", "t", "yes"})
 _FA_FORCED_RE: Final = re.compile(r"forcing off|not supported|not compatible|pre-Turing", re.IGNORECASE)
 _UNQUANTIZED: Final = frozenset({"f16", "f32", "bf16"})
@@ -490,7 +491,7 @@ def _reference_time(state: AppState, events: Sequence[LogEvent], naive_tz: tzinf
 
 _RECENT_KINDS: Final = frozenset({
     "truncation", "oom", "load_failed", "eviction", "unknown_warning", "flash_attention_forced_off",
-    "kv_type_fallback",
+    "kv_type_fallback", "context_clamped", "context_over_training", "prompt_rejected",
 })
 
 
@@ -572,7 +573,9 @@ def evaluate(
                     found.append(alert)
     found.extend(_load_alerts(ctx, current))
     found.extend(_truncation_alerts(ctx))
+    found.extend(_rejection_alerts(ctx))
     found.extend(_clamp_alerts(ctx))
+    found.extend(_runner_over_training_alerts(ctx, current))
     found.extend(_incident_alerts(ctx, current))
     found.extend(_churn_alerts(ctx))
     found.extend(_gpu_alerts(ctx))
@@ -968,12 +971,28 @@ def _context_fix(ctx: _Ctx, view: ModelView, num_ctx: int, cost: str) -> Fix:
     return Fix(f"num_ctx {num_ctx}", f"KV {_ib(new)} ({_delta(new - b.kv_now)})", fits, cost)
 
 
+def _runner_over_training(ctx: _Ctx, load: Load | None) -> ContextOverTraining | None:
+    """The runner's own ``n_ctx_per_seq (N) > n_ctx_train (M)`` line of ``load``, if it printed one."""
+    if load is None:
+        return None
+    found = None
+    for e in ctx.events:
+        if isinstance(e, ContextOverTraining) and ctx.owner(e.line_no) is load:
+            found = e
+    return found
+
+
 def _context_over_training(ctx: _Ctx, view: ModelView) -> Alert | None:
     num_ctx, train = view.context.value, view.context_train
+    where = ""
+    if not train:  # /api/show did not give <arch>.context_length: the runner's line may
+        line = _runner_over_training(ctx, view.load)
+        if line is not None:
+            train, where = line.n_ctx_train, f"; the runner said so (log line {line.line_no})"
     if num_ctx is None or not train or num_ctx <= train:
         return None
     text = (f"num_ctx {num_ctx} is above the training context {train} ({view.context.source}): past {train} tokens"
-            " the model degrades, and the extra cache is allocated anyway")
+            f" the model degrades, and the extra cache is allocated anyway{where}")
     fix = _context_fix(ctx, view, train, f"none: the model was trained on {train} tokens")
     return Alert("context_over_training", "warning", view.name, ctx.now, text, (fix,),
                  f"context_over_training:{view.name}")
@@ -1029,25 +1048,107 @@ def _truncation_alerts(ctx: _Ctx) -> list[Alert]:
     return out
 
 
+def _rejection_alerts(ctx: _Ctx) -> list[Alert]:
+    """``prompt_rejected`` from llama-server's ``request (N tokens) exceeds the available context size
+    (M tokens)``: the model is the load the line belongs to (the newest begun before it), else the
+    only loaded model; the fix is the num_ctx that holds the longest prompt, sized by the KV math."""
+    window = ctx.th.event_window_s
+    groups: dict[str | None, list[tuple[_Timed, PromptRejected]]] = {}
+    for t in ctx.recent:
+        e = t.event
+        if not isinstance(e, PromptRejected):
+            continue
+        owner = ctx.owner(e.line_no)
+        view = next((v for v in ctx.views if owner is not None and v.load is owner), None) if ctx.live else None
+        if view is None and owner is not None and owner.model_blob is not None:
+            view = ctx.view_for_blob(owner.model_blob) if ctx.live else None
+        if view is None and (owner is None or owner.model_blob is None) and ctx.live:
+            view = _single_model(ctx)
+        current = view is not None and owner is not None and view.load is owner
+        if not (ctx.recent_enough(t.ts, window) or (t.ts is None and current)) or ctx.superseded(owner):
+            continue
+        if view is not None and view.context.value is not None and view.context.value >= e.n_prompt_tokens:
+            continue  # the running context holds that prompt now: from an earlier, smaller load
+        model = view.name if view is not None else ctx.name_for_blob(owner.model_blob if owner is not None else None)
+        groups.setdefault(model, []).append((t, e))
+    out: list[Alert] = []
+    for model, items in groups.items():
+        last = items[-1][1]
+        longest = max(e.n_prompt_tokens for _, e in items)
+        view = next((v for v in ctx.views if v.name == model), None)
+        target = _next_power_of_two(longest)
+        cap = view.context_train if view is not None else None
+        if cap and target > cap:
+            target = cap
+        holds = target >= longest
+        head = (f"prompt rejected: {last.n_prompt_tokens} tokens > num_ctx {last.n_ctx}" if len(items) == 1 else
+                f"{len(items)} prompts rejected in the last {_minutes(window)} (latest: {last.n_prompt_tokens} tokens"
+                f" > num_ctx {last.n_ctx})")
+        if holds:
+            tail = f"; num_ctx {target} would hold {'it' if len(items) == 1 else f'the longest ({longest} tokens)'}"
+        else:
+            tail = f"; even the training context {cap} is shorter than {longest} tokens: the client must send less"
+        text = head + tail + " (llama-server answered HTTP 400, nothing was generated)"
+        cost = "more KV cache memory" + (f"; capped at the training context {cap}" if cap and target == cap else "")
+        fix: Fix | None = None
+        if holds and view is not None:
+            fix = _context_fix(ctx, view, target, cost)
+        elif holds:
+            fix = Fix(f"num_ctx {target}", f"holds the longest prompt seen ({longest} tokens)", None, cost)
+        since = next((t.ts for t, _ in items if t.ts is not None), ctx.now)
+        out.append(Alert("prompt_rejected", "warning", model, since, text, (fix,) if fix is not None else (),
+                         f"prompt_rejected:{model or '-'}"))
+    return out
+
+
 def _clamp_alerts(ctx: _Ctx) -> list[Alert]:
+    """``context_clamped`` from Ollama's clamp warning (before the spawn: the next load is the model)."""
     found: dict[str | None, tuple[_Timed, int | None, int | None]] = {}
     first: dict[str | None, float | None] = {}
     for t in ctx.recent:
         e = t.event
-        if not isinstance(e, UnknownWarning) or not e.message.startswith(_CLAMP_MSG):
+        if not isinstance(e, ContextClamped):
             continue
         if not ctx.recent_enough(t.ts, ctx.th.event_window_s):
             continue
         load = ctx.next_load(e.line_no)
         model = ctx.name_for_blob(load.model_blob) if load is not None else None
-        m1, m2 = _NUM_CTX_RE.search(e.raw), _N_CTX_TRAIN_RE.search(e.raw)
-        found[model] = (t, int(m1.group(1)) if m1 else None, int(m2.group(1)) if m2 else None)
+        found[model] = (t, e.requested, e.n_ctx_train)
         first.setdefault(model, t.ts)
     out: list[Alert] = []
     for model, (t, asked, train) in found.items():
         text = (f"num_ctx {asked if asked is not None else '?'} was requested; Ollama clamped it to the training context"
                 f" {train if train is not None else '?'}: longer prompts are truncated")
         out.append(Alert("context_clamped", "info", model, first.get(model), text, (), f"context_clamped:{model or '-'}"))
+    return out
+
+
+def _runner_over_training_alerts(ctx: _Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
+    """``context_over_training`` from the runner's line, for loads no loaded row covers (the state
+    rule handles the loaded ones): a recent load, or one with no timestamps that is still current."""
+    found: dict[str | None, tuple[_Timed, ContextOverTraining]] = {}
+    for t in ctx.recent:
+        e = t.event
+        if not isinstance(e, ContextOverTraining):
+            continue
+        owner = ctx.owner(e.line_no)
+        if owner is not None and id(owner) in current:
+            continue  # a loaded model's load: the state rule has the row's numbers
+        if not ctx.recent_enough(t.ts, ctx.th.event_window_s) or ctx.superseded(owner):
+            continue
+        model = ctx.name_for_blob(owner.model_blob) if owner is not None else None
+        found[model or (owner.model_blob if owner is not None else None)] = (t, e)
+    out: list[Alert] = []
+    for ident, (t, e) in found.items():
+        owner = ctx.owner(e.line_no)
+        model = ctx.name_for_blob(owner.model_blob) if owner is not None else None
+        name = model or (_short_blob(ident) if ident else None)
+        text = (f"{name + ': ' if name else ''}the runner ran num_ctx {e.n_ctx_per_seq} per slot, above the training"
+                f" context {e.n_ctx_train} (log line {e.line_no}): past {e.n_ctx_train} tokens the model degrades")
+        fix = Fix(f"num_ctx {e.n_ctx_train}", "the training context: nothing past it is of use", None,
+                  f"none: the model was trained on {e.n_ctx_train} tokens")
+        out.append(Alert("context_over_training", "warning", model, t.ts, text, (fix,),
+                         f"context_over_training:{ident or '-'}"))
     return out
 
 

@@ -24,7 +24,9 @@ The pipeline is:
 
 from __future__ import annotations
 
+import functools
 import math
+from types import MappingProxyType
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -816,7 +818,28 @@ def _build(info: Mapping[str, Any], arch: str) -> KVLayout:
     return _plain_layout(keys, n_layer, ctx_train)
 
 
+_LAYOUT_CACHE: dict[int, tuple[Mapping[str, Any], KVLayout | KVUnavailable]] = {}
+_LAYOUT_CACHE_SIZE = 64
+
+
 def layout_from_model_info(model_info: Mapping[str, Any]) -> KVLayout | KVUnavailable:
+    """``_layout_from_model_info`` memoized on the mapping object (``/api/show`` answers are
+    cached per digest by the source, so every poll passes the same object). The cache holds a
+    reference to each mapping it keys, so an ``id`` is never reused while it is cached. Callers
+    Only read-only ``MappingProxyType`` views (what snapshots hold) are cached."""
+    if not isinstance(model_info, MappingProxyType):
+        return _layout_from_model_info(model_info)  # a plain dict may change: never cached
+    hit = _LAYOUT_CACHE.get(id(model_info))
+    if hit is not None and hit[0] is model_info:
+        return hit[1]
+    result = _layout_from_model_info(model_info)
+    if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_SIZE:
+        _LAYOUT_CACHE.pop(next(iter(_LAYOUT_CACHE)))
+    _LAYOUT_CACHE[id(model_info)] = (model_info, result)
+    return result
+
+
+def _layout_from_model_info(model_info: Mapping[str, Any]) -> KVLayout | KVUnavailable:
     """Derive the KV layout of a model from ``/api/show`` ``model_info``.
 
     Per-architecture rules follow Ref §2.3 (llama.cpp ``load_hparams`` @ Ollama v0.24.0's vendored
@@ -987,6 +1010,7 @@ def _formula(
     return text
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the alert rules ask the same questions every poll
 def kv_allocation(
     layout: KVLayout,
     num_ctx: int,
@@ -1110,6 +1134,7 @@ def kv_allocation(
     )
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the alert rules ask the same questions every poll
 def max_num_ctx(
     layout: KVLayout,
     budget_bytes: int,

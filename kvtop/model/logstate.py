@@ -27,12 +27,12 @@ LOAD_EVENTS = 20_000
 KEEP_LOADS = 16
 """Loads kept when ``LOAD_EVENTS`` overflows."""
 
-PER_REQUEST_KINDS = frozenset({"gin_request", "request_timing", "prefill_progress"})
+PER_REQUEST_KINDS = frozenset({"gin_request", "request_timing", "prefill_progress", "slot_activity"})
 """Event kinds that never change a load's memory or settings."""
 
 WARNING_KINDS = frozenset({
     "oom", "load_failed", "eviction", "kv_type_fallback", "flash_attention_forced_off", "truncation",
-    "fit_overflow", "unknown_warning",
+    "fit_overflow", "unknown_warning", "context_clamped", "context_over_training",
 })
 """Kinds the events pane highlights."""
 

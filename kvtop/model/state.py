@@ -22,6 +22,7 @@ from kvtop.model.alerts import DEFAULT_THRESHOLDS, Alert, Thresholds, evaluate
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.known import Known
 from kvtop.model.logstate import LogState, Throughput, apply_log, throughput
+from kvtop.model.slots import SlotsSnapshot, SlotUse, slot_use
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
@@ -107,6 +108,8 @@ class ModelView:
     findings: tuple[str, ...] = ()
     throughput: Throughput | None = None
     timings_note: str = ""
+    slots: SlotUse | None = None
+    """Busy / total slots and the prompt in progress (``model.slots.slot_use``), None for cloud models."""
 
     @property
     def spilled(self) -> bool:
@@ -138,6 +141,7 @@ class AppState:
         failures: Consecutive failed polls.
         gpu: The latest GPU sample (``sources.gpu.GpuSource``), None before the first one.
         procs: The process sample taken right after it (``sources.procs.ProcSource``).
+        slots: The latest ``/slots`` round over the local runners (``sources.slots.SlotsSource``).
     """
 
     host_url: str
@@ -148,6 +152,7 @@ class AppState:
     log: LogState = LogState()
     gpu: GpuSnapshot | None = None
     procs: ProcSnapshot | None = None
+    slots: SlotsSnapshot | None = None
     alerts: tuple[Alert, ...] = ()
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     naive_tz: tzinfo = timezone.utc
@@ -190,7 +195,7 @@ def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
     """Return the state after ``snap``; failed polls keep the last known models (marked stale)."""
     if not snap.reachable:
         return with_alerts(dataclasses.replace(state, ollama=snap, failures=state.failures + 1))
-    models = tuple(model_view(m, snap, state.log) for m in snap.models)
+    models = with_slot_use(tuple(model_view(m, snap, state.log) for m in snap.models), state.slots, state.log, snap)
     return with_alerts(dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0))
 
 
@@ -203,10 +208,62 @@ def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) 
     """Return the state after one batch of parsed log events (``batch``: ``logstate.apply_log``
     keywords); the model rows are re-derived when the loads changed."""
     log = apply_log(state.log, events, **batch)
-    if log.loads is state.log.loads or state.last_ok is None:
+    if state.last_ok is None:
         return with_alerts(dataclasses.replace(state, log=log))
-    models = tuple(model_view(m, state.last_ok, log) for m in state.last_ok.models)
+    if log.loads is state.log.loads:  # per-request lines only: the slots may have changed
+        models = with_slot_use(state.models, state.slots, log, state.last_ok)
+    else:
+        models = with_slot_use(tuple(model_view(m, state.last_ok, log) for m in state.last_ok.models), state.slots, log,
+                               state.last_ok)
     return with_alerts(dataclasses.replace(state, log=log, models=models))
+
+
+def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
+    """Return the state after one ``/slots`` round (the rows' busy / total slots are re-derived, and a
+    row whose slot count was only Ollama's default takes the count the runner reported)."""
+    models = with_slot_use(state.models, snap, state.log, state.last_ok)
+    if models == state.models and snap.runners == (state.slots.runners if state.slots is not None else ()):
+        return state  # nothing a widget shows changed (the round's time alone does not repaint)
+    new = dataclasses.replace(state, slots=snap, models=models)
+    if any(a.parallel != b.parallel for a, b in zip(models, state.models, strict=False)):
+        return with_alerts(new)  # the KV estimate covers another slot count: fixes change
+    return new
+
+
+def with_slot_use(models: tuple[ModelView, ...], slots: SlotsSnapshot | None, log: LogState,
+                  snap: OllamaSnapshot | None = None) -> tuple[ModelView, ...]:
+    """The rows with their ``slots`` re-derived from the ``/slots`` round and the log's slot lines.
+
+    With ``snap`` (the snapshot the rows come from), a row whose slot count is only assumed
+    (Ollama's default, or not known) while its runner's ``/slots`` lists its slots is derived
+    again with that count as ``parallel`` (source ``reported``), so CONTEXT shows ``4096×2`` and
+    the KV estimate covers every slot; a row is derived back when the runner stops answering.
+    """
+    era_c = sum(1 for v in models if v.load is not None and v.load.era == "C")
+    rows = {(m.name, m.digest): m for m in snap.models} if snap is not None else {}
+    out = []
+    for v in models:
+        use = slot_use(v, slots, log.recent, log.loads, era_c)
+        m = rows.get((v.name, v.digest))
+        if m is not None and snap is not None:
+            wanted = _reported_parallel(v, use)
+            if wanted != (v.parallel if v.parallel.source == "reported" else None):
+                v = model_view(m, snap, log, reported_parallel=wanted)
+                use = slot_use(v, slots, log.recent, log.loads, era_c)
+        out.append(v if use == v.slots else dataclasses.replace(v, slots=use))
+    return tuple(out)
+
+
+def _reported_parallel(view: ModelView, use: SlotUse | None) -> Known[int] | None:
+    """``parallel`` from the runner's ``/slots`` when the row's own count is only assumed, else None.
+
+    A count the log allocated (``-np``, ``n_seq_max``) stays: it is the runner's own word too.
+    """
+    if use is None or use.source != "reported" or not use.total or view.cloud:
+        return None
+    if view.parallel.source not in ("default", "reported", None):
+        return None
+    return Known(use.total, "reported", f"{use.total} slots listed by {use.note}")
 
 
 def _parameter_num_ctx(parameters: str) -> int | None:
@@ -252,9 +309,14 @@ def _sum(devices: Mapping[str, int] | None) -> int | None:
     return sum(devices.values()) if devices else None
 
 
-def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None) -> ModelView:
+def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
+               reported_parallel: Known[int] | None = None) -> ModelView:
     """Derive a ``ModelView`` from one ``/api/ps`` row, the cached ``/api/show`` / ``/api/tags``
-    and, when the server log has this model's load, the runner's own numbers (``allocated``)."""
+    and, when the server log has this model's load, the runner's own numbers (``allocated``).
+
+    ``reported_parallel``: the slot count the runner's ``GET /slots`` listed (source ``reported``);
+    it replaces Ollama's default, never a count the log allocated.
+    """
     log = log if log is not None else LogState()
     show = snap.shows.get(detail_key(m))
     tag: TagInfo | None = snap.tags.get(m.digest)
@@ -305,6 +367,8 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None) ->
             flash = Known(load.flash_attention_requested, "requested",
                           f"{where}: requested, the log does not say what the runner resolved")
 
+    if reported_parallel is not None and not cloud and parallel.source in ("default", None):
+        parallel = reported_parallel
     kv_estimate: kv.KVEstimate | None = None
     kv_unavailable: str | None = None
     per_token: int | None = None

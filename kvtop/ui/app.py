@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
+import time
 from datetime import datetime, timezone
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
@@ -15,9 +17,12 @@ from textual.binding import Binding
 from textual.reactive import var
 from textual.widgets import Input, Static
 
-from kvtop.config import Settings, clamp_interval, config_dir, save_theme
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, gpu_free_bytes, gpu_panel_data
+from kvtop.config import Settings, clamp_interval, config_dir, local_host, save_theme
+from kvtop.model.history import History
+from kvtop.model.gpu import GpuPanelData, GpuSnapshot, ProcSnapshot, RunnerProcess, gpu_free_bytes, gpu_panel_data
+from kvtop.model.slots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.sources.slots import slot_runners
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
 from kvtop.model.logstate import LogState
@@ -27,12 +32,13 @@ from kvtop.model.state import (
     apply,
     apply_gpu,
     apply_log_events,
+    apply_slots,
     filter_views,
     initial_state,
     sort_views,
 )
 from kvtop.ui.format import safe
-from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
+from kvtop.ui.messages import GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.help import HelpScreen
@@ -40,7 +46,8 @@ from kvtop.ui.screens.model_detail import ModelDetailScreen
 from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load_themes_reporting
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
-from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.ui.widgets.models_table import SPARK_CELLS, SPARK_MIN_COLUMNS, ModelsTable
+from kvtop.ui.replay_worker import ReplayBurst, ReplayControl, jump_request, play
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
@@ -49,6 +56,7 @@ PROC_REFRESH_S = 5.0
 
 
 if TYPE_CHECKING:
+    from kvtop.sources.replay import Recorder, Recording
     from kvtop.sources.tail import LogSource
 
 
@@ -76,6 +84,14 @@ class ProcSourceLike(Protocol):
     async def aclose(self) -> None: ...
 
 
+class SlotsSourceLike(Protocol):
+    """What the app needs from a ``/slots`` source (``sources.slots.SlotsSource`` or a fake)."""
+
+    async def sample(self, runners: Sequence[RunnerProcess]) -> SlotsSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
 class KvtopApp(App[int]):
     """The dashboard. State changes only in ``on_snapshot_received``."""
 
@@ -96,15 +112,32 @@ class KvtopApp(App[int]):
         Binding("l", "toggle_events", "Log"),
         Binding("g", "toggle_gpu", "GPU"),
         Binding("w", "what_if", "What if"),
+        Binding("h", "history", "History", show=False),
         Binding("r", "toggle_raw", "Raw lines", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("space", "replay_pause", "Play/pause", key_display="space"),
+        Binding("full_stop", "replay_step", "Step", key_display=".", show=False),
+        Binding("greater_than_sign", "replay_speed(2)", "Faster", key_display=">"),
+        Binding("less_than_sign", "replay_speed(0.5)", "Slower", key_display="<", show=False),
+        Binding("J,ctrl+right", "replay_jump('forward')", "+1 min", key_display="J"),
+        Binding("K,ctrl+left", "replay_jump('back')", "-1 min", key_display="K", show=False),
+        Binding("B", "replay_jump('start')", "Start", show=False),
+        Binding("right_square_bracket", "next_server", "Next server", key_display="]"),
+        Binding("left_square_bracket", "prev_server", "Prev server", key_display="[", show=False),
+        *(Binding(str(n), f"server({n})", f"Server {n}", show=False) for n in range(1, 10)),
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
-                                     "what_if", "toggle_gpu"})
+                                     "what_if", "toggle_gpu", "next_server", "prev_server", "server",
+                                     "history"})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
     TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
-                              "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu"})
+                              "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu",
+                              "next_server", "prev_server", "server", "history"})
     """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
+    REPLAY_ACTIONS = frozenset({"replay_pause", "replay_step", "replay_speed", "replay_jump"})
+    """Actions of ``--replay`` only."""
+    LIVE_ACTIONS = frozenset({"slower", "faster", "what_if"})
+    """Actions that need a live server (hidden in ``--replay``)."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
     # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
@@ -117,21 +150,61 @@ class KvtopApp(App[int]):
 
     def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True,
                  log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
-                 proc_source: ProcSourceLike | None = None) -> None:
+                 proc_source: ProcSourceLike | None = None,
+                 more_sources: Mapping[str, OllamaSource] | None = None,
+                 replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.source = source
+        self.sources: dict[str, OllamaSource] = {settings.host_url: source} if source is not None else {}
+        self.sources.update(more_sources or {})
+        self.hosts: tuple[str, ...] = tuple(self.sources) or (settings.host_url,)
+        """Every server watched, in the order given; ``state`` is the one on screen."""
+        self.local_host = local_host(self.hosts)
+        """The server this machine's GPU sample and the server log belong to."""
         self.log_source = log_source
         self.gpu_source = gpu_source
         self.proc_source = proc_source
+        self.slots_source = slots_source
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
         self._dashboard_ready = False
         self._static_cache: dict[str, Text] = {}
-        first, self._threshold_warnings = initial_state(
-            settings.host_url, settings.alerts, datetime.now().astimezone().tzinfo or timezone.utc)
+        tz = datetime.now().astimezone().tzinfo or timezone.utc
+        first, self._threshold_warnings = initial_state(self.hosts[0], settings.alerts, tz)
+        self.states: dict[str, AppState] = {h: initial_state(h, settings.alerts, tz)[0] for h in self.hosts}
+        """Each server's state; polls of one server never wait for another's."""
+        self.states[self.hosts[0]] = first
+        self.current_host = self.hosts[0]
+        self.histories: dict[str, History] = {h: History() for h in self.hosts}
+        """Each server's capped history (plots on ``h``, the table's VRAM sparkline)."""
         self.set_reactive(KvtopApp.state, first)
         self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
+        self.recorder: Recorder | None = None
+        """Where ``--record`` writes every applied message (None when not recording)."""
+        self.replay: ReplayControl | None = None
+        """Playback of ``--replay`` (None when live)."""
+        self._replay_quiet = False
+        if replay is not None:
+            self.replay = ReplayControl(replay)
+            self._poll = False
+            self._reset_replay_state(replay)
+
+    def _reset_replay_state(self, recording: Recording) -> None:
+        """Replay's initial state: the recorded servers, alert thresholds and log time zone."""
+        header = recording.header
+        hosts = header.sources.get("hosts")
+        self.hosts = tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) and hosts else (
+            header.host_url,)
+        self.local_host = local_host(self.hosts)
+        self.states = {}
+        for h in self.hosts:
+            self.states[h], warnings = initial_state(h, header.alerts, header.naive_tz)
+            if h == self.hosts[0]:
+                self._threshold_warnings = warnings
+        self.current_host = self.hosts[0]
+        self.histories = {h: History() for h in self.hosts}
+        self.set_reactive(KvtopApp.state, self.states[self.current_host])
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         """kvtop's semantic colours, so any Textual theme can render the dashboard."""
@@ -172,37 +245,48 @@ class KvtopApp(App[int]):
         for warning in warnings:
             self.notify(safe(warning, 300), severity="warning", timeout=10, markup=False)
         if self._poll:
-            self.poll_ollama()
+            for i, host in enumerate(self.sources):
+                self.run_worker(self._poll_host(host), group=f"poll-ollama-{i}", exclusive=True,
+                                exit_on_error=False, name=f"poll {host}")
         if self.log_source is not None:
             self.follow_log()
+        if self.replay is not None:
+            self.run_worker(play(self, self.replay), group="replay", exclusive=True, exit_on_error=False)
         if self._poll and self.gpu_source is not None and self.proc_source is not None:
             self.poll_gpu()
+            if self.slots_source is not None:
+                self.poll_slots()
 
     async def on_unmount(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
         if self.log_source is not None:
             try:
                 await self.log_source.aclose()
             except Exception:  # noqa: BLE001 - never block quitting
                 pass
-        if self.source is not None:
+        for src in self.sources.values():
             try:
-                await self.source.aclose()
+                await src.aclose()
             except Exception:  # noqa: BLE001 - closing a pool must never block quitting
                 pass
-        for closable in (self.gpu_source, self.proc_source):
+        for closable in (self.gpu_source, self.proc_source, self.slots_source):
             if closable is not None:
                 try:
                     await closable.aclose()
                 except Exception:  # noqa: BLE001 - never block quitting
                     pass
 
-    @work(group="poll-ollama", exclusive=True, exit_on_error=False)
-    async def poll_ollama(self) -> None:
-        """Sample, post, sleep ``interval_s`` after the sample (polls never overlap)."""
-        assert self.source is not None
+    async def _poll_host(self, host: str) -> None:
+        """Sample one server, post, sleep ``interval_s`` after the sample (its polls never
+        overlap; every server has its own loop, so a slow one never delays another)."""
+        source = self.sources[host]
         while True:
             if not self.paused:
-                self.post_message(SnapshotReceived(await self.source.sample()))
+                snap = await source.sample()
+                if snap.host_url != host:  # a source reports the URL it polled; route by ours
+                    snap = dataclasses.replace(snap, host_url=host)
+                self.post_message(SnapshotReceived(snap))
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
@@ -249,27 +333,147 @@ class KvtopApp(App[int]):
 
     @on(LogEventsReceived)
     def on_log_events_received(self, message: LogEventsReceived) -> None:
-        """Log events change state here too (the one other place)."""
-        if self.state is not None:
-            self.state = apply_log_events(
-                self.state, message.events, source=message.source, status=message.status, ok=message.ok,
+        """Log events change state here too (the one other place); the log is the local server's."""
+        self._record(lambda r: r.log(source=message.source, status=message.status, ok=message.ok, lines=message.lines,
+                                     dropped_lines=message.dropped_lines, raw_lines=message.raw_lines))
+        if self.local_host in self.states:
+            self._set_host_state(self.local_host, apply_log_events(
+                self.states[self.local_host], message.events, source=message.source, status=message.status, ok=message.ok,
                 lines=message.lines, dropped_lines=message.dropped_lines, raw_lines=message.raw_lines,
-            )
+            ))
+
+    @work(group="poll-slots", exclusive=True, exit_on_error=False)
+    async def poll_slots(self) -> None:
+        """Ask the local llama-server runners for ``/slots`` every ``interval_s``, only while the
+        process sample lists one with a port (one last empty round clears the rows when they go)."""
+        assert self.slots_source is not None
+        asked = False
+        while True:
+            state = self.states.get(self.local_host)
+            procs = state.procs if state is not None else None
+            runners = slot_runners(procs.runners) if procs is not None else ()
+            if not self.paused and (runners or asked):
+                self.post_message(SlotsSampled(await self.slots_source.sample(runners)))
+                asked = bool(runners)
+            await asyncio.sleep(self.interval_s)
+
+    @on(SlotsSampled)
+    def on_slots_sampled(self, message: SlotsSampled) -> None:
+        """A ``/slots`` round changes the local server's rows (busy / total slots)."""
+        if self.local_host in self.states:
+            self._set_host_state(self.local_host, apply_slots(self.states[self.local_host], message.snapshot))
 
     @on(GpuSampled)
     def on_gpu_sampled(self, message: GpuSampled) -> None:
-        """A GPU + process sample changes state here."""
-        if self.state is not None:
-            self.state = apply_gpu(self.state, message.gpu, message.procs)
+        """A GPU + process sample changes state here (this machine's: the local server's)."""
+        self._record(lambda r: r.gpu(message.gpu, message.procs))
+        if self.local_host in self.states:
+            self._set_host_state(self.local_host, apply_gpu(self.states[self.local_host], message.gpu, message.procs))
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
-        """The one place state changes."""
-        if self.state is not None:
-            self.state = apply(self.state, message.snapshot)
+        """The one place a poll changes state (routed to its server by ``host_url``)."""
+        self._record(lambda r: r.ollama(message.snapshot))
+        host = message.snapshot.host_url
+        if host not in self.states:
+            host = self.current_host if len(self.hosts) == 1 else host
+        if host in self.states:
+            self._set_host_state(host, apply(self.states[host], message.snapshot))
+
+    def _set_host_state(self, host: str, new: AppState) -> None:
+        """Store one server's new state; the screen follows when it is the server shown."""
+        old = self.states.get(host)
+        self.states[host] = new
+        self.histories[host].record(new, time.time())
+        if host == self.current_host:
+            self.state = new
+        if len(self.hosts) > 1 and (old is None or _overview_key(old) != _overview_key(new)):
+            self._refresh_servers_bar()
+
+    def _refresh_servers_bar(self) -> None:
+        if not self._dashboard_ready or not self.is_running or len(self.hosts) < 2:
+            return
+        rows = [server_overview(self.states[h], h == self.current_host) for h in self.hosts]
+        self._update_static("#servers", servers_bar(rows, dict(self.theme_variables), self.size.width - 2))
+
+    def show_server(self, index: int) -> None:
+        """Put the ``index``-th server (0-based, in ``--host`` order) on screen."""
+        if not 0 <= index < len(self.hosts) or self.hosts[index] == self.current_host:
+            return
+        self.current_host = self.hosts[index]
+        self.state = self.states[self.current_host]
+        self._refresh_servers_bar()
+
+    def action_next_server(self) -> None:
+        self.show_server((self.hosts.index(self.current_host) + 1) % len(self.hosts))
+
+    def action_prev_server(self) -> None:
+        self.show_server((self.hosts.index(self.current_host) - 1) % len(self.hosts))
+
+    def action_server(self, number: int) -> None:
+        """Keys ``1``–``9``: the server with that number in the overview row."""
+        self.show_server(number - 1)
 
     def watch_state(self) -> None:
-        self._refresh_all()
+        if not self._replay_quiet:
+            self._refresh_all()
+
+    def _record(self, write: Callable[[Recorder], None]) -> None:
+        """``--record``: write one applied message; on a write error say so once and stop recording."""
+        if self.recorder is None:
+            return
+        try:
+            write(self.recorder)
+        except Exception as exc:  # noqa: BLE001 - disk full, removed disk: kvtop keeps running
+            recorder, self.recorder = self.recorder, None
+            recorder.close()
+            self.notify(safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
+                        severity="error", timeout=30, markup=False)
+
+    @on(ReplayBurst)
+    def _replay_burst(self, message: ReplayBurst) -> None:
+        """A replay jump: back to the initial state first when it goes back; one repaint at its end."""
+        if message.restart and self.replay is not None:
+            self._reset_replay_state(self.replay.recording)
+        self._replay_quiet = message.start
+        if not message.start:
+            self.state = self.states[self.current_host]
+            self._refresh_all()
+
+    def replay_moved(self) -> None:
+        """The replay worker applied a record or reached the end: the header follows; the end of a
+        damaged recording is said once."""
+        control = self.replay
+        if control is None or not self._dashboard_ready or not self.is_running:
+            return
+        self.dashboard.query_one(ServerHeader).replay = control.header_text()
+        if control.player.at_end and not control.end_reported:
+            control.end_reported = True
+            damage = control.status_text()
+            if damage:
+                self.notify(safe(damage, 300), severity="warning", timeout=30, markup=False)
+            self._refresh_all()
+
+    def action_replay_pause(self) -> None:
+        self.action_toggle_pause()
+
+    def action_replay_step(self) -> None:
+        """``.``: one record forward (pauses first)."""
+        if self.replay is not None:
+            if not self.paused:
+                self.action_toggle_pause()
+            self.replay.request(step=True)
+
+    def action_replay_speed(self, factor: float) -> None:
+        if self.replay is not None:
+            player = self.replay.player
+            player.faster() if factor > 1 else player.slower()
+            self.replay.wake.set()
+            self._refresh_all()
+
+    def action_replay_jump(self, where: str) -> None:
+        if self.replay is not None:
+            self.replay.request(jump=jump_request(where))
 
     def watch_sort_key(self) -> None:
         self._refresh_all()
@@ -286,7 +490,9 @@ class KvtopApp(App[int]):
     def dashboard_mounted(self) -> None:
         """Called by the dashboard screen once its widgets exist."""
         self.dashboard.query_one(ServerHeader).demo = self.settings.demo
+        self.dashboard.query_one("#servers").set_class(len(self.hosts) > 1, "-visible")
         self._dashboard_ready = True
+        self._refresh_servers_bar()
         self._refresh_all()
 
     def refresh_dashboard(self) -> None:
@@ -309,24 +515,39 @@ class KvtopApp(App[int]):
         header = main.query_one(ServerHeader)
         header.interval_s = self.interval_s
         header.paused = self.paused
+        header.replay = self.replay.header_text() if self.replay is not None else None
         header.state = state
         views = filter_views(sort_views(state.models, self.sort_key), self.filter_text)
         if self.sort_reverse:
             views = tuple(reversed(views))
         table = main.query_one(ModelsTable)
         table.set_class(state.stale_s is not None, "-stale")
-        table.show(views, self.size.width)
+        sparks = (self.histories[self.current_host].sparklines(cells=SPARK_CELLS)
+                  if self.size.width >= SPARK_MIN_COLUMNS else None)  # the column shows from there
+        table.show(views, self.size.width, sparks)
         status = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
             status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
         status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}   ~ estimated  * Ollama default  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded: models appear here when a client loads one.")
+        if self.replay is not None and self.replay.status_text():
+            status = Text(f"{self.replay.status_text()}", no_wrap=True, overflow="ellipsis")
         self._update_static("#status", status)
-        self._update_static("#logline", log_line(state.log, self.settings.log_spec))
+        if state.host_url == self.local_host:
+            self._update_static("#logline", log_line(state.log, self.settings.log_spec))
+        else:
+            self._update_static("#logline", Text(
+                f"Server log: none for this server (the log read is server {self.hosts.index(self.local_host) + 1}'s):"
+                " figures are reported or estimated", no_wrap=True, overflow="ellipsis"))
         main.query_one("#alertbar").set_class(not state.alerts, "-none")
         self._update_static("#alertbar", alert_bar(state, dict(self.theme_variables), self.size.width - 2))
-        main.query_one(GpuPanel).show_data(gpu_panel_data(state.gpu, state.procs, state.models), self.size.width)
+        if state.host_url == self.local_host:
+            panel = gpu_panel_data(state.gpu, state.procs, state.models)
+        else:  # the GPU sample is this machine's: it belongs to the local server only
+            panel = GpuPanelData(status=f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs"
+                                        f" on, shown with server {self.hosts.index(self.local_host) + 1})")
+        main.query_one(GpuPanel).show_data(panel, self.size.width)
         events = main.query_one(EventsPane)
         if events.has_class("-visible"):
             events.show(state.log, self.filter_text)
@@ -339,6 +560,12 @@ class KvtopApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Sorting, filtering and help act on the dashboard, not through the detail view."""
+        if action in self.REPLAY_ACTIONS and self.replay is None:
+            return False  # replay keys exist only in --replay
+        if action in self.LIVE_ACTIONS and self.replay is not None:
+            return False  # no server to poll faster or to plan against in a replay
+        if action in ("next_server", "prev_server", "server") and len(self.hosts) < 2:
+            return False  # one server: the switcher keys do nothing and the footer leaves them out
         if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
             return False
         if isinstance(self.focused, Input) and action in self.TYPING_HIDES:
@@ -354,7 +581,7 @@ class KvtopApp(App[int]):
         from kvtop.ui.screens.plan import PlanScreen
 
         self.push_screen(PlanScreen(view.name, view.digest, gpu_free_bytes=self.gpu_free_bytes(),
-                                    readonly=self.settings.readonly, host_url=self.settings.host_url))
+                                    readonly=self.settings.readonly, host_url=self.current_host))
 
     def gpu_free_bytes(self) -> int | None:
         """Free GPU memory for the planner; None until a GPU source reports it."""
@@ -378,12 +605,21 @@ class KvtopApp(App[int]):
             pane.raw = not pane.raw
             self._refresh_all()
 
+    def action_history(self) -> None:
+        """Open the history screen (plots) of the server on screen."""
+        from kvtop.ui.screens.history import HistoryScreen
+
+        self.push_screen(HistoryScreen(self.histories[self.current_host]))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         self._wake.set()
+        if self.replay is not None:
+            self.replay.player.paused = self.paused
+            self.replay.wake.set()
 
     def _step_interval(self, direction: int) -> None:
         steps = INTERVAL_STEPS_S
@@ -485,6 +721,90 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
     return text
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerOverview:
+    """One server's compact row in the switcher: what an operator scans across boxes."""
+
+    host: str
+    selected: bool
+    status: str
+    """``up``, ``down``, ``error`` or ``connecting``."""
+    models: int
+    spilled: int
+    critical: int
+    warnings: int
+
+
+def _overview_key(state: AppState) -> tuple[object, ...]:
+    snap = state.ollama
+    return (None if snap is None else (snap.reachable, snap.error_kind), len(state.models),
+            sum(1 for m in state.models if m.spilled), tuple((a.kind, a.severity) for a in state.alerts))
+
+
+def server_overview(state: AppState, selected: bool) -> ServerOverview:
+    """The overview row of one server's state."""
+    snap = state.ollama
+    if snap is None:
+        status = "connecting"
+    elif snap.reachable:
+        status = "up"
+    else:
+        status = "error" if snap.error_kind in ("http", "invalid_json", "invalid_shape", "other") else "down"
+    return ServerOverview(
+        host=state.host_url, selected=selected, status=status, models=len(state.models),
+        spilled=sum(1 for m in state.models if m.spilled),
+        critical=sum(1 for a in state.alerts if a.severity == "critical"),
+        warnings=sum(1 for a in state.alerts if a.severity == "warning"),
+    )
+
+
+def servers_bar(rows: Sequence[ServerOverview], colors: Mapping[str, str], width: int = 200) -> Text:
+    """The server switcher: one compact entry per server (number, host, state, models, alerts),
+    the one on screen in reverse video. When the full entries do not fit in ``width`` cells a
+    terse form is used (``3m`` models, ``⇣1`` spilled, hosts shortened to what tells them apart)."""
+    from urllib.parse import urlsplit
+
+    from kvtop.config import display_host
+
+    def build(verbose: bool) -> Text:
+        names = [display_host(r.host) for r in rows]
+        if not verbose:
+            parts = [urlsplit(r.host) for r in rows]
+            if len({p.hostname for p in parts}) == 1 and len({p.port for p in parts}) == len(parts):
+                names = [f":{p.port}" for p in parts]  # one machine, several ports
+            elif len({p.hostname for p in parts}) == len(parts):
+                names = [p.hostname or n for p, n in zip(parts, names)]
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for i, (row, name) in enumerate(zip(rows, names), 1):
+            if i > 1:
+                text.append(" │ ", style=colors.get("kv-muted", ""))
+            entry = Text()
+            entry.append(f"{i} " if i <= 9 else "  ", style="bold")
+            entry.append(safe(name, 40 if verbose else 20))
+            mark = {"up": ("●", "kv-ok"), "connecting": ("…", "kv-muted")}.get(row.status, ("✖", "kv-crit"))
+            entry.append(f" {mark[0]}", style=colors.get(mark[1], ""))
+            if row.status == "up":
+                entry.append(f" {row.models} model{'s' if row.models != 1 else ''}" if verbose else f"{row.models}m")
+                if row.spilled:
+                    entry.append(f" {row.spilled} spilled" if verbose else f" ⇣{row.spilled}", style=colors.get("kv-crit", ""))
+            elif row.status != "connecting":
+                entry.append(f" {row.status}", style=colors.get("kv-crit", ""))
+            if row.critical:
+                entry.append(f" ✖{row.critical}", style=f"bold {colors.get('kv-crit', '')}")
+            if row.warnings:
+                entry.append(f" ▲{row.warnings}", style=f"bold {colors.get('kv-warn', '')}")
+            if row.selected:
+                entry.stylize("reverse")
+            text.append_text(entry)
+        return text
+
+    text = build(True)
+    if text.cell_len > width:
+        text = build(False)
+    text.truncate(max(10, width), overflow="ellipsis")
+    return text
+
+
 def log_line(log: LogState, spec: str) -> Text:
     """The one-line log status under the table."""
     text = Text(no_wrap=True, overflow="ellipsis")
@@ -502,24 +822,40 @@ def log_line(log: LogState, spec: str) -> Text:
 
 def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True,
              log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
-             proc_source: ProcSourceLike | None = None) -> KvtopApp:
+             proc_source: ProcSourceLike | None = None,
+             more_sources: Mapping[str, OllamaSource] | None = None,
+             replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> KvtopApp:
     """Build the app for the CLI and the tests alike (one factory).
+
+    ``replay`` (``kvtop --replay``): play that recording instead of polling; no source is made.
+
+    ``more_sources`` (host URL → source) are the servers after the first; without it, one
+    ``OllamaClient`` is made for each of ``settings.more_hosts`` when ``source`` is None.
 
     Raises:
         ValueError: ``settings.log_spec`` is not a valid log spec.
     """
+    if replay is not None:
+        return KvtopApp(settings, None, poll=False, replay=replay)
     if source is None:
         from kvtop.sources.ollama import OllamaClient
 
         source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+        if more_sources is None:
+            more_sources = {h: OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+                            for h in settings.host_urls[1:]}
         if gpu_source is None and proc_source is None:  # real run: real GPU and process sources
             from kvtop.sources.gpu import GpuSource
             from kvtop.sources.procs import ProcSource
 
             gpu_source, proc_source = GpuSource(), ProcSource()
+            if slots_source is None:
+                from kvtop.sources.slots import SlotsSource
+
+                slots_source = SlotsSource()
     if log_source is None and settings.log_spec != "none":
         from kvtop.sources.tail import open_log_source, parse_log_spec
 
         log_source = open_log_source(parse_log_spec(settings.log_spec))
     return KvtopApp(settings, source, poll=poll, log_source=log_source, gpu_source=gpu_source,
-                    proc_source=proc_source)
+                    proc_source=proc_source, more_sources=more_sources, slots_source=slots_source)

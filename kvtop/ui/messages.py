@@ -6,6 +6,7 @@ from textual.message import Message
 
 from kvtop.logparse.events import LogEvent
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.slots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 
 
@@ -39,3 +40,11 @@ class GpuSampled(Message):
         super().__init__()
         self.gpu = gpu
         self.procs = procs
+
+
+class SlotsSampled(Message):
+    """The slots worker asked the local llama-server runners for ``/slots`` (one round)."""
+
+    def __init__(self, snapshot: SlotsSnapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot

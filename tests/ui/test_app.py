@@ -65,7 +65,7 @@ async def test_wide_table_has_all_columns() -> None:
         table = app.query_one(ModelsTable)
         labels = [str(c.label) for c in table.columns.values()]
         assert labels == ["NAME", "ID", "SIZE", "MEMORY weights|KV|compute", "CONTEXT", "PROCESSOR",
-                          "FLASH ATTN", "KV TYPE", "TOK/S", "UNTIL"]
+                          "FLASH ATTN", "KV TYPE", "TOK/S", "UNTIL", "VRAM 1m"]
         assert [r[0] for r in rows(app)] == ["qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"]
         q8 = rows(app)[2]
         assert q8[1] == "b4c0dd6fbac8"
@@ -73,6 +73,7 @@ async def test_wide_table_has_all_columns() -> None:
         assert q8[6] == "?" and q8[7] == "f16*"
         assert rows(app)[0][8] == "?"  # no server log: speed not known
         assert rows(app)[0][9] == "Forever" and rows(app)[2][9] == "4 min"  # 300 s keep-alive, a moment later (Go truncates)
+        assert q8[10] == "      █"  # VRAM 1m: one sample so far, in the newest slice of the minute
 
 
 async def test_enter_opens_detail_with_kv_arithmetic_and_escape_returns() -> None:

@@ -25,6 +25,7 @@ class DashboardScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield ServerHeader(id="header")
+        yield Static(id="servers")
         yield Static(id="alertbar")
         yield ModelsTable(id="models")
         yield EventsPane(id="events")

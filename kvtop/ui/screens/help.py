@@ -20,13 +20,20 @@ Keys
   w          what-if planner           l / r      events pane / raw lines
   g          GPU panel                 Ctrl+C     quit from anywhere
   S          reverse the sort          t          next theme
-  ↑ ↓        move the selection
+  ↑ ↓        move the selection        1–9 ] [    server N / next / previous
+  h          history plots (z or ← → window, Esc back)
+
+Replay (kvtop --replay FILE|demo|incident)
+  space / p  pause / resume            .          one record (pauses)
+  > / <      speed ×2 / ÷2 (¼×–16×)    J / K      jump 1 min ahead / back
+  B          back to the start         (also Ctrl+→ / Ctrl+←)
 
 Columns
   NAME       model name (red: spilled to system RAM)
   ID         first 12 characters of the manifest digest
   SIZE       /api/ps size: weights + KV cache + compute, in binary units
   MEMORY     bar of weights █ | KV cache ▓ | compute ▒ (· not known)
+  VRAM 1m    size_vram over the last minute (▁…█: 0 to its peak)
   CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
   PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it
   FLASH ATTN / KV TYPE  what the runner resolved (needs the server log)
@@ -46,7 +53,8 @@ Sources
   ?          not known
 
 Width: ID, byte figures, FLASH ATTN, KV TYPE, TOK/S appear from 160 columns,
-UNTIL from 100. Ctrl+P opens the command palette (themes, keys).
+UNTIL from 100, VRAM 1m from 120.
+Ctrl+P opens the command palette (themes, keys).
 
 Esc or ? closes this help.
 """

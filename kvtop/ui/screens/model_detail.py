@@ -32,6 +32,28 @@ def _row(out: Text, label: str, value: str, source: str = "", note: str = "") ->
     out.append("\n")
 
 
+def _slot_rows(out: Text, v: ModelView) -> None:
+    """Busy / total slots (``/slots`` or the runner log) and the prompt being processed."""
+    use = v.slots
+    if use is None:
+        return
+    src = f"[{use.source}]" if use.source else ""
+    if use.busy is None:
+        _row(out, "slots busy", "not known", "", use.note)
+    else:
+        total = f" of {use.total}" if use.total is not None else ""
+        per = f", {use.n_ctx_per_slot:,} cells each" if use.n_ctx_per_slot else ""
+        _row(out, "slots busy", f"{use.busy}{total}{per}", src, use.note)
+    p = use.prefill
+    if p is not None:
+        tokens = ""
+        if p.done_tokens is not None:
+            tokens = f"{p.done_tokens:,}" + (f" of {p.total_tokens:,}" if p.total_tokens is not None else "") + " tokens"
+        pct = f"{p.percent}%" if p.percent is not None else "in progress"
+        _row(out, "prefill", f"{pct}" + (f" ({tokens})" if tokens else ""), "[estimated]",
+             f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}")
+
+
 def detail_text(v: ModelView, state: AppState) -> Text:
     """The whole detail view as text (also used by tests)."""
     out = Text()
@@ -64,6 +86,7 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         _row(out, "", f"above the training context ({v.context_train:,}): Ollama ≥ 0.15.5 clamps it; older versions"
              " run past what the model was trained for")
     _row(out, "slots (parallel)", str(v.parallel.value) if v.parallel.value else "?", _src(v.parallel), v.parallel.note)
+    _slot_rows(out, v)
     if v.total_ctx_cells is not None:
         _row(out, "cells (ctx × slots)", f"{v.total_ctx_cells:,}")
     _row(out, "KV type", v.kv_type.value or "?", _src(v.kv_type), v.kv_type.note)
@@ -126,6 +149,10 @@ def detail_text(v: ModelView, state: AppState) -> Text:
             _row(out, "decode", f"{t.last_decode_tps:,.1f} tok/s{avg}", "[allocated]", "newest request; average of the last 10")
     elif v.timings_note and load is not None:
         _row(out, "tok/s", "not available", "", v.timings_note)
+    if v.slots is not None and v.slots.log_ambiguous and t is not None and t.requests:
+        _row(out, "", "timings may be another model's", "",
+             f"the runner log's timing lines name no model: with {v.slots.log_runners} llama-server runners loaded"
+             " each is given to the newest load begun before it")
     for finding in v.findings:
         out.append("  ⚠ ", style="bold")
         out.append(safe(finding, 200) + "\n")

@@ -1,4 +1,4 @@
-"""The header: server, version, reachability, latency, interval, paused, DEMO."""
+"""The header: server, version, reachability, latency, interval, paused, DEMO or REPLAY."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ class ServerHeader(Static):
     interval_s: reactive[float] = reactive(1.0)
     paused: reactive[bool] = reactive(False)
     demo: reactive[bool] = reactive(False)
+    replay: reactive[str | None] = reactive(None)
+    """``kvtop --replay``: the recorded time and speed (``2026-11-29 17:02:13 ×4``), None when live."""
 
     def render(self) -> Text:
         """Build both lines from the current state."""
@@ -31,6 +33,10 @@ class ServerHeader(Static):
         line1.append("kvtop", style="bold")
         if self.demo:
             line1.append("  DEMO", style=f"bold {v.get('kv-demo', '')}")
+        if self.replay is not None:
+            line1.append(f"  REPLAY {self.replay}", style=f"bold {v.get('kv-demo', '')}")
+            if self.paused:
+                line1.append("  PAUSED", style=f"bold reverse {v.get('kv-warn', '')}")
         if st is None:
             return line1
         line1.append(f"  {safe(display_host(st.host_url), 60)}")
@@ -47,8 +53,9 @@ class ServerHeader(Static):
             line1.append("  ✖ error", style=f"bold {v.get('kv-crit', '')}")  # it answers, but not with data
         else:
             line1.append("  ✖ down", style=f"bold {v.get('kv-crit', '')}")
-        line1.append(f"  every {self.interval_s:g} s")
-        if self.paused:
+        if self.replay is None:  # a replay polls nothing; its pace is the speed shown after REPLAY
+            line1.append(f"  every {self.interval_s:g} s")
+        if self.paused and self.replay is None:
             line1.append("  PAUSED", style=f"bold reverse {v.get('kv-warn', '')}")
 
         line2 = Text()
@@ -72,6 +79,10 @@ class ServerHeader(Static):
                 line2.append(f" · {ibytes(total)} total · {ibytes(vram)} in VRAM")
                 if spilled:
                     line2.append(f" · {spilled} spilled to CPU", style=f"bold {v.get('kv-crit', '')}")
+        width = self.content_size.width
+        if width > 0:  # Static wraps a joined Text despite no_wrap: cut each line to the width
+            for line in (line1, line2):
+                line.truncate(width, overflow="ellipsis")
         out = Text("\n").join([line1, line2])
         out.no_wrap = True  # a narrow terminal cuts the lines; it never pushes line 2 away
         out.overflow = "ellipsis"

@@ -10,13 +10,22 @@ from textual.binding import Binding
 from textual.widgets import DataTable
 
 from kvtop.model.state import ModelView
-from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe, safe_name, short_until
+from kvtop.ui.format import context_text, ctx_number, ibytes, memory_bar, memory_figures, safe, safe_name, short_until
 
 WIDE_MIN_COLUMNS = 160
 """From this width on the table shows ID, FLASH ATTN, KV TYPE, TOK/S and byte figures."""
 
 MEDIUM_MIN_COLUMNS = 100
 """From this width on the table shows UNTIL."""
+
+SPARK_MIN_COLUMNS = 120
+"""From this width on the table shows VRAM 1m (each model's size_vram over the last minute)."""
+
+SPARK_CELLS = 7
+"""Characters of the VRAM 1m sparkline (one per ~8.6 s of the last minute)."""
+
+Sparks = dict[tuple[str, str], str]
+"""``(name, digest)`` -> sparkline text (``History.sparklines``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +34,43 @@ class Column:
     label: str
     width: int
     cell: Callable[[ModelView, dict[str, str]], Text | str]
+
+
+def _spark(sparks: Sparks) -> Callable[[ModelView, dict[str, str]], Text]:
+    def cell(v: ModelView, colors: dict[str, str]) -> Text:
+        line = sparks.get((v.name, v.digest))
+        if not line or not line.strip():
+            return Text("…", style=colors.get("kv-muted", ""))  # not sampled yet
+        return Text(line, style=colors.get("kv-weights", ""), no_wrap=True)
+    return cell
+
+
+def slots_cell(v: ModelView, width: int) -> str:
+    """CONTEXT cell text: the context (``4096×2``); while a prompt is being processed ``pf 43%``;
+    while slots are busy the busy count after ``▶`` (``4096×2 ▶1``, ``~`` when estimated from the
+    log), shortened to fit ``width`` cells (``4096 ▶1``, then ``▶1/2``)."""
+    use = v.slots
+    ctx = context_text(v)
+    if use is None:
+        return ctx
+    if use.prefill is not None and use.prefill.percent is not None:
+        return f"pf {use.prefill.percent}%"
+    if not use.busy:
+        return ctx
+    busy = f"{'~' if use.source == 'estimated' else ''}▶{use.busy}"
+    candidates = [f"{ctx} {busy}"]
+    if v.context.value is not None:
+        candidates.append(f"{ctx_number(v.context.value)} {busy}")
+    candidates.append(f"{busy}/{use.total}" if use.total is not None else busy)
+    return next((c for c in candidates if len(c) <= width), candidates[-1])
+
+
+def _context(width: int) -> Callable[[ModelView, dict[str, str]], Text]:
+    def cell(v: ModelView, colors: dict[str, str]) -> Text:
+        text = slots_cell(v, width)
+        busy = v.slots is not None and bool(v.slots.busy)
+        return Text(text, style=colors.get("kv-ok", "") if busy else "", no_wrap=True)
+    return cell
 
 
 def _name(width: int) -> Callable[[ModelView, dict[str, str]], Text]:
@@ -85,8 +131,10 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
     return cell
 
 
-def columns_for(width: int) -> tuple[Column, ...]:
-    """The column set for a terminal ``width`` (80 columns shows the essentials)."""
+def columns_for(width: int, sparks: Sparks | None = None) -> tuple[Column, ...]:
+    """The column set for a terminal ``width`` (80 columns shows the essentials); ``sparks``
+    fills the VRAM 1m column (from ``SPARK_MIN_COLUMNS``)."""
+    spark = Column("spark", "VRAM 1m", SPARK_CELLS, _spark(sparks or {}))
     # NAME gets what the fixed columns leave: their widths + 2 cells of padding per column
     # + 2 for the vertical scrollbar + 1 spare
     if width >= WIDE_MIN_COLUMNS:
@@ -95,26 +143,30 @@ def columns_for(width: int) -> tuple[Column, ...]:
             Column("name", "NAME", name_w, _name(name_w)),
             Column("id", "ID", 12, lambda v, c: Text(safe(v.short_id, 12))),
             Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
-            Column("memory", "MEMORY weights|KV|compute", 38, _memory(14, True)),
-            Column("context", "CONTEXT", 11, lambda v, c: Text(context_text(v))),
+            Column("memory", "MEMORY weights|KV|compute", 30, _memory(6, True)),
+            Column("context", "CONTEXT", 10, _context(10)),
             Column("processor", "PROCESSOR", 15, _processor),
             Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
             Column("kvtype", "KV TYPE", 7, _known("kv_type")),
             Column("tps", "TOK/S", 10, _tps),
             Column("until", "UNTIL", 9, _until(True)),
+            spark,  # last: the columns before it keep their places
         )
     medium = width >= MEDIUM_MIN_COLUMNS
     bar_w = 12 if medium else 9 if width >= 78 else 4
-    name_w = max(8, min(40, width - 54 - bar_w - (11 if medium else 0)))
+    with_spark = width >= SPARK_MIN_COLUMNS
+    name_w = max(8, min(40, width - 54 - bar_w - (11 if medium else 0) - (SPARK_CELLS + 2 if with_spark else 0)))
     cols: tuple[Column, ...] = (
         Column("name", "NAME", name_w, _name(name_w)),
         Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
         Column("memory", "MEMORY w|KV|c", bar_w + 9, _memory(bar_w, False)),
-        Column("context", "CONTEXT", 9, lambda v, c: Text(context_text(v))),
+        Column("context", "CONTEXT", 9, _context(9)),
         Column("processor", "PROCESSOR", 15, _processor),
     )
     if medium:
         cols += (Column("until", "UNTIL", 9, _until(True)),)
+    if with_spark:
+        cols += (spark,)
     return cols
 
 
@@ -142,12 +194,14 @@ class ModelsTable(DataTable[Text | str]):
             return None
         return self._views[self.cursor_row]
 
-    def show(self, views: tuple[ModelView, ...], width: int) -> None:
-        """Replace the rows (and the columns when the width class changed)."""
-        cols = columns_for(width)
+    def show(self, views: tuple[ModelView, ...], width: int, sparks: Sparks | None = None) -> None:
+        """Replace the rows (and the columns when the width class changed); ``sparks``: each
+        model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``."""
+        cols = columns_for(width, sparks)
         signature = tuple((c.key, c.width) for c in cols)
         colors = dict(self.app.theme_variables)
-        shown = (views, signature, tuple(sorted(colors.items())))
+        shown_sparks = tuple(sorted((sparks or {}).items())) if any(c.key == "spark" for c in cols) else ()
+        shown = (views, signature, tuple(sorted(colors.items())), shown_sparks)
         if shown == self._shown:
             return  # nothing changed: keep the rendered rows (no repaint)
         self._shown = shown

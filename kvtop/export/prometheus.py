@@ -1,0 +1,795 @@
+"""``kvtop export prometheus``: serve kvtop's per-model memory figures on ``/metrics``.
+
+Usage::
+
+    kvtop export prometheus [--listen HOST:PORT] [--host URL ...] [--interval S] [--timeout S]
+                            [--log SPEC] [--config PATH]
+
+Headless (no TUI). One poller per ``--host`` runs the dashboard's own pipeline:
+``sources.ollama.OllamaClient.sample()`` then ``model.state.apply()``, sleeping ``--interval``
+after each sample, so a server is polled at most once per interval whatever the number of
+scrapers: a scrape only reads the latest state of each host (:class:`HostView`) and never
+triggers a poll. Every host has its own task, and every request a hard deadline, so a slow or
+dead server delays no other.
+
+GPU and process telemetry (``sources.gpu.GpuSource`` + ``sources.procs.ProcSource`` →
+``apply_gpu``) describe the machine kvtop runs on: they are sampled only when a host is on this
+machine (:func:`host_is_this_machine`) and joined to those hosts only. The server log
+(``--log``; default ``none``) is the log of the first ``--host``: its events give the
+``allocated`` figures, the tokens-per-second gauges and the truncation and reload counters.
+
+Metrics (:data:`METRICS`) follow Prometheus conventions: base units in the name (``_bytes``,
+``_seconds``, ``_ratio``, ``_celsius``, ``_watts``), ``_total`` counters, ``_info`` gauges of
+value 1 carrying text as labels. Per-model series carry ``host``, ``model`` and ``digest`` and
+exist only while the host's latest poll reached it (a dead server's last models are not
+re-exported as if current). Label values are the snapshot's strings, already sanitized (control
+and bidi characters replaced); prometheus-client escapes them.
+
+Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments or an address it cannot listen on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import importlib
+import ipaddress
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
+
+import httpx
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kvtop import __version__
+from kvtop.config import ConfigError, HostError, parse_ollama_host, resolve_config
+from kvtop.logparse.events import LogEvent, Truncation
+from kvtop.logparse.loads import Load
+from kvtop.logparse.parser import LogParser
+from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.model.state import (
+    AppState,
+    ModelView,
+    apply,
+    apply_gpu,
+    apply_log_events,
+    initial_state,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from kvtop.sources.tail import LogSource
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+
+DEFAULT_LISTEN = "127.0.0.1:9877"
+"""Where ``/metrics`` is served unless ``--listen`` says otherwise (loopback only)."""
+
+PROC_REFRESH_S = 5.0
+"""Seconds between two full process-table reads while the GPU's process list is unchanged (as
+the dashboard does: a full scan each interval is most of the idle CPU on a busy host)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Metric catalogue
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One exported metric family: its name (counters with ``_total``), type, help and labels."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    labels: tuple[str, ...]
+
+
+_HOST = ("host",)
+_MODEL = ("host", "model", "digest")
+_GPU = ("gpu", "name", "uuid")
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("kvtop_exporter_info", "gauge", "kvtop's version (value 1)", ("version",)),
+    MetricSpec("kvtop_exporter_scrapes_total", "counter", "Scrapes served since start", ()),
+    MetricSpec("kvtop_exporter_collect_duration_seconds", "gauge",
+               "Time this scrape took to build the metrics from the latest state (no poll is made)", ()),
+    MetricSpec("kvtop_server_up", "gauge", "1 when the latest GET /api/ps answered with valid data, else 0", _HOST),
+    MetricSpec("kvtop_server_info", "gauge", "The server's /api/version (value 1)", ("host", "version")),
+    MetricSpec("kvtop_server_polls_total", "counter", "Polls of GET /api/ps made (one per interval at most)", _HOST),
+    MetricSpec("kvtop_server_poll_failures_total", "counter",
+               "Polls whose GET /api/ps failed (refused, timeout, HTTP error, invalid data)", _HOST),
+    MetricSpec("kvtop_server_poll_duration_seconds", "gauge",
+               "Wall time of the latest poll (the first one also waits up to 1 s for /api/show)", _HOST),
+    MetricSpec("kvtop_server_last_poll_timestamp_seconds", "gauge", "Unix time of the latest poll", _HOST),
+    MetricSpec("kvtop_server_last_success_timestamp_seconds", "gauge",
+               "Unix time of the latest poll that reached the server", _HOST),
+    MetricSpec("kvtop_model_size_bytes", "gauge", "Memory of the loaded model: /api/ps size (reported)", _MODEL),
+    MetricSpec("kvtop_model_vram_bytes", "gauge", "Part of size in GPU memory: /api/ps size_vram (reported)", _MODEL),
+    MetricSpec("kvtop_model_memory_bytes", "gauge",
+               "size split into weights, KV cache and compute buffers; source: allocated (server log), "
+               "reported (API) or estimated (kvtop's KV arithmetic)", (*_MODEL, "part", "source")),
+    MetricSpec("kvtop_model_context_tokens", "gauge",
+               "num_ctx per slot; source: reported (/api/ps context_length), requested (Modelfile) or allocated (log)",
+               (*_MODEL, "source")),
+    MetricSpec("kvtop_model_slots", "gauge",
+               "Parallel slots; source: allocated (log) or default (OLLAMA_NUM_PARALLEL default 1)", (*_MODEL, "source")),
+    MetricSpec("kvtop_model_cpu_ratio", "gauge",
+               "(size - size_vram) / size: the share in system RAM, the figure ollama ps rounds to a percentage",
+               _MODEL),
+    MetricSpec("kvtop_model_spilled", "gauge", "1 when part of the model is in system RAM (size_vram < size)", _MODEL),
+    MetricSpec("kvtop_model_info", "gauge",
+               "The model's settings as text (value 1); *_source: allocated (log) or default; '' = not known",
+               (*_MODEL, "blob", "architecture", "parameter_size", "quantization", "processor", "kv_type",
+                "kv_type_source", "flash_attention", "flash_attention_source")),
+    MetricSpec("kvtop_model_expires_timestamp_seconds", "gauge", "Unix time of /api/ps expires_at (keep-alive end)",
+               _MODEL),
+    MetricSpec("kvtop_model_prefill_tokens_per_second", "gauge",
+               "Prompt processing speed of the model's newest request (server log timing lines)", _MODEL),
+    MetricSpec("kvtop_model_decode_tokens_per_second", "gauge",
+               "Generation speed of the model's newest request (server log timing lines)", _MODEL),
+    MetricSpec("kvtop_log_up", "gauge", "1 while the server log is being read, 0 while its source fails",
+               ("host", "source")),
+    MetricSpec("kvtop_log_lines_total", "counter", "Server log lines read", _HOST),
+    MetricSpec("kvtop_prompt_truncations_total", "counter",
+               "Prompts the runner truncated to fit the context, by the weights blob of the load that printed it "
+               "('' when the log names none); join kvtop_model_info on blob for the model", ("host", "blob")),
+    MetricSpec("kvtop_model_reloads_total", "counter",
+               "Loads of a weights blob the log had already shown loading (0 from its first load on)",
+               ("host", "blob")),
+    MetricSpec("kvtop_alerts", "gauge", "Active alerts (kvtop's alert rules), by kind, severity and model ('' = none)",
+               ("host", "kind", "severity", "model")),
+    MetricSpec("kvtop_gpu_telemetry_up", "gauge",
+               "1 when a GPU of this machine reported data (NVML or AMD sysfs), 0 otherwise", ()),
+    MetricSpec("kvtop_gpu_memory_total_bytes", "gauge", "GPU memory (reported by the driver)", _GPU),
+    MetricSpec("kvtop_gpu_memory_used_bytes", "gauge", "GPU memory in use (reported by the driver)", _GPU),
+    MetricSpec("kvtop_gpu_memory_free_bytes", "gauge", "Free GPU memory (reported by the driver)", _GPU),
+    MetricSpec("kvtop_gpu_utilization_ratio", "gauge", "GPU utilization over the driver's sample period, 0–1", _GPU),
+    MetricSpec("kvtop_gpu_temperature_celsius", "gauge", "GPU temperature", _GPU),
+    MetricSpec("kvtop_gpu_power_watts", "gauge", "GPU power draw", _GPU),
+    MetricSpec("kvtop_system_ram_total_bytes", "gauge", "RAM of this machine (a spilled model lives here)", ()),
+    MetricSpec("kvtop_system_ram_available_bytes", "gauge", "RAM available on this machine", ()),
+    MetricSpec("kvtop_system_swap_used_bytes", "gauge", "Swap in use on this machine", ()),
+)
+"""Every family the exporter serves, in output order (README "Export to Prometheus" lists them)."""
+
+_SPECS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in METRICS})
+
+
+# --------------------------------------------------------------------------------------------
+# Log-derived counters (pure)
+
+
+@dataclass(frozen=True, slots=True)
+class LogCounters:
+    """Counters derived from the server log, kept by the exporter so they only ever grow.
+
+    ``LogState`` keeps a bounded window of events; these counts are taken from each batch as
+    it arrives, so trimming the window never lowers them.
+
+    Attributes:
+        truncations: ``kvtop_prompt_truncations_total`` by weights blob (``""`` = unknown).
+        reloads: ``kvtop_model_reloads_total`` by weights blob; 0 after a blob's first load.
+        counted_loads: First log line of every load already counted (loads in the window only).
+    """
+
+    truncations: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    reloads: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    counted_loads: frozenset[int] = frozenset()
+
+
+def count_log(counters: LogCounters, events: Sequence[LogEvent], loads: Sequence[Load]) -> LogCounters:
+    """Return the counters after one batch of parsed events.
+
+    Args:
+        counters: The counts so far.
+        events: The batch's events (a ``Truncation`` counts once, for the load that was
+            running when its line was printed: the newest load that began at or before it).
+        loads: The log state's loads after the batch (``LogState.loads``, log order). A load
+            counts once its weights blob is known: as the first load of that blob, or as a
+            reload when an earlier load of the same blob was seen.
+
+    Returns:
+        ``counters`` itself when nothing changed, else new counters.
+    """
+    truncations = dict(counters.truncations)
+    starts = [ld.first_line for ld in loads]
+    for e in events:
+        if isinstance(e, Truncation):
+            i = bisect.bisect_right(starts, e.line_no) - 1
+            blob = (loads[i].model_blob or "") if i >= 0 else ""
+            truncations[blob] = truncations.get(blob, 0) + 1
+    reloads = dict(counters.reloads)
+    counted = set(counters.counted_loads)
+    for load in loads:
+        if load.model_blob is None or load.first_line in counted:
+            continue
+        counted.add(load.first_line)
+        if load.model_blob in reloads:
+            reloads[load.model_blob] += 1
+        else:
+            reloads[load.model_blob] = 0
+    if starts:  # loads dropped from the window never come back: forget their lines
+        counted = {n for n in counted if n >= starts[0]}
+    if truncations == counters.truncations and reloads == counters.reloads and counted == counters.counted_loads:
+        return counters
+    return LogCounters(MappingProxyType(truncations), MappingProxyType(reloads), frozenset(counted))
+
+
+# --------------------------------------------------------------------------------------------
+# What a scrape reads
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    """Everything a scrape exports about one server: an immutable snapshot, replaced whole.
+
+    Attributes:
+        url: The server's base URL (the ``host`` label).
+        local: The server runs on this machine (GPU telemetry is joined to it).
+        log: Whether a server log is read for this host.
+        state: The latest ``AppState`` (``apply`` / ``apply_gpu`` / ``apply_log_events``).
+        polls / poll_failures: ``GET /api/ps`` polls made and failed.
+        poll_duration_s: Wall time of the latest poll, None before the first.
+        counters: Log-derived counters.
+    """
+
+    url: str
+    local: bool
+    log: bool
+    state: AppState
+    polls: int = 0
+    poll_failures: int = 0
+    poll_duration_s: float | None = None
+    counters: LogCounters = LogCounters()
+
+
+def _families() -> dict[str, Metric]:
+    out: dict[str, Metric] = {}
+    for spec in METRICS:
+        cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+        out[spec.name] = cls(spec.name, spec.help, labels=spec.labels)
+    return out
+
+
+def _add(fams: Mapping[str, Metric], name: str, labels: Sequence[str], value: float | None) -> None:
+    if value is None:
+        return
+    fam = fams[name]
+    assert len(labels) == len(_SPECS[name].labels), name
+    fam.add_metric(list(labels), float(value))  # type: ignore[attr-defined]
+
+
+def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
+    base = (host, v.name, v.digest)
+    _add(fams, "kvtop_model_size_bytes", base, v.size_bytes)
+    _add(fams, "kvtop_model_vram_bytes", base, v.size_vram_bytes)
+    for part, known in (("weights", v.memory.weights), ("kv", v.memory.kv), ("compute", v.memory.compute)):
+        _add(fams, "kvtop_model_memory_bytes", (*base, part, known.source or ""), known.value)
+    _add(fams, "kvtop_model_context_tokens", (*base, v.context.source or ""), v.context.value)
+    _add(fams, "kvtop_model_slots", (*base, v.parallel.source or ""), v.parallel.value)
+    if v.size_bytes and v.size_vram_bytes is not None and 0 <= v.size_vram_bytes <= v.size_bytes:
+        _add(fams, "kvtop_model_cpu_ratio", base, (v.size_bytes - v.size_vram_bytes) / v.size_bytes)
+    if v.size_bytes is not None and v.size_vram_bytes is not None:
+        _add(fams, "kvtop_model_spilled", base, 1 if v.spilled else 0)
+    _add(fams, "kvtop_model_info", (
+        *base, v.model_blob or "", v.architecture or "", v.parameter_size or "", v.quantization_level or "",
+        v.processor, v.kv_type.value or "", v.kv_type.source or "", v.flash_attention.value or "",
+        v.flash_attention.source or "",
+    ), 1)
+    if v.expires_at is not None:
+        try:
+            _add(fams, "kvtop_model_expires_timestamp_seconds", base, v.expires_at.timestamp())
+        except (OverflowError, OSError, ValueError):
+            pass
+    if v.throughput is not None:
+        _add(fams, "kvtop_model_prefill_tokens_per_second", base, v.throughput.last_prefill_tps)
+        _add(fams, "kvtop_model_decode_tokens_per_second", base, v.throughput.last_decode_tps)
+
+
+def _host_metrics(fams: Mapping[str, Metric], hv: HostView) -> None:
+    host, state = hv.url, hv.state
+    snap: OllamaSnapshot | None = state.ollama
+    _add(fams, "kvtop_server_up", (host,), 1 if state.reachable else 0)
+    version = (state.last_ok.version if state.last_ok is not None else None)
+    if version:
+        _add(fams, "kvtop_server_info", (host, version), 1)
+    _add(fams, "kvtop_server_polls_total", (host,), hv.polls)
+    _add(fams, "kvtop_server_poll_failures_total", (host,), hv.poll_failures)
+    _add(fams, "kvtop_server_poll_duration_seconds", (host,), hv.poll_duration_s)
+    if snap is not None:
+        _add(fams, "kvtop_server_last_poll_timestamp_seconds", (host,), snap.taken_at)
+    if state.last_ok is not None:
+        _add(fams, "kvtop_server_last_success_timestamp_seconds", (host,), state.last_ok.taken_at)
+    if state.reachable:
+        for v in state.models:
+            _model_metrics(fams, host, v)
+    if hv.log:
+        _add(fams, "kvtop_log_up", (host, state.log.source or ""), 1 if state.log.ok else 0)
+        _add(fams, "kvtop_log_lines_total", (host,), state.log.lines)
+        for blob, n in sorted(hv.counters.truncations.items()):
+            _add(fams, "kvtop_prompt_truncations_total", (host, blob), n)
+        for blob, n in sorted(hv.counters.reloads.items()):
+            _add(fams, "kvtop_model_reloads_total", (host, blob), n)
+    active: dict[tuple[str, str, str], int] = {}
+    for a in state.alerts:
+        key = (a.kind, a.severity, a.model or "")
+        active[key] = active.get(key, 0) + 1
+    for (kind, severity, model), n in sorted(active.items()):
+        _add(fams, "kvtop_alerts", (host, kind, severity, model), n)
+
+
+def _gpu_metrics(fams: Mapping[str, Metric], gpu: GpuSnapshot) -> None:
+    _add(fams, "kvtop_gpu_telemetry_up", (), 1 if gpu.ok else 0)
+    for d in gpu.devices:
+        if d.error is not None:
+            continue
+        labels = (str(d.index), d.name or "", d.uuid or "")
+        _add(fams, "kvtop_gpu_memory_total_bytes", labels, d.memory_total_bytes)
+        _add(fams, "kvtop_gpu_memory_used_bytes", labels, d.memory_used_bytes)
+        _add(fams, "kvtop_gpu_memory_free_bytes", labels, d.memory_free_bytes)
+        _add(fams, "kvtop_gpu_utilization_ratio", labels,
+             None if d.gpu_util_percent is None else d.gpu_util_percent / 100)
+        _add(fams, "kvtop_gpu_temperature_celsius", labels, d.temperature_c)
+        _add(fams, "kvtop_gpu_power_watts", labels, None if d.power_draw_mw is None else d.power_draw_mw / 1000)
+    if gpu.system is not None:
+        _add(fams, "kvtop_system_ram_total_bytes", (), gpu.system.ram_total_bytes)
+        _add(fams, "kvtop_system_ram_available_bytes", (), gpu.system.ram_available_bytes)
+        _add(fams, "kvtop_system_swap_used_bytes", (), gpu.system.swap_used_bytes)
+
+
+def build_metrics(hosts: Iterable[HostView], gpu: GpuSnapshot | None, *, scrapes: int = 0) -> list[Metric]:
+    """The metric families for one scrape, from the latest views only (pure: no I/O, no poll).
+
+    Args:
+        hosts: One view per server, in ``--host`` order.
+        gpu: This machine's latest GPU sample, None when none is taken (no host on this machine)
+            or before the first one.
+        scrapes: Scrapes served so far, this one included.
+
+    Returns:
+        The families of :data:`METRICS` that have samples, in that order.
+    """
+    t0 = time.perf_counter()
+    fams = _families()
+    _add(fams, "kvtop_exporter_info", (__version__,), 1)
+    _add(fams, "kvtop_exporter_scrapes_total", (), scrapes)
+    for hv in hosts:
+        _host_metrics(fams, hv)
+    if gpu is not None:
+        _gpu_metrics(fams, gpu)
+    _add(fams, "kvtop_exporter_collect_duration_seconds", (), time.perf_counter() - t0)
+    return [f for f in fams.values() if f.samples]
+
+
+class KvtopCollector(Collector):
+    """A prometheus-client custom collector over the exporter's latest views.
+
+    Register it in a private ``CollectorRegistry`` (:func:`make_registry`): the global default
+    registry would add process metrics and be shared with anything else in the process.
+    ``collect`` runs in the HTTP server's threads; it reads immutable views that the pollers
+    replace whole, so it needs no lock and never waits for a poll.
+    """
+
+    def __init__(self, views: Callable[[], Sequence[HostView]], gpu: Callable[[], GpuSnapshot | None]) -> None:
+        self._views = views
+        self._gpu = gpu
+        self._lock = threading.Lock()
+        self._scrapes = 0
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing to pre-declare (the registry then never calls ``collect`` at registration)."""
+        return ()
+
+    def collect(self) -> Iterable[Metric]:
+        """The families of one scrape (:func:`build_metrics`)."""
+        with self._lock:
+            self._scrapes += 1
+            scrapes = self._scrapes
+        return build_metrics(self._views(), self._gpu(), scrapes=scrapes)
+
+
+def make_registry(collector: KvtopCollector) -> CollectorRegistry:
+    """A fresh registry holding only ``collector`` (no default process/platform collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+# --------------------------------------------------------------------------------------------
+# Which hosts are on this machine
+
+
+def local_addresses() -> frozenset[str]:
+    """The IP addresses of this machine's network interfaces (psutil), scope ids removed."""
+    try:
+        psutil = importlib.import_module("psutil")
+        found: set[str] = set()
+        for addrs in psutil.net_if_addrs().values():
+            for a in addrs:
+                if a.family in (socket.AF_INET, socket.AF_INET6) and a.address:
+                    found.add(a.address.split("%", 1)[0].lower())
+        return frozenset(found)
+    except Exception:  # noqa: BLE001 - without the list only loopback counts as local
+        return frozenset()
+
+
+def host_is_this_machine(url: str, *, addresses: Collection[str] | None = None, hostname: str | None = None) -> bool:
+    """Whether the server at ``url`` runs on this machine (its GPU and processes are ours).
+
+    True for ``localhost``, loopback addresses, an address of one of this machine's interfaces
+    (``addresses``; default :func:`local_addresses`) and this machine's own host name
+    (``hostname``; default ``socket.gethostname()``, short or fully qualified). No DNS lookup:
+    any other name counts as another machine.
+    """
+    host = httpx.URL(url).host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        name = (hostname if hostname is not None else socket.gethostname()).lower().rstrip(".")
+        return bool(name) and (host == name or host == name.split(".", 1)[0] or host.split(".", 1)[0] == name)
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if mapped is not None and mapped.is_loopback:
+        return True
+    pool = addresses if addresses is not None else local_addresses()
+    return str(ip) in {a.lower() for a in pool} or (mapped is not None and str(mapped) in pool)
+
+
+# --------------------------------------------------------------------------------------------
+# Pollers
+
+
+class OllamaSourceLike(Protocol):
+    """What a poller needs from an Ollama source (``sources.ollama.OllamaClient`` or a fake)."""
+
+    async def sample(self) -> OllamaSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class GpuSourceLike(Protocol):
+    """``sources.gpu.GpuSource`` or a fake."""
+
+    async def sample(self) -> GpuSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ProcSourceLike(Protocol):
+    """``sources.procs.ProcSource`` or a fake."""
+
+    async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _say(text: str) -> None:
+    print(f"kvtop export: {text}", file=sys.stderr, flush=True)
+
+
+class HostPoller:
+    """One server: polls it, follows its log if it has one, and publishes a new :class:`HostView`.
+
+    All mutation happens on the event loop's thread; :attr:`view` is replaced whole, so the
+    HTTP threads always read a consistent snapshot.
+    """
+
+    def __init__(self, url: str, source: OllamaSourceLike, *, local: bool, alerts: Mapping[str, Any],
+                 log: bool = False) -> None:
+        self.url = url
+        self.source = source
+        state, self.warnings = initial_state(url, alerts, datetime.now().astimezone().tzinfo or timezone.utc)
+        self.view = HostView(url=url, local=local, log=log, state=state)
+
+    def _publish(self, **changes: Any) -> None:
+        self.view = replace(self.view, **changes)
+
+    async def poll_forever(self, interval_s: float) -> None:
+        """Sample, apply, publish; sleep ``interval_s`` after each sample (polls never overlap)."""
+        while True:
+            t0 = time.perf_counter()
+            snap = await self.source.sample()
+            took = time.perf_counter() - t0
+            hv = self.view
+            try:
+                state = apply(hv.state, snap)
+            except Exception as exc:  # noqa: BLE001 - a bug in the model must not stop the poller
+                _say(f"{self.url}: internal error applying a poll: {type(exc).__name__}: {exc}")
+                state = hv.state
+            self._publish(state=state, polls=hv.polls + 1, poll_failures=hv.poll_failures + (0 if snap.reachable else 1),
+                          poll_duration_s=took)
+            await asyncio.sleep(interval_s)
+
+    def on_gpu(self, gpu: GpuSnapshot, procs: ProcSnapshot) -> None:
+        """Join this machine's GPU + process sample (only for a host on this machine)."""
+        self._publish(state=apply_gpu(self.view.state, gpu, procs))
+
+    async def follow_log(self, log_source: LogSource) -> None:
+        """Read log batches, parse them, apply them and count truncations and reloads."""
+        parser = LogParser()
+        async for batch in log_source.batches():
+            events: list[LogEvent] = []
+            for line in batch.lines:
+                events.extend(parser.feed(line))
+            events.extend(parser.end_batch())
+            hv = self.view
+            state = apply_log_events(hv.state, events, source=batch.source, status=batch.status, ok=batch.ok,
+                                     lines=len(batch.lines), dropped_lines=batch.dropped_lines, raw_lines=batch.lines)
+            self._publish(state=state, counters=count_log(hv.counters, events, state.log.loads))
+
+
+class Exporter:
+    """The headless loop: one poller task per host, one GPU task, one log task.
+
+    Args:
+        pollers: One per server, first one gets the log.
+        interval_s: Seconds slept after each sample.
+        gpu_source / proc_source: This machine's telemetry; None when no host is local.
+        log_source: The first host's server log, or None.
+    """
+
+    def __init__(self, pollers: Sequence[HostPoller], *, interval_s: float,
+                 gpu_source: GpuSourceLike | None = None, proc_source: ProcSourceLike | None = None,
+                 log_source: LogSource | None = None) -> None:
+        self.pollers = tuple(pollers)
+        self.interval_s = interval_s
+        self.gpu_source = gpu_source
+        self.proc_source = proc_source
+        self.log_source = log_source
+        self.gpu: GpuSnapshot | None = None
+        """This machine's latest GPU sample (read by scrapes)."""
+        self.collector = KvtopCollector(lambda: [p.view for p in self.pollers], lambda: self.gpu)
+
+    async def _poll_gpu(self) -> None:
+        assert self.gpu_source is not None and self.proc_source is not None
+        procs: ProcSnapshot | None = None
+        pids: frozenset[int] = frozenset()
+        loop = asyncio.get_running_loop()
+        procs_at = 0.0
+        while True:
+            gpu = await self.gpu_source.sample()
+            if procs is None or frozenset(gpu.pids) != pids or loop.time() - procs_at >= PROC_REFRESH_S:
+                procs = await self.proc_source.sample(gpu.pids)
+                pids, procs_at = frozenset(gpu.pids), loop.time()
+            self.gpu = gpu
+            for p in self.pollers:
+                if p.view.local:
+                    p.on_gpu(gpu, procs)
+            await asyncio.sleep(self.interval_s)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set, then cancel every task and close every source."""
+        tasks = [asyncio.create_task(p.poll_forever(self.interval_s), name=f"poll-ollama {p.url}")
+                 for p in self.pollers]
+        if self.gpu_source is not None and self.proc_source is not None:
+            tasks.append(asyncio.create_task(self._poll_gpu(), name="poll-gpu"))
+        if self.log_source is not None and self.pollers:
+            tasks.append(asyncio.create_task(self.pollers[0].follow_log(self.log_source), name="poll-log"))
+        waiter = asyncio.create_task(stop.wait())
+        try:
+            pending: set[asyncio.Task[Any]] = {waiter, *tasks}
+            while not stop.is_set():
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    if t is not waiter and not t.cancelled() and t.exception() is not None:
+                        exc = t.exception()
+                        _say(f"{t.get_name()} stopped: {type(exc).__name__}: {exc}")
+        finally:
+            for t in (*tasks, waiter):
+                t.cancel()
+            await asyncio.gather(*tasks, waiter, return_exceptions=True)
+            closers: list[Any] = [p.source for p in self.pollers]
+            closers += [s for s in (self.gpu_source, self.proc_source, self.log_source) if s is not None]
+            for closable in closers:
+                try:
+                    await closable.aclose()
+                except Exception:  # noqa: BLE001, S110 - closing must never block exiting
+                    pass
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` → ``(host, port)``: ``127.0.0.1:9877``, ``[::1]:9877``, ``:9877`` (every interface).
+
+    Raises:
+        ValueError: No port, a port outside 0–65535, or an IPv6 address without brackets.
+    """
+    s = text.strip()
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0 or s[end + 1:end + 2] != ":":
+            raise ValueError(f"{text!r}: expected [IPV6]:PORT, e.g. [::1]:9877")
+        host, port_text = s[1:end], s[end + 2:]
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise ValueError(f"{text!r}: {host!r} is not an IPv6 address") from None
+    else:
+        host, sep, port_text = s.rpartition(":")
+        if not sep:
+            raise ValueError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9877")
+        if ":" in host:
+            raise ValueError(f"{text!r}: an IPv6 address goes in brackets, e.g. [::1]:9877")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: the port must be a number 0–65535")
+    if any(c.isspace() for c in host):
+        raise ValueError(f"{text!r}: the host has a space in it")
+    return host or "0.0.0.0", int(port_text)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``kvtop export``."""
+    p = argparse.ArgumentParser(
+        prog="kvtop export",
+        description="Serve kvtop's per-model memory figures (weights / KV / compute, spill, context, slots) "
+                    "for Prometheus, headless. Each server is polled once per interval, however many scrapers.",
+    )
+    p.add_argument("format", choices=("prometheus",), help="what to export: prometheus (GET /metrics)")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; IPv6 as [::1]:9877; port 0: any free one)")
+    p.add_argument("--host", action="append", metavar="URL",
+                   help="Ollama server, read like OLLAMA_HOST; repeat it for several "
+                        "(default: config/OLLAMA_HOST, else http://127.0.0.1:11434)")
+    p.add_argument("--interval", "-n", type=_positive, default=None, metavar="SECONDS",
+                   help="seconds between polls of each server, 0.25–60 (default: config, else 1)")
+    p.add_argument("--timeout", type=_positive, default=None, metavar="SECONDS",
+                   help="deadline of each API request (default: config, else 3)")
+    p.add_argument("--log", default=None, metavar="SPEC",
+                   help="server log of the first --host: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, "
+                        "docker:CONTAINER, - (stdin) or none (default: none)")
+    p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
+    return p
+
+
+def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
+           fail: Callable[[str], NoReturn]) -> tuple[list[str], list[str]]:
+    """The servers to poll (deduplicated, typed order first) and warnings about dropped ones."""
+    warnings: list[str] = []
+    urls: list[str] = []
+    if args.host:
+        for raw in args.host:
+            try:
+                url = parse_ollama_host(raw, strict=True)
+            except HostError as exc:
+                fail(f"--host: {exc}")
+            if url not in urls:
+                urls.append(url)
+        return urls, warnings
+    raws: Sequence[str | None] = (resolved_host,) if resolved_host is None or isinstance(resolved_host, str) \
+        else tuple(resolved_host)
+    for raw in raws:
+        try:
+            url = parse_ollama_host(raw, strict=origin != "env OLLAMA_HOST")
+        except HostError as exc:
+            warnings.append(f"host from {origin}: {exc} — it is left out")
+            continue
+        if url not in urls:
+            urls.append(url)
+    return (urls or [parse_ollama_host(None)]), warnings
+
+
+def main_export(argv: Sequence[str]) -> int:
+    """``kvtop export prometheus ...``; returns the exit code (0 after SIGTERM/SIGINT, 2 on bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+
+    def fail(message: str) -> NoReturn:
+        parser.exit(EXIT_ERROR, f"kvtop export: {message}\n")
+
+    try:
+        listen_host, listen_port = parse_listen(args.listen)
+    except ValueError as exc:
+        fail(f"--listen {exc}")
+    env = dict(os.environ)
+    if args.config:
+        env["KVTOP_CONFIG"] = args.config
+    try:
+        resolved = resolve_config({"interval": args.interval, "timeout": args.timeout}, env)
+    except ConfigError as exc:
+        fail(str(exc))
+    values, origins = resolved.values, resolved.origins
+    hosts, warnings = _hosts(args, values["host"], origins["host"], fail)
+    warnings = list(resolved.warnings) + warnings
+    log_spec = args.log if args.log is not None else "none"
+    from kvtop.sources.tail import open_log_source, parse_log_spec
+
+    try:
+        spec = parse_log_spec(log_spec)
+    except ValueError as exc:
+        fail(f"--log: {exc}")
+    interval_s = float(values["interval"])
+    timeout_s = max(0.1, float(values["timeout"]))
+
+    from kvtop.sources.ollama import OllamaClient
+
+    addresses = local_addresses()
+    pollers = [
+        HostPoller(url, OllamaClient(url, timeout_s=timeout_s, show_timeout_s=max(timeout_s, 10.0)),
+                   local=host_is_this_machine(url, addresses=addresses), alerts=values["alerts"],
+                   log=(i == 0 and spec.kind != "none"))
+        for i, url in enumerate(hosts)
+    ]
+    for w in pollers[0].warnings:
+        warnings.append(f"[alerts] {w}")
+    if spec.kind in ("auto", "journal", "docker") and not pollers[0].view.local:
+        warnings.append(f"--log {log_spec} reads this machine's log, but {hosts[0]} is not on this machine: "
+                        "its figures may be another server's")
+    gpu_source = proc_source = None
+    if any(p.view.local for p in pollers):
+        from kvtop.sources.gpu import GpuSource
+        from kvtop.sources.procs import ProcSource
+
+        gpu_source, proc_source = GpuSource(), ProcSource()
+    log_source = open_log_source(spec) if spec.kind != "none" else None
+    exporter = Exporter(pollers, interval_s=interval_s, gpu_source=gpu_source, proc_source=proc_source,
+                        log_source=log_source)
+    registry = make_registry(exporter.collector)
+
+    from prometheus_client import start_http_server
+
+    try:
+        httpd, _thread = start_http_server(listen_port, addr=listen_host, registry=registry)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        fail(f"cannot listen on {_url_host(listen_host)}:{listen_port}: {reason}")
+    for warning in warnings:
+        _say(warning)
+    port = httpd.server_port
+    local = [p.url for p in pollers if p.view.local]
+    _say(f"serving Prometheus metrics on http://{_url_host(listen_host)}:{port}/metrics — "
+         f"polling {', '.join(hosts)} every {interval_s:g} s; log: {spec}; "
+         f"GPU telemetry: {'joined to ' + ', '.join(local) if local else 'off (no host on this machine)'}")
+    try:
+        asyncio.run(_serve(exporter))
+    except KeyboardInterrupt:  # Ctrl+C before the loop's own handler was installed
+        pass
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    return EXIT_OK
+
+
+async def _serve(exporter: Exporter) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - Windows
+            pass
+    await exporter.run(stop)
+

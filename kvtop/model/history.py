@@ -1,0 +1,375 @@
+"""Capped in-memory history of what the dashboard shows, for the plots and the table's sparkline.
+
+Pure and synchronous: no I/O, no clock, no Textual. The app calls ``History.record(state, now_s)``
+after each handler applied a message; every timestamp comes from the snapshots themselves
+(``OllamaSnapshot.taken_at``, ``GpuSnapshot.taken_at``) or from ``now_s`` for log throughput.
+
+Memory is bounded whatever the poll interval (0.25–60 s) and however long kvtop runs: each series
+keeps one point per ``bucket_s`` time bucket (samples in the same bucket are coalesced, the newest
+wins), at most ``retention_s / bucket_s`` points (3600 at the defaults: one hour of 1 s buckets),
+and points older than ``retention_s`` before the newest are dropped. At most ``max_models`` models
+and ``max_devices`` GPUs are tracked; a model gone for longer than ``retention_s`` is forgotten,
+and the one gone longest goes first when the cap is reached. Markers (load, unload, reload) are
+capped at ``max_markers``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from kvtop.model.state import AppState
+
+BUCKET_S = 1.0
+"""Width of one time bucket, seconds: one stored point per series per bucket."""
+
+RETENTION_S = 3600.0
+"""How far back the history reaches, seconds (the longest plot window)."""
+
+MAX_MODELS = 32
+"""Models tracked at once (loaded now or seen within ``RETENTION_S``)."""
+
+MAX_DEVICES = 16
+"""GPUs tracked."""
+
+MAX_MARKERS = 256
+"""Load / unload / reload markers kept."""
+
+WINDOWS_S: tuple[float, ...] = (60.0, 600.0, 3600.0)
+"""The plot windows the history screen cycles through: 1 min, 10 min, 1 h."""
+
+ModelKey = tuple[str, str]
+"""A model's identity in the history: ``(name, manifest digest)``."""
+
+MarkerKind = Literal["load", "unload", "reload"]
+
+
+class Series:
+    """One bounded time series of ``(t_s, value)`` points, one point per time bucket.
+
+    ``t_s`` is Unix seconds (the sample's own time); points are stored oldest first and never
+    go back in time: a sample older than the newest point's bucket is coalesced into it.
+    """
+
+    __slots__ = ("_points", "bucket_s", "retention_s")
+
+    def __init__(self, bucket_s: float = BUCKET_S, retention_s: float = RETENTION_S) -> None:
+        if bucket_s <= 0 or retention_s < bucket_s:
+            raise ValueError(f"bucket_s must be > 0 and <= retention_s (got {bucket_s}, {retention_s})")
+        self.bucket_s = bucket_s
+        self.retention_s = retention_s
+        self._points: deque[tuple[float, float]] = deque(maxlen=self.cap)
+
+    @property
+    def cap(self) -> int:
+        """The most points this series ever holds (``retention_s / bucket_s``)."""
+        return max(1, int(round(self.retention_s / self.bucket_s)))
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+    def add(self, t_s: float, value: float) -> None:
+        """Add a sample at ``t_s``; a sample in the newest point's bucket (or older) replaces it."""
+        points = self._points
+        bucket = (t_s // self.bucket_s) * self.bucket_s
+        if points and bucket <= points[-1][0]:
+            points[-1] = (points[-1][0], value)
+            return
+        points.append((bucket, value))
+        horizon = bucket - self.retention_s
+        while points and points[0][0] <= horizon:
+            points.popleft()
+
+    @property
+    def latest(self) -> tuple[float, float] | None:
+        """The newest ``(t_s, value)``, None when empty."""
+        return self._points[-1] if self._points else None
+
+    def window(self, start_s: float, end_s: float) -> tuple[tuple[float, float], ...]:
+        """The points with ``start_s <= t_s <= end_s``, oldest first."""
+        out: list[tuple[float, float]] = []
+        for t, v in reversed(self._points):
+            if t < start_s:
+                break
+            if t <= end_s:
+                out.append((t, v))
+        out.reverse()
+        return tuple(out)
+
+
+def downsample(points: tuple[tuple[float, float], ...], start_s: float, end_s: float,
+               slots: int) -> tuple[tuple[float, float], ...]:
+    """At most ``slots`` points: the window is cut into ``slots`` equal slices and each slice keeps
+    its highest point (a peak never disappears when an hour is drawn on 80 columns)."""
+    if slots <= 0 or len(points) <= slots or end_s <= start_s:
+        return points
+    width = (end_s - start_s) / slots
+    best: dict[int, tuple[float, float]] = {}
+    for t, v in points:
+        i = min(slots - 1, max(0, int((t - start_s) / width)))
+        kept = best.get(i)
+        if kept is None or v > kept[1]:
+            best[i] = (t, v)
+    return tuple(best[i] for i in sorted(best))
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A model appeared, disappeared or was reloaded between two samples.
+
+    Attributes:
+        t_s: The time of the sample that showed it (Unix seconds).
+        kind: ``load`` (new in ``/api/ps``), ``unload`` (gone from it) or ``reload`` (same model,
+            a new runner: the log's load changed or ``/api/ps``'s context changed).
+        model: The model's name.
+    """
+
+    t_s: float
+    kind: MarkerKind
+    model: str
+
+
+class DeviceSeries:
+    """One GPU's memory: used and total bytes (driver figures, ``GpuDevice``)."""
+
+    __slots__ = ("index", "name", "used_bytes", "total_bytes")
+
+    def __init__(self, index: int, name: str | None, bucket_s: float, retention_s: float) -> None:
+        self.index = index
+        self.name = name
+        self.used_bytes = Series(bucket_s, retention_s)
+        self.total_bytes = Series(bucket_s, retention_s)
+
+
+class ModelSeries:
+    """One model's series.
+
+    Attributes:
+        key: ``(name, digest)``.
+        vram_bytes / size_bytes: ``/api/ps`` ``size_vram`` and ``size`` (reported).
+        kv_bytes: The KV cache (``ModelView.memory.kv``); ``kv_source`` is its newest source
+            (``allocated``, ``estimated`` …).
+        decode_tps: Decode tokens/s, one point each time the newest timed request changed
+            (runner log); ``requests_per_min``: timed requests in the minute before each sample.
+        last_seen_s: When a sample last listed the model.
+    """
+
+    __slots__ = ("key", "vram_bytes", "size_bytes", "kv_bytes", "kv_source", "decode_tps",
+                 "requests_per_min", "last_seen_s", "_timing", "_load_sig")
+
+    def __init__(self, key: ModelKey, bucket_s: float, retention_s: float) -> None:
+        self.key = key
+        self.vram_bytes = Series(bucket_s, retention_s)
+        self.size_bytes = Series(bucket_s, retention_s)
+        self.kv_bytes = Series(bucket_s, retention_s)
+        self.kv_source: str | None = None
+        self.decode_tps = Series(bucket_s, retention_s)
+        self.requests_per_min = Series(bucket_s, retention_s)
+        self.last_seen_s = 0.0
+        self._timing: tuple[int, float | None] | None = None
+        self._load_sig: tuple[object, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.key[0]
+
+    def series(self) -> tuple[Series, ...]:
+        return (self.vram_bytes, self.size_bytes, self.kv_bytes, self.decode_tps, self.requests_per_min)
+
+
+class History:
+    """The bounded history of one kvtop session (see the module docstring for the bounds).
+
+    Attributes:
+        version: Increases whenever something was stored (a plot re-renders only when it moves).
+        latest_s: The newest timestamp stored (Unix seconds), None before anything was.
+    """
+
+    def __init__(self, *, bucket_s: float = BUCKET_S, retention_s: float = RETENTION_S,
+                 max_models: int = MAX_MODELS, max_devices: int = MAX_DEVICES,
+                 max_markers: int = MAX_MARKERS) -> None:
+        Series(bucket_s, retention_s)  # validates the arguments
+        self.bucket_s = bucket_s
+        self.retention_s = retention_s
+        self.max_models = max_models
+        self.max_devices = max_devices
+        self.devices: dict[int, DeviceSeries] = {}
+        self.models: dict[ModelKey, ModelSeries] = {}
+        self.markers: deque[Marker] = deque(maxlen=max_markers)
+        self.version = 0
+        self.latest_s: float | None = None
+        self.gpu_note: str | None = None
+        self._models_t: float | None = None
+        self._gpu_t: float | None = None
+        self._loaded: frozenset[ModelKey] | None = None
+
+    # ---------------------------------------------------------------- recording
+
+    def record(self, state: AppState, now_s: float) -> bool:
+        """Store what ``state`` holds that is newer than what was stored.
+
+        Args:
+            state: The state right after a handler applied a message.
+            now_s: Unix seconds now; the time of throughput points (the log has no sample time).
+
+        Returns:
+            True when anything was stored (``version`` moved).
+        """
+        changed = False
+        gpu = state.gpu
+        if gpu is not None and (self._gpu_t is None or gpu.taken_at > self._gpu_t):
+            self._gpu_t = gpu.taken_at
+            self.gpu_note = None if gpu.ok else gpu.status
+            for dev in gpu.devices:
+                if dev.memory_used_bytes is None or dev.error:
+                    continue
+                series = self.devices.get(dev.index)
+                if series is None:
+                    if len(self.devices) >= self.max_devices:
+                        continue
+                    series = self.devices[dev.index] = DeviceSeries(dev.index, dev.name, self.bucket_s, self.retention_s)
+                series.used_bytes.add(gpu.taken_at, float(dev.memory_used_bytes))
+                if dev.memory_total_bytes is not None:
+                    series.total_bytes.add(gpu.taken_at, float(dev.memory_total_bytes))
+                changed = True
+            self._seen(gpu.taken_at)
+        snap = state.last_ok
+        if snap is not None and (self._models_t is None or snap.taken_at > self._models_t):
+            self._models_t = snap.taken_at
+            self._record_models(state, snap.taken_at)
+            changed = True
+        for view in state.models:
+            series = self.models.get((view.name, view.digest))
+            t = view.throughput
+            if series is None or t is None or t.last_decode_tps is None:
+                continue
+            sig = (t.requests, t.last_decode_tps)
+            if sig != series._timing:
+                series._timing = sig
+                series.decode_tps.add(now_s, t.last_decode_tps)
+                self._seen(now_s)
+                changed = True
+        if changed:
+            self.version += 1
+        return changed
+
+    def _record_models(self, state: AppState, t_s: float) -> None:
+        loaded: set[ModelKey] = set()
+        for view in state.models:
+            key = (view.name, view.digest)
+            loaded.add(key)
+            series = self.models.get(key)
+            if series is None:
+                series = self.models[key] = ModelSeries(key, self.bucket_s, self.retention_s)
+            series.last_seen_s = t_s
+            if view.size_vram_bytes is not None:
+                series.vram_bytes.add(t_s, float(view.size_vram_bytes))
+            if view.size_bytes is not None:
+                series.size_bytes.add(t_s, float(view.size_bytes))
+            if view.memory.kv.value is not None:
+                series.kv_bytes.add(t_s, float(view.memory.kv.value))
+                series.kv_source = view.memory.kv.source
+            if view.throughput is not None and view.throughput.requests_per_min is not None:
+                series.requests_per_min.add(t_s, float(view.throughput.requests_per_min))
+            load_sig = (view.load.index if view.load is not None else None, view.context.value)
+            if series._load_sig is not None and load_sig != series._load_sig and self._loaded is not None \
+                    and key in self._loaded:
+                self.markers.append(Marker(t_s, "reload", view.name))
+            series._load_sig = load_sig
+        now_loaded = frozenset(loaded)
+        if self._loaded is not None:  # the models loaded before kvtop started are not "loads"
+            for key in sorted(now_loaded - self._loaded):
+                self.markers.append(Marker(t_s, "load", key[0]))
+            for key in sorted(self._loaded - now_loaded):
+                self.markers.append(Marker(t_s, "unload", key[0]))
+        self._loaded = now_loaded
+        self._seen(t_s)
+        self._forget(t_s)
+
+    def _seen(self, t_s: float) -> None:
+        if self.latest_s is None or t_s > self.latest_s:
+            self.latest_s = t_s
+
+    def _forget(self, now_s: float) -> None:
+        """Drop models gone for longer than the retention, then the longest-gone over the cap."""
+        loaded = self._loaded or frozenset()
+        for key in [k for k, s in self.models.items() if k not in loaded and now_s - s.last_seen_s > self.retention_s]:
+            del self.models[key]
+        if len(self.models) > self.max_models:
+            gone = sorted((s.last_seen_s, k) for k, s in self.models.items() if k not in loaded)
+            for _, key in gone[: len(self.models) - self.max_models]:
+                del self.models[key]
+        horizon = now_s - self.retention_s
+        while self.markers and self.markers[0].t_s < horizon:
+            self.markers.popleft()
+
+    # ---------------------------------------------------------------- reading
+
+    def point_count(self) -> int:
+        """Every point stored, all series together (what bounds the memory)."""
+        total = sum(len(d.used_bytes) + len(d.total_bytes) for d in self.devices.values())
+        total += sum(len(s) for m in self.models.values() for s in m.series())
+        return total
+
+    def span_s(self) -> float:
+        """Seconds between the oldest and the newest point stored (0 when fewer than two)."""
+        firsts = [s._points[0][0] for d in self.devices.values() for s in (d.used_bytes,) if len(s)]
+        firsts += [s._points[0][0] for m in self.models.values() for s in m.series() if len(s)]
+        if not firsts or self.latest_s is None:
+            return 0.0
+        return max(0.0, self.latest_s - min(firsts))
+
+    def markers_between(self, start_s: float, end_s: float) -> tuple[Marker, ...]:
+        """Markers with ``start_s <= t_s <= end_s``, oldest first."""
+        return tuple(m for m in self.markers if start_s <= m.t_s <= end_s)
+
+    def models_by_recency(self) -> tuple[ModelSeries, ...]:
+        """Tracked models, the most recently seen first (then by name)."""
+        return tuple(sorted(self.models.values(), key=lambda s: (-s.last_seen_s, s.key)))
+
+    def sparklines(self, window_s: float = 60.0, cells: int = 8) -> dict[ModelKey, str]:
+        """Each tracked model's ``size_vram`` over the ``window_s`` before the newest sample, as
+        ``cells`` characters (``sparkline``), keyed by ``(name, digest)``."""
+        end = self.latest_s
+        if end is None:
+            return {}
+        return {key: sparkline(s.vram_bytes.window(end - window_s, end), end - window_s, end, cells)
+                for key, s in self.models.items()}
+
+    def model(self, name: str, digest: str) -> ModelSeries | None:
+        """The series of one model, if tracked."""
+        return self.models.get((name, digest))
+
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(points: Iterable[tuple[float, float]], start_s: float, end_s: float, cells: int) -> str:
+    """``cells`` characters from ``▁`` to ``█``: each cell is one slice of ``[start_s, end_s]``
+    showing its highest point, scaled from 0 to the highest point of all; a slice with no point
+    is a space (the model was not loaded, or not sampled, then)."""
+    if cells <= 0 or end_s <= start_s:
+        return ""
+    width = (end_s - start_s) / cells
+    best: list[float | None] = [None] * cells
+    for t, v in points:
+        if t < start_s or t > end_s:
+            continue
+        i = min(cells - 1, int((t - start_s) / width))
+        cur = best[i]
+        best[i] = v if cur is None or v > cur else cur
+    top = max((v for v in best if v is not None), default=None)
+    if top is None:
+        return " " * cells
+    out = []
+    for v in best:
+        if v is None:
+            out.append(" ")
+        elif top <= 0:
+            out.append(SPARK_CHARS[0])
+        else:
+            out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, max(0, int(round(v / top * (len(SPARK_CHARS) - 1)))))])
+    return "".join(out)

@@ -1,0 +1,275 @@
+"""Context slots in use: what each runner's ``/slots`` answered, and what the runner log says.
+
+Pure: no I/O, no clock. ``sources.slots.SlotsSource`` fills a :class:`SlotsSnapshot` by asking
+each local llama-server runner (its ``--port`` on 127.0.0.1) for ``GET /slots``; the functions
+here join that with the loaded models and, where no runner answered, estimate the busy slots and
+the prompt being processed from the runner's log lines (ollama-reference.md §4.10, §5):
+
+* ``slot launch_slot_: id 1 | task 1 | processing task`` — the slot starts a request;
+* ``slot operator(): id 1 | task 1 | new prompt, n_ctx_slot = 4096, …, task.n_tokens = 1804`` —
+  the prompt's length;
+* ``… | cached n_tokens = 512, memory_seq_rm [512, end)`` (one per batch) or, in older builds,
+  ``… | prompt processing progress, n_past = …, n_tokens = …, progress = 0.25`` — prefill so far;
+* ``… | init sampler …`` / ``prompt done`` — the prompt is in, generation starts;
+* ``slot release: id 1 | task 1 | stop processing: n_tokens = …`` — the slot is free again.
+
+The log's lines name no model (only a slot id): they are attributed to the newest load that began
+before them, which is wrong when several runners serve requests at once. ``/slots`` is asked per
+runner port, so its busy flags belong to the right model; the view's note says which applies.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from kvtop.logparse.events import LogEvent, PrefillProgress, RequestTiming, SlotActivity
+
+if TYPE_CHECKING:  # annotations only: state.py imports this module
+    from kvtop.logparse.loads import Load
+    from kvtop.model.state import ModelView
+
+SlotSource = Literal["reported", "estimated"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """One slot as ``GET /slots`` lists it.
+
+    Attributes:
+        id: The slot id (0-based; the log's ``id N``).
+        n_ctx: Context cells of this slot (the per-slot num_ctx), None when not given.
+        is_processing: True while the slot serves a request (llama-server's ``is_processing``;
+            Era A's ext server: ``state`` ≠ 0).
+    """
+
+    id: int
+    n_ctx: int | None
+    is_processing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSlots:
+    """One runner's ``/slots`` answer, or why there is none.
+
+    Attributes:
+        pid: The runner process (``ProcSnapshot.runners``).
+        port: Its ``--port`` on 127.0.0.1.
+        blob: ``sha256-<hex>`` of its ``--model`` weights, None when not a blob path.
+        ctx_size: Its ``--ctx-size``/``-c`` (total cells), None when not on the command line.
+        slots: The slots, in id order; empty when the request failed.
+        error: Why there is no answer, in plain words (``connection refused``, ``timed out after
+            0.5 s``, ``HTTP 501: …``, ``not JSON``); None on success.
+        latency_s: Seconds the request took (also for failures).
+    """
+
+    pid: int
+    port: int
+    blob: str | None = None
+    ctx_size: int | None = None
+    slots: tuple[SlotState, ...] = ()
+    error: str | None = None
+    latency_s: float | None = None
+
+    @property
+    def busy(self) -> int:
+        """Slots processing a request now."""
+        return sum(1 for s in self.slots if s.is_processing)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsSnapshot:
+    """One ``/slots`` round over every local runner with a port. ``taken_at``: Unix seconds."""
+
+    taken_at: float
+    runners: tuple[RunnerSlots, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """The prompt a slot is processing now, from the runner log (estimated).
+
+    Attributes:
+        slot: The slot id the log names.
+        done_tokens: Prompt tokens processed so far (``cached n_tokens`` / ``n_past``).
+        total_tokens: The prompt's length (``task.n_tokens`` / ``n_prompt_tokens``), None when
+            the line giving it was not read.
+        fraction: ``done / total`` in 0–1 (or the line's own ``progress``), None when unknown.
+        line_no: The log line this comes from.
+    """
+
+    slot: int | None
+    done_tokens: int | None
+    total_tokens: int | None
+    fraction: float | None
+    line_no: int
+
+    @property
+    def percent(self) -> int | None:
+        """The fraction as a whole percentage (rounded down: 100 only when done)."""
+        return None if self.fraction is None else max(0, min(100, int(self.fraction * 100)))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUse:
+    """A model's slots: how many, how many busy, and the prompt being processed.
+
+    Attributes:
+        total: Slots (``/slots`` count when reported, else the load's ``-np`` / n_seq_max).
+        busy: Slots serving a request; None when unknown.
+        source: ``reported`` (``GET /slots`` on the runner's port) or ``estimated`` (runner log
+            lines); None when neither says anything.
+        n_ctx_per_slot: Context cells per slot (``/slots`` ``n_ctx``), None when not reported.
+        prefill: The prompt in progress (log), None when no prompt is being processed.
+        note: Where the numbers come from, or why they are missing, in one line.
+        log_runners: llama-server runners loaded (log era C). Above one, the log's slot and
+            timing lines (which name no model) may belong to another model than the one they
+            are given to (the newest load begun before each line).
+    """
+
+    total: int | None
+    busy: int | None
+    source: SlotSource | None
+    n_ctx_per_slot: int | None = None
+    prefill: Prefill | None = None
+    note: str = ""
+    log_runners: int = 0
+
+    @property
+    def log_ambiguous(self) -> bool:
+        """True when the log's per-request lines cannot be told apart between models."""
+        return self.log_runners > 1
+
+
+# --------------------------------------------------------------------------------------------
+# From the log
+
+
+@dataclass(slots=True)
+class LogSlot:
+    """One slot as replayed from the log (mutable while replaying; see :func:`log_slots`)."""
+
+    busy: bool = False
+    task: int | None = None
+    prompt_tokens: int | None = None
+    done_tokens: int | None = None
+    fraction: float | None = None
+    prefilling: bool = False
+    line_no: int = 0
+
+
+def log_slots(events: Sequence[LogEvent], loads: Sequence[Load], load: Load) -> dict[int | None, LogSlot]:
+    """Replay the slot lines of ``events`` that belong to ``load`` (the newest load begun before
+    each line); returns each slot's last known state by slot id."""
+    starts = [ld.first_line for ld in loads]
+    slots: dict[int | None, LogSlot] = {}
+    for e in events:
+        if not isinstance(e, (SlotActivity, PrefillProgress, RequestTiming)):
+            continue
+        i = bisect.bisect_right(starts, e.line_no) - 1
+        if i < 0 or loads[i].index != load.index:
+            continue
+        s = slots.setdefault(e.slot, LogSlot())
+        if isinstance(e, SlotActivity):
+            if e.action == "start":
+                slots[e.slot] = LogSlot(busy=True, task=e.task, line_no=e.line_no)
+            elif e.action == "prompt":
+                s.busy, s.task, s.prompt_tokens, s.line_no = True, e.task, e.n_prompt_tokens, e.line_no
+                s.prefilling, s.done_tokens, s.fraction = True, 0, 0.0 if e.n_prompt_tokens else None
+            elif e.action == "prompt_done":
+                s.busy, s.prefilling, s.line_no = True, False, e.line_no
+            elif e.action == "release":
+                slots[e.slot] = LogSlot(busy=False, task=e.task, line_no=e.line_no)
+        elif isinstance(e, PrefillProgress):
+            s.busy, s.prefilling, s.line_no = True, True, e.line_no
+            s.done_tokens = e.n_past
+            if e.progress is not None:
+                s.fraction = e.progress
+            elif e.n_past is not None and s.prompt_tokens:
+                s.fraction = e.n_past / s.prompt_tokens
+            if s.fraction is not None and s.fraction >= 1.0:
+                s.prefilling = False
+        else:  # a timing report ends the request (some builds print no release line)
+            slots[e.slot] = LogSlot(busy=False, task=e.task, line_no=e.line_no)
+    return slots
+
+
+def _prefill(slots: Mapping[int | None, LogSlot]) -> Prefill | None:
+    """The most recently updated slot that is processing a prompt."""
+    live = [(sid, s) for sid, s in slots.items() if s.busy and s.prefilling]
+    if not live:
+        return None
+    sid, s = max(live, key=lambda item: item[1].line_no)
+    return Prefill(sid, s.done_tokens, s.prompt_tokens, s.fraction, s.line_no)
+
+
+# --------------------------------------------------------------------------------------------
+# The join
+
+
+def runner_for(view: ModelView, snap: SlotsSnapshot | None) -> RunnerSlots | None:
+    """The ``/slots`` answer of the runner serving ``view``: same weights blob, and when two
+    runners share it, the one whose ``--ctx-size`` (or slot ``n_ctx``) matches the view's context."""
+    if snap is None or view.model_blob is None:
+        return None
+    found = [r for r in snap.runners if r.blob == view.model_blob]
+    if len(found) > 1:
+        cells = view.total_ctx_cells
+        by_ctx = [r for r in found if (cells is not None and r.ctx_size == cells)
+                  or (r.slots and r.slots[0].n_ctx == view.context.value)]
+        found = by_ctx if len(by_ctx) == 1 else []
+    return found[0] if len(found) == 1 else None
+
+
+def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEvent],
+             loads: Sequence[Load], era_c_loaded: int) -> SlotUse | None:
+    """``view``'s slots: reported by its runner's ``/slots`` when it answered, else estimated from
+    the log's slot lines of its load; None for a model with neither (cloud, pre-v0.30 runner with
+    no ``/slots`` and no log).
+
+    Args:
+        view: The model row (its ``load`` is the matching log load, if any).
+        snap: The latest ``/slots`` round, None before the first one.
+        events: The log events kept (``LogState.recent``).
+        loads: The log's loads (``LogState.loads``).
+        era_c_loaded: How many loaded models run on llama-server runners (log era C): above one,
+            the log's slot lines may belong to another model, and the note says so.
+    """
+    if view.cloud:
+        return None
+    runner = runner_for(view, snap)
+    load = view.load
+    log_state = log_slots(events, loads, load) if load is not None else {}
+    prefill = _prefill(log_state)
+    shared = ""
+    if era_c_loaded > 1:
+        shared = (f"; the log's slot lines name no model: with {era_c_loaded} llama-server runners loaded they are"
+                  " given to the newest load begun before them, which may be another model's")
+    if runner is not None and runner.error is None and runner.slots:
+        busy = runner.busy
+        n_ctx = runner.slots[0].n_ctx
+        note = f"GET http://127.0.0.1:{runner.port}/slots (runner PID {runner.pid})"
+        if busy == 0:
+            prefill = None  # the runner is idle: a prefill in the log is over (or another model's)
+        elif prefill is not None:
+            note += "; prefill progress from the runner log" + shared
+        return SlotUse(len(runner.slots), busy, "reported", n_ctx, prefill, note, era_c_loaded)
+    why = ""
+    if runner is not None:
+        why = f"/slots on port {runner.port}: {runner.error or 'no slots listed'}; "
+    total = view.parallel.value
+    if load is not None and load.era == "C":
+        busy = sum(1 for s in log_state.values() if s.busy)
+        if total is not None:
+            busy = min(busy, total)
+        return SlotUse(total, busy, "estimated", None, prefill,
+                       f"{why}runner log slot lines of load #{load.index + 1}{shared}", era_c_loaded)
+    if runner is not None:
+        return SlotUse(total, None, None, None, None, why.rstrip("; "))
+    if load is None:
+        return SlotUse(total, None, None, None, None,
+                       "no /slots answer from a local runner, and no runner load in the log")
+    return SlotUse(total, None, None, None, None,
+                   "this runner has no /slots endpoint and logs no slot activity (Ollama before v0.30)")

@@ -1,0 +1,144 @@
+"""The replay worker: feeds a recording through the live path (``kvtop --replay FILE``).
+
+It posts exactly the messages the live workers post (``SnapshotReceived``, ``GpuSampled``,
+``LogEventsReceived``, the last with events parsed by a fresh ``LogParser`` from the recorded raw
+lines, as ``KvtopApp.follow_log`` parses them), so the app's handlers, ``model.state``, the alert
+rules and the widgets do what they did live. Between two records it sleeps the recorded gap
+divided by the speed. A jump posts the records up to the target at once between two
+:class:`ReplayBurst` messages (the dashboard repaints once, at the end); a jump back first resets
+the state to the initial one, since the state is a fold over the records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+
+from kvtop.logparse.parser import LogParser
+from kvtop.sources.replay import (
+    Player,
+    Record,
+    Recording,
+    clock_text,
+    parse_batch,
+    speed_text,
+)
+from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
+
+if TYPE_CHECKING:
+    from kvtop.ui.app import KvtopApp
+
+JUMP_S = 60.0
+"""Recorded seconds one jump key moves."""
+
+_START = "start"
+
+
+class ReplayBurst(Message):
+    """Replay starts (``start``) or ends a jump; ``restart``: the state goes back to the initial one."""
+
+    def __init__(self, *, start: bool, restart: bool = False) -> None:
+        super().__init__()
+        self.start = start
+        self.restart = restart
+
+
+class ReplayControl:
+    """The app's handle on playback: the :class:`Player` and the commands keys queue for the worker."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.player = Player(recording)
+        self.wake = asyncio.Event()
+        self.jump: float | str | None = None
+        """Pending jump: recorded seconds (negative: back), ``"start"``, or None."""
+        self.steps = 0
+        """Pending single steps (``.`` while paused)."""
+        self.end_reported = False
+
+    def header_text(self) -> str:
+        """``2026-11-29 17:02:13 ×4`` (``END`` appended once every record is applied)."""
+        p = self.player
+        text = f"{clock_text(p.time_s, self.recording.header.naive_tz)} {speed_text(p.speed)}"
+        return text + (" END" if p.at_end else "")
+
+    def status_text(self) -> str | None:
+        """What the line under the table says at the end of a damaged recording."""
+        if self.player.at_end and self.recording.damage:
+            return self.recording.damage
+        return None
+
+    def request(self, *, jump: float | str | None = None, step: bool = False) -> None:
+        """Queue a jump or one step and wake the worker."""
+        if jump is not None:
+            self.jump = jump
+        if step:
+            self.steps += 1
+        self.wake.set()
+
+
+async def play(app: KvtopApp, control: ReplayControl) -> None:
+    """The worker body: apply the records in time until the end, obeying pause, speed and jumps."""
+    player = control.player
+    parser = LogParser()
+
+    def post(record: Record) -> None:
+        nonlocal parser
+        if record.kind == "ollama" and record.ollama is not None:
+            app.post_message(SnapshotReceived(record.ollama))
+        elif record.kind == "gpu" and record.gpu is not None and record.procs is not None:
+            app.post_message(GpuSampled(record.gpu, record.procs))
+        elif record.log is not None:
+            log = record.log
+            events, error = parse_batch(parser, log.raw_lines)
+            if error is not None:
+                app.notify(f"log parser error: {error}", severity="error", markup=False)
+                parser = LogParser()
+            app.post_message(LogEventsReceived(
+                tuple(events), source=log.source, status=log.status, ok=log.ok, lines=log.lines,
+                dropped_lines=log.dropped_lines, raw_lines=log.raw_lines,
+            ))
+
+    while True:
+        control.wake.clear()
+        if control.jump is not None:
+            jump, control.jump = control.jump, None
+            target = player.target(None if jump == _START else float(jump))
+            back = target < player.position
+            app.post_message(ReplayBurst(start=True, restart=back))
+            if back:
+                parser = LogParser()
+                player.position = 0
+            while player.position < target:
+                post(player.take())
+            app.post_message(ReplayBurst(start=False))
+            continue
+        if control.steps:
+            control.steps -= 1
+            if not player.at_end:
+                post(player.take())
+                app.replay_moved()
+            continue
+        if player.at_end:
+            app.replay_moved()
+            await control.wake.wait()
+            continue
+        if player.paused:
+            await control.wake.wait()
+            continue
+        delay = player.gap_s()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(control.wake.wait(), timeout=delay)
+                continue  # a key changed something: decide again (a new speed restarts the gap)
+            except asyncio.TimeoutError:
+                pass
+        post(player.take())
+        app.replay_moved()
+
+
+def jump_request(action: str) -> float | str:
+    """The jump an action asks for: ``forward`` / ``back`` one minute, or ``start``."""
+    return {"forward": JUMP_S, "back": -JUMP_S}.get(action, _START)

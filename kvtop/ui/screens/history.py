@@ -1,0 +1,234 @@
+"""The history screen (``h``): GPU memory, decode tok/s and KV cache over the last 1 min / 10 min / 1 h.
+
+Reads the app's ``History`` (``kvtop.model.history``) and turns it into three ``PlotSpec``s. The
+x axis ends at the newest sample kvtop stored (``now``), and the window's end moves in steps of
+one plotted slot, so an unchanged history draws the same specs and nothing is re-rendered.
+"""
+
+from __future__ import annotations
+
+import math
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Container
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from kvtop.model.history import WINDOWS_S, History, Marker, ModelSeries, Series, downsample
+from kvtop.ui.format import ibytes, safe
+from kvtop.ui.widgets.plot import PlotLine, PlotMarker, PlotSpec, PlotView, span_text
+
+GiB = 1024**3
+MiB = 1024**2
+
+PALETTE = ("kv-weights", "kv-kv", "kv-compute", "kv-ok", "kv-warn", "primary", "secondary", "accent")
+"""Series colours (theme variables), one per GPU or model, in this order."""
+
+MARKER_COLORS = {"load": "kv-ok", "unload": "kv-muted", "reload": "kv-warn"}
+
+WIDE_MIN_COLUMNS = 140
+"""From this width the tok/s and KV plots sit side by side under the GPU plot."""
+
+
+def _x(points: tuple[tuple[float, float], ...], end_s: float, scale: float) -> tuple[tuple[float, float], ...]:
+    return tuple((t - end_s, v / scale) for t, v in points)
+
+
+def _slice(series: Series, start_s: float, end_s: float, slots: int, scale: float) -> tuple[tuple[float, float], ...]:
+    return _x(downsample(series.window(start_s, end_s), start_s, end_s, slots), end_s, scale)
+
+
+def _colors(history: History) -> dict[tuple[str, str], str]:
+    """A stable colour per tracked model: by name, then digest."""
+    return {key: PALETTE[i % len(PALETTE)] for i, key in enumerate(sorted(history.models))}
+
+
+def _markers(history: History, start_s: float, end_s: float) -> tuple[PlotMarker, ...]:
+    marks: list[Marker] = list(history.markers_between(start_s, end_s))
+    return tuple(PlotMarker(m.t_s - end_s, f"{m.kind} {safe(m.model, 40)}", MARKER_COLORS[m.kind]) for m in marks)
+
+
+def window_end(history: History, window_s: float, slots: int) -> float | None:
+    """The window's end: the newest stored time, rounded up to a whole slot (``window_s / slots``)."""
+    if history.latest_s is None:
+        return None
+    step = window_s / max(1, slots)
+    return math.ceil(history.latest_s / step) * step
+
+
+def gpu_spec(history: History, window_s: float, slots: int, gap_s: float) -> PlotSpec:
+    """GPU memory used per device (driver figures) with each total as a reference line; without
+    GPU telemetry, each model's ``/api/ps`` ``size_vram`` instead, saying why. Load / unload /
+    reload markers on both."""
+    end = window_end(history, window_s, slots)
+    span = span_text(window_s)
+    if end is None:
+        return PlotSpec(f"GPU memory · last {span}", window_s, empty="no sample yet: the first poll has not returned")
+    start = end - window_s
+    markers = _markers(history, start, end)
+    lines: list[PlotLine] = []
+    devices = [d for d in sorted(history.devices.values(), key=lambda d: d.index) if d.used_bytes.window(start, end)]
+    if devices:
+        for i, dev in enumerate(devices):
+            color = PALETTE[i % len(PALETTE)]
+            used = dev.used_bytes.latest
+            total = dev.total_bytes.latest
+            latest = f"{ibytes(int(used[1]))}" + (f" of {ibytes(int(total[1]))}" if total else "") if used else ""
+            lines.append(PlotLine(f"GPU {dev.index} used", _slice(dev.used_bytes, start, end, slots, GiB), color,
+                                  latest=latest))
+            if total is not None:
+                lines.append(PlotLine(f"GPU {dev.index} total", ((0.0, total[1] / GiB),), "kv-muted", "reference"))
+        return PlotSpec(f"GPU memory, GiB (NVML) · last {span}", window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
+    colors = _colors(history)
+    for series in history.models_by_recency():
+        pts = _slice(series.vram_bytes, start, end, slots, GiB)
+        if not pts:
+            continue
+        latest = series.vram_bytes.latest
+        lines.append(PlotLine(series.name, pts, colors[series.key],
+                              latest=ibytes(int(latest[1])) if latest else ""))
+    why = history.gpu_note or "GPU telemetry: none yet"
+    title = f"Model VRAM, GiB (/api/ps size_vram) · last {span} · {why}"
+    if not lines:
+        return PlotSpec(title, window_s, empty=f"no model loaded in the last {span}", markers=markers)
+    return PlotSpec(title, window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
+
+
+def tps_spec(history: History, window_s: float, slots: int, log_note: str) -> PlotSpec:
+    """Decode tokens/s per model: one dot per timed request (runner log), with requests/min."""
+    end = window_end(history, window_s, slots)
+    span = span_text(window_s)
+    title = f"Decode tok/s per model (runner log) · last {span}"
+    if end is None:
+        return PlotSpec(title, window_s, empty="no sample yet")
+    start = end - window_s
+    colors = _colors(history)
+    lines: list[PlotLine] = []
+    for series in history.models_by_recency():
+        pts = _x(series.decode_tps.window(start, end), end, 1.0)
+        if not pts:
+            continue
+        rpm = series.requests_per_min.latest
+        latest = f"{pts[-1][1]:,.1f}" + (f" · {int(rpm[1])} req/min" if rpm is not None else "")
+        lines.append(PlotLine(series.name, pts, colors[series.key], "points", latest))
+    if not lines:
+        return PlotSpec(title, window_s, empty=f"no timed request in the last {span}: {log_note}")
+    return PlotSpec(title, window_s, "tok/s", tuple(lines), _markers(history, start, end))
+
+
+def kv_spec(history: History, window_s: float, slots: int, gap_s: float) -> PlotSpec:
+    """KV cache per model: allocated (runner log) or estimated (``~``, kvtop's KV arithmetic)."""
+    end = window_end(history, window_s, slots)
+    span = span_text(window_s)
+    if end is None:
+        return PlotSpec(f"KV cache per model · last {span}", window_s, empty="no sample yet")
+    start = end - window_s
+    colors = _colors(history)
+    found: list[tuple[ModelSeries, tuple[tuple[float, float], ...]]] = []
+    for series in history.models_by_recency():
+        pts = series.kv_bytes.window(start, end)
+        if pts:
+            found.append((series, pts))
+    top = max((v for _, pts in found for _, v in pts), default=0.0)
+    scale, unit = (GiB, "GiB") if top >= GiB else (MiB, "MiB")
+    lines: list[PlotLine] = []
+    sources: set[str] = set()
+    for series, pts in found:
+        mark = "~" if series.kv_source == "estimated" else ""
+        sources.add(series.kv_source or "unknown")
+        latest = series.kv_bytes.latest
+        lines.append(PlotLine(series.name, _x(downsample(pts, start, end, slots), end, scale), colors[series.key],
+                              latest=mark + ibytes(int(latest[1])) if latest else ""))
+    title = f"KV cache per model, {unit} ({', '.join(sorted(sources)) or 'no source'}) · last {span}"
+    if not lines:
+        return PlotSpec(f"KV cache per model · last {span}", window_s,
+                        empty=f"no KV figure in the last {span} (needs /api/show or the server log)")
+    return PlotSpec(title, window_s, unit, tuple(lines), _markers(history, start, end), gap_s=gap_s)
+
+
+class HistoryScreen(Screen[None]):
+    """Three plots of the app's history; ``z`` / ← → change the window, Esc or q closes."""
+
+    DEFAULT_CSS = """
+    HistoryScreen { layout: vertical; }
+    HistoryScreen #history-title { height: 1; padding: 0 1; background: $panel; }
+    HistoryScreen #history-lower { layout: vertical; height: 2fr; }
+    HistoryScreen.-wide #history-lower { layout: horizontal; height: 1fr; }
+    HistoryScreen PlotView { padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("escape,q", "close", "Back"),
+        Binding("z", "next_window", "Window"),
+        Binding("right", "next_window", "Longer", show=False),
+        Binding("left", "previous_window", "Shorter", show=False),
+    ]
+
+    def __init__(self, history: History, window_s: float | None = None) -> None:
+        """``window_s``: one of ``WINDOWS_S``; by default 1 min while the history is shorter than
+        a minute (kvtop just started), else 10 min."""
+        super().__init__()
+        self.history = history
+        if window_s not in WINDOWS_S:
+            window_s = WINDOWS_S[0] if history.span_s() <= WINDOWS_S[0] else WINDOWS_S[1]
+        self.window_s = window_s
+        self._shown: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="history-title")
+        yield PlotView(id="plot-gpu")
+        with Container(id="history-lower"):
+            yield PlotView(id="plot-tps")
+            yield PlotView(id="plot-kv")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "state", lambda _state: self.update_plots(), init=False)
+        self.update_plots()
+
+    def on_resize(self, event: Resize) -> None:
+        self.update_plots()
+
+    def update_plots(self) -> None:
+        """Rebuild the specs when the history, the window or the width changed."""
+        width = self.app.size.width
+        wide = width >= WIDE_MIN_COLUMNS
+        self.set_class(wide, "-wide")
+        key = (self.history.version, self.window_s, width, self.app.size.height)
+        if key == self._shown:
+            return
+        self._shown = key
+        slots = max(10, 2 * (width // 2 if wide else width))
+        interval = float(getattr(self.app, "interval_s", 1.0))
+        gap = max(3 * interval + 1, 2.5 * self.window_s / slots, 3 * self.history.bucket_s)
+        state = getattr(self.app, "state", None)
+        self.query_one("#history-title", Static).update(Text.assemble(
+            ("History", "bold"), f" · {span_text(self.window_s)} window (z ← →) · ",
+            f"{self.history.point_count():,} points · x: time before the newest sample",
+            no_wrap=True, overflow="ellipsis"))
+        self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, self.window_s, slots, gap))
+        self.query_one("#plot-tps", PlotView).show(
+            tps_spec(self.history, self.window_s, slots, _log_note(state.log.source if state is not None else None)))
+        self.query_one("#plot-kv", PlotView).show(kv_spec(self.history, self.window_s, slots, gap))
+
+    def _step(self, direction: int) -> None:
+        i = WINDOWS_S.index(self.window_s)
+        self.window_s = WINDOWS_S[(i + direction) % len(WINDOWS_S)]
+        self.update_plots()
+
+    def action_next_window(self) -> None:
+        self._step(+1)
+
+    def action_previous_window(self) -> None:
+        self._step(-1)
+
+    def action_close(self) -> None:
+        self.dismiss()
+
+
+def _log_note(source: str | None) -> str:
+    if source is None:
+        return "timings come from the server log (--log), which is off"
+    return f"timings come from {safe(source, 40)} (llama-server runners, Ollama v0.30+, print them)"
+

@@ -1,0 +1,273 @@
+"""A plotext plot inside Textual: sized to the widget, coloured from the theme, cached.
+
+``PlotSpec`` says what to draw (already in display units); ``render_plot`` turns it into a Rich
+``Text`` with plotext; ``PlotView`` shows one and re-renders only when its spec, its size or the
+theme's colours change (an idle dashboard must stay under 1 % of a core: benchmarks/cpu_idle.py).
+
+Why not ``textual-plotext``: its 1.0.1 requires ``plotext<6`` (kvtop uses plotext 6), writes its
+themes into plotext's global theme table and rebuilds the figure on every render.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import plotext
+from rich.style import Style
+from rich.text import Span, Text
+from textual.app import RenderResult
+from textual.widget import Widget
+
+from kvtop.ui.format import safe
+
+LineKind = Literal["line", "points", "reference"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlotLine:
+    """One series to draw.
+
+    Attributes:
+        label: Legend text (already safe; shown with ``latest``).
+        points: ``(x, y)``: x in seconds relative to the window's end (``-span..0``), y in the
+            plot's display unit.
+        color: A theme variable name (``kv-weights``) or a Textual colour variable (``primary``).
+        kind: ``line`` (connected, broken over gaps), ``points`` (one dot per sample: discrete
+            requests) or ``reference`` (a horizontal line at the first point's y, e.g. a total).
+        latest: The newest value as text for the legend (``12.1 GiB``), or "".
+    """
+
+    label: str
+    points: tuple[tuple[float, float], ...]
+    color: str
+    kind: LineKind = "line"
+    latest: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlotMarker:
+    """A vertical marker at ``x`` (seconds relative to the window's end) with a legend text."""
+
+    x: float
+    text: str
+    color: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlotSpec:
+    """Everything one plot shows; equal specs render equal text (so they are compared, not redrawn).
+
+    Attributes:
+        title: First line of the widget.
+        span_s: Window length, seconds (the x axis runs ``-span_s..0``).
+        unit: Unit of y (for tick labels: ``GiB``, ``tok/s``).
+        lines / markers: What to draw.
+        empty: When set, this sentence is shown instead of a plot (no data, no telemetry).
+        gap_s: Consecutive points further apart than this are not connected.
+    """
+
+    title: str
+    span_s: float
+    unit: str = ""
+    lines: tuple[PlotLine, ...] = ()
+    markers: tuple[PlotMarker, ...] = ()
+    empty: str | None = None
+    gap_s: float = 5.0
+
+
+def nice_ticks(top: float, count: int) -> tuple[float, ...]:
+    """About ``count`` round tick values from 0 to at least ``top`` (steps of 1, 1.5, 2, 2.5, 3, 4, 5,
+    6 or 8 × 10^n)."""
+    if top <= 0 or count < 2:
+        return (0.0, 1.0)
+    raw = top / (count - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * mag >= raw)
+    n = int(math.ceil(top / step - 1e-9))
+    return tuple(round(i * step, 10) for i in range(n + 1))
+
+
+def tick_text(v: float) -> str:
+    """Short tick label: ``0``, ``2.5``, ``12``, ``1.5k``."""
+    if abs(v) >= 10_000:
+        return f"{v / 1000:.0f}k"
+    if abs(v) >= 1000:
+        return f"{v / 1000:.1f}k".replace(".0k", "k")
+    if v == int(v):
+        return f"{int(v)}"
+    return f"{v:.1f}" if abs(v) >= 1 else f"{v:.2f}".rstrip("0")
+
+
+def span_text(seconds: float) -> str:
+    """``1 min``, ``10 min``, ``1 h``, ``90 s``."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)} min"
+    return f"{seconds:g} s"
+
+
+def ago_text(seconds: float) -> str:
+    """``-45s``, ``-5m``, ``-2m10s``, ``-1h`` (x tick and marker labels)."""
+    s = int(round(abs(seconds)))
+    if s == 0:
+        return "now"
+    if s < 60:
+        return f"-{s}s"
+    if s < 3600:
+        m, r = divmod(s, 60)
+        return f"-{m}m" + (f"{r:02d}s" if r else "")
+    h, r = divmod(s, 3600)
+    return f"-{h}h" + (f"{r // 60:02d}m" if r // 60 else "")
+
+
+def _rgb(colors: Mapping[str, str], name: str) -> tuple[int, int, int] | None:
+    from textual.color import Color, ColorParseError
+
+    value = colors.get(name)
+    if not value:
+        return None
+    try:
+        c = Color.parse(value)
+    except ColorParseError:
+        return None
+    return (c.r, c.g, c.b)
+
+
+def _pixel(colors: Mapping[str, str], name: str) -> object:
+    rgb = _rgb(colors, name)
+    return plotext.pixel(foreground=rgb) if rgb is not None else plotext.pixel()
+
+
+def _x_ticks(span_s: float, width: int) -> tuple[list[float], list[str]]:
+    count = 5 if width >= 60 else 3
+    xs = [-span_s + i * span_s / (count - 1) for i in range(count)]
+    return xs, [ago_text(x) for x in xs]
+
+
+def _plot_area(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str]) -> Text:
+    """The plotext figure (axes, ticks, lines) as ``height`` lines of ``width`` cells."""
+    plotext.terminal.limit(False, False)  # the widget's size, not the terminal's
+    fig = plotext.figure
+    fig.clear()
+    fig.theme("colorless")
+    fig.plot_size(width, height)
+    fig.axes(active=False, axis="x", side="upper")
+    fig.axes(active=False, axis="y", side="right")
+    ys = [y for line in spec.lines for _, y in line.points]
+    top = max(ys, default=0.0)
+    ticks = nice_ticks(top * 1.05 if top > 0 else 1.0, max(2, min(5, height // 2)))
+    for line in spec.lines:
+        if not line.points:
+            continue
+        pix = _pixel(colors, line.color)
+        if line.kind == "reference":
+            fig.line(line.points[0][1], pixel=pix)
+            continue
+        xs = [x for x, _ in line.points]
+        yv = [y for _, y in line.points]
+        symbol = "braille" if line.kind == "line" else "•"
+        sig = fig.signal(xs, yv, marker=plotext.marker(symbol, pixel=pix))
+        if line.kind == "line":
+            sig.lines()
+            for i in range(1, len(xs)):
+                if xs[i] - xs[i - 1] > spec.gap_s:
+                    sig.line(i, False)
+        fig.draw(sig)
+    for m in spec.markers:
+        fig.line(m.x, orientation="vertical", pixel=_pixel(colors, m.color))
+    fig.ruler(axis="x").lim(-spec.span_s, 0)
+    tx, tl = _x_ticks(spec.span_s, width)
+    fig.ruler(axis="x").ticks(tx, tl)
+    fig.ruler(axis="y").lim(0, ticks[-1])
+    fig.ruler(axis="y").ticks(list(ticks), [tick_text(t) for t in ticks])
+    fig.legend(active=False)
+    text = Text.from_ansi(fig.build().string(), no_wrap=True)
+    # plotext paints a background under some pixels; the widget's own background is the theme's
+    text.spans[:] = [Span(s.start, s.end, Style(color=s.style.color, bold=s.style.bold))
+                     if isinstance(s.style, Style) else s for s in text.spans]
+    rows = list(text.split("\n", allow_blank=True))[:height]
+    return Text("\n").join(row[:width] for row in rows)
+
+
+def render_plot(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str]) -> Text:
+    """The plot as text: a title line, the plotext figure, then a legend (one item per series
+    with its latest value, then the markers, newest first) cut to ``width`` × ``height``."""
+    width, height = max(1, width), max(1, height)
+    muted = colors.get("kv-muted", "")
+    title = Text(safe(spec.title), style="bold", no_wrap=True, overflow="ellipsis")
+    title.truncate(width, overflow="ellipsis")
+    if spec.empty is not None or height < 6 or width < 20:
+        message = spec.empty if spec.empty is not None else "too small to plot: make the terminal larger"
+        body = Text(safe(message), style=muted)
+        return Text("\n").join([title, body])
+    legend = Text(no_wrap=True, overflow="ellipsis")
+    for line in spec.lines:
+        if legend:
+            legend.append("  ")
+        glyph = "•" if line.kind == "points" else "┄" if line.kind == "reference" else "━"
+        legend.append(glyph + " ", style=colors.get(line.color, ""))
+        legend.append(safe(line.label, 40))
+        if line.latest:
+            legend.append(f" {line.latest}", style=muted)
+    for m in sorted(spec.markers, key=lambda m: -m.x):
+        if legend:
+            legend.append("  ")
+        legend.append("│ ", style=colors.get(m.color, ""))
+        legend.append(safe(m.text, 60))
+        legend.append(f" {ago_text(m.x)}", style=muted)
+    legend_rows = 1 if legend.cell_len <= width or height < 10 else 2
+    parts = legend.wrap(_console(), width)[:legend_rows] if legend else []
+    area = _plot_area(spec, width, height - 1 - len(parts), colors)
+    return Text("\n").join([title, area, *parts])
+
+
+def _console():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(width=10_000, color_system=None, legacy_windows=False)
+
+
+class PlotView(Widget):
+    """Shows one ``PlotSpec``; re-renders only when the spec, the size or the theme changes."""
+
+    DEFAULT_CSS = """
+    PlotView { width: 1fr; height: 1fr; min-height: 6; }
+    PlotView.-empty { height: 3; min-height: 3; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._spec: PlotSpec | None = None
+        self._cache_key: tuple[object, ...] | None = None
+        self._cache: Text = Text()
+        self.renders = 0
+        """How many times the figure was actually rebuilt (tests check idle re-renders)."""
+
+    @property
+    def spec(self) -> PlotSpec | None:
+        return self._spec
+
+    def show(self, spec: PlotSpec) -> None:
+        """Draw ``spec``; a spec equal to the current one changes nothing."""
+        if spec != self._spec:
+            self._spec = spec
+            self.set_class(spec.empty is not None, "-empty")  # a sentence needs no plot's height
+            self.refresh()
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh())
+
+    def render(self) -> RenderResult:
+        if self._spec is None:
+            return Text()
+        colors = dict(self.app.theme_variables)
+        key = (self._spec, self.size.width, self.size.height, tuple(sorted(colors.items())))
+        if key != self._cache_key:
+            self._cache = render_plot(self._spec, self.size.width, self.size.height, colors)
+            self._cache_key = key
+            self.renders += 1
+        return self._cache
