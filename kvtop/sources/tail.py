@@ -67,7 +67,11 @@ PROBE_TIMEOUT_S = 3.0
 """Longest wait for one ``systemctl``/``journalctl``/``docker`` probe while resolving ``auto``."""
 
 AUTO_RETRY_S = 30.0
-"""While ``auto`` finds nothing, look again this often (the server may be started later)."""
+"""While ``auto`` finds nothing, look again after this long (the server may be started later)…"""
+
+AUTO_RETRY_MAX_S = 300.0
+"""…doubling up to this: a probe round spawns systemctl/journalctl/docker, which is most of an
+idle kvtop's CPU on a machine without any Ollama log (``benchmarks/cpu_idle.py``)."""
 
 _UNIT_RE = re.compile(r"^[A-Za-z0-9@:._\\*?\[\]][A-Za-z0-9@:._\\*?\[\]-]*$")
 _CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -378,7 +382,7 @@ class AutoTail:
     """``--log auto``: resolves with ``resolve_auto()`` when iterated, then follows what it chose.
 
     ``reasons`` holds the last resolution's one line per candidate. While nothing is found it
-    says so (``ok=False``) and looks again every ``AUTO_RETRY_S``.
+    says so (``ok=False``) and looks again after ``AUTO_RETRY_S``, doubling up to ``AUTO_RETRY_MAX_S``.
     """
 
     def __init__(
@@ -394,6 +398,7 @@ class AutoTail:
     async def batches(self) -> AsyncIterator[LogBatch]:
         """Resolve, then yield the chosen source's batches; status batches while none is found."""
         said: str | None = None
+        retry_s = AUTO_RETRY_S
         while self._inner is None:
             try:
                 src, self.reasons = await resolve_auto(
@@ -411,7 +416,8 @@ class AutoTail:
             if status != said:
                 yield LogBatch(self.description, (), status, False, time.time())
                 said = status
-            await asyncio.sleep(AUTO_RETRY_S)
+            await asyncio.sleep(retry_s)
+            retry_s = min(AUTO_RETRY_MAX_S, retry_s * 2)
         async for batch in self._inner.batches():
             yield batch
 

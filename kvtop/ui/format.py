@@ -21,9 +21,12 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 def safe(text: str, limit: int | None = None) -> str:
     """Replace control and format characters (ESC, BEL, bidi overrides…) with ``�``; cut to ``limit``."""
-    out = "".join(
-        "�" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") and ch != " " else ch for ch in text
-    )
+    if text.isascii() and text.isprintable():
+        out = text  # fast path: printable ASCII has no Cc/Cf/Cs/Co character (most text, every poll)
+    else:
+        out = "".join(
+            "�" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") and ch != " " else ch for ch in text
+        )
     if limit is not None and len(out) > limit:
         out = out[: max(0, limit - 1)] + "…"
     return out

@@ -213,7 +213,7 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
                     busy_cell = str(table.get_row_at(0)[[c.key for c in table.columns.values()].index("context")])
                     text = detail_text(v, app.state).plain
                     break
-            assert busy_cell == f"{NUM_CTX} ▶1"  # "4096×1* ▶1" does not fit the 9-cell column at 120
+            assert busy_cell == f"{NUM_CTX}×{PARALLEL} ▶1"  # the /slots count replaces the default 1*
             assert f"slots busy          1 of {PARALLEL}, {NUM_CTX:,} cells each  [reported]" in text
         finally:
             worker.join(timeout=120)

@@ -341,11 +341,13 @@ class GpuPanel(Static):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._data: tuple[Any, ...] | None = None
+        self._shown: Text | None = None
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, _theme: object) -> None:
+        self._shown = None
         self.refresh(layout=True)
 
     def show(self, views: Sequence[GpuView], status: str, width: int, *, system: SystemMemory | None = None,
@@ -356,7 +358,14 @@ class GpuPanel(Static):
         if data == self._data:
             return
         self._data = data
-        self.refresh(layout=True)
+        # the data changes every sample (RAM in use moves by bytes); the screen only when the
+        # text does, and the layout only when the panel's height does
+        text = self.render()
+        if self._shown is not None and text == self._shown:
+            return
+        relayout = self._shown is None or len(text.plain.splitlines()) != len(self._shown.plain.splitlines())
+        self._shown = text
+        self.refresh(layout=relayout)
 
     def show_data(self, data: GpuPanelData, width: int, *, compact: bool | None = None) -> None:
         """``show()`` with everything ``model.gpu.gpu_panel_data`` joined."""

@@ -18,14 +18,47 @@ class ServerHeader(Static):
     ServerHeader { height: 2; padding: 0 1; background: $panel; }
     """
 
-    state: reactive[AppState | None] = reactive(None, always_update=True)
-    interval_s: reactive[float] = reactive(1.0)
-    paused: reactive[bool] = reactive(False)
-    demo: reactive[bool] = reactive(False)
-    replay: reactive[str | None] = reactive(None)
+    # repaint=False: every poll sets ``state``, but the header is repainted only when its text
+    # changes (``_changed``); a repaint per poll was a large part of kvtop's idle CPU
+    state: reactive[AppState | None] = reactive(None, always_update=True, repaint=False)
+    interval_s: reactive[float] = reactive(1.0, repaint=False)
+    paused: reactive[bool] = reactive(False, repaint=False)
+    demo: reactive[bool] = reactive(False, repaint=False)
+    replay: reactive[str | None] = reactive(None, repaint=False)
     """``kvtop --replay``: the recorded time and speed (``2026-11-29 17:02:13 ×4``), None when live."""
 
+    _shown: Text | None = None
+
+    def _changed(self) -> None:
+        if not self.is_mounted:
+            return
+        text = self._build()
+        if text != self._shown:
+            self._shown = text
+            self.refresh()
+
+    def watch_state(self) -> None:
+        self._changed()
+
+    def watch_interval_s(self) -> None:
+        self._changed()
+
+    def watch_paused(self) -> None:
+        self._changed()
+
+    def watch_demo(self) -> None:
+        self._changed()
+
+    def watch_replay(self) -> None:
+        self._changed()
+
     def render(self) -> Text:
+        """Both lines, as last built (``_build``)."""
+        if self._shown is None:
+            self._shown = self._build()
+        return self._shown
+
+    def _build(self) -> Text:
         """Build both lines from the current state."""
         v = self.app.theme_variables
         st = self.state
