@@ -443,6 +443,7 @@ class _Ctx:
             for load in reversed(self.loads):
                 if load.model_blob == blob and load.model_name:
                     return load.model_name
+            return self.state.blob_names.get(blob)  # a model /api/ps showed earlier (since unloaded)
         return None
 
     def layout(self, view: ModelView) -> kv.KVLayout | None:
@@ -1018,7 +1019,11 @@ def _truncation_alerts(ctx: _Ctx) -> list[Alert]:
         if single is not None and (owner is None or owner.model_blob in (None, single.model_blob)):
             if e.prompt is not None and single.context.value is not None and single.context.value >= e.prompt:
                 continue  # the running context holds that prompt now: from an earlier, smaller load
-            model = single.name
+            if (owner is None and e.limit is not None and single.context.value is not None
+                    and e.limit not in (single.context.value, single.total_ctx_cells)):
+                model = None  # a line that names no model, with another context: not this runner's
+            else:
+                model = single.name
         groups.setdefault(model, []).append(t)
     out: list[Alert] = []
     for model, items in groups.items():

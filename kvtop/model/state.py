@@ -156,6 +156,9 @@ class AppState:
     alerts: tuple[Alert, ...] = ()
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     naive_tz: tzinfo = timezone.utc
+    blob_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Weights blob → the model name ``/api/ps`` last showed for it (newest ``BLOB_NAMES_KEPT``),
+    so a log line about a model that has since unloaded (an eviction) still names it."""
 
     @property
     def reachable(self) -> bool | None:
@@ -196,7 +199,21 @@ def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
     if not snap.reachable:
         return with_alerts(dataclasses.replace(state, ollama=snap, failures=state.failures + 1))
     models = with_slot_use(tuple(model_view(m, snap, state.log) for m in snap.models), state.slots, state.log, snap)
-    return with_alerts(dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0))
+    return with_alerts(dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
+                                           blob_names=_remember_names(state.blob_names, models)))
+
+
+BLOB_NAMES_KEPT = 256
+
+
+def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Mapping[str, str]:
+    """``known`` with the blobs of ``models`` named (the same object when nothing is new)."""
+    new = {m.model_blob: m.name for m in models if m.model_blob and known.get(m.model_blob) != m.name}
+    if not new:
+        return known
+    merged = {b: n for b, n in known.items() if b not in new}
+    merged.update(new)
+    return dict(list(merged.items())[-BLOB_NAMES_KEPT:])
 
 
 def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:

@@ -393,7 +393,7 @@ class KvtopApp(App[int]):
             if self._local_poll_in_flight and self.local_host == self.current_host and self._held_refresh is None:
                 # the poll's answer is due within milliseconds: its repaint shows this sample too
                 self.states[self.local_host] = new
-                self.histories[self.local_host].record(new, time.time())
+                self.histories[self.local_host].record(new, state_time(new))
                 self.set_reactive(KvtopApp.state, new)
                 self._held_refresh = self.set_timer(HELD_REFRESH_S, self._release_held_refresh)
             else:
@@ -423,7 +423,7 @@ class KvtopApp(App[int]):
                 self._refresh_all()
         old = self.states.get(host)
         self.states[host] = new
-        self.histories[host].record(new, time.time())
+        self.histories[host].record(new, state_time(new))
         if host == self.current_host:
             self.state = new
         if len(self.hosts) > 1 and (old is None or _overview_key(old) != _overview_key(new)):
@@ -758,6 +758,13 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
         second.truncate(max(10, width), overflow="ellipsis")
         text = Text("\n").join([text, second])
     return text
+
+
+def state_time(state: AppState) -> float:
+    """The newest sample time a state holds (Unix seconds): the clock of history points, so a
+    replay plots recorded time, not the time it is watched; ``time.time()`` before any sample."""
+    times = [t.taken_at for t in (state.ollama, state.gpu) if t is not None]
+    return max(times) if times else time.time()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -619,6 +619,24 @@ def test_eviction_names_a_loaded_model() -> None:
     assert alert.message == f"1 eviction in the last 15 min: {Q8} unloaded to make room (found an idle runner to unload)"
 
 
+def test_eviction_names_a_model_that_has_since_unloaded() -> None:
+    """The evicted model is gone from /api/ps by the time the line is read: the name /api/ps
+    showed earlier for its blob is kept (AppState.blob_names), so the alert keeps its key."""
+    lines = [re.sub(r"sha256-[0-9a-f]{64}", blob(Q8), line) for line in corpus_lines("050")]
+    t = _utc(2026, 8, 29, 8, 50)
+    state = apply(AppState(HOST), ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=t - 5))
+    assert state.blob_names == {blob(Q8): Q8}
+    state = state_of_next(state, ps_snapshot([], taken_at=t), lines)
+    alert = only(evaluate(state), "eviction")
+    assert alert.model == Q8 and alert.key == f"eviction:{Q8}"
+    fresh = state_of(ps_snapshot([], taken_at=t), lines)  # never saw it loaded: only the blob is known
+    assert only(evaluate(fresh), "eviction").model is None
+
+
+def state_of_next(state: AppState, snap: OllamaSnapshot, lines: Sequence[str]) -> AppState:
+    return with_log(apply(state, snap), lines)
+
+
 def test_a_failure_replaced_by_a_newer_load_is_not_an_alert() -> None:
     failed = llama_server_run("fail-q8_0-head-dim-48", blob(TINY))
     state = state_of(ps_snapshot([], taken_at=RUN_TIME + 60), failed)
@@ -805,3 +823,13 @@ def test_default_thresholds() -> None:
     t = DEFAULT_THRESHOLDS
     assert (t.gpu_headroom_bytes, t.foreign_vram_bytes, t.churn_reloads, t.churn_window_s, t.event_window_s,
             t.swap_used_bytes, t.fix_reserve_bytes) == (512 * MiB, GiB, 3, 600.0, 900.0, 256 * MiB, 0)
+
+
+@pytest.mark.parametrize(("num_ctx", "model"), [(2048, Q8), (4096, None)])
+def test_era_a_truncation_is_the_single_model_s_only_when_its_context_matches_017(num_ctx: int, model: str | None) -> None:
+    """Corpus 017's line names no model and says n_ctx=2048: a model running at 4096 did not cut it."""
+    when = _utc(2024, 7, 18, 23, 30)
+    state = state_of(ps_snapshot([row(Q8, num_ctx, 2_754_892_672)], taken_at=when), corpus_lines("017"))
+    alert = only(evaluate(state), "prompt_truncated")
+    assert alert.model == model
+    assert "(latest: limit 2048, keep 4)" in alert.message
