@@ -78,10 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextmanager
-def demo_server(speed: float = 1.0, *, manual: bool = False) -> Iterator[str]:
+def demo_server(speed: float = 1.0, *, manual: bool = False, extra: Sequence[str] = ()) -> Iterator[str]:
     """Run the stand-in Ollama server (``kvtop.demo.server``) on a free loopback port.
 
     The server exits by itself if kvtop dies without stopping it (``--exit-with-parent``).
+    ``extra``: more of its arguments (e.g. ``--scenario PATH --no-loop``).
 
     Yields:
         Its base URL, e.g. ``http://127.0.0.1:40321``.
@@ -91,7 +92,7 @@ def demo_server(speed: float = 1.0, *, manual: bool = False) -> Iterator[str]:
     """
     cmd = [sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--speed", str(speed), "--exit-with-parent"]
     proc = subprocess.Popen(
-        cmd + (["--manual"] if manual else []),
+        cmd + (["--manual"] if manual else []) + list(extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

@@ -106,6 +106,33 @@ def running(args: list[str], env_extra: dict[str, str] | None = None, port: int 
         _stop(proc)
 
 
+TINY_INFO = {  # tests/llama_fixture.py TinyLlama(): 4 layers, n_embd 128, 4 heads, 2 KV heads (head dim 32)
+    "general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 128,
+    "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.context_length": 16384,
+    "llama.feed_forward_length": 256,
+}
+
+
+def tiny_scenario(tmp_path: Path) -> tuple[Path, str]:
+    """A one-step scenario whose model is the tiny llama of tests/fixtures/llama_server, loaded at
+    num_ctx 2048; returns its path and the model's weights blob (``sha256-…``)."""
+    import json
+
+    from kvtop.demo.scenario import load_scenario
+    from kvtop.demo.server import model_blob
+
+    data = json.loads(BUNDLED.read_text(encoding="utf-8"))
+    template = data["models"]["qwen3:1.7b-q8_0"]
+    tiny = {**template, "model_info": TINY_INFO, "file_size": 1_048_576, "note": "tiny test model"}
+    tiny["details"] = {**template["details"], "family": "llama", "families": ["llama"], "parameter_size": "1M"}
+    data["models"] = {"tiny:latest": tiny}
+    data["steps"] = [{"at_s": 0, "label": "tiny at 2048", "loaded": [
+        {"model": "tiny:latest", "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}]}]
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path, model_blob(load_scenario(path).models["tiny:latest"])
+
+
 def port_of(url: str) -> int:
     """The port of a ``http://127.0.0.1:N`` URL."""
     return int(url.rsplit(":", 1)[1])

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,23 +85,10 @@ def restamp(line: str, now: float) -> str:
 @contextmanager
 def standin(scenario: Path, *, manual: bool) -> Iterator[str]:
     """The stand-in server on a free loopback port, playing ``scenario`` (once, no loop)."""
-    cmd = [sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--scenario", str(scenario),
-           "--no-loop", "--exit-with-parent"] + (["--manual"] if manual else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line.startswith("LISTENING "):
-            err = proc.stderr.read() if proc.stderr else ""
-            raise RuntimeError(f"the stand-in server did not start: {err.strip()[-300:]}")
-        yield line.split(None, 1)[1].strip()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    from kvtop.cli import demo_server
+
+    with demo_server(manual=manual, extra=["--scenario", str(scenario), "--no-loop"]) as url:
+        yield url
 
 
 async def _record(settings: Settings, out: Path, script: object) -> int:

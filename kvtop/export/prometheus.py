@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -59,6 +59,7 @@ from kvtop.logparse.loads import Load
 from kvtop.logparse.parser import LogParser
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike
 from kvtop.model.state import (
     AppState,
     ModelView,
@@ -456,30 +457,6 @@ def host_is_this_machine(url: str, *, addresses: Collection[str] | None = None, 
 # Pollers
 
 
-class OllamaSourceLike(Protocol):
-    """What a poller needs from an Ollama source (``sources.ollama.OllamaClient`` or a fake)."""
-
-    async def sample(self) -> OllamaSnapshot: ...
-
-    async def aclose(self) -> None: ...
-
-
-class GpuSourceLike(Protocol):
-    """``sources.gpu.GpuSource`` or a fake."""
-
-    async def sample(self) -> GpuSnapshot: ...
-
-    async def aclose(self) -> None: ...
-
-
-class ProcSourceLike(Protocol):
-    """``sources.procs.ProcSource`` or a fake."""
-
-    async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot: ...
-
-    async def aclose(self) -> None: ...
-
-
 def _say(text: str) -> None:
     print(f"kvtop export: {text}", file=sys.stderr, flush=True)
 
@@ -491,7 +468,7 @@ class HostPoller:
     HTTP threads always read a consistent snapshot.
     """
 
-    def __init__(self, url: str, source: OllamaSourceLike, *, local: bool, alerts: Mapping[str, Any],
+    def __init__(self, url: str, source: OllamaSource, *, local: bool, alerts: Mapping[str, Any],
                  log: bool = False) -> None:
         self.url = url
         self.source = source

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import math
-from types import MappingProxyType
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction

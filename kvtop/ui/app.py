@@ -7,8 +7,8 @@ import dataclasses
 import signal
 import time
 from datetime import datetime, timezone
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on, work
@@ -20,9 +20,7 @@ from textual.timer import Timer
 
 from kvtop.config import Settings, clamp_interval, config_dir, local_host, save_theme
 from kvtop.model.history import History
-from kvtop.model.gpu import GpuPanelData, GpuSnapshot, ProcSnapshot, RunnerProcess, gpu_free_bytes, gpu_panel_data
-from kvtop.model.slots import SlotsSnapshot
-from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.model.gpu import GpuPanelData, ProcSnapshot, gpu_free_bytes, gpu_panel_data
 from kvtop.sources.slots import slot_runners
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
@@ -58,41 +56,11 @@ PROC_REFRESH_S = 5.0
 """Seconds between two full process-table reads when the GPU's process list is unchanged."""
 
 
+from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
+
 if TYPE_CHECKING:
     from kvtop.sources.replay import Recorder, Recording
     from kvtop.sources.tail import LogSource
-
-
-class OllamaSource(Protocol):
-    """What the app needs from an Ollama source (``sources.ollama.OllamaClient`` or a fake)."""
-
-    async def sample(self) -> OllamaSnapshot: ...
-
-    async def aclose(self) -> None: ...
-
-
-class GpuSourceLike(Protocol):
-    """What the app needs from a GPU source (``sources.gpu.GpuSource`` or a fake)."""
-
-    async def sample(self) -> GpuSnapshot: ...
-
-    async def aclose(self) -> None: ...
-
-
-class ProcSourceLike(Protocol):
-    """What the app needs from a process source (``sources.procs.ProcSource`` or a fake)."""
-
-    async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot: ...
-
-    async def aclose(self) -> None: ...
-
-
-class SlotsSourceLike(Protocol):
-    """What the app needs from a ``/slots`` source (``sources.slots.SlotsSource`` or a fake)."""
-
-    async def sample(self, runners: Sequence[RunnerProcess]) -> SlotsSnapshot: ...
-
-    async def aclose(self) -> None: ...
 
 
 class KvtopApp(App[int]):

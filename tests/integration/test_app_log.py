@@ -7,41 +7,17 @@ test_llama_server.py with Ollama's v0.30+ flags) behind Ollama's own "starting l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from kvtop.config import Settings
-from kvtop.demo.scenario import load_scenario
-from kvtop.demo.server import model_blob
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.events_pane import EventsPane
 from tests.integration.test_app_live import rows, until
 from tests.llama_fixture import ollama_spawn_line
-from tests.standin import BUNDLED, running
+from tests.standin import running, tiny_scenario
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
-TINY_INFO = {  # tests/llama_fixture.py TinyLlama(): 4 layers, n_embd 128, 4 heads, 2 KV heads (head dim 32)
-    "general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 128,
-    "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.context_length": 16384,
-    "llama.feed_forward_length": 256,
-}
-
-
-def _scenario(tmp_path: Path) -> tuple[Path, str]:
-    data = json.loads(BUNDLED.read_text(encoding="utf-8"))
-    template = data["models"]["qwen3:1.7b-q8_0"]
-    tiny = {**template, "model_info": TINY_INFO, "file_size": 1_048_576, "note": "tiny test model"}
-    tiny["details"] = {**template["details"], "family": "llama", "families": ["llama"], "parameter_size": "1M"}
-    data["models"] = {"tiny:latest": tiny}
-    data["steps"] = [{"at_s": 0, "label": "tiny at 2048", "loaded": [
-        {"model": "tiny:latest", "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}]}]
-    path = tmp_path / "scenario.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    blob = model_blob(load_scenario(path).models["tiny:latest"])
-    return path, blob
-
-
 def _runner(name: str, blob: str) -> tuple[list[str], str]:
     """A captured llama-server run as if Ollama had started it for the model file ``blob``:
     its command line and its stderr, with the captured blob path replaced everywhere."""
@@ -53,7 +29,7 @@ def _runner(name: str, blob: str) -> tuple[list[str], str]:
 
 
 async def test_log_allocations_replace_estimates(tmp_path: Path) -> None:
-    scenario, blob = _scenario(tmp_path)
+    scenario, blob = tiny_scenario(tmp_path)
     log = tmp_path / "server.log"
     log.write_text("time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg=\"Listening on 127.0.0.1:11434 (version 0.30.1)\"\n",
                    encoding="utf-8")
@@ -99,7 +75,7 @@ async def test_log_allocations_replace_estimates(tmp_path: Path) -> None:
 
 
 async def test_a_load_with_another_context_is_not_used(tmp_path: Any) -> None:
-    scenario, blob = _scenario(tmp_path)
+    scenario, blob = tiny_scenario(tmp_path)
     log = tmp_path / "server.log"
     argv, stderr = _runner("q4_0-fa-auto-np1", blob)  # -c 8192
     log.write_text(ollama_spawn_line(argv) + "\n" + stderr, encoding="utf-8")

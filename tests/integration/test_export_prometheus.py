@@ -9,7 +9,6 @@ The stand-in runs with ``--verbose`` where polls are counted: it logs every requ
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -30,11 +29,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.demo.scenario import load_scenario
-from kvtop.demo.server import model_blob
 from kvtop.logparse.events import RequestTiming
 from kvtop.logparse.parser import LogParser
 from tests.llama_fixture import ollama_spawn_line
-from tests.standin import BUNDLED, START_TIMEOUT_S, _read_line, _spawn, running
+from tests.standin import BUNDLED, START_TIMEOUT_S, _read_line, _spawn, running, tiny_scenario
 from tests.unit.test_prometheus import TRUNCATION, expected_kv, samples, value
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,25 +163,6 @@ def logged_standin(*args: str) -> Iterator[LoggedStandin]:
 
 
 FIXTURES = REPO / "tests" / "fixtures" / "llama_server"
-TINY_INFO = {  # tests/llama_fixture.py TinyLlama(): 4 layers, n_embd 128, 4 heads, 2 KV heads (head dim 32)
-    "general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 128,
-    "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.context_length": 16384,
-    "llama.feed_forward_length": 256,
-}
-
-
-def _tiny_scenario(tmp_path: Path) -> tuple[Path, str]:
-    """A one-step scenario whose model is the tiny llama of tests/fixtures/llama_server, at 2048."""
-    data = json.loads(BUNDLED.read_text(encoding="utf-8"))
-    template = data["models"]["qwen3:1.7b-q8_0"]
-    tiny = {**template, "model_info": TINY_INFO, "file_size": 1_048_576, "note": "tiny test model"}
-    tiny["details"] = {**template["details"], "family": "llama", "families": ["llama"], "parameter_size": "1M"}
-    data["models"] = {"tiny:latest": tiny}
-    data["steps"] = [{"at_s": 0, "label": "tiny at 2048", "loaded": [
-        {"model": "tiny:latest", "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}]}]
-    path = tmp_path / "scenario.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path, model_blob(load_scenario(path).models["tiny:latest"])
 
 
 def _runner(name: str, blob: str) -> tuple[list[str], str]:
@@ -309,7 +288,7 @@ def test_five_concurrent_scrapers_cost_no_extra_polls(tmp_path: Path) -> None:
 
 
 def test_the_log_gives_allocated_kv_tokens_per_second_and_counters(tmp_path: Path) -> None:
-    scenario, blob = _tiny_scenario(tmp_path)
+    scenario, blob = tiny_scenario(tmp_path)
     name = "tiny:latest"
     digest = load_scenario(scenario).models[name].digest
     log = tmp_path / "server.log"
