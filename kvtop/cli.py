@@ -134,6 +134,7 @@ async def _sample_states(settings: Settings) -> list[Any]:
     from datetime import datetime, timezone
 
     from kvtop.config import local_host
+    from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
     from kvtop.model.state import apply, apply_gpu, initial_state
     from kvtop.sources.gpu import GpuSource
     from kvtop.sources.ollama import OllamaClient
@@ -163,6 +164,10 @@ async def _sample_states(settings: Settings) -> list[Any]:
             state = apply_gpu(state, gpu, procs)
             if backlog is not None:
                 state = _apply_backlog(state, backlog, settings)
+        else:  # this machine's GPUs are not that server's: say so instead of "waiting"
+            state = apply_gpu(state, GpuSnapshot(taken_at=gpu.taken_at, status=(
+                f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
+                f" reported with {local})")), ProcSnapshot(taken_at=procs.taken_at))
         states.append(state)
     return states
 
@@ -184,7 +189,7 @@ def _apply_backlog(state: Any, backlog: Any, settings: Settings) -> Any:
     so on stderr and raises no ``log_source_lost`` alert; a log named with ``--log`` that cannot
     be read raises it, as on the dashboard.
     """
-    from kvtop.logparse.parser import parse_lines
+    from kvtop.logparse.parser import parse_lines, year_at
     from kvtop.model.state import apply_log_events
 
     auto = settings.extra.get("log_origin") == "default"
@@ -200,7 +205,7 @@ def _apply_backlog(state: Any, backlog: Any, settings: Settings) -> Any:
     else:
         more = f"; {backlog.dropped_lines:,} older left out" if backlog.dropped_lines else ""
         print(f"kvtop: server log {where}: read its newest {len(backlog.lines):,} lines{more}", file=sys.stderr)
-    events = parse_lines(backlog.lines)
+    events = parse_lines(backlog.lines, default_year=year_at())
     return apply_log_events(state, events, source=where, status=backlog.status, ok=backlog.ok,
                             lines=len(backlog.lines), dropped_lines=backlog.dropped_lines)
 
@@ -424,6 +429,8 @@ def _attach_recorder(app: Any, path: str) -> str | None:
     try:
         app.recorder = Recorder.create(path, header)
     except FileExistsError:
+        if os.path.isdir(path):
+            return f"--record: {path} is a directory: name a file in it, e.g. {os.path.join(path, 'kvtop.jsonl.gz')}"
         return f"--record: {path} exists: kvtop never overwrites a recording; pick another name"
     except OSError as exc:
         return f"--record: cannot write {path}: {exc.strerror or exc}"

@@ -56,7 +56,7 @@ from kvtop import __version__
 from kvtop.config import ConfigError, HostError, parse_ollama_host, resolve_config
 from kvtop.logparse.events import LogEvent, Truncation
 from kvtop.logparse.loads import Load
-from kvtop.logparse.parser import LogParser
+from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike
@@ -500,7 +500,7 @@ class HostPoller:
 
     async def follow_log(self, log_source: LogSource) -> None:
         """Read log batches, parse them, apply them and count truncations and reloads."""
-        parser = LogParser()
+        parser = LogParser(default_year=year_at())
         async for batch in log_source.batches():
             events: list[LogEvent] = []
             for line in batch.lines:
@@ -763,7 +763,7 @@ def main_export(argv: Sequence[str]) -> int:
 async def _serve(exporter: Exporter) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a closed terminal, too
         try:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - Windows

@@ -453,6 +453,14 @@ def _with_time(event: LogEvent, when: datetime) -> LogEvent:
     return dataclasses.replace(event, time=when)
 
 
+def year_at(unix_s: float | None = None) -> int:
+    """The local calendar year at ``unix_s`` (default: now): the year of journald/syslog stamps
+    (``Nov 29 18:33:00 host ollama[1]: …`` carry none) in a log read live, or recorded then."""
+    import time as _time
+
+    return _time.localtime(unix_s).tm_year
+
+
 def parse_lines(lines: Iterable[str], *, default_year: int | None = None) -> list[LogEvent]:
     """All events of ``lines`` (physical lines, newlines optional), in log order."""
     parser = LogParser(default_year=default_year)

@@ -127,12 +127,15 @@ class Recording:
         records: Every intact record, in order.
         damage: ``recording ends at line N: <reason>`` when the file is cut or corrupt after
             ``records``; None when it ends cleanly.
+        unfinished: A gzip file without its end (trailer): kvtop was still recording, was killed,
+            or the file was cut at a line boundary. Every record read is intact.
     """
 
     path: str
     header: RecordingHeader
     records: tuple[Record, ...]
     damage: str | None = None
+    unfinished: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,7 +285,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
             data = f.read()
     except OSError as exc:
         raise RecordingError(f"{p}: {exc.strerror or exc}") from None
-    text, cut = _decompress(data) if data[:2] == b"\x1f\x8b" else (data, None)
+    gz = data[:2] == b"\x1f\x8b"
+    text, cut, open_end = _decompress(data) if gz else (data, None, False)
     lines = text.split(b"\n")
     tail = lines.pop()  # after the last newline: empty when the file ends cleanly
     if not lines and not tail:
@@ -303,11 +307,12 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
             damage = f"recording ends at line {len(lines) + 1}: {cut}"
         elif tail:
             damage = f"recording ends at line {len(lines) + 1}: the line is cut short (kvtop stopped while writing it?)"
-    return Recording(path=p, header=header, records=tuple(records), damage=damage)
+    return Recording(path=p, header=header, records=tuple(records), damage=damage, unfinished=open_end and damage is None)
 
 
-def _decompress(data: bytes) -> tuple[bytes, str | None]:
-    """Everything a gzip stream (possibly several members) yields, and why it stopped early.
+def _decompress(data: bytes) -> tuple[bytes, str | None, bool]:
+    """Everything a gzip stream (possibly several members) yields, why it stopped early, and
+    whether its last member has no end (no trailer).
 
     Fed in small chunks so that corrupt bytes lose only the text after them.
     """
@@ -320,15 +325,15 @@ def _decompress(data: bytes) -> tuple[bytes, str | None]:
         try:
             out.write(d.decompress(piece))
         except zlib.error as exc:
-            return out.getvalue(), f"the gzip data is corrupt ({exc})"
+            return out.getvalue(), f"the gzip data is corrupt ({exc})", False
         if d.eof:  # a member ended: another may follow
             rest = d.unused_data.lstrip(b"\x00") + data[pos:]
             if not rest:
-                break
+                return out.getvalue(), None, False
             data, pos = rest, 0
             d = zlib.decompressobj(wbits=31)
     # no gzip trailer (d.eof False): kvtop was still recording, or stopped without closing the file
-    return out.getvalue(), None
+    return out.getvalue(), None, not d.eof
 
 
 def _reason(exc: BaseException) -> str:

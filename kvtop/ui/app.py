@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import signal
+import threading
 import time
 from datetime import datetime, timezone
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +25,7 @@ from kvtop.model.history import History
 from kvtop.model.gpu import GpuPanelData, ProcSnapshot, gpu_free_bytes, gpu_panel_data
 from kvtop.sources.slots import slot_runners
 from kvtop.logparse.events import LogEvent
-from kvtop.logparse.parser import LogParser
+from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.logstate import LogState
 from kvtop.model.state import (
     SORT_KEYS,
@@ -50,6 +52,8 @@ from kvtop.ui.replay_worker import ReplayBurst, ReplayControl, jump_request, pla
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
+SIGNAL_EXIT_GRACE_S = 5.0
+"""After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
 HELD_REFRESH_S = 0.25
 """Longest a GPU sample's repaint waits for the local server's poll answer (shown together)."""
 PROC_REFRESH_S = 5.0
@@ -201,7 +205,7 @@ class KvtopApp(App[int]):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:  # a closed terminal or `kill` quits cleanly: the terminal is restored
-                loop.add_signal_handler(sig, self.exit)
+                loop.add_signal_handler(sig, self._exit_on_signal)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests) or not supported (Windows)
         themes, problems = load_themes_reporting(config_dir() / "themes")
@@ -232,6 +236,15 @@ class KvtopApp(App[int]):
             self.poll_gpu()
             if self.slots_source is not None:
                 self.poll_slots()
+
+    def _exit_on_signal(self) -> None:
+        """SIGTERM / SIGHUP: quit cleanly; if the shutdown hangs (seen once after the terminal
+        vanished: Textual's writer thread blocked on the dead terminal), end the process anyway
+        after ``SIGNAL_EXIT_GRACE_S`` so nothing is left running without a terminal."""
+        self.exit()
+        watchdog = threading.Timer(SIGNAL_EXIT_GRACE_S, os._exit, args=(0,))
+        watchdog.daemon = True
+        watchdog.start()
 
     async def on_unmount(self) -> None:
         if self.recorder is not None:
@@ -305,7 +318,7 @@ class KvtopApp(App[int]):
     async def follow_log(self) -> None:
         """Read log batches, parse them (pure, fast), post the events; one message per batch."""
         assert self.log_source is not None
-        parser = LogParser()
+        parser = LogParser(default_year=year_at())
         async for batch in self.log_source.batches():
             events: list[LogEvent] = []
             try:
@@ -314,7 +327,7 @@ class KvtopApp(App[int]):
                 events.extend(parser.end_batch())  # a held line (it might have continued) is released
             except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
                 self.notify(f"log parser error: {type(exc).__name__}: {exc}", severity="error", markup=False)
-                parser = LogParser()
+                parser = LogParser(default_year=year_at())
             self.post_message(LogEventsReceived(
                 tuple(events), source=batch.source, status=batch.status, ok=batch.ok,
                 lines=len(batch.lines), dropped_lines=batch.dropped_lines, raw_lines=batch.lines,
@@ -434,6 +447,8 @@ class KvtopApp(App[int]):
         except Exception as exc:  # noqa: BLE001 - disk full, removed disk: kvtop keeps running
             recorder, self.recorder = self.recorder, None
             recorder.close()
+            if self._dashboard_ready:
+                self.dashboard.query_one(ServerHeader).recording = False
             self.notify(safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
                         severity="error", timeout=30, markup=False)
 
@@ -497,6 +512,7 @@ class KvtopApp(App[int]):
     def dashboard_mounted(self) -> None:
         """Called by the dashboard screen once its widgets exist."""
         self.dashboard.query_one(ServerHeader).demo = self.settings.demo
+        self.dashboard.query_one(ServerHeader).recording = self.recorder is not None
         self.dashboard.query_one("#servers").set_class(len(self.hosts) > 1, "-visible")
         self._dashboard_ready = True
         self._refresh_servers_bar()
@@ -541,7 +557,7 @@ class KvtopApp(App[int]):
         if self.replay is not None and self.replay.status_text():
             status = Text(f"{self.replay.status_text()}", no_wrap=True, overflow="ellipsis")
         self._update_static("#status", status)
-        if state.host_url == self.local_host:
+        if state.host_url == self.local_host or self.log_source is None:
             self._update_static("#logline", log_line(state.log, self.settings.log_spec))
         else:
             self._update_static("#logline", Text(
@@ -552,12 +568,12 @@ class KvtopApp(App[int]):
         if state.host_url == self.local_host:
             panel = gpu_panel_data(state.gpu, state.procs, state.models)
         else:  # the GPU sample is this machine's: it belongs to the local server only
-            panel = GpuPanelData(status=f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs"
-                                        f" on, shown with server {self.hosts.index(self.local_host) + 1})")
+            panel = GpuPanelData(status=f"GPU telemetry: none for this server (this machine's GPUs show with server"
+                                        f" {self.hosts.index(self.local_host) + 1})")
         main.query_one(GpuPanel).show_data(panel, self.size.width)
         events = main.query_one(EventsPane)
         if events.has_class("-visible"):
-            events.show(state.log, self.filter_text)
+            events.show(state.log, self.filter_text, state.alerts)
 
     def _update_static(self, selector: str, content: Text) -> None:
         """Update a Static only when its text changed (an update forces a layout pass)."""
@@ -720,7 +736,7 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
     if fix is not None or more:
         second = Text()
         if more:
-            second.append(f"+{more} more · ", style=colors.get("kv-muted", ""))
+            second.append(f"+{more} more{' · ' if fix is not None else ' (l: all alerts)'}", style=colors.get("kv-muted", ""))
         if fix is not None:
             second.append(f"fix: {safe(fix.action, 60)} — {safe(fix.detail, 100)}", style=colors.get("kv-ok", ""))
         second.truncate(max(10, width), overflow="ellipsis")

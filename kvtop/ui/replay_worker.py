@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from kvtop.logparse.parser import LogParser
+from kvtop.logparse.parser import LogParser, year_at
 from kvtop.sources.replay import (
     Player,
     Record,
@@ -68,6 +68,10 @@ class ReplayControl:
         """What the line under the table says at the end of a damaged recording."""
         if self.player.at_end and self.recording.damage:
             return self.recording.damage
+        if self.player.at_end and self.recording.unfinished:
+            n = len(self.recording.records)
+            return (f"recording ends after {n} record{'s' if n != 1 else ''} without its gzip end:"
+                    " kvtop was still recording, was killed, or the file was cut")
         return None
 
     def request(self, *, jump: float | str | None = None, step: bool = False) -> None:
@@ -82,7 +86,12 @@ class ReplayControl:
 async def play(app: KvtopApp, control: ReplayControl) -> None:
     """The worker body: apply the records in time until the end, obeying pause, speed and jumps."""
     player = control.player
-    parser = LogParser()
+    year = year_at(control.recording.header.started_at or None)  # journald stamps' year, as when recorded
+
+    def new_parser() -> LogParser:
+        return LogParser(default_year=year)
+
+    parser = new_parser()
 
     def post(record: Record) -> None:
         nonlocal parser
@@ -95,7 +104,7 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             events, error = parse_batch(parser, log.raw_lines)
             if error is not None:
                 app.notify(f"log parser error: {error}", severity="error", markup=False)
-                parser = LogParser()
+                parser = new_parser()
             app.post_message(LogEventsReceived(
                 tuple(events), source=log.source, status=log.status, ok=log.ok, lines=log.lines,
                 dropped_lines=log.dropped_lines, raw_lines=log.raw_lines,
@@ -109,7 +118,7 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             back = target < player.position
             app.post_message(ReplayBurst(start=True, restart=back))
             if back:
-                parser = LogParser()
+                parser = new_parser()
                 player.position = 0
             while player.position < target:
                 post(player.take())

@@ -89,6 +89,19 @@ def test_check_exits_2_for_an_out_of_memory(tmp_path: Path) -> None:
     assert "CUDA error: out of memory" in doc["alerts"][0]["message"]
 
 
+def test_a_journald_only_log_is_dated_in_the_current_year(tmp_path: Path) -> None:
+    """A journald short stamp carries no year; with no slog line to learn it from, the year is
+    the current one (the log is read now), so a fresh OOM line still counts."""
+    oom = [line for line in restamped("005") if line.endswith("CUDA error: out of memory")]
+    assert len(oom) == 1 and re.match(r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d host ollama\[114917\]: ", oom[0])
+    log = tmp_path / "journal.log"
+    log.write_text(oom[0] + "\n", encoding="utf-8")
+    with running(one_model_at_512(tmp_path)) as server:
+        proc = kvtop("--check", "--log", f"file:{log}", "--host", server.url)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ALERT critical oom: 1 out-of-memory incident in the last 15 min: CUDA error: out of memory")
+
+
 def test_an_old_log_raises_nothing(tmp_path: Path) -> None:
     (path,) = LOGS.glob("015-*.log")  # the real stamps: June 2025, far outside the 15 min window
     with running(one_model_at_512(tmp_path)) as server:

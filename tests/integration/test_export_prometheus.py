@@ -381,6 +381,6 @@ def test_ipv6_listen_in_brackets(tmp_path: Path) -> None:
         fams = {f.name: f for f in text_string_to_metric_families(body)}
         assert value(fams, "kvtop_server_up", host="http://127.0.0.1:1") == 0  # nothing listens on port 1
     finally:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGHUP)  # a closed terminal stops it cleanly too
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err

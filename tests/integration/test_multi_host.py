@@ -95,6 +95,9 @@ def test_once_json_and_check_with_two_hosts_one_dead() -> None:
     gemma = next(m for m in live["models"] if m["name"] == "gemma4:latest")
     assert (gemma["size"], gemma["size_vram"], gemma["processor"]) == (6591830464, 5333539264, "19%/81% CPU/GPU")
     assert down["reachable"] is False and down["models"] == [] and "refused" in down["error"]
+    assert down["gpu_status"] == ("GPU telemetry: none for this server (kvtop reads the GPUs of the machine it"
+                                  f" runs on, reported with {a.url})") and down["gpus"] == []
+    assert live["gpu_status"] != down["gpu_status"] and live["gpu_status"].startswith("GPU telemetry: ")
     assert check.returncode == 2
     cdoc = json.loads(check.stdout)
     assert cdoc["exit_code"] == 2

@@ -73,6 +73,7 @@ async def test_replayed_states_equal_the_live_ones(tmp_path: Path) -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             server.goto(1)
             await until(pilot, lambda: len(rows(app)) == 1)
+            assert "● REC" in header_text(app)
             with log.open("a", encoding="utf-8") as f:  # real lines, stamped now (alerts count the last 15 min)
                 f.writelines(restamp(line, time.time()) + "\n" for line in TRUNCATIONS.splitlines())
             await until(pilot, lambda: any(a.kind == "prompt_truncated" for a in app.state.alerts))
@@ -182,7 +183,7 @@ async def test_a_full_disk_stops_recording_once_and_kvtop_keeps_running(tmp_path
         async with app.run_test(size=(120, 30)) as pilot:
             await until(pilot, lambda: len(rows(app)) == 1)
             await pilot.pause(0.6)  # more polls: the notice is not repeated
-            assert app.recorder is None
+            assert app.recorder is None and "REC" not in header_text(app)
             notes = [n.message for n in app._notifications]
             assert sum("recording stopped: /dev/full" in m for m in notes) == 1
             assert any("No space left on device" in m for m in notes)
@@ -203,6 +204,8 @@ def test_cli_errors_are_clear_and_exit_2(tmp_path: Path) -> None:
     done = _kvtop("--record", str(existing), "--host", "127.0.0.1:9", "--log", "none")
     assert done.returncode == 2 and "exists: kvtop never overwrites a recording" in done.stderr
     assert existing.read_bytes() == b"keep me"
+    done = _kvtop("--record", str(tmp_path), "--host", "127.0.0.1:9", "--log", "none")
+    assert done.returncode == 2 and f"--record: {tmp_path} is a directory: name a file in it" in done.stderr
     done = _kvtop("--replay", str(tmp_path / "missing.jsonl"))
     assert done.returncode == 2 and "bundled recordings: demo, incident" in done.stderr
     newer = tmp_path / "newer.jsonl"

@@ -237,7 +237,13 @@ async def test_reverse_sort_events_pane_raw_and_navigation_keys() -> None:
         pane = app.dashboard.query_one("#events")
         await pilot.press("l")
         assert pane.has_class("-visible")
-        assert "no server log" in str(pane.get_row_at(0)[2])  # says why it is empty
+        # the active alerts come first, each with every fix; then the events (none: it says why)
+        assert str(pane.get_row_at(0)[1]) == "✖ spill"
+        assert str(pane.get_row_at(0)[2]).startswith("gemma4:latest: 19% of 6.1 GiB in system RAM (1.2 GiB)")
+        fixes = [str(pane.get_row_at(i)[2]) for i in range(1, pane.row_count - 1)]
+        assert fixes and all(str(pane.get_row_at(i)[1]).strip() == "fix" for i in range(1, pane.row_count - 1))
+        assert fixes[0].startswith("num_ctx 21760 for qwen3:1.7b-q8_0 — frees 1.2 GiB of VRAM")
+        assert "no server log" in str(pane.get_row_at(pane.row_count - 1)[2])
         await pilot.press("r")
         assert pane.raw
         await pilot.press("l")
@@ -266,3 +272,29 @@ async def test_w_opens_the_what_if_planner_for_the_selected_model() -> None:
         assert app.screen.model_name == "qwen3:1.7b-q8_0"
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, PlanScreen))
+
+
+async def test_a_signal_arms_a_watchdog_in_case_shutdown_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM/SIGHUP quit cleanly, and a daemon timer ends the process if the shutdown hangs
+    (seen once when the terminal had vanished: Textual's writer thread blocked)."""
+    import os
+
+    import kvtop.ui.app as app_module
+
+    armed: list[tuple[float, object, tuple[object, ...], bool]] = []
+
+    class FakeTimer:
+        def __init__(self, interval: float, function: object, args: tuple[object, ...]) -> None:
+            self.interval, self.function, self.args, self.daemon = interval, function, args, False
+
+        def start(self) -> None:
+            armed.append((self.interval, self.function, self.args, self.daemon))
+
+    monkeypatch.setattr(app_module.threading, "Timer", FakeTimer)
+    app = make_app(Settings(host_url=HOST, interval_s=1.0), FakeSource(snapshot_at(1), hold=True))  # type: ignore[arg-type]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app._exit_on_signal()
+        await pilot.pause()
+    assert armed == [(app_module.SIGNAL_EXIT_GRACE_S, os._exit, (0,), True)]
+    assert app.return_code == 0

@@ -171,9 +171,10 @@ def test_gzip_recording_is_readable_while_still_being_written(tmp_path: Path) ->
     rec.ollama(ollama_snapshot())
     rec.ollama(ollama_snapshot(1_795_963_474.73))
     partial = read_recording(path)  # no gzip trailer yet
-    assert len(partial.records) == 2 and partial.damage is None
+    assert len(partial.records) == 2 and partial.damage is None and partial.unfinished
     rec.close()
-    assert len(read_recording(path).records) == 2
+    done = read_recording(path)
+    assert len(done.records) == 2 and not done.unfinished
 
 
 @pytest.mark.parametrize("name", ["cut.jsonl", "cut.jsonl.gz"])
@@ -283,3 +284,22 @@ def test_player_speeds_gaps_and_jumps(tmp_path: Path) -> None:
     assert player.target(-60.0) == 1 and player.target(None) == 0
     player.position = 20
     assert player.at_end and player.target(60.0) == 20
+
+
+def test_an_unfinished_gzip_recording_says_so_at_its_end(tmp_path: Path) -> None:
+    """A .gz cut at a line boundary (or a kvtop that was killed) has intact records but no gzip
+    end: the line under the table says so once everything is replayed."""
+    from kvtop.ui.replay_worker import ReplayControl
+
+    path = tmp_path / "killed.jsonl.gz"
+    rec = Recorder.create(path, _header(), clock=_clock())
+    rec.ollama(ollama_snapshot())
+    control = ReplayControl(read_recording(path))
+    assert control.status_text() is None  # not at the end yet
+    control.player.position = len(control.recording.records)
+    assert control.status_text() == ("recording ends after 1 record without its gzip end: kvtop was still"
+                                     " recording, was killed, or the file was cut")
+    rec.close()
+    closed = ReplayControl(read_recording(path))
+    closed.player.position = 1
+    assert closed.status_text() is None

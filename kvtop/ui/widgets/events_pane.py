@@ -1,9 +1,15 @@
-"""Events pane (toggle ``l``): parsed log events, newest first, warnings highlighted."""
+"""Events pane (toggle ``l``): the active alerts with every fix, then the parsed log events,
+newest first, warnings highlighted."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+
 from rich.text import Text
 from textual.widgets import DataTable
+
+from kvtop.model.alerts import Alert
 
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
@@ -30,10 +36,12 @@ class EventsPane(DataTable[Text]):
         self.add_column("EVENT", width=24, key="kind")
         self.add_column("DETAIL", key="detail")
 
-    def show(self, log: LogState, needle: str = "") -> None:
-        """Render the newest events matching ``needle`` (kind or text, case-insensitive)."""
+    def show(self, log: LogState, needle: str = "", alerts: Sequence[Alert] = ()) -> None:
+        """Render the active ``alerts`` (each with every fix), then the newest events; both
+        filtered by ``needle`` (kind or text, case-insensitive). Alerts about the whole server
+        (no model) are read here in full; the alert bar has room for one."""
         key = (log.recent[-1].line_no if log.recent else None, len(log.recent), log.lines, needle, self.raw,
-               log.source, log.status)
+               log.source, log.status, tuple(alerts))
         if key == self._shown:
             return
         self._shown = key
@@ -41,6 +49,18 @@ class EventsPane(DataTable[Text]):
         colors = self.app.theme_variables
         n = 0
         needle = needle.strip().lower()
+        for alert in alerts:
+            text = f"{alert.model + ': ' if alert.model else ''}{alert.message}"
+            if needle and needle not in alert.kind and needle not in text.lower():
+                continue
+            style = f"bold {colors.get('kv-crit' if alert.severity == 'critical' else 'kv-warn', '')}"
+            mark = {"critical": "✖", "warning": "▲"}.get(alert.severity, "ℹ")
+            since = datetime.fromtimestamp(alert.since).strftime("%H:%M:%S") if alert.since else ""
+            self.add_row(Text(since), Text(f"{mark} {alert.kind}", style=style), Text(safe(text, 400)))
+            for fix in alert.fixes:
+                verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
+                self.add_row(Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits else ""),
+                             Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400)))
         if self.raw:  # every line as read, parsed or not, newest first
             for i, line in enumerate(reversed(log.raw)):
                 if needle and needle not in line.lower():

@@ -24,6 +24,8 @@ class ServerHeader(Static):
     interval_s: reactive[float] = reactive(1.0, repaint=False)
     paused: reactive[bool] = reactive(False, repaint=False)
     demo: reactive[bool] = reactive(False, repaint=False)
+    recording: reactive[bool] = reactive(False, repaint=False)
+    """``kvtop --record``: every sample is being written to a file (REC in the header)."""
     replay: reactive[str | None] = reactive(None, repaint=False)
     """``kvtop --replay``: the recorded time and speed (``2026-11-29 17:02:13 ×4``), None when live."""
 
@@ -52,6 +54,9 @@ class ServerHeader(Static):
     def watch_replay(self) -> None:
         self._changed()
 
+    def watch_recording(self) -> None:
+        self._changed()
+
     def render(self) -> Text:
         """Both lines, as last built (``_build``)."""
         if self._shown is None:
@@ -66,6 +71,8 @@ class ServerHeader(Static):
         line1.append("kvtop", style="bold")
         if self.demo:
             line1.append("  DEMO", style=f"bold {v.get('kv-demo', '')}")
+        if self.recording:
+            line1.append("  ● REC", style=f"bold {v.get('kv-crit', '')}")
         if self.replay is not None:
             line1.append(f"  REPLAY {self.replay}", style=f"bold {v.get('kv-demo', '')}")
             if self.paused:
