@@ -248,3 +248,14 @@ async def test_typed_values_in_one_burst_all_apply() -> None:
         assert screen.config.num_ctx == 8192 and screen.config.parallel == 4
         await pilot.press("up", "up", "1", "6", "3", "8", "4", "down")  # moving on applies typed digits
         assert screen.config.num_ctx == 16384
+
+
+async def test_total_names_what_is_missing_gemma4_has_no_weights_figure() -> None:
+    """gemma4's file size is not in the scenario (its published size exceeds /api/ps's): the KV
+    cache is exact but the weights are not known, and the total says that is what it lacks."""
+    app = app_at("spills")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_plan(pilot, "gemma4:latest")
+        text = body(screen)
+        assert "KV cache" in text and "exact: " in text
+        assert "needs the weights" in text and "needs the weights and" not in text and "needs the KV cache" not in text

@@ -445,7 +445,9 @@ class PlanScreen(Screen[None]):
             row("total", f"{ibytes(p.total_bytes)} {_fmt_error(p.total_error_bytes)}", "weights + KV + compute")
             row("on GPU", ibytes(p.gpu_bytes), "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)")
         else:
-            row("total", "not known", "needs the KV cache and the weights")
+            missing = [what for what, known in (("the weights", p.weights_bytes is not None),
+                                                 ("the KV cache", p.kv is not None)) if not known]
+            row("total", "not known", f"needs {' and '.join(missing) or 'the weights and the KV cache'}")
         f = p.fit
         if f is not None:
             if f.verdict == "fits":
