@@ -59,7 +59,7 @@ from kvtop.logparse.loads import Load
 from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike
+from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike
 from kvtop.model.state import (
     AppState,
     ModelView,
@@ -80,9 +80,6 @@ EXIT_ERROR = 2
 DEFAULT_LISTEN = "127.0.0.1:9877"
 """Where ``/metrics`` is served unless ``--listen`` says otherwise (loopback only)."""
 
-PROC_REFRESH_S = 5.0
-"""Seconds between two full process-table reads while the GPU's process list is unchanged (as
-the dashboard does: a full scan each interval is most of the idle CPU on a busy host)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -536,15 +533,9 @@ class Exporter:
 
     async def _poll_gpu(self) -> None:
         assert self.gpu_source is not None and self.proc_source is not None
-        procs: ProcSnapshot | None = None
-        pids: frozenset[int] = frozenset()
-        loop = asyncio.get_running_loop()
-        procs_at = 0.0
+        sampler = GpuWithProcs(self.gpu_source, self.proc_source)
         while True:
-            gpu = await self.gpu_source.sample()
-            if procs is None or frozenset(gpu.pids) != pids or loop.time() - procs_at >= PROC_REFRESH_S:
-                procs = await self.proc_source.sample(gpu.pids)
-                pids, procs_at = frozenset(gpu.pids), loop.time()
+            gpu, procs = await sampler.sample()
             self.gpu = gpu
             for p in self.pollers:
                 if p.view.local:

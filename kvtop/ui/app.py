@@ -22,7 +22,7 @@ from textual.timer import Timer
 
 from kvtop.config import Settings, clamp_interval, config_dir, local_host, save_theme
 from kvtop.model.history import History
-from kvtop.model.gpu import GpuPanelData, ProcSnapshot, gpu_free_bytes, gpu_panel_data
+from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
 from kvtop.sources.slots import slot_runners
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser, year_at
@@ -56,11 +56,9 @@ SIGNAL_EXIT_GRACE_S = 5.0
 """After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
 HELD_REFRESH_S = 0.25
 """Longest a GPU sample's repaint waits for the local server's poll answer (shown together)."""
-PROC_REFRESH_S = 5.0
-"""Seconds between two full process-table reads when the GPU's process list is unchanged."""
 
 
-from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
+from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
 
 if TYPE_CHECKING:
     from kvtop.sources.replay import Recorder, Recording
@@ -294,19 +292,10 @@ class KvtopApp(App[int]):
     async def poll_gpu(self) -> None:
         """One GPU sample, then the processes on it, posted together; sleep ``interval_s`` after."""
         assert self.gpu_source is not None and self.proc_source is not None
-        procs: ProcSnapshot | None = None
-        pids: frozenset[int] = frozenset()
-        loop = asyncio.get_running_loop()
-        procs_at = 0.0
+        sampler = GpuWithProcs(self.gpu_source, self.proc_source)
         while True:
             if not self.paused:
-                gpu = await self.gpu_source.sample()
-                # the process table is re-read when the GPU's processes change, else every
-                # PROC_REFRESH_S: a full scan each second is most of the idle CPU on a busy host
-                if procs is None or frozenset(gpu.pids) != pids or loop.time() - procs_at >= PROC_REFRESH_S:
-                    procs = await self.proc_source.sample(gpu.pids)
-                    pids, procs_at = frozenset(gpu.pids), loop.time()
-                self.post_message(GpuSampled(gpu, procs))
+                self.post_message(GpuSampled(*await sampler.sample()))
             # next sample when the local server's poll starts; on our own if it is slow or stuck
             self._gpu_wake.clear()
             try:
