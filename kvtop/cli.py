@@ -125,7 +125,7 @@ def demo_server(speed: float = 1.0, *, manual: bool = False, extra: Sequence[str
 async def _sample_states(settings: Settings) -> list[Any]:
     """One sample of every server (concurrently) and of this machine's GPUs, as ``AppState``s.
 
-    The GPU sample joins the state of ``local_host(settings.host_urls)`` only: it describes the
+    The GPU sample joins the state of ``sources.hosts.local_host(settings.host_urls)`` only: it describes the
     machine kvtop runs on. So does the server log, when one is configured: its newest lines (the
     dashboard's start bound, ``sources.tail_backlog``) are read once, while the servers are
     polled, parsed and applied before the alerts are evaluated, so the log's event alerts
@@ -133,7 +133,7 @@ async def _sample_states(settings: Settings) -> list[Any]:
     """
     from datetime import datetime, timezone
 
-    from kvtop.config import local_host
+    from kvtop.sources.hosts import local_host
     from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
     from kvtop.model.state import apply, apply_gpu, initial_state
     from kvtop.sources.gpu import GpuSource

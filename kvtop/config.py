@@ -10,7 +10,7 @@ import ipaddress
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -135,23 +135,6 @@ def _client_host(host: str) -> str:
     if ip.is_unspecified:
         return "127.0.0.1" if ip.version == 4 else "::1"
     return str(ip)
-
-
-def local_host(hosts: Sequence[str]) -> str:
-    """The server this machine's GPU sample and server log belong to: the first one on a
-    loopback address, else the first one (a single ``--host`` may be an SSH tunnel to this machine).
-
-    Raises:
-        IndexError: ``hosts`` is empty.
-    """
-    for url in hosts:
-        name = (urlsplit(url).hostname or "").lower()
-        try:
-            if name == "localhost" or ipaddress.ip_address(name).is_loopback:
-                return url
-        except ValueError:
-            continue
-    return hosts[0]
 
 
 def display_host(url: str) -> str:

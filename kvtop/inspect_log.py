@@ -24,7 +24,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from kvtop.logparse import LogEvent, LogParser
+from kvtop.logparse import LogParser
+from kvtop.logparse.parser import iter_events
 from kvtop.logparse.loads import inspect_events
 from kvtop.ui.format import exact_bytes, ibytes, safe
 
@@ -97,21 +98,11 @@ def main_inspect_log(argv: list[str]) -> int:
 
 def _inspect(stream: IO[bytes]) -> tuple[dict[str, Any], int]:
     parser = LogParser()
-    doc = inspect_events(_events(parser, _lines(stream)))
+    doc = inspect_events(iter_events(_lines(stream), parser=parser))
     if parser.errors:
         print(f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
               f"(last: {safe(parser.last_error or '', 200)})", file=sys.stderr)
     return doc, parser.line_no
-
-
-def _events(parser: LogParser, lines: Iterator[str]) -> Iterator[LogEvent]:
-    """The events of ``lines``, parsed as they are read (memory stays bounded for a huge log)."""
-    feed = parser.feed
-    for line in lines:
-        events = feed(line)
-        if events:
-            yield from events
-    yield from parser.flush()
 
 
 # --------------------------------------------------------------------------------------------

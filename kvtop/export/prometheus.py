@@ -33,11 +33,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import importlib
 import ipaddress
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -47,7 +45,6 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -59,6 +56,7 @@ from kvtop.logparse.loads import Load
 from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.sources.hosts import host_is_this_machine, local_addresses
 from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike
 from kvtop.model.state import (
     AppState,
@@ -70,7 +68,6 @@ from kvtop.model.state import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
 
     from kvtop.sources.tail import LogSource
 
@@ -409,45 +406,6 @@ def make_registry(collector: KvtopCollector) -> CollectorRegistry:
 
 # --------------------------------------------------------------------------------------------
 # Which hosts are on this machine
-
-
-def local_addresses() -> frozenset[str]:
-    """The IP addresses of this machine's network interfaces (psutil), scope ids removed."""
-    try:
-        psutil = importlib.import_module("psutil")
-        found: set[str] = set()
-        for addrs in psutil.net_if_addrs().values():
-            for a in addrs:
-                if a.family in (socket.AF_INET, socket.AF_INET6) and a.address:
-                    found.add(a.address.split("%", 1)[0].lower())
-        return frozenset(found)
-    except Exception:  # noqa: BLE001 - without the list only loopback counts as local
-        return frozenset()
-
-
-def host_is_this_machine(url: str, *, addresses: Collection[str] | None = None, hostname: str | None = None) -> bool:
-    """Whether the server at ``url`` runs on this machine (its GPU and processes are ours).
-
-    True for ``localhost``, loopback addresses, an address of one of this machine's interfaces
-    (``addresses``; default :func:`local_addresses`) and this machine's own host name
-    (``hostname``; default ``socket.gethostname()``, short or fully qualified). No DNS lookup:
-    any other name counts as another machine.
-    """
-    host = httpx.URL(url).host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        ip = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        name = (hostname if hostname is not None else socket.gethostname()).lower().rstrip(".")
-        return bool(name) and (host == name or host == name.split(".", 1)[0] or host.split(".", 1)[0] == name)
-    if ip.is_loopback or ip.is_unspecified:
-        return True
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None and mapped.is_loopback:
-        return True
-    pool = addresses if addresses is not None else local_addresses()
-    return str(ip) in {a.lower() for a in pool} or (mapped is not None and str(mapped) in pool)
 
 
 # --------------------------------------------------------------------------------------------

@@ -474,9 +474,14 @@ def parse_lines(lines: Iterable[str], *, default_year: int | None = None) -> lis
     return out
 
 
-def iter_events(lines: Iterable[str], *, default_year: int | None = None) -> Iterator[LogEvent]:
-    """The events of ``lines`` as they are completed: memory stays bounded for a huge log."""
-    parser = LogParser(default_year=default_year)
+def iter_events(lines: Iterable[str], *, default_year: int | None = None,
+                parser: LogParser | None = None) -> Iterator[LogEvent]:
+    """The events of ``lines`` as they are completed: memory stays bounded for a huge log.
+
+    ``parser``: the one to feed (its ``errors`` and ``line_no`` stay readable afterwards);
+    default a new one with ``default_year``.
+    """
+    parser = parser if parser is not None else LogParser(default_year=default_year)
     feed = parser.feed
     for line in lines:
         events = feed(line)

@@ -19,6 +19,8 @@ by the line grammars; a wrapper's timestamp is used only when the line has none.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import re
 from datetime import datetime, timedelta, timezone
@@ -67,9 +69,8 @@ _MAY_BE_WRAPPED_RE = re.compile(
 _CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x20), *range(0x7F, 0xA0))}
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-_ISO_CACHE: dict[str, datetime | None] = {}
-_SYSLOG_CACHE: dict[tuple[tuple[str, str, str, str, str], int], datetime | None] = {}
-_GO_CACHE: dict[tuple[str, str], datetime | None] = {}
+_STAMP_CACHE_SIZE = 4096
+"""Timestamps parsed and kept (``functools.lru_cache``): consecutive lines repeat their stamp."""
 
 
 def sanitize(text: str) -> str:
@@ -194,16 +195,10 @@ def wrapper_time(stamp: Stamp | None, year: int | None) -> datetime | None:
         return parse_iso(stamp[1])
     if year is None:
         return None
-    key = (stamp, year)
-    if key in _SYSLOG_CACHE:  # consecutive lines repeat their stamp
-        return _SYSLOG_CACHE[key]
-    value = _syslog_time(stamp, year)
-    if len(_SYSLOG_CACHE) > 4096:
-        _SYSLOG_CACHE.clear()
-    _SYSLOG_CACHE[key] = value
-    return value
+    return _syslog_time(stamp, year)
 
 
+@functools.lru_cache(maxsize=_STAMP_CACHE_SIZE)
 def _syslog_time(stamp: Stamp, year: int) -> datetime | None:
     _, mon, day, hms, frac = stamp
     mon = mon.rstrip(".").lower()
@@ -221,22 +216,13 @@ def _syslog_time(stamp: Stamp, year: int) -> datetime | None:
         return None
 
 
+@functools.lru_cache(maxsize=_STAMP_CACHE_SIZE)
 def parse_iso(text: str) -> datetime | None:
     """An RFC 3339 / ISO 8601 time as slog, rsyslog and docker print it; naive when it has no zone.
 
     Accepts ``Z``, ``+02:00``, ``+0200``, any number of fraction digits (docker prints 9) and
     a comma before the fraction. Results are cached: consecutive lines repeat their stamp.
     """
-    if text in _ISO_CACHE:
-        return _ISO_CACHE[text]
-    value = _parse_iso(text)
-    if len(_ISO_CACHE) > 4096:
-        _ISO_CACHE.clear()
-    _ISO_CACHE[text] = value
-    return value
-
-
-def _parse_iso(text: str) -> datetime | None:
     s = text.replace(",", ".").replace(" ", "T", 1)
     tz = ""
     if s.endswith(("Z", "z")):
@@ -257,19 +243,9 @@ def _parse_iso(text: str) -> datetime | None:
         return None
 
 
+@functools.lru_cache(maxsize=_STAMP_CACHE_SIZE)
 def go_log_time(date: str, hms: str) -> datetime | None:
     """Go's standard logger stamp ``2024/06/02`` ``12:34:56`` (local time, no zone); cached like :func:`parse_iso`."""
-    key = (date, hms)
-    if key in _GO_CACHE:
-        return _GO_CACHE[key]
-    value = _go_log_time(date, hms)
-    if len(_GO_CACHE) > 4096:
-        _GO_CACHE.clear()
-    _GO_CACHE[key] = value
-    return value
-
-
-def _go_log_time(date: str, hms: str) -> datetime | None:
     try:
         return datetime(int(date[0:4]), int(date[5:7]), int(date[8:10]), int(hms[0:2]), int(hms[3:5]), int(hms[6:8]))
     except ValueError:

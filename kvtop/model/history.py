@@ -1,8 +1,9 @@
 """Capped in-memory history of what the dashboard shows, for the plots and the table's sparkline.
 
-Pure and synchronous: no I/O, no clock, no Textual. The app calls ``History.record(state, now_s)``
+Pure and synchronous: no I/O, no clock, no Textual. The app calls ``History.record(state)``
 after each handler applied a message; every timestamp comes from the snapshots themselves
-(``OllamaSnapshot.taken_at``, ``GpuSnapshot.taken_at``) or from ``now_s`` for log throughput.
+(``OllamaSnapshot.taken_at``, ``GpuSnapshot.taken_at``; log throughput points take the newest of
+the two), so a replay plots recorded time, not the time it is watched.
 
 Memory is bounded whatever the poll interval (0.25–60 s) and however long kvtop runs: each series
 keeps one point per ``bucket_s`` time bucket (samples in the same bucket are coalesced, the newest
@@ -208,16 +209,22 @@ class History:
 
     # ---------------------------------------------------------------- recording
 
-    def record(self, state: AppState, now_s: float) -> bool:
+    def record(self, state: AppState, now_s: float | None = None) -> bool:
         """Store what ``state`` holds that is newer than what was stored.
 
         Args:
             state: The state right after a handler applied a message.
-            now_s: Unix seconds now; the time of throughput points (the log has no sample time).
+            now_s: Unix seconds, the time of throughput points (the log has no sample time);
+                default: the newest sample time in ``state``. Without any sample nothing is stored.
 
         Returns:
             True when anything was stored (``version`` moved).
         """
+        if now_s is None:
+            times = [t.taken_at for t in (state.ollama, state.gpu) if t is not None]
+            if not times:
+                return False
+            now_s = max(times)
         changed = False
         gpu = state.gpu
         if gpu is not None and (self._gpu_t is None or gpu.taken_at > self._gpu_t):

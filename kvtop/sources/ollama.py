@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from kvtop.sources.hosts import is_loopback_url
 from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 _RFC3339 = re.compile(
@@ -265,13 +266,11 @@ class OllamaClient:
         self._timeout_s = timeout_s
         self._show_timeout_s = show_timeout_s
         self._clock = clock
-        host = httpx.URL(self.base_url).host
-        loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
-            trust_env=not loopback,  # a proxy must never sit between kvtop and a local server
+            trust_env=not is_loopback_url(self.base_url),  # a proxy must never sit between kvtop and a local server
             headers={"User-Agent": "kvtop"},
         )
         self._shows: dict[str, ShowInfo] = {}
@@ -466,3 +465,70 @@ class OllamaClient:
             tags=MappingProxyType({d: t for d, t in self._tags.items() if d in live}),
             **kw,
         )
+
+
+# --------------------------------------------------------------------------------------------
+# The what-if planner's requests (the load is the only request kvtop sends that changes anything)
+
+LOAD_TIMEOUT_S = 600.0
+"""A load can take minutes for a large model read from disk."""
+
+
+async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive: int | str | None, *,
+                            transport: httpx.AsyncBaseTransport | None = None,
+                            timeout_s: float = LOAD_TIMEOUT_S) -> str | None:
+    """``POST {base_url}/api/generate`` with an empty prompt and ``options.num_ctx``: load the model.
+
+    Args:
+        base_url: Ollama server URL.
+        model: Model name.
+        num_ctx: Context per slot to load with.
+        keep_alive: The model's keep-alive to keep (``-1`` for forever); None leaves it out
+            (the server's default applies).
+        transport: An ``httpx`` transport for tests.
+        timeout_s: Bound on the whole request (loading reads the weights).
+
+    Returns:
+        None on success, else one line saying what went wrong.
+    """
+    body: dict[str, Any] = {"model": model, "prompt": "", "options": {"num_ctx": num_ctx}, "stream": False}
+    if keep_alive is not None:
+        body["keep_alive"] = keep_alive
+    try:
+        async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=not is_loopback_url(base_url),
+                                     timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                     headers={"User-Agent": "kvtop"}) as client:
+            resp = await client.post("/api/generate", json=body)
+    except httpx.ConnectError:
+        return f"cannot connect to {base_url}"
+    except httpx.TimeoutException:
+        return f"no answer from {base_url} within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if resp.status_code >= 400:
+        detail = ""
+        try:
+            err = resp.json()
+            if isinstance(err, Mapping) and isinstance(err.get("error"), str):
+                detail = f": {err['error'][:160]}"
+        except ValueError:
+            detail = f": {resp.text[:160]}" if resp.text.strip() else ""
+        return f"POST /api/generate: HTTP {resp.status_code} {resp.reason_phrase}{detail}"
+    return None
+
+
+async def fetch_tensors(base_url: str, model: str, *,
+                        transport: httpx.AsyncBaseTransport | None = None) -> list[Any] | None:
+    """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
+
+    Read-only. Returns None when it cannot be read.
+    """
+    try:
+        async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0,
+                                     trust_env=not is_loopback_url(base_url)) as client:
+            resp = await client.post("/api/show", json={"model": model})
+        body = resp.json() if resp.status_code < 400 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    tensors = body.get("tensors") if isinstance(body, Mapping) else None
+    return tensors if isinstance(tensors, list) and tensors else None

@@ -7,7 +7,6 @@ import dataclasses
 import os
 import signal
 import threading
-import time
 from datetime import datetime, timezone
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -18,9 +17,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import var
 from textual.widgets import Input, Static
-from textual.timer import Timer
 
-from kvtop.config import Settings, clamp_interval, config_dir, local_host, save_theme
+from kvtop.config import Settings, clamp_interval, config_dir, save_theme
+from kvtop.sources.hosts import local_host
 from kvtop.model.history import History
 from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
 from kvtop.sources.slots import slot_runners
@@ -54,8 +53,6 @@ INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
 SIGNAL_EXIT_GRACE_S = 5.0
 """After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
-HELD_REFRESH_S = 0.25
-"""Longest a GPU sample's repaint waits for the local server's poll answer (shown together)."""
 
 
 from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
@@ -141,11 +138,6 @@ class KvtopApp(App[int]):
         self.slots_source = slots_source
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
-        self._gpu_wake = asyncio.Event()
-        """Set when the local server's poll starts: the GPU is sampled at the same moment, so one
-        repaint shows both (two repaints a second was a third of an idle kvtop's CPU)."""
-        self._local_poll_in_flight = False
-        self._held_refresh: Timer | None = None
         self._dashboard_ready = False
         self._static_cache: dict[str, Text] = {}
         tz = datetime.now().astimezone().tzinfo or timezone.utc
@@ -268,17 +260,9 @@ class KvtopApp(App[int]):
         """Sample one server, post, sleep ``interval_s`` after the sample (its polls never
         overlap; every server has its own loop, so a slow one never delays another)."""
         source = self.sources[host]
-        local = host == self.local_host
         while True:
             if not self.paused:
-                if local:
-                    self._local_poll_in_flight = True
-                    self._gpu_wake.set()
-                try:
-                    snap = await source.sample()
-                finally:
-                    if local:
-                        self._local_poll_in_flight = False
+                snap = await source.sample()
                 if snap.host_url != host:  # a source reports the URL it polled; route by ours
                     snap = dataclasses.replace(snap, host_url=host)
                 self.post_message(SnapshotReceived(snap))
@@ -296,12 +280,7 @@ class KvtopApp(App[int]):
         while True:
             if not self.paused:
                 self.post_message(GpuSampled(*await sampler.sample()))
-            # next sample when the local server's poll starts; on our own if it is slow or stuck
-            self._gpu_wake.clear()
-            try:
-                await asyncio.wait_for(self._gpu_wake.wait(), timeout=self.interval_s * 1.5)
-            except asyncio.TimeoutError:
-                pass
+            await asyncio.sleep(self.interval_s)
 
     @work(group="poll-log", exclusive=True, exit_on_error=False)
     async def follow_log(self) -> None:
@@ -359,20 +338,7 @@ class KvtopApp(App[int]):
         """A GPU + process sample changes state here (this machine's: the local server's)."""
         self._record(lambda r: r.gpu(message.gpu, message.procs))
         if self.local_host in self.states:
-            new = apply_gpu(self.states[self.local_host], message.gpu, message.procs)
-            if self._local_poll_in_flight and self.local_host == self.current_host and self._held_refresh is None:
-                # the poll's answer is due within milliseconds: its repaint shows this sample too
-                self.states[self.local_host] = new
-                self.histories[self.local_host].record(new, state_time(new))
-                self.set_reactive(KvtopApp.state, new)
-                self._held_refresh = self.set_timer(HELD_REFRESH_S, self._release_held_refresh)
-            else:
-                self._set_host_state(self.local_host, new)
-
-    def _release_held_refresh(self) -> None:
-        """The poll did not answer in time: repaint for the GPU sample now."""
-        self._held_refresh = None
-        self._refresh_all()
+            self._set_host_state(self.local_host, apply_gpu(self.states[self.local_host], message.gpu, message.procs))
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
@@ -386,14 +352,9 @@ class KvtopApp(App[int]):
 
     def _set_host_state(self, host: str, new: AppState) -> None:
         """Store one server's new state; the screen follows when it is the server shown."""
-        if host == self.current_host and self._held_refresh is not None:
-            self._held_refresh.stop()
-            self._held_refresh = None
-            if new is self.state:  # nothing changed, but a held GPU sample still needs its repaint
-                self._refresh_all()
         old = self.states.get(host)
         self.states[host] = new
-        self.histories[host].record(new, state_time(new))
+        self.histories[host].record(new)
         if host == self.current_host:
             self.state = new
         if len(self.hosts) > 1 and (old is None or _overview_key(old) != _overview_key(new)):
@@ -731,13 +692,6 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
         second.truncate(max(10, width), overflow="ellipsis")
         text = Text("\n").join([text, second])
     return text
-
-
-def state_time(state: AppState) -> float:
-    """The newest sample time a state holds (Unix seconds): the clock of history points, so a
-    replay plots recorded time, not the time it is watched; ``time.time()`` before any sample."""
-    times = [t.taken_at for t in (state.ollama, state.gpu) if t is not None]
-    return max(times) if times else time.time()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -224,3 +224,15 @@ def test_long_run_stays_at_the_cap() -> None:
     assert len(h.markers) <= MAX_MARKERS
     assert all(t - m.t_s <= 3600 for m in h.markers)
     assert h.span_s() <= 3600
+
+
+def test_without_a_time_the_state_s_newest_sample_dates_the_points() -> None:
+    """The app passes no clock: throughput points take the state's newest sample time (a replay
+    plots recorded time), and a state without any sample stores nothing."""
+    h = History()
+    assert not h.record(AppState("http://127.0.0.1:11434"))
+    base = _state_at(step_index("raised to 32768"), TAKEN_AT)
+    view = dataclasses.replace(base.models[0], throughput=Throughput(1, 900.0, 41.5, 41.5, 1))
+    assert h.record(dataclasses.replace(base, models=(view,)))
+    series = h.model(view.name, view.digest)
+    assert series is not None and series.decode_tps.latest == (TAKEN_AT, 41.5)

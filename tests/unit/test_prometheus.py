@@ -34,6 +34,7 @@ from kvtop.demo.server import (
     show_body,
     tags_body,
 )
+from kvtop.sources.hosts import host_is_this_machine
 from kvtop.export.prometheus import (
     METRICS,
     Exporter,
@@ -42,7 +43,6 @@ from kvtop.export.prometheus import (
     KvtopCollector,
     LogCounters,
     count_log,
-    host_is_this_machine,
     make_registry,
     parse_listen,
 )

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -36,9 +35,13 @@ from textual.widgets import Button, Footer, Static
 
 from kvtop.model import kv, plan
 from kvtop.model.state import AppState, ModelView
+from kvtop.sources.ollama import fetch_tensors, send_load_request
 from kvtop.ui.format import ibytes, safe
 
-__all__ = ["ConfirmLoad", "PlanScreen", "fetch_tensors", "next_num_ctx", "plan_screen_for", "send_load_request"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["ConfirmLoad", "PlanScreen", "next_num_ctx", "plan_screen_for"]
 
 NUM_CTX_LADDER: tuple[int, ...] = (
     256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536, 98304,
@@ -47,9 +50,6 @@ NUM_CTX_LADDER: tuple[int, ...] = (
 """num_ctx values ``←``/``→`` step through (powers of two and the 1.5× between them)."""
 
 FIELDS: tuple[str, ...] = ("num_ctx", "KV cache type", "slots", "flash attention")
-
-LOAD_TIMEOUT_S = 600.0
-"""A load can take minutes for a large model read from disk."""
 
 BAR_WIDTH = 60
 
@@ -99,68 +99,6 @@ class ConfirmLoad(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
-
-
-async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive: int | str | None, *,
-                            transport: httpx.AsyncBaseTransport | None = None,
-                            timeout_s: float = LOAD_TIMEOUT_S) -> str | None:
-    """``POST {base_url}/api/generate`` with an empty prompt and ``options.num_ctx``: load the model.
-
-    Args:
-        base_url: Ollama server URL.
-        model: Model name.
-        num_ctx: Context per slot to load with.
-        keep_alive: The model's keep-alive to keep (``-1`` for forever); None leaves it out
-            (the server's default applies).
-        transport: An ``httpx`` transport for tests.
-        timeout_s: Bound on the whole request (loading reads the weights).
-
-    Returns:
-        None on success, else one line saying what went wrong.
-    """
-    body: dict[str, Any] = {"model": model, "prompt": "", "options": {"num_ctx": num_ctx}, "stream": False}
-    if keep_alive is not None:
-        body["keep_alive"] = keep_alive
-    host = httpx.URL(base_url).host
-    loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
-    try:
-        async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=not loopback,
-                                     timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                     headers={"User-Agent": "kvtop"}) as client:
-            resp = await client.post("/api/generate", json=body)
-    except httpx.ConnectError:
-        return f"cannot connect to {base_url}"
-    except httpx.TimeoutException:
-        return f"no answer from {base_url} within {timeout_s:g} s"
-    except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    if resp.status_code >= 400:
-        detail = ""
-        try:
-            err = resp.json()
-            if isinstance(err, Mapping) and isinstance(err.get("error"), str):
-                detail = f": {err['error'][:160]}"
-        except ValueError:
-            detail = f": {resp.text[:160]}" if resp.text.strip() else ""
-        return f"POST /api/generate: HTTP {resp.status_code} {resp.reason_phrase}{detail}"
-    return None
-
-
-async def fetch_tensors(base_url: str, model: str, *,
-                        transport: httpx.AsyncBaseTransport | None = None) -> list[Any] | None:
-    """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
-
-    Read-only. Returns None when it cannot be read.
-    """
-    try:
-        async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0,
-                                     trust_env=False) as client:
-            resp = await client.post("/api/show", json={"model": model})
-        body = resp.json() if resp.status_code < 400 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    tensors = body.get("tensors") if isinstance(body, Mapping) else None
-    return tensors if isinstance(tensors, list) and tensors else None
 
 
 class PlanScreen(Screen[None]):
