@@ -23,15 +23,13 @@ import asyncio
 import collections
 import json
 import os
-import stat
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from kvtop.sources.tail import DEFAULT_CONTAINER, DEFAULT_UNIT, LogSpec, resolve_auto
 from kvtop.sources.tail_base import LineSplitter, decode_line, stop_process
-from kvtop.sources.tail_file import FileTail
+from kvtop.sources.tail_file import FileTail, read_tail
 from kvtop.sources.tail_proc import (
     JOURNAL_PERMISSION,
     DockerTail,
@@ -50,9 +48,6 @@ BACKLOG_BYTES = 4 * 2**20
 READ_TIMEOUT_S = 10.0
 """Deadline of one ``journalctl`` / ``docker logs`` run (a large journal takes a second or two)."""
 
-_COUNT_EXACT_MAX_BYTES = 64 * 2**20
-"""Skipped bytes up to this are counted line by line; beyond, the count is estimated."""
-
 _CHUNK = 1 << 20
 
 
@@ -66,7 +61,7 @@ class Backlog:
         lines: The lines, oldest first (no newline, CR stripped, bad UTF-8 replaced).
         ok: False when the source could not be read (missing file, permission, tool failed).
         status: One plain sentence when something is off or nothing was found, else None.
-        dropped_lines: Older lines left out by the bound (estimated past 64 MiB of file).
+        dropped_lines: Older lines left out by the bound (for a file, counted like the dashboard's start: exact up to ``tail_file.COUNT_EXACT_MAX_BYTES``, then estimated).
         reasons: For ``auto``: one line per candidate saying why it was or was not used.
     """
 
@@ -94,61 +89,12 @@ def _bounded(lines: Iterable[str], max_lines: int, max_bytes: int) -> tuple[tupl
 
 def read_file_tail(path: str | os.PathLike[str], *, backlog_lines: int = BACKLOG_LINES,
                    backlog_bytes: int = BACKLOG_BYTES) -> Backlog:
-    """The last ``backlog_lines`` lines of a log file, reading at most ``backlog_bytes`` of its end.
-
-    A cut first line (the read started mid-line) is left out; a last line without its newline is
-    kept (the server may be writing it). Errors (missing, a directory, permission) are a status.
-    """
-    p = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
-    source = f"file:{p}"
-    try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return Backlog(source, (), False, f"{p} not found")
-    except PermissionError:
-        return Backlog(source, (), False, f"cannot read {p}: permission denied")
-    except OSError as exc:
-        return Backlog(source, (), False, f"cannot open {p}: {exc.strerror or exc}")
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (for a pipe, use --log -)"
-            return Backlog(source, (), False, f"{p} is {kind}")
-        size = st.st_size
-        start = max(0, size - max(1, backlog_bytes))
-        data = os.pread(fd, size - start, start) if size > start else b""
-        dropped = 0
-        if start > 0 and os.pread(fd, 1, start - 1) != b"\n":
-            cut = data.find(b"\n")
-            data = data[cut + 1:] if cut >= 0 else b""
-            dropped += 1
-        if start > 0:
-            dropped += _count_lines(fd, start, size - start, len(data))
-        splitter = LineSplitter(strip_nul=True)
-        lines = splitter.feed(data) + splitter.flush()
-        kept, extra = _bounded(lines, max(0, backlog_lines), max(1, backlog_bytes)) if backlog_lines else ((), len(lines))
-        return Backlog(source, kept, True, None, dropped + extra)
-    except OSError as exc:
-        return Backlog(source, (), False, f"read error on {p}: {exc.strerror or exc}")
-    finally:
-        os.close(fd)
-
-
-def _count_lines(fd: int, end: int, window: int, window_lines_bytes: int) -> int:
-    """Lines in the file's first ``end`` bytes: counted up to 64 MiB, else estimated from the read window."""
-    if end <= _COUNT_EXACT_MAX_BYTES:
-        count = 0
-        pos = 0
-        while pos < end:
-            chunk = os.pread(fd, min(_CHUNK, end - pos), pos)
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            pos += len(chunk)
-        return count
-    sample = os.pread(fd, min(window, _CHUNK), end)
-    per_line = max(1, len(sample) // max(1, sample.count(b"\n")))
-    return end // per_line
+    """The last ``backlog_lines`` lines of a log file, reading at most ``backlog_bytes`` of its end
+    (``tail_file.read_tail``: the dashboard's own start). Errors (missing, a directory,
+    permission) are a status."""
+    source = f"file:{os.path.abspath(os.path.expanduser(os.fspath(path)))}"
+    lines, dropped, status, ok = read_tail(path, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes)
+    return Backlog(source, tuple(lines), ok, status, dropped)
 
 
 async def _run_tool(argv: list[str], env: Mapping[str, str] | None, timeout_s: float,

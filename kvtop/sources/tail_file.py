@@ -105,8 +105,10 @@ class _Poll:
 class _FileReader:
     """The synchronous, thread-confined part of ``FileTail`` (all calls under one lock)."""
 
-    def __init__(self, path: Path, backlog_lines: int, backlog_bytes: int) -> None:
+    def __init__(self, path: Path, backlog_lines: int, backlog_bytes: int, *, follow: bool = True) -> None:
         self.path = path
+        self.follow = follow
+        """False for a one-shot read (``read_tail``): a missing file is not waited for."""
         self.backlog_lines = max(0, backlog_lines)
         self.backlog_bytes = max(1, backlog_bytes)
         self._lock = threading.Lock()
@@ -147,6 +149,11 @@ class _FileReader:
             status, ok = self._status()
             return _Poll(out, dropped, status, ok)
 
+    def flush(self) -> list[str]:
+        """A last line still without its newline (a one-shot read keeps it: the server may be writing it)."""
+        with self._lock:
+            return self._splitter.flush()
+
     def close(self) -> None:
         """Close every descriptor; later polls return nothing."""
         with self._lock:
@@ -166,8 +173,8 @@ class _FileReader:
         except FileNotFoundError:
             self._missing = True
             self._fail = (
-                f"{self.path} not found — waiting for it to be created"
-                if not self._started
+                f"{self.path} not found" if not self.follow
+                else f"{self.path} not found — waiting for it to be created" if not self._started
                 else f"{self.path} was deleted — waiting for it to be re-created"
             )
             return None
@@ -534,3 +541,22 @@ class FileTail:
         """Stop the poll thread and close the file descriptors (waits for a read in progress)."""
         self._stop.set()
         await asyncio.to_thread(self._reader.close)
+
+
+def read_tail(path: str | os.PathLike[str], *, backlog_lines: int = 2000,
+              backlog_bytes: int = 4 * 2**20) -> tuple[list[str], int, str | None, bool]:
+    """Read a log file's newest lines once, exactly as ``FileTail`` starts (same bounds, same
+    handling of a cut first line, same errors), keeping a last line without its newline.
+
+    Returns:
+        The lines (oldest first), the older lines left out, the status (None when fine) and ok.
+    """
+    reader = _FileReader(Path(os.path.abspath(os.path.expanduser(os.fspath(path)))), backlog_lines,
+                         backlog_bytes, follow=False)
+    try:
+        first = reader.poll()
+        lines = first.lines + reader.flush()
+        extra = max(0, len(lines) - max(0, backlog_lines))  # the kept last line counts in the bound
+        return lines[extra:], first.dropped + extra, first.status, first.ok
+    finally:
+        reader.close()

@@ -420,3 +420,17 @@ def test_snapshot_is_frozen() -> None:
     with pytest.raises(AttributeError):
         b.ok = False  # type: ignore[misc]
     assert not hasattr(b, "__dict__")
+
+
+def test_a_one_shot_read_starts_like_the_follower(tmp_path: Path) -> None:
+    """``--check``'s backlog (tail_backlog.read_file_tail) and the dashboard's FileTail share one
+    reader: same bound, the cut first line left out, and a last line without newline kept."""
+    from kvtop.sources.tail_backlog import read_file_tail
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(10)) + b"partial")
+    got = read_file_tail(log, backlog_lines=3, backlog_bytes=1 << 20)
+    assert got.lines == ("line 8", "line 9", "partial") and got.ok and got.status is None
+    assert got.dropped_lines == 8
+    missing = read_file_tail(tmp_path / "nope.log")
+    assert not missing.ok and missing.status == f"{tmp_path / 'nope.log'} not found" and missing.lines == ()
