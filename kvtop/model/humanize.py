@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+STOPPING = "Stopping..."
+"""``ollama ps`` UNTIL for an ``expires_at`` in the past (``time.Since(m.ExpiresAt) > 0``)."""
+
 FOREVER_AFTER_S = 20 * 365 * 24 * 3600
 """``HumanTime`` prints ``Forever`` for a time more than 20 years ahead (Go: ``Forever``)."""
 
@@ -45,10 +48,11 @@ def human_duration(seconds: float) -> str:
 
 
 def until_text(expires_at: datetime | None, now_s: float) -> str:
-    """The UNTIL column of ``ollama ps``, except that a past time reads ``expired``.
+    """The UNTIL column of ``ollama ps`` (``cmd/cmd.go:ListRunningHandler``, reference §1.5).
 
-    ``ollama ps`` prints ``Stopping...`` for a past ``expires_at``, but that is also what a model
-    busy with a request longer than its keep-alive shows (§1.4), so kvtop says ``expired``.
+    A past ``expires_at`` reads ``Stopping...``, as ``ollama ps`` prints it. That is also what a
+    model busy with a request longer than its keep-alive shows (§1.4): the model is not
+    necessarily unloading, which is why views keep a separate ``expired`` flag.
     """
     if expires_at is None:
         return "unknown"
@@ -56,7 +60,7 @@ def until_text(expires_at: datetime | None, now_s: float) -> str:
         return "Never"
     delta = expires_at.timestamp() - now_s
     if delta < 0:
-        return "expired"
+        return STOPPING
     if delta > FOREVER_AFTER_S:
         return "Forever"
     return human_duration(delta) + " from now"

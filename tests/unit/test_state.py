@@ -141,7 +141,7 @@ def test_until_text_forms() -> None:
     t = parse_go_time("2026-01-01T00:05:00Z")
     base = parse_go_time("2026-01-01T00:00:00Z").timestamp()  # type: ignore[union-attr]
     assert until_text(t, base) == "5 minutes from now"
-    assert until_text(t, base + 301) == "expired"
+    assert until_text(t, base + 301) == "Stopping..."  # ollama ps wording (reference §1.5)
     assert until_text(parse_go_time("2318-04-11T23:47:16.854775807Z"), base) == "Forever"
     assert until_text(None, base) == "unknown"
 
