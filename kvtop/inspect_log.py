@@ -5,8 +5,8 @@ UTF-8 becomes U+FFFD, CRLF is fine, and memory stays bounded for a huge file bec
 are grouped as they are parsed. Prints, per model load, the model blob, runner era, context
 (total, slots, per slot), K/V cache types, flash attention as resolved, offloaded layers,
 weights/KV/compute per device (binary units and exact bytes), the scheduler's estimates and
-the findings (spill, KV type fallback, flash attention forced off, truncations, OOM,
-evictions, load failures); then the server config. ``--json`` prints the document of
+the findings (context over the training context, spill, KV type fallback, flash attention
+forced off, truncations, OOM, evictions, load failures); then the server config. ``--json`` prints the document of
 :func:`kvtop.logparse.inspect_events` instead (the shape of ``corpus/expected/README.md``).
 
 Exit status: 0, or 2 with a one-line message when the file is missing or unreadable (or the
@@ -163,7 +163,10 @@ def _render_load(w: Any, load: Mapping[str, Any], events: list[Mapping[str, Any]
         runner += f", port {load['port']}"
     rows.append(("runner", runner))
     total, par, per = load.get("num_ctx_total"), load.get("parallel"), load.get("num_ctx_per_seq")
-    rows.append(("context", f"num_ctx total {_value(total)} = {_value(par)} slot(s) × {_value(per)} per slot"))
+    context = f"num_ctx total {_value(total)} = {_value(par)} slot(s) × {_value(per)} per slot"
+    if isinstance(load.get("n_ctx_train"), int):
+        context += f" (model trained on {load['n_ctx_train']})"
+    rows.append(("context", context))
     k, v = load.get("kv_type_k"), load.get("kv_type_v")
     rows.append(("KV cache type", f"K {safe(k) if k else '? (f16 unless printed)'}, V {safe(v) if v else '?'}"))
     fa = load.get("flash_attention")

@@ -214,6 +214,12 @@ class KvSummary(_Event):
     = L`` (no size) and ``llama_memory_recurrent: size = …`` (``recurrent`` True: R/S state,
     not KV). ``cells`` is per stream; ``seqs`` is n_seq_max and ``streams`` the number of
     KV streams (``4/1`` = unified).
+
+    Interleaved-SWA models build two caches, each announced by ``llama_kv_cache_iswa: creating
+    non-SWA KV cache, size = N cells`` / ``creating     SWA KV cache, size = N cells`` (older:
+    ``llama_kv_cache_unified_iswa``; ollama/ollama#16480, corpus 042). Such a line is a
+    ``KvSummary`` with only ``cells`` and ``swa`` (False: the full-context cache, True: the
+    sliding-window one); ``swa`` is None on every other line.
     """
 
     kind: ClassVar[str] = "kv_summary"
@@ -228,6 +234,7 @@ class KvSummary(_Event):
     v_bytes: int | None = None
     recurrent: bool = False
     grammar: str = ""
+    swa: bool | None = None
 
 
 @_fast_init
@@ -239,6 +246,11 @@ class ContextParams(_Event):
     VALUE`` and the 2023 ``llama_model_load_internal: n_ctx = …``. Only the field of the
     printed parameter is set. ``n_ctx_per_seq`` also takes ``n_ctx_seq`` (v0.13.4+).
     ``flash_attn`` is raw: ``0|1`` (A/B1), ``auto|enabled|disabled`` (v0.12.4+).
+
+    The warning ``n_ctx_per_seq (4096) < n_ctx_train (40960) -- the full capacity of the model
+    will not be utilized`` (``n_ctx_seq`` from v0.13.4; ollama/ollama#10999) is one too: it sets
+    ``n_ctx_per_seq`` and ``n_ctx_train``. It is not a finding (the ``>`` twin is
+    :class:`ContextOverTraining`).
     """
 
     kind: ClassVar[str] = "context_params"
@@ -251,6 +263,7 @@ class ContextParams(_Event):
     kv_unified: str | None = None
     causal_attn: str | None = None
     grammar: str = ""
+    n_ctx_train: int | None = None
 
 
 @_fast_init

@@ -60,10 +60,16 @@ _KV_SELF_RE = re.compile(
     r"[Kk][Vv] self size\s*=\s*(\d+(?:\.\d+)?) (MiB|MB)(?:,\s*K \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*V \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
 )
 _KV_INIT_RE = re.compile(
-    r"kv_size = (\d+), offload = \d+, type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)"
+    r"kv_size = (\d+), (?:offload = \d+, )?type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)"
 )
+"""``llama_kv_cache_init: kv_size = 32768, offload = 1, type_k = 'f16', …`` (corpus 006) and the
+``llama_kv_cache_unified: kv_size = 8192, type_k = 'f16', type_v = 'f16', n_layer = 28, can_shift = 1,
+padding = 256`` of v0.7–v0.9, which has no ``offload =`` (ollama/ollama#10999)."""
+_ISWA_RE = re.compile(r"creating\s+(non-SWA|SWA|DSA) KV cache, size = (\d+) cells")
+"""``llama_kv_cache_iswa: creating non-SWA KV cache, size = N cells`` / ``creating     SWA …`` (five spaces), and
+``llama_kv_cache_dsa_iswa: creating DSA KV cache`` / ``creating SWA KV cache`` (llama.cpp ``src/llama-kv-cache-*iswa.cpp``)."""
 _PARAM_RE = re.compile(r"(\w+)\s*=\s*(\S+)")
-_OVER_TRAIN_RE = re.compile(r"n_ctx_(?:pre_seq|per_seq|seq) \((\d+)\) > n_ctx_train \((\d+)\)")
+_OVER_TRAIN_RE = re.compile(r"n_ctx_(?:pre_seq|per_seq|seq) \((\d+)\) ([<>]) n_ctx_train \((\d+)\)")
 _FA_RESOLVED_RE = re.compile(r"Flash Attention (?:was auto, set to )?(enabled|disabled)")
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _DEVICE_FREE_RE = re.compile(r"using device (\S+)\s+\((.*?)\)(?:\s*\([^)]*\))*\s+-\s+(\d+)\s+MiB free")
@@ -125,6 +131,12 @@ def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Log
         return _buffer(func, rest, n, text, time, "kv")
     recurrent = func == "llama_memory_recurrent"
     if "cells" in rest:
+        if rest.startswith("creating"):  # llama_kv_cache_iswa: creating [non-]SWA KV cache, size = N cells
+            im = _ISWA_RE.match(rest)
+            if im is None:
+                return None
+            return [KvSummary(*_meta(n, text, time), cells=int(im.group(2)), grammar=func,
+                              swa=im.group(1) == "SWA")]
         m = _KV_SIZE_RE.search(rest)
         if m is None:
             return None
@@ -172,10 +184,14 @@ def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
     c0 = rest[:1]
     if c0 == "n" or c0 == "f" or c0 == "k" or c0 == "c":
         m = _PARAM_RE.match(rest)
-        if m is None and c0 == "n" and "> n_ctx_train" in rest:
+        if m is None and c0 == "n" and " n_ctx_train (" in rest:
             over = _OVER_TRAIN_RE.match(rest)
             if over is not None:
-                return [ContextOverTraining(*_meta(n, text, time), int(over.group(1)), int(over.group(2)), func)]
+                per_seq, train = int(over.group(1)), int(over.group(3))
+                if over.group(2) == ">":
+                    return [ContextOverTraining(*_meta(n, text, time), per_seq, train, func)]
+                # "< n_ctx_train": the full capacity will not be used; not a finding, but it says both numbers
+                return [ContextParams(*_meta(n, text, time), n_ctx_per_seq=per_seq, grammar=func, n_ctx_train=train)]
         if m is not None:
             name, value = m.groups()
             field = _CTX_PARAMS.get(name)
@@ -349,7 +365,7 @@ def free_text(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent]:
     if found:
         return found
     if body.startswith("GGML_ASSERT"):
-        return [UnknownWarning(*_meta(n, text, time), "ERROR", body.strip(), None)]
+        return [UnknownWarning(*_meta(n, text, time), "ERROR", sanitize(body.strip()), None)]
     return []
 
 
@@ -357,7 +373,8 @@ HANDLERS: dict[str, Handler] = {}
 """Handlers by llama.cpp function prefix."""
 for _names, _handler in (
     (("llama_kv_cache_init llama_kv_cache_unified llama_kv_cache llama_kv_cache_iswa llama_kv_cache_unified_iswa "
-     "llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid"), _kv_cache),
+     "llama_kv_cache_dsa_iswa llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid llama_memory_hybrid_iswa"),
+     _kv_cache),
     ("llama_new_context_with_model llama_init_from_model llama_context sched_reserve graph_reserve", _context),
     ("llm_load_tensors load_tensors", _tensors),
     ("resolve_fused_ops", _fused_ops),

@@ -35,6 +35,7 @@ from typing import Any
 from kvtop.logparse.cmdline import era_of_version
 from kvtop.logparse.events import (
     Allocation,
+    ContextOverTraining,
     ContextParams,
     DeviceFree,
     Eviction,
@@ -79,6 +80,9 @@ INCIDENT_KINDS = frozenset({"oom", "load_failed", "eviction", "unload", "flash_a
 INCIDENT_GAP_S = 60.0
 """Two lines of the same kind further apart than this are separate incidents."""
 
+_ROUNDING_SLACK = 64 * 1024
+"""KV buffer lines and size lines both print MiB with two decimals: sums may differ by this much."""
+
 _ORDER = {"weights": 0, "kv": 1, "recurrent": 1, "compute": 2}
 _FA_REQUEST = {"true": "enabled", "enabled": "enabled", "on": "enabled", "1": "enabled",
                "false": "disabled", "disabled": "disabled", "off": "disabled", "0": "disabled"}
@@ -120,6 +124,10 @@ class Load:
     ready: bool
     events: tuple[LogEvent, ...]
     """The incidents and requests of this load (OOM, failures, fallbacks, truncations…)."""
+    n_ctx_train: int | None = None
+    """The model's training context, when llama.cpp printed it (``n_ctx_per_seq (N) <|> n_ctx_train (M)``)."""
+    over_training: ContextOverTraining | None = None
+    """llama.cpp's ``n_ctx_per_seq (N) > n_ctx_train (M)`` warning for this load (corpus 006), if printed."""
 
     @property
     def estimates(self) -> dict[str, int | None]:
@@ -139,6 +147,10 @@ class Load:
         llama.cpp always keeps on the CPU.
         """
         out: list[str] = []
+        over = self.over_training
+        if over is not None:
+            out.append(f"context over training: {over.n_ctx_per_seq} tokens per slot > the model's training context "
+                       f"{over.n_ctx_train} (llama.cpp: possible training context overflow)")
         per_device = [d for c in COMPONENTS for d in self.memory.get(c, {})]
         gpu = any(not _is_cpu_device(d) for d in per_device) or bool(self.layers_offloaded)
         full = self.layers_offloaded is not None and self.layers_total is not None and (
@@ -201,9 +213,16 @@ class _Builder:
         self.fa_strong: tuple[str, str] | None = None
         self.fa_weak: tuple[str, str] | None = None
         self.fa_requested: str | None = None
+        self.fa_ollama_off = False
+        """Ollama said flash attention is not supported (by the model or GPU) before spawning this runner."""
         self.alloc: dict[str, dict[str, int]] = {}
         self.kv_sizes: list[int] = []
         self.max_order = -1
+        self.kv_swa: bool | None = None
+        """Which iSWA cache the following KV lines describe (``creating [non-]SWA KV cache``); None: not iSWA."""
+        self.kv_ctx_set = False
+        """A KV summary of this context creation already gave the context (an iSWA SWA cache never does)."""
+        self.over_training: ContextOverTraining | None = None
         self.estimate: SchedulerEstimate | None = None
         self.fit_overflowing: int | None = None
         self.device_free: dict[str, int] = {}
@@ -259,6 +278,8 @@ class _Builder:
         self.alloc = {}
         self.kv_sizes = []
         self.max_order = -1
+        self.kv_swa = None
+        self.kv_ctx_set = False
 
     def build(self, server_era: str | None) -> Load:
         n_ctx = self.get("num_ctx_total")
@@ -268,6 +289,8 @@ class _Builder:
             parallel = n_ctx // per_seq
         if per_seq is None and n_ctx and parallel:
             per_seq = n_ctx // parallel
+        if n_ctx is None and per_seq and parallel:  # the 2024 server's slot lines: n_slots × n_ctx_slot
+            n_ctx = per_seq * parallel
         if self.fa_strong is not None:
             fa: str | None = self.fa_strong[0]
             fa_reason: str | None = self.fa_strong[1]
@@ -276,9 +299,10 @@ class _Builder:
         else:
             fa = fa_reason = None
         kv_bytes: int | None
-        if self.kv_sizes:
+        buffers = sum(self.alloc.get("kv", {}).values())
+        if self.kv_sizes and sum(self.kv_sizes) >= buffers - _ROUNDING_SLACK:
             kv_bytes, stated = sum(self.kv_sizes), True
-        elif self.alloc.get("kv"):
+        elif self.alloc.get("kv"):  # (also when a size line is missing, e.g. an iSWA SWA cache's line was cut)
             kv_bytes, stated = sum(self.alloc["kv"].values()), False
         else:
             kv_bytes, stated = None, False
@@ -317,6 +341,8 @@ class _Builder:
             device_free=dict(self.device_free),
             ready=self.ready,
             events=tuple(self.events),
+            n_ctx_train=self.get("n_ctx_train"),
+            over_training=self.over_training,
         )
 
 
@@ -346,6 +372,9 @@ class _Grouper:
         for p in pending:
             if isinstance(p, FlashAttentionDecision):
                 b.fa_weak = (p.state, p.reason)
+            elif isinstance(p, FlashAttentionForcedOff):
+                b.fa_weak = ("disabled", p.reason)
+                b.fa_ollama_off = True
         return b
 
     def current_or_new(self, event: LogEvent) -> _Builder:
@@ -405,13 +434,18 @@ class _Grouper:
             else:
                 b.device_free[e.device] = e.free_bytes
         elif isinstance(e, FlashAttentionForcedOff) and e.source == "ollama":
+            # "flash attention enabled but not supported by model|gpu": Ollama does not ask the runner for
+            # flash attention, so it is disabled for the load it is about to start (not unknown)
             if cur is not None and cur.pre_spawn():
                 b = cur
                 target = cur.index
+                cur.fa_weak = ("disabled", e.reason)
+                cur.fa_ollama_off = True
             else:
                 target = len(self.loads)  # Ollama decides before it spawns the runner
+                self.pending.append(e)
         elif isinstance(e, (Allocation, KvSummary, ContextParams, OffloadedLayers, FitOverflow, FlashAttention,
-                            FlashAttentionForcedOff)):
+                            FlashAttentionForcedOff, ContextOverTraining)):
             b = self.current_or_new(e)
             self.runner_line(b, e)
             target = b.index
@@ -492,7 +526,7 @@ class _Grouper:
             state = _FA_REQUEST.get(e.flash_attn.lower())
             if state is not None:
                 b.fa_weak = (state, f"--flash-attn {e.flash_attn}" if e.era == "C" else "--flash-attn")
-        elif e.complete and e.era in ("A", "B1") and e.cmd is not None:
+        elif e.complete and e.era in ("A", "B1") and e.cmd is not None and not b.fa_ollama_off:
             b.fa_weak = ("disabled", "no --flash-attn on the runner command line")
 
     def request(self, b: _Builder, e: LoadRequest) -> None:
@@ -521,14 +555,24 @@ class _Grouper:
 
     @staticmethod
     def runner_line(b: _Builder, e: LogEvent) -> None:
-        b.has_alloc = b.has_alloc or not isinstance(e, (FlashAttention, FlashAttentionForcedOff))
+        # a fit pass (``N layers (M overflowing)``) runs before the runner loads the model, so it does not
+        # end the load's spawn phase: the ``llama_model_loader`` line that follows is the same load
+        b.has_alloc = b.has_alloc or not isinstance(e, (FlashAttention, FlashAttentionForcedOff, FitOverflow))
         if isinstance(e, Allocation):
             b.add_alloc(e.component, e.device, e.bytes)
             b.set_era("B2" if e.grammar == "ollama" else _GRAMMAR_ERA.get(e.grammar), 1)
         elif isinstance(e, KvSummary):
+            if e.swa is not None:  # llama_kv_cache_iswa: creating [non-]SWA KV cache, size = N cells
+                if not e.swa:
+                    b.kv_ctx_set = False  # a new pair of caches: the non-SWA one gives the context
+                b.kv_swa = e.swa
+                b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
+                return
             if e.size_bytes is not None and not e.recurrent:
-                b.add_kv_size(e.size_bytes)
-            if not e.recurrent:
+                b.add_kv_size(e.size_bytes)  # an iSWA model's two caches add up
+            # the context, slots and K/V types are the full-context cache's: an iSWA model's SWA cache has
+            # far fewer cells (n_swa × slots + n_ubatch) and may keep f16 when the main cache is quantized
+            if not e.recurrent and not b.kv_swa and not (b.kv_ctx_set and e.cells is not None):
                 b.put("kv_type_k", e.k_type, 3)
                 b.put("kv_type_v", e.v_type, 3)
                 if e.cells is not None and e.streams is not None:
@@ -536,12 +580,15 @@ class _Grouper:
                 elif e.cells is not None and e.size_bytes is None:
                     b.put("num_ctx_total", e.cells, 2)
                 b.put("parallel", e.seqs, 3)
+                if e.cells is not None:
+                    b.kv_ctx_set = True
             b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
         elif isinstance(e, ContextParams):
             if e.flash_attn is not None and e.flash_attn.lower() == "auto":
                 b.fa_requested = "auto"
             b.put("num_ctx_total", e.n_ctx, 3)
             b.put("num_ctx_per_seq", e.n_ctx_per_seq, 3)
+            b.put("n_ctx_train", e.n_ctx_train, 3)
             b.put("parallel", e.n_seq_max, 3)
             b.set_era(_GRAMMAR_ERA.get(e.grammar), 1)
         elif isinstance(e, OffloadedLayers):
@@ -550,6 +597,10 @@ class _Grouper:
         elif isinstance(e, FitOverflow):
             b.fit_overflowing = (b.fit_overflowing or 0) + e.overflowing
             b.set_era("C", 1)
+        elif isinstance(e, ContextOverTraining):
+            b.over_training = e
+            b.put("num_ctx_per_seq", e.n_ctx_per_seq, 3)
+            b.put("n_ctx_train", e.n_ctx_train, 3)
         elif isinstance(e, FlashAttention):
             b.fa_strong = (e.state, e.reason)
             if e.reason.startswith("resolve_fused_ops"):
@@ -605,6 +656,7 @@ def load_json(load: Load) -> dict[str, Any]:
         "model_name": load.model_name,
         "mmproj_blob": load.mmproj_blob,
         "port": load.port,
+        "n_ctx_train": load.n_ctx_train,
         "first_line": load.first_line,
         "last_line": load.last_line,
         "findings": load.findings(),

@@ -6,7 +6,8 @@ included) and returns the events completed so far. It keeps three kinds of state
 - **Hard wraps.** Pasted logs are often hard-wrapped. A slog or Go-logger record that may
   continue (see :func:`_wrap_kind`: a quoted value still open, ``env="map[… OLLAM`` |
   ``A_SCHED_SPREAD:false …]"`` in corpus 021/022/033; a piece of a fixed-width wrap; a wide
-  record such as the ``offload`` estimate wrapped between attributes, issues #8430/#9181) is
+  record such as the ``offload`` estimate wrapped between attributes, issues #8430/#9181, or a
+  spawn line ``msg="starting llama server"`` wrapped before its ``cmd=…`` and between flags) is
   held, and the following physical lines that do not start a record are glued to it, until
   it is complete, a record starts, or 8 lines were glued. Blank lines inside such a record
   are skipped. A record cut short and never closed (``systemctl`` cuts, corpus 031) is parsed
@@ -55,6 +56,9 @@ _NEW_RECORD_RE = re.compile(
     r"|generation eval) time|\d+\.\d+\.\d+\.\d+ [IWED] "
 )
 _WIDE_RE = re.compile(r'msg=(?:offload |"offload to )|msg="starting [^"]*" cmd=|msg=load request=')
+_SPAWN_ENDS = ('msg="starting llama server"', 'msg="starting runner"', 'msg="starting llama-server"')
+"""A spawn record that ends right after its message: a post wrapped it before ``cmd=…``, which follows on
+the next (indented) lines; it is held like the other wide records."""
 _ATTR_START_RE = re.compile(r'\s*(?:"[^"]*"|[\w.]+)=')
 _ENV_CONTINUATION_RE = re.compile(r"[A-Z][A-Z0-9_]*:|[a-z]+_proxy:")
 _TIMING_FUNCS = frozenset(("llama_print_timings", "llama_perf_context_print", "print_timings"))
@@ -93,6 +97,8 @@ def _wrap_kind(record: str, last_piece: str) -> str | None:
         return "attrs"
     if "offload" in record or "cmd=" in record or "request=" in record:
         return "attrs" if _WIDE_RE.search(record) else None
+    if end == '"' and record.endswith(_SPAWN_ENDS):
+        return "attrs"
     return None
 
 
@@ -165,6 +171,7 @@ class LogParser:
                     and line[-1] not in " ="
                     and ((line.count('"') & 1 == 0 and "\\" not in line) or not _open_quote(line))
                     and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
+                    and not line.endswith(_SPAWN_ENDS)
                 ):
                     result = parse_slog(line, n, line, _no_time)
                     if result and self._timing is not None:
@@ -234,6 +241,8 @@ class LogParser:
             body = body.lstrip()
             if not joined.endswith(" "):
                 body = " " + body
+        elif kind == "quote" and body[:1] == "-" and joined[-1:] not in (" ", "-") and ' cmd="' in joined:
+            body = " " + body  # a spawn command wrapped before a flag: the space was the line break
         pending.append(body)
         joined += body
         next_kind = _wrap_kind(joined, body)
@@ -312,6 +321,7 @@ class LogParser:
                 or body[-1] in " ="
                 or not ((body.count('"') & 1 == 0 and "\\" not in body) or not _open_quote(body))
                 or (("offload" in body or "cmd=" in body or "request=" in body) and _WIDE_RE.search(body))
+                or body.endswith(_SPAWN_ENDS)
             ):
                 kind = _wrap_kind(body, text)
                 if kind is not None:

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from kvtop.logparse.events import (
+    ContextParams,
     LoadFailed,
     LogEvent,
     ModelLoad,
@@ -175,6 +176,26 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
     return []
 
 
+def _slot_init(msg: str, pairs: dict[str, Any], n: int, text: str, when: TimeFn) -> list[LogEvent]:
+    """The 2024 server's slot set-up (``llm/ext_server/server.cpp`` ``initialize()``/``init()``).
+
+    ``LOG_INFO("initializing slots", {{"n_slots", params.n_parallel}})`` and, per slot,
+    ``LOG_INFO("new slot", {{"slot_id"|"id_slot", i}, {"n_ctx_slot", n_ctx / n_parallel}})``, printed
+    as JSON (``{"function":"initialize","level":"INFO","line":…,"msg":"initializing slots","n_slots":4,…}``)
+    or as ``INFO [initialize] new slot | n_ctx_slot=2048 slot_id=0 …``: the load's slots and per-slot
+    context, as :class:`ContextParams` (``n_seq_max`` / ``n_ctx_per_seq``).
+    """
+    if msg == "initializing slots":
+        slots = to_int(pairs.get("n_slots"))
+        if slots is None or slots <= 0:
+            return []
+        return [ContextParams(n, when(), sanitize(text), n_seq_max=slots, grammar="ext_server")]
+    per_slot = to_int(pairs.get("n_ctx_slot"))
+    if per_slot is None or per_slot <= 0:
+        return []
+    return [ContextParams(n, when(), sanitize(text), n_ctx_per_seq=per_slot, grammar="ext_server")]
+
+
 def _text(rest: str, key: str) -> str | None:
     m = _NUM_RE[key].search(rest)
     return m.group(1) if m else None
@@ -224,6 +245,8 @@ def _runner_record(
     if msg.startswith("input truncated"):
         return [Truncation(n, when(), sanitize(text), to_int(pairs.get("n_ctx")), None, to_int(pairs.get("n_keep")),
                            None)]
+    if msg == "initializing slots" or msg == "new slot":
+        return _slot_init(msg, pairs, n, text, when)
     if msg == "unable to load model" or msg.startswith("failed to load model") or msg == "error loading model":
         return [LoadFailed(n, when(), sanitize(text), msg, blob_of(str(pairs.get("model", ""))))]
     if level in ("WARN", "WARNING", "ERROR", "ERR"):

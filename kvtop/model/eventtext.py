@@ -1,4 +1,9 @@
-"""One-line, plain descriptions of parsed log events for the events pane (pure)."""
+"""One-line, plain descriptions of parsed log events for the events pane (pure).
+
+Text that comes from the log (a warning's message, a path) is returned with every control character
+replaced (``logparse.wrappers.sanitize``); the pane also passes it through ``ui.format.safe`` and
+shows it as a ``rich.text.Text``, never as markup.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from kvtop.logparse.events import LogEvent
+from kvtop.logparse.wrappers import sanitize
 
 _SKIP = {"line_no", "time", "raw", "grammar", "complete", "message", "cmd", "env"}
 
@@ -29,6 +35,13 @@ def describe(event: LogEvent) -> str:
     def get(name: str) -> Any:
         return getattr(event, name, None)
 
+    if kind == "unknown_warning":
+        # the line's own text is the description (``GGML_ASSERT: …ggml-cuda.cu:101: !"CUDA error"``, corpus 005)
+        level, message, source = get("level"), get("message"), get("source")
+        text = f"{level}: {message}" if level else str(message or "")
+        if source:
+            text += f" ({source})"
+        return sanitize(text)
     if kind == "allocation":
         return f"{get('component')} {get('device')} {_mib(get('bytes'))}"
     if kind == "kv_summary":
@@ -59,4 +72,4 @@ def describe(event: LogEvent) -> str:
         if value in (None, "", (), {}, False):
             continue
         fields.append(f"{f.name}={_value(f.name, value)}")
-    return " ".join(fields)
+    return sanitize(" ".join(fields))

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import pytest
 
-from kvtop.logparse.events import ContextClamped, ContextOverTraining, UnknownWarning
+from kvtop.logparse.events import ContextClamped, ContextOverTraining, ContextParams, UnknownWarning
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.alerts import evaluate
 from kvtop.model.logstate import WARNING_KINDS
@@ -54,10 +54,13 @@ def test_later_spellings_of_the_over_training_line(name: str) -> None:
     assert isinstance(event, ContextOverTraining) and event.n_ctx_per_seq == 32768
 
 
-def test_the_under_training_twin_is_not_an_event() -> None:
-    # Ref §4.5: `n_ctx_seq (%u) < n_ctx_train (%u) -- the full capacity of the model will not be utilized`
-    line = "llama_context: n_ctx_seq (4096) < n_ctx_train (40960) -- the full capacity of the model will not be utilized"
-    assert list(parse_lines([line])) == []
+def test_the_under_training_twin_is_context_not_a_finding() -> None:
+    # corpus 008 (ollama/ollama#9362): `n_ctx_per_seq (2048) < n_ctx_train (131072) -- the full capacity of the model
+    # will not be utilized` gives the per-slot and training contexts, and is not a context_over_training event
+    (event,) = parse_lines([corpus_line("008", "n_ctx_per_seq (2048) < n_ctx_train (131072)")])
+    assert isinstance(event, ContextParams)
+    assert (event.n_ctx_per_seq, event.n_ctx_train) == (2048, 131072)
+    assert event.kind not in WARNING_KINDS
 
 
 def test_corpus_006_loads_unchanged_by_the_event() -> None:
