@@ -104,3 +104,25 @@ def test_every_corpus_log_reports(path: Path, capsys: pytest.CaptureFixture[str]
     rc, out, _ = _run([str(path)], capsys)
     assert rc == 0 and out.startswith("kvtop inspect-log: ")
     assert not CONTROL.search(out)
+
+
+def test_context_over_training_finding_in_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    # 006 (ollama/ollama#10114): `n_ctx_pre_seq (32768) > n_ctx_train (8192) -- possible training context overflow`
+    path = LOGS / "006-cuda-llama_init_from_model-ctx32768-exceeds-train-0.5.log"
+    finding = ("context over training: 32768 tokens per slot > the model's training context 8192 "
+               "(llama.cpp: possible training context overflow)")
+    rc, out, _ = _run([str(path)], capsys)
+    assert rc == 0
+    assert f"    ! {finding}\n" in out
+    assert "num_ctx total 32768 = 1 slot(s) × 32768 per slot (model trained on 8192)" in out
+    rc, out, _ = _run([str(path), "--json"], capsys)
+    assert rc == 0
+    (load,) = json.loads(out)["loads"]
+    assert load["findings"] == [finding] and load["n_ctx_train"] == 8192
+
+
+@pytest.mark.parametrize("path", sorted((LOGS / "posted").glob("*.log")), ids=lambda p: p.stem[:16])
+def test_every_posted_log_reports(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run([str(path)], capsys)
+    assert rc == 0 and out.startswith("kvtop inspect-log: ")
+    assert not CONTROL.search(out)
