@@ -171,7 +171,7 @@ class LogParser:
                     and line[-1] not in " ="
                     and ((line.count('"') & 1 == 0 and "\\" not in line) or not _open_quote(line))
                     and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
-                    and not line.endswith(_SPAWN_ENDS)
+                    and not (line[-1] == '"' and line.endswith(_SPAWN_ENDS))
                 ):
                     result = parse_slog(line, n, line, _no_time)
                     if result and self._timing is not None:
@@ -321,7 +321,7 @@ class LogParser:
                 or body[-1] in " ="
                 or not ((body.count('"') & 1 == 0 and "\\" not in body) or not _open_quote(body))
                 or (("offload" in body or "cmd=" in body or "request=" in body) and _WIDE_RE.search(body))
-                or body.endswith(_SPAWN_ENDS)
+                or (body[-1] == '"' and body.endswith(_SPAWN_ENDS))
             ):
                 kind = _wrap_kind(body, text)
                 if kind is not None:
