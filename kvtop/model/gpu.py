@@ -142,12 +142,45 @@ class GpuSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceEnv:
+    """The environment ``ollama serve`` runs with: the **service** rung (``sources.service_env``).
+
+    Attributes:
+        values: ``OLLAMA_*``, ``LLAMA_ARG_*`` and GPU-selection variables by name, secrets already
+            masked; empty when nothing could be read.
+        source: Where they were read (``/proc/1234/environ``, ``systemctl show ollama.service``,
+            ``docker inspect 0123abcd4567``, ``launchctl getenv``), None when nowhere.
+        error: What was tried and why it failed (or a partial failure, such as an unreadable
+            ``EnvironmentFile``), None when everything was read.
+    """
+
+    values: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    source: str | None = None
+    error: str | None = None
+
+    @property
+    def readable(self) -> bool:
+        """True when the environment was read from somewhere (it may still set nothing)."""
+        return self.source is not None
+
+    def get(self, key: str) -> str | None:
+        """Ollama's own reading of a variable (``envconfig.Var``: spaces and quotes trimmed);
+        None when unset or empty (Ollama treats both alike)."""
+        value = self.values.get(key)
+        if value is None:
+            return None
+        value = value.strip().strip("\"'")
+        return value or None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerProcess:
-    """An ``ollama serve`` process."""
+    """An ``ollama serve`` process and, when readable, its environment (``env``)."""
 
     pid: int
     user: str | None = None
     cmdline: tuple[str, ...] = ()
+    env: ServiceEnv | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +196,11 @@ class RunnerProcess:
         port / ctx_size / parallel: From ``--port``, ``--ctx-size``/``-c`` (total cells) and
             ``--parallel``/``-np`` when the command line has them.
         engine: ``ollama`` (``--ollama-engine``), ``mlx`` or ``llama.cpp``.
+        cache_type_k / cache_type_v: ``--cache-type-k``/``--cache-type-v`` (Era C) or
+            ``--kv-cache-type`` (B1, both K and V: ``cache_type_v`` stays None), lower-cased.
+        flash_attn: ``--flash-attn`` as given: ``on``/``off``/``auto`` (Era C), ``true`` for the bare
+            flag (A/B1); None when absent (A/B1: off).
+        n_gpu_layers / tensor_split: ``-ngl``/``--n-gpu-layers`` and ``--tensor-split`` (``3,1``).
         server_pid: The ``ollama serve`` parent, when it is one.
         rss_bytes: Resident memory (a spilled model's CPU part lives here).
     """
@@ -182,6 +220,34 @@ class RunnerProcess:
     user: str | None = None
     rss_bytes: int | None = None
     cmdline: tuple[str, ...] = ()
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: str | None = None
+    n_gpu_layers: int | None = None
+    tensor_split: str | None = None
+
+    @property
+    def flags(self) -> str:
+        """What the command line requests, for a detail line (``-c 16384 -np 2 --cache-type-k q8_0``)."""
+        parts = []
+        if self.ctx_size is not None:
+            parts.append(f"{'-c' if self.kind == 'llama-server' else '--ctx-size'} {self.ctx_size}")
+        if self.parallel is not None:
+            parts.append(f"{'-np' if self.kind == 'llama-server' else '--parallel'} {self.parallel}")
+        if self.cache_type_k is not None:
+            if self.kind == "llama-server" or self.cache_type_v is not None:
+                parts.append(f"--cache-type-k {self.cache_type_k}")
+            else:
+                parts.append(f"--kv-cache-type {self.cache_type_k}")
+        if self.cache_type_v is not None:
+            parts.append(f"--cache-type-v {self.cache_type_v}")
+        if self.flash_attn is not None:
+            parts.append("--flash-attn" + ("" if self.flash_attn == "true" else f" {self.flash_attn}"))
+        if self.n_gpu_layers is not None:
+            parts.append(f"{'-ngl' if self.kind == 'llama-server' else '--n-gpu-layers'} {self.n_gpu_layers}")
+        if self.tensor_split is not None:
+            parts.append(f"--tensor-split {self.tensor_split}")
+        return " ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

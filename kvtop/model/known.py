@@ -1,9 +1,11 @@
 """A value together with where it came from.
 
-Every number kvtop shows has a source (product.md "Data sources"): ``allocated`` (the runner's
-log), ``reported`` (the API or NVML), ``estimated`` (a formula), ``requested`` (what a
-Modelfile, flag or environment asked for) or ``default`` (Ollama's documented default, used
-because nothing better is known yet). ``value is None`` means not known.
+Every number kvtop shows has a source (product.md "Data sources"; the ladder in ``model.ladder``):
+``allocated`` (the runner's log), ``runner`` (the runner's own ``/props`` / ``/slots``),
+``reported`` (the Ollama API or NVML), ``requested`` (the runner's command line or the
+Modelfile), ``service`` (the ``ollama serve`` environment), ``estimated`` (a formula) or
+``default`` (Ollama's documented default, used because nothing readable says otherwise).
+``value is None`` means not known.
 """
 
 from __future__ import annotations
@@ -12,17 +14,23 @@ from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
 T = TypeVar("T")
-Source = Literal["allocated", "reported", "estimated", "requested", "default"]
+Source = Literal["allocated", "runner", "reported", "estimated", "requested", "service", "default"]
 
 SOURCE_MARK: dict[str, str] = {
     "allocated": "",
+    "runner": "",
     "reported": "",
     "estimated": "~",
     "requested": "^",
+    "service": "=",
     "default": "*",
 }
-"""Prefix marks used in dense tables: ``~`` estimated, ``*`` Ollama default, ``^`` requested only
-(``?`` alone means not known)."""
+"""Marks used in dense tables: ``~`` estimated, ``^`` requested (the runner's command line),
+``=`` service (the server's environment), ``*`` Ollama default (``?`` alone means not known).
+The runner's own word (log, endpoints) and the API's need no mark."""
+
+SOURCE_LEGEND = "~ estimated  ^ requested  = server env  * Ollama default  ? not known"
+"""The marks' legend, the same on every screen and output."""
 
 
 @dataclass(frozen=True, slots=True)

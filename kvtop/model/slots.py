@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kvtop.logparse.events import LogEvent, PrefillProgress, RequestTiming, SlotActivity
@@ -43,11 +43,45 @@ class SlotState:
         n_ctx: Context cells of this slot (the per-slot num_ctx), None when not given.
         is_processing: True while the slot serves a request (llama-server's ``is_processing``;
             Era A's ext server: ``state`` ≠ 0).
+        id_task: The task it serves or served last (``id_task``), None when it has served none.
+        n_tokens: Tokens in the slot's cache (``n_prompt_tokens``: the prompt, cached part and
+            what was generated so far), None when not listed.
+        n_decoded: Tokens generated for the current (or last) task (``next_token[0].n_decoded``).
     """
 
     id: int
     n_ctx: int | None
     is_processing: bool
+    id_task: int | None = None
+    n_tokens: int | None = None
+    n_decoded: int | None = None
+
+    @property
+    def fill(self) -> float | None:
+        """Tokens in the slot's cache over its context (0–1), None when either is not known."""
+        if self.n_tokens is None or not self.n_ctx:
+            return None
+        return min(1.0, max(0.0, self.n_tokens / self.n_ctx))
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerProps:
+    """A llama-server runner's ``GET /props`` (upstream ``server-context.cpp:get_res_props``).
+
+    Attributes:
+        n_ctx_per_slot: ``default_generation_settings.n_ctx``: the context cells of each slot.
+        total_slots: ``total_slots`` (its ``-np``, after llama-server resolved it).
+        model_path: ``model_path`` (the weights blob it loaded).
+        build_info: ``build_info`` (llama.cpp build, ``b10488-…``).
+        metrics_endpoint: ``endpoint_metrics``: whether ``/metrics`` answers (needs ``--metrics``,
+            which Ollama does not pass; ollama-reference.md §5).
+    """
+
+    n_ctx_per_slot: int | None = None
+    total_slots: int | None = None
+    model_path: str | None = None
+    build_info: str | None = None
+    metrics_endpoint: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +94,8 @@ class RunnerSlots:
         blob: ``sha256-<hex>`` of its ``--model`` weights, None when not a blob path.
         ctx_size: Its ``--ctx-size``/``-c`` (total cells), None when not on the command line.
         slots: The slots, in id order; empty when the request failed.
+        props: Its ``/props`` (asked once per runner, llama-server only), None when not answered.
+        props_error: Why ``/props`` did not answer, None when it did or was not asked.
         error: Why there is no answer, in plain words (``connection refused``, ``timed out after
             0.5 s``, ``HTTP 501: …``, ``not JSON``); None on success.
         latency_s: Seconds the request took (also for failures).
@@ -72,6 +108,10 @@ class RunnerSlots:
     slots: tuple[SlotState, ...] = ()
     error: str | None = None
     latency_s: float | None = None
+    props: RunnerProps | None = None
+    props_error: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """``llamacpp:*`` values of ``/metrics`` when the runner serves it (``props.metrics_endpoint``)."""
 
     @property
     def busy(self) -> int:
@@ -273,3 +313,62 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
                        "no /slots answer from a local runner, and no runner load in the log")
     return SlotUse(total, None, None, None, None,
                    "this runner has no /slots endpoint and logs no slot activity (Ollama before v0.30)")
+
+
+# --------------------------------------------------------------------------------------------
+# Decode speed from /slots (the runner rung of tok/s)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRate:
+    """Tokens a runner generated per second, measured between two ``/slots`` rounds.
+
+    Attributes:
+        tokens_per_s: Σ over its slots decoding in both rounds (same task, already past the
+            prompt) of the ``n_decoded`` increase, divided by the time between the rounds.
+        at: Unix time of the later round.
+        slots: How many slots were decoding.
+    """
+
+    tokens_per_s: float
+    at: float
+    slots: int
+
+
+def _int_field(slot: SlotState, name: str) -> int | None:
+    value = getattr(slot, name)
+    return value if isinstance(value, int) else None
+
+
+def decode_rates(prev: SlotsSnapshot | None, new: SlotsSnapshot,
+                 last: Mapping[int, DecodeRate]) -> Mapping[int, DecodeRate]:
+    """Each runner's (by PID) decode speed from two consecutive ``/slots`` rounds.
+
+    Only slots decoding the same task in both rounds count (``is_processing``, equal ``id_task``,
+    ``n_decoded`` ≥ 1 in the earlier round, so the prompt was already in): a request that starts
+    or ends between the rounds would understate the speed. A runner with no such slot keeps its
+    last rate (the newest request's speed, as the log's timings do); a runner that is gone loses it.
+    Pure: the times are the rounds' own ``taken_at``.
+    """
+    before = {r.pid: r for r in prev.runners} if prev is not None else {}
+    out: dict[int, DecodeRate] = {}
+    for r in new.runners:
+        p = before.get(r.pid)
+        dt = new.taken_at - prev.taken_at if prev is not None else 0.0
+        total, n = 0, 0
+        if p is not None and dt > 0:
+            old = {s.id: s for s in p.slots}
+            for s in r.slots:
+                o = old.get(s.id)
+                if o is None or not (s.is_processing and o.is_processing) or s.id_task != o.id_task:
+                    continue
+                a, b = _int_field(o, "n_decoded"), _int_field(s, "n_decoded")
+                if a is None or b is None or a < 1 or b < a:
+                    continue
+                total += b - a
+                n += 1
+        if n and total > 0:
+            out[r.pid] = DecodeRate(total / dt, new.taken_at, n)
+        elif r.pid in last:
+            out[r.pid] = last[r.pid]
+    return out

@@ -20,13 +20,18 @@ from kvtop.logparse.events import LogEvent
 from kvtop.logparse.loads import Load
 from kvtop.model.alerts import DEFAULT_THRESHOLDS, Alert, Thresholds, evaluate
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model import ladder
 from kvtop.model.known import Known
+from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput, apply_log, throughput
-from kvtop.model.slots import SlotsSnapshot, SlotUse, slot_use
+from kvtop.model.slots import DecodeRate, SlotsSnapshot, SlotUse, decode_rates, slot_use
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
 """``OLLAMA_NUM_PARALLEL`` defaults to 1 from v0.10.0 (§3.3, commit 20c3266e9); before it was auto."""
+
+ERA_C_SINCE = (0, 30, 0)
+"""v0.30.0 runs llama-server with ``--flash-attn auto`` when ``OLLAMA_FLASH_ATTENTION`` is unset (§3.1)."""
 
 
 def parse_version(text: str | None) -> tuple[int, int, int] | None:
@@ -53,7 +58,7 @@ class Memory:
         sources = [p.source for p in (self.weights, self.kv, self.compute) if p.source]
         if not sources:
             return None
-        for s in ("estimated", "requested", "default", "reported", "allocated"):
+        for s in ("estimated", "default", "service", "requested", "reported", "runner", "allocated"):
             if s in sources:
                 return s
         return sources[0]
@@ -110,6 +115,13 @@ class ModelView:
     timings_note: str = ""
     slots: SlotUse | None = None
     """Busy / total slots and the prompt in progress (``model.slots.slot_use``), None for cloud models."""
+    decode_tps: Known[float] = Known()
+    """Generation speed: the newest request's from the runner log (allocated), else measured from
+    the runner's ``/slots`` ``n_decoded`` between two rounds (runner); tokens per second."""
+    local: LocalRunner = LocalRunner()
+    """The runner process, its endpoints and the server environment this machine can read."""
+    differences: tuple[str, ...] = ()
+    """Lower rungs that disagree with a shown figure (``model.ladder.difference_lines``)."""
 
     @property
     def spilled(self) -> bool:
@@ -156,6 +168,8 @@ class AppState:
     alerts: tuple[Alert, ...] = ()
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     naive_tz: tzinfo = timezone.utc
+    slot_rates: Mapping[int, DecodeRate] = dataclasses.field(default_factory=dict)
+    """Decode speed per runner PID from consecutive ``/slots`` rounds (``model.slots.decode_rates``)."""
     blob_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Weights blob → the model name ``/api/ps`` last showed for it (newest ``BLOB_NAMES_KEPT``),
     so a log line about a model that has since unloaded (an eviction) still names it."""
@@ -198,7 +212,7 @@ def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
     """Return the state after ``snap``; failed polls keep the last known models (marked stale)."""
     if not snap.reachable:
         return with_alerts(dataclasses.replace(state, ollama=snap, failures=state.failures + 1))
-    models = with_slot_use(tuple(model_view(m, snap, state.log) for m in snap.models), state.slots, state.log, snap)
+    models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates)
     return with_alerts(dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
                                            blob_names=_remember_names(state.blob_names, models)))
 
@@ -216,9 +230,29 @@ def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Ma
     return dict(list(merged.items())[-BLOB_NAMES_KEPT:])
 
 
+def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | None, slots: SlotsSnapshot | None,
+                  rates: Mapping[int, DecodeRate]) -> tuple[ModelView, ...]:
+    """Every row of ``snap`` through the source ladder, with its slots in use."""
+    views = tuple(model_view(m, snap, log, procs=procs, slots=slots, rates=rates) for m in snap.models)
+    return with_slot_use(views, slots, log)
+
+
+def _runner_facts(procs: ProcSnapshot | None) -> object:
+    """What the rows take from a process sample: runners' command lines and servers' environments."""
+    if procs is None:
+        return None
+    return (procs.ok, procs.runners, tuple((s.pid, s.env) for s in procs.servers))
+
+
 def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
-    """Return the state after one GPU + process sample (joined with the models at render time)."""
-    return with_alerts(dataclasses.replace(state, gpu=gpu, procs=procs))
+    """Return the state after one GPU + process sample (joined with the models at render time);
+    the rows are derived again only when a runner's command line or a server's environment
+    changed (the requested and service rungs)."""
+    new = dataclasses.replace(state, gpu=gpu, procs=procs)
+    if state.last_ok is not None and _runner_facts(procs) != _runner_facts(state.procs):
+        new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
+                                                            state.slot_rates))
+    return with_alerts(new)
 
 
 def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
@@ -228,59 +262,46 @@ def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) 
     if state.last_ok is None:
         return with_alerts(dataclasses.replace(state, log=log))
     if log.loads is state.log.loads:  # per-request lines only: the slots may have changed
-        models = with_slot_use(state.models, state.slots, log, state.last_ok)
+        models = with_slot_use(state.models, state.slots, log)
     else:
-        models = with_slot_use(tuple(model_view(m, state.last_ok, log) for m in state.last_ok.models), state.slots, log,
-                               state.last_ok)
+        models = derive_models(state.last_ok, log, state.procs, state.slots, state.slot_rates)
     return with_alerts(dataclasses.replace(state, log=log, models=models))
 
 
+def _endpoint_facts(snap: SlotsSnapshot | None) -> object:
+    """What the rows' figures (not their busy slots) take from a ``/slots`` round."""
+    if snap is None:
+        return None
+    return tuple((r.pid, r.props, r.error is None, len(r.slots), r.slots[0].n_ctx if r.slots else None)
+                 for r in snap.runners)
+
+
 def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
-    """Return the state after one ``/slots`` round (the rows' busy / total slots are re-derived, and a
-    row whose slot count was only Ollama's default takes the count the runner reported)."""
-    models = with_slot_use(state.models, snap, state.log, state.last_ok)
-    if models == state.models and snap.runners == (state.slots.runners if state.slots is not None else ()):
+    """Return the state after one ``/slots`` round: busy / total slots and context fill re-derived,
+    decode speed measured against the previous round (``decode_rates``), and the rows derived
+    again when the runner rung changed (its ``/props`` or slot count answered, or a new speed)."""
+    rates = decode_rates(state.slots, snap, state.slot_rates)
+    if state.last_ok is not None and (rates != state.slot_rates or _endpoint_facts(snap) != _endpoint_facts(state.slots)):
+        models = derive_models(state.last_ok, state.log, state.procs, snap, rates)
+    else:
+        models = with_slot_use(state.models, snap, state.log)
+    if (models == state.models and rates == state.slot_rates
+            and snap.runners == (state.slots.runners if state.slots is not None else ())):
         return state  # nothing a widget shows changed (the round's time alone does not repaint)
-    new = dataclasses.replace(state, slots=snap, models=models)
-    if any(a.parallel != b.parallel for a, b in zip(models, state.models, strict=False)):
+    new = dataclasses.replace(state, slots=snap, models=models, slot_rates=rates)
+    if any(a.parallel != b.parallel or a.context != b.context for a, b in zip(models, state.models, strict=False)):
         return with_alerts(new)  # the KV estimate covers another slot count: fixes change
     return new
 
 
-def with_slot_use(models: tuple[ModelView, ...], slots: SlotsSnapshot | None, log: LogState,
-                  snap: OllamaSnapshot | None = None) -> tuple[ModelView, ...]:
-    """The rows with their ``slots`` re-derived from the ``/slots`` round and the log's slot lines.
-
-    With ``snap`` (the snapshot the rows come from), a row whose slot count is only assumed
-    (Ollama's default, or not known) while its runner's ``/slots`` lists its slots is derived
-    again with that count as ``parallel`` (source ``reported``), so CONTEXT shows ``4096×2`` and
-    the KV estimate covers every slot; a row is derived back when the runner stops answering.
-    """
+def with_slot_use(models: tuple[ModelView, ...], slots: SlotsSnapshot | None, log: LogState) -> tuple[ModelView, ...]:
+    """The rows with their ``slots`` re-derived from the ``/slots`` round and the log's slot lines."""
     era_c = sum(1 for v in models if v.load is not None and v.load.era == "C")
-    rows = {(m.name, m.digest): m for m in snap.models} if snap is not None else {}
     out = []
     for v in models:
         use = slot_use(v, slots, log.recent, log.loads, era_c)
-        m = rows.get((v.name, v.digest))
-        if m is not None and snap is not None:
-            wanted = _reported_parallel(v, use)
-            if wanted != (v.parallel if v.parallel.source == "reported" else None):
-                v = model_view(m, snap, log, reported_parallel=wanted)
-                use = slot_use(v, slots, log.recent, log.loads, era_c)
         out.append(v if use == v.slots else dataclasses.replace(v, slots=use))
     return tuple(out)
-
-
-def _reported_parallel(view: ModelView, use: SlotUse | None) -> Known[int] | None:
-    """``parallel`` from the runner's ``/slots`` when the row's own count is only assumed, else None.
-
-    A count the log allocated (``-np``, ``n_seq_max``) stays: it is the runner's own word too.
-    """
-    if use is None or use.source != "reported" or not use.total or view.cloud:
-        return None
-    if view.parallel.source not in ("default", "reported", None):
-        return None
-    return Known(use.total, "reported", f"{use.total} slots listed by {use.note}")
 
 
 def _parameter_num_ctx(parameters: str) -> int | None:
@@ -327,12 +348,21 @@ def _sum(devices: Mapping[str, int] | None) -> int | None:
 
 
 def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
-               reported_parallel: Known[int] | None = None) -> ModelView:
-    """Derive a ``ModelView`` from one ``/api/ps`` row, the cached ``/api/show`` / ``/api/tags``
-    and, when the server log has this model's load, the runner's own numbers (``allocated``).
+               procs: ProcSnapshot | None = None, slots: SlotsSnapshot | None = None,
+               rates: Mapping[int, DecodeRate] | None = None) -> ModelView:
+    """Derive a ``ModelView`` from one ``/api/ps`` row through the source ladder (``model.ladder``).
 
-    ``reported_parallel``: the slot count the runner's ``GET /slots`` listed (source ``reported``);
-    it replaces Ollama's default, never a count the log allocated.
+    Args:
+        m: The ``/api/ps`` row.
+        snap: Its snapshot, with the cached ``/api/show`` / ``/api/tags``.
+        log: The server log's state: a load of this model's weights gives the **allocated** rung.
+        procs: This machine's process sample (the local server only): the runner's command line
+            (**requested**) and the ``ollama serve`` environment (**service**).
+        slots: The latest ``/props`` + ``/slots`` round of the local runners (**runner**).
+        rates: Decode speed per runner PID (``model.slots.decode_rates``).
+
+    Every figure takes the best rung that has a value; a lower rung that says otherwise is kept
+    in ``differences``.
     """
     log = log if log is not None else LogState()
     show = snap.shows.get(detail_key(m))
@@ -340,52 +370,84 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
     info: Mapping[str, Any] = show.model_info if show is not None else {}
     cloud = _is_cloud(m, show)
     version = parse_version(snap.version)
-
-    if m.context_length is not None:
-        context: Known[int] = Known(m.context_length, "reported", "/api/ps context_length (per slot)")
-    elif cloud:
-        context = Known(None, None, "cloud model: /api/ps gives no context for it")
-    else:
-        requested = _parameter_num_ctx(show.parameters) if show else None
-        if requested is not None:
-            context = Known(requested, "requested", "Modelfile PARAMETER num_ctx (/api/ps has no context_length before v0.10.0)")
-        else:
-            context = Known(None, None, "/api/ps has no context_length before v0.10.0; the server log gives n_ctx")
-
-    # /api/ps has context_length since v0.10.0, the release that made 1 slot the default (§1.3, §3.3)
-    modern = (version is not None and version >= PARALLEL_DEFAULT_SINCE) or (version is None and m.context_length is not None)
-    if cloud:
-        parallel: Known[int] = Known(None, None, "cloud model: slots are the remote service's")
-        kv_type: Known[str] = Known(None, None, "cloud model: the KV cache is the remote service's")
-    else:
-        if modern:
-            parallel = Known(1, "default", "OLLAMA_NUM_PARALLEL default 1 (v0.10.0+); the server log gives the real value")
-        elif version is None:
-            parallel = Known(None, None, "server version not known yet (/api/version)")
-        else:
-            parallel = Known(None, None, "OLLAMA_NUM_PARALLEL was auto (4 or 1) before v0.10.0; the server log gives the real value")
-        kv_type = Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; the server log gives what the runner allocated")
-    flash: Known[str] = Known(None, None, "only the server log tells the resolved state (OLLAMA_FLASH_ATTENTION is misreported when unset)")
+    architecture = info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family
 
     load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
-    if load is not None:
-        where = load_note
-        if load.num_ctx_per_seq is not None and context.source != "reported":
-            context = Known(load.num_ctx_per_seq, "allocated", f"{where}: n_ctx per sequence")
-        if load.parallel is not None:
-            parallel = Known(load.parallel, "allocated", f"{where}: slots (-np / n_seq_max / Parallel)")
-        if load.kv_type_k is not None:
-            kt, vt = load.kv_type_k, load.kv_type_v or load.kv_type_k
-            kv_type = Known(kt if kt == vt else f"{kt}/{vt}", "allocated", f"{where}: K ({kt}), V ({vt})")
-        if load.flash_attention is not None:
-            flash = Known(load.flash_attention, "allocated",
-                          f"{where}: {load.flash_attention_reason or 'resolved by the runner'}")
-        elif load.flash_attention_requested is not None:
-            flash = Known(load.flash_attention_requested, "requested",
-                          f"{where}: requested, the log does not say what the runner resolved")
+    local = LocalRunner(note="cloud model") if cloud else ladder.local_runner(
+        show.model_blob if show is not None else None, m.name, None, procs, slots)
+    proc, ep, env = local.process, local.endpoints, local.env
+    where = load_note
 
-    if reported_parallel is not None and not cloud and parallel.source in ("default", None):
-        parallel = reported_parallel
+    # per-slot context: allocated > runner > reported > requested > service
+    ctx_rungs: list[Known[int]] = []
+    if load is not None and load.num_ctx_per_seq is not None:
+        ctx_rungs.append(Known(load.num_ctx_per_seq, "allocated", f"{where}: n_ctx per sequence"))
+    ctx_rungs.append(ladder.runner_context(ep))
+    if m.context_length is not None:
+        ctx_rungs.append(Known(m.context_length, "reported", "/api/ps context_length (per slot)"))
+    ctx_rungs.append(ladder.requested_context(proc))
+    requested = _parameter_num_ctx(show.parameters) if show else None
+    if requested is not None and m.context_length is None:
+        ctx_rungs.append(Known(requested, "requested", "Modelfile PARAMETER num_ctx (/api/ps has no context_length before v0.10.0)"))
+    ctx_rungs.append(ladder.service_context(env))
+    if cloud:
+        ctx_fig: ladder.Figure[int] = ladder.Figure(Known(None, None, "cloud model: /api/ps gives no context for it"))
+    else:
+        ctx_fig = ladder.choose(ctx_rungs, "/api/ps has no context_length before v0.10.0; the runner or the server log gives n_ctx")
+
+    # slots: allocated > runner > requested > service > default
+    # /api/ps has context_length since v0.10.0, the release that made 1 slot the default (§1.3, §3.3)
+    modern = (version is not None and version >= PARALLEL_DEFAULT_SINCE) or (version is None and m.context_length is not None)
+    if modern:
+        par_default: Known[int] = Known(1, "default", "OLLAMA_NUM_PARALLEL default 1 (v0.10.0+); nothing readable says otherwise")
+    elif version is None:
+        par_default = Known(None, None, "server version not known yet (/api/version)")
+    else:
+        par_default = Known(None, None, "OLLAMA_NUM_PARALLEL was auto (4 or 1) before v0.10.0; the runner or the server log gives the real value")
+    embedding = show is not None and "embedding" in show.capabilities and "completion" not in show.capabilities
+    par_rungs: list[Known[int]] = []
+    if load is not None and load.parallel is not None:
+        par_rungs.append(Known(load.parallel, "allocated", f"{where}: slots (-np / n_seq_max / Parallel)"))
+    par_rungs += [ladder.runner_parallel(ep), ladder.requested_parallel(proc),
+                  ladder.service_parallel(env, architecture, embedding), par_default]
+    par_fig: ladder.Figure[int] = (ladder.Figure(Known(None, None, "cloud model: slots are the remote service's"))
+                                   if cloud else ladder.choose(par_rungs))
+
+    # cache types: allocated > requested > service > default
+    kv_rungs: list[Known[str]] = []
+    if load is not None and load.kv_type_k is not None:
+        kt, vt = load.kv_type_k, load.kv_type_v or load.kv_type_k
+        kv_rungs.append(Known(kt if kt == vt else f"{kt}/{vt}", "allocated", f"{where}: K ({kt}), V ({vt})"))
+    kv_rungs += [ladder.requested_kv_type(proc), ladder.service_kv_type(env),
+                 Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; nothing readable says otherwise")]
+    kv_fig: ladder.Figure[str] = (ladder.Figure(Known(None, None, "cloud model: the KV cache is the remote service's"))
+                                  if cloud else ladder.choose(kv_rungs))
+
+    # flash attention: allocated > requested (command line, then the log's spawn line) > service > default
+    fa_rungs: list[Known[str]] = []
+    if load is not None and load.flash_attention is not None:
+        fa_rungs.append(Known(load.flash_attention, "allocated",
+                              f"{where}: {load.flash_attention_reason or 'resolved by the runner'}"))
+    fa_rungs.append(ladder.requested_flash(proc))
+    if load is not None and load.flash_attention_requested is not None:
+        fa_rungs.append(Known(load.flash_attention_requested, "requested",
+                              f"{where}: requested, the log does not say what the runner resolved"))
+    fa_rungs.append(ladder.service_flash(env))
+    if version is not None and version >= ERA_C_SINCE:
+        fa_rungs.append(Known("auto", "default", "OLLAMA_FLASH_ATTENTION unset: v0.30+ passes --flash-attn auto"
+                              " (off where the GPU cannot), and llama.cpp decides at load"))
+    fa_fig: ladder.Figure[str] = ladder.choose(
+        fa_rungs, "not readable here: the runner's command line or the server log tells it"
+                  " (OLLAMA_FLASH_ATTENTION is misreported when unset)")
+    if cloud:
+        fa_fig = ladder.Figure(Known(None, None, "cloud model"))
+
+    context, parallel, kv_type, flash = ctx_fig.chosen, par_fig.chosen, kv_fig.chosen, fa_fig.chosen
+    differences = tuple(ladder.difference_lines("context per slot", ctx_fig)  # type: ignore[arg-type]
+                        + ladder.difference_lines("slots", par_fig)  # type: ignore[arg-type]
+                        + ladder.difference_lines("KV cache type", kv_fig)  # type: ignore[arg-type]
+                        + ladder.difference_lines("flash attention", fa_fig))  # type: ignore[arg-type]
+
     kv_estimate: kv.KVEstimate | None = None
     kv_unavailable: str | None = None
     per_token: int | None = None
@@ -401,8 +463,8 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
             kv_unavailable = layout.reason
         else:
             try:
-                type_k = load.kv_type_k if load is not None and load.kv_type_k else "f16"
-                type_v = load.kv_type_v if load is not None and load.kv_type_v else type_k
+                type_k, _, type_v = (kv_type.value or "f16").partition("/")
+                type_v = type_v or type_k
                 fa = flash.value != "disabled"
                 per_token = kv.bytes_per_token(layout, type_k, type_v)
                 if context.value is not None and parallel.value is not None:
@@ -444,6 +506,7 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         else:
             compute = Known(None, None, f"size is {-rest:,} B below weights + KV estimate: KV type or slots differ from the assumption")
 
+    throughput_ = throughput(log, load, snap.taken_at) if load is not None else None
     expires = m.expires_at
     delta = None if expires is None else expires.timestamp() - snap.taken_at
     cpu_percent: int | None = None
@@ -467,7 +530,7 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         kv_estimate=kv_estimate,
         kv_unavailable=kv_unavailable,
         context_train=_arch_int(info, "context_length"),
-        architecture=info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family,
+        architecture=architecture,
         parameter_size=m.details.parameter_size,
         quantization_level=m.details.quantization_level,
         expires_at=expires,
@@ -481,10 +544,27 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         load_note=load_note,
         devices=devices,
         findings=tuple(load.findings()) if load is not None else (),
-        throughput=throughput(log, load, snap.taken_at) if load is not None else None,
+        throughput=throughput_,
         timings_note=("" if load is None or load.era == "C" else
                       "no timings in this Ollama version's log (llama-server runners, v0.30+, print them)"),
+        decode_tps=_decode_tps(load, throughput_, local, rates),
+        local=local,
+        differences=differences,
     )
+
+
+def _decode_tps(load: Load | None, t: Throughput | None, local: LocalRunner,
+                rates: Mapping[int, DecodeRate] | None) -> Known[float]:
+    """Generation speed: the log's newest timing line (allocated), else ``/slots`` deltas (runner)."""
+    if t is not None and t.last_decode_tps is not None:
+        return Known(t.last_decode_tps, "allocated", "the runner log's newest timing line (eval time)")
+    rate = rates.get(local.process.pid) if rates and local.process is not None else None
+    if rate is not None:
+        ep = local.endpoints
+        port = f" on port {ep.port}" if ep is not None else ""
+        return Known(rate.tokens_per_s, "runner",
+                     f"/slots n_decoded growth{port} across {rate.slots} decoding slot{'s' if rate.slots != 1 else ''}")
+    return Known()
 
 
 SORT_KEYS: tuple[str, ...] = ("server", "size", "name", "cpu", "context", "kv")

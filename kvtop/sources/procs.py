@@ -13,6 +13,7 @@ missing fields, never the sample. Nothing here imports Textual or Rich.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import os
 import re
@@ -25,7 +26,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from kvtop.logparse.cmdline import parse_cmd
 from kvtop.model.gpu import PidNamespace, ProcessInfo, ProcSnapshot, RunnerKind, RunnerProcess, ServerProcess
+from kvtop.sources.service_env import ServiceEnvReader
 
 _BLOB = re.compile(r"sha256[-:]([0-9a-f]{64})")
 """A weights blob file name: ``sha256-<hex>`` (``sha256:<hex>`` in very old stores)."""
@@ -60,6 +63,24 @@ class Cmdline:
     engine: str | None = None
     ollama_path: bool = False
     """The executable or the model path says Ollama (needed to claim a bare ``llama-server``)."""
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: str | None = None
+    n_gpu_layers: int | None = None
+    tensor_split: str | None = None
+
+
+def _with_requests(c: Cmdline, argv: Sequence[str]) -> Cmdline:
+    """``c`` with what the runner's flags request for memory (every era's spelling, through the
+    log parser's ``logparse.cmdline.parse_cmd``, so a log's spawn line and a live process read alike)."""
+    a = parse_cmd(" ".join(argv))
+    k = (a.cache_type_k or a.kv_cache_type or "").lower() or None
+    v = (a.cache_type_v or "").lower() or None
+    return dataclasses.replace(c, cache_type_k=k, cache_type_v=v,
+                               flash_attn=a.flash_attn.lower() if a.flash_attn is not None else None,
+                               n_gpu_layers=a.n_gpu_layers, tensor_split=a.tensor_split,
+                               ctx_size=c.ctx_size if c.ctx_size is not None else a.ctx_size,
+                               parallel=c.parallel if c.parallel is not None else a.parallel)
 
 
 def _basename(path: str) -> str:
@@ -99,6 +120,18 @@ def blob_of(model_path: str | None) -> str | None:
 
 
 def classify_cmdline(argv: Sequence[str]) -> Cmdline | None:
+    """Recognise an Ollama server, runner or GPU-discovery runner from its argv (``_classify``),
+    with a runner's memory-relevant flags read (cache types, flash attention, GPU layers)."""
+    argv = list(argv)
+    if len(argv) == 1 and " " in argv[0] and ("--model" in argv[0] or argv[0].split()[1:2] in (["serve"], ["runner"])):
+        argv = argv[0].split()  # a process that rewrote its title into one string
+    c = _classify(argv)
+    if c is None or c.kind != "runner":
+        return c
+    return _with_requests(c, argv)
+
+
+def _classify(argv: Sequence[str]) -> Cmdline | None:
     """Recognise an Ollama server, runner or GPU-discovery runner from its argv (§7); else None.
 
     * ``ollama serve``.
@@ -258,11 +291,14 @@ class ProcSource:
             None uses ``psutil.process_iter``. Tests pass fakes that raise ``AccessDenied``.
         proc_root / root / environ: Where container markers are looked for (tests use ``tmp_path``).
         clock: Wall-clock time for ``taken_at``.
+        env_reader: Reads each ``ollama serve``'s environment once per PID (the service rung,
+            ``sources.service_env``); True builds one over ``proc_root``, False/None reads none.
     """
 
     def __init__(self, *, process_iter: Callable[[], Iterable[Any]] | None = None, proc_root: Path | str = "/proc",
                  root: Path | str = "/", environ: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.time, platform: str | None = None) -> None:
+                 clock: Callable[[], float] = time.time, platform: str | None = None,
+                 env_reader: ServiceEnvReader | None | bool = True) -> None:
         self._process_iter = process_iter
         self._proc_root = Path(proc_root)
         self._root = Path(root)
@@ -271,6 +307,9 @@ class ProcSource:
         self._platform = platform if platform is not None else sys.platform
         self._lock = threading.Lock()
         self._container: str | None | bool = False  # False: not looked yet
+        self._env: ServiceEnvReader | None = (
+            ServiceEnvReader(self._proc_root, platform=self._platform) if env_reader is True
+            else env_reader if isinstance(env_reader, ServiceEnvReader) else None)
 
     async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot:
         """One complete sample of the process table, in a worker thread; ``gpu_pids`` are described
@@ -352,8 +391,11 @@ class ProcSource:
                 continue
             parsed[pid] = c
             if c.kind == "server":
-                servers.append(ServerProcess(pid=pid, user=info.get("username"), cmdline=tuple(cmd or ())))
+                servers.append(ServerProcess(pid=pid, user=info.get("username"), cmdline=tuple(cmd or ()),
+                                             env=self._env.read(pid) if self._env is not None else None))
         server_pids = {s.pid for s in servers}
+        if self._env is not None:
+            self._env.forget_except(server_pids)
         runners: list[RunnerProcess] = []
         discovery: list[int] = []
         for pid, c in sorted(parsed.items()):
@@ -371,6 +413,8 @@ class ProcSource:
             runners.append(RunnerProcess(
                 pid=pid, kind=c.runner_kind, era=c.era, model_arg=c.model_arg, blob=c.blob, model_name=c.model_name,
                 port=c.port, ctx_size=c.ctx_size, parallel=c.parallel, engine=c.engine,
+                cache_type_k=c.cache_type_k, cache_type_v=c.cache_type_v, flash_attn=c.flash_attn,
+                n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split,
                 ppid=ppid if isinstance(ppid, int) else None,
                 server_pid=ppid if ppid in server_pids else None, user=info.get("username"),
                 rss_bytes=getattr(mem, "rss", None) if mem is not None else None,

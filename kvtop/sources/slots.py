@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from kvtop.model.gpu import RunnerProcess
-from kvtop.model.slots import RunnerSlots, SlotsSnapshot, SlotState
+from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState
 
 SLOTS_TIMEOUT_S = 0.5
 """Deadline of one ``/slots`` request: a runner busy with a long prefill still answers in
@@ -64,8 +64,49 @@ def parse_slots(body: Any) -> tuple[SlotState, ...]:
         else:
             state = item.get("state")
             busy = isinstance(state, int) and not isinstance(state, bool) and state != 0
-        out.append(SlotState(sid, n_ctx, busy))
+        next_token = item.get("next_token")
+        first = next_token[0] if isinstance(next_token, list) and next_token and isinstance(next_token[0], dict) else {}
+        out.append(SlotState(sid, n_ctx, busy, _count(item.get("id_task")), _count(item.get("n_prompt_tokens")),
+                             _count(first.get("n_decoded"))))
     return tuple(sorted(out, key=lambda s: s.id))
+
+
+def _count(value: Any) -> int | None:
+    """A JSON integer ≥ 0, else None (booleans and floats are not counts)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def parse_props(body: Any) -> RunnerProps:
+    """``/props`` JSON -> :class:`RunnerProps` (fields it lacks stay None).
+
+    Raises:
+        ValueError: The body is not a JSON object.
+    """
+    if not isinstance(body, dict):
+        raise ValueError(f"expected a JSON object, got {type(body).__name__}")  # noqa: TRY004 - one error type
+    dgs = body.get("default_generation_settings")
+    n_ctx = _count(dgs.get("n_ctx")) if isinstance(dgs, dict) else None
+    slots = _count(body.get("total_slots"))
+    path, build = body.get("model_path"), body.get("build_info")
+    metrics = body.get("endpoint_metrics")
+    return RunnerProps(n_ctx_per_slot=n_ctx or None, total_slots=slots or None,
+                       model_path=path if isinstance(path, str) else None,
+                       build_info=build if isinstance(build, str) else None,
+                       metrics_endpoint=metrics if isinstance(metrics, bool) else None)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The ``llamacpp:*`` samples of a Prometheus text body (``llamacpp:tokens_predicted_total 42``)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("llamacpp:"):
+            continue
+        name, _, value = line.partition(" ")
+        try:
+            out[name] = float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+    return out
 
 
 class SlotsSource:
@@ -79,48 +120,70 @@ class SlotsSource:
     def __init__(self, timeout_s: float = SLOTS_TIMEOUT_S, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._timeout_s = timeout_s
         self._client = httpx.AsyncClient(trust_env=False, transport=transport, follow_redirects=False)
+        self._props: dict[tuple[int, int], RunnerProps] = {}
 
     async def sample(self, runners: Sequence[RunnerProcess]) -> SlotsSnapshot:
-        """One round over ``slot_runners(runners)``; never raises (a failure is ``RunnerSlots.error``)."""
+        """One round over ``slot_runners(runners)``; never raises (a failure is ``RunnerSlots.error``).
+
+        A llama-server runner is also asked ``/props`` until it answers once (its slots and
+        context are fixed for the process's life), and ``/metrics`` every round only when its
+        ``/props`` says that endpoint is on.
+        """
         asked = slot_runners(runners)
+        live = {(r.pid, r.port) for r in asked}
+        for key in [k for k in self._props if k not in live]:
+            del self._props[key]
         found = await asyncio.gather(*(self._one(r) for r in asked))
         return SlotsSnapshot(taken_at=time.time(), runners=tuple(found))
 
     async def _one(self, r: RunnerProcess) -> RunnerSlots:
         assert r.port is not None
         start = time.monotonic()
-        base = RunnerSlots(pid=r.pid, port=r.port, blob=r.blob, ctx_size=r.ctx_size)
+        props, props_error = self._props.get((r.pid, r.port)), None
+        if props is None and r.kind == "llama-server":
+            try:
+                props = parse_props(await self._json(r.port, "/props"))
+                self._props[(r.pid, r.port)] = props
+            except _FAILURES as exc:
+                props_error = _reason(exc, self._timeout_s)
+            except ValueError as exc:
+                props_error = f"unexpected answer: {exc}"
+        metrics: dict[str, float] = {}
+        if props is not None and props.metrics_endpoint:
+            try:
+                metrics = parse_metrics((await self._body(r.port, "/metrics")).decode("utf-8", "replace"))
+            except _FAILURES:
+                metrics = {}
         try:
-            slots = await asyncio.wait_for(self._get(r.port), self._timeout_s)
-        except asyncio.TimeoutError:
-            error = f"no answer within {self._timeout_s:g} s"
-        except httpx.ConnectError:
-            error = "connection refused (the runner is starting, stopping, or not listening there)"
-        except httpx.HTTPError as exc:
-            error = f"request failed: {type(exc).__name__}"
-        except _Refused as exc:
-            error = str(exc)
+            slots = parse_slots(await self._json(r.port, "/slots"))
+        except _FAILURES as exc:
+            error = _reason(exc, self._timeout_s)
+        except ValueError as exc:
+            error = f"unexpected answer: {exc}"
         else:
             return RunnerSlots(pid=r.pid, port=r.port, blob=r.blob, ctx_size=r.ctx_size, slots=slots,
-                               latency_s=time.monotonic() - start)
-        return RunnerSlots(pid=base.pid, port=base.port, blob=base.blob, ctx_size=base.ctx_size, error=error,
-                           latency_s=time.monotonic() - start)
+                               latency_s=time.monotonic() - start, props=props, props_error=props_error,
+                               metrics=metrics)
+        return RunnerSlots(pid=r.pid, port=r.port, blob=r.blob, ctx_size=r.ctx_size, error=error,
+                           latency_s=time.monotonic() - start, props=props, props_error=props_error, metrics=metrics)
 
-    async def _get(self, port: int) -> tuple[SlotState, ...]:
-        url = f"http://127.0.0.1:{port}/slots"
+    async def _json(self, port: int, path: str) -> Any:
+        body = await self._body(port, path)
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise _Refused("the answer is not JSON") from None
+
+    async def _body(self, port: int, path: str) -> bytes:
+        return await asyncio.wait_for(self._get_body(port, path), self._timeout_s)
+
+    async def _get_body(self, port: int, path: str) -> bytes:
+        url = f"http://127.0.0.1:{port}{path}"
         async with self._client.stream("GET", url, timeout=httpx.Timeout(self._timeout_s)) as resp:
             if resp.status_code != 200:
                 text = (await _read_capped(resp, 4096)).decode("utf-8", "replace")
                 raise _Refused(f"HTTP {resp.status_code}: {_one_line(_error_text(text))}")
-            body = await _read_capped(resp, MAX_BODY_BYTES)
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise _Refused("the answer is not JSON") from None
-        try:
-            return parse_slots(data)
-        except ValueError as exc:
-            raise _Refused(f"unexpected answer: {exc}") from None
+            return await _read_capped(resp, MAX_BODY_BYTES)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -129,6 +192,20 @@ class SlotsSource:
 
 class _Refused(Exception):
     """The runner answered, but not with slots (the message says how)."""
+
+
+_FAILURES = (asyncio.TimeoutError, httpx.HTTPError, _Refused)
+
+
+def _reason(exc: BaseException, timeout_s: float) -> str:
+    """One line for a failed request to a runner."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(exc, httpx.ConnectError):
+        return "connection refused (the runner is starting, stopping, or not listening there)"
+    if isinstance(exc, httpx.HTTPError):
+        return f"request failed: {type(exc).__name__}"
+    return str(exc)
 
 
 async def _read_capped(resp: httpx.Response, limit: int) -> bytes:

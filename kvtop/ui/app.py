@@ -37,7 +37,7 @@ from kvtop.model.state import (
     initial_state,
     sort_views,
 )
-from kvtop.ui.format import safe
+from kvtop.ui.format import legend, safe
 from kvtop.ui.messages import GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
@@ -501,7 +501,7 @@ class KvtopApp(App[int]):
         status = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
             status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
-        status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}   ~ estimated  * Ollama default  Enter details  ? help")
+        status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}   {legend(state.models)}  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded: models appear here when a client loads one.")
         if self.replay is not None and self.replay.status_text():

@@ -8,7 +8,7 @@ passed through ``safe`` so it can never carry terminal escapes, and is always wr
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -105,9 +105,21 @@ def context_text(view: ModelView) -> str:
     text = mark(ctx) + ctx_number(ctx.value)
     if view.parallel.value is not None:
         text += f"×{view.parallel.value}"
-        if view.parallel.source == "default" and not mark(ctx):
-            text += "*"
+        if mark(view.parallel) != mark(ctx):
+            text += mark(view.parallel)
     return text
+
+
+def legend(views: Sequence[ModelView]) -> str:
+    """The source marks the rows use, explained (``~ estimated  * Ollama default`` at least)."""
+    used = {"estimated", "default"}
+    for v in views:
+        for k in (v.context, v.parallel, v.kv_type, v.flash_attention, v.memory.kv, v.memory.weights):
+            if k.source:
+                used.add(k.source)
+    words = {"estimated": "~ estimated", "requested": "^ requested", "service": "= server env",
+             "default": "* Ollama default"}
+    return "  ".join(words[s] for s in ("estimated", "requested", "service", "default") if s in used)
 
 
 def _cells(values: list[int], total: int, width: int) -> list[int]:

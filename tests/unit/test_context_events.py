@@ -132,7 +132,7 @@ def test_loaded_model_without_a_training_context_uses_the_runner_line() -> None:
     assert state.models[0].load is not None  # the 006 load is this row's runner
     alerts = evaluate(state)
     alert = only(alerts, "context_over_training", TINY)
-    assert alert.message == ("num_ctx 32768 is above the training context 8192 (reported): past 8192 tokens the model"
+    assert alert.message == ("num_ctx 32768 is above the training context 8192 (allocated): past 8192 tokens the model"
                              " degrades, and the extra cache is allocated anyway; the runner said so (log line 14)")
     assert alert.fixes[0].action == "num_ctx 8192"
     assert len([a for a in alerts if a.kind == "context_over_training"]) == 1  # not again from the event rule

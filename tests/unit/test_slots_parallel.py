@@ -2,7 +2,7 @@
 
 Without a server log, ``/api/ps`` says nothing about slots: kvtop assumes Ollama's default of 1
 (``4096×1*``). When the model's llama-server answers ``/slots`` with two slots, the row takes 2
-as ``parallel`` (source ``reported``), CONTEXT shows ``4096×2`` and the KV estimate covers both
+as ``parallel`` (source ``runner``, the ladder's second rung), CONTEXT shows ``4096×2`` and the KV estimate covers both
 slots. A count the log allocated (``-np``) is never replaced, and a row goes back to the default
 when the runner stops answering.
 """
@@ -44,8 +44,8 @@ def test_reported_slot_count_replaces_the_default() -> None:
 
     state = apply_slots(state, two_slots())
     (v,) = state.models
-    assert (v.parallel.value, v.parallel.source) == (2, "reported")
-    assert v.parallel.note == "2 slots listed by GET http://127.0.0.1:40123/slots (runner PID 4242)"
+    assert (v.parallel.value, v.parallel.source) == (2, "runner")
+    assert v.parallel.note == "2 slots listed by GET http://127.0.0.1:40123/slots"
     assert context_text(v) == "4096×2" and slots_cell(v, 9) == "4096×2"
     assert v.total_ctx_cells == 8192
     expected = kv.kv_allocation(lay, 4096, 2, "f16").total_bytes

@@ -54,6 +54,61 @@ def _slot_rows(out: Text, v: ModelView) -> None:
              f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}")
 
 
+def _local_rows(out: Text, v: ModelView) -> None:
+    """The runner process (requested), its endpoints (runner) and the server environment (service)."""
+    if v.cloud:
+        return
+    local = v.local
+    out.append("\nRunner process and server environment\n", style="bold underline")
+    r = local.process
+    if r is None:
+        _row(out, "runner process", "not found", "", local.note)
+    else:
+        _row(out, "runner process", f"PID {r.pid}" + (f", user {safe(r.user, 32)}" if r.user else "") + f", {r.kind}",
+             "", f"Ollama {r.era}" + (f", port {r.port}" if r.port else ""))
+        flags = r.flags
+        _row(out, "requested", safe(flags, 200) if flags else "nothing about memory on its command line",
+             "[requested]" if flags else "",
+             "" if flags else "v0.11.5–v0.24 runners get their settings over /load: only the server log shows them")
+    ep = local.endpoints
+    if ep is not None:
+        if ep.props is not None:
+            p = ep.props
+            parts = []
+            if p.n_ctx_per_slot:
+                parts.append(f"n_ctx {p.n_ctx_per_slot:,} per slot")
+            if p.total_slots:
+                parts.append(f"{p.total_slots} slots")
+            if p.build_info:
+                parts.append(f"build {safe(p.build_info, 40)}")
+            _row(out, "GET /props", ", ".join(parts) or "answered", "[runner]", f"http://127.0.0.1:{ep.port}/props")
+        elif ep.props_error:
+            _row(out, "GET /props", "no answer", "", ep.props_error)
+        if ep.error is None:
+            for slot in ep.slots:
+                fill = slot.fill
+                tokens = (f"{slot.n_tokens:,} of {slot.n_ctx:,} tokens ({fill:.0%})" if fill is not None and slot.n_tokens
+                          is not None and slot.n_ctx else "context fill not listed")
+                _row(out, f"slot {slot.id}", ("busy, " if slot.is_processing else "idle, ") + tokens, "[runner]",
+                     f"{slot.n_decoded:,} tokens generated for task {slot.id_task}" if slot.n_decoded is not None
+                     and slot.id_task is not None else "")
+        else:
+            _row(out, "GET /slots", "no answer", "", ep.error)
+    if v.decode_tps.source == "runner" and v.decode_tps.value is not None:
+        _row(out, "decode", f"{v.decode_tps.value:,.1f} tok/s", "[runner]", v.decode_tps.note)
+    env = local.env
+    if env is None:
+        _row(out, "server environment", "not known", "", "no ollama serve process visible on this machine")
+    elif not env.readable:
+        _row(out, "server environment", "not readable", "", env.error or "")
+    else:
+        shown = {k: val for k, val in env.values.items() if k.startswith("OLLAMA_")}
+        _row(out, "server environment", f"{len(shown)} OLLAMA_* set" if shown else "no OLLAMA_* set",
+             "[service]", (env.source or "") + (f"; {env.error}" if env.error else ""))
+        for key, val in shown.items():
+            _row(out, "", f"{safe(key, 40)}={safe(val, 120)}")
+
+
 def detail_text(v: ModelView, state: AppState) -> Text:
     """The whole detail view as text (also used by tests)."""
     out = Text()
@@ -91,6 +146,9 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         _row(out, "cells (ctx × slots)", f"{v.total_ctx_cells:,}")
     _row(out, "KV type", v.kv_type.value or "?", _src(v.kv_type), v.kv_type.note)
     _row(out, "flash attention", v.flash_attention.value or "not known", _src(v.flash_attention), v.flash_attention.note)
+    for line in v.differences:
+        out.append("  ≠ ", style="bold")
+        out.append(safe(line, 300) + "\n")
     if v.kv_bytes_per_token is not None:
         _row(out, "KV per token", f"{v.kv_bytes_per_token:,} B ({ibytes(v.kv_bytes_per_token)})", "[estimated]",
              f"at {v.kv_type.value or 'f16'}, all KV layers")
@@ -156,6 +214,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     for finding in v.findings:
         out.append("  ⚠ ", style="bold")
         out.append(safe(finding, 200) + "\n")
+
+    _local_rows(out, v)
 
     out.append("\nKeep-alive\n", style="bold underline")
     _row(out, "expires", v.expires_at.isoformat() if v.expires_at else "?", "[reported]")

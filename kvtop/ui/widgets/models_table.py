@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable
 
 from kvtop.model.state import ModelView
-from kvtop.ui.format import context_text, ctx_number, ibytes, memory_bar, memory_figures, safe, safe_name, short_until
+from kvtop.ui.format import context_text, ctx_number, ibytes, mark, memory_bar, memory_figures, safe, safe_name, short_until
 
 WIDE_MIN_COLUMNS = 160
 """From this width on the table shows ID, FLASH ATTN, KV TYPE, TOK/S and byte figures."""
@@ -102,16 +102,15 @@ def _known(attr: str) -> Callable[[ModelView, dict[str, str]], Text]:
         k = getattr(v, attr)
         if k.value is None:
             return Text("?", style=colors.get("kv-muted", ""))
-        suffix = "*" if k.source == "default" else ""
-        return Text(f"{k.value}{suffix}", style=colors.get("kv-muted", "") if suffix else "")
+        suffix = mark(k)
+        return Text(f"{k.value}{suffix}", style=colors.get("kv-muted", "") if k.source == "default" else "")
     return cell
 
 
 def _tps(v: ModelView, colors: dict[str, str]) -> Text:
     """Decode tok/s of the newest request (from the runner log), or why there is none."""
-    t = v.throughput
-    if t is not None and t.last_decode_tps is not None:
-        return Text(f"{t.last_decode_tps:,.1f}", justify="right")
+    if v.decode_tps.value is not None:
+        return Text(f"{v.decode_tps.value:,.1f}", justify="right")
     if v.load is not None and v.timings_note:
         return Text("no timings", style=colors.get("kv-muted", ""))
     return Text("–" if v.load is not None else "?", style=colors.get("kv-muted", ""), justify="right")
