@@ -135,8 +135,9 @@ async def _sample_states(settings: Settings) -> list[Any]:
 
     from kvtop.sources.hosts import local_host
     from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-    from kvtop.model.state import apply, apply_gpu, initial_state
+    from kvtop.model.state import apply, apply_gpu, apply_slots, initial_state
     from kvtop.sources.gpu import GpuSource
+    from kvtop.sources.slots import SlotsSource, slot_runners
     from kvtop.sources.ollama import OllamaClient
     from kvtop.sources.procs import ProcSource
 
@@ -147,6 +148,11 @@ async def _sample_states(settings: Settings) -> list[Any]:
         *snaps, gpu, backlog = await asyncio.gather(*(c.sample(wait_details=True) for c in clients),
                                                     gpu_source.sample(), _log_backlog(settings))
         procs = await ProcSource().sample(gpu.pids)
+        slots_source = SlotsSource()
+        try:  # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
+            slots = await slots_source.sample(slot_runners(procs.runners))
+        finally:
+            await slots_source.aclose()
     finally:
         for client in clients:
             await client.aclose()
@@ -161,7 +167,7 @@ async def _sample_states(settings: Settings) -> list[Any]:
                 print(f"kvtop: [alerts] {warning}", file=sys.stderr)
         state = apply(first, snap)
         if host == local:
-            state = apply_gpu(state, gpu, procs)
+            state = apply_slots(apply_gpu(state, gpu, procs), slots)
             if backlog is not None:
                 state = _apply_backlog(state, backlog, settings)
         else:  # this machine's GPUs are not that server's: say so instead of "waiting"

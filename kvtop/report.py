@@ -13,6 +13,7 @@ from rich.cells import cell_len
 from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
+from kvtop.model.known import SOURCE_LEGEND
 from kvtop.model.state import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
@@ -55,7 +56,44 @@ def model_json(v: ModelView, usage: ModelGpu | None = None) -> dict[str, Any]:
         "spilled": v.spilled,
         "cloud": v.cloud,
         **model_gpu_json(usage),
+        "decode_tokens_per_second": v.decode_tps.value,
+        "decode_tokens_per_second_source": v.decode_tps.source,
+        "differences": list(v.differences),
+        "runner": _runner_json(v),
     }
+
+
+def _runner_json(v: ModelView) -> dict[str, Any] | None:
+    """The runner process and its endpoints as this machine reads them; None when none was found."""
+    r, ep = v.local.process, v.local.endpoints
+    if r is None and ep is None:
+        return None
+    out: dict[str, Any] = {"pid": r.pid if r else ep.pid if ep else None, "note": v.local.note}
+    if r is not None:
+        out.update({"kind": r.kind, "era": r.era, "port": r.port, "requested": r.flags or None})
+    if ep is not None:
+        props = ep.props
+        out["props"] = None if props is None else {
+            "n_ctx_per_slot": props.n_ctx_per_slot, "total_slots": props.total_slots, "build_info": props.build_info}
+        out["slots"] = [{"id": s.id, "n_ctx": s.n_ctx, "busy": s.is_processing, "n_tokens": s.n_tokens,
+                         "n_decoded": s.n_decoded} for s in ep.slots]
+        out["error"] = ep.error
+    return out
+
+
+def service_json(state: AppState) -> dict[str, Any] | None:
+    """The ``ollama serve`` environment this machine could read (the service rung), None when no
+    server process is visible; secrets are masked at the source."""
+    procs = state.procs
+    if procs is None or not procs.servers:
+        return None
+    servers = []
+    for srv in procs.servers:
+        env = srv.env
+        servers.append({"pid": srv.pid, "source": env.source if env else None,
+                        "error": env.error if env else "not read",
+                        "env": dict(env.values) if env is not None else {}})
+    return {"servers": servers}
 
 
 def state_json(state: AppState) -> dict[str, Any]:
@@ -73,6 +111,7 @@ def state_json(state: AppState) -> dict[str, Any]:
         "models": [model_json(v, usage.get((v.name, v.digest))) for v in state.models] if snap and snap.reachable else [],
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
+        "service": service_json(state),
     }
 
 
@@ -115,14 +154,17 @@ def state_text(state: AppState) -> str:
             mark(m.weights) + _bytes(m.weights.value) if m.weights.value is not None else "?",
             mark(m.kv) + _bytes(m.kv.value) if m.kv.value is not None else "?",
             mark(m.compute) + _bytes(m.compute.value) if m.compute.value is not None else "?",
-            (v.kv_type.value or "?") + ("*" if v.kv_type.source == "default" else ""),
-            v.flash_attention.value or "?",
+            (v.kv_type.value or "?") + (mark(v.kv_type) if v.kv_type.value else ""),
+            (v.flash_attention.value or "?") + (mark(v.flash_attention) if v.flash_attention.value else ""),
             v.until,
         ])
     widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
         lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
-    lines.append("~ estimated  * Ollama default (the server log gives the real value)  ^ requested  ? not known")
+    lines.append(SOURCE_LEGEND)
+    for v in state.models:
+        for d in v.differences:
+            lines.append(f"NOTE {safe_name(v.name, 40)}: {safe(d, 300)}")
     lines.extend(alert_lines(state))
     lines.extend(gpu_text_lines(state))
     return "\n".join(lines) + "\n"

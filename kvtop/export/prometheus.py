@@ -57,12 +57,15 @@ from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.sources.hosts import host_is_this_machine, local_addresses
-from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike
+from kvtop.model.slots import SlotsSnapshot
+from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
+from kvtop.sources.slots import slot_runners
 from kvtop.model.state import (
     AppState,
     ModelView,
     apply,
     apply_gpu,
+    apply_slots,
     apply_log_events,
     initial_state,
 )
@@ -118,16 +121,17 @@ METRICS: tuple[MetricSpec, ...] = (
                "size split into weights, KV cache and compute buffers; source: allocated (server log), "
                "reported (API) or estimated (kvtop's KV arithmetic)", (*_MODEL, "part", "source")),
     MetricSpec("kvtop_model_context_tokens", "gauge",
-               "num_ctx per slot; source: reported (/api/ps context_length), requested (Modelfile) or allocated (log)",
+               "num_ctx per slot; source: allocated (log), runner (/props), reported (/api/ps), requested (command line, Modelfile) or service (environment)",
                (*_MODEL, "source")),
     MetricSpec("kvtop_model_slots", "gauge",
-               "Parallel slots; source: allocated (log) or default (OLLAMA_NUM_PARALLEL default 1)", (*_MODEL, "source")),
+               "Parallel slots; source: allocated (log), runner (/props, /slots), requested (-np), service (OLLAMA_NUM_PARALLEL) or default (1)",
+               (*_MODEL, "source")),
     MetricSpec("kvtop_model_cpu_ratio", "gauge",
                "(size - size_vram) / size: the share in system RAM, the figure ollama ps rounds to a percentage",
                _MODEL),
     MetricSpec("kvtop_model_spilled", "gauge", "1 when part of the model is in system RAM (size_vram < size)", _MODEL),
     MetricSpec("kvtop_model_info", "gauge",
-               "The model's settings as text (value 1); *_source: allocated (log) or default; '' = not known",
+               "The model's settings as text (value 1); *_source: allocated (log), requested (runner command line), service (server environment) or default; '' = not known",
                (*_MODEL, "blob", "architecture", "parameter_size", "quantization", "processor", "kv_type",
                 "kv_type_source", "flash_attention", "flash_attention_source")),
     MetricSpec("kvtop_model_expires_timestamp_seconds", "gauge", "Unix time of /api/ps expires_at (keep-alive end)",
@@ -292,7 +296,7 @@ def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
             pass
     if v.throughput is not None:
         _add(fams, "kvtop_model_prefill_tokens_per_second", base, v.throughput.last_prefill_tps)
-        _add(fams, "kvtop_model_decode_tokens_per_second", base, v.throughput.last_decode_tps)
+    _add(fams, "kvtop_model_decode_tokens_per_second", base, v.decode_tps.value)
 
 
 def _host_metrics(fams: Mapping[str, Metric], hv: HostView) -> None:
@@ -453,6 +457,10 @@ class HostPoller:
         """Join this machine's GPU + process sample (only for a host on this machine)."""
         self._publish(state=apply_gpu(self.view.state, gpu, procs))
 
+    def on_slots(self, slots: SlotsSnapshot) -> None:
+        """Join this machine's runners' ``/props`` + ``/slots`` round (the runner rung)."""
+        self._publish(state=apply_slots(self.view.state, slots))
+
     async def follow_log(self, log_source: LogSource) -> None:
         """Read log batches, parse them, apply them and count truncations and reloads."""
         parser = LogParser(default_year=year_at())
@@ -479,7 +487,8 @@ class Exporter:
 
     def __init__(self, pollers: Sequence[HostPoller], *, interval_s: float,
                  gpu_source: GpuSourceLike | None = None, proc_source: ProcSourceLike | None = None,
-                 log_source: LogSource | None = None) -> None:
+                 log_source: LogSource | None = None, slots_source: SlotsSourceLike | None = None) -> None:
+        self.slots_source = slots_source
         self.pollers = tuple(pollers)
         self.interval_s = interval_s
         self.gpu_source = gpu_source
@@ -495,9 +504,13 @@ class Exporter:
         while True:
             gpu, procs = await sampler.sample()
             self.gpu = gpu
+            runners = slot_runners(procs.runners) if self.slots_source is not None else ()
+            slots = await self.slots_source.sample(runners) if self.slots_source is not None and runners else None
             for p in self.pollers:
                 if p.view.local:
                     p.on_gpu(gpu, procs)
+                    if slots is not None:
+                        p.on_slots(slots)
             await asyncio.sleep(self.interval_s)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -674,15 +687,17 @@ def main_export(argv: Sequence[str]) -> int:
     if spec.kind in ("auto", "journal", "docker") and not pollers[0].view.local:
         warnings.append(f"--log {log_spec} reads this machine's log, but {hosts[0]} is not on this machine: "
                         "its figures may be another server's")
-    gpu_source = proc_source = None
+    gpu_source = proc_source = slots_source = None
     if any(p.view.local for p in pollers):
         from kvtop.sources.gpu import GpuSource
         from kvtop.sources.procs import ProcSource
 
-        gpu_source, proc_source = GpuSource(), ProcSource()
+        from kvtop.sources.slots import SlotsSource
+
+        gpu_source, proc_source, slots_source = GpuSource(), ProcSource(), SlotsSource()
     log_source = open_log_source(spec) if spec.kind != "none" else None
     exporter = Exporter(pollers, interval_s=interval_s, gpu_source=gpu_source, proc_source=proc_source,
-                        log_source=log_source)
+                        log_source=log_source, slots_source=slots_source)
     registry = make_registry(exporter.collector)
 
     from prometheus_client import start_http_server

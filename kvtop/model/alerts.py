@@ -64,7 +64,8 @@ from kvtop.logparse.events import (
 )
 from kvtop.logparse.loads import Load
 from kvtop.model import kv
-from kvtop.model.gpu import GpuView, ModelGpu, gpu_views, model_gpu_usage
+from kvtop.model.gpu import GpuView, ModelGpu, ServiceEnv, gpu_views, model_gpu_usage
+from kvtop.model.ladder import go_bool, setting_in_force
 
 if TYPE_CHECKING:  # annotations only: state.py may import this module (AppState.alerts)
     from kvtop.model.state import AppState, ModelView
@@ -581,16 +582,40 @@ def evaluate(
     found.extend(_churn_alerts(ctx))
     found.extend(_gpu_alerts(ctx))
 
+    env = _service_env(state)
     before = {a.key: a for a in previous}
     out: dict[str, Alert] = {}
     for a in found:
         if a.key in out:
             continue  # the first rule to claim a key wins (state rules run before event rules)
+        if env is not None and a.fixes:
+            kept = tuple(f for f in a.fixes if not _in_force(env, f.action))
+            if kept != a.fixes:
+                a = replace(a, fixes=kept)
         prev = before.get(a.key)
         if prev is not None and prev.since is not None:
             a = replace(a, since=prev.since)
         out[a.key] = a
     return tuple(sorted(out.values(), key=_order))
+
+
+_SETTING_RE = re.compile(r"(OLLAMA_[A-Z_]+)=(\S+)")
+
+
+def _service_env(state: AppState) -> ServiceEnv | None:
+    """The environment of the one ``ollama serve`` on this machine, when it was read (the service rung)."""
+    procs = state.procs
+    if procs is None or not procs.ok or len(procs.servers) != 1:
+        return None
+    env = procs.servers[0].env
+    return env if env is not None and env.readable else None
+
+
+def _in_force(env: ServiceEnv, action: str) -> bool:
+    """True when a fix's action is only a setting (``OLLAMA_X=v``) that the server already has:
+    a fix never asks for what is already set (the source ladder's service rung)."""
+    m = _SETTING_RE.fullmatch(action.strip())
+    return m is not None and setting_in_force(env, m.group(1), m.group(2))
 
 
 def _order(a: Alert) -> tuple[int, int, str, str]:
@@ -753,11 +778,12 @@ def _budget(ctx: _Ctx, view: ModelView, deficit: int) -> _Budget:
 
 
 def _current_types(view: ModelView) -> tuple[str, str, bool]:
-    """The cache types and flash attention the model runs with (log, else Ollama's defaults)."""
-    load = view.load
-    k = kv.normalize_cache_type(load.kv_type_k if load is not None else None) or "f16"
-    v = kv.normalize_cache_type(load.kv_type_v if load is not None and load.kv_type_v else None) or k
-    return k, v, view.flash_attention.value != "disabled"
+    """The cache types and flash attention the model runs with, from the source ladder (log,
+    runner command line, server environment, else Ollama's defaults)."""
+    raw_k, _, raw_v = (view.kv_type.value or "f16").partition("/")
+    k = kv.normalize_cache_type(raw_k) or "f16"
+    v = kv.normalize_cache_type(raw_v) if raw_v else None
+    return k, v or k, view.flash_attention.value != "disabled"
 
 
 def _spill(ctx: _Ctx, view: ModelView) -> Alert | None:
@@ -812,7 +838,10 @@ def _bytes_per_element(cache_type: str) -> float:
 
 def _fa_cost(view: ModelView, cache_type: str) -> str:
     quality = ("quality close to f16" if cache_type == "q8_0" else "noticeably lower quality on long contexts")
-    cost = f"{cache_type} cache: {quality}; needs flash attention (OLLAMA_FLASH_ATTENTION=1)"
+    fa_set = (view.flash_attention.value == "enabled"
+              or setting_in_force(view.local.env, "OLLAMA_FLASH_ATTENTION", "1"))
+    cost = f"{cache_type} cache: {quality}; needs flash attention" + (
+        f" (on now, {view.flash_attention.source or 'set'})" if fa_set else " (OLLAMA_FLASH_ATTENTION=1)")
     if view.flash_attention.value == "disabled":
         reason = view.load.flash_attention_reason if view.load is not None else None
         cost += f", which is off now{f' ({reason})' if reason else ''}"
@@ -852,6 +881,8 @@ def _spill_fixes(ctx: _Ctx, view: ModelView, b: _Budget) -> tuple[Fix, ...]:
     for cache_type in ("q8_0", "q4_0"):
         if 2 * _bytes_per_element(cache_type) >= current_bpe or b.need <= b.budget:
             continue
+        if setting_in_force(view.local.env, "OLLAMA_KV_CACHE_TYPE", cache_type):
+            continue  # already set and still not in effect: the kv_type_not_applied alert says why
         try:
             new = kv.kv_allocation(layout, ctx_value, par, cache_type, flash_attention=True).total_bytes
         except ValueError as exc:
@@ -1206,6 +1237,9 @@ def _fa_requested(ctx: _Ctx, load: Load) -> str | None:
     # "false" is also what the server config prints when the variable is unset (Ref §3.1)
     if value and value.lower() not in _BOOL_FALSE:
         return f"OLLAMA_FLASH_ATTENTION={value} (server config)"
+    service = _service_env(ctx.state)
+    if service is not None and go_bool(service.get("OLLAMA_FLASH_ATTENTION")):
+        return f"OLLAMA_FLASH_ATTENTION={service.get('OLLAMA_FLASH_ATTENTION')} ({service.source})"
     return None
 
 
