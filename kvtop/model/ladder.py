@@ -46,7 +46,7 @@ class Figure(Generic[T]):
 
     Attributes:
         chosen: The value of the best rung that has one (``Known(None)`` when none has).
-        others: Lower rungs whose value differs from ``chosen``'s, best first.
+        others: Lower rungs (not Ollama's default) whose value differs from ``chosen``'s, best first.
     """
 
     chosen: Known[T]
@@ -60,7 +60,8 @@ def choose(rungs: Sequence[Known[T]], unknown_note: str = "") -> Figure[T]:
         notes = [r.note for r in rungs if r.note]
         return Figure(Known(None, None, unknown_note or (notes[0] if notes else "")))
     best = have[0]
-    return Figure(best, tuple(r for r in have[1:] if r.value != best.value))
+    # a default that a readable rung overrides is not a disagreement: it is why the ladder exists
+    return Figure(best, tuple(r for r in have[1:] if r.value != best.value and r.source != "default"))
 
 
 def go_bool(text: str | None) -> bool | None:

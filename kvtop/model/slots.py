@@ -321,54 +321,58 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
 
 @dataclass(frozen=True, slots=True)
 class DecodeRate:
-    """Tokens a runner generated per second, measured between two ``/slots`` rounds.
+    """Tokens a runner generates per second, measured from its ``/slots`` rounds.
 
     Attributes:
-        tokens_per_s: Σ over its slots decoding in both rounds (same task, already past the
-            prompt) of the ``n_decoded`` increase, divided by the time between the rounds.
-        at: Unix time of the later round.
+        tokens_per_s: Σ over its decoding slots of (``n_decoded`` now − at the first round that
+            saw the task decoding) / (the time between those rounds): each request's average
+            decode speed so far, as its own timings would report it.
+        at: Unix time of the round it was measured in.
         slots: How many slots were decoding.
+        anchors: Per decoding slot ``(slot id, task id, n_decoded, taken_at)`` of the first round
+            that saw the task decoding (what the next round measures from).
     """
 
-    tokens_per_s: float
+    tokens_per_s: float | None
     at: float
     slots: int
-
-
-def _int_field(slot: SlotState, name: str) -> int | None:
-    value = getattr(slot, name)
-    return value if isinstance(value, int) else None
+    anchors: tuple[tuple[int, int | None, int, float], ...] = ()
 
 
 def decode_rates(prev: SlotsSnapshot | None, new: SlotsSnapshot,
                  last: Mapping[int, DecodeRate]) -> Mapping[int, DecodeRate]:
-    """Each runner's (by PID) decode speed from two consecutive ``/slots`` rounds.
+    """Each runner's (by PID) decode speed from its ``/slots`` rounds.
 
-    Only slots decoding the same task in both rounds count (``is_processing``, equal ``id_task``,
-    ``n_decoded`` ≥ 1 in the earlier round, so the prompt was already in): a request that starts
-    or ends between the rounds would understate the speed. A runner with no such slot keeps its
-    last rate (the newest request's speed, as the log's timings do); a runner that is gone loses it.
-    Pure: the times are the rounds' own ``taken_at``.
+    A slot counts from the first round that saw its task decoding (``is_processing``,
+    ``n_decoded`` ≥ 1: the prompt is in), so prefill time never dilutes the speed; the rate is
+    the tokens decoded since then over the time since then. A runner with no decoding slot keeps
+    its last rate (the newest request's speed, as the log's timings do); a runner that is gone
+    loses it. Pure: times are the rounds' own ``taken_at`` (``prev`` is unused beyond that).
     """
-    before = {r.pid: r for r in prev.runners} if prev is not None else {}
+    del prev  # the anchors in ``last`` carry everything needed
     out: dict[int, DecodeRate] = {}
     for r in new.runners:
-        p = before.get(r.pid)
-        dt = new.taken_at - prev.taken_at if prev is not None else 0.0
-        total, n = 0, 0
-        if p is not None and dt > 0:
-            old = {s.id: s for s in p.slots}
-            for s in r.slots:
-                o = old.get(s.id)
-                if o is None or not (s.is_processing and o.is_processing) or s.id_task != o.id_task:
-                    continue
-                a, b = _int_field(o, "n_decoded"), _int_field(s, "n_decoded")
-                if a is None or b is None or a < 1 or b < a:
-                    continue
-                total += b - a
+        before = last.get(r.pid)
+        anchors = {a[0]: a for a in before.anchors} if before is not None else {}
+        kept: list[tuple[int, int | None, int, float]] = []
+        total, n = 0.0, 0
+        for s in r.slots:
+            if not s.is_processing or s.n_decoded is None or s.n_decoded < 1:
+                continue
+            a = anchors.get(s.id)
+            if a is None or a[1] != s.id_task or s.n_decoded < a[2]:
+                kept.append((s.id, s.id_task, s.n_decoded, new.taken_at))  # first sight of this decode
+                continue
+            kept.append(a)
+            dt = new.taken_at - a[3]
+            if dt > 0 and s.n_decoded > a[2]:
+                total += (s.n_decoded - a[2]) / dt
                 n += 1
-        if n and total > 0:
-            out[r.pid] = DecodeRate(total / dt, new.taken_at, n)
-        elif r.pid in last:
-            out[r.pid] = last[r.pid]
+        if n:
+            out[r.pid] = DecodeRate(total, new.taken_at, n, tuple(kept))
+        elif kept or before is not None:
+            rate = before.tokens_per_s if before is not None else None
+            if rate is not None or kept:
+                out[r.pid] = DecodeRate(rate, before.at if before is not None else new.taken_at,
+                                        before.slots if before is not None else 0, tuple(kept))
     return out

@@ -558,8 +558,9 @@ def _decode_tps(load: Load | None, t: Throughput | None, local: LocalRunner,
     """Generation speed: the log's newest timing line (allocated), else ``/slots`` deltas (runner)."""
     if t is not None and t.last_decode_tps is not None:
         return Known(t.last_decode_tps, "allocated", "the runner log's newest timing line (eval time)")
-    rate = rates.get(local.process.pid) if rates and local.process is not None else None
-    if rate is not None:
+    pid = local.process.pid if local.process is not None else local.endpoints.pid if local.endpoints is not None else None
+    rate = rates.get(pid) if rates and pid is not None else None
+    if rate is not None and rate.tokens_per_s is not None:
         ep = local.endpoints
         port = f" on port {ep.port}" if ep is not None else ""
         return Known(rate.tokens_per_s, "runner",
