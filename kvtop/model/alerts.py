@@ -603,9 +603,12 @@ _SETTING_RE = re.compile(r"(OLLAMA_[A-Z_]+)=(\S+)")
 
 
 def _service_env(state: AppState) -> ServiceEnv | None:
-    """The environment of the one ``ollama serve`` on this machine, when it was read (the service rung)."""
+    """The environment of the one ``ollama serve`` on this machine, when it was read (the service
+    rung) and a model of this state runs on it (a runner of it was found here)."""
     procs = state.procs
     if procs is None or not procs.ok or len(procs.servers) != 1:
+        return None
+    if not any(v.local.process is not None for v in state.models):
         return None
     env = procs.servers[0].env
     return env if env is not None and env.readable else None

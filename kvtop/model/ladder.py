@@ -94,7 +94,7 @@ class LocalRunner:
         process: The runner process (its command line: the requested rung), None when not found.
         endpoints: Its ``/props`` + ``/slots`` answer (the runner rung), None when not asked.
         env: The environment of the ``ollama serve`` that started it (or the only one running):
-            the service rung; None when no server process is visible.
+            the service rung; None when no server process is visible or the runner is not found.
         note: How the runner was matched, or why none was.
     """
 
@@ -131,7 +131,9 @@ def local_runner(blob: str | None, name: str, cells: int | None, procs: ProcSnap
                 "no runner process of these weights on this machine")
     else:
         note = f"runner PID {runner.pid} ({runner.kind}, Ollama {runner.era})"
-    env = _server_env(procs, runner)
+    # a server's environment is only this model's when its runner runs here: a server seen through
+    # a tunnel or a stand-in on 127.0.0.1 may be another one than the ollama serve on this machine
+    env = _server_env(procs, runner) if runner is not None else None
     endpoints = None
     if runner is not None and slots is not None:
         endpoints = next((r for r in slots.runners if r.pid == runner.pid), None)

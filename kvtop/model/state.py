@@ -337,7 +337,9 @@ def _matching_load(m: PsModel, show: ShowInfo | None, log: LogState) -> tuple[Lo
     load = log.latest_load(blob)
     if load is None:
         return None, f"the log read so far has no load of {blob[:19]}…"
-    if m.context_length is not None and load.num_ctx_per_seq is not None and load.num_ctx_per_seq != m.context_length:
+    padded = None if m.context_length is None else -(-m.context_length // 256) * 256
+    if (m.context_length is not None and load.num_ctx_per_seq is not None
+            and load.num_ctx_per_seq not in (m.context_length, padded)):  # llama.cpp pads n_ctx to 256 (§1.3)
         return None, (f"the log's latest load of this model has num_ctx {load.num_ctx_per_seq}, /api/ps says"
                       f" {m.context_length}: that load is older than the running one")
     return load, f"runner log load #{load.index + 1} (line {load.first_line})"
