@@ -13,6 +13,7 @@ A recording is one JSON object per line, UTF-8, gzip-compressed when the name en
 
   - ``{"t", "kind": "ollama", "snapshot": <OllamaSnapshot>}`` (``SnapshotReceived``),
   - ``{"t", "kind": "gpu", "gpu": <GpuSnapshot>, "procs": <ProcSnapshot>}`` (``GpuSampled``),
+  - ``{"t", "kind": "slots", "slots": <SlotsSnapshot>}`` (``SlotsSampled``: runners' ``/props``, ``/slots``),
   - ``{"t", "kind": "log", "source", "status", "ok", "lines": <count>, "dropped_lines",
     "raw_lines": [<str>, ...]}`` (``LogEventsReceived``: the raw lines of one batch; replay parses
     them again with the same ``LogParser``, so the events are the live ones).
@@ -46,6 +47,7 @@ from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
 from kvtop.model.codec import CodecError, decode, encode
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.slots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 
 FORMAT_VERSION = 1
@@ -61,7 +63,7 @@ MAX_GAP_S = 5.0
 """Longest real-time wait between two records at any speed: a recording that spans a suspended
 laptop or a stopped kvtop would otherwise stall for hours."""
 
-RecordKind = Literal["ollama", "gpu", "log"]
+RecordKind = Literal["ollama", "gpu", "log", "slots"]
 
 
 class RecordingError(Exception):
@@ -90,6 +92,7 @@ class Record:
     gpu: GpuSnapshot | None = None
     procs: ProcSnapshot | None = None
     log: LogRecord | None = None
+    slots: SlotsSnapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +220,11 @@ class Recorder:
     def gpu(self, gpu: GpuSnapshot, procs: ProcSnapshot) -> None:
         """Record one ``GpuSampled``."""
         self._write({"t": self._clock(), "kind": "gpu", "gpu": encode(gpu), "procs": encode(procs)})
+        self.records += 1
+
+    def slots(self, snapshot: SlotsSnapshot) -> None:
+        """Record one ``SlotsSampled`` (the local runners' ``/props`` + ``/slots``: the runner rung)."""
+        self._write({"t": self._clock(), "kind": "slots", "slots": encode(snapshot)})
         self.records += 1
 
     def log(self, *, source: str | None, status: str | None, ok: bool, lines: int, dropped_lines: int,
@@ -393,6 +401,8 @@ def _record(raw: bytes) -> Record:
         return Record(float(t), "ollama", ollama=decode(OllamaSnapshot, obj["snapshot"]))
     if kind == "gpu":
         return Record(float(t), "gpu", gpu=decode(GpuSnapshot, obj["gpu"]), procs=decode(ProcSnapshot, obj["procs"]))
+    if kind == "slots":
+        return Record(float(t), "slots", slots=decode(SlotsSnapshot, obj["slots"]))
     if kind == "log":
         raw_lines = obj["raw_lines"]
         if not isinstance(raw_lines, list) or not all(isinstance(s, str) for s in raw_lines):

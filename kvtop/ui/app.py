@@ -329,7 +329,9 @@ class KvtopApp(App[int]):
 
     @on(SlotsSampled)
     def on_slots_sampled(self, message: SlotsSampled) -> None:
-        """A ``/slots`` round changes the local server's rows (busy / total slots)."""
+        """A ``/props`` + ``/slots`` round changes the local server's rows (the runner rung: context,
+        slots, busy slots, context fill, decode speed)."""
+        self._record(lambda r: r.slots(message.snapshot))
         if self.local_host in self.states:
             self._set_host_state(self.local_host, apply_slots(self.states[self.local_host], message.snapshot))
 

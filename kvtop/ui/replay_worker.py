@@ -25,7 +25,7 @@ from kvtop.sources.replay import (
     parse_batch,
     speed_text,
 )
-from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
+from kvtop.ui.messages import GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 
 if TYPE_CHECKING:
     from kvtop.ui.app import KvtopApp
@@ -99,6 +99,8 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             app.post_message(SnapshotReceived(record.ollama))
         elif record.kind == "gpu" and record.gpu is not None and record.procs is not None:
             app.post_message(GpuSampled(record.gpu, record.procs))
+        elif record.kind == "slots" and record.slots is not None:
+            app.post_message(SlotsSampled(record.slots))
         elif record.log is not None:
             log = record.log
             events, error = parse_batch(parser, log.raw_lines)

@@ -303,3 +303,31 @@ def test_an_unfinished_gzip_recording_says_so_at_its_end(tmp_path: Path) -> None
     closed = ReplayControl(read_recording(path))
     closed.player.position = 1
     assert closed.status_text() is None
+
+
+def test_the_runner_and_service_rungs_are_recorded_and_read_back(tmp_path: Path) -> None:
+    """A ``/props`` + ``/slots`` round and a server environment replay exactly (issue 12's rungs)."""
+    from types import MappingProxyType
+
+    from kvtop.model.gpu import RunnerProcess, ServerProcess, ServiceEnv
+    from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState
+
+    env = ServiceEnv(values=MappingProxyType({"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_API_KEY": "••••"}),
+                     source="/proc/10/environ")
+    procs = ProcSnapshot(taken_at=1.0, servers=(ServerProcess(10, "ollama", ("ollama", "serve"), env),),
+                         runners=(RunnerProcess(11, "llama-server", "v0.30+", blob="sha256-" + "ab" * 32, port=40123,
+                                                ctx_size=16384, parallel=2, cache_type_k="q8_0", cache_type_v="q8_0",
+                                                flash_attn="on", n_gpu_layers=99, server_pid=10),))
+    slots = SlotsSnapshot(2.0, (RunnerSlots(11, 40123, "sha256-" + "ab" * 32, 16384,
+                                            (SlotState(0, 8192, True, 7, 1200, 300), SlotState(1, 8192, False)),
+                                            props=RunnerProps(8192, 2, "/m/blobs/sha256-" + "ab" * 32, "b10488", False)),))
+    gpu, _ = gpu_snapshot()
+    path = tmp_path / "rungs.jsonl"
+    rec = Recorder.create(path, _header(), clock=_clock())
+    rec.gpu(gpu, procs)
+    rec.slots(slots)
+    rec.close()
+    back = read_recording(path)
+    assert [r.kind for r in back.records] == ["gpu", "slots"]
+    assert back.records[0].procs == procs and back.records[0].procs.servers[0].env == env  # type: ignore[union-attr]
+    assert back.records[1].slots == slots
