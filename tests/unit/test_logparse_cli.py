@@ -121,7 +121,8 @@ def test_context_over_training_finding_in_text_and_json(capsys: pytest.CaptureFi
     assert load["findings"] == [finding] and load["n_ctx_train"] == 8192
 
 
-@pytest.mark.parametrize("path", sorted((LOGS / "posted").glob("*.log")), ids=lambda p: p.stem[:16])
+@pytest.mark.parametrize("path", sorted([*(LOGS / "posted").glob("*.log"), *(LOGS / "llama-server-runs").glob("*.log")]),
+                         ids=lambda p: p.stem[:16])
 def test_every_posted_log_reports(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run([str(path)], capsys)
     assert rc == 0 and out.startswith("kvtop inspect-log: ")

@@ -1,7 +1,8 @@
 """Parser gaps of issue 12 ("Parser gaps that real logs expose"), each on real posted lines.
 
 The logs are in ``tests/fixtures/logs/posted/``; each file's ``#`` header names the GitHub issue the lines
-were copied from and what was left out. Where no posted log with a line could be found, the test says
+were copied from and what was left out. ``tests/fixtures/logs/llama-server-runs/`` holds the stderr of a real
+llama-server run (the test extra's build) where no posted log had the lines complete. Where no posted log with a line could be found, the test says
 so and quotes the line shape from the code that prints it (Ollama's ``llm/server.go``, its 2024
 ``llm/ext_server/server.cpp``) or from ``docs/ollama-reference.md``, which the project quotes as observed.
 """
@@ -181,6 +182,22 @@ def test_iswa_load_context_is_the_non_swa_cache_and_kv_is_both() -> None:
     # the SWA cache's size line is not in the copy: the buffers (both caches) are the KV total, not 9216 MiB
     assert load.kv_bytes == (9216 + 90) * MIB
     assert load.flash_attention == "enabled"
+
+
+def test_iswa_real_run_context_from_non_swa_cache_and_kv_from_both() -> None:
+    """A real llama-server run on an iSWA model (tests/fixtures/logs/llama-server-runs/, both caches' size lines):
+    ``size = 1.06 MiB (4096 cells, 1 layers, 2/2 seqs)`` then ``size = 1.00 MiB (768 cells, 5 layers, 2/2 seqs)``.
+    The SWA cache's 768 cells used to become the context (1536 = 768 × 2)."""
+    path = LOGS / "llama-server-runs" / "gemma3-iswa-q8_0-fa-on-np2.log"
+    lines = [x for x in path.read_text(encoding="utf-8").splitlines() if not x.startswith("#")]
+    summaries = [(e.cells, e.layers, e.seqs, e.swa) for e in parse_lines(lines) if isinstance(e, KvSummary)]
+    assert summaries == [(4096, None, None, False), (4096, 1, 2, None), (768, None, None, True), (768, 5, 2, None)]
+    load = one_load(lines)
+    assert (load.num_ctx_total, load.parallel, load.num_ctx_per_seq) == (8192, 2, 4096)
+    assert (load.kv_type_k, load.kv_type_v, load.flash_attention, load.n_ctx_train) == ("q8_0", "q8_0", "enabled", 16384)
+    assert load.kv_bytes == round(1.06 * MIB) + round(1.00 * MIB) and load.kv_bytes_stated
+    assert dict(load.memory["kv"]) == {"CPU": round(1.06 * MIB) + round(1.00 * MIB)}
+    assert load.model_blob == "sha256-54e93e7aded92774254cafb64e3fb47db070ee62bee3fdb786ac7615dd7f4849"
 
 
 # --------------------------------------------------------------------------------------------
