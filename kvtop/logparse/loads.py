@@ -16,9 +16,16 @@ The document's shape and the conventions behind it are those of the corpus oracl
   again (a fit/probe pass, then the real load: a weights or compute line for a device
   already seen, or a component earlier in weights → KV → compute order), the later
   sequence replaces the earlier one.
+- Interleaved-SWA models build two caches (``creating non-SWA KV cache`` then ``creating SWA KV
+  cache``, each with its size line): the context, slots and K/V types are the non-SWA cache's, the
+  KV bytes are both caches' (the KV buffer lines' total when a size line is missing).
+- A llama-server fit pass (``common_params_fit_impl: … N layers (M overflowing)``) runs before
+  the model is loaded: the ``llama_model_loader`` line after it is the same load.
+- The 2024 server's ``initializing slots`` / ``new slot`` lines give slots and per-slot context.
 - Flash attention: a resolution by the runner wins (``flash_attn = 0|1``, ``Flash Attention
   was auto, set to …``, ``resolve_fused_ops``, ``forcing off``); otherwise Ollama's decision
-  (``--flash-attn``, ``enabling flash attention``, ``FlashAttention:true|Enabled``); a
+  (``--flash-attn``, ``enabling flash attention``, ``FlashAttention:true|Enabled``, ``flash
+  attention enabled but not supported by model|gpu`` = disabled); a
   complete A/B1 command line without ``--flash-attn`` means disabled; ``auto`` that is never
   resolved stays None.
 - Events are counted per incident: consecutive OOM, load-failure, eviction, unload,
