@@ -151,11 +151,15 @@ def _endpoints_by_blob(blob: str | None, slots: SlotsSnapshot | None) -> RunnerS
 
 
 def _server_env(procs: ProcSnapshot, runner: RunnerProcess | None) -> ServiceEnv | None:
-    """The environment of the runner's ``ollama serve`` parent, else of the one server running."""
+    """The environment of the runner's ``ollama serve`` parent; when its parent cannot be read,
+    of the one server running. A runner whose parent is known and is no ``ollama serve`` (someone
+    else's llama-server on an Ollama blob) gets none."""
     if runner is not None and runner.server_pid is not None:
         for s in procs.servers:
             if s.pid == runner.server_pid:
                 return s.env
+    if runner is not None and runner.ppid is not None:
+        return None
     if len(procs.servers) == 1:
         return procs.servers[0].env
     return None

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # annotations only: state.py imports this module
     from kvtop.logparse.loads import Load
     from kvtop.model.state import ModelView
 
-SlotSource = Literal["reported", "estimated"]
+SlotSource = Literal["runner", "estimated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +159,7 @@ class SlotUse:
     Attributes:
         total: Slots (``/slots`` count when reported, else the load's ``-np`` / n_seq_max).
         busy: Slots serving a request; None when unknown.
-        source: ``reported`` (``GET /slots`` on the runner's port) or ``estimated`` (runner log
+        source: ``runner`` (``GET /slots`` on the runner's port) or ``estimated`` (runner log
             lines); None when neither says anything.
         n_ctx_per_slot: Context cells per slot (``/slots`` ``n_ctx``), None when not reported.
         prefill: The prompt in progress (log), None when no prompt is being processed.
@@ -295,7 +295,7 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
             prefill = None  # the runner is idle: a prefill in the log is over (or another model's)
         elif prefill is not None:
             note += "; prefill progress from the runner log" + shared
-        return SlotUse(len(runner.slots), busy, "reported", n_ctx, prefill, note, era_c_loaded)
+        return SlotUse(len(runner.slots), busy, "runner", n_ctx, prefill, note, era_c_loaded)
     why = ""
     if runner is not None:
         why = f"/slots on port {runner.port}: {runner.error or 'no slots listed'}; "

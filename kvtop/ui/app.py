@@ -503,7 +503,9 @@ class KvtopApp(App[int]):
         status = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
             status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
-        status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}   {legend(state.models)}  Enter details  ? help")
+        narrow = self.size.width < 100
+        status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}  {legend(state.models, short=narrow)}"
+                      f"  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded: models appear here when a client loads one.")
         if self.replay is not None and self.replay.status_text():
@@ -784,7 +786,8 @@ def log_line(log: LogState, spec: str) -> Text:
     """The one-line log status under the table."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if spec == "none" and log.source is None:
-        text.append("Server log: off (--log none): figures are reported or estimated, not allocated")
+        text.append("Server log: off (--log none): figures come from the runner, its command line,"
+                    " the server environment or the API, not the log")
         return text
     text.append(f"Server log: {safe(log.source or spec, 60)}")
     if log.status:

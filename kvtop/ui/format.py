@@ -110,8 +110,9 @@ def context_text(view: ModelView) -> str:
     return text
 
 
-def legend(views: Sequence[ModelView]) -> str:
-    """The source marks the rows use, explained (``~ estimated  * Ollama default`` at least)."""
+def legend(views: Sequence[ModelView], *, short: bool = False) -> str:
+    """The source marks the rows use, explained (``~ estimated  * Ollama default`` at least);
+    ``short`` fits 80 columns (``~ estimated ^ requested * default``)."""
     used = {"estimated", "default"}
     for v in views:
         for k in (v.context, v.parallel, v.kv_type, v.flash_attention, v.memory.kv, v.memory.weights):
@@ -119,7 +120,9 @@ def legend(views: Sequence[ModelView]) -> str:
                 used.add(k.source)
     words = {"estimated": "~ estimated", "requested": "^ requested", "service": "= server env",
              "default": "* Ollama default"}
-    return "  ".join(words[s] for s in ("estimated", "requested", "service", "default") if s in used)
+    if short:
+        words["default"] = "* default"
+    return ("  " if not short else " ").join(words[s] for s in ("estimated", "requested", "service", "default") if s in used)
 
 
 def _cells(values: list[int], total: int, width: int) -> list[int]:
@@ -185,8 +188,11 @@ def memory_figures(view: ModelView) -> str:
 
 
 def short_until(view: ModelView) -> str:
-    """Compact UNTIL for narrow tables: ``4 min``, ``2 h``, ``Forever``, ``expired``."""
+    """Compact UNTIL for narrow tables: ``4 min``, ``2 h``, ``Forever``, ``Stopping`` (``ollama ps``'s
+    ``Stopping...`` without its dots, so it fits the 9-cell column)."""
     text = view.until
+    if text == "Stopping...":
+        return "Stopping"
     for long, short in ((" from now", ""), (" minutes", " min"), (" seconds", " s"), (" hours", " h"),
                         (" days", " d"), (" weeks", " wk"), (" months", " mo"), (" years", " y"),
                         ("About a minute", "1 min"), ("About an hour", "1 h"), ("Less than a second", "<1 s")):

@@ -196,7 +196,7 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
         while time.monotonic() < deadline:
             await pilot.pause(0.1)
             v = app.state.models[0] if app.state and app.state.models else None
-            if v is not None and v.slots is not None and v.slots.source == "reported":
+            if v is not None and v.slots is not None and v.slots.source == "runner":
                 break
         v = app.state.models[0]
         assert v.slots is not None and (v.slots.total, v.slots.busy, v.slots.n_ctx_per_slot) == (PARALLEL, 0, NUM_CTX)
@@ -214,7 +214,7 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
                     text = detail_text(v, app.state).plain
                     break
             assert busy_cell == f"{NUM_CTX}×{PARALLEL} ▶1"  # the /slots count replaces the default 1*
-            assert f"slots busy          1 of {PARALLEL}, {NUM_CTX:,} cells each  [reported]" in text
+            assert f"slots busy          1 of {PARALLEL}, {NUM_CTX:,} cells each  [runner]" in text
         finally:
             worker.join(timeout=120)
         deadline = time.monotonic() + 10

@@ -76,3 +76,14 @@ def test_ctx_number(n: int, text: str) -> None:
 
 def test_ibytes_never_overflows() -> None:
     assert ibytes(10**400) == "huge"
+
+
+def test_short_until_keeps_stopping_within_the_narrow_column() -> None:
+    import dataclasses
+
+    from kvtop.ui.format import short_until
+
+    (v, *_) = apply(AppState(host_url="http://127.0.0.1:11434"), snapshot_at(step_index("spills"))).models
+    assert short_until(dataclasses.replace(v, until="Stopping...")) == "Stopping"
+    assert short_until(dataclasses.replace(v, until="4 minutes from now")) == "4 min"
+    assert len("Stopping") <= 9  # the UNTIL column's width below 160 columns

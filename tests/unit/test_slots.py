@@ -136,7 +136,7 @@ def test_reported_slots_win_and_an_idle_runner_hides_the_prefill() -> None:
     busy = SlotsSnapshot(1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, (SlotState(0, 4096, False),
                                                                          SlotState(1, 4096, True))),))
     use = slot_use(v, busy, _state(190).log.recent, _state(190).log.loads, 1)
-    assert use is not None and (use.source, use.busy, use.total, use.n_ctx_per_slot) == ("reported", 1, 2, 4096)
+    assert use is not None and (use.source, use.busy, use.total, use.n_ctx_per_slot) == ("runner", 1, 2, 4096)
     assert use.prefill is not None and use.prefill.percent == 56
     assert use.note == "GET http://127.0.0.1:40000/slots (runner PID 99); prefill progress from the runner log"
     idle = SlotsSnapshot(1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, (SlotState(0, 4096, False),

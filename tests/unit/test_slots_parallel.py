@@ -52,7 +52,7 @@ def test_reported_slot_count_replaces_the_default() -> None:
     assert expected == 2 * 4096 * 4 * 2 * 2 * 32 * 2  # slots × cells × layers × K+V × KV heads × head dim × f16
     assert (v.memory.kv.value, v.memory.kv.source) == (expected, "estimated")
     assert v.kv_estimate is not None and v.kv_estimate.total_bytes == expected
-    assert v.slots is not None and (v.slots.source, v.slots.total, v.slots.busy) == ("reported", 2, 0)
+    assert v.slots is not None and (v.slots.source, v.slots.total, v.slots.busy) == ("runner", 2, 0)
 
     # the next /api/ps poll keeps the reported count (the /slots round is still the latest)
     again = apply(state, ps_snapshot([row(TINY, 4096, SIZE)], taken_at=state.ollama.taken_at + 1))  # type: ignore[union-attr]

@@ -36,20 +36,21 @@ Columns
   VRAM 1m    size_vram over the last minute (▁…█: 0 to its peak)
   CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
   PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it
-  FLASH ATTN / KV TYPE  what the runner resolved (needs the server log)
-  TOK/S      decode tokens/s of the newest request (llama-server runners, v0.30+)
-  UNTIL      keep-alive left; "expired" = busy past keep_alive or unloading
+  FLASH ATTN / KV TYPE  what the runner resolved (log), else its command line
+  TOK/S      decode tokens/s of the newest request (log or /slots, v0.30+)
+  UNTIL      keep-alive left; "Stopping..." = busy past keep_alive or unloading
 
 GPU panel (one line per GPU under 100 columns)
   █          a loaded model's runner (NVML per-process memory; one colour each)
   ▓          other Ollama processes    ▒          other processes
   ·          driver, reserved, unlisted ░          free
 
-Sources
-  plain      allocated (runner log) or reported (API)
+Sources, best first (the detail view names each one)
+  plain      allocated (runner log), runner (its /props, /slots) or reported (API)
+  ^          requested: the runner's command line or the Modelfile
+  =          service: the ollama serve environment (OLLAMA_*)
   ~          estimated (KV math; compute = size − weights − KV)
-  *          Ollama's default, assumed until the log says otherwise
-  ^          requested (Modelfile num_ctx) but not confirmed by the server
+  *          Ollama's default: nothing readable says otherwise
   ?          not known
 
 Width: ID, byte figures, FLASH ATTN, KV TYPE, TOK/S appear from 160 columns,

@@ -87,8 +87,12 @@ def _local_rows(out: Text, v: ModelView) -> None:
         if ep.error is None:
             for slot in ep.slots:
                 fill = slot.fill
-                tokens = (f"{slot.n_tokens:,} of {slot.n_ctx:,} tokens ({fill:.0%})" if fill is not None and slot.n_tokens
-                          is not None and slot.n_ctx else "context fill not listed")
+                if fill is not None and slot.n_tokens is not None and slot.n_ctx:
+                    tokens = f"{slot.n_tokens:,} of {slot.n_ctx:,} tokens in its cache ({fill:.0%})"
+                elif slot.id_task is None:
+                    tokens = "empty (no request served yet)"
+                else:
+                    tokens = "context fill not listed"
                 _row(out, f"slot {slot.id}", ("busy, " if slot.is_processing else "idle, ") + tokens, "[runner]",
                      f"{slot.n_decoded:,} tokens generated for task {slot.id_task}" if slot.n_decoded is not None
                      and slot.id_task is not None else "")

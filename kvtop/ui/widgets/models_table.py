@@ -111,9 +111,10 @@ def _tps(v: ModelView, colors: dict[str, str]) -> Text:
     """Decode tok/s of the newest request (from the runner log), or why there is none."""
     if v.decode_tps.value is not None:
         return Text(f"{v.decode_tps.value:,.1f}", justify="right")
-    if v.load is not None and v.timings_note:
+    if v.load is not None and v.timings_note and v.local.endpoints is None:
         return Text("no timings", style=colors.get("kv-muted", ""))
-    return Text("–" if v.load is not None else "?", style=colors.get("kv-muted", ""), justify="right")
+    watched = v.load is not None or v.local.endpoints is not None  # a request will be measured
+    return Text("–" if watched else "?", style=colors.get("kv-muted", ""), justify="right")
 
 
 def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str]], Text]:
