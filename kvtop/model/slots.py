@@ -145,6 +145,9 @@ class Prefill:
     total_tokens: int | None
     fraction: float | None
     line_no: int
+    source: SlotSource = "estimated"
+    """``estimated`` (the runner log's lines) or ``runner`` (``/slots``: a busy slot that has decoded
+    nothing yet, with the tokens in its cache so far; the prompt's length is not listed there)."""
 
     @property
     def percent(self) -> int | None:
@@ -295,6 +298,11 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
             prefill = None  # the runner is idle: a prefill in the log is over (or another model's)
         elif prefill is not None:
             note += "; prefill progress from the runner log" + shared
+        else:
+            prefilling = [sl for sl in runner.slots if sl.is_processing and sl.n_decoded == 0 and sl.id_task is not None]
+            if prefilling:
+                sl = prefilling[0]
+                prefill = Prefill(sl.id, sl.n_tokens, None, None, 0, "runner")
         return SlotUse(len(runner.slots), busy, "runner", n_ctx, prefill, note, era_c_loaded)
     why = ""
     if runner is not None:

@@ -245,3 +245,14 @@ def test_decode_speed_reaches_the_row_as_runner_sourced() -> None:
     (v,) = state.models
     assert (v.decode_tps.value, v.decode_tps.source) == (pytest.approx(150.0), "runner")
     assert v.slots is not None and v.slots.busy == 1
+
+
+def test_a_busy_slot_that_has_generated_nothing_is_prefilling_runner_sourced() -> None:
+    state = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
+    state = apply_slots(state, _round(10.0, 0))  # busy, task 5, 900 tokens in its cache, nothing decoded
+    (v,) = state.models
+    assert v.slots is not None and v.slots.prefill is not None
+    p = v.slots.prefill
+    assert (p.slot, p.done_tokens, p.total_tokens, p.percent, p.source) == (0, 900, None, None, "runner")
+    (v,) = apply_slots(state, _round(11.0, 12)).models  # decoding: the prefill is over
+    assert v.slots is not None and v.slots.prefill is None

@@ -50,8 +50,13 @@ def _slot_rows(out: Text, v: ModelView) -> None:
         if p.done_tokens is not None:
             tokens = f"{p.done_tokens:,}" + (f" of {p.total_tokens:,}" if p.total_tokens is not None else "") + " tokens"
         pct = f"{p.percent}%" if p.percent is not None else "in progress"
-        _row(out, "prefill", f"{pct}" + (f" ({tokens})" if tokens else ""), "[estimated]",
-             f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}")
+        if p.source == "runner":
+            _row(out, "prefill", f"in progress ({p.done_tokens:,} tokens in the slot so far)" if p.done_tokens is not None
+                 else "in progress", "[runner]", f"slot {p.slot}: busy, nothing generated yet (/slots); the prompt's"
+                 " length is only in the runner log")
+        else:
+            _row(out, "prefill", f"{pct}" + (f" ({tokens})" if tokens else ""), "[estimated]",
+                 f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}")
 
 
 def _local_rows(out: Text, v: ModelView) -> None:
