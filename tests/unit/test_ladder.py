@@ -256,3 +256,15 @@ def test_a_busy_slot_that_has_generated_nothing_is_prefilling_runner_sourced() -
     assert (p.slot, p.done_tokens, p.total_tokens, p.percent, p.source) == (0, 900, None, None, "runner")
     (v,) = apply_slots(state, _round(11.0, 12)).models  # decoding: the prefill is over
     assert v.slots is not None and v.slots.prefill is None
+
+
+def test_two_runners_of_the_same_weights_are_told_apart_by_their_context() -> None:
+    other = [a for a in ISSUE_ARGV]
+    other[other.index("-c") + 1] = "4096"
+    p = procs()
+    p = ProcSnapshot(taken_at=1.0, servers=p.servers, runners=(runner_of(ISSUE_ARGV, pid=77), runner_of(other, pid=78)))
+    (v,) = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000)])), p).models
+    assert v.local.process is not None and v.local.process.pid == 77 and v.parallel.source == "requested"
+    (w,) = with_procs(state_of(ps_snapshot([row(TINY, 1024, 60_000_000)])), p).models  # neither: say so
+    assert w.local.process is None and w.local.note == "2 runners of these weights: cannot tell which is this one"
+    assert (w.parallel.value, w.parallel.source) == (1, "default")
