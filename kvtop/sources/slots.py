@@ -137,34 +137,45 @@ class SlotsSource:
         return SlotsSnapshot(taken_at=time.time(), runners=tuple(found))
 
     async def _one(self, r: RunnerProcess) -> RunnerSlots:
+        """One runner's round: ``/slots`` and, concurrently, ``/props`` (until it answered once) and
+        ``/metrics`` (when ``/props`` says it is on), so a round never takes more than one deadline."""
         assert r.port is not None
+        port = r.port
         start = time.monotonic()
-        props, props_error = self._props.get((r.pid, r.port)), None
-        if props is None and r.kind == "llama-server":
+        props = self._props.get((r.pid, port))
+        ask_props = props is None and r.kind == "llama-server"
+        ask_metrics = props is not None and bool(props.metrics_endpoint)
+
+        async def get_props() -> tuple[RunnerProps | None, str | None]:
+            if not ask_props:
+                return props, None
             try:
-                props = parse_props(await self._json(r.port, "/props"))
-                self._props[(r.pid, r.port)] = props
+                got = parse_props(await self._json(port, "/props"))
             except _FAILURES as exc:
-                props_error = _reason(exc, self._timeout_s)
+                return None, _reason(exc, self._timeout_s)
             except ValueError as exc:
-                props_error = f"unexpected answer: {exc}"
-        metrics: dict[str, float] = {}
-        if props is not None and props.metrics_endpoint:
+                return None, f"unexpected answer: {exc}"
+            self._props[(r.pid, port)] = got
+            return got, None
+
+        async def get_metrics() -> dict[str, float]:
+            if not ask_metrics:
+                return {}
             try:
-                metrics = parse_metrics((await self._body(r.port, "/metrics")).decode("utf-8", "replace"))
+                return parse_metrics((await self._body(port, "/metrics")).decode("utf-8", "replace"))
             except _FAILURES:
-                metrics = {}
-        try:
-            slots = parse_slots(await self._json(r.port, "/slots"))
-        except _FAILURES as exc:
-            error = _reason(exc, self._timeout_s)
-        except ValueError as exc:
-            error = f"unexpected answer: {exc}"
-        else:
-            return RunnerSlots(pid=r.pid, port=r.port, blob=r.blob, ctx_size=r.ctx_size, slots=slots,
-                               latency_s=time.monotonic() - start, props=props, props_error=props_error,
-                               metrics=metrics)
-        return RunnerSlots(pid=r.pid, port=r.port, blob=r.blob, ctx_size=r.ctx_size, error=error,
+                return {}
+
+        async def get_slots() -> tuple[tuple[SlotState, ...], str | None]:
+            try:
+                return parse_slots(await self._json(port, "/slots")), None
+            except _FAILURES as exc:
+                return (), _reason(exc, self._timeout_s)
+            except ValueError as exc:
+                return (), f"unexpected answer: {exc}"
+
+        (props, props_error), metrics, (slots, error) = await asyncio.gather(get_props(), get_metrics(), get_slots())
+        return RunnerSlots(pid=r.pid, port=port, blob=r.blob, ctx_size=r.ctx_size, slots=slots, error=error,
                            latency_s=time.monotonic() - start, props=props, props_error=props_error, metrics=metrics)
 
     async def _json(self, port: int, path: str) -> Any:

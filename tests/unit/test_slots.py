@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import json
+
 import pytest
 
 from kvtop.model.gpu import RunnerProcess
@@ -155,3 +157,69 @@ def test_no_log_no_runner() -> None:
     assert v.slots is not None and (v.slots.busy, v.slots.source) == (None, None)
     assert v.slots.note == "no /slots answer from a local runner, and no runner load in the log"
     assert slots_cell(v, 9) == "4096×1*"
+
+
+def test_props_and_metrics_are_read_from_llama_server_shapes() -> None:
+    """``/props`` and ``/metrics`` as upstream ``server-context.cpp`` builds them (get_res_props, metrics)."""
+    from kvtop.sources.slots import parse_metrics, parse_props
+
+    props = parse_props({"default_generation_settings": {"n_ctx": 8192, "params": {}}, "total_slots": 2,
+                         "model_path": "/m/blobs/sha256-" + "ab" * 32, "build_info": "b10488-abc",
+                         "endpoint_metrics": False, "chat_template": "{{x}}"})
+    assert (props.n_ctx_per_slot, props.total_slots, props.build_info, props.metrics_endpoint) == (8192, 2, "b10488-abc", False)
+    assert parse_props({"total_slots": True, "default_generation_settings": []}).total_slots is None
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        parse_props([1])
+    text = ("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+            "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 1804\n"
+            "llamacpp:tokens_predicted_total 1500\nllamacpp:requests_processing 1\nother_metric 3\nllamacpp:bad x\n")
+    assert parse_metrics(text) == {"llamacpp:prompt_tokens_total": 1804.0, "llamacpp:tokens_predicted_total": 1500.0,
+                                   "llamacpp:requests_processing": 1.0}
+
+
+class _Runner(BaseHTTPRequestHandler):
+    """A fake llama-server that counts what it is asked."""
+
+    def do_GET(self) -> None:
+        srv = self.server
+        srv.asked.append(self.path)  # type: ignore[attr-defined]
+        if self.path == "/props":
+            body = json.dumps({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2,
+                               "endpoint_metrics": srv.metrics_on}).encode()  # type: ignore[attr-defined]
+        elif self.path == "/metrics":
+            body = b"llamacpp:tokens_predicted_total 42\n"
+        else:
+            body = json.dumps([{"id": 0, "n_ctx": 4096, "is_processing": True, "id_task": 3, "n_prompt_tokens": 100,
+                                "next_token": [{"n_decoded": 9}]}, {"id": 1, "n_ctx": 4096, "is_processing": False}]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.mark.parametrize("metrics_on", [False, True])
+async def test_props_once_per_runner_metrics_only_when_on(metrics_on: bool) -> None:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Runner)
+    srv.asked, srv.metrics_on = [], metrics_on  # type: ignore[attr-defined]
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    runner = RunnerProcess(7, "llama-server", "C", blob="sha256-" + "a" * 64, port=srv.server_address[1])
+    source = SlotsSource()
+    try:
+        first = await source.sample([runner])
+        second = await source.sample([runner])
+    finally:
+        await source.aclose()
+        srv.shutdown()
+        srv.server_close()
+    asked = srv.asked  # type: ignore[attr-defined]
+    assert asked.count("/props") == 1 and asked.count("/slots") == 2
+    assert asked.count("/metrics") == (1 if metrics_on else 0)  # from the second round, once /props said so
+    (a,), (b,) = first.runners, second.runners
+    assert a.props == b.props and a.props is not None and (a.props.n_ctx_per_slot, a.props.total_slots) == (4096, 2)
+    assert b.metrics == ({"llamacpp:tokens_predicted_total": 42.0} if metrics_on else {})
+    assert [(s.id, s.is_processing, s.id_task, s.n_tokens, s.n_decoded) for s in b.slots] == [
+        (0, True, 3, 100, 9), (1, False, None, None, None)]

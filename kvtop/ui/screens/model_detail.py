@@ -89,6 +89,9 @@ def _local_rows(out: Text, v: ModelView) -> None:
             _row(out, "GET /props", ", ".join(parts) or "answered", "[runner]", f"http://127.0.0.1:{ep.port}/props")
         elif ep.props_error:
             _row(out, "GET /props", "no answer", "", ep.props_error)
+        if ep.metrics:
+            shown = ", ".join(f"{safe(k.removeprefix('llamacpp:'), 40)} {v:,.6g}" for k, v in sorted(ep.metrics.items())[:8])
+            _row(out, "GET /metrics", shown, "[runner]", f"http://127.0.0.1:{ep.port}/metrics (the runner has --metrics)")
         if ep.error is None:
             for slot in ep.slots:
                 fill = slot.fill
