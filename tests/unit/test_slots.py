@@ -4,13 +4,12 @@ HTTP server on 127.0.0.1), the estimate replayed from real llama-server stderr
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-
-import json
 
 import pytest
 
