@@ -133,7 +133,7 @@ async def _sample_states(settings: Settings) -> list[Any]:
     """
     from datetime import datetime, timezone
 
-    from kvtop.sources.hosts import local_host
+    from kvtop.sources.hosts import host_is_this_machine, local_host
     from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
     from kvtop.model.state import apply, apply_gpu, apply_slots, initial_state
     from kvtop.sources.gpu import GpuSource
@@ -171,9 +171,12 @@ async def _sample_states(settings: Settings) -> list[Any]:
             if backlog is not None:
                 state = _apply_backlog(state, backlog, settings)
         else:  # this machine's GPUs are not that server's: say so instead of "waiting"
+            on_machine = host_is_this_machine(host)  # its runners and environment are readable here
             state = apply_gpu(state, GpuSnapshot(taken_at=gpu.taken_at, status=(
                 f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
-                f" reported with {local})")), ProcSnapshot(taken_at=procs.taken_at))
+                f" reported with {local})")), procs if on_machine else ProcSnapshot(taken_at=procs.taken_at))
+            if on_machine:
+                state = apply_slots(state, slots)
         states.append(state)
     return states
 

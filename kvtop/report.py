@@ -82,18 +82,27 @@ def _runner_json(v: ModelView) -> dict[str, Any] | None:
 
 
 def service_json(state: AppState) -> dict[str, Any] | None:
-    """The ``ollama serve`` environment this machine could read (the service rung), None when no
-    server process is visible; secrets are masked at the source."""
+    """The environment of the ``ollama serve`` that serves this host (the service rung): the one
+    whose ``OLLAMA_HOST`` says it listens on this host's port, else the parents of this host's
+    runners, else — when neither can be told — every server on this machine, each with the port it
+    listens on. None when no server process is visible; secrets are masked at the source."""
+    from kvtop.model.ladder import RunnerIndex, listen_port
+
     procs = state.procs
     if procs is None or not procs.servers:
         return None
+    index = RunnerIndex(procs, None, state.host_url)
+    chosen = [index.server] if index.server is not None else []
+    if not chosen:
+        parents = {v.local.process.server_pid for v in state.models if v.local.process is not None}
+        chosen = [srv for srv in procs.servers if srv.pid in parents] or list(procs.servers)
     servers = []
-    for srv in procs.servers:
+    for srv in chosen:
         env = srv.env
-        servers.append({"pid": srv.pid, "source": env.source if env else None,
-                        "error": env.error if env else "not read",
+        servers.append({"pid": srv.pid, "listen_port": listen_port(env) if env is not None and env.readable else None,
+                        "source": env.source if env else None, "error": env.error if env else "not read",
                         "env": dict(env.values) if env is not None else {}})
-    return {"servers": servers}
+    return {"servers": servers, "identified": index.server is not None}
 
 
 def state_json(state: AppState) -> dict[str, Any]:
@@ -127,10 +136,10 @@ def alert_lines(state: AppState) -> list[str]:
 
     out: list[str] = []
     for a in state.alerts:
-        out.append(f"ALERT {a.severity} {a.kind}{' ' + safe(a.model, 60) if a.model else ''}: {safe(a.message, 300)}")
+        out.append(f"ALERT {a.severity} {a.kind}{' ' + safe(a.model, 60) if a.model else ''}: {safe(a.message, 1000)}")
         for fix in a.fixes:
             verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
-            out.append(f"  fix: {safe(fix.action, 80)} — {safe(fix.detail, 160)} ({verdict}; {safe(fix.cost, 120)})")
+            out.append(f"  fix: {safe(fix.action, 200)} — {safe(fix.detail, 400)} ({verdict}; {safe(fix.cost, 400)})")
     return out
 
 

@@ -65,7 +65,7 @@ from kvtop.logparse.events import (
 from kvtop.logparse.loads import Load
 from kvtop.model import kv
 from kvtop.model.gpu import GpuView, ModelGpu, ServiceEnv, gpu_views, model_gpu_usage
-from kvtop.model.ladder import go_bool, setting_in_force
+from kvtop.model.ladder import RunnerIndex, go_bool, setting_in_force
 
 if TYPE_CHECKING:  # annotations only: state.py may import this module (AppState.alerts)
     from kvtop.model.state import AppState, ModelView
@@ -603,14 +603,13 @@ _SETTING_RE = re.compile(r"(OLLAMA_[A-Z_]+)=(\S+)")
 
 
 def _service_env(state: AppState) -> ServiceEnv | None:
-    """The environment of the one ``ollama serve`` on this machine, when it was read (the service
-    rung) and a model of this state runs on it (a runner of it was found here)."""
-    procs = state.procs
-    if procs is None or not procs.ok or len(procs.servers) != 1:
-        return None
-    if not any(v.local.process is not None for v in state.models):
-        return None
-    env = procs.servers[0].env
+    """The environment of the ``ollama serve`` that serves this state's host (found by its listen
+    port), else of the server whose runner a model of this state runs on; None when neither is
+    known or readable (the service rung)."""
+    env = RunnerIndex(state.procs, None, state.host_url).host_env
+    if env is None:
+        envs = {id(v.local.env): v.local.env for v in state.models if v.local.env is not None}
+        env = next(iter(envs.values())) if len(envs) == 1 else None
     return env if env is not None and env.readable else None
 
 
@@ -841,10 +840,16 @@ def _bytes_per_element(cache_type: str) -> float:
 
 def _fa_cost(view: ModelView, cache_type: str) -> str:
     quality = ("quality close to f16" if cache_type == "q8_0" else "noticeably lower quality on long contexts")
-    fa_set = (view.flash_attention.value == "enabled"
-              or setting_in_force(view.local.env, "OLLAMA_FLASH_ATTENTION", "1"))
-    cost = f"{cache_type} cache: {quality}; needs flash attention" + (
-        f" (on now, {view.flash_attention.source or 'set'})" if fa_set else " (OLLAMA_FLASH_ATTENTION=1)")
+    fa = view.flash_attention
+    if fa.value == "enabled":
+        state = f" (on now, {fa.source})"
+    elif setting_in_force(view.local.env, "OLLAMA_FLASH_ATTENTION", "1"):
+        state = " (OLLAMA_FLASH_ATTENTION is set)"
+    elif fa.value == "auto":
+        state = " (auto now: llama.cpp decides at load, unknown without the log; OLLAMA_FLASH_ATTENTION=1 makes it sure)"
+    else:
+        state = " (OLLAMA_FLASH_ATTENTION=1)"
+    cost = f"{cache_type} cache: {quality}; needs flash attention{state}"
     if view.flash_attention.value == "disabled":
         reason = view.load.flash_attention_reason if view.load is not None else None
         cost += f", which is off now{f' ({reason})' if reason else ''}"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServiceEnv
+from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
 from kvtop.model.known import Known
 from kvtop.model.slots import RunnerSlots, SlotsSnapshot
 
@@ -93,8 +93,8 @@ class LocalRunner:
     Attributes:
         process: The runner process (its command line: the requested rung), None when not found.
         endpoints: Its ``/props`` + ``/slots`` answer (the runner rung), None when not asked.
-        env: The environment of the ``ollama serve`` that started it (or the only one running):
-            the service rung; None when no server process is visible or the runner is not found.
+        env: The environment of the ``ollama serve`` that started it, or of the server that serves
+            this host (found by its listen port): the service rung; None when neither is known.
         note: How the runner was matched, or why none was.
     """
 
@@ -104,18 +104,56 @@ class LocalRunner:
     note: str = ""
 
 
+def listen_port(env: ServiceEnv) -> int | None:
+    """The port an ``ollama serve`` listens on, from its ``OLLAMA_HOST`` as Ollama reads it
+    (``envconfig.Host``: scheme optional, default port 11434; §3); None when it cannot tell."""
+    text = env.get("OLLAMA_HOST")
+    if text is None:
+        return DEFAULT_PORT
+    rest = text.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or "]" in port:
+        return DEFAULT_PORT
+    return int(port) if port.isdigit() and 0 < int(port) < 65536 else DEFAULT_PORT
+
+
+DEFAULT_PORT = 11434
+
+
+def url_port(url: str | None) -> int | None:
+    """The port of a base URL (``http://127.0.0.1:11434`` -> 11434; scheme defaults 80/443)."""
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        return parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+
+
 class RunnerIndex:
     """The local runners and their ``/slots`` answers by weights blob, model name and PID, built
-    once per derivation so that finding every model's runner costs O(models + runners)."""
+    once per derivation so that finding every model's runner costs O(models + runners).
 
-    __slots__ = ("procs", "slots", "_by_blob", "_by_name", "_ep_by_pid", "_ep_by_blob", "_servers")
+    With ``host_url``, the ``ollama serve`` that serves it is found by its listen port (its
+    readable ``OLLAMA_HOST``, default 11434): then only that server's runners are this host's,
+    and its environment is the service rung for every model, runner found or not.
+    """
 
-    def __init__(self, procs: ProcSnapshot | None, slots: SlotsSnapshot | None) -> None:
+    __slots__ = ("procs", "slots", "server", "_by_blob", "_by_name", "_ep_by_pid", "_ep_by_blob", "_servers")
+
+    def __init__(self, procs: ProcSnapshot | None, slots: SlotsSnapshot | None, host_url: str | None = None) -> None:
         self.procs = procs if procs is not None and procs.ok else None
         self.slots = slots
+        self._servers = {s.pid: s for s in self.procs.servers} if self.procs is not None else {}
+        self.server = self._server_for(url_port(host_url)) if host_url else None
         self._by_blob: dict[str, list[RunnerProcess]] = {}
         self._by_name: dict[str, list[RunnerProcess]] = {}
         for r in self.procs.runners if self.procs is not None else ():
+            if self.server is not None and r.ppid is not None and r.server_pid != self.server.pid:
+                continue  # another server's runner (or someone's own llama-server)
             if r.blob is not None:
                 self._by_blob.setdefault(r.blob, []).append(r)
             elif r.model_name is not None:
@@ -125,7 +163,18 @@ class RunnerIndex:
         for e in slots.runners if slots is not None else ():
             if e.blob is not None:
                 self._ep_by_blob.setdefault(e.blob, []).append(e)
-        self._servers = {s.pid: s for s in self.procs.servers} if self.procs is not None else {}
+
+    def _server_for(self, port: int | None) -> ServerProcess | None:
+        """The one server whose readable environment says it listens on ``port``."""
+        if port is None:
+            return None
+        found = [s for s in self._servers.values() if s.env is not None and s.env.readable and listen_port(s.env) == port]
+        return found[0] if len(found) == 1 else None
+
+    @property
+    def host_env(self) -> ServiceEnv | None:
+        """The environment of the server that serves this host, when it was identified."""
+        return self.server.env if self.server is not None else None
 
     def find(self, blob: str | None, name: str, cells: int | None) -> LocalRunner:
         """The runner of a model by its weights blob (an MLX runner by its model name).
@@ -140,6 +189,9 @@ class RunnerIndex:
             return LocalRunner(endpoints=self._endpoints_by_blob(blob),
                                note="no process sample for this server (not on this machine, or not read yet)")
         found = list(self._by_blob.get(blob, ()) if blob is not None else ()) + list(self._by_name.get(name, ()))
+        if len(found) > 1:  # Ollama's own runners first (a parent that is ollama serve)
+            ours = [r for r in found if r.server_pid is not None]
+            found = ours or found
         if len(found) > 1 and cells is not None:  # two runners of the same weights: the one at this context
             same = [r for r in found if r.ctx_size is not None
                     and -(-(r.ctx_size // (r.parallel or 1)) // 256) * 256 == -(-cells // 256) * 256]
@@ -150,9 +202,7 @@ class RunnerIndex:
                     f"{len(found)} runners of these weights: cannot tell which is this one" if found else
                     "no runner process of these weights on this machine")
             endpoints = None if found else self._endpoints_by_blob(blob)
-            return LocalRunner(None, endpoints, None, note)
-        # a server's environment is only this model's when its runner runs here: a server seen through
-        # a tunnel or a stand-in on 127.0.0.1 may be another one than the ollama serve on this machine
+            return LocalRunner(None, endpoints, self.host_env, note)
         return LocalRunner(runner, self._ep_by_pid.get(runner.pid), self._server_env(runner),
                            f"runner PID {runner.pid} ({runner.kind}, Ollama {runner.era})")
 
@@ -163,19 +213,21 @@ class RunnerIndex:
 
     def _server_env(self, runner: RunnerProcess) -> ServiceEnv | None:
         """The environment of the runner's ``ollama serve`` parent; when its parent cannot be
-        read, of the one server running. A runner whose parent is known and is no ``ollama serve``
-        (someone else's llama-server on an Ollama blob) gets none."""
+        read, of this host's server, else of the one server running. A runner whose parent is
+        known and is no ``ollama serve`` (someone else's llama-server on an Ollama blob) gets none."""
         if runner.server_pid is not None and runner.server_pid in self._servers:
             return self._servers[runner.server_pid].env
-        if runner.ppid is not None or len(self._servers) != 1:
+        if runner.ppid is not None:
             return None
-        return next(iter(self._servers.values())).env
+        if self.server is not None:
+            return self.server.env
+        return next(iter(self._servers.values())).env if len(self._servers) == 1 else None
 
 
 def local_runner(blob: str | None, name: str, cells: int | None, procs: ProcSnapshot | None,
-                 slots: SlotsSnapshot | None) -> LocalRunner:
-    """``RunnerIndex(procs, slots).find(blob, name, cells)`` for one model (``cells``: per-slot context)."""
-    return RunnerIndex(procs, slots).find(blob, name, cells)
+                 slots: SlotsSnapshot | None, host_url: str | None = None) -> LocalRunner:
+    """``RunnerIndex(procs, slots, host_url).find(blob, name, cells)`` for one model (``cells``: per-slot context)."""
+    return RunnerIndex(procs, slots, host_url).find(blob, name, cells)
 
 
 # --------------------------------------------------------------------------------------------

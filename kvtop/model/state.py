@@ -233,7 +233,7 @@ def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Ma
 def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | None, slots: SlotsSnapshot | None,
                   rates: Mapping[int, DecodeRate]) -> tuple[ModelView, ...]:
     """Every row of ``snap`` through the source ladder, with its slots in use."""
-    index = ladder.RunnerIndex(procs, slots)
+    index = ladder.RunnerIndex(procs, slots, snap.host_url)
     views = tuple(model_view(m, snap, log, procs=procs, slots=slots, rates=rates, runners=index) for m in snap.models)
     return with_slot_use(views, slots, log)
 
@@ -243,6 +243,19 @@ def _runner_facts(procs: ProcSnapshot | None) -> object:
     if procs is None:
         return None
     return (procs.ok, procs.runners, tuple((s.pid, s.env) for s in procs.servers))
+
+
+def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
+    """Return the state after a process sample alone: for another server on this machine, whose
+    runners, command lines and environment are readable here although this machine's GPU sample
+    belongs to the first one (README "Several servers")."""
+    if _runner_facts(procs) == _runner_facts(state.procs):
+        return state if procs == state.procs else dataclasses.replace(state, procs=procs)
+    new = dataclasses.replace(state, procs=procs)
+    if state.last_ok is not None:
+        new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
+                                                            state.slot_rates))
+    return with_alerts(new)
 
 
 def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
@@ -378,7 +391,7 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
     architecture = info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family
 
     load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
-    local = LocalRunner(note="cloud model") if cloud else (runners or ladder.RunnerIndex(procs, slots)).find(
+    local = LocalRunner(note="cloud model") if cloud else (runners or ladder.RunnerIndex(procs, slots, snap.host_url)).find(
         show.model_blob if show is not None else None, m.name, m.context_length)
     proc, ep, env = local.process, local.endpoints, local.env
     where = load_note

@@ -49,7 +49,8 @@ COMMAND_TIMEOUT_S = 2.0
 """Deadline of one ``systemctl`` / ``docker`` / ``launchctl`` call."""
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL", re.IGNORECASE)
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_SEPARATORS = re.compile(r"([,;\s]+)")
 _UNIT = re.compile(r"/((?:[\w@.\\-]|\\x[0-9a-f]{2})+\.service)(?:/|$)")
 _DOCKER = re.compile(r"(?:docker-|/docker/)([0-9a-f]{64})")
 MASK = "••••"
@@ -70,11 +71,21 @@ def keep(name: str) -> bool:
 
 
 def mask(name: str, value: str) -> str:
-    """``value`` with secrets hidden: the whole value when the name says secret, else any
-    ``user:pass@`` in a URL."""
+    """``value`` with secrets hidden: the whole value when the name says secret, else the user
+    information of every address in it (``user:pass@`` with or without a scheme, as Ollama's
+    ``OLLAMA_HOST`` takes it; up to the last ``@``, so a password holding ``@`` or ``/`` is hidden
+    whole). Lists (``OLLAMA_ORIGINS``) are masked item by item."""
     if _SECRET.search(name) and value:
         return MASK
-    return _URL_CREDENTIALS.sub(lambda m: m.group(1) + MASK + "@", value)
+    return "".join(_mask_userinfo(part) for part in _SEPARATORS.split(value))
+
+
+def _mask_userinfo(token: str) -> str:
+    scheme = _SCHEME.match(token)
+    prefix = scheme.group(0) if scheme else ""
+    rest = token[len(prefix):]
+    at = rest.rfind("@")
+    return token if at <= 0 else prefix + MASK + rest[at:]
 
 
 def filtered(env: Mapping[str, str]) -> Mapping[str, str]:

@@ -19,7 +19,7 @@ from textual.reactive import var
 from textual.widgets import Input, Static
 
 from kvtop.config import Settings, clamp_interval, config_dir, save_theme
-from kvtop.sources.hosts import local_host
+from kvtop.sources.hosts import host_is_this_machine, local_host
 from kvtop.model.history import History
 from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
 from kvtop.sources.slots import slot_runners
@@ -31,6 +31,7 @@ from kvtop.model.state import (
     AppState,
     apply,
     apply_gpu,
+    apply_procs,
     apply_log_events,
     apply_slots,
     filter_views,
@@ -132,6 +133,8 @@ class KvtopApp(App[int]):
         """Every server watched, in the order given; ``state`` is the one on screen."""
         self.local_host = local_host(self.hosts)
         """The server this machine's GPU sample and the server log belong to."""
+        self.machine_hosts = tuple(h for h in self.hosts if h != self.local_host and host_is_this_machine(h))
+        """The other servers on this machine: their runners and environment are read here too."""
         self.log_source = log_source
         self.gpu_source = gpu_source
         self.proc_source = proc_source
@@ -167,6 +170,7 @@ class KvtopApp(App[int]):
         self.hosts = tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) and hosts else (
             header.host_url,)
         self.local_host = local_host(self.hosts)
+        self.machine_hosts = tuple(h for h in self.hosts if h != self.local_host and host_is_this_machine(h))
         self.states = {}
         for h in self.hosts:
             self.states[h], warnings = initial_state(h, header.alerts, header.naive_tz)
@@ -332,8 +336,9 @@ class KvtopApp(App[int]):
         """A ``/props`` + ``/slots`` round changes the local server's rows (the runner rung: context,
         slots, busy slots, context fill, decode speed)."""
         self._record(lambda r: r.slots(message.snapshot))
-        if self.local_host in self.states:
-            self._set_host_state(self.local_host, apply_slots(self.states[self.local_host], message.snapshot))
+        for host in (self.local_host, *self.machine_hosts):
+            if host in self.states:
+                self._set_host_state(host, apply_slots(self.states[host], message.snapshot))
 
     @on(GpuSampled)
     def on_gpu_sampled(self, message: GpuSampled) -> None:
@@ -341,6 +346,9 @@ class KvtopApp(App[int]):
         self._record(lambda r: r.gpu(message.gpu, message.procs))
         if self.local_host in self.states:
             self._set_host_state(self.local_host, apply_gpu(self.states[self.local_host], message.gpu, message.procs))
+        for host in self.machine_hosts:  # runners and environment only: the GPU panel is the first server's
+            if host in self.states:
+                self._set_host_state(host, apply_procs(self.states[host], message.procs))
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
@@ -786,8 +794,7 @@ def log_line(log: LogState, spec: str) -> Text:
     """The one-line log status under the table."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if spec == "none" and log.source is None:
-        text.append("Server log: off (--log none): figures come from the runner, its command line,"
-                    " the server environment or the API, not the log")
+        text.append("Server log: off (--log none): figures from the runner, its flags, env or API")
         return text
     text.append(f"Server log: {safe(log.source or spec, 60)}")
     if log.status:

@@ -247,3 +247,20 @@ async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> No
     truth = timings["predicted_per_second"]
     assert v.decode_tps.source == "runner", v.decode_tps
     assert v.decode_tps.value is not None and abs(v.decode_tps.value - truth) <= 0.3 * truth, (v.decode_tps, truth)
+
+
+def test_a_second_server_on_this_machine_gets_the_runner_rungs_too(tree: Tree) -> None:
+    """With several --host, the GPU panel and the log belong to the first one on this machine, but
+    every server on this machine has its runners and environment read (here the first is dead)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "KVTOP_"))}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none", "--host",
+                           f"127.0.0.1:{free_port()}", "--host", tree.url], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=REPO, check=False)
+    assert done.returncode == 2, done.stderr  # the first server is unreachable
+    first, second = json.loads(done.stdout)["hosts"]
+    assert first["reachable"] is False and second["reachable"] is True
+    (m,) = second["models"]
+    assert (m["parallel"], m["sources"]["parallel"]) == (PARALLEL, "runner")
+    assert (m["kv_type"], m["sources"]["kv_type"]) == (CACHE, "requested")
+    assert second["gpu_status"].startswith("GPU telemetry: none for this server")

@@ -267,4 +267,44 @@ def test_two_runners_of_the_same_weights_are_told_apart_by_their_context() -> No
     assert v.local.process is not None and v.local.process.pid == 77 and v.parallel.source == "requested"
     (w,) = with_procs(state_of(ps_snapshot([row(TINY, 1024, 60_000_000)])), p).models  # neither: say so
     assert w.local.process is None and w.local.note == "2 runners of these weights: cannot tell which is this one"
-    assert (w.parallel.value, w.parallel.source) == (1, "default")
+    # the server that serves this host (it listens on 11434: OLLAMA_HOST unset) still gives its environment
+    assert (w.parallel.value, w.parallel.source) == (2, "service") and w.kv_type.value == "q8_0"
+
+
+def test_the_hosts_server_is_found_by_its_listen_port_and_only_its_runners_count() -> None:
+    mine = ServerProcess(pid=1, cmdline=("ollama", "serve"), env=ServiceEnv(
+        values=MappingProxyType({"OLLAMA_HOST": "0.0.0.0:11434", "OLLAMA_KV_CACHE_TYPE": "q8_0"}), source="/proc/1/environ"))
+    other = ServerProcess(pid=2, cmdline=("ollama", "serve"), env=ServiceEnv(
+        values=MappingProxyType({"OLLAMA_HOST": "http://127.0.0.1:18001", "OLLAMA_KV_CACHE_TYPE": "q4_0"}),
+        source="/proc/2/environ"))
+    theirs = runner_of(ISSUE_ARGV, pid=90)
+    theirs = type(theirs)(**{**{f: getattr(theirs, f) for f in theirs.__slots__}, "server_pid": 2, "ppid": 2})
+    p = ProcSnapshot(taken_at=1.0, servers=(mine, other), runners=(theirs,))
+    (v,) = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000)])), p).models  # host 127.0.0.1:11434
+    assert v.local.process is None  # the runner of the same weights belongs to the server on 18001
+    assert (v.kv_type.value, v.kv_type.source) == ("q8_0", "service")
+    assert v.kv_type.note == "OLLAMA_KV_CACHE_TYPE=q8_0 (/proc/1/environ)"
+    assert ladder.listen_port(other.env) == 18001 and ladder.listen_port(mine.env) == 11434  # type: ignore[arg-type]
+    assert ladder.listen_port(env(OLLAMA_HOST="user:pw@[::1]:9000")) == 9000
+    assert ladder.listen_port(env()) == 11434
+
+
+def test_another_server_on_this_machine_takes_the_process_sample_without_the_gpu() -> None:
+    from kvtop.model.state import apply_procs
+
+    state = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
+    new = apply_procs(state, procs())
+    (v,) = new.models
+    assert new.gpu is None and (v.kv_type.value, v.kv_type.source) == ("q8_0", "requested")
+    assert apply_procs(new, procs()) is new  # the same sample again changes nothing
+
+
+def test_flash_attention_auto_is_not_called_on_in_a_fix() -> None:
+    argv = [a if a != "on" else "auto" for a in ISSUE_ARGV]
+    state = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000, 55_000_000)])), procs(argv, OLLAMA_NUM_PARALLEL="2"))
+    (v,) = state.models
+    assert (v.flash_attention.value, v.flash_attention.source) == ("auto", "requested")
+    (spill,) = [a for a in state.alerts if a.kind == "spill"]
+    q4 = [f for f in spill.fixes if f.action.startswith("OLLAMA_KV_CACHE_TYPE=q4_0")]
+    assert q4 and "needs flash attention (auto now: llama.cpp decides at load" in q4[0].cost
+    assert "on now" not in q4[0].cost

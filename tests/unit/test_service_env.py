@@ -74,6 +74,10 @@ def test_parsers() -> None:
     ("OLLAMA_API_KEY", "sk-123", MASK),
     ("OLLAMA_AUTH_TOKEN", "t", MASK),
     ("OLLAMA_HOST", "https://user:pass@gpu-box:443", f"https://{MASK}@gpu-box:443"),
+    ("OLLAMA_HOST", "admin:hunter2@127.0.0.1:18004", f"{MASK}@127.0.0.1:18004"),  # Ollama's scheme is optional
+    ("OLLAMA_ORIGINS", "http://user:p@ss@evil.com,http://u:pa/ss@x.org app://ok",
+     f"http://{MASK}@evil.com,http://{MASK}@x.org app://ok"),  # @ and / inside passwords; a list item by item
+    ("LLAMA_ARG_HF_TOKEN", "hf_abc", MASK),
     ("OLLAMA_KV_CACHE_TYPE", "q8_0", "q8_0"),
 ])
 def test_secrets_are_masked(name: str, value: str, shown: str) -> None:

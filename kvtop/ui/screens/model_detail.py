@@ -83,7 +83,7 @@ def _local_rows(out: Text, v: ModelView) -> None:
             if p.n_ctx_per_slot:
                 parts.append(f"n_ctx {p.n_ctx_per_slot:,} per slot")
             if p.total_slots:
-                parts.append(f"{p.total_slots} slots")
+                parts.append(f"{p.total_slots} slot{'s' if p.total_slots != 1 else ''}")
             if p.build_info:
                 parts.append(f"build {safe(p.build_info, 40)}")
             _row(out, "GET /props", ", ".join(parts) or "answered", "[runner]", f"http://127.0.0.1:{ep.port}/props")
@@ -102,8 +102,8 @@ def _local_rows(out: Text, v: ModelView) -> None:
                 else:
                     tokens = "context fill not listed"
                 _row(out, f"slot {slot.id}", ("busy, " if slot.is_processing else "idle, ") + tokens, "[runner]",
-                     f"{slot.n_decoded:,} tokens generated for task {slot.id_task}" if slot.n_decoded is not None
-                     and slot.id_task is not None else "")
+                     f"{slot.n_decoded:,} tokens generated so far for task {slot.id_task}" if slot.is_processing
+                     and slot.n_decoded is not None and slot.id_task is not None else "")
         else:
             _row(out, "GET /slots", "no answer", "", ep.error)
     if v.decode_tps.source == "runner" and v.decode_tps.value is not None:
@@ -114,8 +114,10 @@ def _local_rows(out: Text, v: ModelView) -> None:
     elif not env.readable:
         _row(out, "server environment", "not readable", "", env.error or "")
     else:
-        shown = {k: val for k, val in env.values.items() if k.startswith("OLLAMA_")}
-        _row(out, "server environment", f"{len(shown)} OLLAMA_* set" if shown else "no OLLAMA_* set",
+        shown = dict(env.values)
+        n = sum(1 for k in shown if k.startswith("OLLAMA_"))
+        _row(out, "server environment", (f"{n} OLLAMA_* set" if n else "no OLLAMA_* set") + (
+             f", {len(shown) - n} other" if len(shown) > n else ""),
              "[service]", (env.source or "") + (f"; {env.error}" if env.error else ""))
         for key, val in shown.items():
             _row(out, "", f"{safe(key, 40)}={safe(val, 120)}")
@@ -162,7 +164,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         out.append("  ≠ ", style="bold")
         out.append(safe(line, 300) + "\n")
     if v.kv_bytes_per_token is not None:
-        _row(out, "KV per token", f"{v.kv_bytes_per_token:,} B ({ibytes(v.kv_bytes_per_token)})", "[estimated]",
+        per = v.kv_bytes_per_token
+        _row(out, "KV per token", f"{per:,} B" + (f" ({ibytes(per)})" if per >= 1024 else ""), "[estimated]",
              f"at {v.kv_type.value or 'f16'}, all KV layers")
     if v.kv_estimate is not None:
         e = v.kv_estimate
