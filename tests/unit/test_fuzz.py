@@ -1,0 +1,127 @@
+"""Property-based fuzzing of every parser of outside input (issue 14, "Proof, kept in the project").
+
+Each parser gets arbitrary input (any JSON value, any text with control characters, mutations of
+real corpus lines) and must either return its result or raise its one documented error; no other
+exception escapes. Whatever kvtop would print from the result (``safe()`` text, event
+descriptions) carries no control character. ``FUZZ_EXAMPLES`` cases per target here (10⁴ by
+default; ``KVTOP_FUZZ_EXAMPLES`` overrides); ``benchmarks/fuzz.py`` runs 10⁶ and prints the count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis", reason="the fuzz tests need hypothesis (pip install '.[test]')")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kvtop.logparse.parser import LogParser  # noqa: E402
+from kvtop.model.eventtext import describe  # noqa: E402
+from kvtop.sources.ollama import parse_ps, parse_show, parse_tags  # noqa: E402
+from kvtop.sources.slots import parse_metrics, parse_props, parse_slots  # noqa: E402
+from kvtop.ui.format import safe  # noqa: E402
+
+FUZZ_EXAMPLES = int(os.environ.get("KVTOP_FUZZ_EXAMPLES", "10000"))
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+NASTY = st.sampled_from(["\x1b]52;c;aGk=\x07", "\x1b[2J", "\x1b[31m", "[bold red]x[/]", "\x00", "\u202e", "\x9b1m",
+                         "\r", "-1", "9223372036854775808", "1e400", "NaN", "sha256-", "", " "])
+TEXT = st.one_of(st.text(), NASTY, st.lists(st.one_of(st.text(max_size=8), NASTY), max_size=6).map("".join))
+SCALAR = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+                   st.floats(allow_nan=True, allow_infinity=True), TEXT)
+JSON = st.recursive(SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=5),
+                                                   st.dictionaries(TEXT, kids, max_size=5)), max_leaves=30)
+
+PS_KEYS = ["name", "model", "size", "size_vram", "digest", "expires_at", "context_length", "details"]
+PS_ROW = st.fixed_dictionaries({}, optional={k: JSON for k in PS_KEYS})
+PS_BODY = st.one_of(JSON, st.fixed_dictionaries({"models": st.lists(st.one_of(PS_ROW, JSON), max_size=6)}))
+
+
+def _corpus_lines() -> list[str]:
+    lines: list[str] = []
+    for path in sorted((FIXTURES / "logs").glob("*.log")):
+        lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines()[:40])
+    return [ln for ln in lines if ln.strip()]
+
+
+CORPUS = _corpus_lines()
+
+
+@st.composite
+def log_lines(draw: Any) -> str:
+    """A real corpus line, cut, spliced with nasty text or numbers changed; or any text."""
+    if draw(st.booleans()):
+        return draw(TEXT)
+    line = draw(st.sampled_from(CORPUS))
+    i = draw(st.integers(0, len(line)))
+    how = draw(st.sampled_from(["cut", "insert", "number"]))
+    if how == "cut":
+        return line[:i]
+    if how == "insert":
+        return line[:i] + draw(TEXT) + line[i:]
+    return re.sub(r"\d+", lambda m: draw(st.sampled_from(["-1", "0", "99999999999999999999999", m.group(0)])), line)
+
+
+def _clean(text: str) -> None:
+    assert not CONTROL.search(text), repr(text)
+
+
+@FUZZ
+@given(PS_BODY)
+def test_parse_ps_never_escapes(body: Any) -> None:
+    try:
+        rows = parse_ps(body)
+    except ValueError:
+        return
+    for m in rows:
+        assert m.size_bytes is None or 0 <= m.size_bytes < 2**63
+        _clean(safe(m.name, 200))
+
+
+@FUZZ
+@given(JSON)
+def test_parse_show_and_tags_never_escape(body: Any) -> None:
+    try:
+        show = parse_show(body, digest="d" * 64, name="m")
+    except ValueError:
+        pass
+    else:
+        _clean(safe(show.parameters, 400))
+    try:
+        parse_tags(body)
+    except ValueError:
+        pass
+
+
+@FUZZ
+@given(st.one_of(JSON, st.lists(st.dictionaries(st.sampled_from(
+    ["id", "n_ctx", "is_processing", "state", "id_task", "n_prompt_tokens", "next_token"]), JSON), max_size=4)))
+def test_runner_endpoints_never_escape(body: Any) -> None:
+    for parse in (parse_slots, parse_props):
+        try:
+            parse(body)
+        except ValueError:
+            pass
+    parse_metrics(body if isinstance(body, str) else json.dumps(body, default=str))
+
+
+@FUZZ
+@given(st.lists(log_lines(), min_size=1, max_size=8))
+def test_log_parser_never_escapes_and_describes_safely(lines: list[str]) -> None:
+    parser = LogParser(default_year=2026)
+    events = []
+    for line in lines:
+        events.extend(parser.feed(line))
+    events.extend(parser.end_batch())
+    for e in events:
+        _clean(safe(describe(e), 500))
