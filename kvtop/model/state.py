@@ -309,10 +309,14 @@ def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
 
 
 def with_slot_use(models: tuple[ModelView, ...], slots: SlotsSnapshot | None, log: LogState) -> tuple[ModelView, ...]:
-    """The rows with their ``slots`` re-derived from the ``/slots`` round and the log's slot lines."""
+    """The rows with their ``slots`` re-derived from the ``/slots`` round and the log's slot lines,
+    and their runner's answer (``local.endpoints``: each slot's fill) taken from that round."""
     era_c = sum(1 for v in models if v.load is not None and v.load.era == "C")
+    by_pid = {r.pid: r for r in slots.runners} if slots is not None else {}
     out = []
     for v in models:
+        if v.local.process is not None and by_pid.get(v.local.process.pid, v.local.endpoints) is not v.local.endpoints:
+            v = dataclasses.replace(v, local=dataclasses.replace(v.local, endpoints=by_pid[v.local.process.pid]))
         use = slot_use(v, slots, log.recent, log.loads, era_c)
         out.append(v if use == v.slots else dataclasses.replace(v, slots=use))
     return tuple(out)

@@ -308,3 +308,18 @@ def test_flash_attention_auto_is_not_called_on_in_a_fix() -> None:
     q4 = [f for f in spill.fixes if f.action.startswith("OLLAMA_KV_CACHE_TYPE=q4_0")]
     assert q4 and "needs flash attention (auto now: llama.cpp decides at load" in q4[0].cost
     assert "on now" not in q4[0].cost
+
+
+def test_the_detail_views_slot_fill_follows_every_round() -> None:
+    state = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000)])), procs())
+
+    def rnd(t: float, tokens: int) -> SlotsSnapshot:
+        return SlotsSnapshot(t, (RunnerSlots(77, 40123, blob(TINY), 16384,
+                                             (SlotState(0, 8192, True, 5, tokens, 0), SlotState(1, 8192, False)),
+                                             props=RunnerProps(8192, 2, None, "b1")),))
+
+    state = apply_slots(state, rnd(1.0, 512))
+    state = apply_slots(state, rnd(2.0, 2048))  # a prefill: nothing decoded, only the fill moves
+    (v,) = state.models
+    assert v.local.endpoints is not None and v.local.endpoints.slots[0].n_tokens == 2048
+    assert v.slots is not None and v.slots.prefill is not None and v.slots.prefill.done_tokens == 2048
