@@ -410,11 +410,11 @@ def _show_busiest_step(url: str) -> None:
 
 def _replay(settings: Settings, name: str) -> int:
     """``--replay FILE|NAME``: the dashboard over a recording; exit 2 when it cannot be read."""
-    from kvtop.sources.replay import RecordingError, read_recording, resolve_recording
+    from kvtop.sources.replay import RecordingError, open_recording, resolve_recording
     from kvtop.ui.app import make_app
 
     try:
-        recording = read_recording(resolve_recording(name))
+        recording = open_recording(resolve_recording(name))  # streamed: records are read as they play
     except RecordingError as exc:
         print(f"kvtop: --replay: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -7,9 +7,12 @@ cycle; ``kvtop.sources.tail`` re-exports everything a caller needs.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import os
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 COALESCE_S = 0.05
@@ -34,8 +37,10 @@ class LogBatch:
         status: None when all is well, else one plain sentence for the screen.
         ok: False while the source is failing (missing file, permission denied, process gone).
         taken_at: ``time.time()`` of the read.
-        dropped_lines: Lines skipped because the backlog bound was hit (at start, or when the
-            reader fell far behind); approximate only past ``COUNT_EXACT_MAX_BYTES`` of skipped file.
+        dropped_lines: Lines not delivered: older history skipped at start (approximate only past
+            ``COUNT_EXACT_MAX_BYTES`` of skipped file), and lines shed under overload (the reader
+            fell more than the backlog bound behind). Shed lines are only those without any
+            ``EVENT_MARKERS`` (see ``keep_line``): a line that may carry an event is delivered.
     """
 
     source: str
@@ -99,10 +104,18 @@ class LineSplitter:
         self._partial = b""
         return had
 
-    def _decode(self, raw: bytes) -> str:
+    def take_partial(self) -> bytes:
+        """The held unfinished line's raw bytes, forgotten here (the caller carries them on)."""
+        raw, self._partial = self._partial, b""
+        return raw
+
+    def decode(self, raw: bytes) -> str:
+        """One line's bytes as this splitter decodes them (leading NULs stripped when set)."""
         if self.strip_nul and raw.startswith(b"\x00"):
             raw = raw.lstrip(b"\x00")
         return decode_line(raw)
+
+    _decode = decode
 
 
 async def stop_process(proc: asyncio.subprocess.Process) -> None:
@@ -143,3 +156,105 @@ def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
             proc.send_signal(sig)
         except ProcessLookupError:
             pass
+
+
+# -- shedding under overload ------------------------------------------------------------------
+
+_EXTRA_MARKERS = (
+    # free-text trouble (llamacpp_lines._may_be_trouble / _TROUBLE_RE) and asserts
+    "ut of memory", "ailed to", "nable to ", "OutOf", "Malloc failed", "nsufficient ", "ot enough memory",
+    "rror loading model", "Unsupported cache type", "requires flash_attn", "GGML_ASSERT", "CUDA error",
+    # warnings and errors of every grammar (slog, Go logger, Era A, JSON runner, llama-server prefix)
+    "level=WARN", "level=ERROR", ": WARN ", ": ERROR ", "WARN [", "ERROR [", "ERR [", '"level":"ERR',
+    '"level":"WARN', " W ", " E ", "panic", "goroutine ",
+    # llama-server / Era A runner lines that are not per-request (runner_lines)
+    "input truncated", "tokens) ", "load_model", "initializing slots", "new slot", "msg=load ",
+    'msg="kv cache', 'msg=\\"kv cache',
+    # short covers for families of the names below (fewer passes over a shed block)
+    "ggml_", "common_", "llama_memory", "llama-server", "llama runner", "llama server", "unload",
+    "flash attention", "too large", "expir", "OLLAMA_", "VRAM",
+)
+
+
+def _event_markers() -> tuple[str, ...]:
+    """Substrings of which every line that can carry a non-per-request event has at least one.
+
+    Built from the parser's own dispatch tables (slog messages, message prefixes, llama.cpp
+    function names) plus the free-text, warning and runner words above; a marker that contains
+    another one is left out (the shorter one finds its lines already).
+    """
+    from kvtop.logparse import llamacpp_lines, ollama_lines
+
+    # "load" and "kv cache" alone would keep llama-server's per-request "kv cache rm" lines: anchored on msg=
+    found = {key for key in ollama_lines.EXACT if key not in ("load", "kv cache")}
+    found.update(prefix.strip() for prefix, _ in ollama_lines.PREFIXED)
+    found.update(f"{func}: " if func in ("llama.cpp", "panic") else func for func in llamacpp_lines.HANDLERS)
+    found.update(_EXTRA_MARKERS)
+    short_first = sorted(found, key=len)
+    kept: list[str] = []
+    for marker in short_first:
+        if not any(k in marker for k in kept):
+            kept.append(marker)
+    return tuple(kept)
+
+
+EVENT_MARKERS: tuple[str, ...] = _event_markers()
+"""What the prefilter looks for (see :func:`keep_line`); a line with none of them may be shed."""
+
+_EVENT_MARKERS_B: tuple[bytes, ...] = tuple(m.encode() for m in EVENT_MARKERS)
+
+
+def keep_line(line: str) -> bool:
+    """True when ``line`` may carry an event that matters (OOM, load, failure, allocation, KV,
+    flash attention, truncation, eviction, spawn, any WARN/ERROR): such a line is never shed.
+
+    A substring test only (no regex); it errs on the side of keeping. Lines without any marker
+    (access lines, request timings, slot progress, debug chatter) may be shed under overload.
+    """
+    return any(m in line for m in EVENT_MARKERS)
+
+
+def shed_block(block: bytes, decode: Callable[[bytes], str] = decode_line) -> tuple[list[str], int]:
+    """The lines of ``block`` that :func:`keep_line` keeps, and how many others were shed.
+
+    ``block`` holds complete lines, each ending in ``b"\\n"``. Cost: one ``bytes.find`` pass per
+    marker over the whole block (a few GB/s each, no per-line Python work for shed lines).
+
+    Returns:
+        (kept lines in order, decoded like every other line; number of lines shed).
+    """
+    if not block:
+        return [], 0
+    starts: dict[int, int] = {}
+    find = block.find
+    rfind = block.rfind
+    for marker in _EVENT_MARKERS_B:
+        i = find(marker)
+        while i >= 0:
+            s = rfind(b"\n", 0, i) + 1
+            e = find(b"\n", i)
+            if e < 0:
+                e = len(block)
+            starts[s] = e
+            i = find(marker, e)
+    total = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    kept = [decode(block[s:min(starts[s], s + MAX_LINE_BYTES)]) for s in sorted(starts)]
+    return kept, total - len(kept)
+
+
+def shed_lines(lines: Sequence[str]) -> tuple[list[str], int]:
+    """:func:`shed_block` for lines already decoded: (the lines kept, in order; lines shed)."""
+    if not lines:
+        return [], 0
+    block = "\n".join(lines)
+    offsets = list(itertools.accumulate((len(x) + 1 for x in lines), initial=0))
+    hit: set[int] = set()
+    find = block.find
+    for marker in EVENT_MARKERS:
+        i = find(marker)
+        while i >= 0:
+            k = bisect.bisect_right(offsets, i) - 1
+            hit.add(k)
+            i = find(marker, offsets[k + 1])
+    kept = [lines[k] for k in sorted(hit)]
+    return kept, len(lines) - len(kept)

@@ -20,6 +20,11 @@ How it reads (toolong's ``poll_watcher.py`` plus what toolong lacks, style guide
 - Start: only the last ``backlog_lines`` lines / ``backlog_bytes`` bytes are read (found by
   reading backwards); the skipped lines are counted into ``dropped_lines`` by scanning at most
   ``COUNT_EXACT_MAX_BYTES`` (beyond that it is an estimate from the mean line length).
+- Overload: when the reader is more than ``backlog_bytes`` behind the end (a burst faster than
+  the consumer parses), the bytes before the newest ``backlog_bytes`` are scanned in slices of
+  ``SHED_SCAN_BYTES`` with the substring prefilter ``tail_base.keep_line``: lines that may carry
+  an event (OOM, load, failure, allocation, KV, flash attention, truncation, eviction, spawn,
+  any WARN/ERROR) are delivered in order, the others are shed and counted in ``dropped_lines``.
 - All reading is in one daemon poll thread per ``batches()``; the event loop is woken only when
   there are lines or a new status (an idle tail costs the UI loop nothing), and the thread
   stops polling while more than ``max(1000, backlog_lines)`` lines wait for the consumer.
@@ -37,7 +42,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtop.sources.tail_base import COALESCE_S, LineSplitter, LogBatch
+from kvtop.sources.tail_base import COALESCE_S, LineSplitter, LogBatch, shed_block
 
 CHUNK_BYTES = 64 * 1024
 """Bytes per ``pread`` (toolong reads 64 KiB at a time)."""
@@ -68,6 +73,9 @@ COUNT_EXACT_MAX_BYTES = 64 * 2**20
 
 SIGNATURE_BYTES = 32
 """Bytes just before the offset that are re-read to notice a truncate hidden by fast regrowth."""
+
+SHED_SCAN_BYTES = 8 * 2**20
+"""Bytes of a far-behind file scanned for event lines per poll (about 0.3 s of one core)."""
 
 MAX_PENDING_FILES = 8
 """Newer files opened while the old one drains; more rotations than this in ``ROTATE_QUIET_S`` are skipped."""
@@ -240,13 +248,14 @@ class _FileReader:
             op.signature = b""
             op.skip_fragment = False
             self._set_notice("file truncated (copytruncate) — reading it from the start")
-        if size - op.offset > self.backlog_bytes:
-            # Fell far behind (or a huge burst): keep only the newest backlog_bytes.
-            new_start = size - self.backlog_bytes
-            dropped += self._count_lines(op.fd, op.offset, new_start, None)
-            self._splitter.discard()
-            op.offset = new_start
-            op.skip_fragment = os.pread(op.fd, 1, new_start - 1) != b"\n"
+        if size - op.offset > self.backlog_bytes and not op.initial:
+            # Fell far behind (a burst faster than the consumer): shed what lies before the newest
+            # backlog_bytes, keeping every line that may carry an event; at most SHED_SCAN_BYTES
+            # per poll, so a huge backlog is worked off in slices (the file holds the rest).
+            dropped += self._shed(op, size - self.backlog_bytes, out)
+            if size - op.offset > self.backlog_bytes:
+                op.last_data = time.monotonic()
+                return dropped
         start_offset = op.offset
         got = 0
         lines_before = len(out)
@@ -279,6 +288,47 @@ class _FileReader:
             if self.backlog_lines == 0:
                 dropped += len(out) - lines_before
                 del out[lines_before:]
+        return dropped
+
+    def _shed(self, op: _Open, target: int, out: list[str]) -> int:
+        """Read ``op`` from its offset towards ``target`` (at most ``SHED_SCAN_BYTES``; the last slice
+        runs on to the end of the line holding ``target``), appending to ``out`` only the lines
+        ``keep_line`` keeps; returns the lines shed.
+
+        The offset ends on a line boundary (just after a newline), so the next read starts a line;
+        the splitter's held partial line is joined to the first line of the slice.
+        """
+        end = min(target, op.offset + SHED_SCAN_BYTES)
+        data = os.pread(op.fd, end - op.offset, op.offset)
+        if not data:
+            return 0
+        if end == target and not data.endswith(b"\n"):  # the last slice ends with the line holding target
+            more = os.pread(op.fd, CHUNK_BYTES, end)
+            nl = more.find(b"\n")
+            if nl >= 0:
+                data += more[: nl + 1]
+        dropped = 0
+        if op.skip_fragment:
+            nl = data.find(b"\n")
+            if nl < 0:  # still inside the cut first line
+                op.offset += len(data)
+                return 0
+            data = data[nl + 1 :]
+            op.offset += nl + 1
+            op.skip_fragment = False
+            dropped += 1
+        last_nl = data.rfind(b"\n")
+        if last_nl < 0:  # one line longer than the slice: cut like any over-long line
+            out.extend(self._splitter.feed(data))
+            op.offset += len(data)
+        else:
+            block = self._splitter.take_partial() + data[: last_nl + 1]
+            kept, shed = shed_block(block, self._splitter.decode)
+            out.extend(kept)
+            dropped += shed
+            op.offset += last_nl + 1
+        n = min(SIGNATURE_BYTES, op.offset)
+        op.signature = os.pread(op.fd, n, op.offset - n)
         return dropped
 
     def _signature_changed(self, op: _Open) -> bool:

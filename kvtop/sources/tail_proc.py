@@ -1,9 +1,12 @@
 """Stream log sources: ``JournalTail`` (journalctl), ``DockerTail`` (docker logs), ``StdinTail``.
 
 All three drain their stream continuously into a bounded buffer (``backlog_lines`` lines /
-``backlog_bytes`` bytes; the oldest lines are dropped and counted in ``dropped_lines``), so a
-slow screen never blocks the producer: with ``ollama serve 2>&1 | kvtop --log -`` a full pipe
-would stall the Ollama server itself. ``batches()`` hands out what has gathered, at most once
+``backlog_bytes`` bytes), so a slow screen never blocks the producer: with
+``ollama serve 2>&1 | kvtop --log -`` a full pipe would stall the Ollama server itself. Lines
+pushed out of the window are shed and counted in ``dropped_lines``, except those that may carry
+an event (``tail_base.keep_line``: OOM, load, failure, allocation, KV, flash attention,
+truncation, eviction, spawn, WARN/ERROR), which are kept up to ``EVENT_LINES_MIN`` /
+``10 * backlog_lines`` and delivered first. ``batches()`` hands out what has gathered, at most once
 per ``COALESCE_S``.
 
 Child processes run in their own session and are stopped with SIGTERM, a
@@ -23,10 +26,14 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, BinaryIO
 
-from kvtop.sources.tail_base import COALESCE_S, LineSplitter, LogBatch, stop_process
+from kvtop.sources.tail_base import COALESCE_S, LineSplitter, LogBatch, shed_lines, stop_process
 
 READ_BYTES = 64 * 1024
 """Bytes per read from a pipe."""
+
+EVENT_LINES_MIN = 20_000
+"""Lines that may carry an event kept between two batches at least (``10 * backlog_lines``): a
+memory bound that a real log never reaches; past it the oldest are dropped and counted too."""
 
 RETRY_MIN_S = 2.0
 """First wait before a failed ``docker logs``/``journalctl`` is started again."""
@@ -52,6 +59,9 @@ class _Buffer:
         self.max_lines = max(1, backlog_lines)
         self.max_bytes = max(1, backlog_bytes)
         self.lines: collections.deque[str] = collections.deque()
+        self.events: list[str] = []
+        """Lines pushed out of the window that ``keep_line`` kept (delivered before ``lines``)."""
+        self.max_events = max(EVENT_LINES_MIN, 10 * self.max_lines)
         self.nbytes = 0
         self.dropped = 0
         self.status: str | None = None
@@ -65,9 +75,21 @@ class _Buffer:
         for line in lines:
             self.lines.append(line)
             self.nbytes += len(line) + 1
+        over: list[str] = []
         while self.lines and (len(self.lines) > self.max_lines or self.nbytes > self.max_bytes):
-            self.nbytes -= len(self.lines.popleft()) + 1
-            self.dropped += 1
+            line = self.lines.popleft()
+            self.nbytes -= len(line) + 1
+            over.append(line)
+        if over:
+            # Overload: lines that may carry an event are kept (older than every line still in
+            # the bounded window, so they go first); the rest are shed and counted.
+            kept, shed = shed_lines(over)
+            self.dropped += shed
+            self.events.extend(kept)
+            if len(self.events) > self.max_events:
+                extra = len(self.events) - self.max_events
+                del self.events[:extra]
+                self.dropped += extra
         self.changed.set()
 
     def set_status(self, status: str | None, ok: bool) -> None:
@@ -76,8 +98,9 @@ class _Buffer:
         self.changed.set()
 
     def take(self) -> tuple[tuple[str, ...], int]:
-        lines = tuple(self.lines)
+        lines = (*self.events, *self.lines) if self.events else tuple(self.lines)
         dropped = self.dropped
+        self.events = []
         self.lines.clear()
         self.nbytes = 0
         self.dropped = 0

@@ -802,6 +802,8 @@ def log_line(log: LogState, spec: str) -> Text:
     else:
         text.append(f" · {log.lines:,} line{'s' if log.lines != 1 else ''} · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''}"
                     " · l: events")
+    if log.dropped_lines:  # history skipped at start, and noise shed under overload
+        text.append(f" · {log.dropped_lines:,} dropped")
     return text
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -434,3 +435,108 @@ def test_a_one_shot_read_starts_like_the_follower(tmp_path: Path) -> None:
     assert got.dropped_lines == 8
     missing = read_file_tail(tmp_path / "nope.log")
     assert not missing.ok and missing.status == f"{tmp_path / 'nope.log'} not found" and missing.lines == ()
+
+
+# -- shedding under overload: lines that may carry an event are never shed -----------------------
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+HARD_WRAPPED = {  # pasted logs whose records are hard-wrapped: a live tail never wraps (logparse.parser)
+    "022-server-config-windows-fork-new-engine-wrapped.log",
+    "033-server-config-fa-true-kv-q8_0-wrapped-0.6.6.log",
+    "ollama-8525-starting-llama-server-hard-wrapped-before-cmd-0.5.log",
+}
+NOISE = (
+    '[GIN] 2026/11/29 - 12:00:00 | 200 |  1.234567ms |       127.0.0.1 | POST     "/api/chat"',
+    'time=2026-11-29T12:00:00.000Z level=DEBUG source=sched.go:606 msg="context for request finished"',
+    "slot update_slots: id  0 | task 42 | kv cache rm [1, end)",
+    "srv  log_server_r: request: POST /completion 127.0.0.1 200",
+    "prompt eval time =      12.34 ms /    10 tokens (    1.23 ms per token,   810.37 tokens per second)",
+)
+OOM = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 826.00 MiB on device 0: cudaMalloc failed: out of memory"
+
+
+def _events(lines: list[str]) -> list[tuple[str, str]]:
+    from kvtop.logparse.parser import parse_lines
+    from kvtop.model.logstate import PER_REQUEST_KINDS
+
+    return [(e.kind, e.raw) for e in parse_lines(lines, default_year=2025) if e.kind not in PER_REQUEST_KINDS]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in CORPUS.rglob("*.log") if p.name not in HARD_WRAPPED), ids=lambda p: p.name)
+def test_the_prefilter_keeps_every_event_of_the_corpus(path: Path) -> None:
+    from kvtop.logparse import group_loads, parse_lines
+    from kvtop.sources.tail_base import keep_line
+
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    kept = [x for x in lines if keep_line(x)]
+    assert _events(kept) == _events(lines)
+    assert len(group_loads(parse_lines(kept, default_year=2025))) == len(group_loads(parse_lines(lines, default_year=2025)))
+
+
+def test_the_prefilter_sheds_per_request_noise() -> None:
+    from kvtop.sources.tail_base import keep_line
+
+    assert not any(keep_line(x) for x in NOISE)
+    assert keep_line(OOM)
+    assert keep_line('time=2026-11-29T12:00:00.000Z level=WARN source=x.go:1 msg="anything new"')
+
+
+def test_shed_block_and_shed_lines_keep_events_in_order_and_count_the_rest() -> None:
+    from kvtop.sources.tail_base import shed_block, shed_lines
+
+    lines = [NOISE[i % len(NOISE)] for i in range(1000)]
+    lines[10] = OOM
+    lines[500] = "llama_kv_cache: size =    2.00 MiB (  2048 cells,   1 layers,  1/1 seqs), K (f16):    1.00 MiB"
+    lines[999] = OOM + " (last)"
+    want = [lines[10], lines[500], lines[999]]
+    assert shed_lines(lines) == (want, 997)
+    assert shed_block(("\n".join(lines) + "\n").encode()) == (want, 997)
+    assert shed_block(("\n".join(lines)).encode()) == (want, 997)  # a last line without its newline
+    assert shed_lines([]) == ([], 0) and shed_block(b"") == ([], 0)
+
+
+async def test_falling_far_behind_sheds_noise_but_keeps_event_lines(log: Path) -> None:
+    log.write_text("start\n")
+    col = Collector(FileTail(log, backlog_bytes=10_000))
+    await col.until(lambda: col.lines == ["start"])
+    body = [f"{i:06d} {NOISE[i % len(NOISE)]}" for i in range(20_000)]
+    body[1234] = f"{OOM} 1234"
+    body[15_000] = f"{OOM} 15000"
+    _append(log, ("\n".join(body) + "\n").encode())  # about 1.9 MB at once: far more than 10 kB behind
+    await col.until(lambda: col.lines[-1:] == [body[-1]])
+    await col.close()
+    got = col.lines[1:]
+    assert got[:2] == [body[1234], body[15_000]]  # kept, in order, before the newest 10 kB
+    tail = got[2:]
+    assert tail == body[-len(tail):] and 50 < len(tail) < 120
+    assert sum(b.dropped_lines for b in col.batches) == 20_000 - len(got)  # every line accounted for
+
+
+async def test_stream_buffer_overflow_keeps_event_lines() -> None:
+    from kvtop.sources.tail import StdinTail
+
+    r, w = os.pipe()
+    body = [f"{i} {NOISE[i % len(NOISE)]}" for i in range(5000)]
+    body[7] = OOM
+    data = ("\n".join(body) + "\n").encode()  # more than a pipe holds: written by a thread
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+
+    threading.Thread(target=write, daemon=True).start()
+    col = Collector(StdinTail(r, backlog_lines=100))
+    await col.until(lambda: col.last.status == "log source ended")
+    await col.close()
+    os.close(r)
+    assert col.lines == [OOM, *body[4900:]]
+    assert sum(b.dropped_lines for b in col.batches) == 4899
+
+
+def test_log_line_shows_dropped_lines() -> None:
+    from kvtop.model.logstate import LogState
+    from kvtop.ui.app import log_line
+
+    assert "dropped" not in log_line(LogState(source="file:/x", lines=5), "auto").plain
+    assert " · 722,000 dropped" in log_line(LogState(source="file:/x", lines=278_000, dropped_lines=722_000), "auto").plain
+    assert "12 dropped" in log_line(LogState(source="file:/x", status="file truncated", dropped_lines=12), "auto").plain
