@@ -88,8 +88,26 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+MAX_ANY_DEPTH = 64
+"""The deepest nesting of arrays and objects accepted in a value typed ``Any`` (``model_info``
+values are flat or one level deep): a deeper one would crash whatever walks it later."""
+
+
+def _check_depth(data: Any, path: str) -> None:
+    """Raise CodecError when ``data`` nests arrays/objects deeper than :data:`MAX_ANY_DEPTH` (iterative)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (list, dict)):
+            if depth >= MAX_ANY_DEPTH:
+                raise CodecError(f"{path}: nested deeper than {MAX_ANY_DEPTH} levels")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items if isinstance(v, (list, dict)))
+
+
 def _decode(tp: Any, data: Any, path: str) -> Any:
     if tp is Any:
+        _check_depth(data, path)
         return data
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
@@ -154,7 +172,10 @@ def _decode(tp: Any, data: Any, path: str) -> Any:
         raise CodecError(f"{path}: expected an integer, got {_describe(data)}")
     if tp is float:
         if isinstance(data, (int, float)) and not isinstance(data, bool):
-            return float(data)
+            try:
+                return float(data)
+            except OverflowError:
+                raise CodecError(f"{path}: the number is too large") from None
         raise CodecError(f"{path}: expected a number, got {_describe(data)}")
     if tp is str:
         if isinstance(data, str):

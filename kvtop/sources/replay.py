@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import io
 import json
 import os
 import time
 import typing
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
@@ -139,6 +138,10 @@ class Recording:
     records: tuple[Record, ...]
     damage: str | None = None
     unfinished: bool = False
+
+    def scan(self) -> _MemoryScan:
+        """A pass over ``records`` with :class:`RecordScan`'s interface (``damage`` set at the end)."""
+        return _MemoryScan(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,12 +279,243 @@ def resolve_recording(name: str) -> str:
     raise RecordingError(f"{name}: no such file (bundled recordings: {names})")
 
 
-def read_recording(path: str | os.PathLike[str]) -> Recording:
-    """Read a whole recording, stopping at the first damaged line.
+MAX_LINE_BYTES = 64 * 2**20
+"""The longest record line read (64 MiB): a longer line is damage (a gzip bomb, a file that is
+not a recording), never an allocation of its size. A real record is a few kilobytes."""
 
-    Returns:
-        The header, every record before the damage, and ``damage`` saying where and why it
-        stopped (None for a clean end).
+MAX_HEADER_BYTES = 2**20
+"""The longest first line read while looking for the header (1 MiB)."""
+
+_READ_BYTES = 256 * 1024
+"""File bytes read at a time."""
+
+_INFLATE_BYTES = 256 * 1024
+"""The most decompressed bytes one gzip step yields (a 4 MB bomb unpacks in bounded pieces)."""
+
+
+_GZIP_PIECE_BYTES = 512
+"""Compressed bytes inflated at a time."""
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+class _Lines:
+    """The lines of a recording file (plain, or gzip with one or more members), read in chunks.
+
+    Iterating yields each complete line without its newline and counts it in ``count``. Memory
+    stays below ``max_line_bytes`` plus two chunks whatever the file holds. When iteration ends,
+    ``stop`` says why it ended early (corrupt gzip data, a line over the limit: ``too_long``),
+    ``tail`` whether a last line without its newline was left, and ``open_end`` whether a gzip
+    stream lacks its end (trailer). The file is closed when iteration ends or :meth:`close` is
+    called.
+
+    Raises:
+        OSError: The file cannot be opened (from the constructor) or read (while iterating).
+    """
+
+    def __init__(self, path: str, *, max_line_bytes: int) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.count = 0
+        self.stop: str | None = None
+        self.too_long = False
+        self.tail = False
+        self.open_end = False
+        self.bytes_read = 0
+        """File bytes read so far (compressed bytes for gzip)."""
+        self._f: IO[bytes] | None = open(path, "rb")  # noqa: SIM115 - closed by close() / the end of iteration
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        f, self._f = self._f, None
+        if f is not None:
+            f.close()
+
+    def _read(self) -> bytes:
+        if self._f is None:
+            return b""
+        data = self._f.read(_READ_BYTES)
+        self.bytes_read += len(data)
+        return data
+
+    def _chunks(self) -> Iterator[bytes]:
+        first = self._read()
+        if first[:2] != b"\x1f\x8b":
+            data = first
+            while data:
+                yield data
+                data = self._read()
+            return
+        d = zlib.decompressobj(wbits=31)
+        member = True  # inside a gzip member whose end is not seen yet
+        for data in self._pieces(first):
+            while True:
+                if not member:
+                    data = data.lstrip(b"\x00")  # padding between members
+                    if not data:
+                        break
+                    d, member = zlib.decompressobj(wbits=31), True
+                try:
+                    out = d.decompress(data, _INFLATE_BYTES)
+                except zlib.error as exc:
+                    self.stop = f"the gzip data is corrupt ({exc})"
+                    return
+                if out:
+                    yield out
+                if d.eof:  # a member ended: another may follow
+                    data, member = d.unused_data, False
+                    continue
+                data = d.unconsumed_tail
+                if not data and len(out) < _INFLATE_BYTES:
+                    break  # input used up and no output pending
+        self.open_end = member  # no gzip trailer: kvtop was still recording, or stopped without closing
+
+    def _pieces(self, first: bytes) -> Iterator[bytes]:
+        """The compressed bytes in small pieces, so that corrupt bytes lose only the text after them."""
+        data = first
+        while data:
+            for i in range(0, len(data), _GZIP_PIECE_BYTES):
+                yield data[i:i + _GZIP_PIECE_BYTES]
+            data = self._read()
+
+    def __iter__(self) -> Iterator[bytes]:
+        buf = bytearray()
+        try:
+            for chunk in self._chunks():
+                search = len(buf)  # the held part has no newline
+                buf += chunk
+                pos = 0
+                while (i := buf.find(b"\n", search)) >= 0:
+                    self.count += 1
+                    yield bytes(buf[pos:i])
+                    pos = search = i + 1
+                if pos:
+                    del buf[:pos]
+                if len(buf) > self.max_line_bytes:
+                    self.too_long = True
+                    self.stop = f"the line is longer than {_mib(self.max_line_bytes)} (not a kvtop record)"
+                    return
+            self.tail = bool(buf)
+        finally:
+            self.close()
+
+
+class RecordScan:
+    """The records of a recording file, from the first, read and decoded one at a time.
+
+    An iterator of :class:`Record`. It ends at the end of the file or at the first damaged line;
+    then ``damage`` (``recording ends at line N: <reason>``, or None for a clean end) and
+    ``unfinished`` (a gzip file without its end, every record intact) are set. Nothing raises:
+    a file that cannot be read any more is damage too. Memory: one line (at most
+    ``max_line_bytes``) and one decoded record at a time.
+    """
+
+    def __init__(self, path: str, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.damage: str | None = None
+        self.unfinished = False
+        self.done = False
+        self._lines: _Lines | None = None
+        try:
+            self._lines = _Lines(path, max_line_bytes=MAX_HEADER_BYTES)
+            self._it = iter(self._lines)
+            next(self._it, None)  # the header, read and checked by open_recording
+            self._lines.max_line_bytes = max_line_bytes
+        except OSError as exc:
+            self._end(f"recording ends at line 2: the file cannot be read ({exc.strerror or exc})")
+
+    @property
+    def bytes_read(self) -> int:
+        """File bytes read so far: less than the file's size until the scan nears its end."""
+        return self._lines.bytes_read if self._lines is not None else 0
+
+    def __iter__(self) -> RecordScan:
+        return self
+
+    def __next__(self) -> Record:
+        if self.done or self._lines is None:
+            raise StopIteration
+        lines = self._lines
+        try:
+            raw = next(self._it, None)
+        except OSError as exc:
+            self._end(f"recording ends at line {lines.count + 1}: the file cannot be read ({exc.strerror or exc})")
+            raise StopIteration from None
+        if raw is None:
+            where = f"recording ends at line {lines.count + 1}"
+            if lines.stop is not None:
+                self._end(f"{where}: {lines.stop}")
+            elif lines.tail:
+                self._end(f"{where}: the line is cut short (kvtop stopped while writing it?)")
+            else:
+                self._end(None)
+                self.unfinished = lines.open_end
+            raise StopIteration
+        try:
+            return _record(raw)
+        except Exception as exc:  # noqa: BLE001 - any malformed line ends the recording, never a traceback
+            self._end(f"recording ends at line {lines.count}: {_reason(exc)}")
+            raise StopIteration from None
+
+    def _end(self, damage: str | None) -> None:
+        self.damage, self.done = damage, True
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._lines is not None:
+            self._lines.close()
+
+
+class _MemoryScan:
+    """:class:`RecordScan`'s interface over a :class:`Recording` already in memory."""
+
+    def __init__(self, recording: Recording) -> None:
+        self._it = iter(recording.records)
+        self._recording = recording
+        self.damage: str | None = None
+        self.unfinished = False
+
+    def __iter__(self) -> _MemoryScan:
+        return self
+
+    def __next__(self) -> Record:
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.damage, self.unfinished = self._recording.damage, self._recording.unfinished
+            raise
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingFile:
+    """A recording opened for playback as a stream: its header is read, its records are read as
+    they are played (:meth:`scan`), so a long or hostile file costs neither memory nor waiting.
+
+    Attributes:
+        path: The file.
+        header: Its header.
+        max_line_bytes: The longest record line read; a longer one is damage.
+    """
+
+    path: str
+    header: RecordingHeader
+    max_line_bytes: int = MAX_LINE_BYTES
+
+    def scan(self) -> RecordScan:
+        """A new pass over the records from the first (the file is opened again)."""
+        return RecordScan(self.path, max_line_bytes=self.max_line_bytes)
+
+
+def open_recording(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES) -> RecordingFile:
+    """Open a recording for streamed playback: read and check its header only.
+
+    Args:
+        path: The file (gzip when it starts with the gzip magic bytes, whatever its name).
+        max_line_bytes: The longest record line read; a longer one ends the recording as damage.
 
     Raises:
         RecordingError: The file cannot be opened, is empty, has no valid header, or is written in
@@ -289,75 +523,69 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     """
     p = os.fspath(path)
     try:
-        with open(p, "rb") as f:
-            data = f.read()
+        lines = _Lines(p, max_line_bytes=MAX_HEADER_BYTES)
+        try:
+            first = next(iter(lines), None)
+        finally:
+            lines.close()
     except OSError as exc:
         raise RecordingError(f"{p}: {exc.strerror or exc}") from None
-    gz = data[:2] == b"\x1f\x8b"
-    text, cut, open_end = _decompress(data) if gz else (data, None, False)
-    lines = text.split(b"\n")
-    tail = lines.pop()  # after the last newline: empty when the file ends cleanly
-    if not lines and not tail:
-        raise RecordingError(f"{p}: {cut}" if cut else f"{p}: empty file, not a kvtop recording")
-    if not lines:
-        raise RecordingError(f"{p}: not a kvtop recording, or its header line is cut short")
-    header = _header(lines[0], p)
-    records: list[Record] = []
-    damage: str | None = None
-    for number, raw in enumerate(lines[1:], start=2):
-        try:
-            records.append(_record(raw))
-        except (ValueError, CodecError, KeyError, TypeError) as exc:
-            damage = f"recording ends at line {number}: {_reason(exc)}"
-            break
-    else:
-        if cut is not None:
-            damage = f"recording ends at line {len(lines) + 1}: {cut}"
-        elif tail:
-            damage = f"recording ends at line {len(lines) + 1}: the line is cut short (kvtop stopped while writing it?)"
-    return Recording(path=p, header=header, records=tuple(records), damage=damage, unfinished=open_end and damage is None)
+    if first is None:
+        if lines.too_long:
+            raise RecordingError(f"{p}: not a kvtop recording (its first line is longer than "
+                                 f"{_mib(MAX_HEADER_BYTES)})")
+        if lines.tail:
+            raise RecordingError(f"{p}: not a kvtop recording, or its header line is cut short")
+        raise RecordingError(f"{p}: {lines.stop}" if lines.stop else f"{p}: empty file, not a kvtop recording")
+    return RecordingFile(path=p, header=_header(first, p), max_line_bytes=max_line_bytes)
 
 
-def _decompress(data: bytes) -> tuple[bytes, str | None, bool]:
-    """Everything a gzip stream (possibly several members) yields, why it stopped early, and
-    whether its last member has no end (no trailer).
+def read_recording(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES) -> Recording:
+    """Read a whole recording into memory, stopping at the first damaged line.
 
-    Fed in small chunks so that corrupt bytes lose only the text after them.
+    For tools and tests: playback streams instead (:func:`open_recording`). Memory grows with the
+    records kept, but a hostile line costs at most ``max_line_bytes``.
+
+    Returns:
+        The header, every record before the damage, and ``damage`` saying where and why it
+        stopped (None for a clean end).
+
+    Raises:
+        RecordingError: As :func:`open_recording`.
     """
-    out = io.BytesIO()
-    d = zlib.decompressobj(wbits=31)
-    pos, chunk = 0, 512
-    while pos < len(data):
-        piece = data[pos:pos + chunk]
-        pos += len(piece)
-        try:
-            out.write(d.decompress(piece))
-        except zlib.error as exc:
-            return out.getvalue(), f"the gzip data is corrupt ({exc})", False
-        if d.eof:  # a member ended: another may follow
-            rest = d.unused_data.lstrip(b"\x00") + data[pos:]
-            if not rest:
-                return out.getvalue(), None, False
-            data, pos = rest, 0
-            d = zlib.decompressobj(wbits=31)
-    # no gzip trailer (d.eof False): kvtop was still recording, or stopped without closing the file
-    return out.getvalue(), None, not d.eof
+    opened = open_recording(path, max_line_bytes=max_line_bytes)
+    scan = opened.scan()
+    records = tuple(scan)
+    return Recording(path=opened.path, header=opened.header, records=records, damage=scan.damage,
+                     unfinished=scan.unfinished)
 
 
 def _reason(exc: BaseException) -> str:
+    """Why a line is damaged, in words: printable and at most 200 characters (it quotes the file)."""
+    text = _reason_text(exc)
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _reason_text(exc: BaseException) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON ({exc.msg} at column {exc.colno})"
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
     if isinstance(exc, KeyError):
         return f"no {exc.args[0]!r} field"
-    return str(exc) or type(exc).__name__
+    if isinstance(exc, RecursionError):
+        return "a value is nested too deeply"
+    if isinstance(exc, (ValueError, TypeError, OverflowError)):
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _header(raw: bytes, path: str) -> RecordingHeader:
     try:
         obj = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
         raise RecordingError(f"{path}: not a kvtop recording (the first line is not a JSON header)") from None
     if not isinstance(obj, dict) or "kvtop_recording" not in obj:
         raise RecordingError(f"{path}: not a kvtop recording (no kvtop_recording header)")
@@ -370,9 +598,17 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
             f"than this kvtop {__version__} reads (format {FORMAT_VERSION}): upgrade kvtop to replay it")
     try:
         tz_obj = obj.get("naive_tz") or {}
-        offset = int(tz_obj.get("offset_s", 0))
-        name = str(tz_obj.get("name") or "") or None
-        tz = timezone(timedelta(seconds=offset), name) if name else timezone(timedelta(seconds=offset))
+        offset = tz_obj.get("offset_s", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) or not -_DAY_S < offset < _DAY_S:
+            raise ValueError(f"naive_tz offset_s {_short(offset)} is not a whole number of seconds under a day")
+        name = tz_obj.get("name") or None
+        if name is not None and not isinstance(name, str):
+            raise TypeError("naive_tz name must be a string")
+        tz = timezone(timedelta(seconds=offset), name[:64]) if name else timezone(timedelta(seconds=offset))
+        started_at = obj.get("started_at", 0.0)
+        if (not isinstance(started_at, (int, float)) or isinstance(started_at, bool)
+                or not 0 <= started_at <= _LAST_S):
+            raise ValueError(f"started_at {_short(started_at)} is not a time in years 1970-9999")
         sources = obj.get("sources") or {}
         alerts = obj.get("alerts") or {}
         if not isinstance(sources, dict) or not isinstance(alerts, dict):
@@ -382,11 +618,21 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
             raise TypeError("host must be a string")
         return RecordingHeader(
             version=version, kvtop_version=str(obj.get("kvtop_version", "?")),
-            started_at=float(obj.get("started_at", 0.0)), host_url=host, sources=sources,
+            started_at=float(started_at), host_url=host, sources=sources,
             demo=bool(obj.get("demo", False)), naive_tz=tz, alerts=alerts,
         )
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise RecordingError(f"{path}: the recording header is invalid ({_reason(exc)})") from None
+
+
+_DAY_S = 86_400
+_LAST_S = 253_402_300_799
+"""9999-12-31 23:59:59 UTC: the last Unix second a datetime can show."""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _record(raw: bytes) -> Record:
@@ -394,8 +640,8 @@ def _record(raw: bytes) -> Record:
     if not isinstance(obj, dict):
         raise TypeError("a record is not a JSON object")
     t = obj["t"]
-    if not isinstance(t, (int, float)) or isinstance(t, bool):
-        raise TypeError("the record's time is not a number")
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t <= _LAST_S:
+        raise TypeError(f"the record's time {_short(t)} is not a time in years 1970-9999")
     kind = obj["kind"]
     if kind == "ollama":
         return Record(float(t), "ollama", ollama=decode(OllamaSnapshot, obj["snapshot"]))
@@ -435,43 +681,87 @@ def parse_batch(parser: LogParser, lines: Sequence[str]) -> tuple[list[LogEvent]
 class Player:
     """Where playback is in a recording: the next record, speed, pause.
 
+    Records are read as they are played (a :class:`RecordingFile` is streamed; a
+    :class:`Recording` already in memory works the same way): only the last applied record and
+    the next one are held. Going back re-reads the recording from its first record, since the
+    dashboard's state is a fold over the records anyway.
+
     Attributes:
-        position: Index of the next record to apply (``len(records)`` at the end).
+        position: Index of the next record to apply (the number applied so far). Setting it
+            moves there, reading forward (or again from the start when it goes back).
         speed: Playback speed, one of :data:`SPEEDS`.
         paused: True while paused.
+        damage: Once at the end: ``recording ends at line N: <reason>``, or None for a clean end.
+        unfinished: Once at the end: a gzip recording without its end (every record intact).
     """
 
-    def __init__(self, recording: Recording, *, speed: float = 1.0) -> None:
+    def __init__(self, recording: Recording | RecordingFile, *, speed: float = 1.0) -> None:
         self.recording = recording
-        self.records = recording.records
-        self.position = 0
         self.speed = speed if speed in SPEEDS else 1.0
         self.paused = False
+        self.damage: str | None = None
+        self.unfinished = False
+        self._scan: RecordScan | _MemoryScan | None = None
+        self._rewind()
+
+    def _rewind(self) -> None:
+        if self._scan is not None:
+            self._scan.close()
+        self._scan = self.recording.scan()
+        self._position = 0
+        self._last: Record | None = None
+        self._next: Record | None = self._read()
+
+    def _read(self) -> Record | None:
+        assert self._scan is not None
+        record = next(self._scan, None)
+        if record is None:
+            self.damage, self.unfinished = self._scan.damage, self._scan.unfinished
+        return record
+
+    def close(self) -> None:
+        """Close the recording file (a later move opens it again)."""
+        if self._scan is not None:
+            self._scan.close()
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @position.setter
+    def position(self, index: int) -> None:
+        if index < self._position:
+            self._rewind()
+        while self._position < index and self._next is not None:
+            self.take()
 
     @property
     def at_end(self) -> bool:
         """All records applied."""
-        return self.position >= len(self.records)
+        return self._next is None
 
     @property
     def time_s(self) -> float | None:
         """Recorded wall-clock time of the last applied record (None before the first)."""
-        if self.position == 0:
-            return None
-        return self.records[self.position - 1].t
+        return self._last.t if self._last is not None else None
 
     def gap_s(self) -> float:
         """Real seconds to wait before the next record: the recorded gap divided by the speed,
         at most :data:`MAX_GAP_S` (0 for the first record and at the end)."""
-        if self.position == 0 or self.at_end:
+        if self._last is None or self._next is None:
             return 0.0
-        gap = self.records[self.position].t - self.records[self.position - 1].t
+        gap = self._next.t - self._last.t
         return min(MAX_GAP_S, max(0.0, gap / self.speed))
 
     def take(self) -> Record:
-        """The next record; advances. Raises IndexError at the end."""
-        record = self.records[self.position]
-        self.position += 1
+        """The next record; advances (reading the one after it). Raises IndexError at the end."""
+        record = self._next
+        if record is None:
+            raise IndexError("no record after the end of the recording")
+        following = self._read()
+        self._last = record
+        self._position += 1
+        self._next = following
         return record
 
     def faster(self) -> float:
@@ -484,28 +774,64 @@ class Player:
         self.speed = next((s for s in reversed(SPEEDS) if s < self.speed), SPEEDS[0])
         return self.speed
 
-    def index_at(self, t: float) -> int:
-        """How many records have ``t`` at or before ``t`` (the position that shows time ``t``)."""
-        n = 0
-        for record in self.records:
-            if record.t > t:
-                break
-            n += 1
-        return n
+    def _now(self) -> float:
+        if self._last is not None:
+            return self._last.t
+        return self._next.t if self._next is not None else 0.0
+
+    def jump(self, seconds: float | None) -> tuple[bool, Iterator[Record]]:
+        """Start a jump of ``seconds`` of recorded time (negative: back; None: to the start).
+
+        Returns:
+            ``back``, True when playback went back to the first record (the caller resets the
+            state to the initial one before applying), and the records to apply in order, read
+            as the iterator is consumed. Forward jumps apply at least one record; back jumps
+            stop at the latest before the current one.
+        """
+        if seconds is not None and seconds > 0:
+            return False, self._forward(self._now() + seconds)
+        limit = 0 if seconds is None else self._position - 1
+        until = self._now() + (seconds or 0.0)
+        back = self._position > 0
+        if back:
+            self._rewind()
+        return back, self._up_to(limit, until)
+
+    def _forward(self, until: float) -> Iterator[Record]:
+        first = True
+        while self._next is not None and (first or self._next.t <= until):
+            first = False
+            yield self.take()
+
+    def _up_to(self, limit: int, until: float) -> Iterator[Record]:
+        while self._next is not None and self._position < limit and self._next.t <= until:
+            yield self.take()
 
     def target(self, seconds: float | None) -> int:
-        """The position after jumping ``seconds`` of recorded time (negative: back; None: to the start).
+        """The position :meth:`jump` would reach (a dry run: it reads the recording again).
 
         Forward jumps move at least one record; back jumps at least to the record before the
         current one.
         """
         if seconds is None:
             return 0
-        now = self.time_s if self.time_s is not None else (self.records[0].t if self.records else 0.0)
-        n = self.index_at(now + seconds)
-        if seconds > 0:
-            return min(len(self.records), max(n, self.position + 1))
-        return max(0, min(n, self.position - 1))
+        until = self._now() + seconds
+        scan = self.recording.scan()
+        n = 0
+        try:
+            if seconds > 0:
+                for record in scan:
+                    if n > self._position and record.t > until:
+                        break
+                    n += 1
+                return max(n, self._position)
+            for record in scan:
+                if n >= self._position - 1 or record.t > until:
+                    break
+                n += 1
+            return n
+        finally:
+            scan.close()
 
 
 def speed_text(speed: float) -> str:

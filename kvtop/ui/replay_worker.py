@@ -4,14 +4,24 @@ It posts exactly the messages the live workers post (``SnapshotReceived``, ``Gpu
 ``LogEventsReceived``, the last with events parsed by a fresh ``LogParser`` from the recorded raw
 lines, as ``KvtopApp.follow_log`` parses them), so the app's handlers, ``model.state``, the alert
 rules and the widgets do what they did live. Between two records it sleeps the recorded gap
-divided by the speed. A jump posts the records up to the target at once between two
+divided by the speed. A jump posts the records up to the target between two
 :class:`ReplayBurst` messages (the dashboard repaints once, at the end); a jump back first resets
-the state to the initial one, since the state is a fold over the records.
+the state to the initial one and reads the recording again from its first record, since the
+state is a fold over the records.
+
+The recording is read as it plays (:class:`~kvtop.sources.replay.Player` over a
+:class:`~kvtop.sources.replay.RecordingFile`): the first frame comes at once however long the
+file is. File reads and decoding run in a thread (``asyncio.to_thread``), so a slow disk or a
+long damaged line never blocks the dashboard; a jump posts its records in batches of
+:data:`BATCH` and waits for the app to apply each batch before reading the next, so memory
+stays bounded by one batch however far it goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from textual.message import Message
@@ -21,6 +31,7 @@ from kvtop.sources.replay import (
     Player,
     Record,
     Recording,
+    RecordingFile,
     clock_text,
     parse_batch,
     speed_text,
@@ -32,6 +43,9 @@ if TYPE_CHECKING:
 
 JUMP_S = 60.0
 """Recorded seconds one jump key moves."""
+
+BATCH = 256
+"""Records a jump reads, posts and waits to be applied at a time."""
 
 _START = "start"
 
@@ -48,7 +62,7 @@ class ReplayBurst(Message):
 class ReplayControl:
     """The app's handle on playback: the :class:`Player` and the commands keys queue for the worker."""
 
-    def __init__(self, recording: Recording) -> None:
+    def __init__(self, recording: Recording | RecordingFile) -> None:
         self.recording = recording
         self.player = Player(recording)
         self.wake = asyncio.Event()
@@ -66,10 +80,10 @@ class ReplayControl:
 
     def status_text(self) -> str | None:
         """What the line under the table says at the end of a damaged recording."""
-        if self.player.at_end and self.recording.damage:
-            return self.recording.damage
-        if self.player.at_end and self.recording.unfinished:
-            n = len(self.recording.records)
+        if self.player.at_end and self.player.damage:
+            return self.player.damage
+        if self.player.at_end and self.player.unfinished:
+            n = self.player.position
             return (f"recording ends after {n} record{'s' if n != 1 else ''} without its gzip end:"
                     " kvtop was still recording, was killed, or the file was cut")
         return None
@@ -116,20 +130,26 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
         control.wake.clear()
         if control.jump is not None:
             jump, control.jump = control.jump, None
-            target = player.target(None if jump == _START else float(jump))
-            back = target < player.position
+            seconds = None if jump == _START else float(jump)
+            back = (seconds is None or seconds < 0) and player.position > 0
             app.post_message(ReplayBurst(start=True, restart=back))
             if back:
                 parser = new_parser()
-                player.position = 0
-            while player.position < target:
-                post(player.take())
+            went_back, records = await asyncio.to_thread(player.jump, seconds)
+            assert went_back == back
+            while True:
+                batch = await asyncio.to_thread(_some, records, BATCH)
+                for record in batch:
+                    post(record)
+                if len(batch) < BATCH:
+                    break
+                await _applied(app)
             app.post_message(ReplayBurst(start=False))
             continue
         if control.steps:
             control.steps -= 1
             if not player.at_end:
-                post(player.take())
+                post(await asyncio.to_thread(player.take))
                 app.replay_moved()
             continue
         if player.at_end:
@@ -146,8 +166,19 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
                 continue  # a key changed something: decide again (a new speed restarts the gap)
             except asyncio.TimeoutError:
                 pass
-        post(player.take())
+        post(await asyncio.to_thread(player.take))
         app.replay_moved()
+
+
+def _some(records: Iterator[Record], n: int) -> list[Record]:
+    return list(itertools.islice(records, n))
+
+
+async def _applied(app: KvtopApp) -> None:
+    """Wait until the app has handled every message posted so far (a callback queued after them)."""
+    done = asyncio.Event()
+    if app.call_later(done.set):
+        await done.wait()
 
 
 def jump_request(action: str) -> float | str:
