@@ -22,8 +22,16 @@ Metrics (:data:`METRICS`) follow Prometheus conventions: base units in the name 
 ``_seconds``, ``_ratio``, ``_celsius``, ``_watts``), ``_total`` counters, ``_info`` gauges of
 value 1 carrying text as labels. Per-model series carry ``host``, ``model`` and ``digest`` and
 exist only while the host's latest poll reached it (a dead server's last models are not
-re-exported as if current). Label values are the snapshot's strings, already sanitized (control
-and bidi characters replaced); prometheus-client escapes them.
+re-exported as if current). Every label value passes :func:`label_value` (control, format and
+bidi characters become U+FFFD, at most ``LABEL_MAX_CHARS``); prometheus-client escapes the rest.
+
+HTTP (:class:`MetricsServer`): prometheus-client's WSGI app behind waitress: connections are
+handled by one I/O thread (select/poll), requests by a fixed pool of ``SERVER_THREADS`` workers;
+listen backlog ``SERVER_BACKLOG``; a connection idle for ``CHANNEL_TIMEOUT_S`` (a slowloris
+client sending a partial request and holding it) is closed; at most ``CONNECTION_LIMIT``
+connections are open at once (more wait in the backlog). ``GET /metrics`` (and ``/``, as
+prometheus-client's own server did) serve the metrics, ``HEAD`` too; other paths answer 404,
+other methods 405.
 
 Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments or an address it cannot listen on.
 """
@@ -39,6 +47,7 @@ import signal
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -264,12 +273,31 @@ def _families() -> dict[str, Metric]:
     return out
 
 
+LABEL_MAX_CHARS = 256
+"""Longest label value exported; a longer one (a hostile server's) is cut, ending in ``…``."""
+
+_LABEL_UNSAFE = frozenset(("Cc", "Cf", "Cs", "Co"))
+
+
+def label_value(text: str) -> str:
+    """``text`` made safe as a label value: every control, format (bidi overrides, zero-width),
+    surrogate and private-use character becomes U+FFFD; other printable text (any script, emoji)
+    is kept; at most ``LABEL_MAX_CHARS`` characters. Label values come from the server
+    (``/api/ps`` names, ``/api/show`` architecture…) and the log: a raw ESC must never reach a
+    terminal that shows ``/metrics``."""
+    if not (text.isascii() and text.isprintable()):
+        text = "".join("\ufffd" if unicodedata.category(c) in _LABEL_UNSAFE else c for c in text)
+    if len(text) > LABEL_MAX_CHARS:
+        text = text[: LABEL_MAX_CHARS - 1] + "…"
+    return text
+
+
 def _add(fams: Mapping[str, Metric], name: str, labels: Sequence[str], value: float | None) -> None:
     if value is None:
         return
     fam = fams[name]
     assert len(labels) == len(_SPECS[name].labels), name
-    fam.add_metric(list(labels), float(value))  # type: ignore[attr-defined]
+    fam.add_metric([label_value(x) for x in labels], float(value))  # type: ignore[attr-defined]
 
 
 def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
@@ -641,6 +669,115 @@ def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
     return (urls or [parse_ollama_host(None)]), warnings
 
 
+SERVER_THREADS = 8
+"""Worker threads answering requests (a scrape costs about a millisecond of one of them)."""
+
+SERVER_BACKLOG = 1024
+"""Listen backlog: connections the kernel queues while the workers are busy."""
+
+CHANNEL_TIMEOUT_S = 10
+"""A connection with no activity for this long is closed (slowloris, forgotten keep-alives)."""
+
+CLEANUP_INTERVAL_S = 2
+"""How often idle connections are looked for."""
+
+CONNECTION_LIMIT = 512
+"""Connections open at once; past it, new ones wait in the backlog until some close."""
+
+MAX_REQUEST_HEADER_BYTES = 16 * 1024
+"""Longest request head accepted (a scrape's is a few hundred bytes)."""
+
+_NOT_FOUND = b"not found: kvtop serves its metrics on /metrics\n"
+
+
+def make_wsgi(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
+    """The exporter's WSGI app: ``/metrics`` and ``/`` → prometheus-client's metrics app (text
+    format, OpenMetrics or gzip when the scraper asks); ``GET``/``HEAD`` only (else 405); any other
+    path → 404 with a one-line plain-text body."""
+    from prometheus_client import make_wsgi_app
+
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path not in ("/metrics", "/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
+                                             ("Content-Length", str(len(_NOT_FOUND)))])
+            return [_NOT_FOUND]
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            body = b"only GET and HEAD\n"
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain; charset=utf-8"),
+                                                      ("Content-Length", str(len(body)))])
+            return [body]
+        if environ["REQUEST_METHOD"] == "HEAD":  # prometheus-client answers GET only: same headers, no body
+            for chunk in metrics({**environ, "REQUEST_METHOD": "GET"}, start_response):
+                pass
+            return []
+        return metrics(environ, start_response)
+
+    return app
+
+
+class MetricsServer:
+    """The HTTP side of the exporter: ``make_wsgi(registry)`` served by waitress in one daemon
+    thread (its I/O loop) plus ``threads`` workers.
+
+    Args:
+        registry: What ``/metrics`` serves.
+        host: Address to bind (an IP address or a name; a name binds its first address, as
+            ``getaddrinfo`` orders them).
+        port: Port; 0 picks a free one (see :attr:`port`).
+
+    Raises:
+        OSError: The address cannot be bound (in use, not this machine's, permission denied) or
+            the name does not resolve (``socket.gaierror``).
+    """
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, threads: int = SERVER_THREADS,
+                 backlog: int = SERVER_BACKLOG, channel_timeout_s: int = CHANNEL_TIMEOUT_S,
+                 connection_limit: int = CONNECTION_LIMIT) -> None:
+        import logging
+        import socket
+
+        from waitress.server import create_server
+
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                       flags=socket.AI_PASSIVE)[0]
+        ip = sockaddr[0]
+        listen = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" under load is expected
+        try:
+            self._server = create_server(
+                make_wsgi(registry), listen=listen, threads=threads, backlog=backlog,
+                channel_timeout=channel_timeout_s, cleanup_interval=CLEANUP_INTERVAL_S,
+                connection_limit=connection_limit, max_request_header_size=MAX_REQUEST_HEADER_BYTES,
+                asyncore_use_poll=True, ident="kvtop", expose_tracebacks=False,
+            )
+        except ValueError as exc:  # waitress: "Invalid host/port specified."
+            raise OSError(str(exc)) from None
+        self.host: str = ip
+        self.port: int = int(self._server.effective_port)
+        """The bound port (the free one chosen for port 0)."""
+        self._thread = threading.Thread(target=self._server.run, name="kvtop-http", daemon=True)
+
+    def start(self) -> None:
+        """Start serving (returns at once)."""
+        self._thread.start()
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop accepting, close every connection and the workers; waits up to ``timeout_s``."""
+        from waitress import wasyncore
+
+        server = self._server
+        try:
+            wasyncore.close_all(server._map)  # the listening socket and every open connection
+        except Exception:  # noqa: BLE001, S110 - closing must never block exiting
+            pass
+        server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+
 def main_export(argv: Sequence[str]) -> int:
     """``kvtop export prometheus ...``; returns the exit code (0 after SIGTERM/SIGINT, 2 on bad input)."""
     parser = build_parser()
@@ -700,16 +837,15 @@ def main_export(argv: Sequence[str]) -> int:
                         log_source=log_source, slots_source=slots_source)
     registry = make_registry(exporter.collector)
 
-    from prometheus_client import start_http_server
-
     try:
-        httpd, _thread = start_http_server(listen_port, addr=listen_host, registry=registry)
+        httpd = MetricsServer(registry, listen_host, listen_port)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         fail(f"cannot listen on {_url_host(listen_host)}:{listen_port}: {reason}")
+    httpd.start()
     for warning in warnings:
         _say(warning)
-    port = httpd.server_port
+    port = httpd.port
     local = [p.url for p in pollers if p.view.local]
     _say(f"serving Prometheus metrics on http://{_url_host(listen_host)}:{port}/metrics — "
          f"polling {', '.join(hosts)} every {interval_s:g} s; log: {spec}; "
@@ -719,8 +855,7 @@ def main_export(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:  # Ctrl+C before the loop's own handler was installed
         pass
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        httpd.close()
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import Sequence
 from datetime import timezone
 from pathlib import Path
@@ -36,6 +37,7 @@ from kvtop.demo.server import (
 )
 from kvtop.sources.hosts import host_is_this_machine
 from kvtop.export.prometheus import (
+    LABEL_MAX_CHARS,
     METRICS,
     Exporter,
     HostPoller,
@@ -43,6 +45,7 @@ from kvtop.export.prometheus import (
     KvtopCollector,
     LogCounters,
     count_log,
+    label_value,
     make_registry,
     parse_listen,
 )
@@ -249,8 +252,23 @@ async def test_label_values_from_the_server_are_escaped_not_injected() -> None:
     weird = 'evil"} 1\nkvtop_server_up{host="x'
     state = dataclasses.replace(state, models=(dataclasses.replace(state.models[0], name=weird),))
     fams = scrape([HostView(url=HOST, local=False, log=False, state=state)])
-    assert [s.labels["model"] for s in samples(fams, "kvtop_model_size_bytes")] == [weird]
+    assert [s.labels["model"] for s in samples(fams, "kvtop_model_size_bytes")] == [weird.replace("\n", "\ufffd")]
     assert len(samples(fams, "kvtop_server_up")) == 1
+
+
+async def test_label_values_lose_control_characters_and_keep_printable_text() -> None:
+    """Item 1 of issue 14: ``general.architecture`` from /api/show carried a raw ESC into /metrics."""
+    state = await state_at(4)
+    arch = "llama\x1b]52;c;SGVsbG8=\x07\x1b[2J\u202e"
+    name = "qwen3-日本語-🦙:1.7b"
+    state = dataclasses.replace(state, models=(dataclasses.replace(state.models[0], architecture=arch, name=name),))
+    text = generate_latest(make_registry(KvtopCollector(
+        lambda: [HostView(url=HOST, local=False, log=False, state=state)], lambda: None))).decode("utf-8")
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert 'architecture="llama\ufffd]52;c;SGVsbG8=\ufffd\ufffd[2J\ufffd"' in text
+    assert f'model="{name}"' in text  # other scripts and emoji are kept
+    assert not any(unicodedata.category(c) == "Cc" and c != "\n" for c in text)
+    assert label_value("x" * 1000) == "x" * (LABEL_MAX_CHARS - 1) + "…"
 
 
 # --------------------------------------------------------------------------------------------
