@@ -14,10 +14,12 @@ import math
 import socket
 import re
 import time
+import zlib
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -40,6 +42,33 @@ FIRST_DETAILS_WAIT_S = 1.0
 
 LARGE_BODY_BYTES = 256 * 1024
 """Bodies larger than this are decoded in a thread so the UI never stalls."""
+
+MiB = 1024 * 1024
+
+BODY_LIMIT_BYTES: Mapping[str, int] = MappingProxyType({
+    "/api/ps": 16 * MiB,
+    "/api/tags": 16 * MiB,
+    "/api/show": 64 * MiB,
+    "/api/version": 1 * MiB,
+})
+"""Most bytes of a successful answer kvtop reads per endpoint, counted after decompression.
+
+Generous on purpose: an ``/api/ps`` or ``/api/tags`` entry is about 0.5 KB, so 16 MiB is some
+30,000 models; a verbose ``/api/show`` carries the tokenizer (a 262k-token vocabulary with its
+scores and types is about 10 MB), so it gets 64 MiB. A larger answer is not read further: the
+request fails with "response too large" and the last good data stays. Other paths get
+``DEFAULT_BODY_LIMIT_BYTES``."""
+
+DEFAULT_BODY_LIMIT_BYTES = 16 * MiB
+"""Body limit of a path missing from ``BODY_LIMIT_BYTES``."""
+
+ERROR_BODY_LIMIT_BYTES = 64 * 1024
+"""Most bytes of an HTTP error (>= 400) body read to find its message; the rest is not read."""
+
+SHOW_CONCURRENCY = 6
+"""Most ``/api/show`` requests in flight at once per server. With 1,000 loaded models, firing
+them all at once makes httpx's connection pool degrade quadratically and bursts the server; the
+rest wait their turn (outside their deadline) in the server's ``/api/ps`` order."""
 
 SHOW_RETRY_S = 15.0
 """Seconds before a failed ``/api/show`` for a digest is tried again."""
@@ -138,6 +167,7 @@ def parse_ps(obj: Any) -> tuple[PsModel, ...]:
     if not isinstance(models, list):
         raise ShapeError(f"'models' is {type(models).__name__}, expected a list")
     rows: list[PsModel] = []
+    seen: set[tuple[str, str]] = set()
     for entry in models:
         if not isinstance(entry, Mapping):
             continue
@@ -146,8 +176,9 @@ def parse_ps(obj: Any) -> tuple[PsModel, ...]:
             continue
         raw_expires = _str_or_none(entry.get("expires_at"))
         digest = (_str_or_none(entry.get("digest")) or "").removeprefix("sha256:")
-        if any(r.name == name and r.digest == digest for r in rows):
+        if (name, digest) in seen:
             continue  # the same model listed twice: show it once
+        seen.add((name, digest))
         rows.append(
             PsModel(
                 name=name,
@@ -224,8 +255,25 @@ def _root_os_error(exc: BaseException) -> OSError | None:
 
 
 def _one_line(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
+    """``text`` on one line, at most ``limit`` characters, control characters replaced (it is
+    server text: it must never reach a terminal as an escape sequence)."""
+    text = " ".join(_CONTROL.sub("\ufffd", text[: limit * 4]).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _safe_location(location: str) -> str:
+    """A redirect's ``Location`` fit for a message: user:password@ dropped, one line, ≤ 120 chars."""
+    try:
+        parts = urlsplit(location)
+        if parts.username is not None or parts.password is not None:
+            location = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    except ValueError:
+        pass
+    return _one_line(location, 120) or "''"
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / MiB:.0f} MiB" if n_bytes >= 10 * MiB else f"{n_bytes / MiB:.1f} MiB"
 
 
 class _RequestFailed(Exception):
@@ -233,6 +281,97 @@ class _RequestFailed(Exception):
         super().__init__(message)
         self.kind: ErrorKind = kind
         self.message = message
+
+
+class _TooLarge(Exception):
+    """A body over its limit: ``size_bytes`` declared by Content-Length, or None when counted."""
+
+    def __init__(self, size_bytes: int | None) -> None:
+        super().__init__(size_bytes)
+        self.size_bytes = size_bytes
+
+
+class _Undecodable(Exception):
+    """A body kvtop cannot decode: an encoding it did not ask for, or a corrupt compressed stream."""
+
+
+class _BoundedDecoder:
+    """Decodes a body's ``Content-Encoding`` (identity, gzip, deflate) and never yields more than
+    asked: zlib's ``max_length`` stops a gzip bomb at the limit. (httpx's own decoder inflates
+    each 64 KiB network read whole: one read of a bomb becomes a 66 MB chunk before any count.)
+
+    Raises:
+        _Undecodable: An encoding kvtop did not ask for (br, zstd, stacked encodings).
+    """
+
+    def __init__(self, encoding: str) -> None:
+        enc = encoding.strip().lower()
+        self._zlib: Any = None
+        self._deflate = False
+        if enc in ("gzip", "x-gzip"):
+            self._zlib = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif enc == "deflate":
+            self._zlib = zlib.decompressobj()
+            self._deflate = True  # zlib-wrapped by the RFC, raw deflate by some servers
+        elif enc not in ("", "identity"):
+            raise _Undecodable(f"unsupported Content-Encoding {_one_line(enc, 40)!r}")
+        self._first = True
+
+    def decode(self, data: bytes, room: int) -> bytes:
+        """At most ``room`` decoded bytes of ``data`` and of the input held back by earlier calls.
+
+        Raises:
+            zlib.error: A corrupt compressed stream.
+        """
+        if room <= 0:
+            return b""  # zlib reads max_length 0 as "no limit"
+        if self._zlib is None:
+            return data[:room]
+        data = self._zlib.unconsumed_tail + data  # what an earlier call left when its room was full
+        if self._first and self._deflate:
+            try:
+                out = self._zlib.decompress(data, room)
+            except zlib.error:
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                out = self._zlib.decompress(data, room)
+        else:
+            out = self._zlib.decompress(data, room)
+        self._first = False
+        chunks = [out]
+        got = len(out)
+        while self._zlib.unconsumed_tail and got < room:
+            more = self._zlib.decompress(self._zlib.unconsumed_tail, room - got)
+            if not more:
+                break
+            chunks.append(more)
+            got += len(more)
+        return b"".join(chunks)
+
+
+async def _read_capped(resp: httpx.Response, limit_bytes: int, *, truncate: bool) -> bytes:
+    """Read ``resp``'s body as a stream, decoded, up to ``limit_bytes``.
+
+    Raises:
+        _TooLarge: More than ``limit_bytes`` decoded bytes (unless ``truncate``: then the first
+            ``limit_bytes`` are returned and the rest is not read).
+        _Undecodable: An unsupported Content-Encoding, or a corrupt compressed body.
+    """
+    if resp.is_stream_consumed:  # built whole in memory (httpx.MockTransport): already decoded
+        if len(resp.content) > limit_bytes and not truncate:
+            raise _TooLarge(None)
+        return resp.content[:limit_bytes]
+    decoder = _BoundedDecoder(resp.headers.get("content-encoding", ""))
+    buf = bytearray()
+    async for raw in resp.aiter_raw():
+        try:
+            buf += decoder.decode(raw, limit_bytes + 1 - len(buf))
+        except zlib.error as exc:
+            raise _Undecodable(str(exc)) from None
+        if len(buf) > limit_bytes:
+            if truncate:
+                return bytes(buf[:limit_bytes])
+            raise _TooLarge(None)
+    return bytes(buf)
 
 
 class OllamaClient:
@@ -271,8 +410,10 @@ class OllamaClient:
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             trust_env=not is_loopback_url(self.base_url),  # a proxy must never sit between kvtop and a local server
-            headers={"User-Agent": "kvtop"},
+            # only what _BoundedDecoder can decode with a bound (httpx would add br/zstd when installed)
+            headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"},
         )
+        self._show_slots = asyncio.Semaphore(SHOW_CONCURRENCY)
         self._shows: dict[str, ShowInfo] = {}
         self._show_failed_at: dict[str, float] = {}
         self._show_tasks: dict[str, asyncio.Task[ShowInfo]] = {}
@@ -283,6 +424,12 @@ class OllamaClient:
         self._version_failed_at: float | None = None
         self._version_task: asyncio.Task[str | None] | None = None
         self._samples = 0
+
+    @property
+    def details_budget_s(self) -> float:
+        """Seconds ``sample(wait_details=True)`` waits for background answers, in all: the
+        longest single deadline (``max(timeout_s, show_timeout_s)``)."""
+        return max(self._timeout_s, self._show_timeout_s)
 
     async def aclose(self) -> None:
         """Cancel background requests and close the connection pool."""
@@ -296,11 +443,16 @@ class OllamaClient:
         return tasks
 
     async def _request(self, method: str, path: str, *, json_body: Any = None, deadline_s: float | None = None) -> Any:
+        """One request under one hard deadline, its body read as a bounded stream and decoded.
+
+        Raises:
+            _RequestFailed: Refused, timed out, HTTP error or redirect, too large, invalid JSON.
+        """
         deadline = deadline_s or self._timeout_s
+        limit = BODY_LIMIT_BYTES.get(path, DEFAULT_BODY_LIMIT_BYTES)
         try:
-            resp = await asyncio.wait_for(
-                self._client.request(method, path, json=json_body, timeout=httpx.Timeout(deadline)), deadline
-            )
+            status, reason, location, content = await asyncio.wait_for(
+                self._fetch(method, path, json_body, deadline, limit), deadline)
         except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             raise _RequestFailed("timeout", f"{path}: no answer within {deadline:g} s") from None
         except httpx.ConnectTimeout:
@@ -313,38 +465,75 @@ class OllamaClient:
                 raise _RequestFailed("connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}") from None
             detail = str(cause) if cause is not None else str(exc)
             raise _RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(detail, 100)}") from None
+        except _TooLarge as exc:
+            size = f"{_mib(exc.size_bytes)}, limit {_mib(limit)}" if exc.size_bytes is not None else f"over {_mib(limit)}"
+            raise _RequestFailed("other", f"{path}: response too large ({size})") from None
         except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.RemoteProtocolError) and "location header" in str(exc).lower():
+                # httpx parses a redirect's Location even when it does not follow it
+                raise _RequestFailed("http", f"{path}: redirect to an invalid URL, not followed") from None
             raise _RequestFailed("other", f"{path}: {type(exc).__name__}: {_one_line(str(exc), 100)}") from None
-        if resp.status_code >= 400:
+        except _Undecodable as exc:  # an encoding kvtop did not ask for, a corrupt gzip body
+            raise _RequestFailed("other", f"{path}: cannot decode the body: {_one_line(str(exc), 80)}") from None
+        if 300 <= status < 400:
+            where = f"redirect to {_safe_location(location)}" if location else "redirect without a Location"
+            raise _RequestFailed("http", f"{path}: HTTP {status} {reason}: {where}, not followed")
+        if status >= 400:
             detail = ""
+            text = content.decode("utf-8", "replace")
             try:
-                body = json.loads(resp.content)
+                body = json.loads(content)
                 if isinstance(body, Mapping) and isinstance(body.get("error"), str):
                     detail = ": " + _one_line(body["error"], 120)
-            except (ValueError, UnicodeDecodeError):
-                detail = ": " + _one_line(resp.text, 120) if resp.text.strip() else ""
-            raise _RequestFailed("http", f"{path}: HTTP {resp.status_code} {resp.reason_phrase}{detail}")
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                detail = ": " + _one_line(text, 120) if text.strip() else ""
+            raise _RequestFailed("http", f"{path}: HTTP {status} {_one_line(reason, 40)}{detail}")
         try:
-            if len(resp.content) > LARGE_BODY_BYTES:
+            if len(content) > LARGE_BODY_BYTES:
                 # a verbose /api/show carries the tokenizer (MBs): decode off the event loop
-                return await asyncio.to_thread(json.loads, resp.content)
-            return json.loads(resp.content)
+                return await asyncio.to_thread(json.loads, content)
+            return json.loads(content)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _RequestFailed("invalid_json", f"{path}: invalid JSON ({_one_line(resp.text, 60)!r})") from None
+            text = content[:240].decode("utf-8", "replace")
+            raise _RequestFailed("invalid_json", f"{path}: invalid JSON ({_one_line(text, 60)!r})") from None
+
+    async def _fetch(self, method: str, path: str, json_body: Any, deadline: float,
+                     limit_bytes: int) -> tuple[int, str, str | None, bytes]:
+        """``(status, reason, Location, body)``; the body read as a stream, decoded, capped.
+
+        A successful answer over ``limit_bytes`` raises ``_TooLarge`` (before reading anything
+        when its Content-Length says so); an error body is cut at ``ERROR_BODY_LIMIT_BYTES``;
+        a redirect's body is not read.
+        """
+        async with self._client.stream(method, path, json=json_body, timeout=httpx.Timeout(deadline)) as resp:
+            status, reason = resp.status_code, resp.reason_phrase
+            if 300 <= status < 400:
+                return status, reason, resp.headers.get("location"), b""
+            if status < 400:
+                declared = resp.headers.get("content-length", "")
+                identity = resp.headers.get("content-encoding", "").strip().lower() in ("", "identity")
+                if identity and declared.isdigit() and int(declared) > limit_bytes:
+                    raise _TooLarge(int(declared))
+                return status, reason, None, await _read_capped(resp, limit_bytes, truncate=False)
+            return status, reason, None, await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
 
     async def sample(self, *, wait_details: bool = False) -> OllamaSnapshot:
         """Poll the server once; never raises (except cancellation).
 
         Args:
-            wait_details: Wait for every pending ``/api/version``, ``/api/show`` and
-                ``/api/tags`` answer (each bounded by its deadline) before returning, as
-                ``--once`` does. Otherwise only the first sample waits, up to
+            wait_details: Wait for the pending ``/api/version``, ``/api/show`` and
+                ``/api/tags`` answers before returning, as ``--once`` does, for at most
+                ``details_budget_s`` in all (so a sample takes at most the ``/api/ps``
+                deadline plus that, however many models are loaded: ``/api/show`` runs
+                ``SHOW_CONCURRENCY`` at a time). Otherwise only the first sample waits, up to
                 ``FIRST_DETAILS_WAIT_S``.
 
         Returns:
             A complete snapshot. ``reachable`` is False when ``/api/ps`` failed; ``error``
-            then says how (refused, timeout, HTTP status, invalid JSON or shape). Failures of
-            the other calls are kept per model and do not fail the snapshot.
+            then says how (refused, timeout, HTTP status or redirect, response too large,
+            invalid JSON or shape). Failures of the other calls are kept per model and do not
+            fail the snapshot; a model whose ``/api/show`` has not arrived has no ``shows``
+            entry yet (the state says "waiting for /api/show").
         """
         taken_at = self._clock()
         try:
@@ -372,7 +561,7 @@ class OllamaClient:
         self._start_details(models, taken_at)
         pending = [t for t in self._tasks() if not t.done()]
         if pending and (wait_details or self._samples == 1):
-            await asyncio.wait(pending, timeout=None if wait_details else FIRST_DETAILS_WAIT_S)
+            await asyncio.wait(pending, timeout=self.details_budget_s if wait_details else FIRST_DETAILS_WAIT_S)
         self._collect(taken_at)
         return self._snapshot(taken_at, reachable=True, latency_s=latency_s, models=models)
 
@@ -381,10 +570,14 @@ class OllamaClient:
             self._version_failed_at is None or now - self._version_failed_at >= VERSION_RETRY_S
         ):
             self._version_task = asyncio.create_task(self._fetch_version())
+        live = set()
         for m in models:
             key = detail_key(m)
+            live.add(key)
             if key not in self._show_tasks and self._show_due(key, now):
                 self._show_tasks[key] = asyncio.create_task(self._show(m))
+        for key in [k for k, t in self._show_tasks.items() if k not in live and not t.done()]:
+            self._show_tasks.pop(key).cancel()  # unloaded while queued: it must not hold up the loaded ones
         missing = any(
             m.digest and m.digest not in self._tags and not self._is_remote(m) for m in models
         )
@@ -438,8 +631,9 @@ class OllamaClient:
     async def _show(self, m: PsModel) -> ShowInfo:
         key = detail_key(m)
         try:
-            body = await self._request("POST", "/api/show", json_body={"model": m.name, "verbose": True},
-                                       deadline_s=self._show_timeout_s)
+            async with self._show_slots:  # the deadline starts once a slot is free
+                body = await self._request("POST", "/api/show", json_body={"model": m.name, "verbose": True},
+                                           deadline_s=self._show_timeout_s)
             return parse_show(body, digest=key, name=m.name)
         except _RequestFailed as exc:
             return ShowInfo(digest=key, name=m.name, error=exc.message)

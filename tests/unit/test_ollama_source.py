@@ -339,3 +339,227 @@ def test_show_reads_the_weights_blob_from_the_modelfile() -> None:
     info = parse_show({"modelfile": modelfile, "model_info": {}}, digest="d", name="n")
     assert info.model_blob == "sha256-" + "ab" * 32
     assert parse_show({"modelfile": "FROM llama3.2\n"}, digest="d", name="n").model_blob is None
+
+
+# --- issue 14: bounded bodies, redirects, hostile text, many models ------------------------------
+
+class _Chunks(httpx.AsyncByteStream):
+    """A response body streamed piece by piece (not built in memory), counting the pieces taken."""
+
+    def __init__(self, piece: bytes, count: int, first: bytes = b"") -> None:
+        self.piece, self.count, self.first, self.taken = piece, count, first, 0
+
+    async def __aiter__(self):  # type: ignore[override]
+        for i in range(self.count):
+            self.taken += 1
+            yield (self.first + self.piece) if i == 0 else self.piece
+
+
+def _ps_only(response: Callable[[], httpx.Response]) -> Callable[[httpx.Request], httpx.Response]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/ps":
+            return response()
+        return _server([])(request)
+    return handler
+
+
+async def test_an_endless_body_is_cut_at_the_limit_and_not_read_further() -> None:
+    from kvtop.sources.ollama import BODY_LIMIT_BYTES
+
+    body = _Chunks(b" " * 65536, count=3200, first=b'{"models":[')  # 200 MiB, no Content-Length
+    client = _client(_ps_only(lambda: httpx.Response(200, stream=body)))
+    snap = await client.sample()
+    assert not snap.reachable and snap.error_kind == "other"
+    assert snap.error == "/api/ps: response too large (over 16 MiB)"
+    assert BODY_LIMIT_BYTES["/api/ps"] == 16 * 2**20
+    assert body.taken == 16 * 16  # 11 bytes past 16 MiB after 256 pieces of 64 KiB: not 3,200
+    await client.aclose()
+
+
+async def test_a_declared_length_over_the_limit_is_refused_before_reading() -> None:
+    body = _Chunks(b" " * 65536, count=3200)
+    client = _client(_ps_only(lambda: httpx.Response(200, stream=body, headers={"Content-Length": str(200 * 2**20)})))
+    snap = await client.sample()
+    assert snap.error == "/api/ps: response too large (200 MiB, limit 16 MiB)"
+    assert body.taken == 0
+    await client.aclose()
+
+
+def test_the_bounded_decoder_inflates_a_bomb_only_as_far_as_asked() -> None:
+    from kvtop.sources.ollama import _BoundedDecoder
+    from tests.hostile import gzip_bomb_bytes
+
+    bomb = gzip_bomb_bytes(64 * 1024)  # about 64 MiB once inflated
+    decoder = _BoundedDecoder("gzip")
+    out = decoder.decode(bomb, 1000)
+    assert out == b'{"models":[' + b" " * 989
+    assert len(decoder.decode(b"", 5000)) == 5000  # the rest stays in zlib, inflated on demand
+    import zlib
+    assert len(zlib.decompressobj(31).decompress(bomb)) > 60 * 2**20  # the bomb is real
+
+
+async def test_a_gzip_bomb_is_stopped_at_the_limit_of_decompressed_bytes() -> None:
+    from tests.hostile import gzip_bomb_bytes
+
+    bomb = gzip_bomb_bytes(4 * 2**20)  # about 4 GiB inflated
+    body = _Chunks(b"", 0)
+    pieces = [bomb[i:i + 65536] for i in range(0, len(bomb), 65536)]
+
+    class Stream(httpx.AsyncByteStream):
+        async def __aiter__(self):  # type: ignore[override]
+            for p in pieces:
+                body.taken += 1
+                yield p
+
+    client = _client(_ps_only(lambda: httpx.Response(200, stream=Stream(), headers={"Content-Encoding": "gzip"})))
+    snap = await client.sample()
+    assert snap.error == "/api/ps: response too large (over 16 MiB)"
+    assert body.taken <= 2  # 64 KiB of this bomb inflates to ~64 MiB: the first piece is enough
+    await client.aclose()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "deflate-raw", "identity"])
+async def test_compressed_answers_within_the_limit_are_read(encoding: str) -> None:
+    import gzip
+    import zlib
+
+    raw = json.dumps(PS_BODY).encode()
+    data = {"gzip": gzip.compress(raw), "deflate": zlib.compress(raw), "identity": raw,
+            "deflate-raw": zlib.compress(raw)[2:-4]}[encoding]
+    header = "deflate" if encoding == "deflate-raw" else encoding
+    client = _client(_ps_only(lambda: httpx.Response(200, stream=_Chunks(data, 1), headers={"Content-Encoding": header})))
+    snap = await client.sample()
+    assert snap.reachable and snap.models[0].size_vram_bytes == 5333539264
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("encoding", "message"), [
+    ("br", "/api/ps: cannot decode the body: unsupported Content-Encoding 'br'"),
+    ("gzip", "/api/ps: cannot decode the body: Error -3 while decompressing data: incorrect header check"),
+])
+async def test_bodies_that_cannot_be_decoded_are_reported(encoding: str, message: str) -> None:
+    client = _client(_ps_only(lambda: httpx.Response(200, stream=_Chunks(b"not compressed", 1),
+                                                     headers={"Content-Encoding": encoding})))
+    snap = await client.sample()
+    assert not snap.reachable and snap.error == message
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("status", "location", "message"), [
+    (302, "http://proxy.example/login", "/api/ps: HTTP 302 Found: redirect to http://proxy.example/login, not followed"),
+    (301, "http://user:secret@proxy.example/x", "/api/ps: HTTP 301 Moved Permanently: redirect to http://proxy.example/x, not followed"),
+    (307, "/api/ps/\u202eevil".encode(), "/api/ps: HTTP 307 Temporary Redirect: redirect to /api/ps/\ufffdevil, not followed"),
+    (302, None, "/api/ps: HTTP 302 Found: redirect without a Location, not followed"),
+])
+async def test_a_redirect_is_named_not_followed(status: int, location: str | bytes | None, message: str) -> None:
+    headers = [(b"Location", location if isinstance(location, bytes) else location.encode())] if location else []
+    client = _client(_ps_only(lambda: httpx.Response(status, headers=headers)))
+    snap = await client.sample()
+    assert not snap.reachable and snap.error_kind == "http"
+    assert snap.error == message
+    await client.aclose()
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+async def test_error_text_with_escapes_is_made_inert_and_cut(as_json: bool) -> None:
+    text = "boom \x1b]52;c;aGFja2Vk\x07\x1b[2J done"
+    data = json.dumps({"error": text}).encode() if as_json else text.encode()
+    body = _Chunks(b" " * 65536, count=1000, first=data)  # followed by 64 MB of padding
+    client = _client(_ps_only(lambda: httpx.Response(500, stream=body)))
+    snap = await client.sample()
+    assert snap.error_kind == "http"
+    assert snap.error is not None and "\x1b" not in snap.error and "\x07" not in snap.error
+    # 64 KiB of it is read (the JSON and then spaces, still valid JSON)
+    assert snap.error == "/api/ps: HTTP 500 Internal Server Error: boom \ufffd]52;c;aGFja2Vk\ufffd\ufffd[2J done"
+    assert body.taken <= 2
+    await client.aclose()
+
+
+def test_duplicates_among_many_models_are_dropped_in_order() -> None:
+    entries = [{"name": f"m{i}", "digest": f"{i:064x}"} for i in range(20_000)]
+    rows = parse_ps({"models": entries + entries[::-1] + [{"name": "m5", "digest": f"{6:064x}"}]})
+    assert len(rows) == 20_001
+    assert [r.name for r in rows[:3]] == ["m0", "m1", "m2"]
+    assert (rows[-1].name, rows[-1].digest) == ("m5", f"{6:064x}")  # same name, other digest: kept
+
+
+async def test_show_requests_run_a_bounded_number_at_a_time_in_server_order() -> None:
+    import asyncio
+
+    from kvtop.sources.ollama import SHOW_CONCURRENCY
+
+    ps = {"models": [{"name": f"m{i}", "digest": f"{i:064x}", "size": 1} for i in range(40)]}
+    in_flight, most, order = [0], [0], []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            order.append(json.loads(request.content)["model"])
+            await asyncio.sleep(0.01)
+            in_flight[0] -= 1
+            return httpx.Response(200, json={"model_info": {"general.architecture": "llama"}})
+        if request.url.path == "/api/ps":
+            return httpx.Response(200, json=ps)
+        return httpx.Response(200, json={"version": "0.12.6", "models": []})
+
+    client = OllamaClient("http://x:1", transport=httpx.MockTransport(handler))
+    snap = await asyncio.wait_for(client.sample(wait_details=True), 20)
+    assert SHOW_CONCURRENCY == 6 and most[0] == SHOW_CONCURRENCY
+    assert order == [f"m{i}" for i in range(40)]
+    assert len(snap.shows) == 40 and all(s.error is None for s in snap.shows.values())
+    await client.aclose()
+
+
+async def test_waiting_for_details_is_bounded_and_unanswered_models_stay_listed() -> None:
+    import asyncio
+
+    ps = {"models": [{"name": f"m{i}", "digest": f"{i:064x}", "size": 1} for i in range(30)]}
+    never = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":
+            name = json.loads(request.content)["model"]
+            if name != "m0":
+                await never.wait()  # only the first model's details ever come
+            return httpx.Response(200, json={"model_info": {"general.architecture": "llama"}})
+        if request.url.path == "/api/ps":
+            return httpx.Response(200, json=ps)
+        return httpx.Response(200, json={"version": "0.12.6", "models": []})
+
+    client = OllamaClient("http://x:1", transport=httpx.MockTransport(handler), timeout_s=0.2, show_timeout_s=0.3)
+    assert client.details_budget_s == 0.3
+    snap = await asyncio.wait_for(client.sample(wait_details=True), 5)
+    assert snap.reachable and len(snap.models) == 30
+    assert set(snap.shows) == {f"{0:064x}"} | {f"{i:064x}" for i in range(1, 30) if f"{i:064x}" in snap.shows}
+    assert snap.shows[f"{0:064x}"].error is None
+    waiting = [m for m in snap.models if m.digest not in snap.shows]
+    assert len(waiting) >= 30 - 1 - 6  # at most one round of timed-out shows came back in the budget
+    await client.aclose()
+
+
+async def test_queued_shows_of_unloaded_models_are_dropped() -> None:
+    import asyncio
+
+    ps: dict[str, Any] = {"models": [{"name": f"m{i}", "digest": f"{i:064x}", "size": 1} for i in range(20)]}
+    asked: list[str] = []
+    gate = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":
+            asked.append(json.loads(request.content)["model"])
+            await gate.wait()
+            return httpx.Response(200, json={"model_info": {}})
+        if request.url.path == "/api/ps":
+            return httpx.Response(200, json=ps)
+        return httpx.Response(200, json={"version": "0.12.6", "models": []})
+
+    client = OllamaClient("http://x:1", transport=httpx.MockTransport(handler), show_timeout_s=30)
+    await client.sample()  # 6 shows in flight, 14 queued
+    ps["models"] = ps["models"][:1]  # all but m0 unloaded
+    await client.sample()
+    gate.set()
+    snap = await asyncio.wait_for(client.sample(wait_details=True), 5)
+    assert sorted(asked) == sorted(f"m{i}" for i in range(6))  # the queued 14 never went out
+    assert set(snap.shows) == {f"{0:064x}"}
+    await client.aclose()
