@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from kvtop.config import (
     resolve_config,
     saved_theme,
 )
+from kvtop.textsafe import emit, safe_block, safe_json
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -164,7 +164,7 @@ async def _sample_states(settings: Settings) -> list[Any]:
         first, warnings = initial_state(host, settings.alerts, tz)
         if host == hosts[0]:
             for warning in warnings:
-                print(f"kvtop: [alerts] {warning}", file=sys.stderr)
+                emit(f"kvtop: [alerts] {warning}")
         state = apply(first, snap)
         if host == local:
             state = apply_slots(apply_gpu(state, gpu, procs), slots)
@@ -204,16 +204,16 @@ def _apply_backlog(state: Any, backlog: Any, settings: Settings) -> Any:
     auto = settings.extra.get("log_origin") == "default"
     where = backlog.source
     if not backlog.ok:
-        print(f"kvtop: server log {where}: {backlog.status}" + (" — no log read" if auto else ""), file=sys.stderr)
+        emit(f"kvtop: server log {where}: {backlog.status}" + (" — no log read" if auto else ""))
         if auto:
             return state
     elif not backlog.lines:
-        print(f"kvtop: server log {where}: {backlog.status or 'no lines'}", file=sys.stderr)
+        emit(f"kvtop: server log {where}: {backlog.status or 'no lines'}")
         if where in ("auto", "none"):
             return state
     else:
         more = f"; {backlog.dropped_lines:,} older left out" if backlog.dropped_lines else ""
-        print(f"kvtop: server log {where}: read its newest {len(backlog.lines):,} lines{more}", file=sys.stderr)
+        emit(f"kvtop: server log {where}: read its newest {len(backlog.lines):,} lines{more}")
     events = parse_lines(backlog.lines, default_year=year_at())
     return apply_log_events(state, events, source=where, status=backlog.status, ok=backlog.ok,
                             lines=len(backlog.lines), dropped_lines=backlog.dropped_lines)
@@ -243,7 +243,7 @@ async def _sample_once(settings: Settings) -> int:
                              if st.log.source is not None else None)} for st in states]
             out: Any = {"hosts": objs, "exit_code": max(codes)} if several else {
                 k: v for k, v in objs[0].items() if k != "host"}
-            sys.stdout.write(json.dumps(out, indent=2) + "\n")
+            sys.stdout.write(safe_json(out) + "\n")
         else:
             lines: list[str] = []
             for st in states:
@@ -253,17 +253,17 @@ async def _sample_once(settings: Settings) -> int:
                 if several:
                     block = [f"== {st.host_url}"] + [f"  {line}" for line in block]
                 lines.extend(block)
-            sys.stdout.write("\n".join(lines) + "\n")
+            sys.stdout.write(safe_block("\n".join(lines) + "\n"))
         return max(codes)
     reachable = all(st.reachable for st in states)
     if settings.extra.get("json") == "1":
         out = {"hosts": [state_json(st) for st in states]} if several else state_json(states[0])
-        sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(safe_json(out) + "\n")
     else:
         for i, st in enumerate(states):
             if i:
                 sys.stdout.write("\n")
-            (sys.stdout if st.reachable else sys.stderr).write(state_text(st))
+            (sys.stdout if st.reachable else sys.stderr).write(safe_block(state_text(st)))
     return EXIT_OK if reachable else EXIT_UNREACHABLE
 
 
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         resolved = resolve_config(flags, env, saved_theme=saved_theme(env))
     except ConfigError as exc:
-        parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
+        parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
     values, origins = resolved.values, resolved.origins
     warnings = list(resolved.warnings)
     host_urls: list[str] = []
@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = parse_ollama_host(raw, strict=origins["host"] != "env OLLAMA_HOST")
         except HostError as exc:
             if origins["host"] == "flag":
-                parser.exit(EXIT_UNREACHABLE, f"kvtop: {exc}\n")
+                parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
             warnings.append(f"host from {origins['host']}: {exc} — "
                             f"{'it is left out' if len(values['host']) > 1 else 'the default is used'}")
             continue
@@ -338,14 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parse_log_spec(log_spec)
     except ValueError as exc:
         if origins["log"] in ("flag",) or origins["log"].startswith("env"):
-            parser.exit(EXIT_UNREACHABLE, f"kvtop: --log: {exc}\n")
+            parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: --log: {exc}\n"))
         warnings.append(f"log from {origins['log']}: {exc} — no log is read")
         log_spec = "none"
     if args.print_config:
-        print(config_report(resolved, ", ".join(host_urls), log_spec, warnings), end="")
+        sys.stdout.write(safe_block(config_report(resolved, ", ".join(host_urls), log_spec, warnings)))
         return EXIT_OK
     for warning in warnings:
-        print(f"kvtop: {warning}", file=sys.stderr)
+        emit(f"kvtop: {warning}")
     settings = Settings(
         host_url=host_url,
         interval_s=float(values["interval"]),
@@ -367,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         _show_busiest_step(url)
                     return _run(dataclasses.replace(settings, host_url=url), once=args.once, record=args.record)
             except RuntimeError as exc:
-                print(f"kvtop: {exc}", file=sys.stderr)
+                emit(f"kvtop: {exc}")
                 return EXIT_FAILED
         if args.replay:
             return _replay(settings, args.replay)
@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except OSError as exc:  # e.g. stdout is /dev/full
-        print(f"kvtop: cannot write the output: {exc}", file=sys.stderr)
+        emit(f"kvtop: cannot write the output: {exc}")
         return EXIT_FAILED
 
 
@@ -416,7 +416,7 @@ def _replay(settings: Settings, name: str) -> int:
     try:
         recording = open_recording(resolve_recording(name))  # streamed: records are read as they play
     except RecordingError as exc:
-        print(f"kvtop: --replay: {exc}", file=sys.stderr)
+        emit(f"kvtop: --replay: {exc}")
         return EXIT_UNREACHABLE
     header = recording.header
     log_spec = header.sources.get("log")
@@ -456,13 +456,13 @@ def _run(settings: Settings, *, once: bool, record: str | None = None) -> int:
         try:
             log_source = _stdin_log_with_keys_from_tty()
         except OSError as exc:
-            print(f"kvtop: --log -: {exc}", file=sys.stderr)
+            emit(f"kvtop: --log -: {exc}")
             return EXIT_UNREACHABLE
     app = make_app(settings, log_source=log_source)
     if record:
         problem = _attach_recorder(app, record)
         if problem:
-            print(f"kvtop: {problem}", file=sys.stderr)
+            emit(f"kvtop: {problem}")
             return EXIT_UNREACHABLE
     app.run()
     return app.return_code or EXIT_OK

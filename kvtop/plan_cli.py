@@ -42,6 +42,7 @@ import httpx
 
 from kvtop.model import kv
 from kvtop.model import plan
+from kvtop.textsafe import emit, safe_block, safe_json
 
 EXIT_OK = 0
 EXIT_NOTHING = 1
@@ -640,11 +641,11 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
     try:
         result = _plan(args, transport)
     except PlanError as exc:
-        print(f"kvtop plan: {exc}", file=sys.stderr)
+        emit(f"kvtop plan: {exc}")
         return EXIT_ERROR
     if result is None:
         return EXIT_NOTHING
-    text = json.dumps(result_json(result), indent=2, ensure_ascii=False) + "\n" if args.json else render_text(result)
+    text = safe_json(result_json(result)) + "\n" if args.json else safe_block(render_text(result))
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -672,8 +673,8 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
         if args.weights is not None:
             raise PlanError("--weights is for --model-info (the server's /api/tags gives the file size)")
     if inp.remote:
-        print(f"kvtop plan: {args.model} is a cloud model: it runs on the remote service, "
-              "no local memory to plan", file=sys.stderr)
+        emit(f"kvtop plan: {args.model} is a cloud model: it runs on the remote service, "
+             "no local memory to plan")
         return None
     free: int | None = None
     free_source = ""

@@ -7,7 +7,6 @@ passed through ``safe`` so it can never carry terminal escapes, and is always wr
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,21 +14,9 @@ from rich.text import Text
 
 from kvtop.model.known import SOURCE_MARK, Known
 from kvtop.model.state import ModelView
+from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used outside the UI
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def safe(text: str, limit: int | None = None) -> str:
-    """Replace control and format characters (ESC, BEL, bidi overrides…) with ``�``; cut to ``limit``."""
-    if text.isascii() and text.isprintable():
-        out = text  # fast path: printable ASCII has no Cc/Cf/Cs/Co character (most text, every poll)
-    else:
-        out = "".join(
-            "�" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") and ch != " " else ch for ch in text
-        )
-    if limit is not None and len(out) > limit:
-        out = out[: max(0, limit - 1)] + "…"
-    return out
 
 
 def safe_name(name: str, limit: int) -> str:

@@ -1,0 +1,104 @@
+"""Text that came from a server, a log, a file or the environment, made safe to print.
+
+Such text is data: it must never reach a terminal as an escape sequence (an OSC 52 clipboard
+write, a CSI clear-screen, a bidi override that reorders what the reader sees). Every line
+kvtop prints outside the Textual UI — ``--once``, ``--check``, ``--print-config``,
+``inspect-log``, ``plan`` and every ``kvtop: …`` message on stderr — goes through
+:func:`safe_block` (or :func:`emit`, which calls it) just before it is written, so a field
+that a renderer forgot to pass through :func:`safe` is still caught at the boundary.
+
+Pure string functions; no Textual or Rich import (``kvtop.ui.format`` re-exports :func:`safe`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import unicodedata
+from typing import Any, TextIO
+
+REPLACEMENT = "\ufffd"
+"""What a control or format character becomes (U+FFFD, ``�``)."""
+
+_UNSAFE = ("Cc", "Cf", "Cs", "Co")
+"""Unicode categories replaced: controls (C0, DEL, C1), format (bidi overrides, zero-width),
+surrogates and private use."""
+
+
+def safe(text: str, limit: int | None = None) -> str:
+    """One field of text, safe for a terminal: every control and format character (ESC, BEL,
+    newline and tab included, bidi overrides…) becomes ``�``; cut to ``limit`` characters
+    (the last one then ``…``).
+
+    Args:
+        text: Untrusted text (a model name, a server error, a log excerpt).
+        limit: The most characters returned, or None for no limit.
+
+    Returns:
+        ``text`` unchanged when it is printable ASCII (the fast path), else the replaced text.
+    """
+    if text.isascii() and text.isprintable():
+        out = text  # fast path: printable ASCII has no Cc/Cf/Cs/Co character (most text, every poll)
+    else:
+        out = "".join(
+            REPLACEMENT if unicodedata.category(ch) in _UNSAFE and ch != " " else ch for ch in text
+        )
+    if limit is not None and len(out) > limit:
+        out = out[: max(0, limit - 1)] + "…"
+    return out
+
+
+_BLOCK_SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")
+"""Characters :func:`safe_block` has to look at (everything but printable ASCII, newline, tab)."""
+_JSON_SUSPECT = re.compile(r"[^\x00-\x7e]")
+"""Characters ``json.dumps`` may leave raw: DEL and everything beyond ASCII (it escapes C0 itself)."""
+
+
+def _block_char(m: re.Match[str]) -> str:
+    ch = m.group()
+    return REPLACEMENT if unicodedata.category(ch) in _UNSAFE else ch
+
+
+def _json_char(m: re.Match[str]) -> str:
+    ch = m.group()
+    if unicodedata.category(ch) not in _UNSAFE:
+        return ch
+    code = ord(ch)
+    if code > 0xFFFF:  # a JSON escape is UTF-16: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def safe_block(text: str) -> str:
+    """A whole report (several lines), safe for a terminal: like :func:`safe`, except that
+    newline and tab are kept (they lay the report out). A carriage return is replaced too: it
+    would let one line overwrite another on screen.
+
+    Args:
+        text: The text about to be written to stdout or stderr.
+
+    Returns:
+        ``text`` with every other control and format character replaced by ``�``.
+    """
+    return _BLOCK_SUSPECT.sub(_block_char, text)
+
+
+def safe_json(obj: Any, *, indent: int | None = 2) -> str:
+    """``json.dumps(obj, indent=indent, ensure_ascii=False)`` that a terminal cannot act on.
+
+    ``json.dumps`` writes C0 controls (ESC included) as ``\\u001b`` but leaves DEL, C1
+    controls (U+009B is an 8-bit CSI), bidi overrides and other format characters raw; those are
+    written as ``\\uXXXX`` escapes too. The JSON decodes to exactly ``obj``; other non-ASCII
+    text (names, ``×``, ``—``) stays readable.
+
+    Raises:
+        TypeError / ValueError: As ``json.dumps`` does (an object it cannot encode, a cycle).
+    """
+    return _JSON_SUSPECT.sub(_json_char, json.dumps(obj, indent=indent, ensure_ascii=False))
+
+
+def emit(message: str, file: TextIO | None = None) -> None:
+    """Print one message (a ``kvtop: …`` line) made safe with :func:`safe_block`; default stderr."""
+    print(safe_block(message), file=sys.stderr if file is None else file)
