@@ -164,7 +164,7 @@ async def _sample_states(settings: Settings) -> list[Any]:
         first, warnings = initial_state(host, settings.alerts, tz)
         if host == hosts[0]:
             for warning in warnings:
-                emit(f"kvtop: [alerts] {warning}")
+                emit(f"kvtop: {warning}")  # the warning starts with "[alerts]"
         state = apply(first, snap)
         if host == local:
             state = apply_slots(apply_gpu(state, gpu, procs), slots)
@@ -392,7 +392,9 @@ def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str, warnin
         lines.append(f"{key:<9} {shown[key]!s:<40} {resolved.origins[key]}")
     if resolved.values.get("alerts"):
         lines.append(f"alerts    {dict(resolved.values['alerts'])}")
-    for warning in warnings or resolved.warnings:
+    from kvtop.model.alerts import Thresholds
+
+    for warning in [*(warnings or resolved.warnings), *Thresholds.from_mapping(resolved.values.get("alerts"))[1]]:
         lines.append(f"warning: {warning}")
     return "\n".join(lines) + "\n"
 

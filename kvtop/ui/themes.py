@@ -50,6 +50,16 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
     )
 
 
+def _read_theme(entry: Any) -> dict[str, Any]:
+    """A theme file parsed by ``config.toml_loads`` (size- and nesting-bounded: a hostile file is a
+    TOMLDecodeError, never a RecursionError); ``entry`` is a Path or a bundled resource."""
+    from kvtop.config import read_toml_file, toml_loads
+
+    if isinstance(entry, Path):
+        return read_toml_file(entry)
+    return toml_loads(entry.read_text(encoding="utf-8"))
+
+
 KVTOP_THEMES = ("kvtop-dark", "kvtop-light", "kvtop-high-contrast", "kvtop-mono")
 """The bundled themes, in the order ``t`` cycles them (user themes follow)."""
 
@@ -71,7 +81,7 @@ def load_themes_reporting(user_dir: Path | None = None) -> tuple[dict[str, Theme
         if not entry.name.endswith(".toml"):
             continue
         try:
-            theme = theme_from_toml(tomllib.loads(entry.read_text(encoding="utf-8")))
+            theme = theme_from_toml(_read_theme(entry))
         except (KeyError, ValueError, TypeError, OSError, tomllib.TOMLDecodeError) as exc:
             problems.append(f"theme file {entry}: {type(exc).__name__}: {exc}")
             continue
