@@ -299,6 +299,11 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # 1,000 concurrent /api/show must not be refused by the backlog
     owner: HostileServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # a client hanging up on an attack is the expected end, not a test failure
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -317,6 +322,8 @@ class _Handler(BaseHTTPRequestHandler):
             owner.hits[path] += 1
             owner.requests.append((self.command, path, body))
             attack = owner.routes.get(path)
+            owner.in_flight[path] += 1
+            owner.most_in_flight[path] = max(owner.most_in_flight[path], owner.in_flight[path])
         try:
             if attack is None:
                 JsonBody({"error": "not found"}, status=404).serve(self, owner.stop)
@@ -325,6 +332,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
+        finally:
+            with owner.lock:
+                owner.in_flight[path] -= 1
 
     do_GET = _dispatch
     do_POST = _dispatch
@@ -338,6 +348,8 @@ class HostileServer:
         url: Base URL, ``http://127.0.0.1:<port>``.
         routes: Path → ``Attack`` now served (change with ``set``).
         hits: Requests received per path.
+        in_flight: Requests being answered now, per path.
+        most_in_flight: The most requests answered at once so far, per path (a client's concurrency).
         requests: ``(method, path, body bytes)`` of every request, in order.
         stop: Set when the server shuts down (attacks that wait watch it).
     """
@@ -345,6 +357,8 @@ class HostileServer:
     url: str = ""
     routes: dict[str, Attack] = field(default_factory=dict)
     hits: Counter[str] = field(default_factory=Counter)
+    in_flight: Counter[str] = field(default_factory=Counter)
+    most_in_flight: Counter[str] = field(default_factory=Counter)
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)

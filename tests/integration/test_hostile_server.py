@@ -1,0 +1,214 @@
+"""Issue 14 items 2, 3 and 11(a) against a real hostile server on 127.0.0.1 (``tests/hostile.py``).
+
+Each attack is driven three ways: against ``OllamaClient.sample()`` directly, against the real
+``kvtop --once --json`` and ``kvtop --check`` as subprocesses (peak RSS sampled with psutil while
+they run), and against the dashboard with Pilot (keys still answered, the last good models kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from kvtop.config import Settings
+from kvtop.sources.ollama import OllamaClient
+from kvtop.ui.app import make_app
+from kvtop.ui.widgets.header import ServerHeader
+from tests.hostile import (ESCAPES, Attack, ErrorBody, GzipBomb, HugeBody, JsonBody, MiB, NestedJson, Redirect,
+                           Trickle, hostile_server, kvtop_command, ps_body, run_measured, show_body)
+from tests.integration.test_app_live import rows, until
+
+TIMEOUT_S = 2.0
+"""``--timeout`` / ``timeout_s`` of every run here."""
+
+SLACK_S = 6.0
+"""Start-up and teardown a subprocess may add to its deadline (Python, textual imports)."""
+
+RSS_LIMIT_BYTES = 300 * MiB
+"""Peak RSS a kvtop process may reach under any attack (about 60 MiB when healthy; the attacks
+used to take it to 0.6-1.2 GiB)."""
+
+# attack, error kind, the error text (exactly, or its start when it ends with "…")
+ATTACKS: dict[str, tuple[Attack, str, str]] = {
+    "huge-chunked": (HugeBody(200 * MiB), "other", "/api/ps: response too large (over 16 MiB)"),
+    "huge-declared": (HugeBody(200 * MiB, declare_length=True), "other",
+                      "/api/ps: response too large (200 MiB, limit 16 MiB)"),
+    "gzip-bomb": (GzipBomb(4 * MiB), "other", "/api/ps: response too large (over 16 MiB)"),
+    "trickle": (Trickle(interval_s=0.2), "timeout", f"/api/ps: no answer within {TIMEOUT_S:g} s"),
+    "redirect": (Redirect("http://admin:hunter2@login.example/sso?next=/api/ps"), "http",
+                 "/api/ps: HTTP 302 Found: redirect to http://login.example/sso?next=/api/ps, not followed"),
+    "escapes": (ErrorBody(500), "http",
+                "/api/ps: HTTP 500 Internal Server Error: model failed \ufffd]52;c;aGFja2Vk\ufffd\ufffd[2J\ufffd[31mto load"),
+    "nested": (NestedJson(100_000), "invalid_json", "/api/ps: invalid JSON ('{\"models\":[[[[[[[[[…"),
+}
+
+
+def _matches(error: str | None, expected: str) -> bool:
+    if error is None:
+        return False
+    return error.startswith(expected[:-1]) if expected.endswith("…") else error == expected
+
+
+def _no_escapes(text: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, repr(text[:400])
+
+
+# --- OllamaClient.sample() -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+async def test_sample_reports_each_attack_within_its_deadline(name: str) -> None:
+    attack, kind, expected = ATTACKS[name]
+    with hostile_server({"/api/ps": attack}) as server:
+        client = OllamaClient(server.url, timeout_s=TIMEOUT_S)
+        t0 = time.perf_counter()
+        snap = await client.sample()
+        elapsed_s = time.perf_counter() - t0
+        await client.aclose()
+    assert not snap.reachable and snap.error_kind == kind
+    assert _matches(snap.error, expected), snap.error
+    _no_escapes(snap.error or "")
+    assert elapsed_s < TIMEOUT_S + 1.0, f"{name}: the sample took {elapsed_s:.1f} s, deadline {TIMEOUT_S} s"
+    if isinstance(attack, HugeBody) and not attack.declare_length:
+        # the client hung up after its limit: the server got nowhere near 200 MiB out
+        assert attack.sent_bytes < 64 * MiB, attack.sent_bytes
+
+
+async def test_sample_keeps_its_caches_through_an_attack_and_recovers() -> None:
+    with hostile_server() as server:
+        client = OllamaClient(server.url, timeout_s=TIMEOUT_S)
+        good = await client.sample(wait_details=True)
+        assert good.reachable and good.version == "0.12.6" and len(good.shows) == 1
+        server.set("/api/ps", GzipBomb())
+        bad = await client.sample()
+        assert bad.error == "/api/ps: response too large (over 16 MiB)"
+        server.set("/api/ps", JsonBody(ps_body()))
+        again = await client.sample()
+        await client.aclose()
+    assert again.reachable and again.shows == good.shows  # /api/show is not asked again
+    assert server.hits["/api/show"] == 1
+
+
+async def test_a_too_large_show_fails_that_model_only() -> None:
+    with hostile_server({"/api/show": HugeBody(100 * MiB)}) as server:
+        client = OllamaClient(server.url, timeout_s=TIMEOUT_S)
+        snap = await client.sample(wait_details=True)
+        await client.aclose()
+    assert snap.reachable and len(snap.models) == 1
+    (show,) = snap.shows.values()
+    assert show.error == "/api/show: response too large (over 64 MiB)"
+
+
+# --- kvtop --once --json and kvtop --check as subprocesses ---------------------------------------
+
+def _kvtop(url: str, *args: str, limit_s: float) -> Any:
+    return run_measured(kvtop_command(*args, "--host", url, "--timeout", f"{TIMEOUT_S:g}", "--log", "none"),
+                        limit_s=limit_s)
+
+
+@pytest.mark.parametrize("name", ["huge-chunked", "gzip-bomb", "trickle", "redirect", "escapes", "nested"])
+def test_once_json_stays_bounded_under_each_attack(name: str) -> None:
+    attack, kind, expected = ATTACKS[name]
+    with hostile_server({"/api/ps": attack}) as server:
+        run = _kvtop(server.url, "--once", "--json", limit_s=TIMEOUT_S + 30)
+    assert run.rc is not None, f"{name}: kvtop --once still running after {run.wall_s:.0f} s"
+    assert run.wall_s < TIMEOUT_S + SLACK_S, f"{name}: kvtop --once took {run.wall_s:.1f} s (--timeout {TIMEOUT_S:g})"
+    assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"{name}: peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
+    assert run.rc == 2, (run.rc, run.stderr[-2000:])  # unreachable
+    out = json.loads(run.stdout)
+    assert out["reachable"] is False and _matches(out["error"], expected), out["error"]
+    _no_escapes(run.stdout + run.stderr)
+
+
+@pytest.mark.parametrize("name", ["gzip-bomb", "escapes", "redirect"])
+def test_check_names_the_attack_in_plain_text(name: str) -> None:
+    attack, kind, expected = ATTACKS[name]
+    with hostile_server({"/api/ps": attack}) as server:
+        run = _kvtop(server.url, "--check", limit_s=TIMEOUT_S + 30)
+    assert run.rc is not None and run.wall_s < TIMEOUT_S + SLACK_S, run.wall_s
+    assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"{name}: peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
+    assert run.rc != 0
+    first = run.stdout.splitlines()[0]
+    assert first.startswith(f"kvtop: {server.url}: unreachable: ")
+    assert _matches(first.split(": unreachable: ", 1)[1], expected), first
+    _no_escapes(run.stdout + run.stderr)
+    assert ESCAPES not in run.stdout
+
+
+def test_once_lists_a_thousand_models_with_slow_shows_in_bounded_time() -> None:
+    show_delay_s = 0.5
+    with hostile_server({"/api/show": JsonBody(show_body(), delay_s=show_delay_s)}, n_models=1000) as server:
+        run = _kvtop(server.url, "--once", "--json", limit_s=60)
+        shows_asked = server.hits["/api/show"]
+        most_at_once = server.most_in_flight["/api/show"]
+    # /api/ps (--timeout) plus the details budget (the 10 s /api/show deadline), whatever the count
+    budget_s = TIMEOUT_S + 10.0
+    assert run.rc == 0, (run.rc, run.wall_s, run.stderr[-2000:])
+    assert run.wall_s < budget_s + SLACK_S, f"kvtop --once with 1,000 models took {run.wall_s:.1f} s"
+    assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
+    models = json.loads(run.stdout)["models"]
+    assert [m["name"] for m in models] == [f"m{i:04d}:latest" for i in range(1000)]
+    waiting = [m for m in models if m["kv_estimate_unavailable"] == "waiting for /api/show"]
+    estimated = [m for m in models if m["memory"]["kv"] == 4096 * 114_688]  # 28 layers x 8 KV heads x 128 x 2 x f16
+    assert len(waiting) + len(estimated) == 1000
+    assert estimated and waiting  # the first ones in server order got their details, the rest say so
+    assert models[0] in estimated and models[-1] in waiting
+    # 6 at a time, 0.5 s each, within the 10 s budget: about 120 asked (not 1,000 at once)
+    assert shows_asked <= 6 * (10.0 / show_delay_s + 2), shows_asked
+    assert most_at_once == 6, most_at_once
+
+
+# --- the dashboard (Pilot) -----------------------------------------------------------------------
+
+def _header(app: Any) -> str:
+    return app.query_one(ServerHeader).render().plain
+
+
+async def test_dashboard_keeps_the_last_models_and_answers_keys_under_attack() -> None:
+    from kvtop.ui.screens.help import HelpScreen
+
+    with hostile_server() as server:
+        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=TIMEOUT_S))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: [r[0] for r in rows(app)] == ["llama3.2:latest"])
+            for name in ("huge-chunked", "gzip-bomb", "redirect", "escapes", "trickle"):
+                attack, kind, expected = ATTACKS[name]
+                server.set("/api/ps", attack)
+                await until(pilot, lambda: app.state.ollama is not None and _matches(app.state.ollama.error, expected),
+                            timeout_s=TIMEOUT_S + 5)
+                assert [r[0] for r in rows(app)] == ["llama3.2:latest"], name  # the last good data stays
+                head = _header(app)
+                assert "✖" in head and "\x1b" not in head, head
+                # keys are answered while the poller fights the attack
+                before = app.sort_key
+                await pilot.press("s")
+                assert app.sort_key != before
+                await pilot.press("question_mark")
+                await until(pilot, lambda: isinstance(app.screen, HelpScreen), timeout_s=2)
+                await pilot.press("escape")
+                await until(pilot, lambda: not isinstance(app.screen, HelpScreen), timeout_s=2)
+                server.set("/api/ps", JsonBody(ps_body()))
+                await until(pilot, lambda: app.state.reachable is True, timeout_s=TIMEOUT_S + 5)
+            await pilot.press("q")
+
+
+async def test_dashboard_with_a_thousand_models_and_slow_shows_stays_responsive() -> None:
+    with hostile_server({"/api/show": JsonBody(show_body(), delay_s=0.2)}, n_models=1000) as server:
+        app = make_app(Settings(host_url=server.url, interval_s=0.5, timeout_s=TIMEOUT_S))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: len(rows(app)) == 1000, timeout_s=20)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            before = app.sort_key
+            await pilot.press("s")
+            await pilot.pause()
+            assert app.sort_key != before and len(rows(app)) == 1000
+            assert loop.time() - t0 < 5.0, "a key took more than 5 s with 1,000 models"
+            # details keep arriving in the background, a bounded number at a time
+            await until(pilot, lambda: server.hits["/api/show"] >= 40, timeout_s=20)
+            assert server.hits["/api/show"] < 1000
+            assert server.most_in_flight["/api/show"] == 6
+            await pilot.press("q")
