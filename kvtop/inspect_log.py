@@ -1,8 +1,15 @@
 """``kvtop inspect-log PATH|- [--json]``: what an Ollama server log says about each model load.
 
 Reads the whole log (a file, or standard input for ``-``) as bytes, line by line: invalid
-UTF-8 becomes U+FFFD, CRLF is fine, and memory stays bounded for a huge file because events
-are grouped as they are parsed. Prints, per model load, the model blob, runner era, context
+UTF-8 becomes U+FFFD, CRLF is fine, a physical line is read up to :data:`MAX_LINE_BYTES` (the
+rest of a longer one is skipped). The log is streamed: lines go through the parser and the
+loads are grouped as they come (:class:`kvtop.logparse.loads.LoadStream`); each complete load
+and each reported event is written to an anonymous temporary file (JSON lines) and the report
+is written from those at the end, so memory is bounded by one load, not by the lines, loads
+or events, and time is linear. The human report lists a load's first 20 requests and the
+first :data:`MAX_SERVER_EVENTS` server events and counts the rest (``--json`` lists all); a
+load's finding lines stop after ``MAX_FINDING_EVENTS`` incidents of their kind (counted).
+Prints, per model load, the model blob, runner era, context
 (total, slots, per slot), K/V cache types, flash attention as resolved, offloaded layers,
 weights/KV/compute per device (binary units and exact bytes), the scheduler's estimates and
 the findings (context over the training context, spill, KV type fallback, flash attention
@@ -21,16 +28,25 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 from kvtop.logparse import LogParser
+from kvtop.logparse.events import LogEvent
+from kvtop.logparse.loads import MAX_LOAD_REQUESTS, REQUEST_KINDS, Load, LoadStream, event_json, load_json
 from kvtop.logparse.parser import iter_events
-from kvtop.logparse.loads import inspect_events
-from kvtop.ui.format import exact_bytes, ibytes, safe
+from kvtop.textsafe import emit, safe, safe_block, safe_json
+from kvtop.ui.format import exact_bytes, ibytes
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
+
+MAX_LINE_BYTES = 1024 * 1024
+"""The longest physical line read (1 MiB; the parser glues records of at most 256 KiB)."""
+
+MAX_SERVER_EVENTS = 200
+"""Server events (not tied to a load) the human report lists; the rest are counted."""
 
 ERA_RELEASES = {
     "pre-A": "before v0.1.32 (2023 runners)",
@@ -60,8 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _lines(stream: IO[bytes]) -> Iterator[str]:
-    for raw in stream:
+def _lines(stream: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """Each physical line as text (its first ``max_bytes`` when longer; the rest is skipped)."""
+    readline = stream.readline
+    skipping = False
+    while raw := readline(max_bytes):
+        if skipping:  # the rest of an over-long line
+            skipping = not raw.endswith(b"\n")
+            continue
+        skipping = len(raw) >= max_bytes and not raw.endswith(b"\n")
         yield raw.decode("utf-8", "replace")
 
 
@@ -74,19 +97,30 @@ def main_inspect_log(argv: list[str]) -> int:
     path: str = args.path
     try:
         if path == "-":
-            doc, lines = _inspect(sys.stdin.buffer)
+            result = _inspect(sys.stdin.buffer)
             name = "<stdin>"
         else:
             with open(path, "rb") as fh:
-                doc, lines = _inspect(fh)
+                result = _inspect(fh)
             name = path
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
-        print(f"kvtop inspect-log: cannot read {safe(path)}: {safe(reason)}", file=sys.stderr)
+        emit(f"kvtop inspect-log: cannot read {safe(path)}: {safe(reason)}")
         return EXIT_UNREADABLE
-    text = json.dumps(doc, indent=2) + "\n" if args.json else render_report(doc, source=name, lines=lines)
-    try:
+
+    def write_json(text: str) -> None:  # pieces of safe_json's text
         sys.stdout.write(text)
+
+    def write_text(text: str) -> None:
+        sys.stdout.write(safe_block(text))
+
+    try:
+        with result:
+            if args.json:
+                result.write_json(write_json)
+                sys.stdout.write("\n")
+            else:
+                result.write_report(write_text, source=name)
         sys.stdout.flush()
     except BrokenPipeError:  # `kvtop inspect-log x | head`: the reader left, which is fine
         try:
@@ -96,13 +130,126 @@ def main_inspect_log(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _inspect(stream: IO[bytes]) -> tuple[dict[str, Any], int]:
+class _Spool:
+    """JSON values in an anonymous temporary file (JSON lines): written once, then read back in order."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        self.count = 0
+
+    def add(self, value: Any) -> None:
+        self._file.write(json.dumps(value, ensure_ascii=False))
+        self._file.write("\n")
+        self.count += 1
+
+    def __iter__(self) -> Iterator[Any]:
+        self._file.flush()
+        self._file.seek(0)
+        for line in self._file:
+            yield json.loads(line)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Inspection:
+    """A log read through the parser and grouped (:func:`_inspect`): what the report needs, with
+    the loads and events spooled to temporary files. Use it as a context manager (closes them).
+
+    Attributes:
+        lines: Physical lines read.
+        server: The document's ``server`` object.
+    """
+
+    def __init__(self, stream: LoadStream, loads: _Spool, events: _Spool, lines: int) -> None:
+        self._stream, self._loads, self._events = stream, loads, events
+        self.lines = lines
+        self.server: dict[str, Any] = {}
+        if stream.version is not None or stream.config is not None:
+            self.server = {"version": stream.version,
+                           "config": dict(stream.config) if stream.config is not None else None}
+
+    def __enter__(self) -> Inspection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loads.close()
+        self._events.close()
+
+    def loads(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]], int]]:
+        """Each load's JSON object, its first requests (event objects) and their total, in log order."""
+        era = self._stream.era()
+        for obj, requests, total in self._loads:
+            if obj["era"] is None:
+                obj["era"] = era
+            yield obj, requests, total
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The document's events, in log order."""
+        resolve = self._stream.resolve
+        for obj in self._events:
+            obj["load"] = resolve(obj["load"])
+            yield obj
+
+    def write_json(self, write: Callable[[str], None]) -> None:
+        """Write the ``--json`` document (without its final newline): the text of
+        ``safe_json(document)``, in pieces."""
+        write('{\n  "server": ' + _indented(safe_json(self.server), "  ", first=False) + ",\n")
+        write('  "loads": ')
+        _json_array(write, (obj for obj, _, _ in self.loads()))
+        write(',\n  "events": ')
+        _json_array(write, self.events())
+        write("\n}")
+
+    def write_report(self, write: Callable[[str], None], *, source: str = "") -> None:
+        """Write the human report (as :func:`render_report`), one load at a time."""
+        _write_report(write, source=source, lines=self.lines, load_count=self._loads.count,
+                      event_count=self._events.count, loads=self.loads(),
+                      server_events=(e for e in self.events() if e.get("load") is None), server=self.server)
+
+
+def _indented(text: str, prefix: str, *, first: bool) -> str:
+    lines = text.split("\n")
+    return "\n".join((prefix + line) if (i or first) else line for i, line in enumerate(lines))
+
+
+def _json_array(write: Callable[[str], None], items: Iterable[Any]) -> None:
+    """An array at nesting level 1 of the document, laid out as ``json.dumps(..., indent=2)`` does."""
+    empty = True
+    for item in items:
+        write(("[\n" if empty else ",\n") + _indented(safe_json(item), "    ", first=True))
+        empty = False
+    write("[]" if empty else "\n  ]")
+
+
+def _inspect(stream: IO[bytes]) -> Inspection:
+    """Read ``stream`` to its end through the parser and a :class:`LoadStream`; spool loads and events.
+
+    Raises:
+        OSError: ``stream`` cannot be read, or no temporary file can be written.
+    """
     parser = LogParser()
-    doc = inspect_events(iter_events(_lines(stream), parser=parser))
+    loads, events = _Spool(), _Spool()
+    try:
+        def on_load(load: Load, requests: list[LogEvent], total: int) -> None:
+            loads.add([load_json(load), [event_json(e, load.index) for e in requests], total])
+
+        def on_incident(event: LogEvent, load: int | None) -> None:
+            events.add(event_json(event, load))
+
+        grouper = LoadStream(on_load, on_incident)
+        feed = grouper.feed
+        for event in iter_events(_lines(stream), parser=parser):
+            feed(event)
+        grouper.finish()
+    except BaseException:
+        loads.close()
+        events.close()
+        raise
     if parser.errors:
-        print(f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
-              f"(last: {safe(parser.last_error or '', 200)})", file=sys.stderr)
-    return doc, parser.line_no
+        emit(f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
+             f"(last: {safe(parser.last_error or '', 200)})")
+    return Inspection(grouper, loads, events, parser.line_no)
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,27 +273,44 @@ def _value(v: object, unit: str = "") -> str:
 def render_report(doc: Mapping[str, Any], *, source: str = "", lines: int | None = None) -> str:
     """The human report of an ``inspect_events`` document (plain text, control characters replaced)."""
     out = io.StringIO()
-    w = out.write
     loads = doc.get("loads", [])
     events = doc.get("events", [])
-    header = f"kvtop inspect-log: {safe(source)}" if source else "kvtop inspect-log"
-    w(header + "\n")
-    counts = f"{len(loads)} model load(s), {len(events)} event(s)"
-    if lines is not None:
-        counts = f"{lines:,} lines, " + counts
-    w(f"  {counts}\n")
-    for load in loads:
-        _render_load(w, load, events)
-    unattached = [e for e in events if e.get("load") is None]
-    if unattached:
-        w("\nserver events\n")
-        for e in unattached:
-            w(f"  {_event_text(e)}\n")
-    _render_server(w, doc.get("server") or {})
+    requests: dict[Any, list[Mapping[str, Any]]] = {}
+    for e in events:  # one pass: each load's requests
+        if e.get("load") is not None and e.get("kind") in REQUEST_KINDS:
+            requests.setdefault(e.get("load"), []).append(e)
+    per_load = ((load, requests.get(load.get("index"), [])) for load in loads)
+    _write_report(out.write, source=source, lines=lines, load_count=len(loads), event_count=len(events),
+                  loads=((load, mine[:MAX_LOAD_REQUESTS], len(mine)) for load, mine in per_load),
+                  server_events=(e for e in events if e.get("load") is None), server=doc.get("server") or {})
     return out.getvalue()
 
 
-def _render_load(w: Any, load: Mapping[str, Any], events: list[Mapping[str, Any]]) -> None:
+def _write_report(w: Callable[[str], None], *, source: str, lines: int | None, load_count: int, event_count: int,
+                  loads: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]], int]],
+                  server_events: Iterable[Mapping[str, Any]], server: Mapping[str, Any]) -> None:
+    header = f"kvtop inspect-log: {safe(source)}" if source else "kvtop inspect-log"
+    w(header + "\n")
+    counts = f"{load_count} model load(s), {event_count} event(s)"
+    if lines is not None:
+        counts = f"{lines:,} lines, " + counts
+    w(f"  {counts}\n")
+    for load, requests, total in loads:
+        _render_load(w, load, requests, total)
+    shown = 0
+    for e in server_events:
+        if shown == 0:
+            w("\nserver events\n")
+        if shown < MAX_SERVER_EVENTS:
+            w(f"  {_event_text(e)}\n")
+        shown += 1
+    if shown > MAX_SERVER_EVENTS:
+        w(f"  … {shown - MAX_SERVER_EVENTS} more (--json lists all)\n")
+    _render_server(w, server)
+
+
+def _render_load(w: Any, load: Mapping[str, Any], requests: list[Mapping[str, Any]], requests_total: int) -> None:
+    """One load's section; ``requests``: its first truncations / request timings, of ``requests_total``."""
     index = load.get("index")
     w(f"\nload {index + 1 if isinstance(index, int) else '?'}  (log lines {load.get('first_line')}–{load.get('last_line')})\n")
     rows: list[tuple[str, str]] = []
@@ -195,13 +359,12 @@ def _render_load(w: Any, load: Mapping[str, Any], events: list[Mapping[str, Any]
         w("  findings\n")
         for f in findings:
             w(f"    ! {safe(str(f))}\n")
-    mine = [e for e in events if e.get("load") == index and e.get("kind") in ("truncation", "request_timing")]
-    if mine:
+    if requests:
         w("  requests\n")
-        for e in mine[:20]:
+        for e in requests[:MAX_LOAD_REQUESTS]:
             w(f"    {_event_text(e)}\n")
-        if len(mine) > 20:
-            w(f"    … {len(mine) - 20} more (--json lists all)\n")
+        if requests_total > MAX_LOAD_REQUESTS:
+            w(f"    … {requests_total - MAX_LOAD_REQUESTS} more (--json lists all)\n")
 
 
 def _event_text(e: Mapping[str, Any]) -> str:
