@@ -691,23 +691,31 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
     try:
         async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=not is_loopback_url(base_url),
                                      timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                     headers={"User-Agent": "kvtop"}) as client:
-            resp = await client.post("/api/generate", json=body)
+                                     headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"}) as client:
+            async with client.stream("POST", "/api/generate", json=body) as resp:
+                status, reason = resp.status_code, resp.reason_phrase
+                # only an error's text is used: read at most ERROR_BODY_LIMIT_BYTES of any answer
+                content = await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
     except httpx.ConnectError:
         return f"cannot connect to {base_url}"
     except httpx.TimeoutException:
         return f"no answer from {base_url} within {timeout_s:g} s"
     except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    if resp.status_code >= 400:
+        return f"{type(exc).__name__}: {_one_line(str(exc), 160)}"
+    except _Undecodable as exc:
+        return f"POST /api/generate: cannot decode the answer: {exc}"
+    if 300 <= status < 400:
+        return f"POST /api/generate: HTTP {status} {_one_line(reason, 40)}: a redirect, not followed"
+    if status >= 400:
         detail = ""
         try:
-            err = resp.json()
+            err = json.loads(content)
             if isinstance(err, Mapping) and isinstance(err.get("error"), str):
-                detail = f": {err['error'][:160]}"
-        except ValueError:
-            detail = f": {resp.text[:160]}" if resp.text.strip() else ""
-        return f"POST /api/generate: HTTP {resp.status_code} {resp.reason_phrase}{detail}"
+                detail = f": {_one_line(err['error'], 160)}"
+        except (ValueError, RecursionError):
+            text = content.decode("utf-8", "replace")
+            detail = f": {_one_line(text, 160)}" if text.strip() else ""
+        return f"POST /api/generate: HTTP {status} {_one_line(reason, 40)}{detail}"
     return None
 
 
@@ -715,14 +723,19 @@ async def fetch_tensors(base_url: str, model: str, *,
                         transport: httpx.AsyncBaseTransport | None = None) -> list[Any] | None:
     """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
 
-    Read-only. Returns None when it cannot be read.
+    Read-only. Returns None when it cannot be read (also when the answer is over the
+    ``/api/show`` limit of ``BODY_LIMIT_BYTES``, counted after decompression).
     """
     try:
         async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0,
-                                     trust_env=not is_loopback_url(base_url)) as client:
-            resp = await client.post("/api/show", json={"model": model})
-        body = resp.json() if resp.status_code < 400 else None
-    except (httpx.HTTPError, ValueError):
+                                     trust_env=not is_loopback_url(base_url),
+                                     headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"}) as client:
+            async with client.stream("POST", "/api/show", json={"model": model}) as resp:
+                if resp.status_code != 200:
+                    return None
+                content = await _read_capped(resp, BODY_LIMIT_BYTES["/api/show"], truncate=False)
+        body = await asyncio.to_thread(json.loads, content) if len(content) > LARGE_BODY_BYTES else json.loads(content)
+    except (httpx.HTTPError, ValueError, RecursionError, _TooLarge, _Undecodable):
         return None
     tensors = body.get("tensors") if isinstance(body, Mapping) else None
     return tensors if isinstance(tensors, list) and tensors else None

@@ -212,3 +212,23 @@ async def test_dashboard_with_a_thousand_models_and_slow_shows_stays_responsive(
             assert server.hits["/api/show"] < 1000
             assert server.most_in_flight["/api/show"] == 6
             await pilot.press("q")
+
+
+# --- the what-if planner's two requests ----------------------------------------------------------
+
+async def test_planner_requests_read_bounded_bodies() -> None:
+    from kvtop.sources.ollama import fetch_tensors, send_load_request
+
+    big_error = ErrorBody(500, text="load failed " + ESCAPES + "x" * (8 * MiB))
+    with hostile_server({"/api/show": GzipBomb(), "/api/generate": big_error}) as server:
+        assert await fetch_tensors(server.url, "m") is None  # a bomb is not inflated past 64 MiB
+        error = await send_load_request(server.url, "m", 4096, None)
+        server.set("/api/show", JsonBody({"tensors": [{"name": "blk.0.attn_k.weight", "shape": [4096, 1024]}]}))
+        server.set("/api/generate", Redirect())
+        tensors = await fetch_tensors(server.url, "m")
+        redirected = await send_load_request(server.url, "m", 4096, None)
+    # 64 KiB of the 8 MiB error is read: the JSON is cut, so its text is shown as sent (escaped)
+    assert error is not None and error.startswith('POST /api/generate: HTTP 500 Internal Server Error: {"error": "load failed \\u001b]52')
+    assert len(error) < 300 and "\x1b" not in error
+    assert tensors == [{"name": "blk.0.attn_k.weight", "shape": [4096, 1024]}]
+    assert redirected == "POST /api/generate: HTTP 302 Found: a redirect, not followed"
