@@ -31,20 +31,25 @@ FUZZ_EXAMPLES = int(os.environ.get("KVTOP_FUZZ_EXAMPLES", "10000"))
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+pytestmark = pytest.mark.timeout(900)  # 10⁴ cases per target take longer than the suite's 120 s per test
 
 NASTY = st.sampled_from(["\x1b]52;c;aGk=\x07", "\x1b[2J", "\x1b[31m", "[bold red]x[/]", "\x00", "\u202e", "\x9b1m",
                          "\r", "-1", "9223372036854775808", "1e400", "NaN", "sha256-", "", " "])
-TEXT = st.one_of(st.text(), NASTY, st.lists(st.one_of(st.text(max_size=8), NASTY), max_size=6).map("".join))
+TEXT = st.one_of(st.text(max_size=24), NASTY, st.lists(st.one_of(st.text(max_size=6), NASTY), max_size=4).map("".join))
 SCALAR = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
                    st.floats(allow_nan=True, allow_infinity=True), TEXT)
-JSON = st.recursive(SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=5),
-                                                   st.dictionaries(TEXT, kids, max_size=5)), max_leaves=30)
+JSON = st.recursive(SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                   st.dictionaries(TEXT, kids, max_size=4)), max_leaves=12)
+
+SMALL_JSON = st.recursive(SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                         st.dictionaries(TEXT, kids, max_size=3)), max_leaves=6)
 
 PS_KEYS = ["name", "model", "size", "size_vram", "digest", "expires_at", "context_length", "details"]
-PS_ROW = st.fixed_dictionaries({}, optional={k: JSON for k in PS_KEYS})
-PS_BODY = st.one_of(JSON, st.fixed_dictionaries({"models": st.lists(st.one_of(PS_ROW, JSON), max_size=6)}))
+PS_ROW = st.fixed_dictionaries({}, optional={k: SMALL_JSON for k in PS_KEYS})
+PS_BODY = st.one_of(JSON, st.fixed_dictionaries({"models": st.lists(st.one_of(PS_ROW, SMALL_JSON), max_size=3)}))
 
 
 def _corpus_lines() -> list[str]:
@@ -105,7 +110,7 @@ def test_parse_show_and_tags_never_escape(body: Any) -> None:
 
 @FUZZ
 @given(st.one_of(JSON, st.lists(st.dictionaries(st.sampled_from(
-    ["id", "n_ctx", "is_processing", "state", "id_task", "n_prompt_tokens", "next_token"]), JSON), max_size=4)))
+    ["id", "n_ctx", "is_processing", "state", "id_task", "n_prompt_tokens", "next_token"]), SMALL_JSON), max_size=3)))
 def test_runner_endpoints_never_escape(body: Any) -> None:
     for parse in (parse_slots, parse_props):
         try:
@@ -125,3 +130,68 @@ def test_log_parser_never_escapes_and_describes_safely(lines: list[str]) -> None
     events.extend(parser.end_batch())
     for e in events:
         _clean(safe(describe(e), 500))
+
+
+# --------------------------------------------------------------------------------------------
+# Files: the config reader and the recording reader
+
+
+SCRATCH = Path(__import__("tempfile").mkdtemp(prefix="kvtop-fuzz-"))
+"""One folder for the files the file readers are fuzzed with (rewritten per case; left in the temp dir)."""
+
+TOML_PIECES = st.sampled_from(["a = 1\n", "[alerts]\n", "interval = ", "host = [", "]", "{", "}", "x = {y = ", '"',
+                               "'''", "\n", "= =", "[[t]]\n", "1e999", "\x00", "\x1b[2J", "theme = \"", "alerts = 5\n"])
+TOML_TEXT = st.one_of(st.text(max_size=200), st.lists(st.one_of(TOML_PIECES, st.text(max_size=6)), max_size=40).map("".join))
+
+
+@FUZZ
+@given(TOML_TEXT)
+def test_config_reader_never_escapes(text: str) -> None:
+    from kvtop.config import read_config_file
+
+    path = SCRATCH / "config.toml"
+    path.write_text(text, encoding="utf-8", errors="replace")
+    values, warnings = read_config_file(path)
+    assert isinstance(values, dict)
+    for w in warnings:
+        _clean(safe(w, 400))
+
+
+def _valid_header() -> bytes:
+    from datetime import timezone
+
+    from kvtop.model.alerts import Thresholds
+    from kvtop.sources.replay import recording_header
+
+    header = recording_header(hosts=("http://127.0.0.1:11434",), log_spec="none", gpu=False, demo=False,
+                              naive_tz=timezone.utc, thresholds=Thresholds(), started_at=1_795_963_473.0)
+    return json.dumps(header).encode() + b"\n"
+
+
+HEADER = _valid_header()
+RECORD_LINE = st.one_of(
+    JSON.map(lambda v: json.dumps(v, default=str).encode()),
+    st.fixed_dictionaries({"t": SCALAR, "kind": st.sampled_from(["ollama", "gpu", "log", "slots", "x"])},
+                          optional={"snapshot": SMALL_JSON, "gpu": SMALL_JSON, "procs": SMALL_JSON,
+                                    "slots": SMALL_JSON, "raw_lines": SMALL_JSON},
+                          ).map(lambda v: json.dumps(v, default=str).encode()),
+    st.binary(max_size=60),
+)
+
+
+@FUZZ
+@given(st.booleans(), st.lists(RECORD_LINE, max_size=5))
+def test_recording_reader_never_escapes(header_ok: bool, lines: list[bytes]) -> None:
+    from kvtop.sources.replay import RecordingError, read_recording
+
+    body = (HEADER if header_ok else b"") + b"\n".join(lines)
+    path = SCRATCH / "rec.jsonl"
+    path.write_bytes(body)
+    try:
+        rec = read_recording(path)
+    except RecordingError as exc:
+        _clean(safe(str(exc), 400))
+        return
+    if rec.damage is not None:
+        assert rec.damage.startswith("recording ends at line ")
+        _clean(safe(rec.damage, 400))
