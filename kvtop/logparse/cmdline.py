@@ -19,7 +19,7 @@ import re
 from string import ascii_letters as _ASCII_LETTERS
 from typing import NamedTuple
 
-from kvtop.logparse.values import blob_of, to_int
+from kvtop.logparse.values import blob_of, to_count, to_int
 
 _FLAG_RE = re.compile(r" (--?[A-Za-z][\w-]*)(?:(?:=| +(?=[^-\s]|-\d))(\S*))?")
 """`` --flag``, ``=value`` or `` value`` (a value does not start with ``-`` unless a number follows it)."""
@@ -104,11 +104,11 @@ def parse_cmd(cmd: str) -> RunnerArgs:
         blob_of(model_path),
         model_path,
         blob_of(g("--mmproj")),
-        to_int(g("--port") or None),
-        to_int(g("--ctx-size") or g("-c") or None),
-        to_int(g("--parallel") or g("-np") or None),
-        to_int(g("--batch-size") or g("-b") or None),
-        to_int(g("--ubatch-size") or g("-ub") or None),
+        to_count(g("--port") or None),
+        to_count(g("--ctx-size") or g("-c") or None),
+        to_count(g("--parallel") or g("-np") or None),
+        to_count(g("--batch-size") or g("-b") or None),
+        to_count(g("--ubatch-size") or g("-ub") or None),
         to_int(g("--n-gpu-layers") or g("-ngl") or g("--gpu-layers") or None),
         g("--tensor-split") or g("-ts") or None,
         to_int(g("--main-gpu") or g("-mg") or None),

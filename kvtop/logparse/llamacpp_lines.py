@@ -42,8 +42,9 @@ from kvtop.logparse.events import (
     Oom,
     UnknownWarning,
 )
-from kvtop.logparse.values import MIB, blob_of, mib_bytes, scaled_bytes
+from kvtop.logparse.values import MIB, blob_of, bytes_or_none, mib_bytes, scaled_bytes, to_count
 from kvtop.logparse.wrappers import sanitize
+from kvtop.model.bounds import INT64_MAX
 
 TimeFn = Callable[[], "datetime | None"]
 Handler = Callable[[str, str, int, str, TimeFn], "list[LogEvent] | None"]
@@ -121,8 +122,10 @@ def _buffer(func: str, rest: str, n: int, text: str, time: TimeFn, default: str)
         component = "recurrent"
     t = time()
     raw = text if text.isprintable() else sanitize(text)
-    size = float(number) * MIB  # mib_bytes(number): the number is unsigned
-    return [Allocation(n, t, raw, component, device, int(size + 0.5), func)]
+    size = bytes_or_none(float(number) * MIB)  # mib_bytes(number): the number is unsigned
+    if size is None:
+        return None
+    return [Allocation(n, t, raw, component, device, size, func)]
 
 
 def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
@@ -135,7 +138,7 @@ def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Log
             im = _ISWA_RE.match(rest)
             if im is None:
                 return None
-            return [KvSummary(*_meta(n, text, time), cells=int(im.group(2)), grammar=func,
+            return [KvSummary(*_meta(n, text, time), cells=to_count(im.group(2)), grammar=func,
                               swa=im.group(1) == "SWA")]
         m = _KV_SIZE_RE.search(rest)
         if m is None:
@@ -147,8 +150,9 @@ def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Log
             k_bytes, v_bytes = mib_bytes(m.group(8)), mib_bytes(m.group(11))
             recurrent = recurrent or m.group(6) == "R"
         return [KvSummary(
-            *_meta(n, text, time), mib_bytes(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)),
-            int(m.group(5)) if m.group(5) else None, k_type, v_type, k_bytes, v_bytes, recurrent, func,
+            *_meta(n, text, time), mib_bytes(m.group(1)), to_count(m.group(2)), to_count(m.group(3)),
+            to_count(m.group(4)), to_count(m.group(5)) if m.group(5) else None, k_type, v_type, k_bytes, v_bytes,
+            recurrent, func,
         )]
     if "self size" in rest:
         return _kv_self(func, rest, n, text, time)
@@ -157,7 +161,7 @@ def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Log
         if m is None:
             return None
         return [KvSummary(
-            *_meta(n, text, time), None, int(m.group(1)), int(m.group(4)), None, None, m.group(2), m.group(3),
+            *_meta(n, text, time), None, to_count(m.group(1)), to_count(m.group(4)), None, None, m.group(2), m.group(3),
             None, None, False, func,
         )]
     if "fail" in rest or "error" in rest:
@@ -187,7 +191,9 @@ def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
         if m is None and c0 == "n" and " n_ctx_train (" in rest:
             over = _OVER_TRAIN_RE.match(rest)
             if over is not None:
-                per_seq, train = int(over.group(1)), int(over.group(3))
+                per_seq, train = to_count(over.group(1)), to_count(over.group(3))
+                if per_seq is None or train is None:
+                    return None
                 if over.group(2) == ">":
                     return [ContextOverTraining(*_meta(n, text, time), per_seq, train, func)]
                 # "< n_ctx_train": the full capacity will not be used; not a finding, but it says both numbers
@@ -207,7 +213,9 @@ def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
                 return out
             if field == "kv_unified" or field == "causal_attn" or not value.isdigit():
                 return _context_param((n, t, raw), field, value, func)
-            v = int(value)
+            v = to_count(value)
+            if v is None:
+                return None
             # ContextParams(line_no, time, raw, n_ctx, n_ctx_per_seq, n_seq_max, n_batch, n_ubatch, ..., grammar)
             if field == "n_ctx":
                 return [ContextParams(n, t, raw, v, None, None, None, None, None, None, None, func)]
@@ -243,7 +251,9 @@ def _context_param(
         return [ContextParams(*meta, causal_attn=value, grammar=func)]
     if not value.isdigit():
         return None
-    v = int(value)
+    v = to_count(value)
+    if v is None:
+        return None
     if field == "n_ctx":
         return [ContextParams(*meta, n_ctx=v, grammar=func)]
     if field == "n_ctx_per_seq":
@@ -263,7 +273,10 @@ def _tensors(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
         m = _OFFLOADED_RE.match(rest)
         if m is None:
             return None
-        return [OffloadedLayers(*_meta(n, text, time), int(m.group(1)), int(m.group(2)))]
+        done, total = to_count(m.group(1)), to_count(m.group(2))
+        if done is None or total is None:
+            return None
+        return [OffloadedLayers(*_meta(n, text, time), done, total)]
     if "fail" in rest or "error" in rest:
         return _trouble(rest, n, text, time)
     return None
@@ -307,7 +320,10 @@ def _ancient_hparams(func: str, rest: str, n: int, text: str, time: TimeFn) -> l
     m = _PARAM_RE.match(rest)
     if m is None or m.group(1) != "n_ctx" or not m.group(2).isdigit():
         return None
-    return [ContextParams(*_meta(n, text, time), n_ctx=int(m.group(2)), grammar=func)]
+    n_ctx = to_count(m.group(2))
+    if n_ctx is None:
+        return None
+    return [ContextParams(*_meta(n, text, time), n_ctx=n_ctx, grammar=func)]
 
 
 def _device(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
@@ -316,7 +332,10 @@ def _device(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEv
         m = _DEVICE_FREE_RE.match(rest)
         if m is None:
             return None
-        return [DeviceFree(*_meta(n, text, time), m.group(1), m.group(2), int(m.group(3)) * MIB)]
+        free_mib = to_count(m.group(3))
+        if free_mib is None or free_mib > INT64_MAX // MIB:  # the size must stay below 2**63 too
+            return None
+        return [DeviceFree(*_meta(n, text, time), m.group(1), m.group(2), free_mib * MIB)]
     if "fail" in rest or "error" in rest:
         return _trouble(rest, n, text, time)
     return None
@@ -329,7 +348,10 @@ def _fit(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent
     m = _FIT_RE.search(rest)
     if m is None:
         return None
-    return [FitOverflow(*_meta(n, text, time), m.group(1), int(m.group(3)), int(m.group(4)))]
+    layers, overflowing = to_count(m.group(3)), to_count(m.group(4))
+    if layers is None or overflowing is None:
+        return None
+    return [FitOverflow(*_meta(n, text, time), m.group(1), layers, overflowing)]
 
 
 def _errors_only(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:

@@ -54,6 +54,8 @@ from kvtop.logparse.values import (
     size_list,
     slog_get,
     slog_pairs,
+    bytes_or_none,
+    to_count,
     to_float,
     to_int,
     unescape,
@@ -148,8 +150,8 @@ def _spawn(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str
             return None
         return [RunnerStarted(
             n, t, raw, msg, engine="mlx" if "mlx" in msg else None, model_blob=blob_of(model),
-            model_path=model, model_name=None if blob_of(model) else model, port=to_int(pairs.get("port")),
-            pid=to_int(pairs.get("pid")),
+            model_path=model, model_name=None if blob_of(model) else model, port=to_count(pairs.get("port")),
+            pid=to_count(pairs.get("pid")),
         )]
     complete = True
     if rest[i + 4:i + 5] == '"':
@@ -182,18 +184,18 @@ def _load_request(msg: str, rest: str, level: str, n: int, t: datetime | None, r
     gpu_layers: int | None = None
     if gl is not None:
         head = gl.split("[", 1)[0]
-        gpu_layers = to_int(head) if head else (0 if gl.startswith("[]") else None)
+        gpu_layers = to_count(head) if head else (0 if gl.startswith("[]") else None)
     kvct = f.get("KvCacheType")
     fa = f.get("FlashAttention")
     out: list[LogEvent] = [LoadRequest(
         n, t, raw,
         operation=f.get("Operation"),
-        kv_size=to_int(f.get("KvSize")),
-        parallel=to_int(f.get("Parallel")),
-        batch_size=to_int(f.get("BatchSize")),
+        kv_size=to_count(f.get("KvSize")),
+        parallel=to_count(f.get("Parallel")),
+        batch_size=to_count(f.get("BatchSize")),
         flash_attention=fa,
         kv_cache_type=kvct.rstrip('}"') if kvct is not None else None,
-        num_threads=to_int(f.get("NumThreads")),
+        num_threads=to_count(f.get("NumThreads")),
         gpu_layers=gpu_layers,
         gpu_layers_raw=gl,
         num_gpu=to_int(f.get("NumGPU")),
@@ -222,8 +224,8 @@ def _estimate(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: 
         n, t, raw,
         library=library,
         layers_requested=to_int(slog_get(rest, "layers.requested")),
-        layers_model=to_int(slog_get(rest, "layers.model")),
-        layers_offload=to_int(offload),
+        layers_model=to_count(slog_get(rest, "layers.model")),
+        layers_offload=to_count(offload),
         kv_bytes=size_bytes(slog_get(rest, "memory.required.kv")),
         full_bytes=size_bytes(slog_get(rest, "memory.required.full")),
         partial_bytes=size_bytes(slog_get(rest, "memory.required.partial")),
@@ -246,8 +248,10 @@ def _device_memory(msg: str, rest: str, level: str, n: int, t: datetime | None, 
     m = _DEVICE_SIZE_RE.fullmatch(rest)
     if m is not None:  # fast path: exactly `` device=X size="N UNIT"``, read as below
         device, number, unit = m.groups()
-        size = float(number) * PLAIN_UNITS[unit]
-        return [Allocation(n, t, raw, _ALLOC_COMPONENT[msg], device, int(size + 0.5), "ollama")]
+        size = bytes_or_none(float(number) * PLAIN_UNITS[unit])
+        if size is None:
+            return None
+        return [Allocation(n, t, raw, _ALLOC_COMPONENT[msg], device, size, "ollama")]
     device = slog_get(rest, "device") or slog_get(rest, "buffer_type") or slog_get(rest, "buffer") or slog_get(
         rest, "backend")
     nbytes = size_bytes(slog_get(rest, "size"))
@@ -261,7 +265,10 @@ def _offloaded(msg: str, rest: str, level: str, n: int, t: datetime | None, raw:
     m = _OFFLOADED_RE.match(msg)
     if m is None:
         return None
-    return [OffloadedLayers(n, t, raw, int(m.group(1)), int(m.group(2)))]
+    done, total = to_count(m.group(1)), to_count(m.group(2))
+    if done is None or total is None:
+        return None
+    return [OffloadedLayers(n, t, raw, done, total)]
 
 
 def _decision(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
@@ -269,8 +276,8 @@ def _decision(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: 
     return [LoadDecision(
         n, t, raw, msg,
         model_blob=blob_of(slog_get(rest, "model") or slog_get(rest, "modelPath")),
-        parallel=to_int(slog_get(rest, "parallel")),
-        layers_total=to_int(slog_get(rest, '"model layers"')),
+        parallel=to_count(slog_get(rest, "parallel")),
+        layers_total=to_count(slog_get(rest, '"model layers"')),
         layers_requested=to_int(slog_get(rest, "requested")),
     )]
 
@@ -307,18 +314,18 @@ def _truncation(msg: str, rest: str, level: str, n: int, t: datetime | None, raw
     keep = slog_get(rest, "keep")
     if keep is None:
         keep = slog_get(rest, "numKeep")
-    return [Truncation(n, t, raw, to_int(slog_get(rest, "limit")), to_int(slog_get(rest, "prompt")), to_int(keep),
-                       to_int(slog_get(rest, "new")))]
+    return [Truncation(n, t, raw, to_count(slog_get(rest, "limit")), to_count(slog_get(rest, "prompt")), to_count(keep),
+                       to_count(slog_get(rest, "new")))]
 
 
 def _clamped(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
     """§3.4, §4.4: ``requested context size too large for model num_ctx=… n_ctx_train=…`` (v0.15.5+)."""
-    return [ContextClamped(n, t, raw, to_int(slog_get(rest, "num_ctx")), to_int(slog_get(rest, "n_ctx_train")))]
+    return [ContextClamped(n, t, raw, to_count(slog_get(rest, "num_ctx")), to_count(slog_get(rest, "n_ctx_train")))]
 
 
 def _runner_ref(rest: str) -> tuple[str | None, int | None]:
     blob = blob_of(slog_get(rest, "runner.model") or slog_get(rest, "model") or slog_get(rest, "modelPath"))
-    return blob, to_int(slog_get(rest, "runner.pid") or slog_get(rest, "pid"))
+    return blob, to_count(slog_get(rest, "runner.pid") or slog_get(rest, "pid"))
 
 
 def _eviction(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:

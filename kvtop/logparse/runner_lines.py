@@ -39,7 +39,7 @@ from kvtop.logparse.events import (
     Truncation,
     UnknownWarning,
 )
-from kvtop.logparse.values import blob_of, slog_pairs, to_float, to_int
+from kvtop.logparse.values import blob_of, slog_pairs, to_count, to_float
 from kvtop.logparse.wrappers import epoch_time, sanitize
 
 TimeFn = Callable[[], "datetime | None"]
@@ -98,7 +98,7 @@ def timing_part(
     if what in ("load", "sample"):
         return None
     part = "prompt" if what == "prompt eval" else "total" if what == "total" else "eval"
-    return TimingPart(part, n, time(), sanitize(text), to_int(m.group(3)), to_float(m.group(2)),
+    return TimingPart(part, n, time(), sanitize(text), to_count(m.group(3)), to_float(m.group(2)),
                       to_float(m.group(4)), slot, task)
 
 
@@ -125,7 +125,7 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
     slot = task = None
     sm = _SLOT_RE.match(rest)
     if sm is not None:
-        slot, task = int(sm.group(1)), int(sm.group(2))
+        slot, task = to_count(sm.group(1)), to_count(sm.group(2))
         rest = rest[sm.end():]
     if func == "print_timing":
         part = timing_part(rest, n, text, time, slot, task)
@@ -139,17 +139,17 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
     if rest.startswith("new prompt"):
         pm = _NEW_PROMPT_RE.search(rest)
         return [SlotActivity(n, time(), sanitize(text), "prompt", slot, task,
-                             int(pm.group(1)) if pm else None, int(pm.group(2)) if pm else None)]
+                             to_count(pm.group(1)) if pm else None, to_count(pm.group(2)) if pm else None)]
     if rest.startswith("cached n_tokens"):
         cm = _CACHED_RE.match(rest)
         if cm is not None:
-            return [PrefillProgress(n, time(), sanitize(text), slot, task, int(cm.group(1)))]
+            return [PrefillProgress(n, time(), sanitize(text), slot, task, to_count(cm.group(1)))]
     if func == "init_sampler" or rest.startswith("prompt done"):
         return [SlotActivity(n, time(), sanitize(text), "prompt_done", slot, task)]
     if func == "release" and "stop processing" in rest:
         rm = _RELEASE_RE.search(rest)
         return [SlotActivity(n, time(), sanitize(text), "release", slot, task,
-                             n_tokens=int(rm.group(1)) if rm else None)]
+                             n_tokens=to_count(rm.group(1)) if rm else None)]
     if "progress" in rest and "n_tokens" in rest:
         return [PrefillProgress(
             n, time(), sanitize(text), slot, task, _num(rest, "n_past"), _num(rest, "n_tokens"),
@@ -162,8 +162,11 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
         rj = _REJECTED_RE.search(rest)
         if rj is not None:
             tm = _TASK_ID_RE.match(rest)
-            return [PromptRejected(n, time(), sanitize(text), int(rj.group(1)), int(rj.group(2)),
-                                   int(tm.group(1)) if tm else task)]
+            prompt_tokens, n_ctx = to_count(rj.group(1)), to_count(rj.group(2))
+            if prompt_tokens is None or n_ctx is None:
+                return []
+            return [PromptRejected(n, time(), sanitize(text), prompt_tokens, n_ctx,
+                                   to_count(tm.group(1)) if tm else task)]
     if func == "load_model":
         if rest.startswith("loading model"):
             lm = _LOADING_RE.search(rest)
@@ -186,11 +189,11 @@ def _slot_init(msg: str, pairs: dict[str, Any], n: int, text: str, when: TimeFn)
     context, as :class:`ContextParams` (``n_seq_max`` / ``n_ctx_per_seq``).
     """
     if msg == "initializing slots":
-        slots = to_int(pairs.get("n_slots"))
+        slots = to_count(pairs.get("n_slots"))
         if slots is None or slots <= 0:
             return []
         return [ContextParams(n, when(), sanitize(text), n_seq_max=slots, grammar="ext_server")]
-    per_slot = to_int(pairs.get("n_ctx_slot"))
+    per_slot = to_count(pairs.get("n_ctx_slot"))
     if per_slot is None or per_slot <= 0:
         return []
     return [ContextParams(n, when(), sanitize(text), n_ctx_per_seq=per_slot, grammar="ext_server")]
@@ -202,7 +205,7 @@ def _text(rest: str, key: str) -> str | None:
 
 
 def _num(rest: str, key: str) -> int | None:
-    return to_int(_text(rest, key))
+    return to_count(_text(rest, key))
 
 
 def parse_ext_server(body: str, n: int, text: str) -> list[LogEvent] | TimingPart | None:
@@ -229,7 +232,8 @@ def parse_runner_json(body: str, n: int, text: str) -> list[LogEvent] | TimingPa
     pairs = {k: str(v) for k, v in obj.items() if not isinstance(v, (dict, list))}
     stamp = obj.get("timestamp")
     return _runner_record(str(obj.get("level", "")), str(obj.get("function", "")), msg, pairs, n, text,
-                          float(stamp) if isinstance(stamp, (int, float)) else None)
+                          to_float(str(stamp)) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
+                          else None)  # to_float: NaN, infinity and 1e400 are no time
 
 
 def _runner_record(
@@ -239,11 +243,11 @@ def _runner_record(
         return epoch_time(stamp) if stamp is not None else None
 
     if func == "print_timings" or "eval time" in msg or msg.startswith("total time"):
-        part = timing_part(msg, n, text, when, to_int(pairs.get("slot_id")), to_int(pairs.get("task_id")))
+        part = timing_part(msg, n, text, when, to_count(pairs.get("slot_id")), to_count(pairs.get("task_id")))
         if part is not None:
             return part
     if msg.startswith("input truncated"):
-        return [Truncation(n, when(), sanitize(text), to_int(pairs.get("n_ctx")), None, to_int(pairs.get("n_keep")),
+        return [Truncation(n, when(), sanitize(text), to_count(pairs.get("n_ctx")), None, to_count(pairs.get("n_keep")),
                            None)]
     if msg == "initializing slots" or msg == "new slot":
         return _slot_init(msg, pairs, n, text, when)

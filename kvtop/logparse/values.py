@@ -3,11 +3,18 @@
 All pure string functions. Sizes follow the README of the corpus oracles: a printed value
 times its binary unit, rounded half up to a whole byte, computed in integers so that
 ``"577.22 MiB"`` is exactly ``round(577.22 × 1048576)``.
+
+Sizes and counts obey the rule of ``kvtop.model.bounds`` (the ``/api/ps`` reader's too): a whole
+number ``0 <= n <= 2**63 - 1``. A size or count outside it reads as None (not known); a size list
+with one such item reads as empty.
 """
 
 from __future__ import annotations
 
+import math
 import re
+
+from kvtop.model.bounds import INT64_MAX, INT64_MIN, count_from_text
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -37,19 +44,30 @@ PLAIN_UNITS = {unit: n for unit, n in UNIT_BYTES.items() if _UNIT_RE.fullmatch(u
 """The units :data:`_SIZE_RE` reads (``kB`` is not one of them), for the fast paths of the size readers."""
 
 
-def scaled_bytes(number: str, unit: int) -> int:
-    """``number`` (a decimal string such as ``"577.22"``) times ``unit``, rounded half up.
+def scaled_bytes(number: str, unit: int) -> int | None:
+    """``number`` (a decimal string such as ``"577.22"``) times ``unit``, rounded half up; None
+    when that is not a size (negative, over ``2**63 - 1``, not finite).
 
     Computed in floating point, which is exact here: the printed values have at most a few
     decimals, so the true product's fraction is a multiple of 1/5 or 1/25 of a byte and can
     never sit at the .5 boundary where a float error could flip the rounding.
     """
-    value = float(number) * unit
-    return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
+    return bytes_or_none(float(number) * unit)
 
 
-def mib_bytes(number: str) -> int:
-    """``"577.22"`` MiB as bytes (llama.cpp prints two decimals)."""
+_TWO_63 = float(2**63)
+
+
+def bytes_or_none(value: float) -> int | None:
+    """A byte count computed in floating point, rounded half up; None outside ``[0, 2**63 - 1]``
+    (a negative size, an overflow, NaN)."""
+    if not 0 <= value < _TWO_63:  # a float below 2**63 is at most 2**63 - 1024; False for NaN too
+        return None
+    return int(value + 0.5)
+
+
+def mib_bytes(number: str) -> int | None:
+    """``"577.22"`` MiB as bytes (llama.cpp prints two decimals); None when not a size."""
     return scaled_bytes(number, MIB)
 
 
@@ -65,8 +83,7 @@ def size_bytes(text: str | None) -> int | None:
             digits = number[1:] if number[:1] == "-" else number
             head, dot, tail = digits.partition(".")
             if head.isdecimal() and (not dot or tail.isdecimal()):
-                value = float(number) * unit
-                return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
+                return bytes_or_none(float(number) * unit)
     m = _SIZE_RE.match(text)
     if m is None:
         return None
@@ -77,7 +94,9 @@ def size_bytes(text: str | None) -> int | None:
 
 
 def size_list(text: str | None) -> tuple[int, ...]:
-    """A Go slice of sizes, ``"[22.0 GiB 22.0 GiB]"``, as bytes (unreadable items are skipped)."""
+    """A Go slice of sizes, ``"[22.0 GiB 22.0 GiB]"``, as bytes (unreadable items are skipped);
+    empty when an item is not a size (negative, over ``2**63 - 1``): the items are per device, and
+    one left out would shift the others onto the wrong devices."""
     if not text:
         return ()
     text = text.strip("[]")
@@ -92,15 +111,20 @@ def size_list(text: str | None) -> tuple[int, ...]:
             head, dot, tail = digits.partition(".")
             if unit is None or not head.isdecimal() or (dot and not tail.isdecimal()):
                 break
-            value = float(number) * unit
-            out.append(int(value + 0.5) if value >= 0 else -int(-value + 0.5))
+            size = bytes_or_none(float(number) * unit)
+            if size is None:
+                return ()
+            out.append(size)
         else:
             return tuple(out)
     out = []
     for m in _SIZE_RE.finditer(text):
         unit = UNIT_BYTES.get(m.group(2))
         if unit is not None:
-            out.append(scaled_bytes(m.group(1), unit))
+            size = scaled_bytes(m.group(1), unit)
+            if size is None:
+                return ()
+            out.append(size)
     return tuple(out)
 
 
@@ -232,20 +256,29 @@ def slog_get(text: str, key: str) -> str | None:
 
 
 def to_int(text: str | None) -> int | None:
-    """``int(text)`` or None (also for a value cut by the end of the line)."""
+    """``int(text)`` or None (also for a value cut by the end of the line, and for one outside
+    Go's ``int64``). For a value that may be negative (``layers.requested=-1``); a size or a
+    count is read with :func:`to_count`."""
     if text is None:
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         return None
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+to_count = count_from_text
+"""A size or count (tokens, cells, layers, slots, a PID or port): ``int(text)`` when
+``0 <= n <= 2**63 - 1``, else None (``kvtop.model.bounds.count_from_text``)."""
 
 
 def to_float(text: str | None) -> float | None:
-    """``float(text)`` or None."""
+    """``float(text)`` or None (also for NaN and infinity, which no log figure can be)."""
     if text is None:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None

@@ -1,0 +1,55 @@
+"""The one rule for a size or a count read from outside (the API or the server log).
+
+A size in bytes or a count (tokens, cells, layers, slots) is a whole number ``0 <= n <= 2**63 - 1``:
+what Go's ``int64`` — the type Ollama and llama.cpp print these from — can hold without being
+negative. Anything else (a negative number, one over ``2**63 - 1``, a bool, a fraction, NaN or
+infinity) is not such a value, and the reader that met it reports "not known" (``None``) instead
+of passing it on to reports, alerts and JSON.
+
+``kvtop.sources.ollama`` applies it to ``/api/ps`` (``_int_or_none``); ``kvtop.logparse.values``
+(``to_count``, the size readers) to the log. Pure functions, no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+INT64_MAX: Final = 2**63 - 1
+"""The largest size or count accepted."""
+
+INT64_MIN: Final = -(2**63)
+"""The smallest signed number the log parser keeps where a negative value means something
+(``layers.requested=-1``, ``--threads -1``); only sizes and counts must be non-negative."""
+
+
+def is_count(n: int) -> bool:
+    """Whether the integer ``n`` is a valid size or count (``0 <= n <= INT64_MAX``)."""
+    return 0 <= n <= INT64_MAX
+
+
+def count_or_none(value: Any) -> int | None:
+    """``value`` as a size or count, or None when it is not one.
+
+    Accepts an ``int`` (not a ``bool``) or an integral finite ``float`` in ``[0, INT64_MAX]``;
+    the same rule as ``kvtop.sources.ollama``'s ``/api/ps`` reader.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= INT64_MAX:
+        return value
+    return None
+
+
+def count_from_text(text: str | None) -> int | None:
+    """A decimal integer written in a log (``"4096"``, ``"+7"``) as a size or count, or None
+    (not a number, negative, over ``INT64_MAX``, or more digits than Python converts)."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if 0 <= value <= INT64_MAX else None
