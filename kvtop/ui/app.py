@@ -215,7 +215,7 @@ class KvtopApp(App[int]):
         self.theme = wanted
         self._theme_loaded = True
         warnings = [w for w in self.settings.extra.get("warnings", "").splitlines() if w] + problems
-        warnings += [f"[alerts] {w}" for w in self._threshold_warnings]
+        warnings += list(self._threshold_warnings)  # each starts with "[alerts]"
         for warning in warnings:
             self.notify(safe(warning, 300), severity="warning", timeout=10, markup=False)
         if self._poll:
