@@ -70,6 +70,9 @@ SHOW_CONCURRENCY = 6
 them all at once makes httpx's connection pool degrade quadratically and bursts the server; the
 rest wait their turn (outside their deadline) in the server's ``/api/ps`` order."""
 
+SHOW_CACHE_SPARE = 64
+"""``/api/show`` answers kept for models no longer loaded (the newest ones); older ones are dropped."""
+
 SHOW_RETRY_S = 15.0
 """Seconds before a failed ``/api/show`` for a digest is tried again."""
 
@@ -640,6 +643,15 @@ class OllamaClient:
         except ShapeError as exc:
             return ShowInfo(digest=key, name=m.name, error=f"/api/show: unexpected shape: {exc}")
 
+    def _forget_shows(self, live: set[str]) -> None:
+        """Keep the ``/api/show`` answers of the loaded models and the ``SHOW_CACHE_SPARE`` newest
+        others (a model that comes back soon is not asked again); the oldest go, so a server that
+        loads ever new models does not grow kvtop's memory."""
+        spare = [k for k in self._shows if k not in live]
+        for key in spare[: max(0, len(spare) - SHOW_CACHE_SPARE)]:
+            del self._shows[key]
+            self._show_failed_at.pop(key, None)
+
     def _show_due(self, key: str, now: float) -> bool:
         """True when ``/api/show`` for ``key`` is not cached, or failed ≥ SHOW_RETRY_S ago."""
         if key not in self._shows:
@@ -650,6 +662,8 @@ class OllamaClient:
     def _snapshot(self, taken_at: float, **kw: Any) -> OllamaSnapshot:
         models: tuple[PsModel, ...] = kw.get("models", ())
         live = {detail_key(m) for m in models}
+        if kw.get("reachable") and len(self._shows) > len(live) + SHOW_CACHE_SPARE:
+            self._forget_shows(live)
         shows = {d: s for d, s in self._shows.items() if d in live}
         return OllamaSnapshot(
             host_url=self.base_url,

@@ -563,3 +563,23 @@ async def test_queued_shows_of_unloaded_models_are_dropped() -> None:
     assert sorted(asked) == sorted(f"m{i}" for i in range(6))  # the queued 14 never went out
     assert set(snap.shows) == {f"{0:064x}"}
     await client.aclose()
+
+
+async def test_show_cache_keeps_the_loaded_models_and_a_bounded_number_of_others() -> None:
+    """A server that loads ever new models (a new digest each poll) does not grow the client's cache."""
+    from kvtop.sources.ollama import SHOW_CACHE_SPARE
+
+    calls: list[str] = []
+    ps = json.loads(json.dumps(PS_BODY))
+    client = _client(_server(calls, ps=ps))
+    for i in range(SHOW_CACHE_SPARE + 30):
+        ps["models"][0]["digest"] = f"{i:064x}"
+        snap = await client.sample(wait_details=True)
+        assert set(snap.shows) == {f"{i:064x}"}
+    assert len(client._shows) == SHOW_CACHE_SPARE + 1  # the loaded one and the newest spares
+    assert f"{SHOW_CACHE_SPARE + 29:064x}" in client._shows and f"{0:064x}" not in client._shows
+    calls.clear()
+    ps["models"][0]["digest"] = f"{SHOW_CACHE_SPARE + 28:064x}"  # a recent one comes back: not asked again
+    await client.sample(wait_details=True)
+    assert "POST /api/show" not in calls
+    await client.aclose()
