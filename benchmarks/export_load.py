@@ -20,6 +20,11 @@ Reports per phase: scrapes, failures, timeouts, scrapes/s, latency p50/p95/p99/m
 server: 200 scrapers → 3.1 % timed out, p99 3.3 s; 303 threads with slowloris sockets.
 Human-readable lines, then one JSON line. Exit code 1 when the exporter did not start.
 
+Measured (2 shared cores, waitress 3.0.2): 200 scrapers x 5 rounds: 1000/1000 ok, 0 timeouts,
+751 scrapes/s, p50 113 ms, p95 303 ms, p99 361 ms, max 416 ms, threads 11 at rest and at peak.
+With 100 slowloris sockets held: 2120/2120 ok, 424 scrapes/s, p50 1.5 ms, p99 10 ms, threads 11 →
+12; all 100 sockets closed by the server, median after 12.0 s.
+
 Usage: ``python benchmarks/export_load.py [--scrapers 200] [--rounds 5] [--slowloris 100] [--seconds 5]``
 """
 

@@ -1,0 +1,218 @@
+"""Soak: the real dashboard, headless, polling the stand-in server every 0.25 s for a long time.
+
+Method
+------
+1. Start the stand-in Ollama server (``python -m kvtop.demo.server --port 0 --loop``: the bundled
+   demo scenario played in a loop, so models load, spill and unload over and over).
+2. In this process, build the real app (``kvtop.ui.app.make_app``: real ``OllamaClient``, GPU,
+   process and slot sources; ``--log`` as the CLI takes it, default ``none``) and run it headless
+   with ``KvtopApp.run_test(size=(120, 40))`` for ``--minutes`` (default 20) at ``--interval``
+   (default 0.25 s).
+3. Every ``--every`` seconds (default 60) print: elapsed minutes, RSS (MiB), open fds, threads,
+   the history's stored points (all servers, all series) and, with ``--tracemalloc``, the Python
+   heap that tracemalloc traces (MiB).
+   ``--pty`` instead runs the ``kvtop`` console script itself in a 120x40 pseudo-terminal (drained
+   by a thread) and samples its RSS, fds and threads from outside (no history or tracemalloc figures).
+4. At the end: the RSS slope (MiB/hour, least squares) over the whole run and over its last
+   half, and the history's points at both ends of that half. With ``--tracemalloc``: a snapshot at
+   half time and one at the end, and the 15 source lines whose allocations grew most between them
+   (``Snapshot.compare_to(..., "lineno")``): a leak names itself there, the history filling shows
+   as ``kvtop/model/history.py``.
+
+The history is bounded by design (``kvtop.model.history``: one point per 1 s bucket, 3600 points
+per series, one hour): RSS that still grows after the first hour, or grows while the point count
+is flat, is a leak. Human-readable lines, then one JSON line with every sample.
+
+Measured (2 shared cores, Python 3.11, log ``none``, 0.25 s, the demo scenario looping, three runs at once):
+
+- in-process, 24 min: RSS 56.6 MiB at 1 min → 58.2 MiB at 24 min; last-half slope 1.8 MiB/h while
+  the history grew 3645 → 7302 points; fds 11, threads 3 throughout.
+- ``--pty`` (the console script), 22 min: 55.8 → 57.9 MiB; last-half slope 3.3 MiB/h; fds 7,
+  threads 5 throughout.
+- ``--tracemalloc``, 24 min: traced heap 8.4 → 9.4 MiB; the top growers over the last half are
+  all ``kvtop/model/history.py`` (the series' points, +0.4 MiB); nothing else grew by more than
+  11 KiB. (Its RSS step at half time, +15 MiB, is tracemalloc's own snapshot.)
+
+So at these settings the growth is the history window filling (bounded: 3600 points per series,
+reached after one hour), not a leak; the 66 → 143 MiB of the issue was not reproduced.
+
+Usage: ``python benchmarks/soak.py [--minutes 20] [--interval 0.25] [--every 60] [--tracemalloc | --pty] [--log SPEC]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import select
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kvtop.config import Settings  # noqa: E402
+from kvtop.ui.app import make_app  # noqa: E402
+
+MIB = 2**20
+
+
+def slope_mib_per_h(samples: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of ``(seconds, MiB)`` points, in MiB per hour."""
+    if len(samples) < 2:
+        return None
+    n = len(samples)
+    mx = sum(t for t, _ in samples) / n
+    my = sum(v for _, v in samples) / n
+    den = sum((t - mx) ** 2 for t, _ in samples)
+    if den == 0:
+        return None
+    return round(3600 * sum((t - mx) * (v - my) for t, v in samples) / den, 1)
+
+
+def start_standin() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--loop"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 15)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("LISTENING "):
+        proc.kill()
+        raise SystemExit(f"the stand-in server did not start: {line!r}")
+    return proc, line.split(None, 1)[1].strip()
+
+
+async def soak(args: argparse.Namespace, url: str) -> dict:
+    me = psutil.Process()
+    app = make_app(Settings(host_url=url, interval_s=args.interval, timeout_s=3.0, log_spec=args.log))
+    rows: list[dict] = []
+    half_snapshot: tracemalloc.Snapshot | None = None
+    total_s = args.minutes * 60
+    async with app.run_test(size=(120, 40)):
+        t0 = time.monotonic()
+        next_report = 0.0
+        while True:
+            elapsed = time.monotonic() - t0
+            if elapsed >= next_report:
+                gc.collect()
+                row = {
+                    "t_s": round(elapsed, 1),
+                    "rss_mib": round(me.memory_info().rss / MIB, 1),
+                    "fds": me.num_fds(),
+                    "threads": me.num_threads(),
+                    "history_points": sum(h.point_count() for h in app.histories.values()),
+                    "models": len(app.state.models),
+                }
+                if args.tracemalloc:
+                    row["traced_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
+                rows.append(row)
+                print(f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
+                      f"threads {row['threads']:3d}  history points {row['history_points']:7d}  "
+                      f"models {row['models']}" + (f"  traced {row['traced_mib']} MiB" if args.tracemalloc else ""),
+                      flush=True)
+                next_report += args.every
+                if args.tracemalloc and half_snapshot is None and elapsed >= total_s / 2:
+                    half_snapshot = tracemalloc.take_snapshot()
+            if elapsed >= total_s:
+                break
+            await asyncio.sleep(min(1.0, max(0.01, next_report - elapsed)))
+        growers: list[str] = []
+        if args.tracemalloc and half_snapshot is not None:
+            gc.collect()
+            end = tracemalloc.take_snapshot()
+            flt = [tracemalloc.Filter(False, tracemalloc.__file__)]
+            stats = end.filter_traces(flt).compare_to(half_snapshot.filter_traces(flt), "lineno")
+            print("top growers between half time and the end (tracemalloc, by source line):")
+            for s in stats[:15]:
+                frame = s.traceback[0]
+                growers.append(f"{frame.filename}:{frame.lineno} {s.size_diff / 1024:+.1f} KiB ({s.count_diff:+d} blocks)")
+                print("  " + growers[-1])
+    half = [(r["t_s"], r["rss_mib"]) for r in rows if r["t_s"] >= total_s / 2]
+    result = {
+        "minutes": args.minutes, "interval_s": args.interval, "log": args.log,
+        "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
+        "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
+        "slope_last_half_mib_per_h": slope_mib_per_h(half),
+        "history_points_half": next((r["history_points"] for r in rows if r["t_s"] >= total_s / 2), None),
+        "history_points_end": rows[-1]["history_points"],
+        "top_growers": growers, "samples": rows,
+    }
+    print(f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; slope {result['slope_mib_per_h']} MiB/h overall, "
+          f"{result['slope_last_half_mib_per_h']} MiB/h over the last half; history points "
+          f"{result['history_points_half']} -> {result['history_points_end']} over that half")
+    return result
+
+
+def soak_pty(args: argparse.Namespace, url: str) -> dict:
+    """``--pty``: the real ``kvtop`` console script in a 120x40 pseudo-terminal, measured from outside."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import PtyApp, kvtop_command
+
+    app = PtyApp([*kvtop_command(), "--host", url, "--interval", str(args.interval), "--log", args.log],
+                 cols=120, rows=40)
+    app.start()
+    app.start_drain()
+    proc = psutil.Process(app.pid)
+    rows: list[dict] = []
+    total_s = args.minutes * 60
+    t0 = time.monotonic()
+    try:
+        while True:
+            elapsed = time.monotonic() - t0
+            row = {"t_s": round(elapsed, 1), "rss_mib": round(proc.memory_info().rss / MIB, 1),
+                   "fds": proc.num_fds(), "threads": proc.num_threads()}
+            rows.append(row)
+            print(f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
+                  f"threads {row['threads']:3d}", flush=True)
+            if elapsed >= total_s:
+                break
+            time.sleep(min(args.every, max(0.0, total_s - elapsed)))
+    finally:
+        assert app.proc is not None
+        app.proc.terminate()
+        try:
+            app.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            app.proc.kill()
+    half = [(r["t_s"], r["rss_mib"]) for r in rows if r["t_s"] >= total_s / 2]
+    result = {"mode": "pty", "minutes": args.minutes, "interval_s": args.interval, "log": args.log,
+              "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
+              "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
+              "slope_last_half_mib_per_h": slope_mib_per_h(half), "samples": rows}
+    print(f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; slope {result['slope_mib_per_h']} MiB/h "
+          f"overall, {result['slope_last_half_mib_per_h']} MiB/h over the last half")
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=20.0)
+    p.add_argument("--interval", type=float, default=0.25)
+    p.add_argument("--every", type=float, default=60.0, help="seconds between samples")
+    p.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slower) and name the growers")
+    p.add_argument("--log", default="none", help="log source, as kvtop --log (default none)")
+    p.add_argument("--pty", action="store_true",
+                   help="run the kvtop console script in a pseudo-terminal instead (RSS, fds, threads only)")
+    args = p.parse_args()
+    if args.tracemalloc:
+        tracemalloc.start(1)
+    proc, url = start_standin()
+    try:
+        result = soak_pty(args, url) if args.pty else asyncio.run(soak(args, url))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
