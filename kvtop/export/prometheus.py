@@ -819,8 +819,7 @@ def main_export(argv: Sequence[str]) -> int:
                    log=(i == 0 and spec.kind != "none"))
         for i, url in enumerate(hosts)
     ]
-    for w in pollers[0].warnings:
-        warnings.append(f"[alerts] {w}")
+    warnings.extend(pollers[0].warnings)  # each starts with "[alerts]"
     if spec.kind in ("auto", "journal", "docker") and not pollers[0].view.local:
         warnings.append(f"--log {log_spec} reads this machine's log, but {hosts[0]} is not on this machine: "
                         "its figures may be another server's")
