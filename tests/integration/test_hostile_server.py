@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 import pytest
 
@@ -232,3 +236,32 @@ async def test_planner_requests_read_bounded_bodies() -> None:
     assert len(error) < 300 and "\x1b" not in error
     assert tensors == [{"name": "blk.0.attn_k.weight", "shape": [4096, 1024]}]
     assert redirected == "POST /api/generate: HTTP 302 Found: a redirect, not followed"
+
+
+def test_the_exporter_survives_every_attack_and_serves_clean_labels(tmp_path: Path) -> None:
+    """``kvtop export prometheus`` polling a hostile server: scrapes keep answering, the up gauge
+    says 0 during an attack and 1 after it, no label carries a control character, memory stays
+    bounded (issue 14: the hostile stand-in against the exporter)."""
+    import psutil
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.integration.test_export_prometheus import exporter
+
+    with hostile_server({"/api/show": JsonBody(show_body(architecture="llama" + ESCAPES))}) as server:
+        with exporter(tmp_path, "--host", server.url, "--interval", "0.25", "--log", "none") as exp:
+            fams = exp.until(lambda f: any(s.value == 1 for s in f["kvtop_server_up"].samples)
+                             and "kvtop_model_info" in f and f["kvtop_model_info"].samples)
+            (info,) = fams["kvtop_model_info"].samples
+            assert info.labels["architecture"].startswith("llama") and "\x1b" not in info.labels["architecture"]
+            peak = 0
+            for attack in (HugeBody(200 * MiB), GzipBomb(), ErrorBody(status=502)):
+                server.set("/api/ps", attack)
+                fams = exp.until(lambda f: any(s.value == 0 for s in f["kvtop_server_up"].samples))
+                text = httpx.get(exp.url, timeout=5.0, trust_env=False).text
+                assert "\x1b" not in text and not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text)
+                list(text_string_to_metric_families(text))  # still valid exposition text
+                peak = max(peak, psutil.Process(exp.proc.pid).memory_info().rss)
+            server.set("/api/ps", JsonBody(ps_body()))
+            exp.until(lambda f: any(s.value == 1 for s in f["kvtop_server_up"].samples))
+            assert peak < 300 * MiB, f"exporter RSS reached {peak / MiB:.0f} MiB"
+            assert exp.stop() == 0
