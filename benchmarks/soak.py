@@ -36,7 +36,13 @@ Measured (2 shared cores, Python 3.11, log ``none``, 0.25 s, the demo scenario l
 So at these settings the growth is the history window filling (bounded: 3600 points per series,
 reached after one hour), not a leak; the 66 → 143 MiB of the issue was not reproduced.
 
+``--replay-hours H`` is the time-compressed soak: it writes an H-hour recording at ``--interval``
+(the bundled demo recording's polls and the incident recording's log batches, cycled and re-timed) and replays it headless
+at 16×, so two recorded hours take 7.5 minutes; the history is dated by the recorded time, so its
+one-hour window fills after 3.75 minutes and RSS must then stay flat.
+
 Usage: ``python benchmarks/soak.py [--minutes 20] [--interval 0.25] [--every 60] [--tracemalloc | --pty] [--log SPEC]``
+or ``python benchmarks/soak.py --replay-hours 2 [--interval 0.25] [--every 30]``
 """
 
 from __future__ import annotations
@@ -148,6 +154,90 @@ async def soak(args: argparse.Namespace, url: str) -> dict:
     return result
 
 
+def synth_recording(path: Path, hours: float, interval_s: float) -> int:
+    """Write a recording of ``hours`` at ``interval_s``: the bundled demo recording's ``/api/ps``
+    samples and the incident recording's log batches (real corpus lines), cycled and re-timed
+    (models load, spill and unload over and over, and the log keeps growing). Returns the number
+    of records written."""
+    import dataclasses as dc
+
+    from kvtop.model.alerts import Thresholds
+    from kvtop.sources.replay import Recorder, read_recording, recording_header, resolve_recording
+
+    demo = read_recording(resolve_recording("demo"))
+    polls = [r.ollama for r in demo.records if r.kind == "ollama" and r.ollama is not None]
+    incident = read_recording(resolve_recording("incident"))  # real corpus log lines
+    logs = [r.log for r in incident.records if r.kind == "log" and r.log is not None]
+    start = time.time() - hours * 3600
+    n = int(hours * 3600 / interval_s)
+    clock = iter(start + i * interval_s for i in range(n + n // 240 + 10))
+    header = recording_header(hosts=(demo.header.host_url,), log_spec="file:/soak.log", gpu=False, demo=False,
+                              naive_tz=demo.header.naive_tz, thresholds=Thresholds(), started_at=start)
+    rec = Recorder.create(path, header, clock=lambda: next(clock))
+    written = 0
+    for i in range(n):
+        snap = polls[i % len(polls)]
+        rec.ollama(dc.replace(snap, taken_at=start + i * interval_s))
+        written += 1
+        if logs and i % 240 == 0:  # a log batch a minute
+            b = logs[(i // 240) % len(logs)]
+            rec.log(source=b.source, status=b.status, ok=b.ok, lines=b.lines, dropped_lines=b.dropped_lines,
+                    raw_lines=b.raw_lines)
+            written += 1
+    rec.close()
+    return written
+
+
+async def soak_replay(args: argparse.Namespace) -> dict:
+    """``--replay-hours H``: an H-hour recording at ``--interval`` replayed at 16×, so the history
+    window (one hour of recorded time) fills and then must stay flat: a time-compressed soak."""
+    import tempfile
+
+    from kvtop.sources.replay import open_recording
+
+    me = psutil.Process()
+    tmp = Path(tempfile.mkdtemp(prefix="kvtop-soak-"))
+    path = tmp / "soak.jsonl.gz"
+    records = synth_recording(path, args.replay_hours, args.interval)
+    print(f"recording: {args.replay_hours:g} h at {args.interval:g} s = {records:,} records, "
+          f"{path.stat().st_size / MIB:.1f} MiB; replaying at 16x", flush=True)
+    recording = open_recording(path)
+    app = make_app(Settings(host_url=recording.header.host_url, interval_s=args.interval, timeout_s=3.0,
+                            log_spec="none", readonly=True), replay=recording)
+    rows: list[dict] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(6):
+            await pilot.press("greater_than_sign")  # ×2 each: 16×
+        t0 = time.monotonic()
+        next_report = 0.0
+        while True:
+            elapsed = time.monotonic() - t0
+            done = app.replay is not None and app.replay.player.at_end
+            if elapsed >= next_report or done:
+                gc.collect()
+                snap = app.state.ollama
+                row = {"t_s": round(elapsed, 1), "recorded_h": round((snap.taken_at - recording.header.started_at) / 3600, 2)
+                       if snap is not None else 0.0,
+                       "rss_mib": round(me.memory_info().rss / MIB, 1), "fds": me.num_fds(), "threads": me.num_threads(),
+                       "history_points": sum(h.point_count() for h in app.histories.values())}
+                rows.append(row)
+                print(f"{elapsed / 60:6.1f} min  recorded {row['recorded_h']:5.2f} h  RSS {row['rss_mib']:7.1f} MiB  "
+                      f"fds {row['fds']:3d}  threads {row['threads']:3d}  history points {row['history_points']:7d}",
+                      flush=True)
+                next_report += args.every
+            if done or row["recorded_h"] >= args.replay_hours - 0.01 or elapsed > args.replay_hours * 3600 / 8:
+                break
+            await asyncio.sleep(1.0)
+    after_window = [(r["recorded_h"] * 3600, r["rss_mib"]) for r in rows if r["recorded_h"] >= 1.2]
+    result = {"mode": "replay", "hours": args.replay_hours, "interval_s": args.interval, "records": records,
+              "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
+              "slope_after_first_hour_mib_per_recorded_h": slope_mib_per_h(after_window),
+              "samples": rows}
+    print(f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; after the first recorded hour "
+          f"(history window full) the RSS slope is {slope_mib_per_h(after_window)} MiB per recorded hour")
+    return result
+
+
 def soak_pty(args: argparse.Namespace, url: str) -> dict:
     """``--pty``: the real ``kvtop`` console script in a 120x40 pseudo-terminal, measured from outside."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -196,11 +286,17 @@ def main() -> int:
     p.add_argument("--every", type=float, default=60.0, help="seconds between samples")
     p.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slower) and name the growers")
     p.add_argument("--log", default="none", help="log source, as kvtop --log (default none)")
+    p.add_argument("--replay-hours", type=float, default=None,
+                   help="time-compressed soak: replay an H-hour recording at 16x (no stand-in)")
     p.add_argument("--pty", action="store_true",
                    help="run the kvtop console script in a pseudo-terminal instead (RSS, fds, threads only)")
     args = p.parse_args()
     if args.tracemalloc:
         tracemalloc.start(1)
+    if args.replay_hours:
+        result = asyncio.run(soak_replay(args))
+        print(json.dumps(result))
+        return 0
     proc, url = start_standin()
     try:
         result = soak_pty(args, url) if args.pty else asyncio.run(soak(args, url))
