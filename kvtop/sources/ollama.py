@@ -48,19 +48,44 @@ MiB = 1024 * 1024
 BODY_LIMIT_BYTES: Mapping[str, int] = MappingProxyType({
     "/api/ps": 16 * MiB,
     "/api/tags": 16 * MiB,
-    "/api/show": 64 * MiB,
+    "/api/show": 24 * MiB,
     "/api/version": 1 * MiB,
 })
 """Most bytes of a successful answer kvtop reads per endpoint, counted after decompression.
 
 Generous on purpose: an ``/api/ps`` or ``/api/tags`` entry is about 0.5 KB, so 16 MiB is some
 30,000 models; a verbose ``/api/show`` carries the tokenizer (a 262k-token vocabulary with its
-scores and types is about 10 MB), so it gets 64 MiB. A larger answer is not read further: the
+scores and types is about 10 MB), so it gets 24 MiB (six are read at once: ``SHOW_CONCURRENCY``). A larger answer is not read further: the
 request fails with "response too large" and the last good data stays. Other paths get
 ``DEFAULT_BODY_LIMIT_BYTES``."""
 
 DEFAULT_BODY_LIMIT_BYTES = 16 * MiB
 """Body limit of a path missing from ``BODY_LIMIT_BYTES``."""
+
+JSON_VALUE_LIMIT: Mapping[str, int] = MappingProxyType({
+    "/api/ps": 500_000,
+    "/api/tags": 500_000,
+    "/api/show": 2_000_000,
+})
+"""Most JSON values (an upper bound: ``,``, ``{`` and ``[`` counted, ``json_values_upper_bound``) an
+answer may hold before it is decoded. A byte cap alone does not bound memory: 16 MiB of ``{},``
+decode to 5 million dicts (hundreds of MB). A real verbose ``/api/show`` of a 262k-token model holds
+about 800k values (tokens, scores, types, merges); an ``/api/ps`` entry about 20."""
+
+DEFAULT_JSON_VALUE_LIMIT = 500_000
+"""Value limit of a path missing from ``JSON_VALUE_LIMIT``."""
+
+MAX_MODEL_INFO_ARRAY = 65_536
+"""``model_info`` arrays longer than this are dropped (kvtop reads per-layer arrays, a few hundred
+long; the tokenizer's arrays are dropped by name already)."""
+
+
+def json_values_upper_bound(content: bytes) -> int:
+    """An upper bound of the values a JSON text holds, counted at C speed before it is decoded:
+    every value but the first follows a ``,`` or opens a container (separators inside strings
+    are counted too, so the bound is conservative)."""
+    return content.count(b",") + content.count(b"{") + content.count(b"[") + 1
+
 
 ERROR_BODY_LIMIT_BYTES = 64 * 1024
 """Most bytes of an HTTP error (>= 400) body read to find its message; the rest is not read."""
@@ -208,7 +233,7 @@ def parse_show(obj: Any, *, digest: str, name: str) -> ShowInfo:
         raise ShapeError(f"expected a JSON object, got {type(obj).__name__}")
     info = obj.get("model_info")
     model_info = {
-        k: v for k, v in info.items() if isinstance(k, str) and not k.startswith("tokenizer.")
+        k: v for k, v in info.items() if isinstance(k, str) and not k.startswith("tokenizer.") and _kept_info(v)
     } if isinstance(info, Mapping) else {}
     caps = obj.get("capabilities")
     blob = _BLOB_FROM.search(_str_or_none(obj.get("modelfile")) or "")
@@ -221,6 +246,14 @@ def parse_show(obj: Any, *, digest: str, name: str) -> ShowInfo:
         remote=bool(obj.get("remote_host") or obj.get("remote_model")),
         model_blob=f"sha256-{blob.group(1)}" if blob else None,
     )
+
+
+def _kept_info(value: Any) -> bool:
+    """A ``model_info`` value worth keeping: a scalar, or a flat array of scalars of at most
+    ``MAX_MODEL_INFO_ARRAY`` (GGUF metadata holds nothing else; anything nested is not GGUF's)."""
+    if isinstance(value, list):
+        return len(value) <= MAX_MODEL_INFO_ARRAY and all(not isinstance(x, (list, dict)) for x in value)
+    return not isinstance(value, dict)
 
 
 def parse_tags(obj: Any) -> dict[str, TagInfo]:
@@ -491,6 +524,11 @@ class OllamaClient:
             except (ValueError, UnicodeDecodeError, RecursionError):
                 detail = ": " + _one_line(text, 120) if text.strip() else ""
             raise _RequestFailed("http", f"{path}: HTTP {status} {_one_line(reason, 40)}{detail}")
+        values = json_values_upper_bound(content)
+        max_values = JSON_VALUE_LIMIT.get(path, DEFAULT_JSON_VALUE_LIMIT)
+        if values > max_values:
+            raise _RequestFailed("other", f"{path}: too many JSON values (up to {values:,}; kvtop reads at most"
+                                          f" {max_values:,}): not decoded")
         try:
             if len(content) > LARGE_BODY_BYTES:
                 # a verbose /api/show carries the tokenizer (MBs): decode off the event loop
@@ -738,7 +776,7 @@ async def fetch_tensors(base_url: str, model: str, *,
     """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
 
     Read-only. Returns None when it cannot be read (also when the answer is over the
-    ``/api/show`` limit of ``BODY_LIMIT_BYTES``, counted after decompression).
+    ``/api/show`` limits of ``BODY_LIMIT_BYTES``, counted after decompression, and ``JSON_VALUE_LIMIT``).
     """
     try:
         async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0,
@@ -748,6 +786,8 @@ async def fetch_tensors(base_url: str, model: str, *,
                 if resp.status_code != 200:
                     return None
                 content = await _read_capped(resp, BODY_LIMIT_BYTES["/api/show"], truncate=False)
+        if json_values_upper_bound(content) > JSON_VALUE_LIMIT["/api/show"]:
+            return None  # decoding it would build millions of objects
         body = await asyncio.to_thread(json.loads, content) if len(content) > LARGE_BODY_BYTES else json.loads(content)
     except (httpx.HTTPError, ValueError, RecursionError, _TooLarge, _Undecodable):
         return None

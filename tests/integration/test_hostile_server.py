@@ -22,7 +22,7 @@ from kvtop.config import Settings
 from kvtop.sources.ollama import OllamaClient
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.header import ServerHeader
-from tests.hostile import (ESCAPES, Attack, ErrorBody, GzipBomb, HugeBody, JsonBody, MiB, NestedJson, Redirect,
+from tests.hostile import (ESCAPES, Attack, Custom, ErrorBody, GzipBomb, HugeBody, JsonBody, MiB, NestedJson, Redirect,
                            Trickle, hostile_server, kvtop_command, ps_body, run_measured, show_body)
 from tests.integration.test_app_live import rows, until
 
@@ -103,7 +103,7 @@ async def test_a_too_large_show_fails_that_model_only() -> None:
         await client.aclose()
     assert snap.reachable and len(snap.models) == 1
     (show,) = snap.shows.values()
-    assert show.error == "/api/show: response too large (over 64 MiB)"
+    assert show.error == "/api/show: response too large (over 24 MiB)"
 
 
 # --- kvtop --once --json and kvtop --check as subprocesses ---------------------------------------
@@ -225,7 +225,7 @@ async def test_planner_requests_read_bounded_bodies() -> None:
 
     big_error = ErrorBody(500, text="load failed " + ESCAPES + "x" * (8 * MiB))
     with hostile_server({"/api/show": GzipBomb(), "/api/generate": big_error}) as server:
-        assert await fetch_tensors(server.url, "m") is None  # a bomb is not inflated past 64 MiB
+        assert await fetch_tensors(server.url, "m") is None  # a bomb is not inflated past 24 MiB
         error = await send_load_request(server.url, "m", 4096, None)
         server.set("/api/show", JsonBody({"tensors": [{"name": "blk.0.attn_k.weight", "shape": [4096, 1024]}]}))
         server.set("/api/generate", Redirect())
@@ -265,3 +265,25 @@ def test_the_exporter_survives_every_attack_and_serves_clean_labels(tmp_path: Pa
             exp.until(lambda f: any(s.value == 1 for s in f["kvtop_server_up"].samples))
             assert peak < 300 * MiB, f"exporter RSS reached {peak / MiB:.0f} MiB"
             assert exp.stop() == 0
+
+
+def test_once_stays_bounded_when_every_show_is_an_object_bomb() -> None:
+    """16 models whose ``/api/show`` is 20 MiB of ``{}`` inside ``model_info`` (under the byte cap,
+    about 7 million values each): refused before decoding, so kvtop stays small and says why."""
+    body = b'{"model_info":{"general.architecture":"llama","x":[' + b"{}," * 7_000_000 + b'{}]}}'
+
+    def bomb(h: Any, stop: Any) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    with hostile_server({"/api/show": Custom(bomb)}, n_models=16) as server:
+        run = _kvtop(server.url, "--once", "--json", limit_s=60)
+    assert run.rc == 0, run.stderr[-2000:]
+    assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
+    out = json.loads(run.stdout)
+    assert len(out["models"]) == 16
+    assert all("too many JSON values" in (m["kv_estimate_unavailable"] or "") for m in out["models"]), \
+        [m["kv_estimate_unavailable"] for m in out["models"]]

@@ -583,3 +583,47 @@ async def test_show_cache_keeps_the_loaded_models_and_a_bounded_number_of_others
     await client.sample(wait_details=True)
     assert "POST /api/show" not in calls
     await client.aclose()
+
+
+def test_json_values_are_bounded_before_decoding() -> None:
+    """A small body of many tiny values (``{},{},…``) is refused before it becomes millions of
+    Python objects; a real verbose /api/show's arrays stay under the bound."""
+    from kvtop.sources.ollama import JSON_VALUE_LIMIT, json_values_upper_bound
+
+    bomb = b'{"models":[' + b"{}," * 1_000_000 + b"{}]}"
+    assert json_values_upper_bound(bomb) > JSON_VALUE_LIMIT["/api/ps"]
+    real = json.dumps({"model_info": {"tokenizer.ggml.tokens": ["a"] * 262_144, "tokenizer.ggml.scores": [0.0] * 262_144,
+                                      "tokenizer.ggml.token_type": [1] * 262_144}}).encode()
+    assert json_values_upper_bound(real) < JSON_VALUE_LIMIT["/api/show"]
+
+
+async def test_an_object_bomb_is_refused_with_a_message_and_bounded_memory() -> None:
+    import tracemalloc
+
+    from kvtop.sources.ollama import OllamaClient
+
+    bomb = b'{"models":[' + b"{}," * 2_000_000 + b"{}]}"  # 6 MB: under the byte cap, 2M values
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=bomb if request.url.path == "/api/ps" else b"{}")
+
+    client = OllamaClient("http://127.0.0.1:11434", transport=httpx.MockTransport(handler))
+    tracemalloc.start()
+    try:
+        snap = await client.sample()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await client.aclose()
+    assert not snap.reachable and snap.error is not None and "too many JSON values" in snap.error
+    assert peak < 64 * 1024 * 1024  # the 6 MB body and no decoded dicts (decoding would take ~150 MB)
+
+
+def test_model_info_keeps_scalars_and_flat_arrays_only() -> None:
+    from kvtop.sources.ollama import MAX_MODEL_INFO_ARRAY, parse_show
+
+    show = parse_show({"model_info": {"general.architecture": "llama", "llama.block_count": 4,
+                                      "llama.attention.sliding_window_pattern": [True, False] * 2,
+                                      "x.nested": [{}, {}], "x.huge": [0] * (MAX_MODEL_INFO_ARRAY + 1), "x.obj": {"a": 1}}},
+                      digest="d", name="m")
+    assert set(show.model_info) == {"general.architecture", "llama.block_count", "llama.attention.sliding_window_pattern"}
