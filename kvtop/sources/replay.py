@@ -599,8 +599,10 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
     try:
         tz_obj = obj.get("naive_tz") or {}
         offset = tz_obj.get("offset_s", 0)
-        if not isinstance(offset, int) or isinstance(offset, bool) or not -_DAY_S < offset < _DAY_S:
-            raise ValueError(f"naive_tz offset_s {_short(offset)} is not a whole number of seconds under a day")
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise ValueError(f"naive_tz offset_s {_short(offset)} is not a whole number of seconds")
+        if not -_DAY_S < offset < _DAY_S:
+            raise ValueError(f"naive_tz offset_s {_short(offset)} is not under a day")
         name = tz_obj.get("name") or None
         if name is not None and not isinstance(name, str):
             raise TypeError("naive_tz name must be a string")
@@ -616,6 +618,10 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
         host = obj["host"]
         if not isinstance(host, str):
             raise TypeError("host must be a string")
+        hosts = sources.get("hosts")
+        for url in [host, *(hosts if isinstance(hosts, list) else [])]:
+            if not isinstance(url, str) or not _valid_url(url):
+                raise ValueError(f"host {_short(url)} is not a server URL")
         return RecordingHeader(
             version=version, kvtop_version=str(obj.get("kvtop_version", "?")),
             started_at=float(started_at), host_url=host, sources=sources,
@@ -623,6 +629,18 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
         )
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise RecordingError(f"{path}: the recording header is invalid ({_reason(exc)})") from None
+
+
+def _valid_url(url: str) -> bool:
+    """A printable http(s) URL that httpx can parse (the dashboard builds its hosts from these)."""
+    import httpx
+
+    if not url.isprintable() or len(url) > 2048:
+        return False
+    try:
+        return httpx.URL(url).scheme in ("http", "https")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return False
 
 
 _DAY_S = 86_400

@@ -111,8 +111,8 @@ def test_control_characters_in_a_damage_reason_are_replaced(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(("tz", "reason"), [
-    ({"offset_s": 10**30, "name": "X"}, "naive_tz offset_s 1000000000000000000000000000000 is not a whole number"),
-    ({"offset_s": 86_400, "name": "X"}, "naive_tz offset_s 86400 is not a whole number"),
+    ({"offset_s": 10**30, "name": "X"}, "naive_tz offset_s 1000000000000000000000000000000 is not under a day"),
+    ({"offset_s": 86_400, "name": "X"}, "naive_tz offset_s 86400 is not under a day"),
     ({"offset_s": 1.5e300}, "naive_tz offset_s 1.5e+300 is not a whole number"),
     ({"offset_s": 0, "name": ["x"]}, "naive_tz name must be a string"),
     ([1, 2], "'list' object has no attribute 'get'"),
@@ -282,3 +282,27 @@ async def test_the_dashboard_replays_a_streamed_recording_like_an_in_memory_one(
             assert app.state == end
             ends.append(end)
     assert ends[0] == ends[1] and {"spill", "prompt_truncated"} <= {a.kind for a in ends[0].alerts}
+
+
+@pytest.mark.parametrize("host", ["http://x\x1b]52;c;aGk=\x07\x1b[2J/", "not a url", 42, "ftp://h/"])
+def test_a_header_host_that_is_no_server_url_is_a_clear_header_error(tmp_path: Path, host: object) -> None:
+    """Found by a fresh tester: an ESC in the header's host made --replay end in httpx.InvalidURL (exit 1)."""
+    path = _write(tmp_path / "h.jsonl", json.dumps({**_header(), "host": host}).encode() + b"\n", _record_line())
+    with pytest.raises(RecordingError, match="the recording header is invalid") as info:
+        open_recording(path)
+    assert "\x1b" not in str(info.value)
+
+
+def test_replay_cli_exits_2_on_a_hostile_header_host(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = _write(tmp_path / "h.jsonl", json.dumps({**_header(), "host": "http://x\x1b[2J/"}).encode() + b"\n",
+                  _record_line())
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-m", "kvtop", "--replay", str(path)], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=repo, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "\x1b" not in done.stderr
+    assert "the recording header is invalid (host " in done.stderr
