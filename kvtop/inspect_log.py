@@ -46,6 +46,10 @@ MAX_LINE_BYTES = 1024 * 1024
 """The longest physical line read (1 MiB; the parser glues records of at most 256 KiB)."""
 
 MAX_SERVER_EVENTS = 200
+
+ALWAYS_SHOWN_KINDS = frozenset({"oom", "load_failed", "eviction"})
+"""Server events listed even past ``MAX_SERVER_EVENTS``: the ones a reader came for (a burst of
+routine truncations never hides an OOM); the rest past the cap are counted by kind."""
 """Server events (not tied to a load) the human report lists; the rest are counted."""
 
 ERA_RELEASES = {
@@ -298,14 +302,19 @@ def _write_report(w: Callable[[str], None], *, source: str, lines: int | None, l
     for load, requests, total in loads:
         _render_load(w, load, requests, total)
     shown = 0
+    cut: dict[str, int] = {}
     for e in server_events:
         if shown == 0:
             w("\nserver events\n")
-        if shown < MAX_SERVER_EVENTS:
+        kind = str(e.get("kind") or "?")
+        if shown < MAX_SERVER_EVENTS or kind in ALWAYS_SHOWN_KINDS:
             w(f"  {_event_text(e)}\n")
+        else:
+            cut[kind] = cut.get(kind, 0) + 1
         shown += 1
-    if shown > MAX_SERVER_EVENTS:
-        w(f"  … {shown - MAX_SERVER_EVENTS} more (--json lists all)\n")
+    if cut:
+        kinds = ", ".join(f"{safe(k, 40)} {n:,}" for k, n in sorted(cut.items(), key=lambda kv: -kv[1]))
+        w(f"  … {sum(cut.values()):,} more: {kinds} (--json lists all)\n")
     _render_server(w, server)
 
 

@@ -9,6 +9,9 @@ reference: it is the document the corpus oracles check.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -70,9 +73,16 @@ def test_a_multi_mib_log_gives_the_same_document_and_report(tmp_path: Path,
     text = _cli([str(path)], capsys)
     assert text == text_ref
     assert f"40,000 lines, {len(doc['loads'])} model load(s), {len(doc['events'])} event(s)" in text
-    unattached = sum(1 for e in doc["events"] if e["load"] is None)
-    assert unattached > MAX_SERVER_EVENTS
-    assert f"  … {unattached - MAX_SERVER_EVENTS} more (--json lists all)\n" in text
+    unattached = [e for e in doc["events"] if e["load"] is None]
+    assert len(unattached) > MAX_SERVER_EVENTS
+    from kvtop.inspect_log import ALWAYS_SHOWN_KINDS
+
+    cut: dict[str, int] = {}
+    for e in unattached[MAX_SERVER_EVENTS:]:
+        if e["kind"] not in ALWAYS_SHOWN_KINDS:
+            cut[e["kind"]] = cut.get(e["kind"], 0) + 1
+    kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(cut.items(), key=lambda kv: -kv[1]))
+    assert f"  … {sum(cut.values()):,} more: {kinds} (--json lists all)\n" in text
 
 
 def _peak_bytes(path: Path) -> int:
@@ -138,3 +148,22 @@ def test_a_load_with_thousands_of_incidents_keeps_the_first_and_counts_the_rest(
     text = _cli([str(path)], capsys)
     assert f"    … {truncations - MAX_LOAD_REQUESTS} more (--json lists all)\n" in text
     assert text.count("    line ") == MAX_LOAD_REQUESTS
+
+
+def test_an_oom_after_hundreds_of_routine_events_is_still_listed(tmp_path: Path) -> None:
+    """Found by a fresh tester: 500 truncations then one load failure showed only "… 301 more"."""
+    repo = Path(__file__).resolve().parents[2]
+
+    trunc = ('time=2025-05-01T10:00:00.000Z level=WARN source=runner.go:130 msg="truncating input prompt" '
+             'limit=2048 prompt=5065 keep=5 new=2048')
+    oom = ('time=2025-05-01T10:00:09.000Z level=ERROR source=sched.go:478 msg="error loading llama server" '
+           'error="llama runner process has terminated: cudaMalloc failed: out of memory"')
+    path = tmp_path / "few.log"
+    path.write_text("\n".join([trunc] * 500 + [oom]) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "kvtop", "inspect-log", str(path)], capture_output=True, text=True,
+                          timeout=60, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any("out of memory" in ln for ln in lines), done.stdout[-2000:]
+    more = [ln for ln in lines if ln.strip().startswith("…") and "more:" in ln]
+    assert more == [f"  … {500 - MAX_SERVER_EVENTS:,} more: truncation {500 - MAX_SERVER_EVENTS:,} (--json lists all)"]
