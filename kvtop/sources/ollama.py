@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import socket
 import re
 import time
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from kvtop.sources.hosts import is_loopback_url
+from kvtop.model.bounds import count_or_none
 from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 _RFC3339 = re.compile(
@@ -135,19 +135,9 @@ def parse_go_time(text: Any) -> datetime | None:
         return None
 
 
-INT64_MAX = 2**63 - 1
-
-
-def _int_or_none(value: Any) -> int | None:
-    """A JSON integer that Go's int64 could have sent, else None (bools, floats with a
-    fraction, out-of-range or negative numbers are not sizes)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and 0 <= value <= INT64_MAX:
-        return value
-    return None
+_int_or_none = count_or_none
+"""A JSON integer that Go's int64 could have sent, else None: the one rule for sizes and counts
+that the log parser applies too (``kvtop.model.bounds``)."""
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
