@@ -29,8 +29,16 @@ SOURCE_MARK: dict[str, str] = {
 ``=`` service (the server's environment), ``*`` Ollama default (``?`` alone means not known).
 The runner's own word (log, endpoints) and the API's need no mark."""
 
-SOURCE_LEGEND = "~ estimated  ^ requested  = server env  * Ollama default  ? not known"
-"""The marks' legend, the same on every screen and output."""
+SOURCE_LEGEND_WORDS: dict[str, str] = {
+    "estimated": "~ estimated",
+    "requested": "^ requested",
+    "service": "= server env",
+    "default": "* Ollama default",
+}
+"""How each marked source is explained, the same on every screen and output."""
+
+SOURCE_LEGEND = "  ".join(SOURCE_LEGEND_WORDS.values()) + "  ? not known"
+"""The whole legend (``--once`` text); the dashboard lists the marks its rows use (``ui.format.legend``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
 from kvtop.model.known import Known
@@ -224,12 +224,6 @@ class RunnerIndex:
         return next(iter(self._servers.values())).env if len(self._servers) == 1 else None
 
 
-def local_runner(blob: str | None, name: str, cells: int | None, procs: ProcSnapshot | None,
-                 slots: SlotsSnapshot | None, host_url: str | None = None) -> LocalRunner:
-    """``RunnerIndex(procs, slots, host_url).find(blob, name, cells)`` for one model (``cells``: per-slot context)."""
-    return RunnerIndex(procs, slots, host_url).find(blob, name, cells)
-
-
 # --------------------------------------------------------------------------------------------
 # Rungs per figure
 
@@ -375,7 +369,7 @@ def setting_in_force(env: ServiceEnv | None, key: str, value: str) -> bool:
     return have == value
 
 
-def difference_lines(label: str, fig: Figure[object], fmt: str = "{}") -> list[str]:
+def difference_lines(label: str, fig: Figure[Any], fmt: str = "{}") -> list[str]:
     """``KV type q8_0 [requested], but f16 [allocated]``-style lines for the detail view."""
     best = fig.chosen
     return [f"{label}: {fmt.format(best.value)} [{best.source}], but {fmt.format(o.value)} [{o.source}]: {o.note}"

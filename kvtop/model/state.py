@@ -465,10 +465,9 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         fa_fig = ladder.Figure(Known(None, None, "cloud model"))
 
     context, parallel, kv_type, flash = ctx_fig.chosen, par_fig.chosen, kv_fig.chosen, fa_fig.chosen
-    differences = tuple(ladder.difference_lines("context per slot", ctx_fig)  # type: ignore[arg-type]
-                        + ladder.difference_lines("slots", par_fig)  # type: ignore[arg-type]
-                        + ladder.difference_lines("KV cache type", kv_fig)  # type: ignore[arg-type]
-                        + ladder.difference_lines("flash attention", fa_fig))  # type: ignore[arg-type]
+    differences = tuple(ladder.difference_lines("context per slot", ctx_fig) + ladder.difference_lines("slots", par_fig)
+                        + ladder.difference_lines("KV cache type", kv_fig)
+                        + ladder.difference_lines("flash attention", fa_fig))
 
     kv_estimate: kv.KVEstimate | None = None
     kv_unavailable: str | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.text import Text
 
-from kvtop.model.known import SOURCE_MARK, Known
+from kvtop.model.known import SOURCE_LEGEND_WORDS, SOURCE_MARK, Known
 from kvtop.model.state import ModelView
 from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used outside the UI
 
@@ -105,8 +105,7 @@ def legend(views: Sequence[ModelView], *, short: bool = False) -> str:
         for k in (v.context, v.parallel, v.kv_type, v.flash_attention, v.memory.kv, v.memory.weights):
             if k.source:
                 used.add(k.source)
-    words = {"estimated": "~ estimated", "requested": "^ requested", "service": "= server env",
-             "default": "* Ollama default"}
+    words = dict(SOURCE_LEGEND_WORDS)
     if short:
         words["default"] = "* default"
     return ("  " if not short else " ").join(words[s] for s in ("estimated", "requested", "service", "default") if s in used)
