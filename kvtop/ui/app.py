@@ -794,7 +794,7 @@ def log_line(log: LogState, spec: str) -> Text:
     """The one-line log status under the table."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if spec == "none" and log.source is None:
-        text.append("Server log: off (--log none): figures from the runner, its flags, env or API")
+        text.append("Server log: off (--log none): no figure is allocated; each says its source")
         return text
     text.append(f"Server log: {safe(log.source or spec, 60)}")
     if log.status:
