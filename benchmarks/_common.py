@@ -6,6 +6,10 @@
   the slave side of a pseudo-terminal of a fixed size, with its own session and controlling
   terminal, like a program started from a terminal emulator.
 - ``strip_ansi``: terminal output with the escape sequences removed, for text matching.
+- ``many_models_scenario``: a scenario file with N models loaded at once (a third spilled), for
+  ``StandIn(scenario=...)``.
+- ``CpuMeter``, ``cpu_window``: CPU seconds of a process and its descendants over a window.
+- ``ratio``, ``ratio_text``: a figure against the floor (``floor.py``) measured in the same run.
 
 Standard library + psutil + the project only.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -31,7 +36,9 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import psutil
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -76,8 +83,100 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def ratio(value: float | None, floor: float | None) -> float | None:
+    """``value / floor`` rounded to 0.01, None when either is missing or the floor is 0."""
+    if value is None or floor is None or floor <= 0:
+        return None
+    return round(value / floor, 2)
+
+
+def ratio_text(value: float | None, floor: float | None, target: float | None = None) -> str:
+    """``"1.23x the floor"`` (plus ``": MEETS <= 1.3x"`` / ``MISSES`` when ``target`` is given)."""
+    r = ratio(value, floor)
+    if r is None:
+        return "no ratio (a figure is missing)"
+    text = f"{r:.2f}x the floor"
+    if target is not None:
+        text += f": {'MEETS' if r <= target else 'MISSES'} (target <= {target:g}x)"
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# CPU of a process tree
+
+
+class CpuMeter:
+    """CPU seconds (user + system) of a process and its descendants, live and reaped."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+
+    def read(self) -> dict[str, float]:
+        """``{"user", "system", "children", "total"}`` in CPU-seconds since the process started."""
+        t = self.proc.cpu_times()
+        own_user, own_sys = t.user, t.system
+        reaped = t.children_user + t.children_system
+        live = 0.0
+        for child in self.proc.children(recursive=True):
+            try:
+                ct = child.cpu_times()
+            except psutil.Error:
+                continue
+            live += ct.user + ct.system
+        return {"user": own_user, "system": own_sys, "children": reaped + live,
+                "total": own_user + own_sys + reaped + live}
+
+    def rss(self) -> int:
+        """Resident set size in bytes of the process (not its children), 0 once it is gone."""
+        try:
+            return int(self.proc.memory_info().rss)
+        except psutil.Error:
+            return 0
+
+
+def delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """``b - a`` per key of two ``CpuMeter.read()`` results."""
+    return {k: b[k] - a[k] for k in a}
+
+
 # --------------------------------------------------------------------------------------------
 # The stand-in server
+
+
+def many_models_scenario(n: int, path: Path, *, spilled_every: int = 3, name_prefix: str = "bench") -> Path:
+    """Write a one-step scenario with ``n`` models loaded at once to ``path`` and return it.
+
+    The models are copies of the bundled scenario's three (their GGUF metadata, details and the
+    sizes they have at step 4), named ``{name_prefix}-0000-<original name>`` (distinct digests:
+    sha256 of the name). Every ``spilled_every``-th model (the 3rd, 6th, ...) has 80 % of its
+    size in VRAM (spilled to the CPU), the others 100 %. Use it with ``StandIn(step=0,
+    scenario=str(path))``.
+    """
+    bundled = json.loads((REPO_ROOT / "snapshots" / "demo-scenario.json").read_text(encoding="utf-8"))
+    templates = bundled["models"]
+    sized = {row["model"]: row for row in bundled["steps"][4]["loaded"]}
+    names = list(templates)
+    models: dict[str, Any] = {}
+    loaded: list[dict[str, Any]] = []
+    for i in range(n):
+        base = names[i % len(names)]
+        name = f"{name_prefix}-{i:04d}-{base}"
+        entry = {k: v for k, v in templates[base].items() if k not in ("note", "notes", "source", "sources")}
+        entry["digest"] = hashlib.sha256(name.encode()).hexdigest()
+        models[name] = entry
+        size = int(sized[base]["size"])
+        spilled = spilled_every > 0 and i % spilled_every == spilled_every - 1
+        loaded.append({"model": name, "context_length": sized[base]["context_length"], "size": size,
+                       "size_vram": int(size * 0.8) if spilled else size, "expires_in_s": 300})
+    doc = {"format": 1, "version": bundled["version"], "description": f"{n} models loaded (benchmark)",
+           "models": models, "steps": [{"at_s": 0, "label": f"{n} models, every {spilled_every}th spilled",
+                                        "loaded": loaded}]}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# The stand-in server process
 
 
 class StandIn:
