@@ -42,6 +42,17 @@ class Standin:
         assert body["step"] == index
         return body
 
+    def requests(self) -> list[tuple[str, str]]:
+        """``(method, path)`` of every Ollama API request the server got so far, oldest first."""
+        response = self.client.get("/_standin/requests")
+        assert response.status_code == 200, response.text
+        return [(r["method"], r["path"]) for r in response.json()["requests"]]
+
+    def writes(self) -> list[tuple[str, str]]:
+        """The requests that change the server (a load: ``POST /api/generate``, or anything
+        else but reads: ``POST /api/show`` only reads)."""
+        return [(m, p) for m, p in self.requests() if m not in ("GET", "HEAD") and p != "/api/show"]
+
     def ps(self) -> list[dict[str, Any]]:
         response = self.client.get("/api/ps")
         assert response.status_code == 200, response.text

@@ -12,6 +12,9 @@ Control endpoints (not part of Ollama):
 
 - ``GET /_standin/state`` -> ``{"step": i, "label": ..., "steps": n, ...}``;
 - ``POST /_standin/advance`` (``--manual`` only) -> next step, or ``{"to": i}`` to jump.
+- ``GET /_standin/requests`` -> ``{"requests": [{"method": "POST", "path": "/api/generate"}, ...]}``:
+  every request to the Ollama API so far, oldest first (the newest 10,000), so a test can tell
+  that nothing was written.
 - ``POST /_standin/env`` ``{"OLLAMA_KV_CACHE_TYPE": "q8_0"}`` -> as if Ollama were restarted with
   that cache type: the current step's models are sized again with ``kvtop.model.kv`` (their KV
   cache at the new type, the rest unchanged) and placed in the VRAM budget; later
@@ -45,6 +48,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -452,6 +456,8 @@ class StandinServer(ThreadingHTTPServer):
         """GPU memory Ollama may use (``--vram-bytes``); None: no budget."""
         self.kv_cache_type = "f16"
         """``OLLAMA_KV_CACHE_TYPE`` as last set through ``POST /_standin/env`` (the scenario's sizes are f16)."""
+        self.requests: deque[tuple[str, str]] = deque(maxlen=10_000)
+        """``(method, path)`` of every request outside ``/_standin/``, oldest first (``GET /_standin/requests``)."""
         super().__init__(address, _Handler)
 
     @property
@@ -562,6 +568,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if len(path) > 1:
             path = path.rstrip("/")
+        if not path.startswith("/_standin/"):
+            self.server.requests.append((method, path))  # deque.append is atomic across handler threads
         try:
             if path.startswith("/_standin/"):
                 self._control(method, path)
@@ -612,6 +620,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             _, since_ns = player.current()
             self._json(200, self._state(index, since_ns))
+        elif path == "/_standin/requests" and method == "GET":
+            self._json(200, {"requests": [{"method": m, "path": p} for m, p in list(self.server.requests)]})
         elif path == "/_standin/env" and method == "POST":
             self._env(self._json_body(required=True))
         else:

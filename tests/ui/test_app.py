@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from textual.widgets import Static
 
 from kvtop.config import Settings
 from kvtop.ui.app import KvtopApp, make_app
@@ -83,7 +84,7 @@ async def test_enter_opens_detail_with_kv_arithmetic_and_escape_returns() -> Non
         app.query_one(ModelsTable).focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelDetailScreen))
-        body = str(app.screen.query_one("#detail-body").render())
+        body = str(app.screen.query_one("#detail-body", Static).content)
         assert "3,758,096,384 B (3.5 GiB)" in body  # 32768 × 114,688
         assert "114,688 B" in body
         assert "[estimated]" in body and "[reported]" in body and "[default]" in body

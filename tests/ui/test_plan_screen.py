@@ -154,7 +154,8 @@ async def test_readonly_disables_the_load() -> None:
     app = app_at("raised to 32768")
     async with app.run_test(size=(130, 50)) as pilot:
         screen = await open_plan(pilot, readonly=True, transport=transport)
-        assert "load with this num_ctx: disabled (--readonly" in body(screen)
+        assert "read-only (--readonly): kvtop sends nothing that changes the server" in body(screen)
+        assert "a  load" not in body(screen)
         await pilot.press("a")
         await pilot.pause(0.2)
         assert not isinstance(app.screen, ConfirmLoad) and seen == []

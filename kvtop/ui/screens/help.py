@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from kvtop.ui.widgets.hanging import Hanging
+
 HELP = """\
 kvtop — top for an Ollama server's memory
 
@@ -22,6 +24,11 @@ Keys
   S          reverse the sort          t          next theme
   ↑ ↓        move the selection        1–9 ] [    server N / next / previous
   h          history plots (z or ← → window, Esc back)
+
+What-if planner (w on a model)
+  ← →        num_ctx along a ladder    ↑ ↓        pick a field
+  0–9 Enter  type num_ctx or slots (letters wait; Esc cancels the typing)
+  k / f      KV cache type / flash attention (server-wide settings)
 
 Replay (kvtop --replay FILE|demo|incident)
   space / p  pause / resume            .          one record (pauses)
@@ -53,24 +60,49 @@ Sources, best first (the detail view names each one)
   *          Ollama's default: nothing readable says otherwise
   ?          not known
 
-Width: ID, byte figures, FLASH ATTN, KV TYPE, TOK/S appear from 160 columns,
-UNTIL from 100, VRAM 1m from 120.
+Width      ID, byte figures, FLASH ATTN, KV TYPE, TOK/S from 160 columns;
+           UNTIL from 100; VRAM 1m from 120.
 Ctrl+P opens the command palette (themes, keys).
 
 Esc or ? closes this help.
 """
 
 
+LOAD_HELP = "  a          load with the num_ctx on screen (asks first; y confirms)\n"
+"""The what-if planner's one write, in the help only when kvtop may write (not ``--readonly``)."""
+
+READONLY_HELP = "  (--readonly: kvtop sends nothing that changes the server)\n"
+
+
+def help_text(readonly: bool = False) -> str:
+    """The help, with the planner's load key, or with the ``--readonly`` note instead."""
+    anchor = "  k / f      KV cache type / flash attention"
+    head, sep, tail = HELP.partition(anchor)
+    if not sep:
+        return HELP
+    line_end = tail.index("\n") + 1
+    return head + sep + tail[:line_end] + (READONLY_HELP if readonly else LOAD_HELP) + tail[line_end:]
+
+
 class HelpScreen(ModalScreen[None]):
-    """A modal with the keys and the legend."""
+    """A modal with the keys and the legend (long lines wrap under their own column)."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 80; max-width: 100%; height: auto; max-height: 100%;
-        border: round $primary; background: $surface; padding: 0 1; }
+    HelpScreen > VerticalScroll { width: 82; max-width: 100%; height: auto; max-height: 100%;
+        border: round $primary; background: $surface; padding: 0 0 0 1; }
+    HelpScreen Static { padding-right: 1; }
     """
     BINDINGS = [Binding("escape,question_mark", "dismiss", "Close")]
 
+    def __init__(self, readonly: bool | None = None) -> None:
+        """``readonly``: leave the write keys out; None: ask the app (``settings.readonly``)."""
+        super().__init__()
+        self.readonly = readonly
+
     def compose(self) -> ComposeResult:
+        if self.readonly is None:
+            settings = getattr(self.app, "settings", None)
+            self.readonly = bool(getattr(settings, "readonly", False))
         with VerticalScroll():
-            yield Static(Text(HELP))
+            yield Static(Hanging(Text(help_text(self.readonly))), id="help-body")

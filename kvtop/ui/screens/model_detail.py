@@ -16,6 +16,7 @@ from kvtop.model.state import AppState, ModelView
 from kvtop.ui.format import exact_bytes, ibytes, safe
 from kvtop.model.gpu import gpu_status_line, model_gpu_usage
 from kvtop.ui.widgets.gpu_panel import gpu_detail_rows
+from kvtop.ui.widgets.hanging import Hanging
 
 
 def _src(k: Known[Any]) -> str:
@@ -129,7 +130,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     if state.stale_s is not None:
         out.append(f"Server unreachable: these figures are {state.stale_s:.0f} s old.\n", style="bold reverse")
     out.append(safe(v.name, 80), style="bold")
-    out.append(f"   ID {safe(v.short_id, 12)}   digest {safe(v.digest, 80)}\n\n")
+    out.append(f"   ID {safe(v.short_id, 12)}\n\n")
+    _row(out, "digest", safe(v.digest, 80))
     _row(out, "architecture", safe(v.architecture or "?", 40))
     _row(out, "parameters", safe(v.parameter_size or "?", 20))
     _row(out, "weights quant", safe(v.quantization_level or "?", 20))
@@ -246,8 +248,12 @@ def detail_text(v: ModelView, state: AppState) -> Text:
 
 
 class ModelDetailScreen(Screen[None]):
-    """Full-screen detail for the model named at construction; follows the app's state."""
+    """Full-screen detail for the model named at construction; follows the app's state. Long
+    lines wrap under their own column (``Hanging``), one cell clear of the scrollbar."""
 
+    DEFAULT_CSS = """
+    ModelDetailScreen #detail-body { padding: 0 1; }
+    """
     BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("q", "app.quit", "Quit")]
 
     def __init__(self, name: str, digest: str) -> None:
@@ -269,6 +275,6 @@ class ModelDetailScreen(Screen[None]):
             return
         for v in state.models:
             if v.name == self.model_name and v.digest == self.model_digest:
-                body.update(detail_text(v, state))
+                body.update(Hanging(detail_text(v, state)))
                 return
         body.update(Text(f"{safe(self.model_name, 80)} is no longer loaded (Esc to go back).", style="bold"))

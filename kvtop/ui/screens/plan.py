@@ -28,7 +28,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.events import Key
+from textual.events import Key, Resize
 from textual.reactive import var
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Static
@@ -37,6 +37,7 @@ from kvtop.model import kv, plan
 from kvtop.model.state import AppState, ModelView
 from kvtop.sources.ollama import fetch_tensors, send_load_request
 from kvtop.ui.format import ibytes, safe
+from kvtop.ui.widgets.hanging import Hanging
 
 if TYPE_CHECKING:
     import httpx
@@ -72,7 +73,11 @@ def _fmt_error(n: int) -> str:
 
 
 class ConfirmLoad(ModalScreen[bool]):
-    """Asks before kvtop sends the one request that changes the server."""
+    """Asks before kvtop sends the one request that changes the server.
+
+    It opens with Cancel focused, and the action button never takes the focus: Enter, Space or
+    keys typed ahead in a burst can only cancel. A write needs ``y`` or a click on the action.
+    """
 
     DEFAULT_CSS = """
     ConfirmLoad { align: center middle; }
@@ -82,6 +87,7 @@ class ConfirmLoad(ModalScreen[bool]):
     ConfirmLoad Button { margin-right: 2; }
     """
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+    AUTO_FOCUS = "#no"
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -91,8 +97,10 @@ class ConfirmLoad(ModalScreen[bool]):
         with Vertical():
             yield Static(Text(self.text), id="confirm-text")
             with Horizontal():
-                yield Button("Load (y)", id="yes", variant="warning")
                 yield Button("Cancel (n)", id="no")
+                action = Button("Load (y)", id="yes", variant="warning")
+                action.can_focus = False  # only y or a click: never Enter on a focused button
+                yield action
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -208,6 +216,9 @@ class PlanScreen(Screen[None]):
     def watch_gpu_free_bytes(self) -> None:
         self._refresh()
 
+    def on_resize(self, event: Resize) -> None:
+        self._refresh()  # the bar's width follows the terminal's
+
     @work(group="plan-tensors", exclusive=True, exit_on_error=False)
     async def _read_tensors(self) -> None:
         if not self.host_url:
@@ -274,7 +285,7 @@ class PlanScreen(Screen[None]):
     def _refresh(self) -> None:
         if not self.is_mounted:
             return
-        self.query_one("#plan-body", Static).update(self.body_text())
+        self.query_one("#plan-body", Static).update(Hanging(self.body_text()))
 
     def body_text(self) -> Text:
         """Everything on the screen as text (also used by tests)."""
@@ -323,6 +334,15 @@ class PlanScreen(Screen[None]):
         self._render_apply(out, p, colors)
         return out
 
+    def bar_width(self) -> int:
+        """Cells of the memory bar: ``BAR_WIDTH``, less on a narrow terminal so the bar and its
+        legend stay on one line (the legend, padding and scrollbar take 38 cells)."""
+        try:
+            columns = self.app.size.width
+        except Exception:  # noqa: BLE001 - no app yet (body_text called directly)
+            return BAR_WIDTH
+        return max(20, min(BAR_WIDTH, columns - 38))
+
     def _render_bar(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
         budget = p.fit.budget_bytes if p.fit is not None else None
         need = p.gpu_bytes
@@ -345,7 +365,7 @@ class PlanScreen(Screen[None]):
         weights_gpu = need - (p.kv_bytes or 0) - (p.recurrent_bytes or 0) - p.compute_bytes
         parts = [(weights_gpu, "█", "kv-weights"), ((p.kv_bytes or 0) + (p.recurrent_bytes or 0), "▓", "kv-kv"),
                  (p.compute_bytes, "▒", "kv-compute")]
-        width = BAR_WIDTH
+        width = self.bar_width()
         cells: list[tuple[str, str]] = []
         acc = 0
         for value, glyph, var_name in parts:
@@ -441,10 +461,12 @@ class PlanScreen(Screen[None]):
     def _render_apply(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
         out.append("\nApply\n", style="bold")
         if self.readonly:
-            out.append("  a  load with this num_ctx: disabled (--readonly: kvtop sends nothing that changes the server)\n",
-                       style="dim")
+            out.append("  read-only (--readonly): kvtop sends nothing that changes the server\n", style="dim")
+        elif self.typed:
+            out.append(f"  finish typing first: Enter applies {self.typed}, Esc cancels\n", style="dim")
         else:
-            out.append(f"  a  load now with num_ctx {p.config.num_ctx:,} (POST /api/generate, empty prompt; asks first)\n")
+            out.append(f"  a  load now with num_ctx {p.config.num_ctx:,} (POST /api/generate, empty prompt;"
+                       " asks first, y confirms)\n")
         if self.status:
             out.append(f"     {safe(self.status, 200)}\n", style=colors.get("kv-warn", "") if "fail" in self.status
                        or "cannot" in self.status or "HTTP" in self.status else "")
@@ -474,7 +496,7 @@ class PlanScreen(Screen[None]):
 
     def action_back(self) -> None:
         if self.typed:
-            self.typed = ""
+            self._set_typed("")
             self._refresh()
             return
         self.dismiss(None)
@@ -489,7 +511,11 @@ class PlanScreen(Screen[None]):
         cfg = self.config
         if cfg is None:
             return
-        self.typed = ""
+        if self.typed:  # digits typed and not yet applied are applied first, then stepped from
+            self.action_apply_typed()
+            cfg = self.config
+            if cfg is None:
+                return
         name = FIELDS[self.field]
         if name == "num_ctx":
             cap = self.spec.context_train if self.spec is not None else None
@@ -512,10 +538,12 @@ class PlanScreen(Screen[None]):
         self.action_change(1)
 
     def on_key(self, event: Key) -> None:
-        """Digits type a value into the selected numeric field (num_ctx or slots)."""
+        """Digits type a value into the selected numeric field (num_ctx or slots). While digits
+        are being typed, other characters do nothing (``5a`` never loads, ``12ab⏎`` applies 12):
+        only Enter, ↑/↓ (apply), Esc (cancel) and Backspace act on the entry."""
         if event.character is not None and event.character.isdigit() and FIELDS[self.field] in ("num_ctx", "slots"):
             if len(self.typed) < 10:
-                self.typed += event.character
+                self._set_typed(self.typed + event.character)
             event.stop()
             event.prevent_default()
             self._refresh()
@@ -524,16 +552,30 @@ class PlanScreen(Screen[None]):
             event.stop()
             event.prevent_default()
             self.action_apply_typed()
+        elif self.typed and event.is_printable:
+            event.stop()  # a letter in the middle of a number: no action, the entry waits
+            event.prevent_default()
+            self.status = f"typing {self.typed}: Enter applies it, Esc cancels (other keys do nothing meanwhile)"
+            self._refresh()
+
+    def _set_typed(self, typed: str) -> None:
+        """Start, extend or end the typed entry; the footer hides the letter keys while it lasts."""
+        was = bool(self.typed)
+        self.typed = typed
+        if not typed and self.status.startswith("typing "):
+            self.status = ""
+        if was != bool(typed):
+            self.refresh_bindings()
 
     def action_erase(self) -> None:
-        self.typed = self.typed[:-1]
+        self._set_typed(self.typed[:-1])
         self._refresh()
 
     def action_apply_typed(self) -> None:
         if not self.typed or self.config is None:
             return
         value = int(self.typed)
-        self.typed = ""
+        self._set_typed("")
         if FIELDS[self.field] == "num_ctx":
             if value < 1:
                 self.status = "num_ctx must be at least 1"
@@ -551,13 +593,20 @@ class PlanScreen(Screen[None]):
         self._refresh()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The load action is shown disabled with ``--readonly`` or while a load runs."""
-        if action == "load" and (self.readonly or self.loading):
+        """With ``--readonly`` the load action is not offered at all; while a load runs it is
+        shown disabled; while digits are being typed the letter keys are hidden (they wait)."""
+        if action == "load" and self.readonly:
+            return False
+        if action in ("load", "cycle_kv", "toggle_fa") and self.typed:
+            return False
+        if action == "load" and self.loading:
             return None
         return True
 
     def action_load(self) -> None:
-        if self.readonly or self.config is None or self.loading:
+        """Ask to load the model with the num_ctx on screen (never while digits are being typed:
+        the dialog names exactly the value the screen shows)."""
+        if self.readonly or self.config is None or self.loading or self.typed:
             return
         num_ctx = self.config.num_ctx
         keep: int | None = -1 if self.view is not None and self.view.forever else None
