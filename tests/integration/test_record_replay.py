@@ -135,7 +135,7 @@ async def test_incident_recording_replays_with_its_alerts() -> None:
         assert views["gemma4:latest"].processor == "19%/81% CPU/GPU"
         assert views["qwen3:1.7b-q8_0"].context.value == 32768
         text = header_text(app)
-        assert "REPLAY 20" in text and "×1 END" in text and "every" not in text
+        assert "REPLAY 20" in text and "×1  END" in text and "every" not in text
         bar = str(app.dashboard.query_one("#alertbar").render())
         assert "spill gemma4:latest" in bar
 

@@ -327,6 +327,10 @@ def gpu_detail_rows(usage: ModelGpu | None, status: str, ok: bool = False) -> li
     return rows
 
 
+NOT_RECORDED = "GPU telemetry: none recorded before this point of the replay"
+"""What the panel says in ``--replay`` before the recording's first GPU sample (after a jump back)."""
+
+
 class GpuPanel(Static):
     """The GPU panel; ``show()`` gives it data, and it redraws only when the data changed.
 
@@ -354,6 +358,8 @@ class GpuPanel(Static):
              notes: Sequence[str] = (), usages: Sequence[ModelGpu] = (), compact: bool | None = None,
              ok: bool | None = None) -> None:
         """Set what the panel shows (``width``: the terminal's columns)."""
+        if status == NOT_SAMPLED and getattr(self.app, "replay", None) is not None:
+            status = NOT_RECORDED  # a replay waits for no sample: the recording has none before this point
         data = (tuple(views), status, width, system, tuple(notes), tuple(usages), compact, ok)
         if data == self._data:
             return

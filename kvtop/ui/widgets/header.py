@@ -64,42 +64,66 @@ class ServerHeader(Static):
         return self._shown
 
     def _build(self) -> Text:
-        """Build both lines from the current state."""
+        """Build both lines from the current state.
+
+        Line 1 starts with the state flags (DEMO, REPLAY and its clock, REC, PAUSED, END, and up /
+        down / error), which are never cut; the details after them (host, version, latency,
+        interval) are dropped whole, least needed first, when the width runs out.
+        """
         v = self.app.theme_variables
         st = self.state
-        line1 = Text()
-        line1.append("kvtop", style="bold")
+        width = self.content_size.width
+        replay = self.replay
+        ended = replay is not None and replay.endswith(" END")
+        clock = replay.removesuffix(" END") if replay is not None else None
+        flags: list[Text] = [Text("kvtop", style="bold")]
         if self.demo:
-            line1.append("  DEMO", style=f"bold {v.get('kv-demo', '')}")
+            flags.append(Text("DEMO", style=f"bold {v.get('kv-demo', '')}"))
+        replay_at = len(flags)
+        if clock is not None:
+            shown = clock if not clock.startswith("--") else f"start {clock.removeprefix('--').strip()}".strip()
+            flags.append(Text(f"REPLAY {shown}", style=f"bold {v.get('kv-demo', '')}"))
         if self.recording:
-            line1.append("  ● REC", style=f"bold {v.get('kv-crit', '')}")
-        if self.replay is not None:
-            line1.append(f"  REPLAY {self.replay}", style=f"bold {v.get('kv-demo', '')}")
-            if self.paused:
-                line1.append("  PAUSED", style=f"bold reverse {v.get('kv-warn', '')}")
+            flags.append(Text("● REC", style=f"bold {v.get('kv-crit', '')}"))
+        if self.paused:
+            flags.append(Text("PAUSED", style=f"bold reverse {v.get('kv-warn', '')}"))
+        if ended:
+            flags.append(Text("END", style=f"bold reverse {v.get('kv-demo', '')}"))
+        snap = st.ollama if st is not None else None
+        if st is not None:
+            if snap is None:
+                flags.append(Text("no sample yet" if replay is not None else "connecting…", style=v.get("kv-muted", "")))
+            elif snap.reachable:
+                flags.append(Text("● up", style=v.get("kv-ok", "")))
+            elif snap.error_kind in ("http", "invalid_json", "invalid_shape", "other"):
+                flags.append(Text("✖ error", style=f"bold {v.get('kv-crit', '')}"))  # it answers, but not with data
+            else:
+                flags.append(Text("✖ down", style=f"bold {v.get('kv-crit', '')}"))
+        details: list[tuple[int, Text]] = []  # (priority: lower is kept longer, text)
+        if st is not None:
+            details.append((0, Text(safe(display_host(st.host_url), 60))))
+            version = (snap.version if snap and snap.version else None) or (st.last_ok.version if st.last_ok else None)
+            if version or snap is not None:
+                details.append((3, Text(f"Ollama {safe(version, 24)}" if version else "Ollama ?")))
+            if snap is not None and snap.reachable and snap.latency_s is not None:
+                details.append((1, Text(f"latency {snap.latency_s * 1000:.0f} ms")))
+        if replay is None:  # a replay polls nothing; its pace is the speed shown after REPLAY
+            details.append((2, Text(f"every {self.interval_s:g} s")))
+        line1 = _fit_line(flags, details, width)
+        dated = clock is not None and len(clock.split(" ")) >= 3  # "2026-11-29 17:02:13 ×4"
+        if dated and width > 0 and _dropped(flags, details, width, most=1):
+            # the date gives way before the host and the latency: REPLAY 17:02:13 ×4
+            flags[replay_at] = Text(f"REPLAY {clock.split(' ', 1)[1]}", style=flags[replay_at].style)
+            line1 = _fit_line(flags, details, width)
         if st is None:
             return line1
-        line1.append(f"  {safe(display_host(st.host_url), 60)}")
-        snap = st.ollama
-        version = (snap.version if snap and snap.version else None) or (st.last_ok.version if st.last_ok else None)
-        line1.append(f"  Ollama {safe(version, 24)}" if version else "  Ollama ?")
-        if snap is None:
-            line1.append("  connecting…", style=v.get("kv-muted", ""))
-        elif snap.reachable:
-            line1.append("  ● up", style=v.get("kv-ok", ""))
-            if snap.latency_s is not None:
-                line1.append(f"  latency {snap.latency_s * 1000:.0f} ms")
-        elif snap.error_kind in ("http", "invalid_json", "invalid_shape", "other"):
-            line1.append("  ✖ error", style=f"bold {v.get('kv-crit', '')}")  # it answers, but not with data
-        else:
-            line1.append("  ✖ down", style=f"bold {v.get('kv-crit', '')}")
-        if self.replay is None:  # a replay polls nothing; its pace is the speed shown after REPLAY
-            line1.append(f"  every {self.interval_s:g} s")
-        if self.paused and self.replay is None:
-            line1.append("  PAUSED", style=f"bold reverse {v.get('kv-warn', '')}")
 
         line2 = Text()
-        if snap is None:
+        if snap is None and replay is not None:
+            at_start = clock is not None and clock.startswith("--")
+            line2.append("start of the recording: no server sample played yet" if at_start
+                         else "no server sample recorded before this point", style=v.get("kv-muted", ""))
+        elif snap is None:
             line2.append("waiting for the first answer from the server…", style=v.get("kv-muted", ""))
         elif not snap.reachable:
             # the age of what is on screen first: a long error message must not push it away
@@ -119,11 +143,40 @@ class ServerHeader(Static):
                 line2.append(f" · {ibytes(total)} total · {ibytes(vram)} in VRAM")
                 if spilled:
                     line2.append(f" · {spilled} spilled to CPU", style=f"bold {v.get('kv-crit', '')}")
-        width = self.content_size.width
         if width > 0:  # Static wraps a joined Text despite no_wrap: cut each line to the width
-            for line in (line1, line2):
-                line.truncate(width, overflow="ellipsis")
+            line2.truncate(width, overflow="ellipsis")
         out = Text("\n").join([line1, line2])
         out.no_wrap = True  # a narrow terminal cuts the lines; it never pushes line 2 away
         out.overflow = "ellipsis"
         return out
+
+
+def _dropped(flags: list[Text], details: list[tuple[int, Text]], width: int, most: int) -> bool:
+    """Whether fitting the line in ``width`` drops a detail of priority ``most`` or lower."""
+    length = Text("  ").join(flags).cell_len + sum(2 + d.cell_len for p, d in details if p <= most)
+    return length > width
+
+
+def _fit_line(flags: list[Text], details: list[tuple[int, Text]], width: int) -> Text:
+    """``flags`` then ``details``, two spaces apart, in ``width`` cells (0: no limit). The flags
+    are never cut; details are dropped whole, highest priority number first, until the line fits
+    (a lone detail still too long is cut with an ellipsis)."""
+    sep = "  "
+    head = Text(sep).join(flags)
+    kept = list(details)
+
+    def length() -> int:
+        return head.cell_len + sum(len(sep) + d.cell_len for _, d in kept)
+
+    while width > 0 and kept and length() > width:
+        kept.remove(max(kept, key=lambda item: item[0]))
+    line = head.copy()
+    for _, detail in kept:
+        line.append(sep)
+        line.append_text(detail)
+    if width > 0 and line.cell_len > width:
+        if head.cell_len + len(sep) < width and kept:
+            line.truncate(width, overflow="ellipsis")
+        elif head.cell_len <= width:
+            line = head
+    return line
