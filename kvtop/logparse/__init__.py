@@ -12,44 +12,68 @@ docstrings refer to ``docs/ollama-reference.md``.
 
 from __future__ import annotations
 
-from kvtop.logparse.events import (
-    EVENT_TYPES,
-    Allocation,
-    ContextClamped,
-    ContextOverTraining,
-    ContextParams,
-    DeviceFree,
-    Eviction,
-    FitOverflow,
-    FlashAttention,
-    FlashAttentionDecision,
-    FlashAttentionForcedOff,
-    GinRequest,
-    KvSummary,
-    KvTypeFallback,
-    LoadDecision,
-    LoadFailed,
-    LoadRequest,
-    LogEvent,
-    ModelLoad,
-    OffloadedLayers,
-    Oom,
-    PrefillProgress,
-    PromptRejected,
-    RequestTiming,
-    RunnerReady,
-    RunnerStarted,
-    SchedulerEstimate,
-    ServerConfig,
-    ServerListening,
-    SlotActivity,
-    Truncation,
-    UnknownWarning,
-    Unload,
-    event_to_dict,
-)
-from kvtop.logparse.loads import Load, group_loads, inspect_events, inspect_lines
-from kvtop.logparse.parser import LogParser, iter_events, parse_lines
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvtop.logparse.events import (
+        EVENT_TYPES,
+        Allocation,
+        ContextClamped,
+        ContextOverTraining,
+        ContextParams,
+        DeviceFree,
+        Eviction,
+        FitOverflow,
+        FlashAttention,
+        FlashAttentionDecision,
+        FlashAttentionForcedOff,
+        GinRequest,
+        KvSummary,
+        KvTypeFallback,
+        LoadDecision,
+        LoadFailed,
+        LoadRequest,
+        LogEvent,
+        ModelLoad,
+        OffloadedLayers,
+        Oom,
+        PrefillProgress,
+        PromptRejected,
+        RequestTiming,
+        RunnerReady,
+        RunnerStarted,
+        SchedulerEstimate,
+        ServerConfig,
+        ServerListening,
+        SlotActivity,
+        Truncation,
+        UnknownWarning,
+        Unload,
+        event_to_dict,
+    )
+    from kvtop.logparse.loads import Load, group_loads, inspect_events, inspect_lines
+    from kvtop.logparse.parser import LogParser, iter_events, parse_lines
+
+_LAZY = {
+    **dict.fromkeys(("Load", "group_loads", "inspect_events", "inspect_lines"), "kvtop.logparse.loads"),
+    **dict.fromkeys(("LogParser", "iter_events", "parse_lines"), "kvtop.logparse.parser"),
+}
+"""Names re-exported from a submodule other than ``events`` (every other name is ``events``').
+
+They are imported on first use (PEP 562), not with the package: importing one event class must
+not compile every line grammar's regexes (``parser``) or the load grouping (``loads``), which
+only following or inspecting a log needs (issue 13: startup)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY.get(name, "kvtop.logparse.events")), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EVENT_TYPES",
@@ -94,3 +118,7 @@ __all__ = [
     "iter_events",
     "parse_lines",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,9 +3,11 @@ the ones kvtop reads here. Shared by the dashboard, ``--once``/``--check`` and t
 
 from __future__ import annotations
 
+import functools
 import importlib
 import ipaddress
 import socket
+import ssl
 from collections.abc import Collection, Sequence
 
 import httpx
@@ -21,6 +23,42 @@ def is_loopback_url(url: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+@functools.cache
+def _no_ca_context() -> ssl.SSLContext:
+    """A TLS client context with verification on and no CA loaded: built in about a millisecond
+    (loading the CA bundle takes 30-130 ms per client), and any TLS connection made with it fails
+    verification instead of going unchecked. Shared by every client of the process."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def _tls_proxy_in_env() -> bool:
+    """Whether the environment names a proxy reached over TLS (``HTTPS_PROXY=https://…``)."""
+    import urllib.request
+
+    return any(str(v).lower().startswith("https://") for v in urllib.request.getproxies().values())
+
+
+def httpx_verify(url: str, *, trust_env: bool) -> ssl.SSLContext | bool:
+    """The ``verify=`` argument for an httpx client whose requests all go to ``url``.
+
+    A client that only speaks plain HTTP never makes a TLS connection (kvtop follows no
+    redirect), so building httpx's default context (the CA bundle read and parsed: 30-130 ms of
+    startup per client, issue 13) is wasted: such a client gets :func:`_no_ca_context`. A client
+    for an ``https://`` URL, or one that reads the environment (``trust_env``) where a proxy is
+    reached over TLS, gets ``True``: httpx's default verification, unchanged.
+
+    Args:
+        url: The client's base URL, or the URL of every request it sends.
+        trust_env: The client's ``trust_env`` (proxies from ``HTTP_PROXY``… are used).
+
+    Returns:
+        An ``ssl.SSLContext`` or True, for ``httpx.AsyncClient(verify=...)``.
+    """
+    if not url.lower().startswith("http://") or (trust_env and _tls_proxy_in_env()):
+        return True
+    return _no_ca_context()
 
 
 def local_addresses() -> frozenset[str]:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from kvtop.sources.hosts import is_loopback_url
+from kvtop.sources.hosts import httpx_verify, is_loopback_url
 from kvtop.model.bounds import count_or_none
 from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
@@ -431,11 +431,13 @@ class OllamaClient:
         self._timeout_s = timeout_s
         self._show_timeout_s = show_timeout_s
         self._clock = clock
+        trust_env = not is_loopback_url(self.base_url)  # a proxy must never sit between kvtop and a local server
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
-            trust_env=not is_loopback_url(self.base_url),  # a proxy must never sit between kvtop and a local server
+            trust_env=trust_env,
+            verify=httpx_verify(self.base_url, trust_env=trust_env),  # no CA bundle read for plain http
             # only what _BoundedDecoder can decode with a bound (httpx would add br/zstd when installed)
             headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"},
         )
@@ -731,7 +733,9 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
     if keep_alive is not None:
         body["keep_alive"] = keep_alive
     try:
-        async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=not is_loopback_url(base_url),
+        trust_env = not is_loopback_url(base_url)
+        async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=trust_env,
+                                     verify=httpx_verify(base_url, trust_env=trust_env),
                                      timeout=httpx.Timeout(timeout_s, connect=10.0),
                                      headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"}) as client:
             async with client.stream("POST", "/api/generate", json=body) as resp:
@@ -769,8 +773,9 @@ async def fetch_tensors(base_url: str, model: str, *,
     ``/api/show`` limits of ``BODY_LIMIT_BYTES``, counted after decompression, and ``JSON_VALUE_LIMIT``).
     """
     try:
-        async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0,
-                                     trust_env=not is_loopback_url(base_url),
+        trust_env = not is_loopback_url(base_url)
+        async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0, trust_env=trust_env,
+                                     verify=httpx_verify(base_url, trust_env=trust_env),
                                      headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"}) as client:
             async with client.stream("POST", "/api/show", json={"model": model}) as resp:
                 if resp.status_code != 200:

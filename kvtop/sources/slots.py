@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from kvtop.model.gpu import RunnerProcess
+from kvtop.sources.hosts import httpx_verify
 from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState
 
 SLOTS_TIMEOUT_S = 0.5
@@ -119,7 +120,9 @@ class SlotsSource:
 
     def __init__(self, timeout_s: float = SLOTS_TIMEOUT_S, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._timeout_s = timeout_s
-        self._client = httpx.AsyncClient(trust_env=False, transport=transport, follow_redirects=False)
+        # plain http to 127.0.0.1 only: no TLS context is needed (reading the CA bundle costs startup)
+        self._client = httpx.AsyncClient(trust_env=False, transport=transport, follow_redirects=False,
+                                         verify=httpx_verify("http://127.0.0.1", trust_env=False))
         self._props: dict[tuple[int, int], RunnerProps] = {}
 
     async def sample(self, runners: Sequence[RunnerProcess]) -> SlotsSnapshot:
