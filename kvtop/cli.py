@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 from contextlib import contextmanager
+from types import MappingProxyType
 
 from kvtop import __version__
 from kvtop.config import (
@@ -238,6 +239,7 @@ async def _sample_once(settings: Settings) -> int:
         if settings.extra.get("json") == "1":
             objs = [{"host": st.host_url, "reachable": bool(st.reachable),
                      "error": st.ollama.error if st.ollama else "no poll made",
+                     "hints": list(_hints(st, settings)),
                      "alerts": [alert_json(a) for a in st.alerts],
                      "log": ({"source": st.log.source, "lines": st.log.lines, "ok": st.log.ok, "status": st.log.status}
                              if st.log.source is not None else None)} for st in states]
@@ -249,7 +251,8 @@ async def _sample_once(settings: Settings) -> int:
             for st in states:
                 block = alert_lines(st) or ["kvtop: no alerts"]
                 if not st.reachable:
-                    block.insert(0, f"kvtop: {st.host_url}: unreachable: {st.ollama.error if st.ollama else ''}")
+                    block[:0] = [f"kvtop: {st.host_url}: unreachable: {st.ollama.error if st.ollama else ''}",
+                                 *(f"  {hint}" for hint in _hints(st, settings))]
                 if several:
                     block = [f"== {st.host_url}"] + [f"  {line}" for line in block]
                 lines.extend(block)
@@ -257,14 +260,26 @@ async def _sample_once(settings: Settings) -> int:
         return max(codes)
     reachable = all(st.reachable for st in states)
     if settings.extra.get("json") == "1":
-        out = {"hosts": [state_json(st) for st in states]} if several else state_json(states[0])
+        docs = [{**state_json(st), "hints": list(_hints(st, settings))} for st in states]
+        out = {"hosts": docs} if several else docs[0]
         sys.stdout.write(safe_json(out) + "\n")
     else:
         for i, st in enumerate(states):
             if i:
                 sys.stdout.write("\n")
-            (sys.stdout if st.reachable else sys.stderr).write(safe_block(state_text(st)))
+            (sys.stdout if st.reachable else sys.stderr).write(safe_block(state_text(st, hints=_hints(st, settings))))
     return EXIT_OK if reachable else EXIT_UNREACHABLE
+
+
+def _hints(state: Any, settings: Settings) -> tuple[str, ...]:
+    """The way forward for an unreachable server (``model.hints``); empty when it answered."""
+    from kvtop.model.hints import unreachable_hints
+
+    if state.reachable:
+        return ()
+    snap = state.ollama
+    return unreachable_hints(state.host_url, settings.extra.get("host_origin"),
+                             snap.error_kind if snap is not None else None, demo=settings.demo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -314,6 +329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
     values, origins = resolved.values, resolved.origins
     warnings = list(resolved.warnings)
+    theme_problem = _unknown_theme(str(values["theme"]))
+    if theme_problem and (origins["theme"] == "flag" or origins["theme"].startswith("env")):
+        flag = "--theme" if origins["theme"] == "flag" else origins["theme"].removeprefix("env ")
+        parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {flag}: {theme_problem}\n"))
+    if theme_problem:  # from the config file or the saved choice: reported, the default is used
+        warnings.append(f"theme from {origins['theme']}: {theme_problem} — kvtop-dark is used")
+        resolved = dataclasses.replace(resolved, values=MappingProxyType({**values, "theme": "kvtop-dark"}))
+        values = resolved.values
     host_urls: list[str] = []
     for raw in values["host"] or (None,):
         try:
@@ -357,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         alerts=values["alerts"],
         more_hosts=tuple(host_urls[1:]),
         extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
-               "warnings": "\n".join(warnings), "log_origin": origins["log"]},
+               "warnings": "\n".join(warnings), "log_origin": origins["log"], "host_origin": origins["host"]},
     )
     try:
         if args.demo:
@@ -397,6 +420,23 @@ def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str, warnin
     for warning in [*(warnings or resolved.warnings), *Thresholds.from_mapping(resolved.values.get("alerts"))[1]]:
         lines.append(f"warning: {warning}")
     return "\n".join(lines) + "\n"
+
+
+def _unknown_theme(name: str) -> str | None:
+    """None when ``name`` is a theme the dashboard can show (bundled, the user's own in
+    ``<config dir>/themes``, or one of Textual's), else the sentence saying which exist."""
+    if name in ("kvtop-dark", "kvtop-mono"):  # the default and the NO_COLOR choice: no theme files read
+        return None
+    from textual.theme import BUILTIN_THEMES
+
+    from kvtop.config import config_dir
+    from kvtop.ui.themes import load_themes_reporting
+
+    themes, _ = load_themes_reporting(config_dir() / "themes")
+    if name in themes or name in BUILTIN_THEMES:
+        return None
+    return (f"unknown theme {name!r}; themes: {', '.join(themes)}, or one of Textual's {len(BUILTIN_THEMES)}"
+            f" (textual-dark, nord, ...); your own go in {config_dir() / 'themes'}")
 
 
 def _show_busiest_step(url: str) -> None:

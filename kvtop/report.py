@@ -6,6 +6,7 @@ versions add fields, never rename or remove them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.cells import cell_len
@@ -143,14 +144,16 @@ def alert_lines(state: AppState) -> list[str]:
     return out
 
 
-def state_text(state: AppState) -> str:
-    """The models table as plain aligned text, with a header line and a legend."""
+def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
+    """The models table as plain aligned text, with a header line and a legend; for an
+    unreachable server, why and ``hints`` (the way forward, ``model.hints``), one a line."""
     from kvtop.ui.format import context_text, mark, safe, safe_name
 
     snap = state.ollama
     lines: list[str] = []
     if snap is None or not snap.reachable:
         lines.append(f"kvtop: {state.host_url}: unreachable: {safe((snap.error if snap else None) or 'no poll made')}")
+        lines.extend(f"  {hint}" for hint in hints)
         return "\n".join(lines) + "\n"
     lines.append(f"kvtop {__version__} — {state.host_url} — Ollama {safe(snap.version or '?')}"
                  f" — {len(state.models)} model{'s' if len(state.models) != 1 else ''} loaded")

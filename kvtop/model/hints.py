@@ -1,0 +1,81 @@
+"""The way forward when the server does not answer: the same words in the TUI, ``--once`` and ``--check``.
+
+"Connection refused" alone leaves a new user stuck. kvtop says what to check (is ``ollama serve``
+running, and reachable from here), how to name another server (``--host`` / ``OLLAMA_HOST``, and
+where the address in use came from), and how to see kvtop without a server (``kvtop --demo``).
+Pure text: no I/O.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+__all__ = ["host_origin_words", "unreachable_hints", "unreachable_hint_line"]
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+_NOT_OLLAMA = {"http", "invalid_json", "invalid_shape"}
+
+
+def host_origin_words(origin: str | None) -> str:
+    """Where the address came from, in words: ``--host``, ``OLLAMA_HOST``, the config file or the default."""
+    if not origin:
+        return ""
+    if origin == "flag":
+        return "from --host"
+    if origin.startswith("env "):
+        return "from " + origin.removeprefix("env ")
+    if origin.startswith("file "):
+        return "from the config file " + origin.removeprefix("file ")
+    if origin == "default":
+        return "the default: neither --host nor OLLAMA_HOST is set"
+    return "from " + origin
+
+
+def _host_name(host_url: str) -> str:
+    try:
+        return urlsplit(host_url).hostname or host_url
+    except ValueError:
+        return host_url
+
+
+def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str | None = None,
+                      *, demo: bool = False) -> tuple[str, ...]:
+    """What to try when ``host_url`` does not answer, one sentence a line.
+
+    Args:
+        host_url: The server kvtop polls.
+        origin: Where the address came from (``config.resolve_config``'s origin: ``flag``,
+            ``env OLLAMA_HOST``, ``file PATH``, ``default``), or None when not known.
+        error_kind: ``OllamaSnapshot.error_kind``: ``http``/``invalid_*`` mean something answered
+            that is not Ollama.
+        demo: kvtop is watching its own stand-in (``--demo``): no advice to start one.
+
+    Returns:
+        Two or three sentences: the server, the address, the demo.
+    """
+    name = _host_name(host_url)
+    local = name in _LOOPBACK
+    if error_kind in _NOT_OLLAMA:
+        first = f"Something answered at {host_url}, but not as Ollama does: is this Ollama's address (port 11434)?"
+    elif local:
+        first = "Is Ollama running here? Start it: `ollama serve` (or `systemctl start ollama`, or the Ollama app)."
+    else:
+        first = (f"Is Ollama running on {name}, listening beyond its loopback "
+                 "(OLLAMA_HOST=0.0.0.0 in its environment), with the port open to this machine?")
+    where = host_origin_words(origin)
+    second = ("Another server: kvtop --host HOST:PORT, or set OLLAMA_HOST"
+              + (f" (this address is {where})." if where else "."))
+    lines = [first, second]
+    if not demo:
+        lines.append("No server at hand: kvtop --demo shows kvtop on a built-in stand-in.")
+    return tuple(lines)
+
+
+def unreachable_hint_line(width: int = 78, *, demo: bool = False) -> str:
+    """The hints in one line for the dashboard's status line: the long form from 90 cells, else
+    one that fits 78 (an 80-column terminal)."""
+    if width >= 90:
+        text = "Is `ollama serve` running? Another server: --host or OLLAMA_HOST"
+        return text + (". No server at hand: kvtop --demo" if not demo else "")
+    text = "Is `ollama serve` running? Other server: --host/OLLAMA_HOST"
+    return text + (". Or: kvtop --demo" if not demo else "")
