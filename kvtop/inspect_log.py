@@ -16,9 +16,11 @@ the findings (context over the training context, spill, KV type fallback, flash 
 forced off, truncations, OOM, evictions, load failures); then the server config. ``--json`` prints the document of
 :func:`kvtop.logparse.inspect_events` instead (the shape of ``corpus/expected/README.md``).
 
-Exit status: 0, or 2 with a one-line message when the file is missing or unreadable (or the
-arguments are wrong). Text from the log is untrusted: control characters are replaced in the
-human output.
+Exit status: 0; 1 when no line of the file is one kvtop reads as an Ollama server log line
+(the report is replaced by a message saying so and where the server log usually is; ``--json``
+still prints the empty document); 2 with a one-line message when the file is missing or
+unreadable (or the arguments are wrong). Text from the log is untrusted: control characters are
+replaced in the human output.
 """
 
 from __future__ import annotations
@@ -34,13 +36,26 @@ from typing import IO, Any
 
 from kvtop.logparse import LogParser
 from kvtop.logparse.events import LogEvent
-from kvtop.logparse.loads import MAX_LOAD_REQUESTS, REQUEST_KINDS, Load, LoadStream, event_json, load_json
+from kvtop.logparse.loads import (
+    MAX_LOAD_REQUESTS,
+    REQUEST_KINDS,
+    Load,
+    LoadStream,
+    _is_cpu_device,
+    event_json,
+    load_json,
+)
 from kvtop.logparse.parser import iter_events
 from kvtop.textsafe import emit, safe, safe_block, safe_json
 from kvtop.ui.format import exact_bytes, ibytes
 
 EXIT_OK = 0
+EXIT_NOT_A_LOG = 1
 EXIT_UNREADABLE = 2
+
+WHERE_THE_LOG_IS = ("journalctl -u ollama (systemd), ~/.ollama/logs/server.log (macOS app), "
+                    "docker logs CONTAINER, or the output of `ollama serve`")
+"""Where an Ollama server log is usually found (said when a file holds no Ollama line)."""
 
 MAX_LINE_BYTES = 1024 * 1024
 """The longest physical line read (1 MiB; the parser glues records of at most 256 KiB)."""
@@ -118,12 +133,13 @@ def main_inspect_log(argv: list[str]) -> int:
     def write_text(text: str) -> None:
         sys.stdout.write(safe_block(text))
 
+    not_a_log = result.parsed_events == 0
     try:
         with result:
             if args.json:
                 result.write_json(write_json)
                 sys.stdout.write("\n")
-            else:
+            elif not not_a_log:
                 result.write_report(write_text, source=name)
         sys.stdout.flush()
     except BrokenPipeError:  # `kvtop inspect-log x | head`: the reader left, which is fine
@@ -131,6 +147,11 @@ def main_inspect_log(argv: list[str]) -> int:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         except OSError:
             pass
+    if not_a_log:
+        emit(f"kvtop inspect-log: {safe(name)}: no Ollama server log line in its {result.lines:,} line(s) "
+             f"(nothing about model loads, memory, requests or the server config). Is it the server log? "
+             f"It is usually at: {WHERE_THE_LOG_IS}.")
+        return EXIT_NOT_A_LOG
     return EXIT_OK
 
 
@@ -165,9 +186,11 @@ class Inspection:
         server: The document's ``server`` object.
     """
 
-    def __init__(self, stream: LoadStream, loads: _Spool, events: _Spool, lines: int) -> None:
+    def __init__(self, stream: LoadStream, loads: _Spool, events: _Spool, lines: int, parsed_events: int = 0) -> None:
         self._stream, self._loads, self._events = stream, loads, events
         self.lines = lines
+        self.parsed_events = parsed_events
+        """Events the parser read from the lines (0: no line is an Ollama server log line kvtop knows)."""
         self.server: dict[str, Any] = {}
         if stream.version is not None or stream.config is not None:
             self.server = {"version": stream.version,
@@ -243,7 +266,9 @@ def _inspect(stream: IO[bytes]) -> Inspection:
 
         grouper = LoadStream(on_load, on_incident)
         feed = grouper.feed
+        parsed = 0
         for event in iter_events(_lines(stream), parser=parser):
+            parsed += 1
             feed(event)
         grouper.finish()
     except BaseException:
@@ -253,7 +278,7 @@ def _inspect(stream: IO[bytes]) -> Inspection:
     if parser.errors:
         emit(f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
              f"(last: {safe(parser.last_error or '', 200)})")
-    return Inspection(grouper, loads, events, parser.line_no)
+    return Inspection(grouper, loads, events, parser.line_no, parsed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,6 +293,36 @@ def _devices(per_device: Mapping[str, int]) -> str:
     if not per_device:
         return "none in the log"
     return "; ".join(f"{safe(d)} {ibytes(b)} ({b:,} B)" for d, b in per_device.items())
+
+
+KV_ROUNDING_BYTES = 1024 * 1024
+"""Per-device KV lines are printed in MiB with two decimals: sums within 1 MiB of the total agree."""
+
+
+def _kv_total(load: Mapping[str, Any]) -> str:
+    """The KV total, and what the excerpt's per-device KV lines say about it: a total that holds
+    devices whose KV lines are not in the excerpt says how much, and a total that is only the
+    CPU's while the load used a GPU says the GPU's KV line is missing."""
+    total = load.get("kv_bytes")
+    text = _bytes(total)
+    memory = load.get("memory") or {}
+    kv: Mapping[str, int] = memory.get("kv") or {}
+    if not isinstance(total, int) or not kv:
+        return text
+    listed = sum(kv.values())
+    elsewhere = sorted({d for part, per in memory.items() if part != "kv" for d in per
+                        if d not in kv and not _is_cpu_device(d)})
+    also = f" (this load also used {', '.join(safe(d) for d in elsewhere)})" if elsewhere else ""
+    if total - listed > KV_ROUNDING_BYTES:
+        return (f"{text}: includes {ibytes(total - listed)} on devices whose KV lines are not in this excerpt; "
+                f"the KV lines here ({', '.join(safe(d) for d in kv)}) add up to {ibytes(listed)}{also}")
+    offloaded = load.get("layers_offloaded")
+    on_gpu = bool(elsewhere) or (isinstance(offloaded, int) and offloaded > 0)
+    if on_gpu and all(_is_cpu_device(d) for d in kv):
+        layers = f" {offloaded}/{_value(load.get('layers_total'))} layers are on the GPU" if offloaded else " it used a GPU"
+        return (f"{text}: counts {', '.join(safe(d) for d in kv)} only; no GPU KV line is in the log, although"
+                f"{layers}{also} (missing from the excerpt?)")
+    return text
 
 
 def _value(v: object, unit: str = "") -> str:
@@ -356,7 +411,7 @@ def _render_load(w: Any, load: Mapping[str, Any], requests: list[Mapping[str, An
     rows.append(("weights", _devices(memory.get("weights") or {})))
     rows.append(("KV cache", _devices(memory.get("kv") or {})))
     rows.append(("compute", _devices(memory.get("compute") or {})))
-    rows.append(("KV total", _bytes(load.get("kv_bytes"))))
+    rows.append(("KV total", _kv_total(load)))
     est = load.get("estimates") or {}
     if any(est.get(key) is not None for key in ("kv", "full", "partial")):
         rows.append(("estimates", "scheduler, not allocations: " + ", ".join(
