@@ -55,7 +55,7 @@ async def test_table_shows_models_with_kv_math_at_80x24() -> None:
         assert [r[4] for r in table] == ["100% GPU", "19%/81% CPU/GPU", "100% GPU"]
         assert [r[3] for r in table] == ["4096×1*", "4096×1*", "32768×1*"]
         head = header_text(app)
-        assert "Ollama 0.22.1" in head and "● up  latency 4 ms" in head
+        assert "kvtop  ● up  127.0.0.1:11434  Ollama 0.22.1  latency 4 ms" in head  # flags first
         assert "3 models loaded" in head and "1 spilled to CPU" in head
 
 

@@ -32,7 +32,9 @@ class DashboardScreen(Screen[None]):
         yield GpuPanel(id="gpu")
         yield Static(id="logline")
         yield Static(id="status")
-        yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter")
+        # no select-all on focus: the Focus event comes after keys typed ahead with "/", and a
+        # selection would let the next key replace them
+        yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter", select_on_focus=False)
         yield Static(id="too-small")
         yield Footer()
 
@@ -44,6 +46,34 @@ class DashboardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._app().dashboard_mounted()
+
+    def on_key(self, event: events.Key) -> None:
+        """Type-ahead for the filter. Keys typed in one burst with ``/`` (a fast typist, a paste,
+        SSH sending keystrokes together) were all routed to the table before ``/`` moved the
+        focus; they come back through here, in order. ``/`` opens the box at once (not when the
+        app gets to its binding); while the box has the focus the printable keys go into it, and
+        Backspace, Enter and Esc act on it here, so a burst is applied in the order typed."""
+        box = self.query_one("#filter", Input)
+        app = self._app()
+        if self.focused is box:  # set at once by set_focus (has_focus follows only with the Focus event)
+            if event.is_printable and event.character:  # routed elsewhere before the focus moved
+                box.insert_text_at_cursor(event.character)
+            elif event.key == "backspace":
+                box.action_delete_left()
+            elif event.key == "enter":
+                app._filter_submitted(Input.Submitted(box, box.value))
+                self.set_focus(self.query_one(ModelsTable))  # now: Widget.focus() waits a turn
+            elif event.key == "escape":
+                app.action_clear_filter()
+                self.set_focus(self.query_one(ModelsTable))
+            else:
+                return
+            event.stop()
+            event.prevent_default()
+        elif event.key == "slash" and app.check_action("filter", ()):
+            event.stop()
+            event.prevent_default()
+            app.action_filter()
 
     def on_resize(self, event: events.Resize) -> None:
         self._app().refresh_dashboard()
