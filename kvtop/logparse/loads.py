@@ -246,6 +246,8 @@ class _Builder:
         self.has_alloc = False
         self.ready = False
         self.events: list[LogEvent] = []
+        self.touched = 0
+        """Events that changed this builder (``LoadGrouper`` rebuilds a load only when it moved)."""
 
     # values with provenance: a higher rank (printed by the runner) wins over a lower one
     def put(self, name: str, value: Any, rank: int) -> None:
@@ -497,6 +499,7 @@ class _Grouper:
             self.config = e.env
         if b is not None:
             b.last_line = max(b.last_line, e.line_no)
+            b.touched += 1
         if e.kind in REPORTED_KINDS:
             self.incident(e, target)
 
@@ -651,6 +654,73 @@ def _group(events: Iterable[LogEvent]) -> tuple[_Grouper, list[Load]]:
 def group_loads(events: Iterable[LogEvent]) -> list[Load]:
     """The model loads in ``events``, in log order (see the module docstring for the rules)."""
     return _group(events)[1]
+
+
+class LoadGrouper(_Grouper):
+    """:func:`group_loads`, incrementally: :meth:`extend` with events in log order, then
+    :meth:`loads_now` is ``group_loads(every event so far)`` (``tests/unit/test_logstate.py``
+    checks this on real logs), at a cost that grows with the new events, not with the history.
+
+    An incident is attached to its load as soon as that load exists (``group_loads`` attaches
+    them all at the end: the same lists, in the same order); a load is built again only when an
+    event changed it (``_Builder.touched``) or the server's version changed the era.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: list[tuple[LogEvent, int]] = []
+        """Incidents announced for a load not started yet, in log order."""
+        self._built: list[tuple[tuple[int, int, str | None], Load]] = []
+        self.mark: object = None
+        """Set by the owner after each use (``model.logstate.apply_log``) to tell whether it moved on."""
+
+    def extend(self, events: Iterable[LogEvent]) -> None:
+        """Group ``events`` (the next ones in log order)."""
+        for e in events:
+            self.feed(e)
+
+    def new(self, event: LogEvent) -> _Builder:
+        b = super().new(event)
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for e, load in waiting:
+                self._attach(e, load)
+        return b
+
+    def _attach(self, e: LogEvent, load: int) -> None:
+        if load < len(self.loads):
+            b = self.loads[load]
+            b.events.append(e)
+            b.touched += 1
+        else:
+            self._waiting.append((e, load))
+
+    def incident(self, e: LogEvent, load: int | None) -> None:
+        if self.incidents and _continues(self.incidents[-1][0], self.incidents[-1][1], e, load):
+            return
+        self.incidents = [[e, load]]  # only the last one is ever looked at again (``_continues``)
+        if load is not None:
+            self._attach(e, load)
+
+    def finish(self) -> None:
+        """Nothing to do: incidents are attached as their loads start."""
+
+    def loads_now(self) -> list[Load]:
+        """The loads so far, in log order (the same objects as last time for loads that did not move)."""
+        era = era_of_version(self.version)
+        out: list[Load] = []
+        for i, b in enumerate(self.loads):
+            key = (b.touched, len(b.events), era)
+            if i < len(self._built) and self._built[i][0] == key:
+                out.append(self._built[i][1])
+                continue
+            load = b.build(era)
+            if i < len(self._built):
+                self._built[i] = (key, load)
+            else:
+                self._built.append((key, load))
+            out.append(load)
+        return out
 
 
 def load_json(load: Load) -> dict[str, Any]:

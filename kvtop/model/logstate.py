@@ -1,8 +1,12 @@
 """What the server log has told kvtop so far: parsed events and the model loads they form.
 
 Pure: ``apply_log`` takes the events a worker parsed from one batch of lines and returns a new
-``LogState``. Loads are regrouped (``logparse.loads.group_loads``) only when a batch carries an
-event that can change a load, so a busy server's per-request lines cost almost nothing.
+``LogState``. Loads are regrouped only when a batch carries an event that can change a load, so
+a busy server's per-request lines cost almost nothing; and then incrementally
+(``logparse.loads.LoadGrouper``: the events since the last grouping are fed to the grouper the
+previous state left), so the cost grows with the new lines, not with the ``LOAD_EVENTS`` kept.
+A state whose grouper has moved on (an older state applied again) is regrouped from scratch:
+the result is the same, only slower.
 """
 
 from __future__ import annotations
@@ -10,10 +14,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvtop.logparse.events import LogEvent, RequestTiming
-from kvtop.logparse.loads import Load, group_loads
+from kvtop.logparse.loads import Load, LoadGrouper, group_loads
 
 RECENT_EVENTS = 1000
 """Events kept for the events pane (newest last)."""
@@ -22,7 +26,12 @@ RAW_LINES = 500
 """Raw log lines kept for the events pane's raw view (``r``), parsed or not."""
 
 LOAD_EVENTS = 20_000
-"""Events kept for grouping loads; trimmed at a load boundary, keeping the newest loads."""
+"""Events kept for grouping loads (and the alerts' history); over it they are trimmed at a load
+boundary, keeping the newest ``KEEP_LOADS`` loads, or else to ``TRIM_TO_EVENTS`` events."""
+
+TRIM_TO_EVENTS = 15_000
+"""Events kept when a trim cannot cut at a load boundary: well under ``LOAD_EVENTS``, so a
+steady stream of per-request lines trims once per few thousand events, not on every batch."""
 
 KEEP_LOADS = 16
 """Loads kept when ``LOAD_EVENTS`` overflows."""
@@ -51,6 +60,10 @@ class LogState:
         raw: The newest ``RAW_LINES`` lines as read (untrusted text: sanitize before display).
         load_events: Events the loads are grouped from.
         loads: Model loads in log order.
+        grouper: The incremental grouper ``loads`` came from (shared with the states after this
+            one; not part of equality).
+        grouped: How many of ``load_events`` that grouper had taken when ``loads`` was made.
+        group_mark: The grouper's mark then: equal to ``grouper.mark`` while it has not moved on.
     """
 
     source: str | None = None
@@ -62,6 +75,9 @@ class LogState:
     raw: tuple[str, ...] = ()
     load_events: tuple[LogEvent, ...] = ()
     loads: tuple[Load, ...] = ()
+    grouper: LoadGrouper | None = field(default=None, compare=False, repr=False)
+    grouped: int = field(default=0, compare=False, repr=False)
+    group_mark: object = field(default=None, compare=False, repr=False)
 
     def latest_load(self, model_blob: str | None) -> Load | None:
         """The newest load of the weights blob ``sha256-<hex>``, if the log has one."""
@@ -91,12 +107,19 @@ def apply_log(
         recent = recent[-RECENT_EVENTS:]
     load_events = state.load_events
     loads = state.loads
+    grouper, grouped, mark = state.grouper, state.grouped, state.group_mark
     if events:
         load_events = load_events + tuple(events)
-        if any(e.kind not in PER_REQUEST_KINDS for e in events):
-            if len(load_events) > LOAD_EVENTS:
-                load_events = _trim(load_events)
-            loads = tuple(group_loads(load_events))
+        trimmed = len(load_events) > LOAD_EVENTS
+        if trimmed:
+            load_events = _trim(load_events)
+        if trimmed or any(e.kind not in PER_REQUEST_KINDS for e in events):
+            if trimmed or grouper is None or grouper.mark is not mark:
+                grouper, grouped = LoadGrouper(), 0  # from scratch: trimmed, or an older state
+            grouper.extend(load_events[grouped:])
+            grouped = len(load_events)
+            mark = grouper.mark = object()
+            loads = tuple(grouper.loads_now())
     return dataclasses.replace(
         state,
         source=source,
@@ -108,6 +131,9 @@ def apply_log(
         raw=raw,
         load_events=load_events,
         loads=loads,
+        grouper=grouper,
+        grouped=grouped,
+        group_mark=mark,
     )
 
 
@@ -154,11 +180,17 @@ def throughput(log: LogState, load: Load, now_s: float, window: int = 10) -> Thr
 
 
 def _trim(events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
-    """Drop the oldest events, cutting at the start of one of the newest ``KEEP_LOADS`` loads."""
+    """Drop the oldest events, down to at most ``TRIM_TO_EVENTS``: per-request events first (only
+    the newest ``TRIM_TO_EVENTS // 2`` of the window are kept; a burst of request lines must not
+    push an OOM or a load out of the alerts' history), then whole loads: cut at the start of the
+    oldest of the newest ``KEEP_LOADS`` loads that leaves few enough; else the newest events."""
+    keep_from = len(events) - TRIM_TO_EVENTS // 2
+    events = tuple(e for i, e in enumerate(events) if i >= keep_from or e.kind not in PER_REQUEST_KINDS)
+    if len(events) <= TRIM_TO_EVENTS:
+        return events
     loads = group_loads(events)
-    if len(loads) > KEEP_LOADS:
-        first = loads[-KEEP_LOADS].first_line
-        kept = tuple(e for e in events if e.line_no >= first)
-        if len(kept) <= LOAD_EVENTS:
-            return kept
-    return events[-LOAD_EVENTS:]
+    for load in loads[-KEEP_LOADS:]:
+        cut = bisect.bisect_left(events, load.first_line, key=lambda e: e.line_no)
+        if cut > 0 and len(events) - cut <= TRIM_TO_EVENTS:
+            return events[cut:]
+    return events[-TRIM_TO_EVENTS:]
