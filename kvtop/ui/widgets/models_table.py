@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
@@ -131,9 +133,58 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
     return cell
 
 
-def columns_for(width: int, sparks: Sparks | None = None) -> tuple[Column, ...]:
+NAME_MAX = 80
+"""The widest NAME column (``safe_name`` cuts longer names in the middle, keeping the tag)."""
+
+
+def columns_for(width: int, sparks: Sparks | None = None, views: Sequence[ModelView] = ()) -> tuple[Column, ...]:
     """The column set for a terminal ``width`` (80 columns shows the essentials); ``sparks``
-    fills the VRAM 1m column (from ``SPARK_MIN_COLUMNS``)."""
+    fills the VRAM 1m column (from ``SPARK_MIN_COLUMNS``).
+
+    Columns share the width by need: when a name in ``views`` is longer than the NAME column,
+    the other columns give up the cells their header and cells do not use (widest slack first),
+    so a name is cut only when the terminal has no room left for it."""
+    return _fit_names(_column_set(width, sparks), width, views)
+
+
+def _fit_names(cols: tuple[Column, ...], width: int, views: Sequence[ModelView]) -> tuple[Column, ...]:
+    """``cols`` with NAME widened to the longest name in ``views``, as far as ``width`` allows."""
+    if not views or cols[0].key != "name":
+        return cols
+    want = min(NAME_MAX, max(cell_len(safe(v.name)) for v in views))
+    name = cols[0]
+    room = width - sum(c.width + 2 for c in cols) - 3  # + 2 for the vertical scrollbar + 1 spare
+    grow = min(want - name.width, max(0, room))
+    if want <= name.width:
+        return cols
+    widths = [c.width for c in cols]
+    short = want - name.width - grow
+    if short > 0:  # take what the other columns do not use, widest slack first
+        slack = sorted(((c.width - _need(c, views), i) for i, c in enumerate(cols) if i), reverse=True)
+        for spare, i in slack:
+            if short <= 0 or spare <= 0:
+                break
+            take = min(spare, short)
+            widths[i] -= take
+            short -= take
+            grow += take
+    name_w = name.width + grow
+    out = [Column("name", name.label, name_w, _name(name_w))]
+    out += [Column(c.key, c.label, w, c.cell) for c, w in zip(cols[1:], widths[1:])]
+    return tuple(out)
+
+
+def _need(col: Column, views: Sequence[ModelView]) -> int:
+    """Cells a column's header and cells use (never more than its width)."""
+    widest = cell_len(col.label)
+    for v in views:
+        cell = col.cell(v, {})
+        widest = max(widest, cell.cell_len if isinstance(cell, Text) else cell_len(cell))
+    return min(col.width, widest)
+
+
+def _column_set(width: int, sparks: Sparks | None) -> tuple[Column, ...]:
+    """The columns for ``width`` at their usual widths (NAME takes what the others leave)."""
     spark = Column("spark", "VRAM 1m", SPARK_CELLS, _spark(sparks or {}))
     # NAME gets what the fixed columns leave: their widths + 2 cells of padding per column
     # + 2 for the vertical scrollbar + 1 spare
@@ -197,7 +248,7 @@ class ModelsTable(DataTable[Text | str]):
     def show(self, views: tuple[ModelView, ...], width: int, sparks: Sparks | None = None) -> None:
         """Replace the rows (and the columns when the width class changed); ``sparks``: each
         model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``."""
-        cols = columns_for(width, sparks)
+        cols = columns_for(width, sparks, views)
         signature = tuple((c.key, c.width) for c in cols)
         colors = dict(self.app.theme_variables)
         shown_sparks = tuple(sorted((sparks or {}).items())) if any(c.key == "spark" for c in cols) else ()
