@@ -39,7 +39,7 @@ async def _rows(line: str) -> list[tuple[str, str]]:
         for i in range(pane.row_count):
             kind, detail = pane.get_row_at(i)[1:3]
             assert isinstance(kind, Text) and isinstance(detail, Text)
-            out.append((kind.plain, detail.plain))
+            out.append((kind.plain, pane.detail(i)))  # the cell shows it wrapped
         return out
 
 

@@ -1,5 +1,6 @@
 """Events pane (toggle ``l``): the active alerts with every fix, then the parsed log events,
-newest first, warnings highlighted."""
+newest first, warnings highlighted. Each row's detail wraps at whole words in the DETAIL column
+(the row grows), so an alert and its fixes are read in full at any width."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ from kvtop.model.alerts import Alert
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
 from kvtop.ui.format import safe
+from kvtop.ui.widgets.hanging import hang_wrap
 
 MAX_ROWS = 300
+
+KIND_WIDTH = 24
+"""The widest EVENT column (longer kinds end in an ellipsis)."""
+
+MIN_KIND_WIDTH = 5
 
 
 class EventsPane(DataTable[Text]):
@@ -30,22 +37,61 @@ class EventsPane(DataTable[Text]):
         super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
         self.raw = False
         self._shown: tuple[object, ...] | None = None
+        self._kind_width = KIND_WIDTH
+        self._details: list[Text] = []
 
     def on_mount(self) -> None:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
         self.add_column("TIME", width=8, key="time")
-        self.add_column("EVENT", width=24, key="kind")
+        self.add_column("EVENT", width=self._kind_width, key="kind")
         self.add_column("DETAIL", key="detail")
+
+    def detail(self, row: int) -> str:
+        """The full detail text of a row, as one line (the cell shows it wrapped)."""
+        return self._details[row].plain
+
+    def _width(self) -> int:
+        """Columns the pane spans (the terminal's: the pane is as wide as the screen)."""
+        try:
+            return self.app.size.width
+        except Exception:  # noqa: BLE001 - not running
+            return 120
 
     def show(self, log: LogState, needle: str = "", alerts: Sequence[Alert] = ()) -> None:
         """Render the active ``alerts`` (each with every fix), then the newest events; both
         filtered by ``needle`` (kind or text, case-insensitive). Alerts about the whole server
         (no model) are read here in full; the alert bar has room for one."""
+        width = self._width()
         key = (log.recent[-1].line_no if log.recent else None, len(log.recent), log.lines, needle, self.raw,
-               log.source, log.status, tuple(alerts))
+               log.source, log.status, tuple(alerts), width)
         if key == self._shown:
             return
         self._shown = key
-        self.clear()
+        rows: list[tuple[Text, Text, Text]] = []
+        self._collect(rows, log, needle, alerts)
+        # EVENT as wide as its widest cell (up to KIND_WIDTH); DETAIL takes the rest and its text
+        # wraps there, whole words on each line, so an alert and its fixes are read in full
+        kind_w = max(MIN_KIND_WIDTH, min(KIND_WIDTH, max((r[1].cell_len for r in rows), default=0)))
+        if kind_w != self._kind_width:
+            self._kind_width = kind_w
+            self.clear(columns=True)
+            self._add_columns()
+        else:
+            self.clear()
+        detail_w = max(20, width - (8 + 2) - (kind_w + 2) - 2 - 2)  # cell padding, the vertical scrollbar
+        self._details = []
+        for when, kind, detail in rows:
+            wrapped = hang_wrap(detail, detail_w)
+            self._details.append(detail)
+            kind.truncate(kind_w, overflow="ellipsis")
+            self.add_row(when, kind, wrapped, height=len(wrapped.plain.split("\n")))
+
+    def _collect(self, rows: list[tuple[Text, Text, Text]], log: LogState, needle: str,
+                 alerts: Sequence[Alert]) -> None:
+        """The pane's rows (time, event, detail) before wrapping: the alerts with their fixes,
+        then the newest events (or raw lines), filtered by ``needle``."""
         colors = self.app.theme_variables
         n = 0
         needle = needle.strip().lower()
@@ -56,21 +102,21 @@ class EventsPane(DataTable[Text]):
             style = f"bold {colors.get('kv-crit' if alert.severity == 'critical' else 'kv-warn', '')}"
             mark = {"critical": "✖", "warning": "▲"}.get(alert.severity, "ℹ")
             since = datetime.fromtimestamp(alert.since).strftime("%H:%M:%S") if alert.since else ""
-            self.add_row(Text(since), Text(f"{mark} {alert.kind}", style=style), Text(safe(text, 400)))
+            rows.append((Text(since), Text(f"{mark} {alert.kind}", style=style), Text(safe(text, 400))))
             for fix in alert.fixes:
                 verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
-                self.add_row(Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits else ""),
-                             Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400)))
+                rows.append((Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits else ""),
+                             Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400))))
         if self.raw:  # every line as read, parsed or not, newest first
             for i, line in enumerate(reversed(log.raw)):
                 if needle and needle not in line.lower():
                     continue
-                self.add_row(Text(f"-{i}" if i else "last"), Text("raw"), Text(safe(line, 400)))
+                rows.append((Text(f"-{i}" if i else "last"), Text("raw"), Text(safe(line, 400))))
                 n += 1
                 if n >= MAX_ROWS:
                     break
             if n == 0:
-                self.add_row(Text(""), Text("—"), Text("no raw lines yet"))
+                rows.append((Text(""), Text("—"), Text("no raw lines yet")))
             return
         for event in reversed(log.recent):
             text = event.raw if self.raw else describe(event)
@@ -81,13 +127,13 @@ class EventsPane(DataTable[Text]):
             if event.kind in ("oom", "load_failed"):
                 style = f"bold {colors.get('kv-crit', '')}"
             when = event.time.strftime("%H:%M:%S") if event.time else f"#{event.line_no}"
-            self.add_row(Text(when), Text(event.kind, style=style), Text(safe(text, 400), style=style if warn else ""))
+            rows.append((Text(when), Text(event.kind, style=style), Text(safe(text, 400), style=style if warn else "")))
             n += 1
             if n >= MAX_ROWS:
                 break
         if n == 0:
             what = safe(log.status or ("no events yet" if log.source else "no server log: start kvtop with --log"), 200)
-            self.add_row(Text(""), Text("—"), Text(what))
+            rows.append((Text(""), Text("—"), Text(what)))
 
     def event_count(self) -> int:
         """Rows shown (for tests)."""

@@ -1,0 +1,44 @@
+"""Issue 15 item 4: the events pane shows alert and fix texts in full, wrapped at whole words."""
+
+from __future__ import annotations
+
+import pytest
+from rich.text import Text
+
+from kvtop.config import Settings
+from kvtop.ui.app import make_app
+from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.models_table import ModelsTable
+from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
+from tests.ui.screen_text import screen_lines
+from tests.ui.test_plan_screen import wait_for
+
+
+@pytest.mark.parametrize("size", [(80, 40), (120, 40)])
+async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tuple[int, int]) -> None:
+    app = make_app(Settings(host_url=HOST, interval_s=0.25), FakeSource(snapshot_at(step_index("spills")), hold=True))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        await pilot.press("l")
+        pane = app.dashboard.query_one(EventsPane)
+        await wait_for(pilot, lambda: pane.row_count >= 2)
+        spill = next(a for a in app.state.alerts if a.kind == "spill")
+        wanted = [f"{spill.model}: {spill.message}",
+                  *(f"{f.action} — {f.detail}" for f in spill.fixes)]
+        details: list[str] = []
+        for i in range(pane.row_count):
+            cell = pane.get_row_at(i)[2]
+            assert isinstance(cell, Text)
+            lines = cell.plain.split("\n")
+            assert all(len(line) <= size[0] - 10 - 7 - 4 for line in lines), lines  # inside the DETAIL column
+            joined = " ".join(line.strip() for line in lines)
+            assert joined == pane.detail(i)  # broken at spaces only: no word is cut
+            details.append(joined)
+        for text in wanted:
+            assert any(d.startswith(text) for d in details), (text, details)
+        assert any("\n" in pane.get_row_at(i)[2].plain for i in range(pane.row_count))  # some did need wrapping
+        await pilot.pause(0.1)
+        shown = "\n".join(screen_lines(app))
+        first_words = spill.message.split()[:4]
+        assert " ".join(first_words) in shown
+        assert all(len(line) <= size[0] for line in screen_lines(app))
