@@ -18,7 +18,7 @@ from kvtop.model import kv
 from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.loads import Load
-from kvtop.model.alerts import DEFAULT_THRESHOLDS, Alert, Thresholds, evaluate
+from kvtop.model.alerts.types import DEFAULT_THRESHOLDS, Alert, Thresholds
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model import ladder
 from kvtop.model.known import Known
@@ -203,9 +203,11 @@ def initial_state(host_url: str, alert_settings: Mapping[str, Any], naive_tz: tz
 
 
 def with_alerts(state: AppState) -> AppState:
-    """The state with its alerts re-evaluated (``since`` carried over from the previous ones)."""
-    alerts = evaluate(state, state.thresholds, state.alerts, naive_tz=state.naive_tz)
-    return state if alerts == state.alerts else dataclasses.replace(state, alerts=alerts)
+    """The state with its alerts re-evaluated: ``kvtop.model.alerts.evaluate_state`` (``since``
+    carried over from the previous ones; the same object when they did not change)."""
+    from kvtop.model.alerts import evaluate_state  # evaluation reads the state: imported when called
+
+    return evaluate_state(state)
 
 
 def apply(state: AppState, snap: OllamaSnapshot) -> AppState:

@@ -1,0 +1,45 @@
+"""How alert messages write numbers: the model keeps bytes and seconds; alert messages are the one
+place in ``kvtop.model`` that writes them (binary units, as the dashboard)."""
+
+from __future__ import annotations
+
+
+def ib(n: int | None) -> str:
+    """``4.0 GiB``, ``448 MiB``, ``512 B``; ``?`` for None (binary units, as the dashboard)."""
+    if n is None:
+        return "?"
+    value = float(abs(n))
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    unit = 0
+    while value >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    sign = "−" if n < 0 else ""
+    if unit == 0:
+        return f"{sign}{int(value)} B"
+    return f"{sign}{value:.0f} {units[unit]}" if value >= 100 else f"{sign}{value:.1f} {units[unit]}"
+
+
+def delta(n: int) -> str:
+    """``+1.2 GiB`` / ``−2.0 GiB`` (a real minus sign)."""
+    return ("+" if n >= 0 else "−") + ib(abs(n))
+
+
+def slots(n: int) -> str:
+    """``1 slot`` / ``4 slots``."""
+    return f"{n} slot" if n == 1 else f"{n} slots"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 prompt`` / ``3 prompts`` (``word`` takes an ``s``)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def minutes(seconds: float) -> str:
+    """``15 min`` from 60 s on, else ``30 s``."""
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+def short_blob(blob: str) -> str:
+    """A weights blob name cut to ``sha256-`` and 12 hex digits plus ``…``."""
+    return blob[:19] + "…" if len(blob) > 19 else blob
