@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import functools
 import ipaddress
 import os
 import signal
@@ -281,6 +282,7 @@ LABEL_MAX_CHARS = 256
 _LABEL_UNSAFE = frozenset(("Cc", "Cf", "Cs", "Co"))
 
 
+@functools.lru_cache(maxsize=8192)
 def label_value(text: str) -> str:
     """``text`` made safe as a label value: every control, format (bidi overrides, zero-width),
     surrogate and private-use character becomes U+FFFD; other printable text (any script, emoji)
@@ -329,7 +331,39 @@ def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
     _add(fams, "kvtop_model_decode_tokens_per_second", base, v.decode_tps.value)
 
 
-def _host_metrics(fams: Mapping[str, Metric], hv: HostView) -> None:
+ModelMemo = dict[tuple[str, str, str], tuple[ModelView, dict[str, list[Any]]]]
+"""(host, model name, digest) -> (the model's view, its samples by family) of the previous build."""
+
+
+class _Scratch(dict[str, Metric]):
+    """Families made on first use: where one model's samples are collected for the memo."""
+
+    def __missing__(self, name: str) -> Metric:
+        spec = _SPECS[name]
+        cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+        fam = self[name] = cls(spec.name, spec.help, labels=spec.labels)
+        return fam
+
+
+def _memo_model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView, memo: ModelMemo,
+                        kept: ModelMemo) -> None:
+    """``_model_metrics``, reusing the samples of the previous build when the model's view is
+    equal (every figure the same: most models, poll after poll)."""
+    key = (host, v.name, v.digest)
+    old = memo.get(key)
+    if old is not None and (old[0] is v or old[0] == v):
+        by_family = old[1]
+    else:
+        scratch = _Scratch()
+        _model_metrics(scratch, host, v)
+        by_family = {name: fam.samples for name, fam in scratch.items()}
+    kept[key] = (v, by_family)
+    for name, samples in by_family.items():
+        fams[name].samples.extend(samples)
+
+
+def _host_metrics(fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | None = None,
+                  kept: ModelMemo | None = None) -> None:
     host, state = hv.url, hv.state
     snap: OllamaSnapshot | None = state.ollama
     _add(fams, "kvtop_server_up", (host,), 1 if state.reachable else 0)
@@ -345,7 +379,10 @@ def _host_metrics(fams: Mapping[str, Metric], hv: HostView) -> None:
         _add(fams, "kvtop_server_last_success_timestamp_seconds", (host,), state.last_ok.taken_at)
     if state.reachable:
         for v in state.models:
-            _model_metrics(fams, host, v)
+            if memo is not None and kept is not None:
+                _memo_model_metrics(fams, host, v, memo, kept)
+            else:
+                _model_metrics(fams, host, v)
     if hv.log:
         _add(fams, "kvtop_log_up", (host, state.log.source or ""), 1 if state.log.ok else 0)
         _add(fams, "kvtop_log_lines_total", (host,), state.log.lines)
@@ -380,8 +417,9 @@ def _gpu_metrics(fams: Mapping[str, Metric], gpu: GpuSnapshot) -> None:
         _add(fams, "kvtop_system_swap_used_bytes", (), gpu.system.swap_used_bytes)
 
 
-def build_metrics(hosts: Iterable[HostView], gpu: GpuSnapshot | None, *, scrapes: int | None = 0) -> list[Metric]:
-    """The metric families for one scrape, from the latest views only (pure: no I/O, no poll).
+def build_metrics(hosts: Iterable[HostView], gpu: GpuSnapshot | None, *, scrapes: int | None = 0,
+                  memo: ModelMemo | None = None) -> list[Metric]:
+    """The metric families for one scrape, from the latest views only (no I/O, no poll).
 
     Args:
         hosts: One view per server, in ``--host`` order.
@@ -389,16 +427,24 @@ def build_metrics(hosts: Iterable[HostView], gpu: GpuSnapshot | None, *, scrapes
             or before the first one.
         scrapes: Scrapes served so far, this one included; None leaves
             ``kvtop_exporter_scrapes_total`` out (:class:`MetricsCache` adds it per scrape).
+        memo: The per-model samples of the previous build (:class:`MetricsCache` keeps it): a
+            model whose view is equal reuses them. It is replaced in place by this build's (the
+            models exported now only). None builds every sample.
 
     Returns:
-        The families of :data:`METRICS` that have samples, in that order.
+        The families of :data:`METRICS` that have samples, in that order (the same with or
+        without ``memo``).
     """
     t0 = time.perf_counter()
     fams = _families()
     _add(fams, "kvtop_exporter_info", (__version__,), 1)
     _add(fams, "kvtop_exporter_scrapes_total", (), scrapes)
+    kept: ModelMemo | None = {} if memo is not None else None
     for hv in hosts:
-        _host_metrics(fams, hv)
+        _host_metrics(fams, hv, memo, kept)
+    if memo is not None and kept is not None:
+        memo.clear()
+        memo.update(kept)
     if gpu is not None:
         _gpu_metrics(fams, gpu)
     _add(fams, "kvtop_exporter_collect_duration_seconds", (), time.perf_counter() - t0)
@@ -452,9 +498,9 @@ class _Families:
 _OPENMETRICS_EOF = b"# EOF\n"
 
 SCRAPED_RECENTLY_S = 300.0
-"""A scrape within this many seconds makes the exporter render ``/metrics`` right after each poll
-(:meth:`MetricsCache.prerender`), so scrapes are served from cache; with no scraper it renders
-nothing until one comes."""
+"""A scrape within this many seconds makes the exporter render ``/metrics`` after the poll that
+precedes the next expected scrape (:meth:`MetricsCache.prerender`), so scrapes are served from
+cache; with no scraper it renders nothing until one comes."""
 
 CACHED_FORMATS = 4
 """Encodings (text, OpenMetrics, their versions) kept rendered at once; a scraper asking for yet
@@ -463,30 +509,46 @@ another one evicts the oldest."""
 
 @dataclass
 class _Rendered:
-    """One encoding of the cached families: the body without the per-scrape counter, and the
-    gzip stream of that prefix (compressor state included, copied per scrape to append the tail)."""
+    """One encoding of the cached families: its encoder, whether it is OpenMetrics (its body ends
+    in ``# EOF``, added per scrape after the counter), the body without the per-scrape counter, and
+    (once a scraper asked for gzip) the gzip stream of that prefix with the compressor's state,
+    copied per scrape to append the tail."""
 
-    prefix: bytes
-    openmetrics: bool
-    gzip_head: bytes | None = None
+    encoder: Callable[[Any], bytes]
+    prefix: bytes = b""
+    openmetrics: bool = False
+    gzip: bool = False
+    gzip_head: bytes = b""
     gzip_state: Any = None
+    stable: tuple[str, ...] = ()
+    """Names of the families that were unchanged at the previous render (they lead the body)."""
+    stable_head: bytes = b""
+    stable_state: Any = None
+    """The gzip output and compressor state after the ``stable`` families: when the same families
+    are unchanged again (the steady state: only poll counters and timestamps move), only the
+    changed ones are compressed."""
+    families: dict[str, tuple[list[Any], bytes]] = field(default_factory=dict)
+    """Family name -> (its samples, its encoded text) of the previous render: a family whose
+    samples did not change since (most of them, poll after poll) is not encoded again."""
 
 
 class MetricsCache:
     """The ``/metrics`` body, rendered once per change of the exported state and served from cache.
 
     A render (:func:`build_metrics` plus prometheus-client's encoder: about 15 ms of CPU at 100
-    models) happens only when the pollers published a new state since the last one: after each
-    poll (:meth:`invalidate`) whenever a scraper came within ``SCRAPED_RECENTLY_S``
-    (:meth:`prerender`), else on the first scrape that finds the cache stale. Every other scrape
-    copies the cached bytes and appends the one per-scrape sample,
-    ``kvtop_exporter_scrapes_total``. The GPU telemetry in the body is as of the latest render
-    (at most one interval old). Thread-safe: scrapes run in the HTTP workers, :meth:`invalidate`
-    and :meth:`prerender` on the event loop.
+    models) happens only when a poll published a new state since the last one (:meth:`invalidate`),
+    and then at most once: right after the poll when the next scrape is due before the next poll
+    (:meth:`prerender`: the scrape period is learnt from the last scrapes, so a Prometheus
+    scraping every 15 s of a 1 s poll costs one render per scrape, not fifteen), else on the
+    first scrape that finds the cache stale. Every other scrape copies the cached bytes and
+    appends the one per-scrape sample, ``kvtop_exporter_scrapes_total``. The GPU telemetry in
+    the body is as of the latest render (at most one interval old). Thread-safe: scrapes run in
+    the HTTP workers, :meth:`invalidate` and :meth:`prerender` on the event loop.
 
     Attributes:
         renders: Renders of the families so far (each one :func:`build_metrics` call).
-        encodes: Encodings of rendered families (one per format asked for per render).
+        encodes: Encodings of rendered families (one per render per format scrapers asked for, at
+            most ``CACHED_FORMATS``; a prerender encodes them all, so the scrape only copies).
         served: Scrapes answered from this cache.
     """
 
@@ -498,7 +560,9 @@ class MetricsCache:
         self._key: tuple[Any, ...] = ()
         self._dirty = True
         self._formats: dict[str, _Rendered] = {}
+        self._memo: ModelMemo = {}
         self._last_scrape: float | None = None
+        self._scrape_period: float | None = None
         self.renders = 0
         self.encodes = 0
         self.served = 0
@@ -513,27 +577,86 @@ class MetricsCache:
         last = self._last_scrape
         return last is not None and self._clock() - last < SCRAPED_RECENTLY_S
 
-    def prerender(self) -> bool:
-        """Render now if the state changed and a scraper came recently; True when it rendered."""
+    def prerender(self, next_poll_in_s: float | None = None) -> bool:
+        """Render now if the state changed, a scraper came recently and (when ``next_poll_in_s``
+        is given) the next scrape is expected before the next poll: within ``next_poll_in_s``
+        seconds, give or take a quarter of that (or a tenth of the scrape period, if less). The
+        scrape period is learnt from the scrapes; until two came, or once two expected scrapes
+        did not come, nothing is prerendered.
+
+        Returns:
+            True when it rendered.
+        """
         if not (self._dirty and self.scraped_recently):
             return False
+        last, period = self._last_scrape, self._scrape_period
+        if next_poll_in_s is not None:
+            if last is None or period is None:
+                return False
+            spare = min(0.1 * period, 0.25 * next_poll_in_s)
+            now = self._clock()
+            if now + next_poll_in_s + spare < last + period:
+                return False  # another poll comes before the next scrape: it renders then
+            if now > last + 2 * period + next_poll_in_s:
+                return False  # two scrapes missed: the scraper left (the next one renders, if any)
         with self._lock:
             return self._refresh_locked()
 
     def _refresh_locked(self) -> bool:
+        """Render the families again if the views changed, and every encoding scrapers asked for."""
         views, gpu = self._collector.latest()
         key = (*views, gpu)
         fresh = self._families is not None and len(key) == len(self._key) and all(
             a is b for a, b in zip(key, self._key))
-        if fresh:
-            self._dirty = False
-            return False
-        self._families = build_metrics(views, gpu, scrapes=None)
-        self._key = key
         self._dirty = False
-        self._formats.clear()
+        if fresh:
+            return False
+        self._families = build_metrics(views, gpu, scrapes=None, memo=self._memo)
+        self._key = key
         self.renders += 1
+        for rendered in self._formats.values():
+            self._encode(rendered)
         return True
+
+    def _encode(self, rendered: _Rendered) -> None:
+        """Encode the families for ``rendered``'s format, reusing the text of unchanged families.
+
+        The families unchanged since the previous render come first (in catalogue order), then
+        the changed ones: the body's order of families carries no meaning in either format, and
+        this way the gzip stream of an unchanged leading run is reused too.
+        """
+        assert self._families is not None
+        stable: list[tuple[str, bytes]] = []
+        changed: list[tuple[str, bytes]] = []
+        kept: dict[str, tuple[list[Any], bytes]] = {}
+        for fam in self._families:
+            key = fam.samples  # Sample tuples (name, labels, value, ...): compared in C
+            old = rendered.families.get(fam.name)
+            if old is not None and old[0] == key:
+                stable.append((fam.name, old[1]))
+                text = old[1]
+            else:
+                text = rendered.encoder(_Families([fam]))
+                if rendered.openmetrics and text.endswith(_OPENMETRICS_EOF):
+                    text = text[: -len(_OPENMETRICS_EOF)]
+                changed.append((fam.name, text))
+            kept[fam.name] = (key, text)
+        rendered.families = kept
+        stable_names = tuple(name for name, _ in stable)
+        stable_text = b"".join(text for _, text in stable)
+        changed_text = b"".join(text for _, text in changed)
+        rendered.prefix = stable_text + changed_text
+        if rendered.gzip:
+            if stable_names and stable_names == rendered.stable and rendered.stable_state is not None:
+                comp = rendered.stable_state.copy()
+                head = rendered.stable_head
+            else:
+                comp = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip member; level 1: 3x faster than 6
+                head = comp.compress(stable_text)
+                rendered.stable, rendered.stable_head, rendered.stable_state = stable_names, head, comp.copy()
+            rendered.gzip_head = head + comp.compress(changed_text)
+            rendered.gzip_state = comp
+        self.encodes += 1
 
     def body(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, list[tuple[str, str]]]:
         """One scrape's body and headers (``Content-Type``, and ``Content-Encoding: gzip`` when
@@ -541,37 +664,36 @@ class MetricsCache:
         from prometheus_client.exposition import choose_encoder, gzip_accepted
 
         encoder, content_type = choose_encoder(accept or "")
+        gzip_wanted = gzip_accepted(accept_encoding or "")
         scrapes = self._collector.count_scrape()
         with self._lock:
-            self._last_scrape = self._clock()
+            now = self._clock()
+            if self._last_scrape is not None:
+                gap = now - self._last_scrape
+                self._scrape_period = gap if self._scrape_period is None else 0.5 * (self._scrape_period + gap)
+            self._last_scrape = now
             self.served += 1
             if self._dirty or self._families is None:
                 self._refresh_locked()
-            assert self._families is not None
             rendered = self._formats.get(content_type)
-            if rendered is None:
-                text = encoder(_Families(self._families))
-                om = text.endswith(_OPENMETRICS_EOF)
-                rendered = _Rendered(prefix=text[: -len(_OPENMETRICS_EOF)] if om else text, openmetrics=om)
-                while len(self._formats) >= CACHED_FORMATS:
-                    del self._formats[next(iter(self._formats))]
-                self._formats[content_type] = rendered
-                self.encodes += 1
-            gzip_wanted = gzip_accepted(accept_encoding or "")
-            if gzip_wanted and rendered.gzip_state is None:
-                comp = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip member
-                rendered.gzip_head = comp.compress(rendered.prefix)
-                rendered.gzip_state = comp
+            if rendered is None or (gzip_wanted and not rendered.gzip):
+                if rendered is None:
+                    while len(self._formats) >= CACHED_FORMATS:
+                        del self._formats[next(iter(self._formats))]
+                    rendered = self._formats[content_type] = _Rendered(
+                        encoder, openmetrics=encoder(_Families(())) == _OPENMETRICS_EOF)
+                rendered.gzip = rendered.gzip or gzip_wanted
+                self._encode(rendered)
+            prefix, openmetrics, head = rendered.prefix, rendered.openmetrics, rendered.gzip_head
             comp = rendered.gzip_state.copy() if gzip_wanted else None
         tail = encoder(_Families([_scrapes_family(scrapes)]))
-        if not rendered.openmetrics and tail.endswith(_OPENMETRICS_EOF):
+        if not openmetrics and tail.endswith(_OPENMETRICS_EOF):
             tail = tail[: -len(_OPENMETRICS_EOF)]
         headers = [("Content-Type", content_type)]
         if comp is not None:
-            assert rendered.gzip_head is not None
             headers.append(("Content-Encoding", "gzip"))
-            return rendered.gzip_head + comp.compress(tail) + comp.flush(), headers
-        return rendered.prefix + tail, headers
+            return head + comp.compress(tail) + comp.flush(), headers
+        return prefix + tail, headers
 
 
 def _scrapes_family(scrapes: int) -> Metric:
@@ -687,9 +809,11 @@ class Exporter:
             p.on_poll = self._polled
 
     def _polled(self) -> None:
-        """After a host's poll: the cached body is stale; render it now if a scraper is about."""
+        """After a host's poll: the cached body is stale; render it now if a scrape is due before
+        the next poll."""
         self.cache.invalidate()
-        self.cache.prerender()
+        took = max((p.view.poll_duration_s or 0.0 for p in self.pollers), default=0.0)
+        self.cache.prerender(self.interval_s + took)  # a poll sleeps the interval after its sample
 
     async def _poll_gpu(self) -> None:
         assert self.gpu_source is not None and self.proc_source is not None

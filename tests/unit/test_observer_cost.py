@@ -202,7 +202,7 @@ async def test_cached_openmetrics_and_gzip_bodies_are_whole() -> None:
         assert _scrapes(fams) == 2 + 2 * i
         gz_plain, headers = cache.body(None, "gzip, deflate")
         assert _samples(_parse(gzip.decompress(gz_plain))) == _samples(_parse(plain))
-    assert cache.renders == 1 and cache.encodes == 2  # text and OpenMetrics, each encoded once
+    assert cache.renders == 1 and cache.encodes == 3  # text; OpenMetrics with gzip; text again once gzip was asked
 
 
 async def test_prerender_only_while_a_scraper_is_about() -> None:
@@ -263,3 +263,91 @@ def test_the_wsgi_app_serves_the_cache_and_filters_by_name_uncached() -> None:
     get("name[]=kvtop_exporter_info")  # prometheus-client's own (uncached) app answers filters
     assert seen[-1][0] == "200 OK"
     assert cache.served == 1
+
+
+async def test_prerender_follows_the_scrape_period_not_the_poll_interval() -> None:
+    state = await state_at(4)
+    views = [HostView(url=HOST, local=False, log=False, state=state)]
+    now = [0.0]
+    cache = MetricsCache(KvtopCollector(lambda: views, lambda: None), clock=lambda: now[0])
+    polls = 0
+    for second in range(1, 121):  # a 1 s poll for two minutes, a scraper every 15 s
+        now[0] = float(second)
+        views[0] = dataclasses.replace(views[0], polls=second)
+        cache.invalidate()
+        cache.prerender(next_poll_in_s=1.0)
+        polls += 1
+        if second % 15 == 0:  # half a second after this poll
+            now[0] += 0.5
+            before = cache.renders
+            cache.body(None, None)
+            if second > 30:  # the period is known: the poll before the scrape rendered it
+                assert cache.renders == before, second
+    assert cache.served == 8
+    assert cache.renders == cache.served < polls  # one per scrape, not one per poll
+
+
+async def test_prerendering_stops_when_the_scraper_leaves() -> None:
+    state = await state_at(4)
+    views = [HostView(url=HOST, local=False, log=False, state=state)]
+    now = [0.0]
+    cache = MetricsCache(KvtopCollector(lambda: views, lambda: None), clock=lambda: now[0])
+    for t in (0.0, 0.2, 0.4):  # a burst of scrapes, then none
+        now[0] = t
+        cache.body(None, None)
+    renders = cache.renders
+    for second in range(1, 60):
+        now[0] = float(second)
+        views[0] = dataclasses.replace(views[0], polls=second)
+        cache.invalidate()
+        cache.prerender(next_poll_in_s=1.0)
+    assert cache.renders <= renders + 1  # the first poll after the burst, in case it goes on; then none
+
+
+async def test_the_model_memo_changes_nothing_exported() -> None:
+    from kvtop.export.prometheus import ModelMemo, build_metrics
+
+    state = await state_at(4)
+    hv = HostView(url=HOST, local=False, log=False, state=state)
+
+    def samples(fams: list[Any]) -> list[Any]:
+        return [(f.name, list(f.samples)) for f in fams if f.name != "kvtop_exporter_collect_duration_seconds"]
+
+    memo: ModelMemo = {}
+    plain = samples(build_metrics([hv], None))
+    assert samples(build_metrics([hv], None, memo=memo)) == plain
+    assert len(memo) == 3
+    reused = {k: v[1] for k, v in memo.items()}
+    assert samples(build_metrics([hv], None, memo=memo)) == plain
+    assert all(memo[k][1] is reused[k] for k in memo)  # equal views: their samples are reused
+    first = state.models[0]
+    changed = dataclasses.replace(state, models=(dataclasses.replace(first, size_bytes=(first.size_bytes or 0) + 1),
+                                                 state.models[1]))
+    hv2 = HostView(url=HOST, local=False, log=False, state=changed)
+    assert samples(build_metrics([hv2], None, memo=memo)) == samples(build_metrics([hv2], None))
+    assert len(memo) == 2  # the unloaded model is forgotten
+    assert memo[(HOST, first.name, first.digest)][1] is not reused[(HOST, first.name, first.digest)]
+
+
+async def test_gzip_bodies_stay_whole_across_renders_that_reuse_the_stable_families() -> None:
+    from prometheus_client import generate_latest
+
+    state = await state_at(4)
+    views = [HostView(url=HOST, local=False, log=False, state=state)]
+    collector = KvtopCollector(lambda: views, lambda: None)
+    cache = MetricsCache(collector)
+    om = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    for i in range(6):
+        views[0] = dataclasses.replace(views[0], polls=i, poll_duration_s=0.01 * i)
+        if i == 3:  # one model changes once: the stable run differs, then settles again
+            first = state.models[0]
+            views[0] = dataclasses.replace(views[0], state=dataclasses.replace(state, models=(
+                dataclasses.replace(first, size_bytes=(first.size_bytes or 0) + 1), *state.models[1:])))
+        cache.invalidate()
+        for accept in (None, om):
+            body, _ = cache.body(accept, "gzip")
+            text = gzip.decompress(body).decode()  # CRC and length checked
+            fams = {f.name: f for f in (om_families(text) if accept else text_string_to_metric_families(text))}
+            expected = _parse(generate_latest(make_registry(collector)))
+            assert _samples(fams) == _samples(expected), i
+    assert cache.renders == 6
