@@ -454,9 +454,13 @@ def match_runners(procs: ProcSnapshot | None, models: Sequence[ModelView]) -> di
     out: dict[int, RunnerMatch] = {}
     if procs is None:
         return out
+    by_blob: dict[str, list[ModelView]] = {}
+    for m in models:
+        if m.model_blob is not None:
+            by_blob.setdefault(m.model_blob, []).append(m)
     for r in procs.runners:
         if r.blob is not None:
-            candidates = [m for m in models if m.model_blob == r.blob]
+            candidates = list(by_blob.get(r.blob, ()))
             what = f"--model {r.blob[:19]}…"
         elif r.model_name is not None:
             candidates = [m for m in models if _name_matches(r.model_name, m.name)]
@@ -568,29 +572,41 @@ def gpu_views(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
 
 
 def model_gpu_usage(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
-                    models: Sequence[ModelView]) -> dict[tuple[str, str], ModelGpu]:
+                    models: Sequence[ModelView], *,
+                    views: Sequence[GpuView] | None = None) -> dict[tuple[str, str], ModelGpu]:
     """Each loaded model's runner PIDs and measured GPU memory, keyed by ``(name, digest)``.
 
     Every model gets an entry (with ``note`` saying why a figure is missing), so the detail view
-    can always show a line.
+    can always show a line. Linear in models, runners and GPU processes.
+
+    Args:
+        gpu: The GPU sample, None before one.
+        procs: The process sample taken with it.
+        models: The loaded models.
+        views: ``gpu_views(gpu, procs, models)`` when the caller has it already (else computed).
     """
     matches = match_runners(procs, models)
     pids_by_model: dict[tuple[str, str], list[int]] = {}
     for pid, match in matches.items():
         if match.model is not None:
             pids_by_model.setdefault(_model_key(match.model), []).append(pid)
-    views = gpu_views(gpu, procs, models)
+    if views is None:
+        views = gpu_views(gpu, procs, models)
+    on_gpus: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
+    for v in views:
+        for mg in v.models:
+            on_gpus.setdefault((mg.name, mg.digest), []).append((v.device.index, mg.measured_bytes))
+    listed = gpu is not None and gpu.ok and _processes_listed(gpu)
     out: dict[tuple[str, str], ModelGpu] = {}
     for m in models:
         key = _model_key(m)
         pids = tuple(sorted(pids_by_model.get(key, ())))
-        by_gpu = tuple((v.device.index, mg.measured_bytes) for v in views for mg in v.models if (mg.name, mg.digest) == key)
+        by_gpu = tuple(on_gpus.get(key, ()))
         measured: int | None = None
         if by_gpu and all(b is not None for _, b in by_gpu):
             measured = sum(b or 0 for _, b in by_gpu)
-        note = _usage_note(m, pids, by_gpu, measured, gpu, procs, matches)
-        if (measured is None and pids and not by_gpu and gpu is not None and gpu.ok and _processes_listed(gpu)
-                and procs is not None and not procs.namespace.mismatch):
+        note = _usage_note(m, pids, by_gpu, measured, gpu, procs, matches, listed)
+        if measured is None and pids and not by_gpu and listed and procs is not None and not procs.namespace.mismatch:
             measured = 0  # NVML lists processes and this runner is not among them: CPU only
         overhead = None if measured is None or m.size_vram_bytes is None or not measured else measured - m.size_vram_bytes
         out[key] = ModelGpu(name=m.name, digest=m.digest, runner_pids=pids, by_gpu=by_gpu, measured_bytes=measured,
@@ -607,7 +623,7 @@ def _processes_listed(gpu: GpuSnapshot) -> bool:
 
 def _usage_note(m: ModelView, pids: tuple[int, ...], by_gpu: tuple[tuple[int, int | None], ...],
                 measured: int | None, gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
-                matches: Mapping[int, RunnerMatch]) -> str:
+                matches: Mapping[int, RunnerMatch], listed: bool) -> str:
     if m.cloud:
         return "cloud model: no local runner"
     if procs is None:
@@ -629,7 +645,7 @@ def _usage_note(m: ModelView, pids: tuple[int, ...], by_gpu: tuple[tuple[int, in
     if procs.namespace.mismatch:
         return f"{runner}; {procs.namespace.note or 'NVML PIDs are not local PIDs'}"
     if not by_gpu:
-        return f"{runner}; not on any GPU NVML lists processes for" if _processes_listed(gpu) else \
+        return f"{runner}; not on any GPU NVML lists processes for" if listed else \
             f"{runner}; the driver gives no per-process GPU memory"
     if measured is None:
         return f"{runner}; the driver lists the process but not its memory"

@@ -560,6 +560,6 @@ def build(state: AppState, thresholds: Thresholds, naive_tz: tzinfo) -> Ctx:
     cutoff = None if now is None else now - max(thresholds.event_window_s, thresholds.churn_window_s)
     ctx.recent = [t for t in scan.timed if t.ts is None or cutoff is None or t.ts >= cutoff]
     if state.gpu is not None:
-        ctx.usage = model_gpu_usage(state.gpu, state.procs, state.models)
         ctx.gviews = gpu_views(state.gpu, state.procs, state.models)
+        ctx.usage = model_gpu_usage(state.gpu, state.procs, state.models, views=ctx.gviews)
     return ctx
