@@ -126,7 +126,9 @@ async def test_h_opens_z_cycles_escape_returns() -> None:
         await pilot.press("z")
         assert screen.window_s == 3600.0
         await pilot.pause(0.05)
-        assert "last 1 h" in (screen.query_one("#plot-gpu", PlotView).spec or gpu_spec(History(), 1, 1, 1)).title
+        # a few seconds of history: the axis spans what there is, not an hour of empty space
+        assert "last 30 s" in (screen.query_one("#plot-gpu", PlotView).spec or gpu_spec(History(), 1, 1, 1)).title
+        assert "1 h window, 30 s shown (all there is)" in str(screen.query_one("#history-title").render())
         await pilot.press("z")
         assert screen.window_s == 60.0
         await pilot.press("left")

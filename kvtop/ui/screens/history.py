@@ -31,6 +31,30 @@ MARKER_COLORS = {"load": "kv-ok", "unload": "kv-muted", "reload": "kv-warn"}
 WIDE_MIN_COLUMNS = 140
 """From this width the tok/s and KV plots sit side by side under the GPU plot."""
 
+NICE_SPANS_S: tuple[float, ...] = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+"""The x axis spans a short history is drawn over (the smallest that holds it)."""
+
+LINE_MARKERS: tuple[str, ...] = ("braille", "•", "×", "+", "o", "◆", "▪", "*")
+"""Without colours (NO_COLOR, the mono theme) each line series gets its own marker, in this order."""
+
+POINT_MARKERS: tuple[str, ...] = ("•", "×", "+", "o", "◆", "▪", "*", "#")
+"""Without colours, each point series (tok/s) gets its own marker."""
+
+
+def shown_span(history: History, window_s: float) -> float:
+    """The x axis span for ``window_s``: the window, or the smallest of ``NICE_SPANS_S`` that
+    holds the history kvtop has when it is shorter (no minutes of empty axis)."""
+    data = history.span_s()
+    return min(window_s, next((s for s in NICE_SPANS_S if s >= data), NICE_SPANS_S[-1]))
+
+
+def _marker(i: int, distinct: bool, points: bool = False) -> str | None:
+    """The i-th series' marker when series must differ by more than colour, else None (default)."""
+    if not distinct:
+        return None
+    markers = POINT_MARKERS if points else LINE_MARKERS
+    return markers[i % len(markers)]
+
 
 def _x(points: tuple[tuple[float, float], ...], end_s: float, scale: float) -> tuple[tuple[float, float], ...]:
     return tuple((t - end_s, v / scale) for t, v in points)
@@ -45,9 +69,14 @@ def _colors(history: History) -> dict[tuple[str, str], str]:
     return {key: PALETTE[i % len(PALETTE)] for i, key in enumerate(sorted(history.models))}
 
 
-def _markers(history: History, start_s: float, end_s: float) -> tuple[PlotMarker, ...]:
+MARKER_STYLES = {"load": "default", "unload": "dotted", "reload": "double"}
+"""Line style of each marker kind when colours cannot tell them apart."""
+
+
+def _markers(history: History, start_s: float, end_s: float, distinct: bool = False) -> tuple[PlotMarker, ...]:
     marks: list[Marker] = list(history.markers_between(start_s, end_s))
-    return tuple(PlotMarker(m.t_s - end_s, f"{m.kind} {safe(m.model, 40)}", MARKER_COLORS[m.kind]) for m in marks)
+    return tuple(PlotMarker(m.t_s - end_s, f"{m.kind} {safe(m.model, 40)}", MARKER_COLORS[m.kind],
+                            MARKER_STYLES[m.kind] if distinct else "default") for m in marks)
 
 
 def window_end(history: History, window_s: float, slots: int) -> float | None:
@@ -58,7 +87,7 @@ def window_end(history: History, window_s: float, slots: int) -> float | None:
     return math.ceil(history.latest_s / step) * step
 
 
-def gpu_spec(history: History, window_s: float, slots: int, gap_s: float) -> PlotSpec:
+def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distinct: bool = False) -> PlotSpec:
     """GPU memory used per device (driver figures) with each total as a reference line; without
     GPU telemetry, each model's ``/api/ps`` ``size_vram`` instead, saying why. Load / unload /
     reload markers on both."""
@@ -67,7 +96,7 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float) -> Plo
     if end is None:
         return PlotSpec(f"GPU memory · last {span}", window_s, empty="no sample yet: the first poll has not returned")
     start = end - window_s
-    markers = _markers(history, start, end)
+    markers = _markers(history, start, end, distinct)
     lines: list[PlotLine] = []
     devices = [d for d in sorted(history.devices.values(), key=lambda d: d.index) if d.used_bytes.window(start, end)]
     if devices:
@@ -77,7 +106,7 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float) -> Plo
             total = dev.total_bytes.latest
             latest = f"{ibytes(int(used[1]))}" + (f" of {ibytes(int(total[1]))}" if total else "") if used else ""
             lines.append(PlotLine(f"GPU {dev.index} used", _slice(dev.used_bytes, start, end, slots, GiB), color,
-                                  latest=latest))
+                                  latest=latest, marker=_marker(i, distinct)))
             if total is not None:
                 lines.append(PlotLine(f"GPU {dev.index} total", ((0.0, total[1] / GiB),), "kv-muted", "reference"))
         return PlotSpec(f"GPU memory, GiB (NVML) · last {span}", window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
@@ -88,7 +117,7 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float) -> Plo
             continue
         latest = series.vram_bytes.latest
         lines.append(PlotLine(series.name, pts, colors[series.key],
-                              latest=ibytes(int(latest[1])) if latest else ""))
+                              latest=ibytes(int(latest[1])) if latest else "", marker=_marker(len(lines), distinct)))
     why = history.gpu_note or "GPU telemetry: none yet"
     title = f"Model VRAM, GiB (/api/ps size_vram) · last {span} · {why}"
     if not lines:
@@ -96,7 +125,7 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float) -> Plo
     return PlotSpec(title, window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
 
 
-def tps_spec(history: History, window_s: float, slots: int, log_note: str) -> PlotSpec:
+def tps_spec(history: History, window_s: float, slots: int, log_note: str, distinct: bool = False) -> PlotSpec:
     """Decode tokens/s per model: one dot per timed request (runner log), with requests/min."""
     end = window_end(history, window_s, slots)
     span = span_text(window_s)
@@ -112,13 +141,14 @@ def tps_spec(history: History, window_s: float, slots: int, log_note: str) -> Pl
             continue
         rpm = series.requests_per_min.latest
         latest = f"{pts[-1][1]:,.1f}" + (f" · {int(rpm[1])} req/min" if rpm is not None else "")
-        lines.append(PlotLine(series.name, pts, colors[series.key], "points", latest))
+        lines.append(PlotLine(series.name, pts, colors[series.key], "points", latest,
+                              marker=_marker(len(lines), distinct, points=True)))
     if not lines:
         return PlotSpec(title, window_s, empty=f"no timed request in the last {span}: {log_note}")
-    return PlotSpec(title, window_s, "tok/s", tuple(lines), _markers(history, start, end))
+    return PlotSpec(title, window_s, "tok/s", tuple(lines), _markers(history, start, end, distinct))
 
 
-def kv_spec(history: History, window_s: float, slots: int, gap_s: float) -> PlotSpec:
+def kv_spec(history: History, window_s: float, slots: int, gap_s: float, distinct: bool = False) -> PlotSpec:
     """KV cache per model: allocated (runner log) or estimated (``~``, kvtop's KV arithmetic)."""
     end = window_end(history, window_s, slots)
     span = span_text(window_s)
@@ -140,12 +170,13 @@ def kv_spec(history: History, window_s: float, slots: int, gap_s: float) -> Plot
         sources.add(series.kv_source or "unknown")
         latest = series.kv_bytes.latest
         lines.append(PlotLine(series.name, _x(downsample(pts, start, end, slots), end, scale), colors[series.key],
-                              latest=mark + ibytes(int(latest[1])) if latest else ""))
+                              latest=mark + ibytes(int(latest[1])) if latest else "",
+                              marker=_marker(len(lines), distinct)))
     title = f"KV cache per model, {unit} ({', '.join(sorted(sources)) or 'no source'}) · last {span}"
     if not lines:
         return PlotSpec(f"KV cache per model · last {span}", window_s,
                         empty=f"no KV figure in the last {span} (needs /api/show or the server log)")
-    return PlotSpec(title, window_s, unit, tuple(lines), _markers(history, start, end), gap_s=gap_s)
+    return PlotSpec(title, window_s, unit, tuple(lines), _markers(history, start, end, distinct), gap_s=gap_s)
 
 
 class HistoryScreen(Screen[None]):
@@ -185,32 +216,46 @@ class HistoryScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.watch(self.app, "state", lambda _state: self.update_plots(), init=False)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.update_plots())  # mono: markers
         self.update_plots()
 
     def on_resize(self, event: Resize) -> None:
         self.update_plots()
 
+    def distinct(self) -> bool:
+        """Whether series must differ by marker and line style, not by colour alone: NO_COLOR
+        (Textual then draws no colour) or the mono theme (shades of grey)."""
+        return bool(getattr(self.app, "no_color", False)) or self.app.theme == "kvtop-mono"
+
     def update_plots(self) -> None:
-        """Rebuild the specs when the history, the window or the width changed."""
+        """Rebuild the specs when the history, the window, the width or the colour mode changed."""
         width = self.app.size.width
         wide = width >= WIDE_MIN_COLUMNS
         self.set_class(wide, "-wide")
-        key = (self.history.version, self.window_s, width, self.app.size.height)
+        distinct = self.distinct()
+        key = (self.history.version, self.window_s, width, self.app.size.height, distinct)
         if key == self._shown:
             return
         self._shown = key
+        span = shown_span(self.history, self.window_s)  # a short history fills the axis
         slots = max(10, 2 * (width // 2 if wide else width))
         interval = float(getattr(self.app, "interval_s", 1.0))
-        gap = max(3 * interval + 1, 2.5 * self.window_s / slots, 3 * self.history.bucket_s)
+        gap = max(3 * interval + 1, 2.5 * span / slots, 3 * self.history.bucket_s)
         state = getattr(self.app, "state", None)
+        shown = "" if span >= self.window_s else f", {span_text(span)} shown (all there is)"
         self.query_one("#history-title", Static).update(Text.assemble(
-            ("History", "bold"), f" · {span_text(self.window_s)} window (z ← →) · ",
+            ("History", "bold"), f" · {span_text(self.window_s)} window{shown} (z ← →) · ",
             f"{self.history.point_count():,} points · x: time before the newest sample",
             no_wrap=True, overflow="ellipsis"))
-        self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, self.window_s, slots, gap))
-        self.query_one("#plot-tps", PlotView).show(
-            tps_spec(self.history, self.window_s, slots, _log_note(state.log.source if state is not None else None)))
-        self.query_one("#plot-kv", PlotView).show(kv_spec(self.history, self.window_s, slots, gap))
+        self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, span, slots, gap, distinct))
+        note = _log_note(state.log.source if state is not None else None, demo=self._demo(),
+                         replay=getattr(self.app, "replay", None) is not None)
+        self.query_one("#plot-tps", PlotView).show(tps_spec(self.history, span, slots, note, distinct))
+        self.query_one("#plot-kv", PlotView).show(kv_spec(self.history, span, slots, gap, distinct))
+
+    def _demo(self) -> bool:
+        settings = getattr(self.app, "settings", None)
+        return bool(getattr(settings, "demo", False))
 
     def _step(self, direction: int) -> None:
         i = WINDOWS_S.index(self.window_s)
@@ -227,7 +272,12 @@ class HistoryScreen(Screen[None]):
         self.dismiss()
 
 
-def _log_note(source: str | None) -> str:
+def _log_note(source: str | None, *, demo: bool = False, replay: bool = False) -> str:
+    """Why there is no timed request, in the mode kvtop runs in (no --log hint where --log does not apply)."""
+    if replay and source is None:
+        return "the recording holds no server log lines up to here (timings come from the runners' log)"
+    if demo and source is None:
+        return "the demo's stand-in server writes no runner log (timings come from llama-server runners' log lines)"
     if source is None:
         return "timings come from the server log (--log), which is off"
     return f"timings come from {safe(source, 40)} (llama-server runners, Ollama v0.30+, print them)"

@@ -38,6 +38,9 @@ class PlotLine:
         kind: ``line`` (connected, broken over gaps), ``points`` (one dot per sample: discrete
             requests) or ``reference`` (a horizontal line at the first point's y, e.g. a total).
         latest: The newest value as text for the legend (``12.1 GiB``), or "".
+        marker: The plotext marker drawing it (``braille``, or one character such as ``×``);
+            None: braille for a line, ``•`` for points. Set per series when colours cannot tell
+            series apart (NO_COLOR, a mono theme); the legend shows the same mark.
     """
 
     label: str
@@ -45,15 +48,18 @@ class PlotLine:
     color: str
     kind: LineKind = "line"
     latest: str = ""
+    marker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PlotMarker:
-    """A vertical marker at ``x`` (seconds relative to the window's end) with a legend text."""
+    """A vertical marker at ``x`` (seconds relative to the window's end) with a legend text;
+    ``style`` is plotext's line style (``default``, ``dotted``, ``double``, ``heavy``)."""
 
     x: float
     text: str
     color: str
+    style: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +171,11 @@ def _plot_area(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str
             continue
         pix = _pixel(colors, line.color)
         if line.kind == "reference":
-            fig.line(line.points[0][1], pixel=pix)
+            fig.line(line.points[0][1], pixel=pix, style="dotted")
             continue
         xs = [x for x, _ in line.points]
         yv = [y for _, y in line.points]
-        symbol = "braille" if line.kind == "line" else "•"
+        symbol = line.marker or ("braille" if line.kind == "line" else "•")
         sig = fig.signal(xs, yv, marker=plotext.marker(symbol, pixel=pix))
         if line.kind == "line":
             sig.lines()
@@ -178,7 +184,7 @@ def _plot_area(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str
                     sig.line(i, False)
         fig.draw(sig)
     for m in spec.markers:
-        fig.line(m.x, orientation="vertical", pixel=_pixel(colors, m.color))
+        fig.line(m.x, orientation="vertical", pixel=_pixel(colors, m.color), style=m.style)
     fig.ruler(axis="x").lim(-spec.span_s, 0)
     tx, tl = _x_ticks(spec.span_s, width)
     fig.ruler(axis="x").ticks(tx, tl)
@@ -208,7 +214,7 @@ def render_plot(spec: PlotSpec, width: int, height: int, colors: Mapping[str, st
     for line in spec.lines:
         if legend:
             legend.append("  ")
-        glyph = "•" if line.kind == "points" else "┄" if line.kind == "reference" else "━"
+        glyph = legend_glyph(line)
         legend.append(glyph + " ", style=colors.get(line.color, ""))
         legend.append(safe(line.label, 40))
         if line.latest:
@@ -216,13 +222,26 @@ def render_plot(spec: PlotSpec, width: int, height: int, colors: Mapping[str, st
     for m in sorted(spec.markers, key=lambda m: -m.x):
         if legend:
             legend.append("  ")
-        legend.append("│ ", style=colors.get(m.color, ""))
+        legend.append(MARKER_GLYPHS.get(m.style, "│") + " ", style=colors.get(m.color, ""))
         legend.append(safe(m.text, 60))
         legend.append(f" {ago_text(m.x)}", style=muted)
     legend_rows = 1 if legend.cell_len <= width or height < 10 else 2
     parts = legend.wrap(_console(), width)[:legend_rows] if legend else []
     area = _plot_area(spec, width, height - 1 - len(parts), colors)
     return Text("\n").join([title, area, *parts])
+
+
+MARKER_GLYPHS = {"default": "│", "dotted": "┆", "double": "║", "heavy": "┃"}
+"""The legend's mark for a vertical marker of each plotext line style."""
+
+
+def legend_glyph(line: PlotLine) -> str:
+    """The mark before a series' name in the legend: what the plot draws it with."""
+    if line.kind == "reference":
+        return "┄"
+    if line.marker and line.marker != "braille":
+        return line.marker if len(line.marker) == 1 else "•"
+    return "•" if line.kind == "points" else "━"
 
 
 def _console():  # type: ignore[no-untyped-def]
