@@ -144,11 +144,11 @@ async def _sample_states(settings: Settings) -> list[Any]:
 
     hosts = settings.host_urls
     clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s) for h in hosts]
-    gpu_source = GpuSource()
+    gpu_source, proc_source = _machine_sources(settings) or (GpuSource(), ProcSource())
     try:
         *snaps, gpu, backlog = await asyncio.gather(*(c.sample(wait_details=True) for c in clients),
                                                     gpu_source.sample(), _log_backlog(settings))
-        procs = await ProcSource().sample(gpu.pids)
+        procs = await proc_source.sample(gpu.pids)
         slots_source = SlotsSource()
         try:  # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
             slots = await slots_source.sample(slot_runners(procs.runners))
@@ -500,7 +500,9 @@ def _run(settings: Settings, *, once: bool, record: str | None = None) -> int:
         except OSError as exc:
             emit(f"kvtop: --log -: {exc}")
             return EXIT_UNREACHABLE
-    app = make_app(settings, log_source=log_source)
+    demo = _machine_sources(settings)
+    app = make_app(settings, log_source=log_source, gpu_source=demo[0] if demo else None,
+                   proc_source=demo[1] if demo else None)
     if record:
         problem = _attach_recorder(app, record)
         if problem:
@@ -508,6 +510,16 @@ def _run(settings: Settings, *, once: bool, record: str | None = None) -> int:
             return EXIT_UNREACHABLE
     app.run()
     return app.return_code or EXIT_OK
+
+
+def _machine_sources(settings: Settings) -> tuple[Any, Any] | None:
+    """``--demo``: the scenario's machine (its RAM, no GPU, no process of this host), else None
+    (this machine's GPU and process sources)."""
+    if not settings.demo:
+        return None
+    from kvtop.demo.machine import DemoMachineSource, NoProcSource
+
+    return DemoMachineSource(settings.host_url), NoProcSource()
 
 
 def _stdin_log_with_keys_from_tty() -> Any:

@@ -1,9 +1,11 @@
 """Make the bundled recordings in ``snapshots/`` by recording the stand-in server.
 
 ``python -m kvtop.demo.record [--out DIR] [--only demo|incident]`` runs the real dashboard
-headless (``KvtopApp.run_test``) with the real ``OllamaClient``, GPU and process sources and, for
-the incident, a real ``FileTail`` on a log file, and records it with the same ``Recorder`` and
-header as ``kvtop --record``. It is re-runnable: an existing output file is replaced.
+headless (``KvtopApp.run_test``) with the real ``OllamaClient``, the demo machine's sources
+(``kvtop.demo.machine``: the scenario's RAM, no GPU or process of the recording host, as
+``kvtop --demo`` shows) and, for the incident, a real ``FileTail`` on a temporary log file that
+the recording names ``file:server.log`` (no path of the recording host is recorded), and records it with the same ``Recorder`` and header as ``kvtop --record``. It is re-runnable: an
+existing output file is replaced.
 
 - ``demo.jsonl.gz``: one pass of ``snapshots/demo-scenario.json`` (what ``kvtop --demo`` shows),
   polled every second for the scenario's 80 s.
@@ -91,14 +93,17 @@ def standin(scenario: Path, *, manual: bool) -> Iterator[str]:
         yield url
 
 
-async def _record(settings: Settings, out: Path, script: object) -> int:
+async def _record(settings: Settings, out: Path, script: object, *, log_source: object = None) -> int:
     """Run the dashboard headless with a recorder on ``out`` while ``script()`` runs; records written."""
     from kvtop.cli import _attach_recorder
+    from kvtop.demo.machine import DemoMachineSource, NoProcSource
     from kvtop.ui.app import make_app
 
     if out.exists():
         out.unlink()
-    app = make_app(settings)
+    # the scenario's machine, as kvtop --demo shows it: its RAM, no GPU or process of the recording host
+    app = make_app(settings, gpu_source=DemoMachineSource(settings.host_url), proc_source=NoProcSource(),
+                   log_source=log_source)  # type: ignore[arg-type]
     problem = _attach_recorder(app, str(out))
     if problem:
         raise OSError(problem)
@@ -126,10 +131,16 @@ async def record_incident(out: Path) -> int:
     import httpx
 
     scenario = REPO_SNAPSHOTS / "incident-scenario.json"
+    from kvtop.sources.tail_file import FileTail
+
     with tempfile.TemporaryDirectory() as tmp, standin(scenario, manual=True) as url:
         log = Path(tmp) / "server.log"
         log.write_text("", encoding="utf-8")
-        settings = Settings(host_url=url, interval_s=1.0, timeout_s=3.0, log_spec=f"file:{log}")
+        # the log is named "file:server.log" in the header and in every log record: a replay must
+        # not show this machine's temporary path
+        settings = Settings(host_url=url, interval_s=1.0, timeout_s=3.0, log_spec="file:server.log")
+        tail = FileTail(log)
+        tail.description = "file:server.log"
 
         async def script() -> None:
             start = time.monotonic()
@@ -144,7 +155,7 @@ async def record_incident(out: Path) -> int:
                         response = await client.post("/_standin/advance", json={"to": step})
                         response.raise_for_status()
 
-        return await _record(settings, out, script)
+        return await _record(settings, out, script, log_source=tail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

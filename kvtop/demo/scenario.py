@@ -11,6 +11,8 @@ Format (``"format": 1``)::
       "version": "0.22.1",                      # what /api/version answers
       "description": "...",
       "sources": ["..."],                       # where the numbers come from
+      "machine"?: {"ram_total": 34359738368,     # the demo machine's RAM (GET /_standin/machine):
+                   "ram_used": 4294967296},      # in use with no model; spilled bytes add to it
       "models": {
         "qwen3:1.7b-q8_0": {
           "digest": "<64 lowercase hex>",        # manifest digest, no "sha256:" prefix
@@ -186,6 +188,20 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Machine:
+    """The scenario's own machine, so ``kvtop --demo`` shows its RAM, not the host's.
+
+    Attributes:
+        ram_total: Bytes of RAM.
+        ram_used: Bytes in use with no model loaded; a model's share in system RAM
+            (``size - size_vram``) adds to it while it is loaded.
+    """
+
+    ram_total: int
+    ram_used: int
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A parsed scenario.
 
@@ -196,6 +212,7 @@ class Scenario:
         sources: Citations for the numbers.
         models: Catalog by name.
         steps: Timeline, ordered by ``at_s``.
+        machine: The machine's RAM (``GET /_standin/machine``), None when the scenario has none.
     """
 
     format: int
@@ -204,6 +221,7 @@ class Scenario:
     sources: tuple[str, ...]
     models: Mapping[str, CatalogModel]
     steps: tuple[Step, ...]
+    machine: Machine | None = None
 
     @property
     def period_s(self) -> float:
@@ -470,7 +488,7 @@ def parse_scenario(data: Any) -> Scenario:
             path of the offending value, e.g. ``scenario $.steps[2].loaded[0].size: ...``.
     """
     root = _object(data, "$")
-    _check_keys(root, "$", {"format", "version", "models", "steps"}, {"description"})
+    _check_keys(root, "$", {"format", "version", "models", "steps"}, {"description", "machine"})
     fmt = root["format"]
     if fmt != FORMAT_VERSION or isinstance(fmt, bool):
         raise _fail("$.format", f"unsupported format {_describe(fmt)} (expected {FORMAT_VERSION})")
@@ -492,6 +510,14 @@ def parse_scenario(data: Any) -> Scenario:
         step = _parse_step(raw, f"$.steps[{i}]", models, previous)
         steps.append(step)
         previous = step.at_s
+    machine: Machine | None = None
+    if "machine" in root:
+        obj = _object(root["machine"], "$.machine")
+        _check_keys(obj, "$.machine", {"ram_total", "ram_used"}, set())
+        machine = Machine(_int(obj["ram_total"], "$.machine.ram_total", minimum=1),
+                          _int(obj["ram_used"], "$.machine.ram_used"))
+        if machine.ram_used > machine.ram_total:
+            raise _fail("$.machine.ram_used", "more than ram_total")
     return Scenario(
         format=FORMAT_VERSION,
         version=version,
@@ -499,6 +525,7 @@ def parse_scenario(data: Any) -> Scenario:
         sources=sources,
         models=MappingProxyType(models),
         steps=tuple(steps),
+        machine=machine,
     )
 
 

@@ -15,6 +15,9 @@ Control endpoints (not part of Ollama):
 - ``GET /_standin/requests`` -> ``{"requests": [{"method": "POST", "path": "/api/generate"}, ...]}``:
   every request to the Ollama API so far, oldest first (the newest 10,000), so a test can tell
   that nothing was written.
+- ``GET /_standin/machine`` -> ``{"ram_total": N, "ram_used": M}``: the scenario's machine (its
+  ``machine`` object; 404 without one), with the system-RAM share (``size - size_vram``) of the
+  models loaded now added to ``ram_used``. ``kvtop --demo`` shows this RAM, not the host's.
 - ``POST /_standin/env`` ``{"OLLAMA_KV_CACHE_TYPE": "q8_0"}`` -> as if Ollama were restarted with
   that cache type: the current step's models are sized again with ``kvtop.model.kv`` (their KV
   cache at the new type, the rest unchanged) and placed in the VRAM budget; later
@@ -622,11 +625,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self._state(index, since_ns))
         elif path == "/_standin/requests" and method == "GET":
             self._json(200, {"requests": [{"method": m, "path": p} for m, p in list(self.server.requests)]})
+        elif path == "/_standin/machine" and method == "GET":
+            self._machine()
         elif path == "/_standin/env" and method == "POST":
             self._env(self._json_body(required=True))
         else:
             self._drain()
             self._error(404, "not found")
+
+    def _machine(self) -> None:
+        """``GET /_standin/machine``: the scenario's RAM, plus what the loaded models hold in it."""
+        player = self.server.player
+        machine = player.scenario.machine
+        if machine is None:
+            self._error(404, "the scenario has no machine")
+            return
+        index, since_ns = player.current()
+        with self.server.reloads_lock:
+            reloads = {m: v for (i, m), v in self.server.reloads.items() if i == index}
+        rows = ps_body(player.scenario, player.scenario.steps[index], since_ns, reloads=reloads)["models"]
+        spilled = sum(max(0, int(r["size"]) - int(r["size_vram"])) for r in rows)
+        self._json(200, {"ram_total": machine.ram_total,
+                         "ram_used": min(machine.ram_total, machine.ram_used + spilled)})
 
     def _state(self, index: int, since_ns: int) -> dict[str, Any]:
         player = self.server.player

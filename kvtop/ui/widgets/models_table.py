@@ -221,6 +221,24 @@ def _column_set(width: int, sparks: Sparks | None) -> tuple[Column, ...]:
     return cols
 
 
+SORT_COLUMN = {"size": "size", "name": "name", "cpu": "processor", "context": "context", "kv": "memory"}
+"""The column each sort key (``model.state.SORT_KEYS``) orders by; ``server`` (the server's own
+order) marks none."""
+
+
+def sorted_label(col: Column, sort_key: str, reverse: bool = False) -> str:
+    """``col``'s header with the sort mark when the table is sorted by it: ``▼`` largest first
+    (sizes, CPU share, context, KV), ``▲`` A to Z (names); flipped when reversed. The KV sort
+    marks KV inside the MEMORY header (``MEMORY w|KV▼|c``)."""
+    if SORT_COLUMN.get(sort_key) != col.key:
+        return col.label
+    down = (sort_key != "name") != reverse
+    arrow = "▼" if down else "▲"
+    if sort_key == "kv" and "|KV|" in col.label:
+        return col.label.replace("|KV|", f"|KV{arrow}|", 1)
+    return f"{col.label} {arrow}"
+
+
 class ModelsTable(DataTable[Text | str]):
     """Shows ``ModelView`` rows; keeps the cursor on the same model across refreshes."""
 
@@ -245,11 +263,14 @@ class ModelsTable(DataTable[Text | str]):
             return None
         return self._views[self.cursor_row]
 
-    def show(self, views: tuple[ModelView, ...], width: int, sparks: Sparks | None = None) -> None:
-        """Replace the rows (and the columns when the width class changed); ``sparks``: each
-        model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``."""
-        cols = columns_for(width, sparks, views)
-        signature = tuple((c.key, c.width) for c in cols)
+    def show(self, views: tuple[ModelView, ...], width: int, sparks: Sparks | None = None,
+             sort: tuple[str, bool] = ("server", False)) -> None:
+        """Replace the rows (and the columns when the width class or the sort changed); ``sparks``:
+        each model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``; ``sort``:
+        the sort key and whether it is reversed, marked in its column's header (``sorted_label``)."""
+        cols = tuple(Column(c.key, sorted_label(c, *sort), c.width, c.cell)
+                     for c in columns_for(width, sparks, views))
+        signature = tuple((c.key, c.width, c.label) for c in cols)
         colors = dict(self.app.theme_variables)
         shown_sparks = tuple(sorted((sparks or {}).items())) if any(c.key == "spark" for c in cols) else ()
         shown = (views, signature, tuple(sorted(colors.items())), shown_sparks)
