@@ -45,6 +45,7 @@ __all__ = [
     "LogBatch",
     "LogSource",
     "LogSpec",
+    "NOT_FOUND_FIX",
     "NullTail",
     "StdinTail",
     "auto_file_candidates",
@@ -56,6 +57,9 @@ __all__ = [
 ]
 
 LogKind = Literal["auto", "journal", "file", "docker", "stdin", "none"]
+
+NOT_FOUND_FIX = "choose one with --log (journal, file:PATH, docker:NAME or -)"
+"""What to do when ``auto`` finds no log, said in its status (a log never found is no alert)."""
 
 DEFAULT_UNIT = "ollama"
 """The systemd unit Ollama's Linux installer creates (``/etc/systemd/system/ollama.service``)."""
@@ -411,8 +415,7 @@ class AutoTail:
                 self.description = src.description
                 break
             tried = "; ".join(r for r in self.reasons if "not tried" not in r)
-            status = ("no Ollama server log found — choose one with --log (journal, file:PATH, docker:NAME or -)"
-                      + (f". Tried: {tried}" if tried else ""))
+            status = f"no Ollama server log found — {NOT_FOUND_FIX}" + (f". Tried: {tried}" if tried else "")
             if status != said:
                 yield LogBatch(self.description, (), status, False, time.time())
                 said = status

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kvtop.sources.tail import DEFAULT_CONTAINER, DEFAULT_UNIT, LogSpec, resolve_auto
+from kvtop.sources.tail import DEFAULT_CONTAINER, DEFAULT_UNIT, NOT_FOUND_FIX, LogSpec, resolve_auto
 from kvtop.sources.tail_base import LineSplitter, decode_line, stop_process
 from kvtop.sources.tail_file import FileTail, read_tail
 from kvtop.sources.tail_proc import (
@@ -242,6 +242,7 @@ async def read_backlog(
         found = await _read_docker(src.container, backlog_lines, backlog_bytes, env, timeout_s)
     else:
         tried = "; ".join(r for r in reasons if "not tried" not in r)
-        return Backlog("auto", (), True, "no Ollama server log found" + (f" (tried: {tried})" if tried else ""),
+        return Backlog("auto", (), True, "no Ollama server log found" + (f" (tried: {tried})" if tried else "")
+                       + f" — {NOT_FOUND_FIX}",
                        reasons=tuple(reasons))
     return Backlog(found.source, found.lines, found.ok, found.status, found.dropped_lines, tuple(reasons))
