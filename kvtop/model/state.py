@@ -210,13 +210,25 @@ def with_alerts(state: AppState) -> AppState:
     return evaluate_state(state)
 
 
-def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
-    """Return the state after ``snap``; failed polls keep the last known models (marked stale)."""
+# Each ``fold_*`` is one message folded into the state, alerts left as they were: the dashboard
+# folds every message of an interval, then evaluates the alerts once (``ui.app.KvtopApp``'s apply
+# step). Each ``apply_*`` is its fold with the alerts evaluated, for callers that take one
+# message at a time (``--once``, the exporter, tests).
+
+
+def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
+    """The state after ``snap``, alerts not re-evaluated; failed polls keep the last known models
+    (marked stale)."""
     if not snap.reachable:
-        return with_alerts(dataclasses.replace(state, ollama=snap, failures=state.failures + 1))
+        return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
     models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates)
-    return with_alerts(dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
-                                           blob_names=_remember_names(state.blob_names, models)))
+    return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
+                               blob_names=_remember_names(state.blob_names, models))
+
+
+def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
+    """Return the state after ``snap`` (``fold``) with its alerts evaluated."""
+    return with_alerts(fold(state, snap))
 
 
 BLOB_NAMES_KEPT = 256
@@ -247,41 +259,61 @@ def _runner_facts(procs: ProcSnapshot | None) -> object:
     return (procs.ok, procs.runners, tuple((s.pid, s.env) for s in procs.servers))
 
 
-def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
-    """Return the state after a process sample alone: for another server on this machine, whose
-    runners, command lines and environment are readable here although this machine's GPU sample
-    belongs to the first one (README "Several servers")."""
+def fold_procs(state: AppState, procs: ProcSnapshot) -> AppState:
+    """The state after a process sample alone, alerts not re-evaluated: for another server on
+    this machine, whose runners, command lines and environment are readable here although this
+    machine's GPU sample belongs to the first one (README "Several servers"). The same object
+    when the sample equals the last one."""
     if _runner_facts(procs) == _runner_facts(state.procs):
         return state if procs == state.procs else dataclasses.replace(state, procs=procs)
     new = dataclasses.replace(state, procs=procs)
     if state.last_ok is not None:
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
                                                             state.slot_rates))
-    return with_alerts(new)
+    return new
 
 
-def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
-    """Return the state after one GPU + process sample (joined with the models at render time);
-    the rows are derived again only when a runner's command line or a server's environment
-    changed (the requested and service rungs)."""
+def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
+    """Return the state after a process sample alone (``fold_procs``), alerts evaluated when the
+    runners or environments changed."""
+    if _runner_facts(procs) == _runner_facts(state.procs):
+        return fold_procs(state, procs)
+    return with_alerts(fold_procs(state, procs))
+
+
+def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
+    """The state after one GPU + process sample (joined with the models at render time), alerts
+    not re-evaluated; the rows are derived again only when a runner's command line or a
+    server's environment changed (the requested and service rungs)."""
     new = dataclasses.replace(state, gpu=gpu, procs=procs)
     if state.last_ok is not None and _runner_facts(procs) != _runner_facts(state.procs):
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
                                                             state.slot_rates))
-    return with_alerts(new)
+    return new
 
 
-def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
-    """Return the state after one batch of parsed log events (``batch``: ``logstate.apply_log``
-    keywords); the model rows are re-derived when the loads changed."""
+def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
+    """Return the state after one GPU + process sample (``fold_gpu``) with its alerts evaluated."""
+    return with_alerts(fold_gpu(state, gpu, procs))
+
+
+def fold_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
+    """The state after one batch of parsed log events (``batch``: ``logstate.apply_log``
+    keywords), alerts not re-evaluated; the model rows are re-derived when the loads changed."""
     log = apply_log(state.log, events, **batch)
     if state.last_ok is None:
-        return with_alerts(dataclasses.replace(state, log=log))
+        return dataclasses.replace(state, log=log)
     if log.loads is state.log.loads:  # per-request lines only: the slots may have changed
         models = with_slot_use(state.models, state.slots, log)
     else:
         models = derive_models(state.last_ok, log, state.procs, state.slots, state.slot_rates)
-    return with_alerts(dataclasses.replace(state, log=log, models=models))
+    return dataclasses.replace(state, log=log, models=models)
+
+
+def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
+    """Return the state after one batch of parsed log events (``fold_log_events``) with its
+    alerts evaluated."""
+    return with_alerts(fold_log_events(state, events, **batch))
 
 
 def _endpoint_facts(snap: SlotsSnapshot | None) -> object:
@@ -292,10 +324,11 @@ def _endpoint_facts(snap: SlotsSnapshot | None) -> object:
                  for r in snap.runners)
 
 
-def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
-    """Return the state after one ``/slots`` round: busy / total slots and context fill re-derived,
-    decode speed measured against the previous round (``decode_rates``), and the rows derived
-    again when the runner rung changed (its ``/props`` or slot count answered, or a new speed)."""
+def fold_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
+    """The state after one ``/slots`` round, alerts not re-evaluated: busy / total slots and
+    context fill re-derived, decode speed measured against the previous round
+    (``decode_rates``), and the rows derived again when the runner rung changed (its ``/props``
+    or slot count answered, or a new speed). The same object when nothing a widget shows changed."""
     rates = decode_rates(state.slots, snap, state.slot_rates)
     if state.last_ok is not None and (rates != state.slot_rates or _endpoint_facts(snap) != _endpoint_facts(state.slots)):
         models = derive_models(state.last_ok, state.log, state.procs, snap, rates)
@@ -304,9 +337,16 @@ def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
     if (models == state.models and rates == state.slot_rates
             and snap.runners == (state.slots.runners if state.slots is not None else ())):
         return state  # nothing a widget shows changed (the round's time alone does not repaint)
-    new = dataclasses.replace(state, slots=snap, models=models, slot_rates=rates)
-    if any(a.parallel != b.parallel or a.context != b.context for a, b in zip(models, state.models, strict=False)):
-        return with_alerts(new)  # the KV estimate covers another slot count: fixes change
+    return dataclasses.replace(state, slots=snap, models=models, slot_rates=rates)
+
+
+def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
+    """Return the state after one ``/slots`` round (``fold_slots``); the alerts are evaluated
+    when a row's slots or context changed (the KV estimate covers another slot count: fixes change)."""
+    new = fold_slots(state, snap)
+    if any(a.parallel != b.parallel or a.context != b.context
+           for a, b in zip(new.models, state.models, strict=False)):
+        return with_alerts(new)
     return new
 
 

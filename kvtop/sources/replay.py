@@ -5,7 +5,8 @@ A recording is one JSON object per line, UTF-8, gzip-compressed when the name en
 - line 1, the header: ``{"kvtop_recording": 1, "kvtop_version": "0.1.0", "started_at": <unix s>,
   "host": <base URL>, "sources": {"ollama": <URL>, "hosts": [<URL>, ...], "log": <--log spec>,
   "gpu": <bool>},
-  "demo": <bool>, "naive_tz": {"offset_s": <int>, "name": <str>}, "alerts": {<threshold>: value}}``.
+  "demo": <bool>, "naive_tz": {"offset_s": <int>, "name": <str>}, "alerts": {<threshold>: value},
+  "apply_steps": true}``.
   ``naive_tz`` and ``alerts`` are the zone of log stamps without one and the alert thresholds the
   recording kvtop used: replay uses the same, so it raises the same alerts;
 - then one record per message the dashboard applied, in the order it applied them, each with
@@ -16,7 +17,11 @@ A recording is one JSON object per line, UTF-8, gzip-compressed when the name en
   - ``{"t", "kind": "slots", "slots": <SlotsSnapshot>}`` (``SlotsSampled``: runners' ``/props``, ``/slots``),
   - ``{"t", "kind": "log", "source", "status", "ok", "lines": <count>, "dropped_lines",
     "raw_lines": [<str>, ...]}`` (``LogEventsReceived``: the raw lines of one batch; replay parses
-    them again with the same ``LogParser``, so the events are the live ones).
+    them again with the same ``LogParser``, so the events are the live ones),
+  - ``{"t", "kind": "apply"}``: the dashboard's apply step took every message recorded since
+    the previous one (folded into the state, alerts evaluated once). Written when the header says
+    ``"apply_steps": true``; replay applies at these records, so its states equal the live ones.
+    A recording without them (older kvtop) is applied record by record.
 
   Snapshots are encoded by ``kvtop.model.codec``.
 
@@ -62,7 +67,7 @@ MAX_GAP_S = 5.0
 """Longest real-time wait between two records at any speed: a recording that spans a suspended
 laptop or a stopped kvtop would otherwise stall for hours."""
 
-RecordKind = Literal["ollama", "gpu", "log", "slots"]
+RecordKind = Literal["ollama", "gpu", "log", "slots", "apply"]
 
 
 class RecordingError(Exception):
@@ -107,6 +112,7 @@ class RecordingHeader:
         demo: Recorded from ``kvtop --demo``'s stand-in server.
         naive_tz: Zone of log timestamps printed without one, as the recording kvtop assumed.
         alerts: The alert thresholds in force (``Thresholds`` field names).
+        apply_steps: The recording marks each apply step with an ``apply`` record.
     """
 
     version: int
@@ -117,6 +123,7 @@ class RecordingHeader:
     demo: bool
     naive_tz: tzinfo
     alerts: Mapping[str, Any]
+    apply_steps: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,7 @@ def recording_header(*, hosts: Sequence[str], log_spec: str, gpu: bool, demo: bo
         "demo": demo,
         "naive_tz": {"offset_s": int(offset.total_seconds()), "name": naive_tz.tzname(None) or ""},
         "alerts": dataclasses.asdict(thresholds),
+        "apply_steps": True,
     }
 
 
@@ -235,6 +243,11 @@ class Recorder:
         """Record one ``LogEventsReceived`` (its raw lines; the events are parsed again on replay)."""
         self._write({"t": self._clock(), "kind": "log", "source": source, "status": status, "ok": ok,
                      "lines": lines, "dropped_lines": dropped_lines, "raw_lines": list(raw_lines)})
+        self.records += 1
+
+    def apply(self) -> None:
+        """Record one apply step (every message recorded since the previous one was applied)."""
+        self._write({"t": self._clock(), "kind": "apply"})
         self.records += 1
 
     def _write(self, obj: Mapping[str, Any]) -> None:
@@ -626,6 +639,7 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
             version=version, kvtop_version=str(obj.get("kvtop_version", "?")),
             started_at=float(started_at), host_url=host, sources=sources,
             demo=bool(obj.get("demo", False)), naive_tz=tz, alerts=alerts,
+            apply_steps=obj.get("apply_steps") is True,
         )
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise RecordingError(f"{path}: the recording header is invalid ({_reason(exc)})") from None
@@ -667,6 +681,8 @@ def _record(raw: bytes) -> Record:
         return Record(float(t), "gpu", gpu=decode(GpuSnapshot, obj["gpu"]), procs=decode(ProcSnapshot, obj["procs"]))
     if kind == "slots":
         return Record(float(t), "slots", slots=decode(SlotsSnapshot, obj["slots"]))
+    if kind == "apply":
+        return Record(float(t), "apply")
     if kind == "log":
         raw_lines = obj["raw_lines"]
         if not isinstance(raw_lines, list) or not all(isinstance(s, str) for s in raw_lines):

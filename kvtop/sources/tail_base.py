@@ -15,8 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-COALESCE_S = 0.05
-"""Minimum seconds between two batches that carry lines: bursts are merged, not streamed."""
+COALESCE_S = 0.25
+"""Minimum seconds between two batches that carry lines: bursts are merged, not streamed. Four
+batches a second at most: the dashboard applies them about once per interval anyway, and each
+batch costs an event-loop wake-up and a message (``benchmarks/log_follow.py``)."""
 
 MAX_LINE_BYTES = 1 << 20
 """A line with no newline after this many bytes is delivered as it is (cut), so memory stays bounded."""

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 from datetime import datetime, timezone
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -29,17 +30,18 @@ from kvtop.model.logstate import LogState
 from kvtop.model.state import (
     SORT_KEYS,
     AppState,
-    apply,
-    apply_gpu,
-    apply_procs,
-    apply_log_events,
-    apply_slots,
     filter_views,
+    fold,
+    fold_gpu,
+    fold_log_events,
+    fold_procs,
+    fold_slots,
+    with_alerts,
     initial_state,
     sort_views,
 )
 from kvtop.ui.format import legend, safe
-from kvtop.ui.messages import GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
+from kvtop.ui.messages import ApplyStepRecorded, GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.help import HelpScreen
@@ -54,17 +56,66 @@ INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
 SIGNAL_EXIT_GRACE_S = 5.0
 """After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
+APPLY_SETTLE_S = 0.05
+"""A poll result waits this long for the other samples of its tick (the GPU sample and
+``/slots`` start together with the local server's poll) so that one apply step takes them all."""
+LOG_APPLY_GAP_INTERVALS = 1.5
+"""While the servers are polled, log batches alone are applied at most every this many
+intervals: the next poll's apply step normally takes them first (one apply per interval)."""
 
 
 from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
 
 if TYPE_CHECKING:
     from kvtop.sources.replay import Recorder, Recording
+    from textual.timer import Timer
+
     from kvtop.sources.tail import LogSource
 
 
+@dataclasses.dataclass(slots=True)
+class _LogRun:
+    """Consecutive log batches waiting for the next apply step (folded as one batch)."""
+
+    events: list[LogEvent]
+    source: str | None
+    status: str | None
+    ok: bool
+    lines: int
+    dropped_lines: int
+    raw_lines: list[str]
+
+    def add(self, m: LogEventsReceived) -> None:
+        self.events.extend(m.events)
+        self.source, self.status, self.ok = m.source, m.status, m.ok
+        self.lines += m.lines
+        self.dropped_lines += m.dropped_lines
+        self.raw_lines.extend(m.raw_lines)
+
+    def fold(self, state: AppState) -> AppState:
+        return fold_log_events(state, self.events, source=self.source, status=self.status, ok=self.ok,
+                               lines=self.lines, dropped_lines=self.dropped_lines, raw_lines=self.raw_lines)
+
+
+_Pending = Callable[[AppState], AppState] | _LogRun
+
+
+def fold_pending(state: AppState, pending: Sequence[_Pending]) -> AppState:
+    """``state`` with the messages of one apply step folded in, in arrival order (consecutive
+    log batches were merged into one ``_LogRun`` as they arrived); alerts not evaluated."""
+    for item in pending:
+        state = item.fold(state) if isinstance(item, _LogRun) else item(state)
+    return state
+
+
 class KvtopApp(App[int]):
-    """The dashboard. State changes only in ``on_snapshot_received``."""
+    """The dashboard.
+
+    Data flows one way: workers post messages; each message is staged for its server
+    (``_stage``); one apply step (``_apply_pending``) folds everything staged into each server's
+    state, evaluates its alerts once, records its history once, and the dashboard repaints once
+    — at most about once per interval however many messages (log batches) arrived.
+    """
 
     CSS_PATH = "kvtop.tcss"
     TITLE = "kvtop"
@@ -112,7 +163,7 @@ class KvtopApp(App[int]):
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
     # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
-    state: var[AppState | None] = var(None)
+    state: var[AppState | None] = var(None, always_update=True)  # a new state object is a new state: no deep compare
     sort_key: var[str] = var("server")
     sort_reverse: var[bool] = var(False)
     filter_text: var[str] = var("")
@@ -141,6 +192,17 @@ class KvtopApp(App[int]):
         self.slots_source = slots_source
         self._poll = poll and source is not None
         self._wake = asyncio.Event()
+        self._tick = asyncio.Event()
+        """Set when the local server's poll starts a sample: the GPU and ``/slots`` samples start with it."""
+        self._pending: dict[str, list[_Pending]] = {}
+        """Per server, the messages not applied yet, in arrival order."""
+        self._apply_timer: Timer | None = None
+        self._apply_due = 0.0
+        self._last_apply_at = float("-inf")
+        self.apply_steps = 0
+        """Apply steps run (each: one fold of the pending messages per server, one alert evaluation, one repaint)."""
+        self.alert_evaluations = 0
+        """Alert evaluations run by the apply steps."""
         self._dashboard_ready = False
         self._static_cache: dict[str, Text] = {}
         tz = datetime.now().astimezone().tzinfo or timezone.utc
@@ -172,6 +234,7 @@ class KvtopApp(App[int]):
         self.local_host = local_host(self.hosts)
         self.machine_hosts = tuple(h for h in self.hosts if h != self.local_host and host_is_this_machine(h))
         self.states = {}
+        self._pending = {}
         for h in self.hosts:
             self.states[h], warnings = initial_state(h, header.alerts, header.naive_tz)
             if h == self.hosts[0]:
@@ -266,6 +329,9 @@ class KvtopApp(App[int]):
         source = self.sources[host]
         while True:
             if not self.paused:
+                if host == self.local_host:
+                    self._tick.set()  # the waiters wake; clearing at once does not undo that
+                    self._tick.clear()
                 snap = await source.sample()
                 if snap.host_url != host:  # a source reports the URL it polled; route by ours
                     snap = dataclasses.replace(snap, host_url=host)
@@ -284,7 +350,16 @@ class KvtopApp(App[int]):
         while True:
             if not self.paused:
                 self.post_message(GpuSampled(*await sampler.sample()))
-            await asyncio.sleep(self.interval_s)
+            await self._next_tick()
+
+    async def _next_tick(self) -> None:
+        """Wait for the local server's next poll (so this machine's samples are applied with it),
+        or ``interval_s`` when it is not polled or its poll is late (a dead server's timeout)."""
+        wait = self.interval_s * (1.5 if self._poll and self.local_host in self.sources else 1.0)
+        try:
+            await asyncio.wait_for(self._tick.wait(), timeout=wait)
+        except asyncio.TimeoutError:
+            pass
 
     @work(group="poll-log", exclusive=True, exit_on_error=False)
     async def follow_log(self) -> None:
@@ -310,11 +385,15 @@ class KvtopApp(App[int]):
         """Log events change state here too (the one other place); the log is the local server's."""
         self._record(lambda r: r.log(source=message.source, status=message.status, ok=message.ok, lines=message.lines,
                                      dropped_lines=message.dropped_lines, raw_lines=message.raw_lines))
-        if self.local_host in self.states:
-            self._set_host_state(self.local_host, apply_log_events(
-                self.states[self.local_host], message.events, source=message.source, status=message.status, ok=message.ok,
-                lines=message.lines, dropped_lines=message.dropped_lines, raw_lines=message.raw_lines,
-            ))
+        pending = self._pending.get(self.local_host)
+        if pending and isinstance(pending[-1], _LogRun):
+            pending[-1].add(message)  # merged: the apply step groups the loads once for all of them
+            if self.replay is None:
+                self._schedule_apply(urgent=False)
+        else:
+            run = _LogRun([], None, None, True, 0, 0, [])
+            run.add(message)
+            self._stage(self.local_host, run, urgent=False)
 
     @work(group="poll-slots", exclusive=True, exit_on_error=False)
     async def poll_slots(self) -> None:
@@ -329,26 +408,25 @@ class KvtopApp(App[int]):
             if not self.paused and (runners or asked):
                 self.post_message(SlotsSampled(await self.slots_source.sample(runners)))
                 asked = bool(runners)
-            await asyncio.sleep(self.interval_s)
+            await self._next_tick()
 
     @on(SlotsSampled)
     def on_slots_sampled(self, message: SlotsSampled) -> None:
         """A ``/props`` + ``/slots`` round changes the local server's rows (the runner rung: context,
         slots, busy slots, context fill, decode speed)."""
         self._record(lambda r: r.slots(message.snapshot))
+        snap = message.snapshot
         for host in (self.local_host, *self.machine_hosts):
-            if host in self.states:
-                self._set_host_state(host, apply_slots(self.states[host], message.snapshot))
+            self._stage(host, lambda state: fold_slots(state, snap))
 
     @on(GpuSampled)
     def on_gpu_sampled(self, message: GpuSampled) -> None:
         """A GPU + process sample changes state here (this machine's: the local server's)."""
         self._record(lambda r: r.gpu(message.gpu, message.procs))
-        if self.local_host in self.states:
-            self._set_host_state(self.local_host, apply_gpu(self.states[self.local_host], message.gpu, message.procs))
+        gpu, procs = message.gpu, message.procs
+        self._stage(self.local_host, lambda state: fold_gpu(state, gpu, procs))
         for host in self.machine_hosts:  # runners and environment only: the GPU panel is the first server's
-            if host in self.states:
-                self._set_host_state(host, apply_procs(self.states[host], message.procs))
+            self._stage(host, lambda state: fold_procs(state, procs))
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
@@ -357,17 +435,70 @@ class KvtopApp(App[int]):
         host = message.snapshot.host_url
         if host not in self.states:
             host = self.current_host if len(self.hosts) == 1 else host
-        if host in self.states:
-            self._set_host_state(host, apply(self.states[host], message.snapshot))
+        snap = message.snapshot
+        self._stage(host, lambda state: fold(state, snap))
 
-    def _set_host_state(self, host: str, new: AppState) -> None:
-        """Store one server's new state; the screen follows when it is the server shown."""
-        old = self.states.get(host)
-        self.states[host] = new
-        self.histories[host].record(new)
-        if host == self.current_host:
-            self.state = new
-        if len(self.hosts) > 1 and (old is None or _overview_key(old) != _overview_key(new)):
+    def _stage(self, host: str, item: _Pending, *, urgent: bool = True) -> None:
+        """Keep one message for ``host``'s next apply step. A poll result (``urgent``) is applied
+        ``APPLY_SETTLE_S`` later, with the other samples of its tick; log batches alone wait for
+        that step, or ``interval_s`` after the last one (``LOG_APPLY_GAP_INTERVALS`` while polling).
+        In ``--replay`` the recording's ``apply`` records say when (``on_apply_step_recorded``);
+        a recording without them is applied record by record."""
+        if host not in self.states:
+            return
+        self._pending.setdefault(host, []).append(item)
+        if self.replay is None:
+            self._schedule_apply(urgent=urgent)
+        elif not self.replay.recording.header.apply_steps:
+            self._apply_pending()
+
+    @on(ApplyStepRecorded)
+    def on_apply_step_recorded(self, message: ApplyStepRecorded) -> None:
+        """``--replay``: the live dashboard applied here."""
+        self._apply_pending()
+
+    def _schedule_apply(self, *, urgent: bool) -> None:
+        now = time.monotonic()
+        due = now + APPLY_SETTLE_S
+        if not urgent:
+            gap = self.interval_s * (LOG_APPLY_GAP_INTERVALS if self._poll else 1.0)
+            due = max(due, self._last_apply_at + gap)
+        if self._apply_timer is not None:
+            if self._apply_due <= due:
+                return  # an earlier step takes this message too
+            self._apply_timer.stop()
+        self._apply_due = due
+        self._apply_timer = self.set_timer(due - now, self._apply_pending, name="apply")
+
+    def _apply_pending(self) -> None:
+        """The apply step: for each server with staged messages, fold them into its state, evaluate
+        its alerts once and record its history once; the dashboard repaints once (``watch_state``)
+        when the server on screen changed, and the overview row when a server's summary changed."""
+        if self._apply_timer is not None:
+            self._apply_timer.stop()
+            self._apply_timer = None
+        pending, self._pending = self._pending, {}
+        if not pending and (self.replay is None or not self.replay.recording.header.apply_steps):
+            return
+        self._last_apply_at = time.monotonic()
+        self.apply_steps += 1
+        overview_changed = False
+        for host, items in pending.items():
+            old = self.states.get(host)
+            if old is None:
+                continue
+            new = fold_pending(old, items)
+            if new is old:
+                continue  # nothing changed (a repeated /slots round): no evaluation, no repaint
+            self.alert_evaluations += 1
+            new = with_alerts(new)
+            self.states[host] = new
+            self.histories[host].record(new)
+            if host == self.current_host:
+                self.state = new
+            overview_changed = overview_changed or _overview_key(old) != _overview_key(new)
+        self._record(lambda r: r.apply())
+        if overview_changed and len(self.hosts) > 1:
             self._refresh_servers_bar()
 
     def _refresh_servers_bar(self) -> None:

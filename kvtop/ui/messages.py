@@ -48,3 +48,7 @@ class SlotsSampled(Message):
     def __init__(self, snapshot: SlotsSnapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
+
+
+class ApplyStepRecorded(Message):
+    """``--replay``: the recording's next ``apply`` record (the live dashboard applied here)."""

@@ -36,7 +36,7 @@ from kvtop.sources.replay import (
     parse_batch,
     speed_text,
 )
-from kvtop.ui.messages import GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
+from kvtop.ui.messages import ApplyStepRecorded, GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 
 if TYPE_CHECKING:
     from kvtop.ui.app import KvtopApp
@@ -115,6 +115,8 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             app.post_message(GpuSampled(record.gpu, record.procs))
         elif record.kind == "slots" and record.slots is not None:
             app.post_message(SlotsSampled(record.slots))
+        elif record.kind == "apply":
+            app.post_message(ApplyStepRecorded())
         elif record.log is not None:
             log = record.log
             events, error = parse_batch(parser, log.raw_lines)
@@ -148,9 +150,12 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             continue
         if control.steps:
             control.steps -= 1
-            if not player.at_end:
-                post(await asyncio.to_thread(player.take))
-                app.replay_moved()
+            while not player.at_end:  # one apply step (one record in a recording without them)
+                record = await asyncio.to_thread(player.take)
+                post(record)
+                if record.kind == "apply" or not control.recording.header.apply_steps:
+                    break
+            app.replay_moved()
             continue
         if player.at_end:
             app.replay_moved()

@@ -192,6 +192,7 @@ async def test_journalctl_not_found(fakes: Fakes) -> None:
 async def test_journal_restart_resumes_after_cursor(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tail_proc, "RETRY_MIN_S", 0.05)
     monkeypatch.setattr(tail_proc, "QUICK_EXIT_S", 0.0)
+    monkeypatch.setattr(tail_proc, "COALESCE_S", 0.01)  # the lines are yielded before the retry the test waits for
     fakes.add("journalctl", _entry("one", "s=abc;i=1") + "\n", err="Failed to iterate through journal: Bad message\n", rc=1)
     col = Collector(JournalTail("ollama", env=fakes.env))
     await col.until(lambda: len(fakes.pids("journalctl")) >= 2)
@@ -278,6 +279,7 @@ async def test_docker_not_found(fakes: Fakes) -> None:
 
 async def test_docker_stopped_container_is_reattached_with_since(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tail_proc, "RETRY_MIN_S", 0.05)
+    monkeypatch.setattr(tail_proc, "COALESCE_S", 0.01)  # the lines are yielded before the retry the test waits for
     fakes.add("docker", "last words\n", rc=0)
     col = Collector(DockerTail("ollama", env=fakes.env))
     await col.until(lambda: len(fakes.pids("docker")) >= 2)

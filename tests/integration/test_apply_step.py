@@ -1,0 +1,85 @@
+"""The dashboard's apply step, counted (not timed): however many messages arrive, each server's
+state is folded, its alerts evaluated and the screen repainted about once per interval.
+
+Real components: the stand-in Ollama server on 127.0.0.1, a real log file appended with real
+llama-server lines (a recorded gemma3 load, repeated), the real app under Pilot.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kvtop.config import Settings
+from kvtop.sources.replay import Recorder, read_recording, recording_header
+from kvtop.ui.app import KvtopApp, make_app
+from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
+from tests.integration.test_app_live import rows, until
+from tests.standin import BUNDLED, running
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+LOAD_LOG = LOGS / "llama-server-runs" / "gemma3-iswa-q8_0-fa-on-np2.log"
+
+
+def _record_to(app: KvtopApp, path: Path) -> Recorder:
+    header = recording_header(hosts=app.hosts, log_spec=app.settings.log_spec, gpu=app.gpu_source is not None,
+                              demo=False, naive_tz=app.state.naive_tz, thresholds=app.state.thresholds,
+                              started_at=0.0)
+    rec = Recorder.create(path, header)
+    app.recorder = rec
+    return rec
+
+
+async def test_one_apply_and_one_evaluation_per_poll_although_gpu_and_server_both_report(tmp_path: Path) -> None:
+    """The GPU sample starts with the server's poll: both are applied in one step, so the apply
+    steps are no more than the polls (they were polls + GPU samples), one evaluation each."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(4)  # three models, one spilled: alerts with fixes to evaluate
+        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
+                       gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(rows(app)) == 3)
+            rec = _record_to(app, tmp_path / "r.jsonl")
+            steps0, evals0 = app.apply_steps, app.alert_evaluations
+            await pilot.pause(3.0)
+            app.recorder = None
+            rec.close()
+            steps, evals = app.apply_steps - steps0, app.alert_evaluations - evals0
+    kinds = [r.kind for r in read_recording(tmp_path / "r.jsonl").records]
+    polls, gpus, applies = kinds.count("ollama"), kinds.count("gpu"), kinds.count("apply")
+    assert polls >= 6 and gpus >= 6  # both sources kept reporting at 0.25 s
+    assert applies == steps
+    assert steps <= polls + 1, (steps, polls, gpus)  # not polls + GPU samples
+    assert evals <= steps
+
+
+async def test_a_burst_of_ten_thousand_log_lines_is_applied_a_bounded_number_of_times(tmp_path: Path) -> None:
+    """10,000+ real runner lines (a real load, repeated) appended at once: the log worker's
+    batches are merged, and the apply steps stay within the intervals that passed; every line is
+    counted and every load is grouped."""
+    load = [x for x in LOAD_LOG.read_text(encoding="utf-8").splitlines() if not x.startswith("#")]
+    repeats = 10_000 // len(load) + 1
+    log = tmp_path / "server.log"
+    log.write_text("", encoding="utf-8")
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(1)
+        interval_s = 0.5
+        app = make_app(Settings(host_url=server.url, interval_s=interval_s, timeout_s=2.0, log_spec=f"file:{log}"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(rows(app)) == 1)
+            await pilot.pause(0.3)
+            steps0 = app.apply_steps
+            t0 = time.monotonic()
+            with log.open("a", encoding="utf-8") as f:
+                for _ in range(repeats):
+                    f.write("\n".join(load) + "\n")
+            total = repeats * len(load)
+            await until(pilot, lambda: app.state.log.lines + app.state.log.dropped_lines == total, timeout_s=60)
+            elapsed_s = time.monotonic() - t0
+            steps = app.apply_steps - steps0
+            assert total >= 10_000
+            assert app.state.log.dropped_lines == 0
+            assert len(app.state.log.loads) >= 16  # grouped, kept to the newest loads when trimmed
+            # one step per interval (polls), plus at most one for the log between two polls
+            assert steps <= 2 * (elapsed_s / interval_s) + 3, (steps, elapsed_s)
+            assert app.alert_evaluations <= app.apply_steps
