@@ -169,7 +169,7 @@ def many_models_scenario(n: int, path: Path, *, spilled_every: int = 3, name_pre
         loaded.append({"model": name, "context_length": sized[base]["context_length"], "size": size,
                        "size_vram": int(size * 0.8) if spilled else size, "expires_in_s": 300})
     doc = {"format": 1, "version": bundled["version"], "description": f"{n} models loaded (benchmark)",
-           "models": models, "steps": [{"at_s": 0, "label": f"{n} models, every {spilled_every}th spilled",
+           "models": models, "steps": [{"at_s": 0, "label": f"{n} models, 1 in {spilled_every} spilled",
                                         "loaded": loaded}]}
     path.write_text(json.dumps(doc), encoding="utf-8")
     return path

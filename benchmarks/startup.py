@@ -229,14 +229,15 @@ def main() -> int:
               f"{(statistics.median(floor_rss) / 2**20) if floor_rss else float('nan'):.1f} MiB -> "
               f"{ratio_text(statistics.median(rss), statistics.median(floor_rss) if floor_rss else None)}")
     if med is not None:
-        print(f"  first data frame (medians): kvtop = {ratio_text(med, floor_med, TARGET_VS_FLOOR)}")
+        target = None if args.models else TARGET_VS_FLOOR  # the ratio target is the 3-model case's
+        print(f"  first data frame (medians): kvtop = {ratio_text(med, floor_med, target)}")
         meets = floor_med is not None and med <= TARGET_VS_FLOOR * floor_med and failed == 0
         if args.models:
             many = med < TARGET_MANY_MODELS_S and failed == 0
             out["meets_many_models_target"] = many
             print(f"  {args.models} models: kvtop's first data frame {med:.2f} s (median), worst {max(data):.2f} s: "
                   f"{'MEETS' if many else 'MISSES'} (target < {TARGET_MANY_MODELS_S:g} s)")
-        out["meets_target"] = meets
+        out["meets_target"] = meets if not args.models else out["meets_many_models_target"]
     else:
         out["meets_target"] = False
         print("  target: MISSES (kvtop never showed data)")
