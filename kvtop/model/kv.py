@@ -838,6 +838,10 @@ def _build(info: Mapping[str, Any], arch: str) -> KVLayout:
 
 
 _LAYOUT_CACHE: dict[int, tuple[Mapping[str, Any], KVLayout | KVUnavailable]] = {}
+_INTERNED: dict[KVLayout, KVLayout] = {}
+"""The first layout object of each distinct layout (models of one architecture and size, under
+several names or quantizations, share it): a cached :func:`kv_allocation` key then compares by
+identity instead of layer by layer."""
 _LAYOUT_CACHE_SIZE = 1024
 """Layouts kept, one per ``model_info`` mapping: more than the models one server keeps loaded
 (a dashboard of 1,000 loaded models derived 936 of them again on every poll at 64; a mapping
@@ -847,14 +851,19 @@ holds no tokenizer, a few KiB)."""
 def layout_from_model_info(model_info: Mapping[str, Any]) -> KVLayout | KVUnavailable:
     """``_layout_from_model_info`` memoized on the mapping object (``/api/show`` answers are
     cached per digest by the source, so every poll passes the same object). The cache holds a
-    reference to each mapping it keys, so an ``id`` is never reused while it is cached. Callers
-    Only read-only ``MappingProxyType`` views (what snapshots hold) are cached."""
+    reference to each mapping it keys, so an ``id`` is never reused while it is cached. Only
+    read-only ``MappingProxyType`` views (what snapshots hold) are cached; equal layouts from
+    them come back as one object."""
     if not isinstance(model_info, MappingProxyType):
         return _layout_from_model_info(model_info)  # a plain dict may change: never cached
     hit = _LAYOUT_CACHE.get(id(model_info))
     if hit is not None and hit[0] is model_info:
         return hit[1]
     result = _layout_from_model_info(model_info)
+    if isinstance(result, KVLayout):  # one object per distinct layout: cache keys then match by identity
+        result = _INTERNED.setdefault(result, result)
+        if len(_INTERNED) > _LAYOUT_CACHE_SIZE:
+            _INTERNED.pop(next(iter(_INTERNED)))
     if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_SIZE:
         _LAYOUT_CACHE.pop(next(iter(_LAYOUT_CACHE)))
     _LAYOUT_CACHE[id(model_info)] = (model_info, result)
