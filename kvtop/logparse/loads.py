@@ -69,7 +69,6 @@ from kvtop.logparse.events import (
     Truncation,
     Unload,
 )
-from kvtop.logparse.parser import iter_events
 
 COMPONENTS = ("weights", "kv", "compute")
 """Memory components of the JSON document (allocations only)."""
@@ -792,6 +791,8 @@ def inspect_lines(lines: Iterable[str]) -> dict[str, Any]:
     described in the corpus README; loads carry ``era`` and a few extra keys. ``server`` is
     ``{}`` when the log has neither a version nor a config line (the oracles' convention).
     """
+    from kvtop.logparse.parser import iter_events  # here: grouping loads needs no line grammar (startup)
+
     return inspect_events(iter_events(lines))
 
 
