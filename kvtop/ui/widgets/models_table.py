@@ -255,6 +255,9 @@ class ModelsTable(DataTable[Text | str]):
         self._signature: tuple[tuple[str, int], ...] = ()
         self._views: tuple[ModelView, ...] = ()
         self._shown: tuple[object, ...] | None = None
+        self._row_keys: tuple[str, ...] = ()
+        self._row_cells: list[tuple[object, ...]] = []
+        """The cells last shown, per row (``show`` updates only the ones that changed)."""
 
     @property
     def selected_view(self) -> ModelView | None:
@@ -278,6 +281,18 @@ class ModelsTable(DataTable[Text | str]):
             return  # nothing changed: keep the rendered rows (no repaint)
         self._shown = shown
         selected = self.selected_view
+        keys = tuple(f"{i}:{v.digest}:{v.name}" for i, v in enumerate(views))
+        rows = [tuple(col.cell(v, colors) for col in cols) for v in views]
+        if signature == self._signature and keys == self._row_keys:
+            # the same rows and columns: only the cells whose content changed are updated (a
+            # sparkline moving one cell repaints that cell, not the table; benchmarks/cpu_idle.py)
+            for key, old, new in zip(keys, self._row_cells, rows):
+                for col, a, b in zip(cols, old, new):
+                    if a != b:
+                        self.update_cell(key, col.key, b)
+            self._row_cells = rows
+            self._views = views
+            return
         if signature != self._signature:
             self.clear(columns=True)
             for col in cols:
@@ -285,8 +300,9 @@ class ModelsTable(DataTable[Text | str]):
             self._signature = signature
         else:
             self.clear()
-        for i, v in enumerate(views):
-            self.add_row(*(col.cell(v, colors) for col in cols), key=f"{i}:{v.digest}:{v.name}")
+        for key, cells in zip(keys, rows):
+            self.add_row(*cells, key=key)
+        self._row_keys, self._row_cells = keys, rows
         self._views = views
         if selected is not None:
             for i, v in enumerate(views):
