@@ -173,6 +173,18 @@ class AppState:
     blob_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Weights blob → the model name ``/api/ps`` last showed for it (newest ``BLOB_NAMES_KEPT``),
     so a log line about a model that has since unloaded (an eviction) still names it."""
+    latencies_s: tuple[float, ...] = dataclasses.field(default=(), compare=False)
+    """Round-trip times of the last ``LATENCY_WINDOW`` answered polls, oldest first (display
+    only: not part of the state's equality, so an unchanged poll still gives an equal state)."""
+
+    @property
+    def latency_s(self) -> float | None:
+        """The median round trip of the last ``LATENCY_WINDOW`` answered polls (None before one):
+        the header shows this, not each poll's, so one slow answer neither jumps nor repaints."""
+        if not self.latencies_s:
+            return None
+        ordered = sorted(self.latencies_s)
+        return ordered[len(ordered) // 2]
 
     @property
     def reachable(self) -> bool | None:
@@ -222,8 +234,9 @@ def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
     if not snap.reachable:
         return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
     models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates)
+    latencies = state.latencies_s if snap.latency_s is None else (state.latencies_s + (snap.latency_s,))[-LATENCY_WINDOW:]
     return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
-                               blob_names=_remember_names(state.blob_names, models))
+                               blob_names=_remember_names(state.blob_names, models), latencies_s=latencies)
 
 
 def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
@@ -232,6 +245,9 @@ def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
 
 
 BLOB_NAMES_KEPT = 256
+
+LATENCY_WINDOW = 9
+"""Answered polls the header's latency is the median of (``AppState.latency_s``)."""
 
 
 def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Mapping[str, str]:

@@ -163,3 +163,18 @@ def test_zero_expires_at_reads_never_like_ollama() -> None:
 def test_source_strings_lose_control_characters() -> None:
     row = parse_ps({"models": [{"name": "a\x1b[2Jb", "digest": "\x1b]2;x\x07" + "ab" * 32, "size": 1, "size_vram": 1}]})[0]
     assert "\x1b" not in row.name and "\x07" not in row.digest
+
+
+def test_header_latency_is_the_median_of_the_last_polls_so_one_slow_answer_does_not_jump() -> None:
+    from kvtop.model.state import LATENCY_WINDOW, AppState, fold
+    from tests.ui.fakes import snapshot_at, step_index
+
+    state = AppState(host_url="http://127.0.0.1:11434")
+    assert state.latency_s is None
+    step = step_index("spill")
+    for i, ms in enumerate([3, 4, 250, 3, 5]):
+        state = fold(state, snapshot_at(step, taken_at=1_795_000_000.0 + i, latency_s=ms / 1000))
+    assert state.latency_s == 0.004  # not the 250 ms outlier, not the last poll's 5 ms
+    for i in range(LATENCY_WINDOW):
+        state = fold(state, snapshot_at(step, taken_at=1_795_000_100.0 + i, latency_s=0.020))
+    assert state.latency_s == 0.020 and len(state.latencies_s) == LATENCY_WINDOW

@@ -105,8 +105,8 @@ class ServerHeader(Static):
             version = (snap.version if snap and snap.version else None) or (st.last_ok.version if st.last_ok else None)
             if version or snap is not None:
                 details.append((3, Text(f"Ollama {safe(version, 24)}" if version else "Ollama ?")))
-            if snap is not None and snap.reachable and snap.latency_s is not None:
-                details.append((1, Text(f"latency {snap.latency_s * 1000:.0f} ms")))
+            if snap is not None and snap.reachable and st.latency_s is not None:  # the median of the last polls
+                details.append((1, Text(f"latency {st.latency_s * 1000:.0f} ms")))
         if replay is None:  # a replay polls nothing; its pace is the speed shown after REPLAY
             details.append((2, Text(f"every {self.interval_s:g} s")))
         line1 = _fit_line(flags, details, width)
