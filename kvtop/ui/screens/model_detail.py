@@ -171,7 +171,7 @@ def detail_text(v: ModelView, state: AppState) -> Text:
              f"at {v.kv_type.value or 'f16'}, all KV layers")
     if v.kv_estimate is not None:
         e = v.kv_estimate
-        out.append("\n  arithmetic: ", style="bold")
+        out.append("\n  arithmetic:  ", style="bold")  # two spaces: a long formula wraps under itself
         out.append(safe(e.formula, 400))
         out.append("\n")
         _row(out, "K / V", f"{exact_bytes(e.k_bytes)} / {exact_bytes(e.v_bytes)}")

@@ -21,18 +21,51 @@ _COLUMN = re.compile(r"\S+(?: \S+)*")
 """A run of text in which single spaces separate words; two or more spaces start a new column."""
 
 
+MIN_ROOM = 20
+"""The fewest cells a continuation line may have (or half the width, when that is less)."""
+
+
 def hang_indent(line: str, at: int, width: int) -> int:
-    """The indent for the continuation lines of ``line`` broken at character ``at``: the start
-    of the column (text after two or more spaces, or the line's own indent) that holds ``at``,
-    or of an earlier column when that leaves under 20 cells (or half the ``width``) of room."""
+    """The indent for the continuation lines of ``line`` broken at character ``at``: the start of
+    the column (text after two or more spaces, or the line's own indent) that holds ``at``, as
+    long as that leaves at least ``MIN_ROOM`` cells; when it leaves under a third of the width,
+    an earlier column that takes fewer lines; 0 when no column leaves room."""
+    return _choose(line, at, width)[1]
+
+
+def _choose(line: str, at: int, width: int) -> tuple[int, int]:
+    """``(cut, indent)`` for a line too long for ``width``, first broken at ``at`` (see ``hang_indent``):
+    the cut moves to ``width`` when the next word is longer than any continuation line could be."""
     starts = [m.start() for m in _COLUMN.finditer(line)]
     holding = [s for s in starts if s <= at] or starts[:1]
-    room = min(20, width // 2)
+    room = min(MIN_ROOM, width // 2)
+    best: tuple[int, int, int] | None = None  # (lines, cut, indent)
     for start in reversed(holding):
         indent = cell_len(line[:start])
-        if width - indent >= room:
-            return indent
-    return 0
+        if width - indent < room:
+            continue
+        if best is not None and width - best[2] >= width / 3:
+            break  # the column holding the break has room enough: keep the text under it
+        cut = at
+        if cell_len(line[at:].split(" ", 1)[0]) > width - indent:  # no line could hold the word: fold it
+            cut = _fold_at(line, width)
+        lines = 1 + _count_lines(line[cut:].lstrip(" "), width - indent)
+        if best is None or lines < best[0]:
+            best = (lines, cut, indent)
+    if best is None:
+        cut = at if cell_len(line[at:].split(" ", 1)[0]) <= width else _fold_at(line, width)
+        return cut, 0
+    return best[1], best[2]
+
+
+def _count_lines(plain: str, width: int) -> int:
+    """Lines ``plain`` takes wrapped at ``width`` cells (as ``hang_wrap`` breaks them)."""
+    count = 0
+    while plain:
+        cut = _break_at(plain, width) if cell_len(plain) > width else len(plain)
+        plain = plain[cut:].lstrip(" ")
+        count += 1
+    return count
 
 
 def _break_at(plain: str, width: int) -> int:
@@ -70,11 +103,7 @@ def hang_wrap(text: Text, width: int) -> Text:
             out.append(line)
             continue
         plain = line.plain
-        cut = _break_at(plain, width)
-        indent = hang_indent(plain, cut, width)
-        word = plain[cut:].split(" ", 1)[0]
-        if cell_len(word) > width - indent:  # a word longer than any line it could go to: fold it here
-            cut = _fold_at(plain, width)
+        cut, indent = _choose(plain, _break_at(plain, width), width)
         first, rest = line[:cut], line[cut:]
         first.rstrip()
         out.append(first)
