@@ -49,7 +49,7 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     return cls
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class _Event:
     """Fields every event has."""
 
@@ -58,9 +58,22 @@ class _Event:
     time: datetime | None
     raw: str
 
+    def __repr__(self) -> str:
+        """As the dataclass ``__repr__`` reads (``Oom(line_no=3, time=None, raw='…', …)``): written once
+        here instead of generated for each of the event classes at import (issue 13: startup)."""
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+        return f"{type(self).__qualname__}({fields})"
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+
+def _event(cls: type[_T]) -> type[_T]:
+    """``@dataclass(frozen=True, slots=True)`` for an event class, made cheaper to create: its
+    ``__repr__`` is ``_Event``'s and its ``__init__`` comes from :func:`_fast_init` only (the
+    dataclass machinery compiles each generated method from source: about a millisecond per class
+    at import, 31 classes)."""
+    return _fast_init(dataclass(frozen=True, slots=True, repr=False, init=False)(cls))  # type: ignore[call-overload]
+
+
+@_event
 class ServerConfig(_Event):
     """``msg="server config" env="map[K:V …]"`` (§3.6; corpus 018, 019, 021, 022, 033, 047).
 
@@ -74,8 +87,7 @@ class ServerConfig(_Event):
     complete: bool = True
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class ServerListening(_Event):
     """``msg="Listening on 127.0.0.1:11434 (version 0.33.0)"`` (§4.1; corpus 018, 033)."""
 
@@ -84,8 +96,7 @@ class ServerListening(_Event):
     version: str | None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class RunnerStarted(_Event):
     """A runner spawn line and its argv (§4.2, §4.3, §4.4, §7; corpus 001, 004, 012, 028, 061, 062).
 
@@ -124,8 +135,7 @@ class RunnerStarted(_Event):
     complete: bool = True
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class LoadRequest(_Event):
     """B2 runner ``msg=load request="{Operation:… KvSize:… …}"`` (§4.3; corpus 056, 058).
 
@@ -151,8 +161,7 @@ class LoadRequest(_Event):
     projector_path: str | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class LoadDecision(_Event):
     """A scheduler decision to load a model (§4.3, §4.8; corpus 028, 030, 051).
 
@@ -169,8 +178,7 @@ class LoadDecision(_Event):
     layers_requested: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class ModelLoad(_Event):
     """A llama.cpp line saying which model file it reads (corpus 010, 037, 038).
 
@@ -184,8 +192,7 @@ class ModelLoad(_Event):
     grammar: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class Allocation(_Event):
     """One allocated buffer (§4.3 memory summary, §4.5; corpus 002, 032, 035, 054, 056, 063).
 
@@ -203,8 +210,7 @@ class Allocation(_Event):
     grammar: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class KvSummary(_Event):
     """A KV cache total (§4.5; corpus 002, 006, 009, 025, 037, 043, 045).
 
@@ -237,8 +243,7 @@ class KvSummary(_Event):
     swa: bool | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class ContextParams(_Event):
     """One llama.cpp context parameter line (§4.5; corpus 002, 006, 008, 042, 063, 065).
 
@@ -266,8 +271,7 @@ class ContextParams(_Event):
     n_ctx_train: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class FlashAttention(_Event):
     """Flash attention as resolved by the runner (§3.1, §4.6; corpus 002, 008, 025, 063).
 
@@ -283,8 +287,7 @@ class FlashAttention(_Event):
     reason: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class FlashAttentionDecision(_Event):
     """Ollama's own flash-attention choice before the runner resolves it (§4.2, §4.6; corpus 001, 028, 053).
 
@@ -297,8 +300,7 @@ class FlashAttentionDecision(_Event):
     reason: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class FlashAttentionForcedOff(_Event):
     """Flash attention turned off against the request (§4.6; corpus 023, 025, 026).
 
@@ -313,8 +315,7 @@ class FlashAttentionForcedOff(_Event):
     """``llama.cpp`` (the runner turned it off) or ``ollama`` (Ollama did not request it)."""
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class KvTypeFallback(_Event):
     """A requested KV cache type that Ollama dropped for f16 (the §3.2 warnings).
 
@@ -329,8 +330,7 @@ class KvTypeFallback(_Event):
     reason: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class ContextClamped(_Event):
     """Ollama lowered a requested num_ctx to the model's training context (§3.4, §4.4).
 
@@ -345,8 +345,7 @@ class ContextClamped(_Event):
     n_ctx_train: int | None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class ContextOverTraining(_Event):
     """llama.cpp's per-sequence context is above the training context (§4.5; corpus 006).
 
@@ -362,8 +361,7 @@ class ContextOverTraining(_Event):
     grammar: str = ""
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class OffloadedLayers(_Event):
     """``offloaded N/M layers to GPU`` (llama.cpp ``load_tensors``, Ollama engine ``ggml.go``; corpus 006, 032, 054, 065)."""
 
@@ -372,8 +370,7 @@ class OffloadedLayers(_Event):
     total: int
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class FitOverflow(_Event):
     """C ``common_params_fit_impl:   - ROCm0 (…): 25 layers ( 5 overflowing), …`` (§1.2, §4.5)."""
 
@@ -383,8 +380,7 @@ class FitOverflow(_Event):
     overflowing: int
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class SchedulerEstimate(_Event):
     """The scheduler's ``offload`` estimate line (§4.2; corpus 001, 012, 039).
 
@@ -407,8 +403,7 @@ class SchedulerEstimate(_Event):
     allocations_bytes: tuple[int, ...] = ()
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class Truncation(_Event):
     """A prompt cut to fit the context (§4.7; corpus 014, 015, 017).
 
@@ -424,8 +419,7 @@ class Truncation(_Event):
     new: int | None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class PromptRejected(_Event):
     """llama-server refused a prompt longer than the slot's context (§4.7; fixtures/llama_server).
 
@@ -443,8 +437,7 @@ class PromptRejected(_Event):
     task: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class RequestTiming(_Event):
     """Per-request token counts and rates (§4.10).
 
@@ -465,8 +458,7 @@ class RequestTiming(_Event):
     task: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class PrefillProgress(_Event):
     """llama-server prompt-processing progress (§4.10): ``slot update_slots: id 0 | task 3 | prompt processing progress, n_past = …, n_tokens = …, progress = 0.25``."""
 
@@ -478,8 +470,7 @@ class PrefillProgress(_Event):
     progress: float | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class SlotActivity(_Event):
     """A llama-server slot starts, receives its prompt, finishes the prompt or is released (§4.10).
 
@@ -501,8 +492,7 @@ class SlotActivity(_Event):
     n_tokens: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class RunnerReady(_Event):
     """A runner finished starting (§4.2, §4.4; corpus 005, 014, 030, 035).
 
@@ -515,8 +505,7 @@ class RunnerReady(_Event):
     model_blob: str | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class Eviction(_Event):
     """The scheduler makes room by unloading another model (§4.3, §4.8; corpus 050)."""
 
@@ -526,8 +515,7 @@ class Eviction(_Event):
     pid: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class Unload(_Event):
     """A runner was unloaded (§4.8; corpus 010, 049): ``changing loaded model``, ``gpu VRAM usage didn't recover within timeout``, the DEBUG expiry sequence."""
 
@@ -537,8 +525,7 @@ class Unload(_Event):
     pid: int | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class Oom(_Event):
     """Out of memory, at load or at run time (corpus 005, 009, 031)."""
 
@@ -546,8 +533,7 @@ class Oom(_Event):
     reason: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class LoadFailed(_Event):
     """A model load failed (corpus 009, 023, 026): ``failed to create context``, ``error starting llama server``, ``panic: unable to create llama context``…"""
 
@@ -556,8 +542,7 @@ class LoadFailed(_Event):
     model_blob: str | None = None
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class GinRequest(_Event):
     """The gin access line (§4.9): ``[GIN] 2024/07/10 - 17:33:55 | 200 | 22.25s | 127.0.0.1 | POST "/api/generate"``."""
 
@@ -569,8 +554,7 @@ class GinRequest(_Event):
     client: str
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class DeviceFree(_Event):
     """``llama_model_load_from_file_impl: using device CUDA0 (NVIDIA …) - 15221 MiB free`` (§1.2, §4.5)."""
 
@@ -580,8 +564,7 @@ class DeviceFree(_Event):
     free_bytes: int
 
 
-@_fast_init
-@dataclass(frozen=True, slots=True)
+@_event
 class UnknownWarning(_Event):
     """A WARN/ERROR line no other event models, so a UI can still show it."""
 
