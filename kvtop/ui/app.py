@@ -68,8 +68,6 @@ from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, P
 
 if TYPE_CHECKING:
     from kvtop.sources.replay import Recorder, Recording
-    from textual.timer import Timer
-
     from kvtop.sources.tail import LogSource
 
 
@@ -196,7 +194,8 @@ class KvtopApp(App[int]):
         """Set when the local server's poll starts a sample: the GPU and ``/slots`` samples start with it."""
         self._pending: dict[str, list[_Pending]] = {}
         """Per server, the messages not applied yet, in arrival order."""
-        self._apply_timer: Timer | None = None
+        self._apply_timer: asyncio.TimerHandle | None = None
+        """The pending apply step (a plain event-loop timer: a Textual Timer is a task per step)."""
         self._apply_due = 0.0
         self._last_apply_at = float("-inf")
         self.apply_steps = 0
@@ -466,17 +465,19 @@ class KvtopApp(App[int]):
         if self._apply_timer is not None:
             if self._apply_due <= due:
                 return  # an earlier step takes this message too
-            self._apply_timer.stop()
+            self._apply_timer.cancel()
         self._apply_due = due
-        self._apply_timer = self.set_timer(due - now, self._apply_pending, name="apply")
+        self._apply_timer = asyncio.get_running_loop().call_later(due - now, self._apply_pending)
 
     def _apply_pending(self) -> None:
         """The apply step: for each server with staged messages, fold them into its state, evaluate
         its alerts once and record its history once; the dashboard repaints once (``watch_state``)
         when the server on screen changed, and the overview row when a server's summary changed."""
         if self._apply_timer is not None:
-            self._apply_timer.stop()
+            self._apply_timer.cancel()
             self._apply_timer = None
+        if not self.is_running:
+            return  # shutting down: a late step must not touch removed widgets
         pending, self._pending = self._pending, {}
         if not pending and (self.replay is None or not self.replay.recording.header.apply_steps):
             return
@@ -638,7 +639,7 @@ class KvtopApp(App[int]):
         table.set_class(state.stale_s is not None, "-stale")
         sparks = (self.histories[self.current_host].sparklines(cells=SPARK_CELLS)
                   if self.size.width >= SPARK_MIN_COLUMNS else None)  # the column shows from there
-        table.show(views, self.size.width, sparks)
+        table.show(views, self.size.width, sparks, sort=(self.sort_key, self.sort_reverse))
         status = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
             status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
@@ -647,6 +648,11 @@ class KvtopApp(App[int]):
                       f"  Enter details  ? help")
         if state.ollama is not None and state.ollama.reachable and not state.models:
             status = Text("No model loaded: models appear here when a client loads one.")
+        if state.ollama is not None and not state.ollama.reachable and self.replay is None:
+            from kvtop.model.hints import unreachable_hint_line  # the way forward, as --once/--check say it
+
+            status = Text(unreachable_hint_line(self.size.width - 2, demo=self.settings.demo), no_wrap=True,
+                          overflow="ellipsis", style=dict(self.theme_variables).get("kv-warn", ""))
         if self.replay is not None and self.replay.status_text():
             status = Text(f"{self.replay.status_text()}", no_wrap=True, overflow="ellipsis")
         self._update_static("#status", status)
