@@ -42,3 +42,21 @@ async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tup
         first_words = spill.message.split()[:4]
         assert " ".join(first_words) in shown
         assert all(len(line) <= size[0] for line in screen_lines(app))
+
+
+async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:
+    from kvtop.sources.replay import read_recording, resolve_recording
+
+    demo = make_app(Settings(host_url=HOST, interval_s=0.25, demo=True),
+                    FakeSource(snapshot_at(step_index("raised to 32768")), hold=True))
+    replay = make_app(Settings(host_url="http://unused:1", log_spec="none"),
+                      replay=read_recording(resolve_recording("demo")))
+    for app, said in ((demo, "no server log in the demo"), (replay, "no server log lines in the recording")):
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_for(pilot, lambda: app.state.ollama is not None, timeout_s=10)
+            await pilot.press("l")
+            pane = app.dashboard.query_one(EventsPane)
+            await wait_for(pilot, lambda: pane.row_count >= 1)
+            details = [pane.detail(i) for i in range(pane.row_count)]
+            assert any(said in d for d in details), details
+            assert not any("--log" in d for d in details)

@@ -132,8 +132,16 @@ class EventsPane(DataTable[Text]):
             if n >= MAX_ROWS:
                 break
         if n == 0:
-            what = safe(log.status or ("no events yet" if log.source else "no server log: start kvtop with --log"), 200)
+            what = safe(log.status or ("no events yet" if log.source else self._no_log()), 200)
             rows.append((Text(""), Text("—"), Text(what)))
+
+    def _no_log(self) -> str:
+        """Why there is no event, in the mode kvtop runs in (--log is no way forward in a demo or a replay)."""
+        if getattr(self.app, "replay", None) is not None:
+            return "no server log lines in the recording up to here"
+        if getattr(getattr(self.app, "settings", None), "demo", False):
+            return "no server log in the demo: its stand-in server writes none"
+        return "no server log: start kvtop with --log"
 
     def event_count(self) -> int:
         """Rows shown (for tests)."""
