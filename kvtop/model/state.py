@@ -19,7 +19,7 @@ from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.loads import Load
 from kvtop.model.alerts.types import DEFAULT_THRESHOLDS, Alert, Thresholds
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, SystemMemory
 from kvtop.model import ladder
 from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
@@ -176,15 +176,10 @@ class AppState:
     latencies_s: tuple[float, ...] = dataclasses.field(default=(), compare=False)
     """Round-trip times of the last ``LATENCY_WINDOW`` answered polls, oldest first (display
     only: not part of the state's equality, so an unchanged poll still gives an equal state)."""
-
-    @property
-    def latency_s(self) -> float | None:
-        """The median round trip of the last ``LATENCY_WINDOW`` answered polls (None before one):
-        the header shows this, not each poll's, so one slow answer neither jumps nor repaints."""
-        if not self.latencies_s:
-            return None
-        ordered = sorted(self.latencies_s)
-        return ordered[len(ordered) // 2]
+    latency_s: float | None = dataclasses.field(default=None, compare=False)
+    """The latency the header shows: the median of ``latencies_s``, moved only when the median
+    moves by more than ``LATENCY_STEADY`` (a quarter, at least 2 ms), so jitter of a
+    millisecond neither changes the figure nor repaints the header every second."""
 
     @property
     def reachable(self) -> bool | None:
@@ -236,7 +231,8 @@ def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
     models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates)
     latencies = state.latencies_s if snap.latency_s is None else (state.latencies_s + (snap.latency_s,))[-LATENCY_WINDOW:]
     return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
-                               blob_names=_remember_names(state.blob_names, models), latencies_s=latencies)
+                               blob_names=_remember_names(state.blob_names, models), latencies_s=latencies,
+                               latency_s=_steady_latency(state.latency_s, latencies))
 
 
 def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
@@ -248,6 +244,47 @@ BLOB_NAMES_KEPT = 256
 
 LATENCY_WINDOW = 9
 """Answered polls the header's latency is the median of (``AppState.latency_s``)."""
+
+LATENCY_STEADY = (0.25, 0.002)
+"""The shown latency follows the median when it moves by more than this fraction of the shown
+figure and this many seconds."""
+
+RAM_STEADY_FRACTION = 0.01
+"""A RAM (or swap) figure that moved by less than this fraction of its total keeps the previous
+sample's (an exact, recent measurement) on screen: the GPU line does not repaint every second
+for noise of a few megabytes."""
+
+
+def _steady_latency(shown: float | None, latencies: tuple[float, ...]) -> float | None:
+    if not latencies:
+        return shown
+    median = sorted(latencies)[len(latencies) // 2]
+    if shown is None or abs(median - shown) > max(LATENCY_STEADY[0] * shown, LATENCY_STEADY[1]):
+        return median
+    return shown
+
+
+def _ram_used(m: SystemMemory) -> int | None:
+    if m.ram_used_bytes is not None:
+        return m.ram_used_bytes
+    if m.ram_total_bytes is not None and m.ram_available_bytes is not None:
+        return m.ram_total_bytes - m.ram_available_bytes
+    return None
+
+
+def _steady_system(old: SystemMemory | None, new: SystemMemory | None) -> SystemMemory | None:
+    """``old`` when ``new`` differs from it only by less than ``RAM_STEADY_FRACTION`` of the totals."""
+    if old is None or new is None or old == new:
+        return new
+    if old.ram_total_bytes != new.ram_total_bytes or old.swap_total_bytes != new.swap_total_bytes:
+        return new
+    for total, a, b in ((new.ram_total_bytes, _ram_used(old), _ram_used(new)),
+                        (new.swap_total_bytes, old.swap_used_bytes, new.swap_used_bytes)):
+        if a == b:
+            continue
+        if not total or a is None or b is None or abs(a - b) >= RAM_STEADY_FRACTION * total:
+            return new
+    return old
 
 
 def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Mapping[str, str]:
@@ -300,7 +337,12 @@ def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
 def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
     """The state after one GPU + process sample (joined with the models at render time), alerts
     not re-evaluated; the rows are derived again only when a runner's command line or a
-    server's environment changed (the requested and service rungs)."""
+    server's environment changed (the requested and service rungs). RAM and swap that moved by
+    less than ``RAM_STEADY_FRACTION`` keep the previous sample's figures."""
+    if state.gpu is not None:
+        system = _steady_system(state.gpu.system, gpu.system)
+        if system is not gpu.system:
+            gpu = dataclasses.replace(gpu, system=system)
     new = dataclasses.replace(state, gpu=gpu, procs=procs)
     if state.last_ok is not None and _runner_facts(procs) != _runner_facts(state.procs):
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,

@@ -174,7 +174,31 @@ def test_header_latency_is_the_median_of_the_last_polls_so_one_slow_answer_does_
     step = step_index("spill")
     for i, ms in enumerate([3, 4, 250, 3, 5]):
         state = fold(state, snapshot_at(step, taken_at=1_795_000_000.0 + i, latency_s=ms / 1000))
-    assert state.latency_s == 0.004  # not the 250 ms outlier, not the last poll's 5 ms
+    assert state.latency_s == 0.003  # the first poll's; the median (4 ms) moved less than 2 ms; never the 250 ms outlier
+    state = fold(state, snapshot_at(step, taken_at=1_795_000_010.0, latency_s=0.005))
+    state = fold(state, snapshot_at(step, taken_at=1_795_000_011.0, latency_s=0.005))
+    assert sorted(state.latencies_s)[len(state.latencies_s) // 2] == 0.005
+    assert state.latency_s == 0.003  # two milliseconds of jitter: the figure on screen stays
     for i in range(LATENCY_WINDOW):
         state = fold(state, snapshot_at(step, taken_at=1_795_000_100.0 + i, latency_s=0.020))
     assert state.latency_s == 0.020 and len(state.latencies_s) == LATENCY_WINDOW
+
+
+def test_ram_noise_keeps_the_previous_figures_and_a_real_move_shows() -> None:
+    from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, SystemMemory
+    from kvtop.model.state import AppState, fold_gpu
+
+    def gpu(used: int, swap: int = 0) -> GpuSnapshot:
+        return GpuSnapshot(taken_at=1.0, status="GPU telemetry: none", system=SystemMemory(
+            ram_total_bytes=24 * 2**30, ram_used_bytes=used, swap_total_bytes=8 * 2**30, swap_used_bytes=swap))
+
+    procs = ProcSnapshot(taken_at=1.0)
+    state = fold_gpu(AppState(host_url="h"), gpu(1500 * 2**20), procs)
+    assert state.gpu is not None and state.gpu.system is not None
+    first = state.gpu.system
+    state = fold_gpu(state, gpu(1600 * 2**20), procs)  # +100 MiB of 24 GiB: under 1 %
+    assert state.gpu.system is first
+    state = fold_gpu(state, gpu(1500 * 2**20, swap=200 * 2**20), procs)  # swap +200 MiB of 8 GiB: over 1 %
+    assert state.gpu.system.swap_used_bytes == 200 * 2**20
+    state = fold_gpu(state, gpu(2000 * 2**20, swap=200 * 2**20), procs)  # +500 MiB: shown
+    assert state.gpu.system.ram_used_bytes == 2000 * 2**20
