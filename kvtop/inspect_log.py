@@ -292,7 +292,7 @@ def _bytes(n: int | None) -> str:
 def _devices(per_device: Mapping[str, int]) -> str:
     if not per_device:
         return "none in the log"
-    return "; ".join(f"{safe(d)} {ibytes(b)} ({b:,} B)" for d, b in per_device.items())
+    return "; ".join(f"{safe(d)} {exact_bytes(b)}" for d, b in per_device.items())
 
 
 KV_ROUNDING_BYTES = 1024 * 1024
@@ -415,7 +415,7 @@ def _render_load(w: Any, load: Mapping[str, Any], requests: list[Mapping[str, An
     est = load.get("estimates") or {}
     if any(est.get(key) is not None for key in ("kv", "full", "partial")):
         rows.append(("estimates", "scheduler, not allocations: " + ", ".join(
-            f"{key} {ibytes(est[key])}" for key in ("kv", "full", "partial") if est.get(key) is not None)))
+            f"{key} ~{ibytes(est[key])}" for key in ("kv", "full", "partial") if est.get(key) is not None)))
     for label, text in rows:
         w(f"  {label:<16} {text}\n")
     findings = load.get("findings") or []

@@ -42,13 +42,13 @@ import httpx
 
 from kvtop.model import kv
 from kvtop.model import plan
+from kvtop.model.known import CLAMPED_MARK, NOT_KNOWN, exact_bytes, ibytes
 from kvtop.textsafe import emit, safe_block, safe_json
 
 EXIT_OK = 0
 EXIT_NOTHING = 1
 EXIT_ERROR = 2
 
-_MIB = 1024 * 1024
 
 
 class PlanError(Exception):
@@ -451,13 +451,9 @@ def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str
 # Output
 
 
-def mib(n: int | None) -> str:
-    """Bytes in MiB as llama.cpp prints them: ``4096``, ``4685.3``; ``?`` for None."""
-    if n is None:
-        return "?"
-    if n % _MIB == 0:
-        return str(n // _MIB)
-    return f"{n / _MIB:.1f}"
+def _est(n: int | None) -> str:
+    """An estimated size: ``~5.7 GiB`` (the marks and units of every screen, ``model.known``)."""
+    return NOT_KNOWN if n is None else "~" + ibytes(n)
 
 
 def _signed(n: int) -> str:
@@ -486,25 +482,25 @@ def render_text(r: PlanResult) -> str:
     w(f"kvtop plan {spec.name} — {_layout_text(spec)}\n")
     w(f"  source    {r.inp.source}" + (f" (Ollama {r.inp.version})" if r.inp.version else "") + "\n")
     if spec.weights_bytes is not None:
-        w(f"  weights   {spec.weights_bytes:,} B ({mib(spec.weights_bytes)} MiB): {spec.weights_note}\n")
+        w(f"  weights   {exact_bytes(spec.weights_bytes)}: {spec.weights_note}\n")
     else:
         w(f"  weights   not known: {spec.weights_note}\n")
     if r.budget_bytes is None:
         w("  GPU       free memory not given: no fit verdict (--gpu-free BYTES|auto)\n")
     else:
         held = r.inp.loaded.size_vram_bytes if r.inp.loaded is not None else None
-        text = f"{mib(r.budget_bytes)} MiB available = {mib(r.free_bytes)} MiB free ({r.free_source})"
+        text = f"{ibytes(r.budget_bytes)} available = {ibytes(r.free_bytes)} free ({r.free_source})"
         if held:
-            text += f" + {mib(held)} MiB this model holds now"
+            text += f" + {ibytes(held)} this model holds now"
         if r.reserve_bytes:
-            text += f" − {mib(r.reserve_bytes)} MiB reserve"
+            text += f" − {ibytes(r.reserve_bytes)} reserve"
         w(f"  GPU       {text}\n")
     w(f"  runner    {r.engine}" + (" (Ollama v0.30+)" if r.engine == "llama-server" else " (Ollama before v0.30)")
-      + "; sizes in MiB (1 MiB = 1,048,576 B); ~ compute is estimated\n")
+      + "; sizes in binary units (1 GiB = 1024 MiB; exact bytes with --json); ~ estimated\n")
     if r.inp.loaded is not None:
         lo = r.inp.loaded
-        w(f"  loaded    num_ctx {lo.context_length or '?'}, size {mib(lo.size_bytes)} MiB, "
-          f"in VRAM {mib(lo.size_vram_bytes)} MiB (/api/ps)\n")
+        w(f"  loaded    num_ctx {lo.context_length or '?'}, size {ibytes(lo.size_bytes)}, "
+          f"in VRAM {ibytes(lo.size_vram_bytes)} (/api/ps)\n")
     reason = spec.kv_reason
     if reason:
         w(f"\n  KV cache: {reason}\n  kvtop cannot predict this model's KV cache or total.\n")
@@ -514,12 +510,12 @@ def render_text(r: PlanResult) -> str:
     for row in r.rows:
         p = row.prediction
         fit = p.fit.text() if p.fit is not None else ("?" if p.total_bytes is not None else "")
-        ctx = f"{p.config.num_ctx}" + ("*" if p.config.num_ctx != p.requested_num_ctx else "")
+        ctx = f"{p.config.num_ctx}" + (CLAMPED_MARK if p.config.num_ctx != p.requested_num_ctx else "")
         table.append([
             ctx, str(p.config.parallel), p.config.cache_type, "on" if p.config.flash_attention else "off",
-            mib(p.weights_bytes), mib(p.kv_bytes) if p.kv is not None else "n/a",
-            f"~{mib(p.compute_bytes)}±{mib(p.compute_error_bytes)}",
-            mib(p.total_bytes), mib(p.gpu_bytes), fit,
+            (_est if p.weights_estimated else ibytes)(p.weights_bytes), _est(p.kv_bytes) if p.kv is not None else "n/a",
+            f"{_est(p.compute_bytes)} ±{ibytes(p.compute_error_bytes)}",
+            _est(p.total_bytes), _est(p.gpu_bytes), fit,
             "?" if row.max_num_ctx is None else str(row.max_num_ctx),
             "?" if row.max_parallel is None else str(row.max_parallel),
         ])
@@ -541,7 +537,7 @@ def render_text(r: PlanResult) -> str:
         for note in first.notes:
             w(f"  note      {note}\n")
     if any(row.prediction.config.num_ctx != row.prediction.requested_num_ctx for row in r.rows):
-        w("  *         num_ctx clamped to the training context, as Ollama does\n")
+        w(f"  {CLAMPED_MARK}         num_ctx lowered to the training context, as Ollama does\n")
     for note in r.notes:
         w(f"  note      {note}\n")
     if r.comparison is not None:

@@ -12,12 +12,14 @@ from typing import Any
 
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.wrappers import sanitize
+from kvtop.model.known import exact_bytes
 
 _SKIP = {"line_no", "time", "raw", "grammar", "complete", "message", "cmd", "env"}
 
 
 def _mib(n: int) -> str:
-    return f"{n / 1048576:,.2f} MiB"
+    """A size in the units of every screen (``model.known.ibytes``), exact bytes beside it."""
+    return exact_bytes(n)
 
 
 def _value(name: str, value: Any) -> str:

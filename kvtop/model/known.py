@@ -1,11 +1,21 @@
-"""A value together with where it came from.
+"""A value together with where it came from, and the one way kvtop writes it.
 
 Every number kvtop shows has a source (product.md "Data sources"; the ladder in ``model.ladder``):
 ``allocated`` (the runner's log), ``runner`` (the runner's own ``/props`` / ``/slots``),
 ``reported`` (the Ollama API or NVML), ``requested`` (the runner's command line or the
-Modelfile), ``service`` (the ``ollama serve`` environment), ``estimated`` (a formula) or
-``default`` (Ollama's documented default, used because nothing readable says otherwise).
-``value is None`` means not known.
+Modelfile), ``service`` (the ``ollama serve`` environment), ``estimated`` (a formula: kvtop's KV
+arithmetic, the compute model, a difference of two figures) or ``default`` (Ollama's documented
+default, used because nothing readable says otherwise). ``value is None`` means not known.
+
+The vocabulary is defined here once and used by every screen, ``--once``, ``--check``, ``plan``,
+``inspect-log`` and the README:
+
+* marks (:data:`SOURCE_MARK`, :data:`NOT_KNOWN`, :data:`CLAMPED_MARK`), written before the figure:
+  ``~3.5 GiB`` is estimated, ``*4096`` an Ollama default, ``?`` not known; a figure the runner or
+  the API states has no mark;
+* sizes in binary units (:func:`ibytes`): ``3.5 GiB``, ``448 MiB``, ``85.2 MiB`` (one decimal below
+  100, none from 100); dense tables drop the space and ``iB`` (``3.5G``, ``448M``: the same binary
+  units); an exact figure adds its bytes (:func:`exact_bytes`: ``3.5 GiB (3,758,096,384 B)``).
 """
 
 from __future__ import annotations
@@ -37,8 +47,78 @@ SOURCE_LEGEND_WORDS: dict[str, str] = {
 }
 """How each marked source is explained, the same on every screen and output."""
 
-SOURCE_LEGEND = "  ".join(SOURCE_LEGEND_WORDS.values()) + "  ? not known"
+NOT_KNOWN = "?"
+"""Written in place of a figure that is not known (never a guess)."""
+
+NOT_KNOWN_WORDS = "? not known"
+
+SOURCE_LEGEND = "  ".join(SOURCE_LEGEND_WORDS.values()) + "  " + NOT_KNOWN_WORDS
 """The whole legend (``--once`` text); the dashboard lists the marks its rows use (``ui.format.legend``)."""
+
+SOURCE_WORDS: dict[str, str] = {
+    "allocated": "allocated",
+    "runner": "runner",
+    "reported": "reported",
+    "estimated": "estimated",
+    "requested": "requested",
+    "service": "server env",
+    "default": "Ollama default",
+}
+"""Every source in words (the detail view's ``[estimated]``, ``[reported]`` ...)."""
+
+CLAMPED_MARK = "↓"
+"""``kvtop plan``: a num_ctx lowered to the model's training context, as Ollama does (written
+after the number: ``40960↓``). Not ``*``, which means an Ollama default everywhere."""
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def ibytes(n: int | None, *, short: bool = False) -> str:
+    """A size in binary units, the one way kvtop writes sizes: ``4.0 GiB``, ``448 MiB``,
+    ``85.2 MiB``, ``512 B`` (one decimal below 100, none from 100); ``short`` for dense tables:
+    ``4.0G``, ``448M``, ``12G`` (the same binary units, one decimal below 10 only). None ->
+    ``?``; a negative size has a real minus sign (``−2.0 GiB``)."""
+    if n is None:
+        return NOT_KNOWN
+    if abs(n) >= 2**63:  # no real size; never let a float overflow take the screen down
+        return "huge"
+    sign = "−" if n < 0 else ""
+    value = float(abs(n))
+    unit = 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    if unit == 0:
+        text = f"{int(value)}"
+    elif value >= 100 or (short and value >= 10):
+        text = f"{value:.0f}"
+    else:
+        text = f"{value:.1f}"
+    name = _UNITS[unit]
+    if short:
+        return sign + text + (name[0] if unit else "B")
+    return f"{sign}{text} {name}"
+
+
+def exact_bytes(n: int | None) -> str:
+    """A size and its exact bytes: ``4.0 GiB (4,294,967,296 B)``; None -> ``not known``."""
+    if n is None:
+        return "not known"
+    return f"{ibytes(n)} ({n:,} B)"
+
+
+def source_mark(source: str | None) -> str:
+    """The mark written before a figure from ``source`` (``~`` estimated, ``*`` Ollama default,
+    ``^`` requested, ``=`` server env; none for the runner's and the API's word)."""
+    return SOURCE_MARK.get(source or "", "")
+
+
+def size_text(k: Known[int], *, short: bool = False, exact: bool = False) -> str:
+    """A size with its source mark: ``~3.5 GiB``, ``~3.5G`` (``short``), ``~3.5 GiB
+    (3,758,096,384 B)`` (``exact``), ``2.0 GiB`` (reported); :data:`NOT_KNOWN` when unknown."""
+    if k.value is None:
+        return NOT_KNOWN
+    return source_mark(k.source) + (exact_bytes(k.value) if exact else ibytes(k.value, short=short))
 
 
 @dataclass(frozen=True, slots=True)

@@ -338,6 +338,8 @@ class ModelSpec:
         n_head: Most attention heads of any layer (scores without flash attention).
         context_train: ``<arch>.context_length``: Ollama clamps num_ctx to it (Ref §1.3).
         notes: Facts about the inputs (unknown tensor types, layer sizes assumed equal …).
+        weights_estimated: The weights were derived from the loaded model (:func:`derive_weights`),
+            not read from a tensor list or a file size.
     """
 
     name: str
@@ -352,6 +354,7 @@ class ModelSpec:
     n_head: int | None
     context_train: int | None
     notes: tuple[str, ...] = ()
+    weights_estimated: bool = False
 
     @property
     def block_count(self) -> int:
@@ -650,6 +653,62 @@ def calibration_from_view(view: ModelView) -> Calibration | None:
                        total_bytes=view.size_bytes)
 
 
+def kv_now(view: ModelView) -> int | None:
+    """A loaded model's KV cache now: allocated (runner log), else kvtop's estimate; None when neither."""
+    if view.memory.kv.value is not None:
+        return view.memory.kv.value
+    return view.kv_estimate.total_bytes if view.kv_estimate is not None else None
+
+
+def beside_kv(view: ModelView, total_bytes: int | None = None) -> int | None:
+    """Everything of a loaded model but its KV cache (weights and compute buffers): its memory
+    (``total_bytes``, by default its ``/api/ps`` size) minus its KV cache now (:func:`kv_now`).
+
+    One derivation for two users: the spill alert sizes its fixes with it (``total_bytes`` = what
+    the model needs on the GPU), and the what-if splits it into weights and compute when neither a
+    tensor list nor a file size gives the weights (:func:`derive_weights`). None when the size or
+    the KV cache is not known.
+    """
+    total = view.size_bytes if total_bytes is None else total_bytes
+    kv_bytes = kv_now(view)
+    if total is None or kv_bytes is None:
+        return None
+    return max(0, total - kv_bytes)
+
+
+def derive_weights(spec: ModelSpec, view: ModelView, *, engine: Engine = "llama-server") -> ModelSpec:
+    """``spec`` with the weights of the loaded ``view`` when nothing else gave them: what is not the
+    KV cache (:func:`beside_kv`, as the spill alert derives it) less the compute estimate at the
+    configuration it runs with. So the what-if of a spilled model whose file size is not known
+    still has a total (marked estimated), equal to the ``/api/ps`` size at the loaded configuration.
+
+    Returns:
+        ``spec`` unchanged when it has weights, the model is a cloud model, or the size, KV cache,
+        context or slots are not known.
+    """
+    if spec.weights_bytes is not None or view.cloud:
+        return spec
+    rest = beside_kv(view)
+    ctx, par = view.context.value, view.parallel.value
+    if rest is None or not ctx or not par:
+        return spec
+    cache_type = kv.normalize_cache_type((view.kv_type.value or "f16").split("/")[0]) or "f16"
+    config = PlanConfig(ctx, cache_type if cache_type in PLAN_CACHE_TYPES else "f16", par,
+                        view.flash_attention.value != "disabled")
+    try:
+        compute = compute_model_bytes(spec, config, engine=engine)
+    except ValueError:
+        return spec
+    weights = max(0, rest - compute)
+    note = (f"estimated: /api/ps size − KV cache = {rest:,} B (weights + compute, as the spill alert derives "
+            f"them) − {compute:,} B compute estimate at {config.label()}; no tensor list or file size")
+    n_layer = spec.block_count
+    layers = _even_split(weights, n_layer) if n_layer > 0 else None
+    notes = spec.notes + (("layer sizes assumed equal: no usable tensor list from /api/show",) if layers else ())
+    return dataclasses.replace(spec, weights_bytes=weights, weights_note=note, layers=layers, notes=notes,
+                               weights_estimated=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """Where a configuration lands on the GPU, layer by layer.
@@ -732,6 +791,8 @@ class Prediction:
         gpu_bytes: GPU memory for 100% offload (the input layer stays on the CPU).
         fit: The fit against a budget, None without one.
         notes: Clamping, refusals and assumptions, in words.
+        weights_estimated: The weights were derived (``ModelSpec.weights_estimated``): the weights
+            and the total are estimates.
     """
 
     config: PlanConfig
@@ -751,6 +812,7 @@ class Prediction:
     gpu_bytes: int | None
     fit: Fit | None
     notes: tuple[str, ...] = ()
+    weights_estimated: bool = False
 
     @property
     def kv_bytes(self) -> int | None:
@@ -990,6 +1052,7 @@ def predict(
         gpu_bytes=gpu,
         fit=fit,
         notes=tuple(notes),
+        weights_estimated=spec.weights_estimated,
     )
 
 

@@ -1,8 +1,10 @@
 """Render-time formatting: byte units, safe text, the stacked memory bar, source marks.
 
-Only the UI formats numbers; the model keeps bytes. Text that came from the server or a log is
-passed through ``safe`` so it can never carry terminal escapes, and is always wrapped in
-``rich.text.Text`` (never parsed as Rich markup).
+The model keeps bytes. The units and marks are defined once in ``kvtop.model.known`` (``ibytes``,
+``exact_bytes``, ``size_text``, ``SOURCE_MARK``) and re-exported here for the screens, ``--once``,
+``plan`` and ``inspect-log``. Text that came from the server or a log is passed through ``safe``
+so it can never carry terminal escapes, and is always wrapped in ``rich.text.Text`` (never parsed
+as Rich markup).
 """
 
 from __future__ import annotations
@@ -12,11 +14,21 @@ from typing import Any
 
 from rich.text import Text
 
-from kvtop.model.known import SOURCE_LEGEND_WORDS, SOURCE_MARK, Known
+from kvtop.model.known import (  # re-exported: the one vocabulary of units and marks
+    NOT_KNOWN,
+    NOT_KNOWN_WORDS,
+    SOURCE_LEGEND_WORDS,
+    Known,
+    exact_bytes,
+    ibytes,
+    size_text,
+    source_mark,
+)
 from kvtop.model.state import ModelView
 from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used outside the UI
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+__all__ = ["NOT_KNOWN", "context_text", "ctx_number", "exact_bytes", "ibytes", "known_text", "legend", "mark",
+           "memory_bar", "memory_figures", "safe", "safe_name", "short_until", "size_text"]
 
 
 def safe_name(name: str, limit: int) -> str:
@@ -33,45 +45,16 @@ def safe_name(name: str, limit: int) -> str:
     return text[:head_len] + "…" + (text[-tail_len:] if tail_len else "")
 
 
-def ibytes(n: int | None, *, short: bool = False) -> str:
-    """Bytes in binary units: ``4.0 GiB``, ``448 MiB`` (``short``: ``4.0G``, ``448M``); None -> ``?``."""
-    if n is None:
-        return "?"
-    if abs(n) >= 2**63:  # no real size; never let a float overflow take the screen down
-        return "huge"
-    value = float(n)
-    unit = 0
-    while abs(value) >= 1024 and unit < len(_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    if unit == 0:
-        text = f"{int(value)}"
-    elif abs(value) >= 100 or (short and abs(value) >= 10):
-        text = f"{value:.0f}"
-    else:
-        text = f"{value:.1f}"
-    name = _UNITS[unit]
-    if short:
-        return text + (name[0] if unit else "B")
-    return f"{text} {name}"
-
-
-def exact_bytes(n: int | None) -> str:
-    """``4,294,967,296 B (4.0 GiB)``; None -> ``not known``."""
-    if n is None:
-        return "not known"
-    return f"{n:,} B ({ibytes(n)})"
-
-
 def mark(k: Known[Any]) -> str:
-    """The dense-table prefix for a value's source (``~`` estimated, ``*`` default, ``^`` requested)."""
-    return SOURCE_MARK.get(k.source or "", "")
+    """The prefix for a value's source (``~`` estimated, ``*`` default, ``^`` requested, ``=``
+    server env; ``model.known.source_mark``)."""
+    return source_mark(k.source)
 
 
 def known_text(k: Known[Any], fmt: str = "{}") -> str:
     """A value with its source mark, or ``?`` when unknown."""
     if k.value is None:
-        return "?"
+        return NOT_KNOWN
     return mark(k) + fmt.format(k.value)
 
 
@@ -98,8 +81,8 @@ def context_text(view: ModelView) -> str:
 
 
 def legend(views: Sequence[ModelView], *, short: bool = False) -> str:
-    """The source marks the rows use, explained (``~ estimated  * Ollama default`` at least);
-    ``short`` fits 80 columns (``~ estimated ^ requested * default``)."""
+    """The source marks the rows use, explained (``~ estimated  * Ollama default  ? not known`` at
+    least); ``short`` fits 80 columns (``~ estimated ^ requested * default ? not known``)."""
     used = {"estimated", "default"}
     for v in views:
         for k in (v.context, v.parallel, v.kv_type, v.flash_attention, v.memory.kv, v.memory.weights):
@@ -108,7 +91,8 @@ def legend(views: Sequence[ModelView], *, short: bool = False) -> str:
     words = dict(SOURCE_LEGEND_WORDS)
     if short:
         words["default"] = "* default"
-    return ("  " if not short else " ").join(words[s] for s in ("estimated", "requested", "service", "default") if s in used)
+    marks = [words[s] for s in ("estimated", "requested", "service", "default") if s in used]
+    return ("  " if not short else " ").join([*marks, NOT_KNOWN_WORDS])
 
 
 def _cells(values: list[int], total: int, width: int) -> list[int]:
@@ -164,12 +148,12 @@ def memory_bar(view: ModelView, width: int, colors: Mapping[str, str]) -> Text:
 
 
 def memory_figures(view: ModelView) -> str:
-    """``W 1.7G KV ~448M C ~90M`` with source marks."""
+    """``W 1.7G KV ~448M C ~90M`` with source marks (``?`` when not known)."""
     m = view.memory
     return (
-        f"W {mark(m.weights)}{ibytes(m.weights.value, short=True)} "
-        f"KV {mark(m.kv)}{ibytes(m.kv.value, short=True)} "
-        f"C {mark(m.compute)}{ibytes(m.compute.value, short=True)}"
+        f"W {size_text(m.weights, short=True)} "
+        f"KV {size_text(m.kv, short=True)} "
+        f"C {size_text(m.compute, short=True)}"
     )
 
 

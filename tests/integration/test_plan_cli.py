@@ -71,8 +71,10 @@ def test_llama31_8b_table_against_a_standin_that_has_it(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("kvtop plan llama3.1:8b — llama, 32 layers, 8 KV heads × 128")
     table = [line.split() for line in lines if line.strip().startswith("32768")]
-    assert [(row[2], row[5]) for row in table] == [("f16", "4096"), ("q8_0", "2176"), ("q4_0", "1152")]
-    assert all(row[4] == "4685.3" for row in table)  # weights: the tensor sum, in MiB
+    # the units and marks of every screen: KV ~ estimated (4096 / 2176 / 1152 MiB), weights reported
+    assert [(row[2], row[6], row[7]) for row in table] == [("f16", "~4.0", "GiB"), ("q8_0", "~2.1", "GiB"),
+                                                           ("q4_0", "~1.1", "GiB")]
+    assert all(row[4:6] == ["4.6", "GiB"] for row in table)  # weights: the tensor sum (4685.3 MiB)
     assert "free memory not given" in proc.stdout
     assert js.returncode == 0, js.stderr
     doc = json.loads(js.stdout)

@@ -85,9 +85,9 @@ async def test_enter_opens_detail_with_kv_arithmetic_and_escape_returns() -> Non
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelDetailScreen))
         body = str(app.screen.query_one("#detail-body", Static).content)
-        assert "3,758,096,384 B (3.5 GiB)" in body  # 32768 × 114,688
+        assert "~3.5 GiB (3,758,096,384 B)" in body  # 32768 × 114,688, estimated: marked as on every screen
         assert "114,688 B" in body
-        assert "[estimated]" in body and "[reported]" in body and "[default]" in body
+        assert "[estimated]" in body and "[reported]" in body and "[Ollama default]" in body
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ModelDetailScreen))
 

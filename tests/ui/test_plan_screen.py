@@ -11,6 +11,7 @@ import httpx
 from kvtop.config import Settings
 from kvtop.model import plan
 from kvtop.ui.app import KvtopApp, make_app
+from kvtop.ui.format import ibytes
 from kvtop.ui.messages import SnapshotReceived
 from kvtop.ui.screens.plan import ConfirmLoad, PlanScreen, next_num_ctx
 from tests.standin import BUNDLED, running
@@ -66,7 +67,7 @@ async def test_opens_on_the_loaded_configuration_without_gpu_telemetry() -> None
         assert text.startswith("What if: qwen3:1.7b-q8_0")
         assert "loaded now: 32768 × 1 slot(s), f16" in text
         assert "GPU free memory not known" in text and "no fit verdict" in text
-        assert "KV cache    3.5 GiB" in text and "exact: 28 layers × 8 KV heads" in text
+        assert "KV cache    ~3.5 GiB" in text and "estimated: 28 layers × 8 KV heads" in text
         assert "compute     ~141 MiB" in text  # anchored to /api/ps: size − weights − KV
         assert "estimated: 148,045,184 B derived from /api/ps" in text
         assert "Prediction vs reality at 32768 × 1 slot, f16, FA on" in text
@@ -88,9 +89,9 @@ async def test_arrow_keys_and_typed_values_update_bars_and_verdict_at_once() -> 
         assert "SPILLS" in body(screen) and "layers 0–" in body(screen)
         assert "layer sizes assumed equal" in body(screen)
         await pilot.press("left", "left", "left")  # 32768, 24576, 16384
-        assert screen.config.num_ctx == 16384 and "KV cache    1.8 GiB" in body(screen)
+        assert screen.config.num_ctx == 16384 and "KV cache    ~1.8 GiB" in body(screen)
         await pilot.press("k")  # f16 -> q8_0
-        assert screen.config.cache_type == "q8_0" and "KV cache    952 MiB" in body(screen)
+        assert screen.config.cache_type == "q8_0" and "KV cache    ~952 MiB" in body(screen)
         assert 'Environment="OLLAMA_KV_CACHE_TYPE=q8_0"' in body(screen)  # server-wide: how to set it
         await pilot.press("down", "right")  # slots 1 -> 2
         assert screen.config.parallel == 2 and "× 2 slots = 1,996,488,704 B" in body(screen)
@@ -145,7 +146,7 @@ async def test_model_unloaded_while_open_keeps_planning() -> None:
         await wait_for(pilot, lambda: screen.view is None)
         text = body(screen)
         assert "not loaded now" in text and "GPU budget 8.0 GiB = 8.0 GiB free\n" in text
-        assert "KV cache    3.5 GiB" in text
+        assert "KV cache    ~3.5 GiB" in text
 
 
 async def test_readonly_disables_the_load() -> None:
@@ -251,12 +252,23 @@ async def test_typed_values_in_one_burst_all_apply() -> None:
         assert screen.config.num_ctx == 16384
 
 
-async def test_total_names_what_is_missing_gemma4_has_no_weights_figure() -> None:
-    """gemma4's file size is not in the scenario (its published size exceeds /api/ps's): the KV
-    cache is exact but the weights are not known, and the total says that is what it lacks."""
+async def test_spilled_gemma4_without_a_weights_figure_gets_the_spill_alerts_derivation() -> None:
+    """gemma4's file size is not in the scenario (its published size exceeds /api/ps's), and it
+    spills: the weights are derived as the spill alert derives weights + compute (issue 15 item 7,
+    ``plan.beside_kv``: /api/ps size − KV), less the compute estimate, so the total is known, marked
+    estimated, and equals the /api/ps size at the loaded configuration."""
     app = app_at("spills")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_plan(pilot, "gemma4:latest")
+        view = next(v for v in app.state.models if v.name == "gemma4:latest")
+        p = screen.prediction()
+        assert p is not None and p.weights_estimated and p.total_bytes == view.size_bytes
+        rest = plan.beside_kv(view)
+        assert rest is not None and p.weights_bytes == rest - p.compute_bytes
+        spill = next(a for a in app.state.alerts if a.kind == "spill" and a.model == "gemma4:latest")
+        said = next(f.detail for f in spill.fixes if "weights and compute alone need" in f.detail)
+        assert f"alone need {ibytes(rest)} of" in said  # the same figure in the alert's fix
         text = body(screen)
-        assert "KV cache" in text and "exact: " in text
-        assert "needs the weights" in text and "needs the weights and" not in text and "needs the KV cache" not in text
+        assert "KV cache    ~104 MiB" in text and "estimated: " in text
+        assert f"weights     ~{ibytes(p.weights_bytes)}" in text and "as the spill alert derives them" in text
+        assert f"total       ~{ibytes(view.size_bytes)}" in text and "needs the weights" not in text

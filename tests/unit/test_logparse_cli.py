@@ -69,7 +69,7 @@ def test_human_report_memory_in_units_and_exact_bytes(capsys: pytest.CaptureFixt
     rc, out, _ = _run([str(LOGS / "045-deepseek-mla-kv-on-cpu-39040mib-3gpus-graph-splits.log")], capsys)
     assert rc == 0
     assert "CPU 30.6 GiB (32,883,343,360 B)" in out
-    assert "40,936,407,040 B (38.1 GiB)" in out
+    assert "38.1 GiB (40,936,407,040 B)" in out
     assert "spill: KV cache partly in system memory (CPU)" in out
 
 

@@ -93,7 +93,7 @@ class Budget:
 
 def fix_budget(ctx: Ctx, view: ModelView, deficit: int) -> Budget:
     """The budget: free memory on the model's GPUs + its ``size_vram``, else its ``size_vram``."""
-    from kvtop.model.plan import gpu_budget  # lazy: plan imports state
+    from kvtop.model.plan import gpu_budget, kv_now  # lazy: plan imports state
 
     held = max(0, view.size_vram_bytes or 0)
     reserve = ctx.th.fix_reserve_bytes
@@ -118,10 +118,7 @@ def fix_budget(ctx: Ctx, view: ModelView, deficit: int) -> Budget:
         text = f"fixes sized for the {ib(budget)} it holds in VRAM now (no GPU telemetry for its runner)"
     if reserve:
         text += f", {ib(reserve)} kept free"
-    kv_now = view.memory.kv.value
-    if kv_now is None and view.kv_estimate is not None:
-        kv_now = view.kv_estimate.total_bytes
-    return Budget(budget=budget, need=held + deficit, free=free, kv_now=kv_now, text=text)
+    return Budget(budget=budget, need=held + deficit, free=free, kv_now=kv_now(view), text=text)
 
 
 def spill(ctx: Ctx, view: ModelView) -> Alert | None:
@@ -222,8 +219,10 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
             fixes.append(Fix(f"num_ctx {best}", f"KV {ib(new)} ({delta(new - kv_now)})", True,
                              f"prompts over {best} tokens are truncated (now {ctx_value})"))
         elif best == 0:
+            from kvtop.model.plan import beside_kv  # the what-if derives the weights the same way
+
             fixes.append(Fix("lower num_ctx", f"not enough: weights and compute alone need "
-                             f"{ib(b.need - kv_now)} of {ib(b.budget)}", False,
+                             f"{ib(beside_kv(view, b.need))} of {ib(b.budget)}", False,
                              "the context is not what overflows"))
     current_bpe = _bytes_per_element(type_k) + _bytes_per_element(type_v)
     for cache_type in ("q8_0", "q4_0"):

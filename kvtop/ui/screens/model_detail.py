@@ -11,16 +11,22 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from kvtop.model.known import Known
+from kvtop.model.known import NOT_KNOWN_WORDS, SOURCE_WORDS, Known
 from kvtop.model.state import AppState, ModelView
-from kvtop.ui.format import exact_bytes, ibytes, safe
+from kvtop.ui.format import exact_bytes, ibytes, safe, size_text
 from kvtop.model.gpu import gpu_status_line, model_gpu_usage
 from kvtop.ui.widgets.gpu_panel import gpu_detail_rows
 from kvtop.ui.widgets.hanging import Hanging
 
 
 def _src(k: Known[Any]) -> str:
-    return f"[{k.source}]" if k.source else ""
+    """The source in words (``model.known.SOURCE_WORDS``): ``[estimated]``, ``[Ollama default]``."""
+    return f"[{SOURCE_WORDS.get(k.source, k.source)}]" if k.source else ""
+
+
+def _size(k: Known[int]) -> str:
+    """A size with its mark and exact bytes (``~3.5 GiB (3,758,096,384 B)``), as every screen marks it."""
+    return NOT_KNOWN_WORDS if k.value is None else size_text(k, exact=True)
 
 
 def _row(out: Text, label: str, value: str, source: str = "", note: str = "") -> None:
@@ -148,9 +154,9 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     else:
         _row(out, "processor", v.processor, "[reported]", "as `ollama ps` computes it")
     m = v.memory
-    _row(out, "weights", exact_bytes(m.weights.value), _src(m.weights), m.weights.note)
-    _row(out, "KV cache", exact_bytes(m.kv.value), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
-    _row(out, "compute + other", exact_bytes(m.compute.value), _src(m.compute), m.compute.note)
+    _row(out, "weights", _size(m.weights), _src(m.weights), m.weights.note)
+    _row(out, "KV cache", _size(m.kv), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
+    _row(out, "compute + other", _size(m.compute), _src(m.compute), m.compute.note)
     out.append("\nKV cache\n", style="bold underline")
     _row(out, "num_ctx per slot", f"{v.context.value:,}" if v.context.value else "not known", _src(v.context), v.context.note)
     if v.context.value and v.context_train and v.context.value > v.context_train:
@@ -167,18 +173,18 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         out.append(safe(line, 300) + "\n")
     if v.kv_bytes_per_token is not None:
         per = v.kv_bytes_per_token
-        _row(out, "KV per token", f"{per:,} B" + (f" ({ibytes(per)})" if per >= 1024 else ""), "[estimated]",
+        _row(out, "KV per token", f"~{ibytes(per)} ({per:,} B)" if per >= 1024 else f"~{per:,} B", "[estimated]",
              f"at {v.kv_type.value or 'f16'}, all KV layers")
     if v.kv_estimate is not None:
         e = v.kv_estimate
         out.append("\n  arithmetic:  ", style="bold")  # two spaces: a long formula wraps under itself
         out.append(safe(e.formula, 400))
         out.append("\n")
-        _row(out, "K / V", f"{exact_bytes(e.k_bytes)} / {exact_bytes(e.v_bytes)}")
+        _row(out, "K / V", f"~{exact_bytes(e.k_bytes)} / ~{exact_bytes(e.v_bytes)}", "[estimated]")
         if e.swa_cells is not None:
             _row(out, "sliding window", f"{e.swa_layers} SWA layers × {e.swa_cells:,} cells, {e.full_layers} full layers")
         if e.recurrent_bytes:
-            _row(out, "recurrent state", exact_bytes(e.recurrent_bytes), "[estimated]", "per-sequence state, not per token")
+            _row(out, "recurrent state", f"~{exact_bytes(e.recurrent_bytes)}", "[estimated]", "per-sequence state, not per token")
     elif v.kv_unavailable:
         _row(out, "estimate", "unavailable", "", v.kv_unavailable)
     mine = [a for a in state.alerts if a.model == v.name]
@@ -212,7 +218,7 @@ def detail_text(v: ModelView, state: AppState) -> Text:
                 _row(out, f"{component} by device", text, "[allocated]")
         if load.estimate is not None:
             required = load.estimates
-            _row(out, "scheduler estimate", ", ".join(f"{k} {ibytes(b)}" for k, b in required.items() if b is not None),
+            _row(out, "scheduler estimate", ", ".join(f"{k} ~{ibytes(b)}" for k, b in required.items() if b is not None),
                  "[estimated]", "Ollama's own memory.required.* figures")
     t = v.throughput
     if t is not None and t.requests:

@@ -36,6 +36,7 @@ from textual.widgets import Button, Footer, Static
 from kvtop.model import kv, plan
 from kvtop.model.state import AppState, ModelView
 from kvtop.sources.ollama import fetch_tensors, send_load_request
+from kvtop.model.known import NOT_KNOWN_WORDS
 from kvtop.ui.format import ibytes, safe
 from kvtop.ui.widgets.hanging import Hanging
 
@@ -194,11 +195,12 @@ class PlanScreen(Screen[None]):
             show = snap.shows.get(view.digest) or snap.shows.get(f"name:{view.name}")
             tag = snap.tags.get(view.digest)
             info: Mapping[str, Any] = show.model_info if show is not None and not show.error else {}
-            key = (id(info), tag.size_bytes if tag else None, id(self._tensors))
+            key = (id(info), tag.size_bytes if tag else None, id(self._tensors), view.size_bytes, plan.kv_now(view))
             if key != self._show_key and info:
                 self._show_key = key
-                self.spec = plan.model_spec(view.name, info, tensors=self._tensors,
-                                            file_size=tag.size_bytes if tag else None)
+                self.spec = plan.derive_weights(  # no weights figure: the spill alert's derivation
+                    plan.model_spec(view.name, info, tensors=self._tensors, file_size=tag.size_bytes if tag else None),
+                    view, engine=self.engine)
             self.calibration = plan.calibration_from_view(view)
             if self.config is None:
                 self.config = self._initial_config(view)
@@ -391,21 +393,22 @@ class PlanScreen(Screen[None]):
                 out.append(f"\n  {'':<12}{safe(note, 240)}", style="dim")
             out.append("\n")
 
-        row("weights", ibytes(p.weights_bytes) if p.weights_bytes is not None else "not known", p.weights_note)
+        est = "~" if p.weights_estimated else ""  # the marks of every screen (model.known)
+        row("weights", est + ibytes(p.weights_bytes) if p.weights_bytes is not None else NOT_KNOWN_WORDS, p.weights_note)
         if p.kv is not None:
-            row("KV cache", ibytes(p.kv_bytes), "exact: " + p.kv.formula)
+            row("KV cache", "~" + ibytes(p.kv_bytes), "estimated: " + p.kv.formula)
         else:
             row("KV cache", "unavailable", p.kv_problem or "", colors.get("kv-warn", ""))
         if p.recurrent_bytes:
-            row("state", ibytes(p.recurrent_bytes), "recurrent state per sequence × slots")
+            row("state", "~" + ibytes(p.recurrent_bytes), "recurrent state per sequence × slots")
         row("compute", f"~{ibytes(p.compute_bytes)} {_fmt_error(p.compute_error_bytes)}", p.compute_note)
         if p.total_bytes is not None:
-            row("total", f"{ibytes(p.total_bytes)} {_fmt_error(p.total_error_bytes)}", "weights + KV + compute")
-            row("on GPU", ibytes(p.gpu_bytes), "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)")
+            row("total", f"~{ibytes(p.total_bytes)} {_fmt_error(p.total_error_bytes)}", "weights + KV + compute")
+            row("on GPU", "~" + ibytes(p.gpu_bytes), "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)")
         else:
             missing = [what for what, known in (("the weights", p.weights_bytes is not None),
                                                  ("the KV cache", p.kv is not None)) if not known]
-            row("total", "not known", f"needs {' and '.join(missing) or 'the weights and the KV cache'}")
+            row("total", NOT_KNOWN_WORDS, f"needs {' and '.join(missing) or 'the weights and the KV cache'}")
         f = p.fit
         if f is not None:
             if f.verdict == "fits":

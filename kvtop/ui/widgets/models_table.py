@@ -12,7 +12,18 @@ from textual.binding import Binding
 from textual.widgets import DataTable
 
 from kvtop.model.state import ModelView
-from kvtop.ui.format import context_text, ctx_number, ibytes, mark, memory_bar, memory_figures, safe, safe_name, short_until
+from kvtop.ui.format import (
+    context_text,
+    ctx_number,
+    ibytes,
+    mark,
+    memory_bar,
+    memory_figures,
+    safe,
+    safe_name,
+    short_until,
+    size_text,
+)
 
 WIDE_MIN_COLUMNS = 160
 """From this width on the table shows ID, FLASH ATTN, KV TYPE, TOK/S and byte figures."""
@@ -127,8 +138,7 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
         if figures:
             out.append(" " + memory_figures(v))
         else:
-            kv = v.memory.kv
-            out.append(" KV " + ("~" if kv.source == "estimated" else "") + ibytes(kv.value, short=True))
+            out.append(" KV " + size_text(v.memory.kv, short=True))
         return out
     return cell
 
