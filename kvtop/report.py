@@ -1,6 +1,6 @@
 """Plain-text and JSON renderings of the state for ``kvtop --once`` (no terminal UI).
 
-The JSON schema is documented in README.md ("--once --json schema") and is stable: later
+The JSON schema is documented in docs/json.md ("--once --json") and is stable: later
 versions add fields, never rename or remove them.
 """
 
