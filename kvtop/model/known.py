@@ -104,6 +104,8 @@ def exact_bytes(n: int | None) -> str:
     """A size and its exact bytes: ``4.0 GiB (4,294,967,296 B)``; None -> ``not known``."""
     if n is None:
         return "not known"
+    if abs(n) < 1024:  # the unit is bytes already: ``512 B``, not ``512 B (512 B)``
+        return ibytes(n)
     return f"{ibytes(n)} ({n:,} B)"
 
 

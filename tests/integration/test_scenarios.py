@@ -172,7 +172,7 @@ async def test_num_ctx_increase_spills_and_q8_0_clears_it(tmp_path: Path, log: P
             assert alert is not None and alert.severity == "critical" and alert.model == Q8
             pct = round(deficit / size * 100)
             assert alert.message == (
-                f"{pct}% of 5.6 GiB in system RAM (643 MiB); KV cache 3.5 GiB (estimated) at num_ctx 32768 × 1 slot, f16;"
+                f"{pct}% of 5.6 GiB in system RAM (643 MiB); KV cache ~3.5 GiB at num_ctx 32768 × 1 slot, f16;"
                 " fixes sized for 5.0 GiB of VRAM: 0 B free on GPU 0 + 5.0 GiB it holds now")
             assert [(f.action, f.fits) for f in alert.fixes] == [
                 (f"num_ctx {best}", True), ("OLLAMA_KV_CACHE_TYPE=q8_0", True), ("OLLAMA_KV_CACHE_TYPE=q4_0", True)]

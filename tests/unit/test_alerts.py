@@ -244,7 +244,7 @@ def test_demo_spill_names_the_cause_and_computes_the_fixes() -> None:
     state = state_of(snapshot_at(SPILLS))
     spill = only(evaluate(state), "spill")
     assert (spill.model, spill.severity, spill.since, spill.key) == (GEMMA, "critical", TAKEN_AT, f"spill:{GEMMA}")
-    assert spill.message.startswith("19% of 6.1 GiB in system RAM (1.2 GiB); KV cache 104 MiB (estimated) at num_ctx"
+    assert spill.message.startswith("19% of 6.1 GiB in system RAM (1.2 GiB); KV cache ~104 MiB at num_ctx"
                                     " 4096 × 1 slot, f16;")
     assert "the 5.0 GiB it holds in VRAM now (no GPU telemetry for its runner)" in spill.message
     gemma, q8 = view(state, GEMMA), view(state, Q8)
@@ -302,7 +302,7 @@ def test_spill_fixes_recomputed_with_the_kv_arithmetic() -> None:
     kv_now = view(state, Q8).memory.kv.value
     assert kv_now == kv_bytes(state, Q8, 32768)
     budget = kv_now - (size - vram)  # budget = size_vram: the cache may take what it has minus the shortfall
-    assert spill.message.startswith("26% of 5.7 GiB in system RAM (1.5 GiB); KV cache 3.5 GiB (estimated) at num_ctx"
+    assert spill.message.startswith("26% of 5.7 GiB in system RAM (1.5 GiB); KV cache ~3.5 GiB at num_ctx"
                                     " 32768 × 1 slot, f16")
     ctx_fix = spill.fixes[0]
     n = _number(ctx_fix.action, "num_ctx ")
@@ -326,7 +326,7 @@ def test_fewer_slots_and_quantized_cache_with_a_smaller_context() -> None:
     assert v.parallel.value == 2 and v.parallel.source == "allocated" and v.memory.kv.value == kv_two
     assert v.flash_attention.value == "disabled"  # an A/B1 command line without --flash-attn
     spill = only(evaluate(state), "spill", Q8)
-    assert "KV cache 7.0 GiB (estimated) at num_ctx 32768 × 2 slots, f16" in spill.message
+    assert "KV cache ~7.0 GiB at num_ctx 32768 × 2 slots, f16" in spill.message
     budget = kv_two - (size - vram)
     slots = fix(spill, "OLLAMA_NUM_PARALLEL=")
     assert slots.action == "OLLAMA_NUM_PARALLEL=1" and slots.fits is True

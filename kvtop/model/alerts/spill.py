@@ -27,6 +27,7 @@ from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, current_types
 from kvtop.model.alerts.text import delta, ib, plural, slots
 from kvtop.model.alerts.types import Alert, Fix
+from kvtop.model.known import source_mark
 from kvtop.model.ladder import setting_in_force
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
@@ -150,11 +151,11 @@ def spill(ctx: Ctx, view: ModelView) -> Alert | None:
     type_k, type_v, _ = current_types(view)
     kv_value = view.memory.kv.value
     if kv_value is not None:
-        source = "" if view.memory.kv.source == "allocated" else f" ({view.memory.kv.source})"
+        source = source_mark(view.memory.kv.source)  # ~ estimated, as on every screen (model.known)
         shape = ""
         if ctx_value is not None and par is not None:
             shape = f" at num_ctx {ctx_value} × {slots(par)}"
-        causes.append(f"KV cache {ib(kv_value)}{source}{shape}, {type_k if type_k == type_v else f'{type_k}/{type_v}'}")
+        causes.append(f"KV cache {source}{ib(kv_value)}{shape}, {type_k if type_k == type_v else f'{type_k}/{type_v}'}")
     budget = fix_budget(ctx, view, deficit)
     fixes = _spill_fixes(ctx, view, budget)
     message = "; ".join(causes)

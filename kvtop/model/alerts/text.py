@@ -3,21 +3,13 @@ place in ``kvtop.model`` that writes them (binary units, as the dashboard)."""
 
 from __future__ import annotations
 
+from kvtop.model.known import ibytes
+
 
 def ib(n: int | None) -> str:
-    """``4.0 GiB``, ``448 MiB``, ``512 B``; ``?`` for None (binary units, as the dashboard)."""
-    if n is None:
-        return "?"
-    value = float(abs(n))
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-    unit = 0
-    while value >= 1024 and unit < len(units) - 1:
-        value /= 1024
-        unit += 1
-    sign = "−" if n < 0 else ""
-    if unit == 0:
-        return f"{sign}{int(value)} B"
-    return f"{sign}{value:.0f} {units[unit]}" if value >= 100 else f"{sign}{value:.1f} {units[unit]}"
+    """``4.0 GiB``, ``448 MiB``, ``512 B``, ``−2.0 GiB``; ``?`` for None: ``model.known.ibytes``, the
+    units of every screen."""
+    return ibytes(n)
 
 
 def delta(n: int) -> str:

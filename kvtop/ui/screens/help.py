@@ -59,6 +59,8 @@ Sources, best first (the detail view names each one)
   ~          estimated (KV math; compute = size − weights − KV)
   *          Ollama's default: nothing readable says otherwise
   ?          not known
+  sizes      binary (GiB = 2³⁰ B): ~3.5 GiB, ~3.5G in the table, exact B in detail
+  ▼ / ▲      the sorted column (largest first / A to Z)
 
 Width      ID, byte figures, FLASH ATTN, KV TYPE, TOK/S from 160 columns;
            UNTIL from 100; VRAM 1m from 120.
