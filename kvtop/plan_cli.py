@@ -6,9 +6,11 @@ Usage::
                      [--gpu-free BYTES|auto] [--reserve BYTES] [--json]
                      [--host URL] [--log FILE] [--model-info FILE [--weights BYTES] [--server-version V]]
 
-One row per ``--ctx`` x ``--kv`` combination, with weights, KV cache (exact), compute buffers
-(estimated, with the stated error), total, GPU need, the fit verdict with the layers that would
+One row per ``--ctx`` x ``--kv`` combination, with weights, KV cache (kvtop's arithmetic), compute
+buffers (with the stated error), total, GPU need, the fit verdict with the layers that would
 spill, and the largest num_ctx and slot count that stay 100% on the GPU (``kvtop.model.plan``).
+Sizes are written in the units and marks of every screen (``kvtop.model.known``): ``~`` estimated,
+``↓`` a num_ctx lowered to the training context; ``--json`` has the exact bytes.
 
 Inputs, online (the default): ``GET /api/version``, ``GET /api/tags`` (file size), ``POST
 /api/show`` with ``verbose`` (``model_info`` with per-layer arrays, the tensor list, the weights
