@@ -1,0 +1,70 @@
+"""One message applied to a server's state, with its alerts evaluated.
+
+``kvtop.model.state`` folds messages into the state (``fold_*``: pure data, no alert
+evaluation); ``kvtop.model.alerts`` evaluates the alerts of a state. This module joins them for
+the callers that take one message at a time (``--once``, ``--check``, the exporter, tests). The
+dashboard folds every message of an interval and evaluates once (``ui.app.KvtopApp``'s apply step).
+So state never imports the alert rules, and the rules read the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvtop.logparse.events import LogEvent
+from kvtop.model.alerts import evaluate_state
+from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.snapshots import OllamaSnapshot
+from kvtop.model.state import (
+    AppState,
+    runner_facts,
+    fold,
+    fold_gpu,
+    fold_log_events,
+    fold_procs,
+    fold_slots,
+)
+
+__all__ = ["apply", "apply_gpu", "apply_log_events", "apply_procs", "apply_slots", "with_alerts"]
+
+
+def with_alerts(state: AppState) -> AppState:
+    """The state with its alerts re-evaluated: ``kvtop.model.alerts.evaluate_state`` (``since``
+    carried over from the previous ones; the same object when they did not change)."""
+    return evaluate_state(state)
+
+
+def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
+    """Return the state after ``snap`` (``fold``) with its alerts evaluated."""
+    return with_alerts(fold(state, snap))
+
+
+def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
+    """Return the state after a process sample alone (``fold_procs``), alerts evaluated when the
+    runners or environments changed."""
+    if runner_facts(procs) == runner_facts(state.procs):
+        return fold_procs(state, procs)
+    return with_alerts(fold_procs(state, procs))
+
+
+def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
+    """Return the state after one GPU + process sample (``fold_gpu``) with its alerts evaluated."""
+    return with_alerts(fold_gpu(state, gpu, procs))
+
+
+def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
+    """Return the state after one batch of parsed log events (``fold_log_events``) with its
+    alerts evaluated."""
+    return with_alerts(fold_log_events(state, events, **batch))
+
+
+def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
+    """Return the state after one ``/slots`` round (``fold_slots``); the alerts are evaluated
+    when a row's slots or context changed (the KV estimate covers another slot count: fixes change)."""
+    new = fold_slots(state, snap)
+    if any(a.parallel != b.parallel or a.context != b.context
+           for a, b in zip(new.models, state.models, strict=False)):
+        return with_alerts(new)
+    return new
