@@ -33,7 +33,20 @@ from kvtop.model.ladder import RunnerIndex
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
     from kvtop.model.state import AppState, ModelView
 
-__all__ = ["RECENT_KINDS", "Ctx", "LogScan", "Timed", "build", "scan_log"]
+__all__ = [
+    "RECENT_KINDS",
+    "Ctx",
+    "LogScan",
+    "OtherKv",
+    "Timed",
+    "build",
+    "current_types",
+    "log_events",
+    "other_kv",
+    "reference_time",
+    "scan_log",
+    "service_env",
+]
 
 
 @dataclass(frozen=True, slots=True)
