@@ -44,9 +44,10 @@ def median_ms(fn: Callable[[int], object], repeat: int, *, gc_paused: bool = Fal
     paused during each call when ``gc_paused``: the work itself, without the collector's walks
     over a heap that grows with the models)."""
     times = []
+    if gc_paused:
+        gc.collect()
     for i in range(repeat):
         if gc_paused:
-            gc.collect()
             gc.disable()
         try:
             t0 = time.process_time()
