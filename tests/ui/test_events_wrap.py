@@ -10,7 +10,7 @@ from kvtop.ui.app import make_app
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
-from tests.ui.screen_text import screen_lines
+from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
 
 
@@ -37,11 +37,9 @@ async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tup
         for text in wanted:
             assert any(d.startswith(text) for d in details), (text, details)
         assert any("\n" in pane.get_row_at(i)[2].plain for i in range(pane.row_count))  # some did need wrapping
-        await pilot.pause(0.1)
-        shown = "\n".join(screen_lines(app))
-        first_words = spill.message.split()[:4]
-        assert " ".join(first_words) in shown
-        assert all(len(line) <= size[0] for line in screen_lines(app))
+        first_words = " ".join(spill.message.split()[:4])
+        lines = await screen_when(pilot, lambda lines: first_words in "\n".join(lines))
+        assert all(len(line) <= size[0] for line in lines)
 
 
 async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:

@@ -11,7 +11,7 @@ from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from tests.ui.fakes import TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
-from tests.ui.screen_text import screen_lines, screen_text
+from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
 
 LIVE_TEXT = ("connecting…", "waiting for the first answer", "waiting for the first sample")
@@ -35,8 +35,7 @@ async def test_every_flag_at_80_columns_is_whole_and_first() -> None:
         header.recording = True
         header.paused = True
         header.replay = "2026-11-29 17:02:13 ×16 END"
-        await pilot.pause(0.1)
-        line = screen_lines(app)[0].rstrip()
+        line = (await screen_when(pilot, lambda lines: "END" in lines[0]))[0].rstrip()
         assert len(line) <= 80
         flags = ["kvtop", "DEMO", "REPLAY", "17:02:13 ×16", "● REC", "PAUSED", "END", "✖ down"]
         at = [line.find(f) for f in flags]
@@ -52,8 +51,7 @@ async def test_paused_live_at_80_columns_keeps_pause_up_and_latency() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.state.ollama is not None)
         await pilot.press("p")
-        await pilot.pause(0.1)
-        line = screen_lines(app)[0]
+        line = (await screen_when(pilot, lambda lines: "PAUSED" in lines[0]))[0]
         assert "DEMO  PAUSED  ● up" in line and "latency 4 ms" in line, line
         assert "P…" not in line and "…" not in line  # details go whole, never half a word
 
@@ -63,8 +61,7 @@ async def test_replay_at_80_columns_keeps_up_and_latency() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.state.ollama is not None and app.state.ollama.reachable, timeout_s=10)
         await pilot.press("space")  # pause
-        await pilot.pause(0.2)
-        line = screen_lines(app)[0]
+        line = (await screen_when(pilot, lambda lines: "PAUSED" in lines[0]))[0]
         assert "REPLAY" in line and "PAUSED  ● up" in line and "latency" in line, line
         assert "every" not in line
 
@@ -91,7 +88,7 @@ async def test_a_jump_back_in_a_replay_says_replay_things() -> None:
         await pilot.press("B")  # the very start: nothing applied yet
         await pilot.pause(0.5)
         assert app.replay is not None and app.replay.player.position == 0
-        text = screen_text(app)
+        text = "\n".join(await screen_when(pilot, lambda lines: "REPLAY start" in lines[0]))
         assert not any(live in text for live in LIVE_TEXT), text
         assert not any(live in line for line in shown for live in LIVE_TEXT), shown
         first, second = text.splitlines()[:2]
@@ -101,4 +98,4 @@ async def test_a_jump_back_in_a_replay_says_replay_things() -> None:
         assert panel == "GPU telemetry: none recorded before this point of the replay"
         await pilot.press("full_stop", "full_stop", "full_stop")  # a few records: a sample arrives
         await wait_for(pilot, lambda: app.state.ollama is not None)
-        assert "● up" in screen_lines(app)[0]
+        await screen_when(pilot, lambda lines: "● up" in lines[0])

@@ -16,7 +16,7 @@ from kvtop.ui.screens.plan import PlanScreen
 from kvtop.ui.widgets.hanging import hang_indent, hang_wrap
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
-from tests.ui.screen_text import screen_lines
+from tests.ui.screen_text import screen_after, screen_when
 from tests.ui.test_plan_screen import wait_for
 
 HEADINGS = ("Memory", "KV cache", "Alerts", "Runner log", "Runner process and server environment", "Keep-alive",
@@ -37,16 +37,15 @@ async def test_help_at_80_columns_hangs_and_keeps_clear_of_the_scrollbar() -> No
         await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
-        await pilot.pause(0.2)
+        lines = await screen_when(pilot, lambda lines: "Keys" in "".join(lines))
         seen: list[str] = []
         for _ in range(6):
-            lines = screen_lines(app)
             body = lines[1:-1]  # inside the box's top and bottom border
             assert all(line[0] == "│" and line[79] == "│" for line in body)
             assert all(line[76] == " " for line in body), body  # a blank cell before the scrollbar
             seen += body
             await pilot.press("pagedown")
-            await pilot.pause(0.1)
+            lines = await screen_after(pilot, lines)
         text = [line[1:76] for line in seen]
         at = next(i for i, line in enumerate(text) if "server N / next /" in line)
         assert text[at + 1].strip() == "previous"
@@ -64,14 +63,14 @@ async def test_detail_at_80_columns_hangs_every_continuation_line() -> None:
         table.move_cursor(row=next(i for i, v in enumerate(table._views) if v.name == "gemma4:latest"))
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelDetailScreen))
-        await pilot.pause(0.2)
+        shown = await screen_when(pilot, lambda lines: "digest" in "".join(lines))
         seen: list[str] = []
         for _ in range(6):
-            lines = screen_lines(app)[:-1]  # the footer aside
+            lines = shown[:-1]  # the footer aside
             assert all(line[77] == " " for line in lines), lines  # a blank cell before the scrollbar
             seen += lines
             await pilot.press("pagedown")
-            await pilot.pause(0.1)
+            shown = await screen_after(pilot, shown)
         for line in seen:
             if not line.strip():
                 continue
@@ -94,8 +93,7 @@ async def test_what_if_at_80_columns_keeps_its_bar_on_one_line() -> None:
         table.move_cursor(row=next(i for i, v in enumerate(table._views) if v.name == "qwen3:1.7b-q8_0"))
         await pilot.press("w")
         await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen) and app.screen.spec is not None)
-        await pilot.pause(0.2)
-        lines = screen_lines(app)
+        lines = await screen_when(pilot, lambda lines: any(line.startswith(" [") for line in lines))
         bar = next(line for line in lines if line.startswith(" ["))
         assert bar.rstrip().endswith("▒ compute")
         kv = next(i for i, line in enumerate(lines) if re.match(r"   KV cache +~\d", line))  # ~: estimated

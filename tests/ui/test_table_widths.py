@@ -11,10 +11,10 @@ from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.models_table import ModelsTable, columns_for
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
-from tests.ui.screen_text import screen_lines
+from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
 
-LONG = {"qwen3:1.7b-q8_0": "nomic-embed-text-v2-moe:latest",            # 30 cells
+LONG = {"qwen3:1.7b-q8_0": "embeddinggemma:latest",                     # 21 cells: the case
         "qwen3:1.7b-q4_K_M": "hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M"}  # 54 cells
 
 
@@ -31,18 +31,17 @@ def _app() -> KvtopApp:
 
 
 @pytest.mark.parametrize(("size", "whole"), [
-    ((160, 48), ["nomic-embed-text-v2-moe:latest", "gemma4:latest"]),
+    ((160, 48), ["embeddinggemma:latest", "gemma4:latest"]),
     ((220, 55), [*LONG.values(), "gemma4:latest"]),
-    ((120, 40), ["nomic-embed-text-v2-moe:latest", "gemma4:latest"]),
+    ((120, 40), ["embeddinggemma:latest", "gemma4:latest"]),
 ])
 async def test_names_are_whole_when_the_terminal_has_room(size: tuple[int, int], whole: list[str]) -> None:
     app = _app()
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
-        await pilot.pause(0.1)
-        lines = screen_lines(app)
-        for name in whole:
-            assert any(name in line for line in lines), (name, lines[:8])
+        lines = await screen_when(pilot, lambda lines: any(ln.startswith(" gemma4:latest") for ln in lines))
+        for name in whole:  # in the table: a row starts with it
+            assert any(line.startswith(f" {name} ") for line in lines), (name, lines[:8])
         header = next(line for line in lines if "NAME" in line and "PROCESSOR" in line)
         for column in ("SIZE", "MEMORY", "CONTEXT", "PROCESSOR"):
             assert column in header  # nothing dropped to make room
@@ -55,9 +54,8 @@ async def test_at_80_columns_a_long_name_is_cut_in_the_middle_keeping_its_tag() 
     app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
-        await pilot.pause(0.1)
-        text = "\n".join(screen_lines(app))
-        assert "…:latest" in text and "…:Q4_K_M" in text
+        text = "\n".join(await screen_when(pilot, lambda lines: "…:Q4_K_M" in "".join(lines)))
+        assert "\n embeddingge…:latest " in text and "…:Q4_K_M " in text
         assert "19%/81% CPU/GPU" in text
 
 
@@ -67,7 +65,7 @@ def test_widened_columns_still_fit(width: int) -> None:
 
     snap = renamed(snapshot_at(step_index("spills")))
     app = make_app(Settings(host_url=HOST), FakeSource(snap))
-    from kvtop.model.state import apply
+    from kvtop.model.apply import apply
 
     views = apply(app.states[HOST], snap).models
     cols = columns_for(width, None, views)

@@ -20,7 +20,7 @@ from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.standin import BUNDLED, Standin, running
 from tests.ui.fakes import step_index
-from tests.ui.screen_text import screen_text
+from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
 
 
@@ -60,8 +60,8 @@ async def test_letters_while_typing_never_load_and_confirmations_open_on_cancel(
             assert app.screen is screen and screen.typed == "5"
             assert "typing 5_" in _body(screen) and "Enter applies it, Esc cancels" in _body(screen)
             assert "finish typing first" in _body(screen) and "a  load now" not in _body(screen)
-            footer = screen_text(app).splitlines()[-1]
-            assert "Load" not in footer and "KV type" not in footer  # the letter keys wait
+            lines = await screen_when(pilot, lambda lines: "Load" not in lines[-1])
+            assert "typing 5_" in "\n".join(lines) and "KV type" not in lines[-1]  # the letter keys wait
             await pilot.press("escape")
             assert screen.typed == "" and screen.config.num_ctx == 32768 and app.screen is screen
 
@@ -124,7 +124,7 @@ async def test_readonly_offers_no_write_anywhere() -> None:
         for size in ((80, 24), (160, 48)):
             async with app.run_test(size=size) as pilot:
                 screen = await _open_what_if(pilot)
-                text = screen_text(app)
+                text = "\n".join(await screen_when(pilot, lambda lines: "What if:" in lines[0]))
                 assert "What if: qwen3:1.7b-q8_0" in text
                 body = _body(screen)
                 assert "read-only (--readonly): kvtop sends nothing that changes the server" in body
