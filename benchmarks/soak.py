@@ -184,6 +184,8 @@ def synth_recording(path: Path, hours: float, interval_s: float) -> int:
             rec.log(source=b.source, status=b.status, ok=b.ok, lines=b.lines, dropped_lines=b.dropped_lines,
                     raw_lines=b.raw_lines)
             written += 1
+        rec.apply()  # one apply step per poll, as the live dashboard records it
+        written += 1
     rec.close()
     return written
 

@@ -36,10 +36,10 @@ from kvtop.model.state import (
     fold_log_events,
     fold_procs,
     fold_slots,
-    with_alerts,
     initial_state,
     sort_views,
 )
+from kvtop.model.apply import with_alerts
 from kvtop.ui.format import legend, safe
 from kvtop.ui.messages import ApplyStepRecorded, GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 from kvtop.ui.widgets.events_pane import EventsPane
@@ -50,7 +50,7 @@ from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import SPARK_CELLS, SPARK_MIN_COLUMNS, ModelsTable
-from kvtop.ui.replay_worker import ReplayBurst, ReplayControl, jump_request, play
+from kvtop.ui.replay_worker import ReplayBurst, ReplayControl, ReplayMoved, ReplayNotice, jump_request, play
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
@@ -59,6 +59,9 @@ SIGNAL_EXIT_GRACE_S = 5.0
 APPLY_SETTLE_S = 0.05
 """A poll result waits this long for the other samples of its tick (the GPU sample and
 ``/slots`` start together with the local server's poll) so that one apply step takes them all."""
+REPLAY_PENDING_MAX = 64
+"""``--replay``: records a server may have waiting for the recording's next ``apply`` record; past
+it they are applied anyway (a recording whose header promises apply records but holds none)."""
 LOG_APPLY_GAP_INTERVALS = 1.5
 """While the servers are polled, log batches alone are applied at most every this many
 intervals: the next poll's apply step normally takes them first (one apply per interval)."""
@@ -445,11 +448,12 @@ class KvtopApp(App[int]):
         a recording without them is applied record by record."""
         if host not in self.states:
             return
-        self._pending.setdefault(host, []).append(item)
+        pending = self._pending.setdefault(host, [])
+        pending.append(item)
         if self.replay is None:
             self._schedule_apply(urgent=urgent)
-        elif not self.replay.recording.header.apply_steps:
-            self._apply_pending()
+        elif not self.replay.recording.header.apply_steps or len(pending) > REPLAY_PENDING_MAX:
+            self._apply_pending()  # a recording without apply records (or one that lost them)
 
     @on(ApplyStepRecorded)
     def on_apply_step_recorded(self, message: ApplyStepRecorded) -> None:
@@ -554,6 +558,11 @@ class KvtopApp(App[int]):
             self.state = self.states[self.current_host]
             self._refresh_all()
 
+    @on(ReplayNotice)
+    def _replay_notice(self, message: ReplayNotice) -> None:
+        self.notify(safe(message.text, 300), severity="error", markup=False)
+
+    @on(ReplayMoved)
     def replay_moved(self) -> None:
         """The replay worker applied a record or reached the end: the header follows; the end of a
         damaged recording is said once."""
@@ -561,6 +570,8 @@ class KvtopApp(App[int]):
         if control is None or not self._dashboard_ready or not self.is_running:
             return
         self.dashboard.query_one(ServerHeader).replay = control.header_text()
+        if control.player.at_end and self._pending:
+            self._apply_pending()  # the last records, if the recording ends without their apply record
         if control.player.at_end and not control.end_reported:
             control.end_reported = True
             damage = control.status_text()

@@ -83,3 +83,32 @@ async def test_a_burst_of_ten_thousand_log_lines_is_applied_a_bounded_number_of_
             # one step per interval (polls), plus at most one for the log between two polls
             assert steps <= 2 * (elapsed_s / interval_s) + 3, (steps, elapsed_s)
             assert app.alert_evaluations <= app.apply_steps
+
+
+async def test_a_recording_that_promises_apply_records_but_has_none_still_replays(tmp_path: Path) -> None:
+    """A header with ``apply_steps`` and no ``apply`` record (cut, or written by another tool):
+    the records are applied anyway, at most ``REPLAY_PENDING_MAX`` at a time and at the end;
+    nothing piles up."""
+    from kvtop.model.alerts import Thresholds
+    from kvtop.sources.replay import resolve_recording
+    from kvtop.ui.app import REPLAY_PENDING_MAX
+
+    demo = read_recording(resolve_recording("demo"))
+    polls = [r.ollama for r in demo.records if r.kind == "ollama" and r.ollama is not None]
+    header = recording_header(hosts=(demo.header.host_url,), log_spec="none", gpu=False, demo=False,
+                              naive_tz=demo.header.naive_tz, thresholds=Thresholds(), started_at=polls[0].taken_at)
+    assert header["apply_steps"] is True
+    path = tmp_path / "no-apply.jsonl"
+    clock = iter(p.taken_at for p in polls)
+    rec = Recorder.create(path, header, clock=lambda: next(clock))
+    for snap in polls:
+        rec.ollama(snap)
+    rec.close()
+    assert len(polls) > REPLAY_PENDING_MAX
+    app = make_app(Settings(host_url="http://unused:1", log_spec="none"), replay=read_recording(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("J", "J", "J", "J", "J")
+        await until(pilot, lambda: app.replay is not None and app.replay.player.at_end, timeout_s=20)
+        await until(pilot, lambda: not app._pending)
+        assert app.state.ollama == polls[-1]
+        assert app.apply_steps >= len(polls) // (REPLAY_PENDING_MAX + 1)
