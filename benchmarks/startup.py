@@ -21,8 +21,9 @@ Method
    - first frame: the dashboard chrome is drawn (``sort:`` of the status line), no data yet;
    - first data frame: the model name is on screen: **the figure this benchmark is about**.
 
-   Then ``q`` is sent and the process is given 5 s to exit (SIGKILL after that). The RSS of
-   each process is read just before ``q``.
+   Then ``q`` is sent and the process is given 5 s to exit (SIGKILL after that). The RSS and
+   the CPU time (user + system) of each process are read just before ``q``: the CPU spent to
+   the first data frame is less sensitive than the wall time to whatever else runs.
 3. Separately, ``--runs`` times: the wall time of ``python -c 'import kvtop.ui.app'`` in a
    fresh interpreter, next to ``python -c pass`` (the interpreter's own start) for reference.
    ``--importtime`` adds the slowest imports reported by ``python -X importtime``.
@@ -70,15 +71,19 @@ def one_launch(argv: list[str], needle: str, timeout: float, cols: int, rows: in
         seen = app.watch(["", *([chrome] if chrome else []), needle], timeout)
         t_byte, t_chrome, t_data = seen[""], seen.get(chrome or ""), seen[needle]
         try:
-            rss = psutil.Process(app.pid).memory_info().rss
+            proc = psutil.Process(app.pid)
+            rss = proc.memory_info().rss
+            times = proc.cpu_times()
+            cpu = times.user + times.system
         except psutil.Error:
-            rss = 0
+            rss, cpu = 0, None
         code, clean = app.quit()
         result: dict[str, object] = {
             "first_byte_s": None if t_byte is None else t_byte - t0,
             "first_frame_s": None if t_chrome is None or not chrome else t_chrome - t0,
             "first_data_frame_s": None if t_data is None else t_data - t0,
             "rss_bytes": rss,
+            "cpu_s": cpu,
             "exit_code": code,
             "quit_clean": clean,
         }
@@ -182,6 +187,7 @@ def main() -> int:
         values("kvtop", "first_byte_s")
     floor_data = values("floor", "first_data_frame_s")
     rss, floor_rss = values("kvtop", "rss_bytes"), values("floor", "rss_bytes")
+    cpu, floor_cpu = values("kvtop", "cpu_s"), values("floor", "cpu_s")
 
     print(f"timing python -c 'import kvtop.ui.app' {args.runs}x (and python -c pass for reference)")
     t_pass = time_command([sys.executable, "-c", "pass"], args.runs)
@@ -204,6 +210,10 @@ def main() -> int:
         "rss_bytes_median": int(statistics.median(rss)) if rss else None,
         "floor_rss_bytes_median": int(statistics.median(floor_rss)) if floor_rss else None,
         "rss_vs_floor": ratio(statistics.median(rss) if rss else None, statistics.median(floor_rss) if floor_rss else None),
+        "cpu_s_to_first_data_frame": summary(cpu) if cpu else None,
+        "floor_cpu_s_to_first_data_frame": summary(floor_cpu) if floor_cpu else None,
+        "cpu_to_first_data_frame_vs_floor": ratio(statistics.median(cpu) if cpu else None,
+                                                  statistics.median(floor_cpu) if floor_cpu else None),
         "failed_runs": failed,
         "unclean_quits": sum(1 for rs in launches.values() for r in rs if not r["quit_clean"]),
         "import_kvtop_ui_app_s": summary(t_import),
@@ -228,6 +238,11 @@ def main() -> int:
         print(f"  RSS at the first data frame: kvtop {statistics.median(rss) / 2**20:.1f} MiB, floor "
               f"{(statistics.median(floor_rss) / 2**20) if floor_rss else float('nan'):.1f} MiB -> "
               f"{ratio_text(statistics.median(rss), statistics.median(floor_rss) if floor_rss else None)}")
+    if cpu:
+        print(f"  CPU (user + system) to the first data frame: kvtop {statistics.median(cpu) * 1000:.0f} ms, floor "
+              f"{(statistics.median(floor_cpu) * 1000) if floor_cpu else float('nan'):.0f} ms (medians) -> "
+              f"{ratio_text(statistics.median(cpu), statistics.median(floor_cpu) if floor_cpu else None)} "
+              "(less sensitive than wall time to a busy machine)")
     if med is not None:
         target = None if args.models else TARGET_VS_FLOOR  # the ratio target is the 3-model case's
         print(f"  first data frame (medians): kvtop = {ratio_text(med, floor_med, target)}")

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 COALESCE_S = 0.25
 """Minimum seconds between two batches that carry lines: bursts are merged, not streamed. Four
@@ -200,10 +201,30 @@ def _event_markers() -> tuple[str, ...]:
     return tuple(kept)
 
 
-EVENT_MARKERS: tuple[str, ...] = _event_markers()
-"""What the prefilter looks for (see :func:`keep_line`); a line with none of them may be shed."""
+_MARKERS: tuple[tuple[str, ...], tuple[bytes, ...]] | None = None
 
-_EVENT_MARKERS_B: tuple[bytes, ...] = tuple(m.encode() for m in EVENT_MARKERS)
+
+def _markers() -> tuple[tuple[str, ...], tuple[bytes, ...]]:
+    """``EVENT_MARKERS`` and their UTF-8 bytes, built on first use: building them imports the line
+    grammars (their regexes compiled: tens of ms), which only reading a log needs (issue 13:
+    kvtop's start)."""
+    global _MARKERS
+    if _MARKERS is None:
+        markers = _event_markers()
+        _MARKERS = (markers, tuple(m.encode() for m in markers))
+    return _MARKERS
+
+
+def __getattr__(name: str) -> object:
+    if name == "EVENT_MARKERS":
+        return _markers()[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    EVENT_MARKERS: tuple[str, ...]
+"""What the prefilter looks for (see :func:`keep_line`); a line with none of them may be shed.
+Built on first use (``_markers``)."""
 
 
 def keep_line(line: str) -> bool:
@@ -213,7 +234,7 @@ def keep_line(line: str) -> bool:
     A substring test only (no regex); it errs on the side of keeping. Lines without any marker
     (access lines, request timings, slot progress, debug chatter) may be shed under overload.
     """
-    return any(m in line for m in EVENT_MARKERS)
+    return any(m in line for m in (_MARKERS or _markers())[0])
 
 
 def shed_block(block: bytes, decode: Callable[[bytes], str] = decode_line) -> tuple[list[str], int]:
@@ -230,7 +251,7 @@ def shed_block(block: bytes, decode: Callable[[bytes], str] = decode_line) -> tu
     starts: dict[int, int] = {}
     find = block.find
     rfind = block.rfind
-    for marker in _EVENT_MARKERS_B:
+    for marker in _markers()[1]:
         i = find(marker)
         while i >= 0:
             s = rfind(b"\n", 0, i) + 1
@@ -252,7 +273,7 @@ def shed_lines(lines: Sequence[str]) -> tuple[list[str], int]:
     offsets = list(itertools.accumulate((len(x) + 1 for x in lines), initial=0))
     hit: set[int] = set()
     find = block.find
-    for marker in EVENT_MARKERS:
+    for marker in _markers()[0]:
         i = find(marker)
         while i >= 0:
             k = bisect.bisect_right(offsets, i) - 1

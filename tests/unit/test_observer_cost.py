@@ -351,3 +351,22 @@ async def test_gzip_bodies_stay_whole_across_renders_that_reuse_the_stable_famil
             expected = _parse(generate_latest(make_registry(collector)))
             assert _samples(fams) == _samples(expected), i
     assert cache.renders == 6
+
+
+# --------------------------------------------------------------------------------------------
+# Startup: what only reading a log needs is not imported by the sources
+
+
+def test_sources_and_the_load_grouping_import_no_line_grammar() -> None:
+    import subprocess
+
+    code = ("import sys, kvtop.logparse, kvtop.logparse.events, kvtop.logparse.loads, kvtop.sources.tail, "
+            "kvtop.sources.ollama, kvtop.sources.slots, kvtop.sources.hosts; "
+            "print(sorted(m for m in sys.modules if m.startswith('kvtop.logparse.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(eval(out))  # noqa: S307 - our own print of a sorted list of names
+    assert not loaded & {"kvtop.logparse.parser", "kvtop.logparse.llamacpp_lines", "kvtop.logparse.ollama_lines",
+                         "kvtop.logparse.runner_lines"}, loaded
+    from kvtop.sources import tail_base
+
+    assert tail_base.keep_line('time=x level=WARN source=y.go:1 msg="z"') and len(tail_base.EVENT_MARKERS) > 20
