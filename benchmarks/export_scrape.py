@@ -247,7 +247,8 @@ def in_process_costs(url: str, repeat: int = 200) -> dict[str, float]:
     from datetime import timezone
 
     from kvtop.export.prometheus import HostView, KvtopCollector, MetricsCache
-    from kvtop.model.state import apply, initial_state
+    from kvtop.model.state import initial_state
+    from kvtop.model.apply import apply
     from kvtop.sources.ollama import OllamaClient
 
     async def states() -> tuple[Any, Any]:

@@ -170,12 +170,13 @@ def synth_recording(path: Path, hours: float, interval_s: float) -> int:
     logs = [r.log for r in incident.records if r.kind == "log" and r.log is not None]
     start = time.time() - hours * 3600
     n = int(hours * 3600 / interval_s)
-    clock = iter(start + i * interval_s for i in range(n + n // 240 + 10))
+    now = [start]
     header = recording_header(hosts=(demo.header.host_url,), log_spec="file:/soak.log", gpu=False, demo=False,
                               naive_tz=demo.header.naive_tz, thresholds=Thresholds(), started_at=start)
-    rec = Recorder.create(path, header, clock=lambda: next(clock))
+    rec = Recorder.create(path, header, clock=lambda: now[0])
     written = 0
     for i in range(n):
+        now[0] = start + i * interval_s
         snap = polls[i % len(polls)]
         rec.ollama(dc.replace(snap, taken_at=start + i * interval_s))
         written += 1

@@ -37,7 +37,7 @@ EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (every flag is documented in README.md)."""
+    """The argument parser (every flag is documented in docs/reference.md)."""
     p = argparse.ArgumentParser(
         prog="kvtop",
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
@@ -136,7 +136,8 @@ async def _sample_states(settings: Settings) -> list[Any]:
 
     from kvtop.sources.hosts import host_is_this_machine, local_host
     from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-    from kvtop.model.state import apply, apply_gpu, apply_slots, initial_state
+    from kvtop.model.state import initial_state
+    from kvtop.model.apply import apply, apply_gpu, apply_slots
     from kvtop.sources.gpu import GpuSource
     from kvtop.sources.slots import SlotsSource, slot_runners
     from kvtop.sources.ollama import OllamaClient
@@ -200,7 +201,7 @@ def _apply_backlog(state: Any, backlog: Any, settings: Settings) -> Any:
     be read raises it, as on the dashboard.
     """
     from kvtop.logparse.parser import parse_lines, year_at
-    from kvtop.model.state import apply_log_events
+    from kvtop.model.apply import apply_log_events
 
     auto = settings.extra.get("log_origin") == "default"
     where = backlog.source

@@ -6,7 +6,7 @@ Usage::
                             [--log SPEC] [--config PATH]
 
 Headless (no TUI). One poller per ``--host`` runs the dashboard's own pipeline:
-``sources.ollama.OllamaClient.sample()`` then ``model.state.apply()``, sleeping ``--interval``
+``sources.ollama.OllamaClient.sample()`` then ``model.apply.apply()``, sleeping ``--interval``
 after each sample, so a server is polled at most once per interval whatever the number of
 scrapers: a scrape only reads the latest state of each host (:class:`HostView`) and never
 triggers a poll. Every host has its own task, and every request a hard deadline, so a slow or
@@ -71,15 +71,8 @@ from kvtop.sources.hosts import host_is_this_machine, local_addresses
 from kvtop.model.slots import SlotsSnapshot
 from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
 from kvtop.sources.slots import slot_runners
-from kvtop.model.state import (
-    AppState,
-    ModelView,
-    apply,
-    apply_gpu,
-    apply_slots,
-    apply_log_events,
-    initial_state,
-)
+from kvtop.model.state import AppState, ModelView, initial_state
+from kvtop.model.apply import apply, apply_gpu, apply_log_events, apply_slots
 
 if TYPE_CHECKING:
 
@@ -175,7 +168,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("kvtop_system_ram_available_bytes", "gauge", "RAM available on this machine", ()),
     MetricSpec("kvtop_system_swap_used_bytes", "gauge", "Swap in use on this machine", ()),
 )
-"""Every family the exporter serves, in output order (README "Export to Prometheus" lists them)."""
+"""Every family the exporter serves, in output order (docs/metrics.md lists them)."""
 
 _SPECS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in METRICS})
 

@@ -1,4 +1,4 @@
-"""Immutable snapshots produced by the sources and consumed by ``model.state.apply``.
+"""Immutable snapshots produced by the sources and consumed by ``model.apply.apply``.
 
 Sources fill a snapshot completely when they sample; nothing mutates one afterwards. A failed
 sample is still a snapshot (``reachable=False`` with ``error`` saying what happened), so the

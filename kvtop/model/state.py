@@ -209,18 +209,10 @@ def initial_state(host_url: str, alert_settings: Mapping[str, Any], naive_tz: tz
     return AppState(host_url=host_url, thresholds=thresholds, naive_tz=naive_tz), warnings
 
 
-def with_alerts(state: AppState) -> AppState:
-    """The state with its alerts re-evaluated: ``kvtop.model.alerts.evaluate_state`` (``since``
-    carried over from the previous ones; the same object when they did not change)."""
-    from kvtop.model.alerts import evaluate_state  # evaluation reads the state: imported when called
-
-    return evaluate_state(state)
-
-
 # Each ``fold_*`` is one message folded into the state, alerts left as they were: the dashboard
 # folds every message of an interval, then evaluates the alerts once (``ui.app.KvtopApp``'s apply
-# step). Each ``apply_*`` is its fold with the alerts evaluated, for callers that take one
-# message at a time (``--once``, the exporter, tests).
+# step). ``kvtop.model.apply`` has each fold with the alerts evaluated, for callers that take one
+# message at a time (``--once``, the exporter, tests): state holds data, evaluation reads it.
 
 
 def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
@@ -233,11 +225,6 @@ def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
     return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
                                blob_names=_remember_names(state.blob_names, models), latencies_s=latencies,
                                latency_s=_steady_latency(state.latency_s, latencies))
-
-
-def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
-    """Return the state after ``snap`` (``fold``) with its alerts evaluated."""
-    return with_alerts(fold(state, snap))
 
 
 BLOB_NAMES_KEPT = 256
@@ -305,7 +292,7 @@ def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | Non
     return with_slot_use(views, slots, log)
 
 
-def _runner_facts(procs: ProcSnapshot | None) -> object:
+def runner_facts(procs: ProcSnapshot | None) -> object:
     """What the rows take from a process sample: runners' command lines and servers' environments."""
     if procs is None:
         return None
@@ -317,21 +304,13 @@ def fold_procs(state: AppState, procs: ProcSnapshot) -> AppState:
     this machine, whose runners, command lines and environment are readable here although this
     machine's GPU sample belongs to the first one (README "Several servers"). The same object
     when the sample equals the last one."""
-    if _runner_facts(procs) == _runner_facts(state.procs):
+    if runner_facts(procs) == runner_facts(state.procs):
         return state if procs == state.procs else dataclasses.replace(state, procs=procs)
     new = dataclasses.replace(state, procs=procs)
     if state.last_ok is not None:
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
                                                             state.slot_rates))
     return new
-
-
-def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
-    """Return the state after a process sample alone (``fold_procs``), alerts evaluated when the
-    runners or environments changed."""
-    if _runner_facts(procs) == _runner_facts(state.procs):
-        return fold_procs(state, procs)
-    return with_alerts(fold_procs(state, procs))
 
 
 def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
@@ -344,15 +323,10 @@ def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState
         if system is not gpu.system:
             gpu = dataclasses.replace(gpu, system=system)
     new = dataclasses.replace(state, gpu=gpu, procs=procs)
-    if state.last_ok is not None and _runner_facts(procs) != _runner_facts(state.procs):
+    if state.last_ok is not None and runner_facts(procs) != runner_facts(state.procs):
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
                                                             state.slot_rates))
     return new
-
-
-def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
-    """Return the state after one GPU + process sample (``fold_gpu``) with its alerts evaluated."""
-    return with_alerts(fold_gpu(state, gpu, procs))
 
 
 def fold_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
@@ -366,12 +340,6 @@ def fold_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -
     else:
         models = derive_models(state.last_ok, log, state.procs, state.slots, state.slot_rates)
     return dataclasses.replace(state, log=log, models=models)
-
-
-def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
-    """Return the state after one batch of parsed log events (``fold_log_events``) with its
-    alerts evaluated."""
-    return with_alerts(fold_log_events(state, events, **batch))
 
 
 def _endpoint_facts(snap: SlotsSnapshot | None) -> object:
@@ -396,16 +364,6 @@ def fold_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
             and snap.runners == (state.slots.runners if state.slots is not None else ())):
         return state  # nothing a widget shows changed (the round's time alone does not repaint)
     return dataclasses.replace(state, slots=snap, models=models, slot_rates=rates)
-
-
-def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
-    """Return the state after one ``/slots`` round (``fold_slots``); the alerts are evaluated
-    when a row's slots or context changed (the KV estimate covers another slot count: fixes change)."""
-    new = fold_slots(state, snap)
-    if any(a.parallel != b.parallel or a.context != b.context
-           for a, b in zip(new.models, state.models, strict=False)):
-        return with_alerts(new)
-    return new
 
 
 def with_slot_use(models: tuple[ModelView, ...], slots: SlotsSnapshot | None, log: LogState) -> tuple[ModelView, ...]:

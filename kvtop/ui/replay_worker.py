@@ -39,7 +39,7 @@ from kvtop.sources.replay import (
 from kvtop.ui.messages import ApplyStepRecorded, GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
 
 if TYPE_CHECKING:
-    from kvtop.ui.app import KvtopApp
+    from textual.message_pump import MessagePump
 
 JUMP_S = 60.0
 """Recorded seconds one jump key moves."""
@@ -48,6 +48,18 @@ BATCH = 256
 """Records a jump reads, posts and waits to be applied at a time."""
 
 _START = "start"
+
+
+class ReplayMoved(Message):
+    """The worker applied a record or reached the end (the header's clock and END follow)."""
+
+
+class ReplayNotice(Message):
+    """Something to tell the user about the recording (a log line the parser failed on)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
 
 
 class ReplayBurst(Message):
@@ -97,8 +109,11 @@ class ReplayControl:
         self.wake.set()
 
 
-async def play(app: KvtopApp, control: ReplayControl) -> None:
-    """The worker body: apply the records in time until the end, obeying pause, speed and jumps."""
+async def play(app: MessagePump, control: ReplayControl) -> None:
+    """The worker body: apply the records in time until the end, obeying pause, speed and jumps.
+
+    It only posts messages to ``app`` (the dashboard app), as the live workers do: it never
+    calls into it, so the app depends on this module and not the other way round."""
     player = control.player
     year = year_at(control.recording.header.started_at or None)  # journald stamps' year, as when recorded
 
@@ -121,7 +136,7 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             log = record.log
             events, error = parse_batch(parser, log.raw_lines)
             if error is not None:
-                app.notify(f"log parser error: {error}", severity="error", markup=False)
+                app.post_message(ReplayNotice(f"log parser error: {error}"))
                 parser = new_parser()
             app.post_message(LogEventsReceived(
                 tuple(events), source=log.source, status=log.status, ok=log.ok, lines=log.lines,
@@ -155,10 +170,10 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
                 post(record)
                 if record.kind == "apply" or not control.recording.header.apply_steps:
                     break
-            app.replay_moved()
+            app.post_message(ReplayMoved())
             continue
         if player.at_end:
-            app.replay_moved()
+            app.post_message(ReplayMoved())
             await control.wake.wait()
             continue
         if player.paused:
@@ -172,14 +187,14 @@ async def play(app: KvtopApp, control: ReplayControl) -> None:
             except asyncio.TimeoutError:
                 pass
         post(await asyncio.to_thread(player.take))
-        app.replay_moved()
+        app.post_message(ReplayMoved())
 
 
 def _some(records: Iterator[Record], n: int) -> list[Record]:
     return list(itertools.islice(records, n))
 
 
-async def _applied(app: KvtopApp) -> None:
+async def _applied(app: MessagePump) -> None:
     """Wait until the app has handled every message posted so far (a callback queued after them)."""
     done = asyncio.Event()
     if app.call_later(done.set):

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvtop.model.gpu import GpuPanelData, GpuSnapshot, ProcSnapshot, gpu_panel_data
-from kvtop.model.state import AppState, ModelView, apply
+from kvtop.model.state import AppState, ModelView
+from kvtop.model.apply import apply
 from kvtop.sources.gpu import GpuSource
 from kvtop.sources.procs import ProcSource
 from tests.fakes.nvml import FakeGpu, FakeNvml, GiB, MiB

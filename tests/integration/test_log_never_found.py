@@ -17,7 +17,8 @@ import pytest
 from kvtop.config import Settings
 from kvtop.export.prometheus import HostView
 from kvtop.model.alerts import evaluate
-from kvtop.model.state import AppState, apply, apply_log_events
+from kvtop.model.state import AppState
+from kvtop.model.apply import apply, apply_log_events
 from kvtop.sources import tail
 from kvtop.sources.tail import AutoTail
 from kvtop.ui.app import KvtopApp, make_app

@@ -9,7 +9,8 @@ from kvtop.config import Settings
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
 from kvtop.model.logstate import Throughput
-from kvtop.model.state import AppState, apply, apply_gpu
+from kvtop.model.state import AppState
+from kvtop.model.apply import apply, apply_gpu
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.format import ibytes
 from kvtop.ui.screens.dashboard import DashboardScreen

@@ -3,7 +3,7 @@ re-checked with the KV arithmetic; since, ordering, JSON, exit codes and thresho
 
 State is built the way the app builds it: /api/ps and /api/show bodies of the bundled demo
 scenario (or of a variant with other loaded rows) through the real client parsers and
-``state.apply``; server log lines from the corpus (tests/fixtures/logs) and real llama-server
+``model.apply.apply``; server log lines from the corpus (tests/fixtures/logs) and real llama-server
 stderr (tests/fixtures/llama_server) through ``logparse.parser.parse_lines`` and
 ``state.apply_log_events``; GPU and process samples through the real sources with fakes at their
 boundaries (tests/fakes/scenario.py). Where the corpus has no line for a rule, the line is
@@ -39,7 +39,8 @@ from kvtop.model.alerts import (
 )
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.state import AppState, ModelView, apply, apply_gpu, apply_log_events
+from kvtop.model.state import AppState, ModelView
+from kvtop.model.apply import apply, apply_gpu, apply_log_events
 from kvtop.sources.gpu import GpuSource
 from kvtop.sources.ollama import parse_ps, parse_show, parse_tags
 from tests.fakes.nvml import FakeGpu, FakeNvml, GiB, MiB

@@ -15,7 +15,8 @@ from kvtop.model.history import (
     sparkline,
 )
 from kvtop.model.logstate import Throughput
-from kvtop.model.state import AppState, apply, apply_gpu
+from kvtop.model.state import AppState
+from kvtop.model.apply import apply, apply_gpu
 from kvtop.model.gpu import ProcSnapshot
 from tests.ui.fakes import HOST, TAKEN_AT, snapshot_at, step_index
 

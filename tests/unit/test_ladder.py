@@ -20,7 +20,7 @@ from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceE
 from kvtop.model.known import Known
 from kvtop.model import ladder
 from kvtop.model.slots import DecodeRate, RunnerProps, RunnerSlots, SlotsSnapshot, SlotState, decode_rates
-from kvtop.model.state import apply_gpu, apply_slots
+from kvtop.model.apply import apply_gpu, apply_slots
 from kvtop.model.gpu import GpuSnapshot
 from kvtop.sources.procs import classify_cmdline
 from kvtop.ui.format import context_text
@@ -290,7 +290,7 @@ def test_the_hosts_server_is_found_by_its_listen_port_and_only_its_runners_count
 
 
 def test_another_server_on_this_machine_takes_the_process_sample_without_the_gpu() -> None:
-    from kvtop.model.state import apply_procs
+    from kvtop.model.apply import apply_procs
 
     state = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
     new = apply_procs(state, procs())

@@ -17,3 +17,37 @@ def test_sources_and_model_do_not_import_textual() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _imports(path: "object") -> set[str]:
+    """Every kvtop module a source file imports, TYPE_CHECKING and function-level imports included."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(str(path)).read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvtop"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("kvtop"))
+    return out
+
+
+def test_no_import_circles_between_state_and_alerts_nor_app_and_replay_worker() -> None:
+    """Issue 13: state holds data and alert evaluation is a function of it (alerts import state,
+    state imports only the alert data types); the replay worker posts messages to the app and
+    never imports it (the app imports the worker)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "kvtop"
+    state = _imports(root / "model" / "state.py")
+    assert not {m for m in state if m.startswith("kvtop.model.alerts") and m != "kvtop.model.alerts.types"
+                and not m.startswith("kvtop.model.alerts.types.")}, state
+    assert "kvtop.model.alerts" not in state
+    types = _imports(root / "model" / "alerts" / "types.py")
+    assert not any(m.startswith("kvtop.model.state") for m in types), types
+    worker = _imports(root / "ui" / "replay_worker.py")
+    assert not any(m.startswith("kvtop.ui.app") for m in worker), worker
+    assert "kvtop.ui.replay_worker" in _imports(root / "ui" / "app.py")

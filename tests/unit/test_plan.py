@@ -440,7 +440,8 @@ def test_compare_derived_has_compute_and_total_only() -> None:
 
 def test_calibration_from_view_of_the_demo() -> None:
     from tests.ui.fakes import snapshot_at, step_index
-    from kvtop.model.state import AppState, apply
+    from kvtop.model.state import AppState
+    from kvtop.model.apply import apply
 
     state = apply(AppState(host_url="http://x"), snapshot_at(step_index("raised to 32768")))
     view = state.models[0]

@@ -3,7 +3,7 @@ counters, the run loop's poll pacing, and the argument parsing.
 
 States come from ``OllamaClient`` reading the stand-in's own answers (``kvtop.demo.server``
 ``ps_body`` / ``show_body`` / ``tags_body``) through ``httpx.MockTransport``, then
-``model.state.apply``: the same path the exporter takes. The text a scrape would return is
+``model.apply.apply``: the same path the exporter takes. The text a scrape would return is
 parsed back with prometheus-client's own parser, and values are checked against the scenario's
 numbers and kvtop's KV arithmetic.
 """
@@ -53,13 +53,8 @@ from kvtop.logparse.parser import LogParser
 from kvtop.model import kv
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, SystemMemory
 from kvtop.model.logstate import LogState, apply_log
-from kvtop.model.state import (
-    AppState,
-    apply,
-    apply_gpu,
-    apply_log_events,
-    initial_state,
-)
+from kvtop.model.state import AppState, initial_state
+from kvtop.model.apply import apply, apply_gpu, apply_log_events
 from kvtop.sources.ollama import OllamaClient
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource, no_gpu_snapshot
 from tests.llama_fixture import ollama_spawn_line
