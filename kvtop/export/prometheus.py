@@ -261,12 +261,28 @@ class HostView:
     counters: LogCounters = LogCounters()
 
 
-def _families() -> dict[str, Metric]:
+@functools.cache
+def _templates() -> dict[str, Metric]:
+    """One empty family per :data:`METRICS` entry, made once (prometheus-client validates the name
+    in each constructor: ~60 µs a family, 40 families per render)."""
     out: dict[str, Metric] = {}
     for spec in METRICS:
         cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
         out[spec.name] = cls(spec.name, spec.help, labels=spec.labels)
     return out
+
+
+def _family(name: str) -> Metric:
+    """A new, empty family ``name``: a copy of its template with its own samples list."""
+    template = _templates()[name]
+    fam = object.__new__(type(template))
+    fam.__dict__.update(template.__dict__)
+    fam.samples = []
+    return fam
+
+
+def _families() -> dict[str, Metric]:
+    return {name: _family(name) for name in _templates()}
 
 
 LABEL_MAX_CHARS = 256
@@ -332,9 +348,7 @@ class _Scratch(dict[str, Metric]):
     """Families made on first use: where one model's samples are collected for the memo."""
 
     def __missing__(self, name: str) -> Metric:
-        spec = _SPECS[name]
-        cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-        fam = self[name] = cls(spec.name, spec.help, labels=spec.labels)
+        fam = self[name] = _family(name)
         return fam
 
 
@@ -690,9 +704,8 @@ class MetricsCache:
 
 
 def _scrapes_family(scrapes: int) -> Metric:
-    spec = _SPECS["kvtop_exporter_scrapes_total"]
-    fam = CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
-    fam.add_metric([], float(scrapes))
+    fam = _family("kvtop_exporter_scrapes_total")
+    fam.add_metric([], float(scrapes))  # type: ignore[attr-defined]
     return fam
 
 
