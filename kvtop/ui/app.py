@@ -23,9 +23,7 @@ from kvtop.config import Settings, clamp_interval, config_dir, save_theme
 from kvtop.sources.hosts import host_is_this_machine, local_host
 from kvtop.model.history import History
 from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
-from kvtop.sources.slots import slot_runners
 from kvtop.logparse.events import LogEvent
-from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.logstate import LogState
 from kvtop.model.state import (
     SORT_KEYS,
@@ -41,16 +39,25 @@ from kvtop.model.state import (
 )
 from kvtop.model.apply import with_alerts
 from kvtop.ui.format import legend, safe
-from kvtop.ui.messages import ApplyStepRecorded, GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
+# Imported where they are used (a dashboard that never replays, opens help or follows a log does
+# not pay for them at startup; benchmarks/startup.py): the log parser, /slots, the replay
+# worker and the recording format, the help and detail screens.
+from kvtop.ui.messages import (
+    ApplyStepRecorded,
+    GpuSampled,
+    LogEventsReceived,
+    ReplayBurst,
+    ReplayMoved,
+    ReplayNotice,
+    SlotsSampled,
+    SnapshotReceived,
+)
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
-from kvtop.ui.screens.help import HelpScreen
-from kvtop.ui.screens.model_detail import ModelDetailScreen
 from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load_themes_reporting
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import SPARK_CELLS, SPARK_MIN_COLUMNS, ModelsTable
-from kvtop.ui.replay_worker import ReplayBurst, ReplayControl, ReplayMoved, ReplayNotice, jump_request, play
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
@@ -71,6 +78,7 @@ from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, P
 
 if TYPE_CHECKING:
     from kvtop.sources.replay import Recorder, Recording
+    from kvtop.ui.replay_worker import ReplayControl
     from kvtop.sources.tail import LogSource
 
 
@@ -223,6 +231,8 @@ class KvtopApp(App[int]):
         """Playback of ``--replay`` (None when live)."""
         self._replay_quiet = False
         if replay is not None:
+            from kvtop.ui.replay_worker import ReplayControl
+
             self.replay = ReplayControl(replay)
             self._poll = False
             self._reset_replay_state(replay)
@@ -290,6 +300,8 @@ class KvtopApp(App[int]):
         if self.log_source is not None:
             self.follow_log()
         if self.replay is not None:
+            from kvtop.ui.replay_worker import play
+
             self.run_worker(play(self, self.replay), group="replay", exclusive=True, exit_on_error=False)
         if self._poll and self.gpu_source is not None and self.proc_source is not None:
             self.poll_gpu()
@@ -367,6 +379,8 @@ class KvtopApp(App[int]):
     async def follow_log(self) -> None:
         """Read log batches, parse them (pure, fast), post the events; one message per batch."""
         assert self.log_source is not None
+        from kvtop.logparse.parser import LogParser, year_at
+
         parser = LogParser(default_year=year_at())
         async for batch in self.log_source.batches():
             events: list[LogEvent] = []
@@ -402,6 +416,8 @@ class KvtopApp(App[int]):
         """Ask the local llama-server runners for ``/slots`` every ``interval_s``, only while the
         process sample lists one with a port (one last empty round clears the rows when they go)."""
         assert self.slots_source is not None
+        from kvtop.sources.slots import slot_runners
+
         asked = False
         while True:
             state = self.states.get(self.local_host)
@@ -598,6 +614,8 @@ class KvtopApp(App[int]):
 
     def action_replay_jump(self, where: str) -> None:
         if self.replay is not None:
+            from kvtop.ui.replay_worker import jump_request
+
             self.replay.request(jump=jump_request(where))
 
     def watch_sort_key(self) -> None:
@@ -745,6 +763,8 @@ class KvtopApp(App[int]):
         self.push_screen(HistoryScreen(self.histories[self.current_host]))
 
     def action_help(self) -> None:
+        from kvtop.ui.screens.help import HelpScreen
+
         self.push_screen(HelpScreen())
 
     def action_toggle_pause(self) -> None:
@@ -823,6 +843,8 @@ class KvtopApp(App[int]):
     def _open_detail(self, event: ModelsTable.RowSelected) -> None:
         view = self.dashboard.query_one(ModelsTable).selected_view
         if view is not None:
+            from kvtop.ui.screens.model_detail import ModelDetailScreen
+
             self.push_screen(ModelDetailScreen(view.name, view.digest))
 
 

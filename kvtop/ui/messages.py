@@ -52,3 +52,24 @@ class SlotsSampled(Message):
 
 class ApplyStepRecorded(Message):
     """``--replay``: the recording's next ``apply`` record (the live dashboard applied here)."""
+
+
+class ReplayMoved(Message):
+    """The worker applied a record or reached the end (the header's clock and END follow)."""
+
+
+class ReplayNotice(Message):
+    """Something to tell the user about the recording (a log line the parser failed on)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class ReplayBurst(Message):
+    """Replay starts (``start``) or ends a jump; ``restart``: the state goes back to the initial one."""
+
+    def __init__(self, *, start: bool, restart: bool = False) -> None:
+        super().__init__()
+        self.start = start
+        self.restart = restart

@@ -24,7 +24,6 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from textual.message import Message
 
 from kvtop.logparse.parser import LogParser, year_at
 from kvtop.sources.replay import (
@@ -36,7 +35,18 @@ from kvtop.sources.replay import (
     parse_batch,
     speed_text,
 )
-from kvtop.ui.messages import ApplyStepRecorded, GpuSampled, LogEventsReceived, SlotsSampled, SnapshotReceived
+from kvtop.ui.messages import (
+    ApplyStepRecorded,
+    GpuSampled,
+    LogEventsReceived,
+    ReplayBurst,
+    ReplayMoved,
+    ReplayNotice,
+    SlotsSampled,
+    SnapshotReceived,
+)
+
+__all__ = ["BATCH", "JUMP_S", "ReplayBurst", "ReplayControl", "ReplayMoved", "ReplayNotice", "jump_request", "play"]
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
@@ -48,27 +58,6 @@ BATCH = 256
 """Records a jump reads, posts and waits to be applied at a time."""
 
 _START = "start"
-
-
-class ReplayMoved(Message):
-    """The worker applied a record or reached the end (the header's clock and END follow)."""
-
-
-class ReplayNotice(Message):
-    """Something to tell the user about the recording (a log line the parser failed on)."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-
-class ReplayBurst(Message):
-    """Replay starts (``start``) or ends a jump; ``restart``: the state goes back to the initial one."""
-
-    def __init__(self, *, start: bool, restart: bool = False) -> None:
-        super().__init__()
-        self.start = start
-        self.restart = restart
 
 
 class ReplayControl:
