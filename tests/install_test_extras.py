@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
   what:  llama-server and what it links only (tests/llama-server-only.cmake), CPU; -O2 for ggml and
          the server (every token's path), -O0 for the rest: not llama.cpp's own tests, examples or
          other tools.
-  time:  about 5 minutes on 2 idle cores; pip caches the wheel, so this happens once.
+  time:  about 6½ minutes on 2 cores (measured); pip caches the wheel, so this happens once.
   CMAKE_ARGS={env['CMAKE_ARGS']}
   LLAMA_CPP_BUILD_JOBS={env['LLAMA_CPP_BUILD_JOBS']}""", flush=True)
         code = build_llama_server(requirement, env)

