@@ -302,7 +302,7 @@ def runner_facts(procs: ProcSnapshot | None) -> object:
 def fold_procs(state: AppState, procs: ProcSnapshot) -> AppState:
     """The state after a process sample alone, alerts not re-evaluated: for another server on
     this machine, whose runners, command lines and environment are readable here although this
-    machine's GPU sample belongs to the first one (README "Several servers"). The same object
+    machine's GPU sample belongs to the first one (docs/reference.md "Several servers"). The same object
     when the sample equals the last one."""
     if runner_facts(procs) == runner_facts(state.procs):
         return state if procs == state.procs else dataclasses.replace(state, procs=procs)
