@@ -108,6 +108,15 @@ class SystemMemory:
     swap_total_bytes: int | None = None
     swap_used_bytes: int | None = None
 
+    @property
+    def ram_in_use_bytes(self) -> int | None:
+        """RAM in use: psutil's ``used``, else total minus available (None when neither is known)."""
+        if self.ram_used_bytes is not None:
+            return self.ram_used_bytes
+        if self.ram_total_bytes is not None and self.ram_available_bytes is not None:
+            return self.ram_total_bytes - self.ram_available_bytes
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSnapshot:

@@ -251,21 +251,13 @@ def _steady_latency(shown: float | None, latencies: tuple[float, ...]) -> float 
     return shown
 
 
-def _ram_used(m: SystemMemory) -> int | None:
-    if m.ram_used_bytes is not None:
-        return m.ram_used_bytes
-    if m.ram_total_bytes is not None and m.ram_available_bytes is not None:
-        return m.ram_total_bytes - m.ram_available_bytes
-    return None
-
-
 def _steady_system(old: SystemMemory | None, new: SystemMemory | None) -> SystemMemory | None:
     """``old`` when ``new`` differs from it only by less than ``RAM_STEADY_FRACTION`` of the totals."""
     if old is None or new is None or old == new:
         return new
     if old.ram_total_bytes != new.ram_total_bytes or old.swap_total_bytes != new.swap_total_bytes:
         return new
-    for total, a, b in ((new.ram_total_bytes, _ram_used(old), _ram_used(new)),
+    for total, a, b in ((new.ram_total_bytes, old.ram_in_use_bytes, new.ram_in_use_bytes),
                         (new.swap_total_bytes, old.swap_used_bytes, new.swap_used_bytes)):
         if a == b:
             continue

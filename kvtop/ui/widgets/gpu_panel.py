@@ -237,9 +237,7 @@ def system_text(system: SystemMemory | None, colors: Mapping[str, str], *, short
     out = Text(no_wrap=True, overflow="ellipsis")
     if system is None:
         return out
-    used = system.ram_used_bytes
-    if used is None and system.ram_total_bytes is not None and system.ram_available_bytes is not None:
-        used = system.ram_total_bytes - system.ram_available_bytes
+    used = system.ram_in_use_bytes
     out.append(f"RAM {ibytes(used, short=short)}/{ibytes(system.ram_total_bytes, short=short)}")
     if not short and system.ram_available_bytes is not None:
         out.append(f" ({ibytes(system.ram_available_bytes)} available)")
