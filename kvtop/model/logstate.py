@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from kvtop.logparse.events import LogEvent, RequestTiming
 from kvtop.logparse.loads import Load, LoadGrouper, group_loads
+from kvtop.model.traffic import Traffic, add_events
 
 RECENT_EVENTS = 1000
 """Events kept for the events pane (newest last)."""
@@ -64,6 +65,8 @@ class LogState:
             one; not part of equality).
         grouped: How many of ``load_events`` that grouper had taken when ``loads`` was made.
         group_mark: The grouper's mark then: equal to ``grouper.mark`` while it has not moved on.
+        traffic: The access lines' running aggregates (``model.traffic``): kept apart from the
+            events, which are trimmed.
     """
 
     source: str | None = None
@@ -78,6 +81,7 @@ class LogState:
     grouper: LoadGrouper | None = field(default=None, compare=False, repr=False)
     grouped: int = field(default=0, compare=False, repr=False)
     group_mark: object = field(default=None, compare=False, repr=False)
+    traffic: Traffic = Traffic()
 
     def latest_load(self, model_blob: str | None) -> Load | None:
         """The newest load of the weights blob ``sha256-<hex>``, if the log has one."""
@@ -122,6 +126,7 @@ def apply_log(
             loads = tuple(grouper.loads_now())
     return dataclasses.replace(
         state,
+        traffic=add_events(state.traffic, events) if events else state.traffic,
         source=source,
         status=status,
         ok=ok,

@@ -1,0 +1,142 @@
+"""Traffic aggregates from gin access lines: real corpus lines and generated bursts, p50/p95 against
+an oracle (the nearest-rank method over a sorted list, written out independently here)."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from kvtop.logparse.events import GinRequest, ServerConfig
+from kvtop.logparse.parser import parse_lines
+from kvtop.model import traffic as tr
+from kvtop.model.logstate import LogState, apply_log
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def _oracle(values: list[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least q% of the values at or below it."""
+    s = sorted(values)
+    for v in s:
+        if sum(1 for x in s if x <= v) * 100 >= q * len(s):
+            return v
+    raise AssertionError("unreachable")
+
+
+def _gin(t: datetime, status: int, latency_s: float, client: str, path: str, n: int = 1) -> GinRequest:
+    raw = f"[GIN] {t:%Y/%m/%d - %H:%M:%S} | {status} | {latency_s}s | {client} | POST \"{path}\""
+    return GinRequest(n, t, raw, status, latency_s, "POST", path, client)
+
+
+def test_corpus_lines() -> None:
+    lines = (FIXTURES / "gin-access-corpus.log").read_text().splitlines()
+    events = parse_lines(lines, default_year=2025)
+    gins = [e for e in events if isinstance(e, GinRequest)]
+    assert len(gins) == 8
+    t = tr.add_events(tr.Traffic(), events)
+    assert t.requests == 8
+    assert (t.client_errors, t.server_errors, t.busy) == (0, 1, 1)
+    assert t.last_busy == datetime(2026, 3, 31, 19, 53, 57)
+    assert t.newest == datetime(2026, 3, 31, 19, 53, 57)
+    chat = t.endpoint("/api/chat")
+    assert chat is not None and chat.requests == 4 and chat.server_errors == 1
+    # 1h24m39s, 2m39s, 5m8s, 5.8114756s: sorted 5.81, 159, 308, 5079
+    assert chat.latencies_s == (5079.0, 159.0, 308.0, 5.8114756)
+    assert chat.p50_s == 159.0
+    assert chat.p95_s == 5079.0
+    assert abs(t.endpoint("/api/embeddings").p50_s - 0.444455595) < 1e-12  # type: ignore[union-attr,operator]
+    assert t.endpoint("/v1/chat/completions").requests == 1  # type: ignore[union-attr]
+    assert t.endpoint("/").requests == 1  # type: ignore[union-attr]
+    assert t.busiest_clients(2) == (("192.0.2.105", 3), ("127.0.0.1", 3))
+    assert t.requests_per_min() == 1  # only the 503 is in the minute up to the newest line
+    assert t.requests_per_min(datetime(2026, 3, 31, 19, 54, 56)) == 1
+    assert t.requests_per_min(datetime(2026, 3, 31, 19, 54, 57)) == 0
+
+
+def test_corpus_file_with_server_busy_503() -> None:
+    lines = (FIXTURES / "053-newengine-windows-low-ram-gpu-memory-503-busy-2026.log").read_text().splitlines()
+    log = apply_log(LogState(), parse_lines(lines, default_year=2026), source="file", status=None, ok=True,
+                    lines=len(lines))
+    assert log.traffic.requests == 1 and log.traffic.busy == 1
+    assert log.traffic.endpoint("/api/chat").latencies_s == (5.8114756,)  # type: ignore[union-attr]
+
+
+def test_server_config_max_queue() -> None:
+    lines = (FIXTURES / "018-server-config-docker-compose-prefix-0.1.41.log").read_text().splitlines()
+    events = parse_lines(lines, default_year=2024)
+    assert any(isinstance(e, ServerConfig) for e in events)
+    assert tr.add_events(tr.Traffic(), events).max_queue == 25
+    unset = ServerConfig(1, None, "raw", {"OLLAMA_MAX_QUEUE": ""})
+    assert tr.add_events(tr.Traffic(), [unset]).max_queue == 512
+
+
+def test_generated_burst_matches_oracle_across_batches() -> None:
+    rng = random.Random(7)
+    start = datetime(2026, 5, 1, 12, 0, 0)
+    paths = ["/api/generate", "/api/chat", "/v1/chat/completions", "/api/embed"]
+    events = []
+    for i in range(3000):
+        t = start + timedelta(seconds=i // 10)  # 10 requests a second for 300 s
+        status = rng.choice([200] * 17 + [400, 404, 503])
+        events.append(_gin(t, status, round(rng.lognormvariate(0, 1.5), 6), f"10.0.0.{rng.randrange(40)}",
+                           rng.choice(paths), i + 1))
+    t = tr.Traffic()
+    for k in range(0, len(events), 137):  # batches of any size give the same result
+        t = tr.add_events(t, events[k:k + 137])
+    assert t.requests == 3000
+    assert t.client_errors == sum(1 for e in events if 400 <= e.status < 500)
+    assert t.server_errors == t.busy == sum(1 for e in events if e.status == 503)
+    assert t.requests_per_min() == 600
+    assert t.requests_per_min(start + timedelta(seconds=330)) == 290  # (270, 330]: seconds 271..299 of 10/s
+    assert len(t.seconds) <= tr.SECONDS_KEPT
+    for path in paths:
+        mine = [e.latency_s for e in events if e.path == path]
+        row = t.endpoint(path)
+        assert row is not None and row.requests == len(mine)
+        window = mine[-tr.LATENCY_WINDOW:]
+        assert row.latencies_s == tuple(window)
+        assert row.p50_s == _oracle(window, 50)
+        assert row.p95_s == _oracle(window, 95)
+    counts: dict[str, int] = {}
+    for e in events:
+        counts[e.client] = counts.get(e.client, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[0]
+    assert t.busiest_clients(1)[0][1] == top[1]
+
+
+def test_bounded_endpoints_and_clients() -> None:
+    start = datetime(2026, 5, 1, 12, 0, 0)
+    events = [_gin(start, 404, 0.001, f"10.1.{i // 256}.{i % 256}", f"/probe/{i}", i) for i in range(1000)]
+    events.append(_gin(start, 200, 0.5, "10.9.9.9", "/api/chat?x=1", 1001))
+    t = tr.add_events(tr.Traffic(), events)
+    assert len(t.endpoints) == tr.MAX_ENDPOINTS + 1  # 23 probes + (other) + the known /api/chat
+    other = t.endpoint(tr.OTHER)
+    assert other is not None and other.requests == 1000 - (tr.MAX_ENDPOINTS - 1)
+    assert t.endpoint("/api/chat").requests == 1  # type: ignore[union-attr]  # known route, query dropped
+    assert len(t.clients) == tr.MAX_CLIENTS
+    assert t.other_clients == 1001 - tr.MAX_CLIENTS
+    assert sum(n for _, n in t.clients) + t.other_clients == 1001
+
+
+def test_percentile_nearest_rank() -> None:
+    assert tr.percentile([], 50) is None
+    assert tr.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    values = [float(v) for v in range(1, 21)]
+    assert tr.percentile(values, 95) == 19.0
+    assert tr.percentile(values, 100) == 20.0
+    for n in (1, 2, 7, 100, 513):
+        vals = [random.Random(n).random() for _ in range(n)]
+        assert tr.percentile(vals, 95) == sorted(vals)[math.ceil(0.95 * n) - 1] == _oracle(vals, 95)
+
+
+def test_log_trim_keeps_traffic() -> None:
+    start = datetime(2026, 5, 1, 12, 0, 0)
+    log = LogState()
+    for b in range(30):
+        batch = [_gin(start + timedelta(seconds=b), 200, 0.01, "127.0.0.1", "/api/generate", b * 1000 + i)
+                 for i in range(1000)]
+        log = apply_log(log, batch, source="f", status=None, ok=True, lines=1000)
+    assert len(log.load_events) < 30_000  # the per-request events were trimmed
+    assert log.traffic.requests == 30_000
