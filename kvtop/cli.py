@@ -1,4 +1,4 @@
-"""Command line: ``kvtop [--host URL] [--interval S] [--once [--json]] [--demo]``.
+"""Command line: ``kvtop [--host URL] [--interval S] [--once [--json]] [--stream [--count N]] [--demo]``.
 
 ``main()`` returns an exit code: 0 on success, 2 when the server is unreachable in ``--once``
 mode or the arguments are wrong, 1 when the demo server cannot start.
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "docker:CONTAINER, - (stdin) or none")
     p.add_argument("--once", action="store_true", help="print one sample as a plain table and exit")
     p.add_argument("--json", action="store_true", help="with --once or --check: print JSON instead")
+    p.add_argument("--stream", action="store_true",
+                   help="print one --once --json object per interval, one a line (NDJSON), until stopped")
+    p.add_argument("--count", type=int, default=None, metavar="N", help="with --stream: stop after N objects")
     p.add_argument("--check", action="store_true",
                    help="one sample, print the alerts, exit 0 (none), 1 (warnings) or 2 (critical or unreachable)")
     p.add_argument("--demo", action="store_true",
@@ -123,64 +126,137 @@ def demo_server(speed: float = 1.0, *, manual: bool = False, extra: Sequence[str
             proc.wait()
 
 
-async def _sample_states(settings: Settings) -> list[Any]:
-    """One sample of every server (concurrently) and of this machine's GPUs, as ``AppState``s.
+class _Sampler:
+    """Samples every server (concurrently) and this machine's GPUs, as one ``AppState`` per server.
 
-    The GPU sample joins the state of ``sources.hosts.local_host(settings.host_urls)`` only: it describes the
-    machine kvtop runs on. So does the server log, when one is configured: its newest lines (the
-    dashboard's start bound, ``sources.tail_backlog``) are read once, while the servers are
-    polled, parsed and applied before the alerts are evaluated, so the log's event alerts
-    (truncation, OOM, KV type not applied, …) count too.
+    ``--once``/``--check`` take one sample; ``--stream`` takes one per interval with the same
+    sampler, so each state is the previous one with the new sample applied (``model.apply``, as
+    the dashboard's apply step): history, rates and the decode speed from ``/slots`` are real
+    across samples. The clients and sources stay open between samples; :meth:`aclose` closes them.
+
+    The GPU sample joins the state of ``sources.hosts.local_host(settings.host_urls)`` only: it
+    describes the machine kvtop runs on. So does the server log, when one is configured: for one
+    sample its newest lines (the dashboard's start bound, ``sources.tail_backlog``) are read once,
+    while the servers are polled, parsed and applied before the alerts are evaluated, so the log's
+    event alerts (truncation, OOM, KV type not applied, …) count too; with :meth:`follow_log`
+    (``--stream``) the log is followed and each sample applies the lines read since the last one.
     """
-    from datetime import datetime, timezone
 
-    from kvtop.sources.hosts import host_is_this_machine, local_host
-    from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-    from kvtop.model.state import initial_state
-    from kvtop.model.apply import apply, apply_gpu, apply_slots
-    from kvtop.sources.gpu import GpuSource
-    from kvtop.sources.slots import SlotsSource, slot_runners
-    from kvtop.sources.ollama import OllamaClient
-    from kvtop.sources.procs import ProcSource
+    def __init__(self, settings: Settings) -> None:
+        from kvtop.sources.gpu import GpuSource
+        from kvtop.sources.ollama import OllamaClient
+        from kvtop.sources.procs import ProcSource
+        from kvtop.sources.slots import SlotsSource
 
-    hosts = settings.host_urls
-    clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s) for h in hosts]
-    gpu_source, proc_source = _machine_sources(settings) or (GpuSource(), ProcSource())
+        self.settings = settings
+        self.hosts = settings.host_urls
+        self.clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+                        for h in self.hosts]
+        self.gpu_source, self.proc_source = _machine_sources(settings) or (GpuSource(), ProcSource())
+        self.slots_source = SlotsSource()
+        self.states: list[Any] | None = None
+        self._log_task: asyncio.Task[None] | None = None
+        self._log_source: Any = None
+        self._log_pending: list[tuple[Any, list[Any]]] = []
+
+    def follow_log(self) -> None:
+        """Follow the configured server log from now on (``--stream``): a task reads and parses
+        its batches; each :meth:`sample` applies those read since the previous one, in order."""
+        if self.settings.log_spec == "none" or self._log_task is not None:
+            return
+        from kvtop.logparse.parser import LogParser, year_at
+        from kvtop.sources.tail import open_log_source, parse_log_spec
+
+        self._log_source = source = open_log_source(parse_log_spec(self.settings.log_spec))
+        parser = LogParser(default_year=year_at())
+
+        async def read() -> None:
+            async for batch in source.batches():
+                events: list[Any] = []
+                for line in batch.lines:
+                    events.extend(parser.feed(line))
+                events.extend(parser.end_batch())
+                self._log_pending.append((batch, events))
+
+        self._log_task = asyncio.create_task(read(), name="stream-log")
+
+    async def sample(self, *, backlog: bool = False) -> list[Any]:
+        """One sample of every server; ``backlog``: read the log's newest lines once (``--once``)."""
+        from datetime import datetime, timezone
+
+        from kvtop.model.apply import apply, apply_gpu, apply_log_events, apply_slots
+        from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+        from kvtop.model.state import initial_state
+        from kvtop.sources.hosts import host_is_this_machine, local_host
+        from kvtop.sources.slots import slot_runners
+
+        settings, hosts = self.settings, self.hosts
+
+        async def no_backlog() -> None:
+            return None
+
+        *snaps, gpu, read = await asyncio.gather(
+            *(c.sample(wait_details=True) for c in self.clients), self.gpu_source.sample(),
+            _log_backlog(settings) if backlog else no_backlog())
+        procs = await self.proc_source.sample(gpu.pids)
+        # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
+        slots = await self.slots_source.sample(slot_runners(procs.runners))
+        if self.states is None:
+            tz = datetime.now().astimezone().tzinfo or timezone.utc
+            self.states = []
+            for host in hosts:
+                first, warnings = initial_state(host, settings.alerts, tz)
+                if host == hosts[0]:
+                    for warning in warnings:
+                        emit(f"kvtop: {warning}")  # the warning starts with "[alerts]"
+                self.states.append(first)
+        local = local_host(hosts)
+        pending, self._log_pending = self._log_pending, []
+        states = []
+        for host, snap, previous in zip(hosts, snaps, self.states):
+            state = apply(previous, snap)
+            if host == local:
+                state = apply_slots(apply_gpu(state, gpu, procs), slots)
+                if read is not None:
+                    state = _apply_backlog(state, read, settings)
+                for batch, events in pending:
+                    state = apply_log_events(state, events, source=batch.source, status=batch.status, ok=batch.ok,
+                                             lines=len(batch.lines), dropped_lines=batch.dropped_lines,
+                                             raw_lines=batch.lines)
+            else:  # this machine's GPUs are not that server's: say so instead of "waiting"
+                on_machine = host_is_this_machine(host)  # its runners and environment are readable here
+                state = apply_gpu(state, GpuSnapshot(taken_at=gpu.taken_at, status=(
+                    f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
+                    f" reported with {local})")), procs if on_machine else ProcSnapshot(taken_at=procs.taken_at))
+                if on_machine:
+                    state = apply_slots(state, slots)
+            states.append(state)
+        self.states = states
+        return states
+
+    async def aclose(self) -> None:
+        """Close every client and source (safe to call twice)."""
+        if self._log_task is not None:
+            self._log_task.cancel()
+            await asyncio.gather(self._log_task, return_exceptions=True)
+            self._log_task = None
+        closers: list[Any] = [*self.clients, self.gpu_source, self.slots_source]
+        if self._log_source is not None:
+            closers.append(self._log_source)
+        for closable in closers:
+            try:
+                await closable.aclose()
+            except Exception:  # noqa: BLE001, S110 - closing must never block exiting
+                pass
+
+
+async def _sample_states(settings: Settings) -> list[Any]:
+    """One sample of every server and of this machine's GPUs, as ``AppState``s (:class:`_Sampler`)."""
+    sampler = _Sampler(settings)
     try:
-        *snaps, gpu, backlog = await asyncio.gather(*(c.sample(wait_details=True) for c in clients),
-                                                    gpu_source.sample(), _log_backlog(settings))
-        procs = await proc_source.sample(gpu.pids)
-        slots_source = SlotsSource()
-        try:  # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
-            slots = await slots_source.sample(slot_runners(procs.runners))
-        finally:
-            await slots_source.aclose()
+        return await sampler.sample(backlog=True)
     finally:
-        for client in clients:
-            await client.aclose()
-        await gpu_source.aclose()
-    tz = datetime.now().astimezone().tzinfo or timezone.utc
-    local = local_host(hosts)
-    states = []
-    for host, snap in zip(hosts, snaps):
-        first, warnings = initial_state(host, settings.alerts, tz)
-        if host == hosts[0]:
-            for warning in warnings:
-                emit(f"kvtop: {warning}")  # the warning starts with "[alerts]"
-        state = apply(first, snap)
-        if host == local:
-            state = apply_slots(apply_gpu(state, gpu, procs), slots)
-            if backlog is not None:
-                state = _apply_backlog(state, backlog, settings)
-        else:  # this machine's GPUs are not that server's: say so instead of "waiting"
-            on_machine = host_is_this_machine(host)  # its runners and environment are readable here
-            state = apply_gpu(state, GpuSnapshot(taken_at=gpu.taken_at, status=(
-                f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
-                f" reported with {local})")), procs if on_machine else ProcSnapshot(taken_at=procs.taken_at))
-            if on_machine:
-                state = apply_slots(state, slots)
-        states.append(state)
-    return states
+        await sampler.aclose()
 
 
 async def _log_backlog(settings: Settings) -> Any:
@@ -228,7 +304,7 @@ async def _sample_once(settings: Settings) -> int:
     wraps one object per server in ``{"hosts": [...]}`` and the text blocks follow each other.
     ``--once`` exits 2 when any server is unreachable; ``--check`` exits with the worst code.
     """
-    from kvtop.report import state_json, state_text
+    from kvtop.report import state_text
 
     states = await _sample_states(settings)
     several = len(states) > 1
@@ -261,15 +337,77 @@ async def _sample_once(settings: Settings) -> int:
         return max(codes)
     reachable = all(st.reachable for st in states)
     if settings.extra.get("json") == "1":
-        docs = [{**state_json(st), "hints": list(_hints(st, settings))} for st in states]
-        out = {"hosts": docs} if several else docs[0]
-        sys.stdout.write(safe_json(out) + "\n")
+        sys.stdout.write(safe_json(once_json(states, settings)) + "\n")
     else:
         for i, st in enumerate(states):
             if i:
                 sys.stdout.write("\n")
             (sys.stdout if st.reachable else sys.stderr).write(safe_block(state_text(st, hints=_hints(st, settings))))
     return EXIT_OK if reachable else EXIT_UNREACHABLE
+
+
+def once_json(states: Sequence[Any], settings: Settings) -> dict[str, Any]:
+    """The ``--once --json`` object of one sample (docs/json.md): one server's object
+    (``report.state_json`` and its ``hints``), or ``{"hosts": [...]}`` with several."""
+    from kvtop.report import state_json
+
+    docs = [{**state_json(st), "hints": list(_hints(st, settings))} for st in states]
+    return {"hosts": docs} if len(docs) > 1 else docs[0]
+
+
+async def _stream(settings: Settings, count: int | None) -> int:
+    """``--stream [--count N]``: one ``--once --json`` object per line (NDJSON) per interval.
+
+    Each line is the whole ``--once --json`` object (:func:`once_json`, same schema) of one
+    sample, written and flushed at once, so a reader sees whole lines as they come. Samples start
+    every ``settings.interval_s`` seconds (a slow sample delays the next one, never doubles up);
+    the states carry over (:class:`_Sampler`), so rates and histories are real. A server that does
+    not answer gives its object with ``reachable: false`` and the error, and the stream goes on.
+    Stops after ``count`` objects, or on SIGINT/SIGTERM/SIGHUP (exit 0); a reader that goes away
+    (``| head -3``) raises ``BrokenPipeError``, which ``main`` turns into exit 0.
+    """
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - Windows
+            pass
+    sampler = _Sampler(settings)
+    sampler.follow_log()
+    written = 0
+    next_at = loop.time()
+    try:
+        while not stop.is_set() and (count is None or written < count):
+            sample = asyncio.ensure_future(sampler.sample())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((sample, stopper), return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if not sample.done():
+                sample.cancel()
+                await asyncio.gather(sample, return_exceptions=True)
+                break
+            states = sample.result()
+            sys.stdout.write(safe_json(once_json(states, settings), indent=None) + "\n")
+            sys.stdout.flush()
+            written += 1
+            if count is not None and written >= count:
+                break
+            next_at = max(next_at + settings.interval_s, loop.time())
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, next_at - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        await sampler.aclose()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+                pass
+    return EXIT_OK
 
 
 def _hints(state: Any, settings: Settings) -> tuple[str, ...]:
@@ -310,8 +448,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--record records the dashboard; leave out --once/--check")
     if args.replay and (args.once or args.check or args.demo or args.host is not None or args.log is not None):
         parser.error("--replay plays a recording; leave out --host, --log, --demo, --once and --check")
-    if args.json and not (args.once or args.check):
-        parser.error("--json needs --once or --check")
+    if args.stream and (args.once or args.check or args.record or args.replay):
+        parser.error("--stream prints a sample per interval; leave out --once, --check, --record and --replay")
+    if args.count is not None and not args.stream:
+        parser.error("--count needs --stream")
+    if args.count is not None and args.count < 1:
+        parser.error("--count must be 1 or more")
+    if args.json and not (args.once or args.check or args.stream):
+        parser.error("--json needs --once, --check or --stream")
     if args.check:
         args.once = True
     if args.demo and args.host is not None:
@@ -354,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host_urls.append(parse_ollama_host(None))
     host_url = host_urls[0]
     log_spec = values["log"]
-    if origins["log"] == "default" and (args.demo or (args.once and not args.check)):
+    if origins["log"] == "default" and (args.demo or args.stream or (args.once and not args.check)):
         log_spec = "none"  # --check reads the log auto finds: a health check should see its events
     try:
         from kvtop.sources.tail import parse_log_spec
@@ -389,12 +533,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with demo_server(args.demo_speed, manual=args.once) as url:
                     if args.once:
                         _show_busiest_step(url)
+                    if args.stream:
+                        return asyncio.run(_stream(dataclasses.replace(settings, host_url=url), args.count))
                     return _run(dataclasses.replace(settings, host_url=url), once=args.once, record=args.record)
             except RuntimeError as exc:
                 emit(f"kvtop: {exc}")
                 return EXIT_FAILED
         if args.replay:
             return _replay(settings, args.replay)
+        if args.stream:
+            return asyncio.run(_stream(settings, args.count))
         return _run(settings, once=args.once, record=args.record)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
