@@ -41,7 +41,6 @@ from kvtop.logparse.loads import (
     REQUEST_KINDS,
     Load,
     LoadStream,
-    _is_cpu_device,
     event_json,
     load_json,
 )
@@ -295,34 +294,25 @@ def _devices(per_device: Mapping[str, int]) -> str:
     return "; ".join(f"{safe(d)} {exact_bytes(b)}" for d, b in per_device.items())
 
 
-KV_ROUNDING_BYTES = 1024 * 1024
-"""Per-device KV lines are printed in MiB with two decimals: sums within 1 MiB of the total agree."""
-
-
 def _kv_total(load: Mapping[str, Any]) -> str:
-    """The KV total, and what the excerpt's per-device KV lines say about it: a total that holds
-    devices whose KV lines are not in the excerpt says how much, and a total that is only the
-    CPU's while the load used a GPU says the GPU's KV line is missing."""
-    total = load.get("kv_bytes")
-    text = _bytes(total)
-    memory = load.get("memory") or {}
-    kv: Mapping[str, int] = memory.get("kv") or {}
-    if not isinstance(total, int) or not kv:
+    """The KV total, and what the excerpt's per-device KV lines say about it (the load's
+    ``kv_coverage``, :func:`kvtop.logparse.loads.kv_coverage`): a total that holds devices whose
+    KV lines are not in the excerpt says how much, and a total that is only the CPU's while the
+    load used a GPU says the GPU's KV line is missing."""
+    text = _bytes(load.get("kv_bytes"))
+    cover = load.get("kv_coverage")
+    if cover is None:
         return text
-    listed = sum(kv.values())
-    elsewhere = sorted({d for part, per in memory.items() if part != "kv" for d in per
-                        if d not in kv and not _is_cpu_device(d)})
+    listed = ", ".join(safe(d) for d in cover["listed_devices"])
+    elsewhere = cover["other_devices"]
     also = f" (this load also used {', '.join(safe(d) for d in elsewhere)})" if elsewhere else ""
-    if total - listed > KV_ROUNDING_BYTES:
-        return (f"{text}: includes {ibytes(total - listed)} on devices whose KV lines are not in this excerpt; "
-                f"the KV lines here ({', '.join(safe(d) for d in kv)}) add up to {ibytes(listed)}{also}")
+    if cover["unlisted_bytes"]:
+        return (f"{text}: includes {ibytes(cover['unlisted_bytes'])} on devices whose KV lines are not in this "
+                f"excerpt; the KV lines here ({listed}) add up to {ibytes(cover['listed_bytes'])}{also}")
     offloaded = load.get("layers_offloaded")
-    on_gpu = bool(elsewhere) or (isinstance(offloaded, int) and offloaded > 0)
-    if on_gpu and all(_is_cpu_device(d) for d in kv):
-        layers = f" {offloaded}/{_value(load.get('layers_total'))} layers are on the GPU" if offloaded else " it used a GPU"
-        return (f"{text}: counts {', '.join(safe(d) for d in kv)} only; no GPU KV line is in the log, although"
-                f"{layers}{also} (missing from the excerpt?)")
-    return text
+    layers = f" {offloaded}/{_value(load.get('layers_total'))} layers are on the GPU" if offloaded else " it used a GPU"
+    return (f"{text}: counts {listed} only; no GPU KV line is in the log, although"
+            f"{layers}{also} (missing from the excerpt?)")
 
 
 def _value(v: object, unit: str = "") -> str:

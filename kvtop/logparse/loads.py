@@ -207,6 +207,10 @@ def _is_cpu_device(device: str) -> bool:
     return d == "CPU" or d.startswith("CPU_") or d.endswith("_HOST") or d == "BLAS"
 
 
+is_cpu_device = _is_cpu_device
+"""True for a buffer device in system memory (``CPU``, ``CPU_Mapped``, ``CUDA_Host``, ``BLAS``)."""
+
+
 class _Builder:
     """The mutable state of one load while events are read."""
 
@@ -722,9 +726,51 @@ class LoadGrouper(_Grouper):
         return out
 
 
+KV_ROUNDING_BYTES = 1024 * 1024
+"""Per-device KV lines are printed in MiB with two decimals: sums within 1 MiB of the total agree."""
+
+
+def kv_coverage(load: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the excerpt's per-device KV lines say about a load's KV total, or None when they
+    account for it (or there is no total or no per-device line to compare).
+
+    ``load`` is a load object of the ``--json`` document (``kv_bytes``, ``memory``,
+    ``layers_offloaded``; :func:`load_json` without ``kv_coverage``). The result, which
+    :func:`load_json` adds to that object as ``kv_coverage`` when it is not None:
+
+    * ``unlisted_bytes`` (int): the part of the total on devices whose KV lines are not in the
+      excerpt (more than :data:`KV_ROUNDING_BYTES`; 0 when the total is the listed one),
+    * ``listed_bytes`` (int) and ``listed_devices`` (list of str): the KV lines that are there,
+    * ``other_devices`` (list of str): GPUs the load used (weights/compute lines) with no KV line,
+    * ``gpu_kv_line_missing`` (bool): the KV lines are the CPU's only while the load used a GPU
+      (``layers_offloaded`` > 0 or a GPU in the other lines).
+
+    Corpus 045 (a 39040 MiB total, one CPU KV line of 31360 MiB, three CUDA devices in the compute
+    lines) and 032 (the CPU's 112 MiB while 29/37 layers are on the GPU) are the cases.
+    """
+    total = load.get("kv_bytes")
+    memory = load.get("memory") or {}
+    kv: Mapping[str, int] = memory.get("kv") or {}
+    if not isinstance(total, int) or not kv:
+        return None
+    listed = sum(kv.values())
+    elsewhere = sorted({d for part, per in memory.items() if part != "kv" for d in per
+                        if d not in kv and not _is_cpu_device(d)})
+    base = {"listed_bytes": listed, "listed_devices": list(kv), "other_devices": elsewhere}
+    if total - listed > KV_ROUNDING_BYTES:
+        return {"unlisted_bytes": total - listed, **base, "gpu_kv_line_missing": False}
+    offloaded = load.get("layers_offloaded")
+    on_gpu = bool(elsewhere) or (isinstance(offloaded, int) and offloaded > 0)
+    if on_gpu and all(_is_cpu_device(d) for d in kv):
+        return {"unlisted_bytes": 0, **base, "gpu_kv_line_missing": True}
+    return None
+
+
 def load_json(load: Load) -> dict[str, Any]:
-    """One load in the documented JSON shape, plus ``era``, ``engine`` and a few extra keys."""
-    return {
+    """One load in the documented JSON shape, plus ``era``, ``engine`` and a few extra keys, and
+    ``kv_coverage`` (:func:`kv_coverage`) when the log's per-device KV lines do not account for
+    the KV total."""
+    obj = {
         "model_blob": load.model_blob,
         "num_ctx_total": load.num_ctx_total,
         "parallel": load.parallel,
@@ -749,6 +795,10 @@ def load_json(load: Load) -> dict[str, Any]:
         "last_line": load.last_line,
         "findings": load.findings(),
     }
+    cover = kv_coverage(obj)
+    if cover is not None:
+        obj["kv_coverage"] = cover
+    return obj
 
 
 def event_json(event: LogEvent, load: int | None) -> dict[str, Any]:

@@ -93,3 +93,29 @@ def test_kv_total_of_the_cpu_only_while_layers_are_on_the_gpu_says_so() -> None:
 def test_kv_total_that_the_lines_account_for_has_no_note(prefix: str) -> None:
     line = kv_total_line(prefix)
     assert "excerpt" not in line and "includes" not in line
+
+
+def load_objects(prefix: str) -> list[dict]:
+    proc = run(str(log(prefix)), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["loads"]
+
+
+def test_json_carries_the_unlisted_kv_bytes_of_an_excerpt() -> None:
+    (load,) = [x for x in load_objects("045") if "kv_coverage" in x]
+    cover = load["kv_coverage"]
+    assert load["kv_bytes"] == 40_936_407_040
+    assert cover["listed_devices"] == ["CPU"] and cover["listed_bytes"] == 31360 * 1024 * 1024
+    assert cover["unlisted_bytes"] == 40_936_407_040 - 31360 * 1024 * 1024
+    assert cover["other_devices"] == ["CUDA0", "CUDA1", "CUDA2"] and cover["gpu_kv_line_missing"] is False
+
+
+def test_json_says_the_gpu_kv_line_is_missing() -> None:
+    (load,) = [x for x in load_objects("032") if "kv_coverage" in x]
+    assert load["kv_coverage"]["gpu_kv_line_missing"] is True
+    assert load["kv_coverage"]["unlisted_bytes"] == 0 and load["kv_coverage"]["listed_devices"] == ["CPU"]
+
+
+@pytest.mark.parametrize("prefix", ["056", "002", "035"])
+def test_json_has_no_coverage_note_when_the_lines_account_for_the_total(prefix: str) -> None:
+    assert all("kv_coverage" not in x for x in load_objects(prefix))
