@@ -11,8 +11,12 @@ Format (``"format": 1``)::
       "version": "0.22.1",                      # what /api/version answers
       "description": "...",
       "sources": ["..."],                       # where the numbers come from
+      "log_version"?: "0.33.1",                 # what /api/version answers while the stand-in
+                                                # writes its runner log (--log-file): that log is
+                                                # llama-server era (v0.30+, kvtop.demo.logwriter)
       "machine"?: {"ram_total": 34359738368,     # the demo machine's RAM (GET /_standin/machine):
-                   "ram_used": 4294967296},      # in use with no model; spilled bytes add to it
+                   "ram_used": 4294967296,       # in use with no model; spilled bytes add to it
+                   "gpu"?: {...}},               # its simulated GPU (kvtop.demo.gpusim.GPU_KEYS)
       "models": {
         "qwen3:1.7b-q8_0": {
           "digest": "<64 lowercase hex>",        # manifest digest, no "sha256:" prefix
@@ -22,12 +26,14 @@ Format (``"format": 1``)::
           "model_info": {...},                   # GGUF keys as /api/show verbose returns them
           "capabilities": ["completion", ...],
           "parameters"?: {"temperature": 0.6, "stop": ["<|im_start|>"]} | "raw text",
-          "template"?, "system"?, "license"?, "modelfile"?, "modified_at"?, "tensors"?
+          "template"?, "system"?, "license"?, "modelfile"?, "modified_at"?, "tensors"?,
+          "runner"?: {...}                       # its demo runner log figures
+                                                 # (kvtop.demo.logwriter.RUNNER_KEYS)
         }
       },
       "steps": [
         {"at_s": 0, "hold_s"?: 5, "label": "...", "status"?: 503, "error"?: "...",
-         "garbage"?: false,
+         "garbage"?: false, "log"?: {...},      # runner log incidents (logwriter.STEP_LOG_KEYS)
          "loaded": [{"model": "qwen3:1.7b-q8_0", "context_length": 4096 | null,
                      "size": 2754892672, "size_vram": 2754892672,
                      "expires_in_s": 300 | -5 | "forever"}]}
@@ -45,7 +51,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -126,6 +132,8 @@ class CatalogModel:
         modelfile: Rendered Modelfile, or "" to let the server generate one.
         modified_at: RFC 3339 timestamp.
         tensors: ``[{name, type, shape}]`` entries, or None to leave the key out.
+        runner: The figures the demo's runner log prints for this model (weights bytes, layers,
+            token speeds: :data:`kvtop.demo.logwriter.RUNNER_KEYS`), None when it has none.
     """
 
     name: str
@@ -141,6 +149,7 @@ class CatalogModel:
     modelfile: str = ""
     modified_at: str = "2026-11-10T09:00:00+09:00"
     tensors: tuple[Mapping[str, Any], ...] | None = None
+    runner: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,8 @@ class Step:
         status: When set, every ``/api/*`` answer has this HTTP status and an error body.
         error: The error message used with ``status``.
         garbage: When true, ``/api/ps`` answers a body that is not JSON.
+        log: What the demo's runner log adds in this step besides loads and requests (evictions,
+            a truncation, a KV type fallback: :data:`kvtop.demo.logwriter.STEP_LOG_KEYS`).
     """
 
     at_s: float
@@ -185,6 +196,7 @@ class Step:
     status: int | None = None
     error: str = ""
     garbage: bool = False
+    log: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -195,10 +207,12 @@ class Machine:
         ram_total: Bytes of RAM.
         ram_used: Bytes in use with no model loaded; a model's share in system RAM
             (``size - size_vram``) adds to it while it is loaded.
+        gpu: The simulated GPU (:data:`kvtop.demo.gpusim.GPU_KEYS`), None: the machine has none.
     """
 
     ram_total: int
     ram_used: int
+    gpu: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +227,8 @@ class Scenario:
         models: Catalog by name.
         steps: Timeline, ordered by ``at_s``.
         machine: The machine's RAM (``GET /_standin/machine``), None when the scenario has none.
+        log_version: What ``/api/version`` answers while the stand-in writes its runner log
+            (that log is llama-server era, v0.30+); None: ``version`` then too.
     """
 
     format: int
@@ -222,6 +238,7 @@ class Scenario:
     models: Mapping[str, CatalogModel]
     steps: tuple[Step, ...]
     machine: Machine | None = None
+    log_version: str | None = None
 
     @property
     def period_s(self) -> float:
@@ -355,7 +372,7 @@ def _parse_model(name: str, value: Any, path: str) -> CatalogModel:
         obj,
         path,
         {"digest", "details", "file_size", "model_info", "capabilities"},
-        {"parameters", "template", "system", "license", "modelfile", "modified_at", "tensors"},
+        {"parameters", "template", "system", "license", "modelfile", "modified_at", "tensors", "runner"},
     )
     digest = _str(obj["digest"], f"{path}.digest")
     if not _HEX64.fullmatch(digest):
@@ -404,7 +421,38 @@ def _parse_model(name: str, value: Any, path: str) -> CatalogModel:
         modelfile=_str(obj.get("modelfile", ""), f"{path}.modelfile"),
         modified_at=modified_at,
         tensors=tensors,
+        runner=_parse_runner(obj["runner"], f"{path}.runner") if "runner" in obj else None,
     )
+
+
+def _parse_runner(value: Any, path: str) -> Mapping[str, Any]:
+    from kvtop.demo.logwriter import RUNNER_KEYS
+
+    obj = _object(value, path)
+    _check_keys(obj, path, {"weights_bytes", "layers"}, set(RUNNER_KEYS) - {"weights_bytes", "layers"})
+    for key, item in obj.items():
+        if key not in _NOTE_KEYS:
+            _number(item, f"{path}.{key}", minimum=0)
+    return _freeze(obj)
+
+
+def _parse_step_log(value: Any, path: str, models: Mapping[str, CatalogModel]) -> Mapping[str, Any]:
+    from kvtop.demo.logwriter import STEP_LOG_KEYS
+
+    obj = _object(value, path)
+    _check_keys(obj, path, set(), set(STEP_LOG_KEYS))
+    for key in ("evict",):
+        for i, name in enumerate(_str_list(obj.get(key, []), f"{path}.{key}")):
+            if name not in models:
+                raise _fail(f"{path}.{key}[{i}]", f"{name!r} is not in $.models")
+    for name, cache_type in _object(obj.get("kv_fallback", {}), f"{path}.kv_fallback").items():
+        if name not in models:
+            raise _fail(f"{path}.kv_fallback", f"{name!r} is not in $.models")
+        _str(cache_type, f"{path}.kv_fallback[{json.dumps(name)}]", nonempty=True)
+    for key in ("truncate", "requests"):
+        if key in obj and not isinstance(obj[key], bool):
+            raise _fail(f"{path}.{key}", f"expected true or false, got {_describe(obj[key])}")
+    return _freeze(obj)
 
 
 def _parse_loaded(value: Any, path: str, models: Mapping[str, CatalogModel]) -> LoadedModel:
@@ -438,7 +486,7 @@ def _parse_step(
     value: Any, path: str, models: Mapping[str, CatalogModel], previous_at: float
 ) -> Step:
     obj = _object(value, path)
-    _check_keys(obj, path, {"at_s", "label"}, {"hold_s", "status", "error", "garbage", "loaded"})
+    _check_keys(obj, path, {"at_s", "label"}, {"hold_s", "status", "error", "garbage", "loaded", "log"})
     at_s = _number(obj["at_s"], f"{path}.at_s", minimum=0)
     if at_s < previous_at:
         raise _fail(
@@ -471,6 +519,7 @@ def _parse_step(
         status=status,
         error=_str(obj.get("error", ""), f"{path}.error"),
         garbage=garbage,
+        log=_parse_step_log(obj["log"], f"{path}.log", models) if "log" in obj else MappingProxyType({}),
     )
 
 
@@ -488,7 +537,7 @@ def parse_scenario(data: Any) -> Scenario:
             path of the offending value, e.g. ``scenario $.steps[2].loaded[0].size: ...``.
     """
     root = _object(data, "$")
-    _check_keys(root, "$", {"format", "version", "models", "steps"}, {"description", "machine"})
+    _check_keys(root, "$", {"format", "version", "models", "steps"}, {"description", "machine", "log_version"})
     fmt = root["format"]
     if fmt != FORMAT_VERSION or isinstance(fmt, bool):
         raise _fail("$.format", f"unsupported format {_describe(fmt)} (expected {FORMAT_VERSION})")
@@ -513,9 +562,14 @@ def parse_scenario(data: Any) -> Scenario:
     machine: Machine | None = None
     if "machine" in root:
         obj = _object(root["machine"], "$.machine")
-        _check_keys(obj, "$.machine", {"ram_total", "ram_used"}, set())
+        _check_keys(obj, "$.machine", {"ram_total", "ram_used"}, {"gpu"})
+        gpu = None
+        if "gpu" in obj:
+            from kvtop.demo.gpusim import parse_gpu
+
+            gpu = parse_gpu(_object(obj["gpu"], "$.machine.gpu"), "$.machine.gpu")
         machine = Machine(_int(obj["ram_total"], "$.machine.ram_total", minimum=1),
-                          _int(obj["ram_used"], "$.machine.ram_used"))
+                          _int(obj["ram_used"], "$.machine.ram_used"), gpu)
         if machine.ram_used > machine.ram_total:
             raise _fail("$.machine.ram_used", "more than ram_total")
     return Scenario(
@@ -526,6 +580,7 @@ def parse_scenario(data: Any) -> Scenario:
         models=MappingProxyType(models),
         steps=tuple(steps),
         machine=machine,
+        log_version=_str(root["log_version"], "$.log_version", nonempty=True) if "log_version" in root else None,
     )
 
 
