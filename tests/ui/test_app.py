@@ -93,7 +93,10 @@ async def test_enter_opens_detail_with_kv_arithmetic_and_escape_returns() -> Non
 
 
 async def test_server_down_keeps_last_models_and_says_why() -> None:
-    app = app_with(snapshot_at(step_index("spills")), down_snapshot(TAKEN_AT + 12))
+    # hold: the failed poll is not repeated, so the header is read after exactly one (a loaded
+    # machine may otherwise poll again before the header is read: "2 failed polls")
+    src = FakeSource(snapshot_at(step_index("spills")), down_snapshot(TAKEN_AT + 12), hold=True)
+    app = make_app(Settings(host_url=HOST, interval_s=0.25), src)  # type: ignore[arg-type]
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.state is not None and app.state.failures >= 1)
         head = header_text(app)
