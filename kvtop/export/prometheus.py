@@ -920,7 +920,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve kvtop's per-model memory figures (weights / KV / compute, spill, context, slots) "
                     "for Prometheus, headless. Each server is polled once per interval, however many scrapers.",
     )
-    p.add_argument("format", choices=("prometheus",), help="what to export: prometheus (GET /metrics)")
+    p.add_argument("format", choices=("prometheus", "textfile"),
+                   help="what to export: prometheus (serve GET /metrics) or textfile (write PATH for "
+                        "node_exporter's textfile collector; no port is opened)")
+    p.add_argument("path", nargs="?", default=None, metavar="PATH",
+                   help="textfile: the file to write, e.g. /var/lib/node_exporter/textfile/kvtop.prom")
+    p.add_argument("--once", action="store_true", help="textfile: poll every server once, write PATH and exit")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; IPv6 as [::1]:9877; port 0: any free one)")
     p.add_argument("--host", action="append", metavar="URL",
@@ -1086,12 +1091,20 @@ class MetricsServer:
 
 
 def main_export(argv: Sequence[str]) -> int:
-    """``kvtop export prometheus ...``; returns the exit code (0 after SIGTERM/SIGINT, 2 on bad input)."""
+    """``kvtop export prometheus ...`` / ``kvtop export textfile PATH ...``; returns the exit code
+    (0 after SIGTERM/SIGINT or a ``--once`` write, 2 on bad input or a PATH that cannot be written)."""
     parser = build_parser()
     args = parser.parse_args(list(argv))
 
     def fail(message: str) -> NoReturn:
         parser.exit(EXIT_ERROR, f"kvtop export: {message}\n")
+
+    if args.format == "textfile" and not args.path:
+        fail("textfile needs the PATH to write, e.g. kvtop export textfile /var/lib/node_exporter/textfile/kvtop.prom")
+    if args.format == "prometheus" and (args.path or args.once):
+        fail("prometheus serves /metrics: leave out PATH and --once (those are for textfile)")
+    if args.format == "textfile" and args.listen != DEFAULT_LISTEN:
+        fail("textfile opens no port: leave out --listen")
 
     try:
         listen_host, listen_port = parse_listen(args.listen)
@@ -1141,6 +1154,9 @@ def main_export(argv: Sequence[str]) -> int:
     log_source = open_log_source(spec) if spec.kind != "none" else None
     exporter = Exporter(pollers, interval_s=interval_s, gpu_source=gpu_source, proc_source=proc_source,
                         log_source=log_source, slots_source=slots_source)
+    if args.format == "textfile":
+        return _main_textfile(exporter, args.path, once=args.once, warnings=warnings, fail=fail,
+                              log=str(spec), hosts=hosts, timeout_s=timeout_s)
     registry = make_registry(exporter.collector)
 
     try:
@@ -1175,3 +1191,159 @@ async def _serve(exporter: Exporter) -> None:
             pass
     await exporter.run(stop)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Textfile (node_exporter's textfile collector)
+
+
+def textfile_body(hosts: Iterable[HostView], gpu: GpuSnapshot | None) -> bytes:
+    """The textfile's content: the families :func:`build_metrics` gives ``/metrics`` (without
+    ``kvtop_exporter_scrapes_total``: nothing scrapes kvtop), in the Prometheus text format 0.0.4
+    that node_exporter's textfile collector reads."""
+    from prometheus_client.exposition import generate_latest
+
+    return generate_latest(_Families(build_metrics(hosts, gpu, scrapes=None)))  # type: ignore[arg-type]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomically(path: str | os.PathLike[str], body: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``body`` so that a reader sees the old file or the new one, whole.
+
+    A temporary file in the same directory (``.<name>.<random>.tmp``: node_exporter reads only
+    ``*.prom``) is written, flushed and ``fsync``-ed, given ``mode`` (default ``0o666`` less the
+    umask: ``mkstemp``'s ``0o600`` would hide it from a node_exporter running as another user),
+    then renamed over ``path`` with ``os.replace`` (atomic on POSIX); the directory is ``fsync``-ed
+    so the rename survives a crash. On any error the temporary file is removed.
+
+    Raises:
+        OSError: The directory does not exist or cannot be written, the disk is full, …
+    """
+    import tempfile
+
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+TEXTFILE_FIRST_WAIT_S = 1.0
+"""Beyond the request timeout, how long the first write waits for every host's first poll."""
+
+
+async def write_textfile_forever(exporter: Exporter, path: str, stop: asyncio.Event, *, once: bool = False,
+                                 first_wait_s: float) -> str | None:
+    """Write ``path`` (:func:`write_atomically`) every ``exporter.interval_s`` until ``stop``.
+
+    The first write waits until every host was polled once and, when this machine is sampled, its
+    GPUs were (at most ``first_wait_s``), so the file never starts empty. A write that fails is
+    said once on stderr (and again when the error changes or clears) and tried again next
+    interval.
+
+    Returns:
+        With ``once``: None after one write, else the error text. Without: None when stopped.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + first_wait_s
+    while loop.time() < deadline and not stop.is_set():
+        polled = all(p.view.polls > 0 for p in exporter.pollers)
+        if polled and (exporter.gpu_source is None or exporter.gpu is not None):
+            break
+        await asyncio.sleep(0.02)
+    said: str | None = None
+    while not stop.is_set():
+        views, gpu = exporter.collector.latest()
+        try:
+            body = textfile_body(views, gpu)
+            await asyncio.to_thread(write_atomically, path, body)
+        except OSError as exc:
+            problem = f"cannot write {path}: {exc.strerror or exc}"
+            if once:
+                return problem
+            if problem != said:
+                _say(f"{problem}; trying again every {exporter.interval_s:g} s")
+                said = problem
+        else:
+            if said is not None:
+                _say(f"writing {path} again")
+                said = None
+            if once:
+                return None
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=exporter.interval_s)
+        except asyncio.TimeoutError:
+            pass
+    return None
+
+
+def _main_textfile(exporter: Exporter, path: str, *, once: bool, warnings: Sequence[str],
+                   fail: Callable[[str], NoReturn], log: str, hosts: Sequence[str], timeout_s: float) -> int:
+    """``kvtop export textfile PATH``: poll as the HTTP exporter does, write PATH instead of serving."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        fail(f"textfile: {path} is a directory: name a file in it, e.g. {os.path.join(path, 'kvtop.prom')}")
+    if not os.path.isdir(directory):
+        fail(f"textfile: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        fail(f"textfile: cannot write in {directory} (permission denied)")
+    for warning in warnings:
+        _say(warning)
+    if not path.endswith(".prom"):
+        _say(f"{path} does not end in .prom: node_exporter's textfile collector reads *.prom files only")
+    local = [p.url for p in exporter.pollers if p.view.local]
+    _say(f"writing Prometheus metrics to {path} "
+         f"{'once' if once else f'every {exporter.interval_s:g} s'} — polling {', '.join(hosts)}; log: {log}; "
+         f"GPU telemetry: {'joined to ' + ', '.join(local) if local else 'off (no host on this machine)'}")
+    problem: list[str | None] = [None]
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - Windows
+                pass
+        polling = asyncio.create_task(exporter.run(stop))
+        try:
+            problem[0] = await write_textfile_forever(
+                exporter, path, stop, once=once, first_wait_s=2 * timeout_s + TEXTFILE_FIRST_WAIT_S)
+        finally:
+            stop.set()
+            await polling
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:  # Ctrl+C before the loop's own handler was installed
+        pass
+    if problem[0] is not None:
+        _say(problem[0])
+        return EXIT_ERROR
+    return EXIT_OK
