@@ -154,6 +154,13 @@ class _Sampler:
                         for h in self.hosts]
         self.gpu_source, self.proc_source = _machine_sources(settings) or (GpuSource(), ProcSource())
         self.slots_source = SlotsSource()
+        from kvtop.sources.health import HealthSource
+        from kvtop.sources.hosts import local_host
+        from kvtop.sources.pulled import PulledSource
+
+        self.health_source = HealthSource()  # the server view's health and pre-flight: the local server's
+        self.pulled_source = PulledSource(local_host(self.hosts), timeout_s=settings.timeout_s,
+                                          show_timeout_s=settings.show_timeout_s)
         self.states: list[Any] | None = None
         self._log_task: asyncio.Task[None] | None = None
         self._log_source: Any = None
@@ -186,6 +193,7 @@ class _Sampler:
 
         from kvtop.model.apply import apply, apply_gpu, apply_log_events, apply_slots
         from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+        from kvtop.model.server import fold_server
         from kvtop.model.state import initial_state
         from kvtop.sources.hosts import host_is_this_machine, local_host
         from kvtop.sources.slots import slot_runners
@@ -201,6 +209,9 @@ class _Sampler:
         procs = await self.proc_source.sample(gpu.pids)
         # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
         slots = await self.slots_source.sample(slot_runners(procs.runners))
+        health, pulled = await asyncio.gather(  # --once reads every pulled model; --stream a few per sample
+            self.health_source.sample(procs, local_host(hosts)),
+            self.pulled_source.sample_all() if backlog else self.pulled_source.sample_pulled())
         if self.states is None:
             tz = datetime.now().astimezone().tzinfo or timezone.utc
             self.states = []
@@ -216,7 +227,7 @@ class _Sampler:
         for host, snap, previous in zip(hosts, snaps, self.states):
             state = apply(previous, snap)
             if host == local:
-                state = apply_slots(apply_gpu(state, gpu, procs), slots)
+                state = fold_server(apply_slots(apply_gpu(state, gpu, procs), slots), health, pulled)
                 if read is not None:
                     state = _apply_backlog(state, read, settings)
                 for batch, events in pending:
@@ -240,7 +251,7 @@ class _Sampler:
             self._log_task.cancel()
             await asyncio.gather(self._log_task, return_exceptions=True)
             self._log_task = None
-        closers: list[Any] = [*self.clients, self.gpu_source, self.slots_source]
+        closers: list[Any] = [*self.clients, self.gpu_source, self.slots_source, self.pulled_source]
         if self._log_source is not None:
             closers.append(self._log_source)
         for closable in closers:

@@ -5,6 +5,12 @@ Usage::
     kvtop plan MODEL [--ctx N ...] [--kv f16|q8_0|q4_0 ...] [--parallel P] [--flash-attention on|off]
                      [--gpu-free BYTES|auto] [--reserve BYTES] [--json]
                      [--host URL] [--log FILE] [--model-info FILE [--weights BYTES] [--server-version V]]
+    kvtop plan --all [--gpu-free BYTES|auto] [--ctx N] [--kv TYPE] [--parallel P] [--json] [--host URL]
+
+``--all``: the pre-flight of every pulled model (``kvtop.model.preflight``), one row each: the
+num_ctx it would get (``--ctx``, else its Modelfile's, else Ollama's default: 4096, or from v0.15.5
+the VRAM tier, read with ``--gpu-free auto``), its KV cache and total, whether it fits in the free
+GPU memory beside what is loaded, and the largest num_ctx that stays 100% on the GPU.
 
 One row per ``--ctx`` x ``--kv`` combination, with weights, KV cache (kvtop's arithmetic), compute
 buffers (with the stated error), total, GPU need, the fit verdict with the layers that would
@@ -30,6 +36,7 @@ unreachable server, an unknown model, an unreadable file, or ``--gpu-free auto``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import io
 import json
@@ -104,14 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict a model's memory (weights, KV cache, compute) at other num_ctx, KV cache "
                     "types and slot counts, and whether it stays 100% on the GPU.",
     )
-    p.add_argument("model", metavar="MODEL", help="model name as Ollama lists it (llama3.1:8b)")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="model name as Ollama lists it (llama3.1:8b)")
+    p.add_argument("--all", action="store_true",
+                   help="every pulled model, one row each: will it fit if loaded now (the pre-flight)")
     p.add_argument("--ctx", type=_num_ctx, action="append", metavar="N",
                    help="num_ctx per slot, e.g. 32768 or 32k (repeatable; default: the loaded "
                         f"context, else {plan.DEFAULT_NUM_CTX})")
     p.add_argument("--kv", type=_cache_type, action="append", metavar="TYPE",
                    help="KV cache type f16, q8_0 or q4_0 (repeatable; default f16)")
-    p.add_argument("--parallel", type=_slots, default=1, metavar="P", help="slots (OLLAMA_NUM_PARALLEL), default 1")
-    p.add_argument("--flash-attention", choices=("on", "off"), default="on",
+    p.add_argument("--parallel", type=_slots, default=None, metavar="P", help="slots (OLLAMA_NUM_PARALLEL), default 1")
+    p.add_argument("--flash-attention", choices=("on", "off"), default=None,
                    help="flash attention as the runner resolves it (default on)")
     p.add_argument("--gpu-free", type=_gpu_free, default=None, metavar="BYTES|auto",
                    help="free GPU memory: 24GiB, 24GB, 25769803776, or auto (NVML, the GPU with the most free)")
@@ -636,6 +645,22 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="replace")
+    if args.all:
+        if args.model is not None or args.log or args.model_info or args.weights is not None or args.reserve:
+            emit("kvtop plan: --all plans every pulled model of a server; leave out MODEL, --log, --model-info, "
+                 "--weights and --reserve")
+            return EXIT_ERROR
+        if len(args.ctx or ()) > 1 or len(args.kv or ()) > 1:
+            emit("kvtop plan: --all takes one --ctx and one --kv")
+            return EXIT_ERROR
+        return _main_all(args)
+    if args.model is None:
+        emit("kvtop plan: name a MODEL, or --all for every pulled model")
+        return EXIT_ERROR
+    if args.parallel is None:
+        args.parallel = 1
+    if args.flash_attention is None:
+        args.flash_attention = "on"
     try:
         result = _plan(args, transport)
     except PlanError as exc:
@@ -688,6 +713,166 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
     return make_plan(inp, args.ctx, args.kv, args.parallel, args.flash_attention == "on",
                      free_bytes=free, free_source=free_source, reserve_bytes=args.reserve,
                      calibration=calibration, calibration_note=calibration_note)
+
+
+# --------------------------------------------------------------------------------------------
+# --all: the pre-flight of every pulled model
+
+
+@dataclass(frozen=True, slots=True)
+class AllResult:
+    """What ``kvtop plan --all`` prints."""
+
+    host: str
+    version: str | None
+    defaults: Any
+    free_bytes: int | None
+    free_source: str
+    total_bytes: int | None
+    rows: tuple[Any, ...]
+    notes: tuple[str, ...]
+
+
+def nvml_total_bytes() -> int | None:
+    """Total memory of every GPU NVML lists (the VRAM tier's input), None when NVML cannot say."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nvml: Any = importlib.import_module("pynvml")
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML: the tier stays unknown, and says so
+        return None
+    try:
+        return sum(int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).total)
+                   for i in range(int(nvml.nvmlDeviceGetCount())))
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+async def fetch_all(host: str, timeout: float) -> tuple[str | None, Any, tuple[Any, ...], list[str]]:
+    """``(version, PulledSnapshot, /api/ps rows, notes)`` of ``host`` (read-only requests).
+
+    Raises:
+        PlanError: ``/api/tags`` cannot be read.
+    """
+    from kvtop.sources.pulled import PulledSource
+
+    source = PulledSource(host, timeout_s=timeout, show_timeout_s=max(timeout, 10.0))
+    try:
+        pulled = await source.sample_all()
+        version, rows, error = await source.version_and_ps()
+    finally:
+        await source.aclose()
+    if pulled.tags is None:
+        raise PlanError(pulled.error or "/api/tags could not be read")
+    notes = [] if error is None else [f"{error}: treated as nothing loaded"]
+    missing = [t.name for d, t in pulled.tags.items() if d not in pulled.shows]
+    if missing:
+        notes.append(f"/api/show not read in time for {len(missing)} model(s): {', '.join(missing[:5])}")
+    return version, pulled, rows, notes
+
+
+def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: Any, loaded: Sequence[Any],
+             *, free_bytes: int | None, free_source: str, total_bytes: int | None, notes: Sequence[str] = ()) -> AllResult:
+    """The pre-flight rows for ``kvtop plan --all`` (pure given its inputs)."""
+    from kvtop.model import preflight
+    from kvtop.model.known import Known
+
+    d = preflight.server_defaults(version, None, total_bytes)
+    if args.ctx:
+        d = dataclasses.replace(d, num_ctx=Known(args.ctx[0], "requested", "--ctx"))
+    if args.kv:
+        d = dataclasses.replace(d, cache_type=Known(args.kv[0], "requested", "--kv"))
+    if args.parallel is not None:
+        d = dataclasses.replace(d, parallel=Known(args.parallel, "requested", "--parallel"))
+    if args.flash_attention is not None:
+        d = dataclasses.replace(d, flash_attention=Known(args.flash_attention == "on", "requested", "--flash-attention"))
+    more = list(notes)
+    if d.num_ctx.source == "estimated":
+        more.append(f"num_ctx {d.num_ctx.value}: the VRAM tier of Ollama v0.15.5+ needs the GPUs' total "
+                    "memory (--gpu-free auto reads it); pass --ctx for another")
+    if not args.kv or args.parallel is None:
+        more.append("KV type, slots and flash attention are Ollama's defaults unless given (--kv, --parallel, "
+                    "--flash-attention): the server's own settings are not readable over the API")
+    rows = preflight.preflight(pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version))
+    return AllResult(host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more))
+
+
+def all_json(r: AllResult) -> dict[str, Any]:
+    """The ``kvtop plan --all --json`` document (bytes exact; ``verdict`` per model)."""
+    from kvtop.model.preflight import defaults_json, preflight_json
+
+    return {"host": r.host, "version": r.version, "defaults": defaults_json(r.defaults),
+            "gpu": {"free_bytes": r.free_bytes, "free_source": r.free_source or None, "total_bytes": r.total_bytes},
+            "models": [preflight_json(row) for row in r.rows], "notes": list(r.notes)}
+
+
+def all_text(r: AllResult) -> str:
+    """The ``kvtop plan --all`` table."""
+    from kvtop.model.preflight import marked as mark
+
+    d = r.defaults
+    out = [f"kvtop plan --all — {r.host}" + (f" (Ollama {r.version})" if r.version else ""),
+           f"  each at num_ctx {mark(d.num_ctx)} × {mark(d.parallel)} slot(s), KV {mark(d.cache_type)}, "
+           f"flash attention {'on' if d.flash_attention.value else 'off'}; ~ estimated, * Ollama default, "
+           "^ requested",
+           "  GPU free: " + (f"{ibytes(r.free_bytes)} ({r.free_source})" if r.free_bytes is not None
+                             else "not given: no fit verdict (--gpu-free BYTES|auto)"), ""]
+    table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX"]]
+    for row in r.rows:
+        fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")
+        table.append([row.name, ibytes(row.size_bytes), mark(row.num_ctx), _est(row.kv_bytes), _est(row.total_bytes),
+                      _est(row.gpu_bytes), fit, NOT_KNOWN if row.max_num_ctx is None else str(row.max_num_ctx)])
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        out.append("  " + "  ".join(c.ljust(widths[i]) if i in (0, 6) else c.rjust(widths[i])
+                                    for i, c in enumerate(line)).rstrip())
+    if not r.rows:
+        out.append("  (no pulled models)")
+    out.append("")
+    out.extend(f"  note  {n}" for n in r.notes)
+    return "\n".join(out) + "\n"
+
+
+def _main_all(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from kvtop.config import HostError, parse_ollama_host
+
+    try:
+        raw = args.host if args.host is not None else os.environ.get("OLLAMA_HOST")
+        try:
+            host = parse_ollama_host(raw, strict=args.host is not None)
+        except HostError as exc:
+            raise PlanError(str(exc)) from None
+        free: int | None = None
+        free_source = ""
+        total: int | None = None
+        if args.gpu_free == "auto":
+            free, label = nvml_free_bytes()
+            free_source, total = f"NVML, {label}", nvml_total_bytes()
+        elif isinstance(args.gpu_free, int):
+            free, free_source = args.gpu_free, "--gpu-free"
+        version, pulled, loaded, notes = asyncio.run(fetch_all(host, args.timeout))
+        if args.server_version:
+            version = args.server_version
+        result = make_all(args, host, version, pulled, loaded, free_bytes=free, free_source=free_source,
+                          total_bytes=total, notes=notes)
+    except PlanError as exc:
+        emit(f"kvtop plan: {exc}")
+        return EXIT_ERROR
+    text = safe_json(all_json(result)) + "\n" if args.json else safe_block(all_text(result))
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

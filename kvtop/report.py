@@ -14,6 +14,7 @@ from rich.cells import cell_len
 from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
+from kvtop.model.server import server_json
 from kvtop.model.known import SOURCE_LEGEND
 from kvtop.model.state import AppState, ModelView
 
@@ -122,7 +123,18 @@ def state_json(state: AppState) -> dict[str, Any]:
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
         "service": service_json(state),
+        "server": server_json(state, _log_now(state)),
     }
+
+
+def _log_now(state: AppState) -> Any:
+    """The sample's time as the log writes it (naive, in the log's zone), for requests per minute."""
+    from datetime import datetime
+
+    snap = state.ollama
+    if snap is None:
+        return None
+    return datetime.fromtimestamp(snap.taken_at, tz=state.naive_tz).replace(tzinfo=None)
 
 
 def _bytes(n: int | None) -> str:

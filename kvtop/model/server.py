@@ -12,9 +12,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvtop.model.preflight import PulledSnapshot
+if TYPE_CHECKING:  # model.state keeps a ServerInfo; preflight imports plan, which imports state
+    from kvtop.model.gpu import ProcSnapshot, ServerProcess
+    from kvtop.model.preflight import PreflightRow, PulledSnapshot, ServerDefaults
+    from kvtop.model.state import AppState
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +157,67 @@ def health_json(info: ServerInfo) -> dict[str, Any] | None:
         "settings": dict(h.env),
         "settings_source": h.env_source,
     }
+
+
+def server_for(procs: ProcSnapshot | None, host_url: str) -> ServerProcess | None:
+    """The ``ollama serve`` of ``host_url`` in ``procs``: the one whose ``OLLAMA_HOST`` says it
+    listens on that port (``model.ladder.RunnerIndex``), else the only one; None when there is
+    none, or several and none can be told apart."""
+    if procs is None or not procs.servers:
+        return None
+    from kvtop.model.ladder import RunnerIndex
+
+    index = RunnerIndex(procs, None, host_url)
+    if index.server is not None:
+        return index.server
+    return procs.servers[0] if len(procs.servers) == 1 else None
+
+
+def state_preflight(state: AppState) -> tuple[ServerDefaults, tuple[PreflightRow, ...]]:
+    """The defaults and the pre-flight rows of ``state``: the server's version, its environment
+    (the service rung), the GPUs' total and free memory (the GPU sample: this machine's, so the
+    local server's only) and the models loaded now (``/api/ps``)."""
+    from kvtop.model import plan
+    from kvtop.model.gpu import gpu_free_bytes
+    from kvtop.model.preflight import preflight, server_defaults
+
+    snap = state.last_ok
+    version = snap.version if snap is not None else None
+    server = server_for(state.procs, state.host_url)
+    env = server.env.values if server is not None and server.env is not None else None
+    gpu = state.gpu
+    total = None
+    if gpu is not None and gpu.ok and gpu.devices and all(d.error is None and d.memory_total_bytes for d in gpu.devices):
+        total = sum(d.memory_total_bytes or 0 for d in gpu.devices)
+    defaults = server_defaults(version, env, total)
+    rows = preflight(state.server.pulled, defaults, free_bytes=gpu_free_bytes(gpu),
+                     loaded=snap.models if snap is not None else (), engine=plan.engine_for_version(version))
+    return defaults, rows
+
+
+def server_json(state: AppState, now: Any = None) -> dict[str, Any]:
+    """The ``server`` section of ``--once --json`` (docs/json.md): traffic from the log, health of
+    the local ``ollama serve``, and the pre-flight of every pulled model. ``now``: the naive local
+    time requests per minute count up to (None: the newest access line)."""
+    from kvtop.model.preflight import defaults_json, preflight_json
+    from kvtop.model.traffic import traffic_json
+
+    defaults, rows = state_preflight(state)
+    pulled = state.server.pulled
+    return {
+        "traffic": traffic_json(state.log.traffic, now) if state.log.source is not None else None,
+        "health": health_json(state.server),
+        "defaults": defaults_json(defaults),
+        "preflight": [preflight_json(r) for r in rows],
+        "pulled_error": pulled.error if pulled is not None else "not read",
+    }
+
+
+def fold_server(state: AppState, health: ServerHealth | None = None, pulled: PulledSnapshot | None = None) -> AppState:
+    """``state`` with a health sample and/or a read of the pulled models (alerts unchanged)."""
+    info = state.server
+    if health is not None:
+        info = fold_health(info, health)
+    if pulled is not None:
+        info = fold_pulled(info, pulled)
+    return dataclasses.replace(state, server=info)

@@ -24,6 +24,7 @@ from kvtop.model import ladder
 from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput, apply_log, throughput
+from kvtop.model.server import ServerInfo
 from kvtop.model.slots import DecodeRate, SlotsSnapshot, SlotUse, decode_rates, slot_use
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
@@ -176,6 +177,8 @@ class AppState:
     latencies_s: tuple[float, ...] = dataclasses.field(default=(), compare=False)
     """Round-trip times of the last ``LATENCY_WINDOW`` answered polls, oldest first (display
     only: not part of the state's equality, so an unchanged poll still gives an equal state)."""
+    server: ServerInfo = ServerInfo()
+    """The server view's health and pulled models (``model.server``; traffic is in ``log``)."""
     latency_s: float | None = dataclasses.field(default=None, compare=False)
     """The latency the header shows: the median of ``latencies_s``, moved only when the median
     moves by more than ``LATENCY_STEADY`` (a quarter, at least 2 ms), so jitter of a

@@ -23,8 +23,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from kvtop.model.gpu import ProcSnapshot, ServerProcess
-from kvtop.model.server import CgroupLimits, ProcessTree, Restarts, ServerHealth
+from kvtop.model.gpu import ProcSnapshot
+from kvtop.model.server import CgroupLimits, ProcessTree, Restarts, ServerHealth, server_for
 from kvtop.sources.service_env import Runner, _run
 
 SLOW_EVERY_S = 30.0
@@ -35,19 +35,6 @@ V1_UNLIMITED = 1 << 62
 
 _UNIT = re.compile(r"/([^/]+\.service)$")
 _DOCKER = re.compile(r"(?:docker-|/docker/)([0-9a-f]{12,64})")
-
-
-def server_for(procs: ProcSnapshot | None, host_url: str) -> ServerProcess | None:
-    """The ``ollama serve`` of ``host_url`` in ``procs``: the one listening on its port, else the
-    only one; None when none (or several and none can be told apart)."""
-    if procs is None or not procs.servers:
-        return None
-    from kvtop.model.ladder import RunnerIndex
-
-    index = RunnerIndex(procs, None, host_url)
-    if index.server is not None:
-        return index.server
-    return procs.servers[0] if len(procs.servers) == 1 else None
 
 
 def _int(text: str) -> int | None:

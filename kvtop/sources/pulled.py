@@ -1,0 +1,108 @@
+"""The models a server has pulled, for the pre-flight (``model.preflight``): ``/api/tags`` and each
+model's ``/api/show``.
+
+``PulledSource`` is an ``OllamaClient`` (its deadlines, body limits, proxy and TLS rules) with a
+cache of its own: ``/api/tags`` is read again at most every ``TAGS_EVERY_S``; ``/api/show``
+(verbose: per-layer arrays for the KV arithmetic) once per digest, lazily — each ``sample``
+starts at most ``SHOW_CONCURRENCY`` of the missing ones, concurrently, and waits for them, so a
+server with hundreds of models is read a few at a time over several samples. A failed
+``/api/show`` is tried again after ``SHOW_RETRY_S``. Read-only: GET and ``POST /api/show``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import MappingProxyType
+from typing import Any
+
+from kvtop.model.preflight import PulledSnapshot
+from kvtop.model.snapshots import PsModel, ShowInfo, TagInfo
+from kvtop.sources.ollama import (
+    SHOW_CONCURRENCY,
+    SHOW_RETRY_S,
+    OllamaClient,
+    ShapeError,
+    _RequestFailed,
+    parse_ps,
+    parse_show,
+    parse_tags,
+)
+
+TAGS_EVERY_S = 30.0
+"""``/api/tags`` is read again at most this often (a pull or a delete shows up within it)."""
+
+
+class PulledSource(OllamaClient):
+    """Reads ``/api/tags`` and, a few at a time, ``/api/show`` of every pulled model.
+
+    Args: as ``OllamaClient``; ``clock`` also times the caches.
+    """
+
+    def __init__(self, base_url: str, **kw: Any) -> None:
+        super().__init__(base_url, **kw)
+        self._pulled_tags: dict[str, TagInfo] | None = None
+        self._pulled_tags_at: float | None = None
+        self._pulled_error: str | None = None
+        self._pulled_shows: dict[str, ShowInfo] = {}
+        self._pulled_failed_at: dict[str, float] = {}
+
+    async def sample_pulled(self, *, shows: int = SHOW_CONCURRENCY) -> PulledSnapshot:
+        """One round: ``/api/tags`` when due, then up to ``shows`` missing ``/api/show`` answers
+        (``shows=0``: none). Never raises (except cancellation)."""
+        now = self._clock()
+        if self._pulled_tags_at is None or now - self._pulled_tags_at >= TAGS_EVERY_S:
+            self._pulled_tags_at = now
+            try:
+                self._pulled_tags = parse_tags(await self._request("GET", "/api/tags"))
+                self._pulled_error = None
+            except _RequestFailed as exc:
+                self._pulled_error = exc.message
+            except ShapeError as exc:
+                self._pulled_error = f"/api/tags: unexpected shape: {exc}"
+        tags = self._pulled_tags
+        if tags is not None:
+            for gone in [d for d in self._pulled_shows if d not in tags]:
+                del self._pulled_shows[gone]
+                self._pulled_failed_at.pop(gone, None)
+            due = [t for d, t in tags.items() if d not in self._pulled_shows or (
+                d in self._pulled_failed_at and now - self._pulled_failed_at[d] >= SHOW_RETRY_S)][:max(0, shows)]
+            if due:
+                answers = await asyncio.gather(*(self._pulled_show(t) for t in due))
+                for tag, info in zip(due, answers):
+                    self._pulled_shows[tag.digest] = info
+                    if info.error:
+                        self._pulled_failed_at[tag.digest] = now
+                    else:
+                        self._pulled_failed_at.pop(tag.digest, None)
+        return PulledSnapshot(taken_at=now, tags=MappingProxyType(dict(tags)) if tags is not None else None,
+                              shows=MappingProxyType(dict(self._pulled_shows)), error=self._pulled_error)
+
+    async def sample_all(self, budget_s: float | None = None) -> PulledSnapshot:
+        """Rounds until every model's ``/api/show`` was read once (or ``budget_s`` passed): for
+        ``--once`` and ``kvtop plan --all``."""
+        end = time.monotonic() + (budget_s if budget_s is not None else self.details_budget_s * 3)
+        snap = await self.sample_pulled()
+        while snap.tags is not None and any(d not in snap.shows for d in snap.tags) and time.monotonic() < end:
+            snap = await self.sample_pulled()
+        return snap
+
+    async def version_and_ps(self) -> tuple[str | None, tuple[PsModel, ...], str | None]:
+        """``(/api/version, /api/ps rows, why /api/ps could not be read)``; never raises."""
+        version = await self._fetch_version()
+        try:
+            return version, parse_ps(await self._request("GET", "/api/ps")), None
+        except _RequestFailed as exc:
+            return version, (), exc.message
+        except ShapeError as exc:
+            return version, (), f"/api/ps: unexpected shape: {exc}"
+
+    async def _pulled_show(self, tag: TagInfo) -> ShowInfo:
+        try:
+            body = await self._request("POST", "/api/show", json_body={"model": tag.name, "verbose": True},
+                                       deadline_s=self._show_timeout_s)
+            return parse_show(body, digest=tag.digest, name=tag.name)
+        except _RequestFailed as exc:
+            return ShowInfo(digest=tag.digest, name=tag.name, error=exc.message)
+        except ShapeError as exc:
+            return ShowInfo(digest=tag.digest, name=tag.name, error=f"/api/show: unexpected shape: {exc}")
