@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -541,12 +542,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.demo:
             try:
-                with demo_server(args.demo_speed, manual=args.once) as url:
+                # the dashboard follows the server log the stand-in writes (kvtop.demo.logwriter)
+                demo_log = origins["log"] == "default" and not (args.once or args.stream)
+                with tempfile.TemporaryDirectory(prefix="kvtop-demo-") as tmp, \
+                        demo_server(args.demo_speed, manual=args.once,
+                                    extra=["--log-file", os.path.join(tmp, "server.log")] if demo_log else []) as url:
+                    settings = dataclasses.replace(settings, host_url=url)
+                    if demo_log:
+                        settings = dataclasses.replace(settings, log_spec=f"file:{os.path.join(tmp, 'server.log')}")
                     if args.once:
                         _show_busiest_step(url)
                     if args.stream:
-                        return asyncio.run(_stream(dataclasses.replace(settings, host_url=url), args.count))
-                    return _run(dataclasses.replace(settings, host_url=url), once=args.once, record=args.record)
+                        return asyncio.run(_stream(settings, args.count))
+                    return _run(settings, once=args.once, record=args.record)
             except RuntimeError as exc:
                 emit(f"kvtop: {exc}")
                 return EXIT_FAILED
@@ -673,13 +681,14 @@ def _run(settings: Settings, *, once: bool, record: str | None = None) -> int:
 
 
 def _machine_sources(settings: Settings) -> tuple[Any, Any] | None:
-    """``--demo``: the scenario's machine (its RAM, no GPU, no process of this host), else None
-    (this machine's GPU and process sources)."""
+    """``--demo``: the scenario's machine (its simulated GPU, RAM and processes; nothing of this host),
+    else None (this machine's GPU and process sources)."""
     if not settings.demo:
         return None
-    from kvtop.demo.machine import DemoMachineSource, NoProcSource
+    from kvtop.demo.machine import DemoMachineSource
 
-    return DemoMachineSource(settings.host_url), NoProcSource()
+    machine = DemoMachineSource(settings.host_url)
+    return machine, machine.procs_source()
 
 
 def _stdin_log_with_keys_from_tty() -> Any:

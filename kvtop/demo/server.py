@@ -17,7 +17,8 @@ Control endpoints (not part of Ollama):
   that nothing was written.
 - ``GET /_standin/machine`` -> ``{"ram_total": N, "ram_used": M}``: the scenario's machine (its
   ``machine`` object; 404 without one), with the system-RAM share (``size - size_vram``) of the
-  models loaded now added to ``ram_used``. ``kvtop --demo`` shows this RAM, not the host's.
+  models loaded now added to ``ram_used``, plus its simulated GPU and processes (``gpu``,
+  ``processes``: ``kvtop.demo.gpusim.machine_doc``). ``kvtop --demo`` shows these, not the host's.
 - ``POST /_standin/env`` ``{"OLLAMA_KV_CACHE_TYPE": "q8_0"}`` -> as if Ollama were restarted with
   that cache type: the current step's models are sized again with ``kvtop.model.kv`` (their KV
   cache at the new type, the rest unchanged) and placed in the VRAM budget; later
@@ -32,6 +33,10 @@ Command line::
 
     python -m kvtop.demo.server [--host 127.0.0.1] [--port 0] [--scenario PATH] [--manual]
                                 [--speed FLOAT] [--loop/--no-loop] [--verbose] [--vram-bytes N]
+                                [--log-file PATH]
+
+``--log-file PATH`` writes the server log the scenario implies as it plays (``kvtop.demo.logwriter``:
+llama-server era lines, so ``/api/version`` then answers the scenario's ``log_version``).
 
 After binding it prints exactly one line, ``LISTENING http://<host>:<port>``, to stdout and
 serves until SIGTERM or SIGINT, then exits 0.
@@ -461,6 +466,8 @@ class StandinServer(ThreadingHTTPServer):
         """``OLLAMA_KV_CACHE_TYPE`` as last set through ``POST /_standin/env`` (the scenario's sizes are f16)."""
         self.requests: deque[tuple[str, str]] = deque(maxlen=10_000)
         """``(method, path)`` of every request outside ``/_standin/``, oldest first (``GET /_standin/requests``)."""
+        self.log_writer: Any = None
+        """``--log-file``: the ``kvtop.demo.logwriter.LogWriter`` writing the scenario's server log, or None."""
         super().__init__(address, _Handler)
 
     @property
@@ -634,7 +641,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "not found")
 
     def _machine(self) -> None:
-        """``GET /_standin/machine``: the scenario's RAM, plus what the loaded models hold in it."""
+        """``GET /_standin/machine``: the scenario's RAM plus what the loaded models hold in it, and its
+        simulated GPU and processes (``kvtop.demo.gpusim.machine_doc``)."""
+        from kvtop.demo.gpusim import machine_doc
+        from kvtop.demo.logwriter import runner_argv, runner_pid
+
         player = self.server.player
         machine = player.scenario.machine
         if machine is None:
@@ -644,9 +655,13 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.reloads_lock:
             reloads = {m: v for (i, m), v in self.server.reloads.items() if i == index}
         rows = ps_body(player.scenario, player.scenario.steps[index], since_ns, reloads=reloads)["models"]
-        spilled = sum(max(0, int(r["size"]) - int(r["size_vram"])) for r in rows)
-        self._json(200, {"ram_total": machine.ram_total,
-                         "ram_used": min(machine.ram_total, machine.ram_used + spilled)})
+        runners = [{"pid": runner_pid(player.scenario, r["name"]), "model": r["name"], "size": r["size"],
+                    "size_vram": r["size_vram"],
+                    "argv": runner_argv(player.scenario, r["name"], int(r.get("context_length") or 2048))}
+                   for r in rows]
+        writer = self.server.log_writer
+        busy = writer.busy() if writer is not None else False
+        self._json(200, machine_doc(machine.ram_total, machine.ram_used, machine.gpu, runners, busy))
 
     def _state(self, index: int, since_ns: int) -> dict[str, Any]:
         player = self.server.player
@@ -724,7 +739,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(step.status, step.error or BUSY_ERROR)
             return
         if path == "/api/version":
-            self._json(200, {"version": scenario.version})
+            logged = self.server.log_writer is not None and scenario.log_version
+            self._json(200, {"version": scenario.log_version if logged else scenario.version})
         elif path == "/api/ps":
             if step.garbage:
                 self._send(200, GARBAGE_BODY, "application/json; charset=utf-8")
@@ -880,6 +896,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="GPU memory Ollama may use: a reload that no longer fits spills to system RAM (default: no budget)",
     )
     parser.add_argument(
+        "--log-file", type=Path, default=None, metavar="PATH",
+        help="write the scenario's server log to PATH as it plays (llama-server era lines, kvtop.demo.logwriter);"
+             " /api/version then answers the scenario's log_version",
+    )
+    parser.add_argument(
         "--exit-with-parent",
         action="store_true",
         help="stop when the process that started this one goes away (kvtop --demo uses it)",
@@ -966,6 +987,17 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
         return 1
     server.vram_bytes = args.vram_bytes
 
+    if args.log_file is not None:
+        from kvtop.demo.logwriter import LogWriter
+
+        try:
+            server.log_writer = LogWriter(args.log_file, server.player)
+            server.log_writer.start()
+        except (OSError, ValueError) as exc:
+            server.server_close()
+            print(f"kvtop.demo.server: cannot write the log {args.log_file}: {exc}", file=sys.stderr)
+            return 2
+
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.daemon = True
     parent = os.getppid()
@@ -980,6 +1012,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
         server.shutdown()
         server.server_close()
         thread.join(timeout=2)
+        if server.log_writer is not None:
+            server.log_writer.stop()
     return 0
 
 
