@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -25,8 +25,11 @@ from kvtop.config import (
     HostError,
     ResolvedConfig,
     Settings,
+    access_report,
+    parse_host_access,
     parse_ollama_host,
     resolve_config,
+    server_accesses,
     saved_theme,
 )
 from kvtop.textsafe import emit, safe_block, safe_json
@@ -50,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", metavar="URL", action="append",
                    help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434); "
                         "repeat it to watch several servers")
+    add_access_arguments(p)
     p.add_argument("--interval", "-n", type=float, default=None, metavar="SECONDS",
                    help="seconds between polls, 0.25–60 (default: 1)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -80,6 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never send a request that changes the server (disables the what-if screen's load action)")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
+
+
+def add_access_arguments(p: argparse.ArgumentParser) -> None:
+    """``--header``, ``--cacert`` and ``--insecure``: how to reach a server behind a proxy (the
+    dashboard, ``kvtop plan`` and ``kvtop export`` take the same ones; ``config.server_accesses``)."""
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="send this header to the server (repeatable; e.g. 'Authorization: Bearer …'); "
+                        "credentials also go in the URL: --host https://user:pass@host/, or OLLAMA_API_KEY")
+    tls = p.add_mutually_exclusive_group()
+    tls.add_argument("--cacert", metavar="FILE", default=None,
+                     help="trust the CA certificate(s) in this PEM file (instead of the system's) for https servers")
+    tls.add_argument("--insecure", action="store_true",
+                     help="do not verify the server's TLS certificate (said on screen while in use)")
 
 
 @contextmanager
@@ -151,8 +168,8 @@ class _Sampler:
 
         self.settings = settings
         self.hosts = settings.host_urls
-        self.clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
-                        for h in self.hosts]
+        self.clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
+                                     access=settings.access_for(h)) for h in self.hosts]
         self.gpu_source, self.proc_source = _machine_sources(settings) or (GpuSource(), ProcSource())
         self.slots_source = SlotsSource()
         from kvtop.sources.health import HealthSource
@@ -354,7 +371,11 @@ async def _sample_once(settings: Settings) -> int:
         for i, st in enumerate(states):
             if i:
                 sys.stdout.write("\n")
-            (sys.stdout if st.reachable else sys.stderr).write(safe_block(state_text(st, hints=_hints(st, settings))))
+            out_stream = sys.stdout if st.reachable else sys.stderr
+            tls = settings.access_for(st.host_url).tls_note  # --insecure / --cacert, said whenever in use
+            if tls:
+                out_stream.write(safe_block(f"kvtop: {st.host_url}: {tls}\n"))
+            out_stream.write(safe_block(state_text(st, hints=_hints(st, settings))))
     return EXIT_OK if reachable else EXIT_UNREACHABLE
 
 
@@ -364,6 +385,10 @@ def once_json(states: Sequence[Any], settings: Settings) -> dict[str, Any]:
     from kvtop.report import state_json
 
     docs = [{**state_json(st), "hints": list(_hints(st, settings))} for st in states]
+    for doc, st in zip(docs, states):
+        tls = settings.access_for(st.host_url).tls_json()  # {"verify": false} with --insecure, the CA file
+        if tls is not None:
+            doc["tls"] = tls
     return {"hosts": docs} if len(docs) > 1 else docs[0]
 
 
@@ -495,9 +520,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolved = dataclasses.replace(resolved, values=MappingProxyType({**values, "theme": "kvtop-dark"}))
         values = resolved.values
     host_urls: list[str] = []
+    credentials: dict[str, tuple[str | None, str | None]] = {}
     for raw in values["host"] or (None,):
         try:
-            url = parse_ollama_host(raw, strict=origins["host"] != "env OLLAMA_HOST")
+            url, user, password = parse_host_access(raw, strict=origins["host"] != "env OLLAMA_HOST")
+            credentials.setdefault(url, (user, password))
         except HostError as exc:
             if origins["host"] == "flag":
                 parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
@@ -509,6 +536,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not host_urls:
         host_urls.append(parse_ollama_host(None))
     host_url = host_urls[0]
+    try:
+        access, access_warnings = server_accesses(
+            [(u, *credentials.get(u, (None, None))) for u in host_urls], headers=args.header, cacert=args.cacert,
+            insecure=args.insecure, servers=values.get("servers"), env=env, file_origin=str(resolved.path))
+    except ConfigError as exc:
+        parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
+    warnings.extend(access_warnings)
     log_spec = values["log"]
     if origins["log"] == "default" and (args.demo or args.stream or (args.once and not args.check)):
         log_spec = "none"  # --check reads the log auto finds: a health check should see its events
@@ -522,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.append(f"log from {origins['log']}: {exc} — no log is read")
         log_spec = "none"
     if args.print_config:
-        sys.stdout.write(safe_block(config_report(resolved, ", ".join(host_urls), log_spec, warnings)))
+        sys.stdout.write(safe_block(config_report(resolved, ", ".join(host_urls), log_spec, warnings, access)))
         return EXIT_OK
     for warning in warnings:
         emit(f"kvtop: {warning}")
@@ -536,6 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         theme=str(values["theme"]),
         alerts=values["alerts"],
         more_hosts=tuple(host_urls[1:]),
+        access=access,
         extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
                "warnings": "\n".join(warnings), "log_origin": origins["log"], "host_origin": origins["host"]},
     )
@@ -573,14 +608,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str, warnings: Sequence[str] = ()) -> str:
-    """``--print-config``: every setting, its effective value and where it came from."""
+def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str, warnings: Sequence[str] = (),
+                  access: Mapping[str, Any] | None = None) -> str:
+    """``--print-config``: every setting, its effective value and where it came from; per server,
+    what credentials are sent and how TLS is checked, every secret masked (``config.access_report``)."""
     shown = dict(resolved.values)
     shown["host"] = host_url
     shown["log"] = log_spec
     lines = [f"config file: {resolved.path}{'' if resolved.path.exists() else ' (not present)'}"]
     for key in ("host", "interval", "timeout", "log", "theme", "readonly"):
         lines.append(f"{key:<9} {shown[key]!s:<40} {resolved.origins[key]}")
+    for url, server in (access or {}).items():
+        lines.append(f"server    {url}: {access_report(server)}")
     if resolved.values.get("alerts"):
         lines.append(f"alerts    {dict(resolved.values['alerts'])}")
     from kvtop.model.alerts import Thresholds

@@ -20,6 +20,10 @@ from urllib.parse import urlsplit
 import httpx
 import platformdirs
 
+from kvtop.sources.auth import API_KEY_ENV, HeaderError, ServerAccess, ca_context, header_items, parse_header, \
+    redact_url, split_userinfo
+from kvtop.sources.hosts import is_loopback_url
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -155,6 +159,8 @@ class Settings:
         demo: True when watching the embedded stand-in server (the header says DEMO).
         readonly: Never send anything that changes the server (disables the what-if load action).
         more_hosts: Further servers to watch beside ``host_url`` (each polled on its own).
+        access: Base URL -> how to reach it (``sources.auth.ServerAccess``: credentials, extra
+            headers, TLS trust), built by :func:`server_accesses`; a URL missing here gets none.
         log_spec: Where the server log is read (``sources.tail.parse_log_spec``); the CLI's
             default is ``auto``, the dataclass's ``none`` so that tests never read the machine's log.
     """
@@ -170,11 +176,17 @@ class Settings:
     alerts: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)
     more_hosts: tuple[str, ...] = ()
+    access: Mapping[str, ServerAccess] = field(default_factory=dict)
 
     @property
     def host_urls(self) -> tuple[str, ...]:
         """Every server watched, ``host_url`` first (``--host`` repeated, or ``host = [...]``)."""
         return (self.host_url, *(h for h in self.more_hosts if h != self.host_url))
+
+    def access_for(self, url: str) -> ServerAccess:
+        """How to reach ``url`` (credentials, headers, TLS: :func:`server_accesses`); a server
+        without settings of its own (the demo's stand-in) gets none."""
+        return self.access.get(url) or ServerAccess(url)
 
 
 def clamp_interval(interval_s: float) -> float:
@@ -357,10 +369,14 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
         if key == "alerts" and not isinstance(value, dict):
             warnings.append(f"{path}: alerts = {value!r}: must be a table ([alerts] with one threshold a line)"
                             " — ignored, the default thresholds are used")
-        elif key in CONFIG_KEYS or key == "alerts":
+        elif key == "servers" and not isinstance(value, dict):
+            warnings.append(f"{path}: servers must be a table ([servers.\"URL\"] with that server's headers,"
+                            " cacert, insecure, api_key_env) — ignored")
+        elif key in CONFIG_KEYS or key in ("alerts", "servers"):
             out[key] = value
         else:
-            warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(CONFIG_KEYS)}, [alerts])")
+            warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(CONFIG_KEYS)}, [alerts],"
+                            " [servers.\"URL\"])")
     return out, warnings
 
 
@@ -390,7 +406,7 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
             raise ValueError("must be a string")
         return value
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{key} from {origin}: {value!r}: {exc}") from None
+        raise ConfigError(redact_url(f"{key} from {origin}: {value!r}: {exc}")) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +427,8 @@ def resolve_config(
 ) -> ResolvedConfig:
     """Combine settings: flag > environment > file > saved UI choice (theme) > default.
 
-    ``values["host"]`` is a tuple of host strings (several servers) or None (the default).
+    ``values["host"]`` is a tuple of host strings (several servers) or None (the default);
+    ``values["servers"]`` the config file's ``[servers."URL"]`` tables (:func:`server_accesses`).
 
     Args:
         flags: Only the settings the user typed on the command line.
@@ -447,6 +464,8 @@ def resolve_config(
             values[key], origins[key] = DEFAULTS[key], "default"
     alerts = file_values.get("alerts")
     values["alerts"] = dict(alerts) if isinstance(alerts, dict) else {}
+    servers = file_values.get("servers")
+    values["servers"] = dict(servers) if isinstance(servers, dict) else {}
     return ResolvedConfig(MappingProxyType(values), MappingProxyType(origins), tuple(warnings), path)
 
 
@@ -461,11 +480,243 @@ def saved_theme(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def save_theme(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """Remember the theme picked in the UI; returns an error sentence instead of raising."""
+    """Remember the theme picked in the UI (the state file's other choices are kept); returns an
+    error sentence instead of raising."""
+    return _update_state({"theme": name}, "the theme choice", env)
+
+
+PANELS = ("map", "alerts", "history", "events")
+"""The dashboard's optional panels, in the order they are added as the terminal grows."""
+
+PANEL_CHOICES = ("auto", "on", "off")
+"""``auto``: shown when the terminal is large enough; ``on``/``off``: what the user chose (a key)."""
+
+
+def saved_panels(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The panel choices saved in the state file (``[panels]``), every panel in :data:`PANELS`
+    (``auto`` when nothing valid is saved); a missing or unreadable file gives all ``auto``."""
+    out = dict.fromkeys(PANELS, "auto")
+    try:
+        data = read_toml_file(state_dir(env) / "state.toml")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return out
+    panels = data.get("panels")
+    if isinstance(panels, dict):
+        for name in PANELS:
+            if panels.get(name) in PANEL_CHOICES:
+                out[name] = panels[name]
+    return out
+
+
+def save_panels(choices: Mapping[str, str], env: Mapping[str, str] | None = None) -> str | None:
+    """Remember the panel choices (``[panels]`` of the state file, which keeps the theme); returns
+    an error sentence instead of raising. Only names of :data:`PANELS` with a value of
+    :data:`PANEL_CHOICES` are written."""
+    panels = {k: v for k, v in choices.items() if k in PANELS and v in PANEL_CHOICES}
+    return _update_state({"panels": panels}, "the panel choice", env)
+
+
+def _toml_value(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    return None
+
+
+def _update_state(updates: Mapping[str, Any], what: str, env: Mapping[str, str] | None) -> str | None:
+    """Merge ``updates`` into ``<state_dir>/state.toml`` and write it atomically (a temporary file
+    in the same folder, then ``os.replace``): a crash leaves the old file or the new one, never half
+    of one. Keys kvtop did not write (scalars and tables of scalars) are kept; a file that cannot be
+    parsed is replaced."""
     folder = state_dir(env)
+    path = folder / "state.toml"
+    try:
+        data = read_toml_file(path)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = {}
+    for key, value in updates.items():
+        if isinstance(value, Mapping) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    lines: list[str] = []
+    tables: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            body = [f"{json.dumps(str(k))} = {v}" for k, v in ((k, _toml_value(v)) for k, v in value.items())
+                    if v is not None]
+            tables.append(f"\n[{json.dumps(str(key))}]\n" + "".join(line + "\n" for line in body))
+        elif (text := _toml_value(value)) is not None:
+            lines.append(f"{json.dumps(str(key))} = {text}\n")
+    tmp = folder / f".state.toml.{os.getpid()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "state.toml").write_text(f"theme = {json.dumps(name)}\n", encoding="utf-8")
+        tmp.write_text("".join(lines) + "".join(tables), encoding="utf-8")
+        os.replace(tmp, path)
     except OSError as exc:
-        return f"cannot save the theme choice in {folder}: {exc}"
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return f"cannot save {what} in {folder}: {exc}"
     return None
+
+
+# --- how each server is reached: credentials, headers, TLS ------------------------------------
+
+SERVER_KEYS: dict[str, str] = {
+    "headers": 'extra request headers: a table (Name = "value") or a list of "Name: value"',
+    "cacert": "PEM file of the CA(s) that signed the server's certificate (instead of the system's)",
+    "insecure": "true: do not verify the server's TLS certificate",
+    "api_key_env": f"variable whose value is sent as Authorization: Bearer (default {API_KEY_ENV}; \"\": none)",
+}
+"""Keys of a ``[servers."URL"]`` table in ``config.toml``."""
+
+
+def parse_host_access(raw: str | None, *, strict: bool = False) -> tuple[str, str | None, str | None]:
+    """A host value with credentials: ``(base URL, user, password)``.
+
+    The userinfo (``https://user:pass@gpu-box/``) is taken out first (``sources.auth.split_userinfo``,
+    percent-decoded), the rest is read as :func:`parse_ollama_host` reads it, so the base URL, and
+    every message about the value, never holds the credentials.
+
+    Raises:
+        HostError: As :func:`parse_ollama_host` (its message quotes the value without userinfo).
+    """
+    if raw is None:
+        return parse_ollama_host(None, strict=strict), None, None
+    clean, user, password = split_userinfo(raw)
+    return parse_ollama_host(clean, strict=strict), user, password
+
+
+def server_accesses(
+    hosts: list[tuple[str, str | None, str | None]],
+    *,
+    headers: list[str] | tuple[str, ...] = (),
+    cacert: str | None = None,
+    insecure: bool = False,
+    servers: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    file_origin: str = "the config file",
+) -> tuple[dict[str, ServerAccess], list[str]]:
+    """How to reach each server: one ``sources.auth.ServerAccess`` per base URL.
+
+    Flags (``--header``, ``--cacert``, ``--insecure``) apply to every server; a ``[servers."URL"]``
+    table of the config file applies to the server whose base URL it names (read like ``--host``).
+    Its headers come first and ``--header`` after (a repeated name: the flag's wins); ``--cacert``
+    / ``--insecure`` override its ``cacert`` / ``insecure``. The bearer token is the value of
+    ``OLLAMA_API_KEY`` (or of the table's ``api_key_env``), as Ollama's Python client sends it
+    (``sources.auth.API_KEY_ENV``).
+
+    Args:
+        hosts: ``(base URL, user, password)`` per server (:func:`parse_host_access`).
+        headers: ``--header`` values, ``'Name: value'`` each.
+        cacert: ``--cacert`` (checked here: it must be a readable PEM file).
+        insecure: ``--insecure``.
+        servers: The config file's ``servers`` table (``resolve_config(...).values["servers"]``).
+        env: The environment (default: the process's).
+        file_origin: The config file's path, for warnings.
+
+    Returns:
+        The accesses by base URL, and warnings about the config file's tables (an unusable
+        entry is left out, the rest applies) and about a password sent over plain ``http://``
+        to another machine. No warning holds a secret.
+
+    Raises:
+        ConfigError: A ``--header`` that cannot be sent, or a ``--cacert`` file that cannot be used.
+    """
+    env = os.environ if env is None else env
+    warnings: list[str] = []
+    flag_headers: list[tuple[str, str]] = []
+    for text in headers:
+        try:
+            flag_headers.append(parse_header(text))
+        except HeaderError as exc:
+            raise ConfigError(str(exc)) from None
+    if cacert is not None:
+        problem = _cacert_problem(cacert)
+        if problem:
+            raise ConfigError(f"--cacert {cacert}: {problem}")
+    per_host: dict[str, dict[str, Any]] = {}
+    for key, table in (servers or {}).items():
+        where = f'{file_origin}: [servers."{redact_url(str(key))}"]'
+        try:
+            url, _, _ = parse_host_access(str(key), strict=True)
+        except HostError as exc:
+            warnings.append(f"{where}: {exc} — ignored")
+            continue
+        if not isinstance(table, Mapping):
+            warnings.append(f"{where}: must be a table of {', '.join(SERVER_KEYS)} — ignored")
+            continue
+        entry: dict[str, Any] = {}
+        for name, value in table.items():
+            if name == "headers":
+                try:
+                    entry["headers"] = header_items(value, where)
+                except HeaderError as exc:
+                    warnings.append(f"{exc} — its headers are not sent")
+            elif name == "cacert":
+                problem = _cacert_problem(value) if isinstance(value, str) else "must be a file path"
+                if problem:
+                    warnings.append(f"{where}: cacert {value!s}: {problem} — the system's CAs are used")
+                else:
+                    entry["cacert"] = value
+            elif name == "insecure":
+                if isinstance(value, bool):
+                    entry["insecure"] = value
+                else:
+                    warnings.append(f"{where}: insecure must be true or false — certificates are verified")
+            elif name == "api_key_env":
+                if isinstance(value, str):
+                    entry["api_key_env"] = value.strip()
+                else:
+                    warnings.append(f"{where}: api_key_env must be a variable name — {API_KEY_ENV} is used")
+            else:
+                warnings.append(f"{where}: unknown key {name!r} ignored (known: {', '.join(SERVER_KEYS)})")
+        per_host.setdefault(url, {}).update(entry)
+    known = [h[0] for h in hosts]
+    for url in per_host:
+        if url not in known:
+            warnings.append(f'{file_origin}: [servers."{url}"] names no server watched ({", ".join(known)})'
+                            " — it applies to none")
+    out: dict[str, ServerAccess] = {}
+    for url, user, password in hosts:
+        entry = per_host.get(url, {})
+        var = entry.get("api_key_env", API_KEY_ENV)
+        key = env.get(var, "").strip() if var else ""
+        access = ServerAccess(
+            url, username=user, password=password,
+            headers=tuple(entry.get("headers", ())) + tuple(flag_headers),
+            api_key=key or None, api_key_env=var or None,
+            cacert=cacert if cacert is not None else (None if insecure else entry.get("cacert")),
+            insecure=insecure or (cacert is None and bool(entry.get("insecure"))),
+        )
+        if user is not None and not access.https and not is_loopback_url(url):
+            warnings.append(f"the password for {url} goes over plain http (unencrypted): use https:// if its"
+                            " proxy offers it")
+        out[url] = access
+    return out, warnings
+
+
+def _cacert_problem(path: str) -> str | None:
+    """None when ``path`` is a PEM file of CA certificates kvtop can use, else why not."""
+    import ssl
+
+    try:
+        ca_context(path)
+    except FileNotFoundError:
+        return "no such file"
+    except ssl.SSLError:  # an OSError too: first
+        return "holds no PEM certificate"
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    return None
+
+
+def access_report(access: ServerAccess) -> str:
+    """One line for ``--print-config``: what credentials are sent (values masked) and how TLS is checked."""
+    tls = access.tls_note or ("TLS verified with the system's CAs" if access.https else "plain http")
+    return f"{access.sent_words()}; {tls}"

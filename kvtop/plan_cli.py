@@ -49,6 +49,8 @@ from typing import Any
 
 import httpx
 
+from kvtop.sources.auth import ServerAccess
+
 from kvtop.model import kv
 from kvtop.model import plan
 from kvtop.model.known import CLAMPED_MARK, NOT_KNOWN, exact_bytes, ibytes
@@ -130,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", metavar="URL", default=None,
                    help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on each request (default 10)")
+    from kvtop.cli import add_access_arguments
+
+    add_access_arguments(p)  # --header, --cacert, --insecure: as the dashboard's
     p.add_argument("--log", metavar="FILE", default=None,
                    help="server log (or llama-server stderr) with a load of this model: compare and calibrate")
     p.add_argument("--model-info", metavar="FILE", default=None,
@@ -219,22 +224,60 @@ def read_model_info_file(path: str, name: str, weights: int | None, version: str
     return PlanInput(spec, f"--model-info {path}", version, blob, None, remote)
 
 
-def _client(base_url: str, timeout: float, transport: httpx.BaseTransport | None) -> httpx.Client:
-    host = httpx.URL(base_url).host
-    loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
-    return httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout), transport=transport,
-                        trust_env=not loopback, headers={"User-Agent": "kvtop"})
+def _client(base_url: str, timeout: float, transport: httpx.BaseTransport | None,
+            access: ServerAccess | None = None) -> httpx.Client:
+    """A client of ``base_url`` with its credentials, headers and TLS trust (``sources.auth``)."""
+    access = access if access is not None else ServerAccess(base_url)
+    return httpx.Client(**access.client_options(base_url=base_url, timeout=httpx.Timeout(timeout),
+                                                transport=transport))
+
+
+def server_access(raw: str | None, *, strict: bool, args: argparse.Namespace) -> tuple[str, ServerAccess]:
+    """The server ``kvtop plan`` reads (``--host``, else ``OLLAMA_HOST``) and how to reach it: its
+    URL's credentials, ``--header``/``--cacert``/``--insecure``, ``OLLAMA_API_KEY`` and the config
+    file's ``[servers."URL"]`` table (``config.server_accesses``).
+
+    Raises:
+        PlanError: The address, a ``--header`` or the ``--cacert`` file cannot be used.
+    """
+    from kvtop.config import ConfigError, HostError, parse_host_access, resolve_config, server_accesses
+
+    try:
+        host, user, password = parse_host_access(raw, strict=strict)
+        try:
+            servers = resolve_config({}).values.get("servers")
+        except ConfigError:
+            servers = None  # a bad setting elsewhere in the environment: plan reads no other
+        access, warnings = server_accesses([(host, user, password)], headers=getattr(args, "header", []) or [],
+                                           cacert=getattr(args, "cacert", None),
+                                           insecure=bool(getattr(args, "insecure", False)), servers=servers)
+    except (HostError, ConfigError) as exc:
+        raise PlanError(str(exc)) from None
+    for warning in warnings:
+        emit(f"kvtop plan: {warning}")
+    if access[host].tls_note:
+        emit(f"kvtop plan: {host}: {access[host].tls_note}")
+    return host, access[host]
 
 
 def _get(client: httpx.Client, method: str, path: str, body: Any = None) -> Any:
     try:
         resp = client.request(method, path, json=body)
-    except httpx.ConnectError:
+    except httpx.ConnectError as exc:
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            from kvtop.sources.ollama import tls_message
+
+            raise PlanError(tls_message(str(client.base_url).rstrip("/"), exc)) from None
         raise PlanError(f"cannot connect to {client.base_url} (is Ollama running? --host, OLLAMA_HOST)") from None
     except httpx.TimeoutException:
         raise PlanError(f"{path}: no answer from {client.base_url} in time (--timeout)") from None
     except httpx.HTTPError as exc:
         raise PlanError(f"{path}: {type(exc).__name__}: {exc}") from None
+    if resp.status_code in (401, 403):
+        from kvtop.sources.ollama import auth_message
+
+        access = getattr(client, "kvtop_access", None) or ServerAccess(str(client.base_url))
+        raise PlanError(f"{path}: {auth_message(resp.status_code, access)}")
     if resp.status_code >= 400:
         detail = ""
         try:
@@ -257,7 +300,7 @@ class _HttpError(PlanError):
 
 
 def fetch_input(base_url: str, name: str, *, timeout: float = 10.0,
-                transport: httpx.BaseTransport | None = None) -> PlanInput:
+                transport: httpx.BaseTransport | None = None, access: ServerAccess | None = None) -> PlanInput:
     """Read what the planner needs from an Ollama server (read-only requests only).
 
     Raises:
@@ -266,7 +309,8 @@ def fetch_input(base_url: str, name: str, *, timeout: float = 10.0,
     from kvtop.sources.ollama import ShapeError, parse_ps
 
     notes: list[str] = []
-    with _client(base_url, timeout, transport) as client:
+    with _client(base_url, timeout, transport, access) as client:
+        client.kvtop_access = access  # type: ignore[attr-defined]  # for the 401/403 message
         version: str | None = None
         try:
             v = _get(client, "GET", "/api/version")
@@ -683,14 +727,9 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
             raise PlanError("--model-info plans offline; leave out --host")
         inp = read_model_info_file(args.model_info, args.model, args.weights, args.server_version)
     else:
-        from kvtop.config import HostError, parse_ollama_host
-
-        try:
-            raw = args.host if args.host is not None else os.environ.get("OLLAMA_HOST")
-            host = parse_ollama_host(raw, strict=args.host is not None)
-        except HostError as exc:
-            raise PlanError(str(exc)) from None
-        inp = fetch_input(host, args.model, timeout=args.timeout, transport=transport)
+        raw = args.host if args.host is not None else os.environ.get("OLLAMA_HOST")
+        host, access = server_access(raw, strict=args.host is not None, args=args)
+        inp = fetch_input(host, args.model, timeout=args.timeout, transport=transport, access=access)
         if args.server_version:
             inp = PlanInput(inp.spec, inp.source, args.server_version, inp.blob, inp.loaded, inp.remote, inp.notes)
         if args.weights is not None:
@@ -754,7 +793,8 @@ def nvml_total_bytes() -> int | None:
             pass
 
 
-async def fetch_all(host: str, timeout: float) -> tuple[str | None, Any, tuple[Any, ...], list[str]]:
+async def fetch_all(host: str, timeout: float,
+                    access: ServerAccess | None = None) -> tuple[str | None, Any, tuple[Any, ...], list[str]]:
     """``(version, PulledSnapshot, /api/ps rows, notes)`` of ``host`` (read-only requests).
 
     Raises:
@@ -762,7 +802,7 @@ async def fetch_all(host: str, timeout: float) -> tuple[str | None, Any, tuple[A
     """
     from kvtop.sources.pulled import PulledSource
 
-    source = PulledSource(host, timeout_s=timeout, show_timeout_s=max(timeout, 10.0))
+    source = PulledSource(host, timeout_s=timeout, show_timeout_s=max(timeout, 10.0), access=access)
     try:
         pulled = await source.sample_all()
         version, rows, error = await source.version_and_ps()
@@ -842,14 +882,9 @@ def all_text(r: AllResult) -> str:
 def _main_all(args: argparse.Namespace) -> int:
     import asyncio
 
-    from kvtop.config import HostError, parse_ollama_host
-
     try:
         raw = args.host if args.host is not None else os.environ.get("OLLAMA_HOST")
-        try:
-            host = parse_ollama_host(raw, strict=args.host is not None)
-        except HostError as exc:
-            raise PlanError(str(exc)) from None
+        host, access = server_access(raw, strict=args.host is not None, args=args)
         free: int | None = None
         free_source = ""
         total: int | None = None
@@ -858,7 +893,7 @@ def _main_all(args: argparse.Namespace) -> int:
             free_source, total = f"NVML, {label}", nvml_total_bytes()
         elif isinstance(args.gpu_free, int):
             free, free_source = args.gpu_free, "--gpu-free"
-        version, pulled, loaded, notes = asyncio.run(fetch_all(host, args.timeout))
+        version, pulled, loaded, notes = asyncio.run(fetch_all(host, args.timeout, access))
         if args.server_version:
             version = args.server_version
         result = make_all(args, host, version, pulled, loaded, free_bytes=free, free_source=free_source,

@@ -97,8 +97,12 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 @contextmanager
-def running(args: list[str], env_extra: dict[str, str] | None = None, port: int = 0) -> Iterator[Standin]:
-    """Start the server, yield it once it printed LISTENING, always stop it afterwards."""
+def running(args: list[str], env_extra: dict[str, str] | None = None, port: int = 0,
+            verify: Any = True) -> Iterator[Standin]:
+    """Start the server, yield it once it printed LISTENING, always stop it afterwards.
+
+    ``verify``: the control client's TLS trust when ``args`` serve https (``--tls-cert``):
+    the test CA's file, typically."""
     proc = _spawn(args, env_extra, port)
     client: httpx.Client | None = None
     try:
@@ -108,8 +112,8 @@ def running(args: list[str], env_extra: dict[str, str] | None = None, port: int 
             _, err = proc.communicate(timeout=5)
             pytest.fail(f"server did not start: stdout={line!r} stderr={err!r}")
         url = line.split(" ", 1)[1].strip()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url), url
-        client = httpx.Client(base_url=url, timeout=5.0, trust_env=False)
+        assert re.fullmatch(r"https?://127\.0\.0\.1:\d+", url), url
+        client = httpx.Client(base_url=url, timeout=5.0, trust_env=False, verify=verify)
         yield Standin(proc, url, client)
     finally:
         if client is not None:

@@ -264,7 +264,8 @@ def _normalise_name(name: str) -> str:
 
 
 def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None, *,
-            reloads: dict[str, tuple[int | None, int, int]] | None = None) -> dict[str, Any]:
+            reloads: dict[str, tuple[int | None, int, int]] | None = None,
+            expiry: dict[str, int | None] | None = None) -> dict[str, Any]:
     """Build the ``/api/ps`` answer for a step, in Ollama's field order and row order.
 
     Args:
@@ -274,6 +275,8 @@ def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = N
             from it.
         tz: Time zone for ``expires_at``; the local one when None.
         reloads: ``POST /api/generate`` reloads in this step: model -> (num_ctx, size, size_vram).
+        expiry: ``POST /api/generate`` keep-alives in this step: model -> its new ``expires_at``
+            (Unix ns), or None when ``keep_alive: 0`` unloaded it (the row is left out).
 
     Returns:
         ``{"models": [...]}``, longest remaining ``expires_at`` first.
@@ -282,6 +285,11 @@ def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = N
     for row in step.loaded:
         model = scenario.models[row.model]
         expires_ns = _expires_ns(row, since_ns)
+        if expiry is not None and row.model in expiry:
+            kept = expiry[row.model]
+            if kept is None:
+                continue  # unloaded (keep_alive 0)
+            expires_ns = kept
         context, size, size_vram = (reloads or {}).get(row.model, (row.context_length, row.size, row.size_vram))
         entry: dict[str, Any] = {
             "name": model.name,
@@ -297,6 +305,38 @@ def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = N
         rows.append((expires_ns // 1_000_000_000, entry))
     rows.sort(key=lambda item: -item[0])  # stable, like slices.SortStableFunc on Unix()
     return {"models": [entry for _, entry in rows]}
+
+
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_GO_DURATION_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+                   "m": 60_000_000_000, "h": 3_600_000_000_000}
+
+
+def _keep_alive_ns(value: Any) -> int | None:
+    """A request's ``keep_alive`` in ns as ``api.Duration.UnmarshalJSON`` reads it: a number is
+    seconds, a string a Go duration (``"5m"``, ``"1h30m"``, ``"-1"`` is not one: a bare number
+    string is rejected); any negative value means forever (returned as -1). None: invalid."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return -1 if value < 0 else int(value * 1_000_000_000)
+    if not isinstance(value, str):
+        return None
+    text, sign = value.strip(), 1
+    if text[:1] in "+-" and text:
+        sign, text = (-1 if text[0] == "-" else 1), text[1:]
+    if text == "0":
+        return 0
+    pos, total = 0, 0.0
+    while pos < len(text):
+        m = _GO_DURATION_PART.match(text, pos)
+        if m is None:
+            return None
+        total += float(m.group(1)) * _GO_DURATION_NS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        return None
+    return -1 if sign < 0 else int(total)
 
 
 def _expires_ns(row: LoadedModel, since_ns: int) -> int:
@@ -460,10 +500,19 @@ class StandinServer(ThreadingHTTPServer):
         self.reloads: dict[tuple[int, str], tuple[int | None, int, int]] = {}
         """``POST /api/generate`` reloads: (step index, model) -> (num_ctx, size, size_vram)."""
         self.reloads_lock = threading.Lock()
+        self.expiry: dict[tuple[int, str], int | None] = {}
+        """``POST /api/generate`` keep-alives: (step index, model) -> new ``expires_at`` (Unix ns),
+        None once ``keep_alive: 0`` unloaded it (guarded by ``reloads_lock``)."""
         self.vram_bytes: int | None = None
         """GPU memory Ollama may use (``--vram-bytes``); None: no budget."""
         self.kv_cache_type = "f16"
         """``OLLAMA_KV_CACHE_TYPE`` as last set through ``POST /_standin/env`` (the scenario's sizes are f16)."""
+        self.require_basic: tuple[str, str] | None = None
+        """``--require-basic USER:PASS``: every API request needs this basic auth, else 401."""
+        self.require_bearer: str | None = None
+        """``--require-bearer TOKEN``: every API request needs ``Authorization: Bearer TOKEN``, else 401."""
+        self.scheme = "http"
+        """``https`` once :meth:`use_tls` wrapped the socket."""
         self.requests: deque[tuple[str, str]] = deque(maxlen=10_000)
         """``(method, path)`` of every request outside ``/_standin/``, oldest first (``GET /_standin/requests``)."""
         self.log_writer: Any = None
@@ -472,10 +521,39 @@ class StandinServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the bound socket."""
+        """``http://host:port`` (``https://`` with TLS) of the bound socket."""
         host, port = self.server_address[:2]
         host_text = f"[{host!s}]" if ":" in str(host) else str(host)
-        return f"http://{host_text}:{port}"
+        return f"{self.scheme}://{host_text}:{port}"
+
+    def use_tls(self, cert_file: str, key_file: str) -> None:
+        """Serve over TLS with this certificate chain and key (PEM); the handshake happens in the
+        handler's thread, so a client that never completes it blocks no one else.
+
+        Raises:
+            OSError, ssl.SSLError: The files cannot be read or do not match.
+        """
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert_file, key_file)
+        self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+        self.scheme = "https"
+
+    def refuses(self, headers: Any) -> str | None:
+        """Why a request with these headers is refused (``--require-basic``/``--require-bearer``),
+        as a proxy in front of Ollama would: None when it may pass."""
+        got = str(headers.get("Authorization") or "")
+        if self.require_basic is not None:
+            import base64
+
+            user, password = self.require_basic
+            want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            if got != want:
+                return "basic"
+        if self.require_bearer is not None and got != f"Bearer {self.require_bearer}":
+            return "bearer"
+        return None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Stay quiet about dropped connections unless ``verbose``."""
@@ -580,6 +658,17 @@ class _Handler(BaseHTTPRequestHandler):
             path = path.rstrip("/")
         if not path.startswith("/_standin/"):
             self.server.requests.append((method, path))  # deque.append is atomic across handler threads
+            refused = self.server.refuses(self.headers)
+            if refused is not None:  # as nginx/Caddy in front of Ollama: 401 with a challenge
+                self._drain()
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="ollama"' if refused == "basic" else "Bearer")
+                body = b"401 Authorization Required"
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
         try:
             if path.startswith("/_standin/"):
                 self._control(method, path)
@@ -747,7 +836,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 with self.server.reloads_lock:
                     reloads = {m: v for (i, m), v in self.server.reloads.items() if i == index}
-                self._json(200, ps_body(scenario, step, since_ns, reloads=reloads))
+                    expiry = {m: v for (i, m), v in self.server.expiry.items() if i == index}
+                self._json(200, ps_body(scenario, step, since_ns, reloads=reloads, expiry=expiry))
         elif path == "/api/tags":
             self._json(200, tags_body(scenario))
         elif path == "/api/generate":
@@ -756,9 +846,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._show()
 
     def _generate(self, index: int, step: Step) -> None:
-        """``POST /api/generate`` with an empty prompt: reload a loaded model at ``options.num_ctx``.
+        """``POST /api/generate`` with an empty prompt: ``keep_alive`` and/or a reload at ``options.num_ctx``.
 
-        Only what the what-if planner sends is supported. The new size is the current one plus
+        ``keep_alive: 0`` unloads the model (its row leaves ``/api/ps`` until the step changes or
+        another generate loads it again), as ``ollama stop`` does; another ``keep_alive`` (seconds,
+        a Go duration string such as ``"5m"``, negative = forever) sets ``expires_at`` to now plus
+        it, as Ollama does when a request ends (ollama-reference.md §1.4).
+
+        Reloads support what the what-if planner sends. The new size is the current one plus
         the KV cache difference (``kvtop.model.kv``, at the cache type ``/_standin/env`` set, f16
         by default); with ``--vram-bytes`` the model gets what the step's other models leave free
         and the rest is in system RAM, without it a model fully on the GPU stays there and a
@@ -772,9 +867,31 @@ class _Handler(BaseHTTPRequestHandler):
         name = _normalise_name(str(body.get("model") or ""))
         options = body.get("options") if isinstance(body.get("options"), dict) else {}
         num_ctx = options.get("num_ctx") if isinstance(options, dict) else None
-        row = next((r for r in step.loaded if r.model == name), None)
+        row = next((r for r in step.loaded if r.model.lower() == name), None)  # names match case-blind
+        if row is not None:
+            name = row.model
+        keep_ns: int | None = None
+        if "keep_alive" in body:
+            keep_ns = _keep_alive_ns(body["keep_alive"])
+            if keep_ns is None:
+                self._error(400, f"time: invalid duration {json.dumps(body['keep_alive'])}")
+                return
+        if keep_ns == 0:  # unload, as `ollama stop` asks (a model not loaded: nothing to do)
+            if row is not None:
+                with self.server.reloads_lock:
+                    self.server.expiry[(index, name)] = None
+            self._json(200, {"model": name, "created_at": format_go_time(time.time_ns()), "response": "",
+                             "done": True, "done_reason": "unload"})
+            return
         if row is None:
             self._error(404, f"model '{name}' is not loaded in this step of the stand-in's scenario")
+            return
+        if keep_ns is not None and num_ctx is None:  # a keep-alive alone: the model stays (or loads again)
+            now = time.time_ns()
+            with self.server.reloads_lock:
+                self.server.expiry[(index, name)] = now + (MAX_DURATION_NS if keep_ns < 0 else keep_ns)
+            self._json(200, {"model": name, "created_at": format_go_time(now), "response": "",
+                             "done": True, "done_reason": "load"})
             return
         if not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx < 1:
             self._error(400, "the stand-in only reloads with options.num_ctx (a positive integer)")
@@ -798,6 +915,10 @@ class _Handler(BaseHTTPRequestHandler):
                              for r in step.loaded if r.model != name)
                 new_vram = min(new_size, max(0, self.server.vram_bytes - others))
             self.server.reloads[(index, name)] = (ctx, new_size, new_vram)
+            if keep_ns is not None:
+                self.server.expiry[(index, name)] = time.time_ns() + (MAX_DURATION_NS if keep_ns < 0 else keep_ns)
+            elif self.server.expiry.get((index, name), 0) is None:
+                self.server.expiry.pop((index, name))  # loaded again after an unload
         self._json(200, {"model": name, "created_at": format_go_time(time.time_ns()), "response": "",
                          "done": True, "done_reason": "load"})
 
@@ -895,6 +1016,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--vram-bytes", type=int, default=None, metavar="N",
         help="GPU memory Ollama may use: a reload that no longer fits spills to system RAM (default: no budget)",
     )
+    parser.add_argument("--require-basic", metavar="USER:PASS", default=None,
+                        help="answer API requests 401 unless they carry this basic auth (as a proxy would)")
+    parser.add_argument("--require-bearer", metavar="TOKEN", default=None,
+                        help="answer API requests 401 unless they carry Authorization: Bearer TOKEN")
+    parser.add_argument("--tls-cert", metavar="FILE", default=None, help="serve https with this certificate (PEM)")
+    parser.add_argument("--tls-key", metavar="FILE", default=None, help="the --tls-cert's private key (PEM)")
     parser.add_argument(
         "--log-file", type=Path, default=None, metavar="PATH",
         help="write the scenario's server log to PATH as it plays (llama-server era lines, kvtop.demo.logwriter);"
@@ -986,6 +1113,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
         print(f"kvtop.demo.server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     server.vram_bytes = args.vram_bytes
+    if args.require_basic is not None:
+        user, colon, password = args.require_basic.partition(":")
+        if not colon:
+            parser.error("--require-basic takes USER:PASS")
+        server.require_basic = (user, password)
+    server.require_bearer = args.require_bearer
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_cert is not None:
+        try:
+            server.use_tls(args.tls_cert, args.tls_key)
+        except OSError as exc:
+            server.server_close()
+            print(f"kvtop.demo.server: cannot serve TLS with {args.tls_cert}: {exc}", file=sys.stderr)
+            return 2
 
     if args.log_file is not None:
         from kvtop.demo.logwriter import LogWriter

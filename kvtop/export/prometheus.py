@@ -61,7 +61,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kvtop import __version__
-from kvtop.config import ConfigError, HostError, parse_ollama_host, resolve_config
+from kvtop.config import ConfigError, HostError, parse_host_access, parse_ollama_host, resolve_config, server_accesses
 from kvtop.logparse.events import LogEvent, Truncation
 from kvtop.logparse.loads import Load
 from kvtop.logparse.parser import LogParser, year_at
@@ -939,20 +939,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="server log of the first --host: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, "
                         "docker:CONTAINER, - (stdin) or none (default: none)")
     p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
+    from kvtop.cli import add_access_arguments
+
+    add_access_arguments(p)  # --header, --cacert, --insecure: as the dashboard's
     return p
 
 
 def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
-           fail: Callable[[str], NoReturn]) -> tuple[list[str], list[str]]:
-    """The servers to poll (deduplicated, typed order first) and warnings about dropped ones."""
+           fail: Callable[[str], NoReturn],
+           credentials: dict[str, tuple[str | None, str | None]] | None = None) -> tuple[list[str], list[str]]:
+    """The servers to poll (deduplicated, typed order first) and warnings about dropped ones.
+    ``credentials`` receives each URL's ``(user, password)`` taken out of it (``config.parse_host_access``)."""
     warnings: list[str] = []
     urls: list[str] = []
+    creds = credentials if credentials is not None else {}
     if args.host:
         for raw in args.host:
             try:
-                url = parse_ollama_host(raw, strict=True)
+                url, user, password = parse_host_access(raw, strict=True)
             except HostError as exc:
                 fail(f"--host: {exc}")
+            creds.setdefault(url, (user, password))
             if url not in urls:
                 urls.append(url)
         return urls, warnings
@@ -960,10 +967,11 @@ def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
         else tuple(resolved_host)
     for raw in raws:
         try:
-            url = parse_ollama_host(raw, strict=origin != "env OLLAMA_HOST")
+            url, user, password = parse_host_access(raw, strict=origin != "env OLLAMA_HOST")
         except HostError as exc:
             warnings.append(f"host from {origin}: {exc} — it is left out")
             continue
+        creds.setdefault(url, (user, password))
         if url not in urls:
             urls.append(url)
     return (urls or [parse_ollama_host(None)]), warnings
@@ -1118,8 +1126,16 @@ def main_export(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         fail(str(exc))
     values, origins = resolved.values, resolved.origins
-    hosts, warnings = _hosts(args, values["host"], origins["host"], fail)
-    warnings = list(resolved.warnings) + warnings
+    credentials: dict[str, tuple[str | None, str | None]] = {}
+    hosts, warnings = _hosts(args, values["host"], origins["host"], fail, credentials)
+    try:
+        access, access_warnings = server_accesses(
+            [(u, *credentials.get(u, (None, None))) for u in hosts], headers=args.header, cacert=args.cacert,
+            insecure=args.insecure, servers=values.get("servers"), env=env, file_origin=str(resolved.path))
+    except ConfigError as exc:
+        fail(str(exc))
+    warnings = list(resolved.warnings) + warnings + access_warnings
+    warnings += [f"{url}: {a.tls_note}" for url, a in access.items() if a.tls_note]  # --insecure / --cacert in use
     log_spec = args.log if args.log is not None else "none"
     from kvtop.sources.tail import open_log_source, parse_log_spec
 
@@ -1134,7 +1150,7 @@ def main_export(argv: Sequence[str]) -> int:
 
     addresses = local_addresses()
     pollers = [
-        HostPoller(url, OllamaClient(url, timeout_s=timeout_s, show_timeout_s=max(timeout_s, 10.0)),
+        HostPoller(url, OllamaClient(url, timeout_s=timeout_s, show_timeout_s=max(timeout_s, 10.0), access=access[url]),
                    local=host_is_this_machine(url, addresses=addresses), alerts=values["alerts"],
                    log=(i == 0 and spec.kind != "none"))
         for i, url in enumerate(hosts)

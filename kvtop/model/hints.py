@@ -55,6 +55,8 @@ def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str 
     """
     name = _host_name(host_url)
     local = name in _LOOPBACK
+    if error_kind in ("auth", "tls"):
+        return _access_hints(host_url, error_kind)
     if error_kind in _NOT_OLLAMA:
         first = f"Something answered at {host_url}, but not as Ollama does: is this Ollama's address (port 11434)?"
     elif local:
@@ -71,9 +73,28 @@ def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str 
     return tuple(lines)
 
 
-def unreachable_hint_line(width: int = 78, *, demo: bool = False) -> str:
+def _access_hints(host_url: str, error_kind: str) -> tuple[str, ...]:
+    """The way forward when the server (or its proxy) answered but refused kvtop: credentials
+    (401/403, ``auth``) or a certificate that did not verify (``tls``)."""
+    if error_kind == "auth":
+        return (f"{host_url} asks for credentials: --host https://USER:PASS@{host_url.split('://', 1)[-1]}/ "
+                "(basic auth), OLLAMA_API_KEY=… (Authorization: Bearer), or --header 'Authorization: …'.",
+                f'Per server, in the config file: [servers."{host_url}"] headers = {{ Authorization = "…" }}.')
+    return (f"The TLS certificate of {host_url} is not trusted here: --cacert FILE names the CA (PEM) that"
+            " signed it; --insecure skips the check (said on screen while in use).",
+            f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".')
+
+
+def unreachable_hint_line(width: int = 78, *, demo: bool = False, error_kind: str | None = None) -> str:
     """The hints in one line for the dashboard's status line: the long form from 90 cells, else
-    one that fits 78 (an 80-column terminal)."""
+    one that fits 78 (an 80-column terminal). ``error_kind`` ``auth``/``tls``: the flags that
+    give credentials or trust instead."""
+    if error_kind == "auth":
+        return ("Credentials: --host https://user:pass@host/, OLLAMA_API_KEY or --header 'Authorization: …'"
+                if width >= 90 else "Credentials: --host https://user:pass@…, OLLAMA_API_KEY or --header")
+    if error_kind == "tls":
+        return ("Certificate not trusted: --cacert FILE names its CA; --insecure skips the check"
+                if width >= 90 else "Certificate not trusted: --cacert FILE, or --insecure")
     if width >= 90:
         text = "Is `ollama serve` running? Another server: --host or OLLAMA_HOST"
         return text + (". No server at hand: kvtop --demo" if not demo else "")

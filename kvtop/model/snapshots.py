@@ -13,7 +13,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
-ErrorKind = Literal["refused", "timeout", "http", "invalid_json", "invalid_shape", "connect", "other"]
+ErrorKind = Literal["refused", "timeout", "http", "auth", "tls", "invalid_json", "invalid_shape", "connect", "other"]
 
 
 @dataclass(frozen=True, slots=True)

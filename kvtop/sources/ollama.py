@@ -12,6 +12,7 @@ import asyncio
 import json
 import socket
 import re
+import ssl
 import time
 import zlib
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from kvtop.sources.hosts import httpx_verify, is_loopback_url
+from kvtop.sources.auth import ServerAccess
 from kvtop.model.bounds import count_or_none
 from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
@@ -100,6 +101,10 @@ SHOW_CACHE_SPARE = 64
 
 SHOW_RETRY_S = 15.0
 """Seconds before a failed ``/api/show`` for a digest is tried again."""
+
+
+LOAD_TIMEOUT_S = 600.0
+"""A load can take minutes for a large model read from disk."""
 
 
 _BLOB_FROM = re.compile(r"(?m)^FROM\s+\S*?sha256[-:]([0-9a-f]{64})\s*$")
@@ -302,6 +307,30 @@ def _mib(n_bytes: int) -> str:
     return f"{n_bytes / MiB:.0f} MiB" if n_bytes >= 10 * MiB else f"{n_bytes / MiB:.1f} MiB"
 
 
+AUTH_FLAGS = "--host https://user:pass@…, OLLAMA_API_KEY or --header 'Authorization: …'"
+"""The ways to give a server credentials, as the 401/403 messages name them."""
+
+
+def auth_message(status: int, access: ServerAccess) -> str:
+    """The error of a 401 or 403 answer: what to set, and what kvtop sent (values masked).
+
+    ``authentication required (401): set credentials with --host https://user:pass@…,
+    OLLAMA_API_KEY or --header 'Authorization: …' (sent: no credentials)``; a 403 says
+    ``authentication refused (403)``: the credentials sent are not allowed.
+    """
+    sent = access.sent_words()
+    if status == 401:
+        return f"authentication required (401): set credentials with {AUTH_FLAGS} (sent: {sent})"
+    return f"authentication refused (403): these credentials are not allowed here (sent: {sent}); check {AUTH_FLAGS}"
+
+
+def tls_message(base_url: str, cause: BaseException) -> str:
+    """The error of a TLS certificate that did not verify: why (one line), and ``--cacert``/``--insecure``."""
+    reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
+    return (f"TLS certificate of {base_url} not verified ({_one_line(str(reason), 80)}): name the CA that signed it"
+            " with --cacert FILE, or skip the check with --insecure")
+
+
 class _RequestFailed(Exception):
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
@@ -408,7 +437,9 @@ class OllamaClient:
     digest's file size is unknown, at most every ``TAGS_REFRESH_S``) run as background tasks
     whose answers join the next snapshot, so a slow ``/api/show`` never delays the table.
     Every request has a hard deadline (a server trickling bytes cannot stall a poll).
-    Read-only: only GET and the read-only ``POST /api/show`` are sent.
+    Polls are read-only: only GET and the read-only ``POST /api/show``; the one write,
+    ``generate`` (unload, keep-alive, load with a num_ctx), is sent only when the operator
+    confirms one (never with ``--readonly``: the UI offers no write then).
 
     Args:
         base_url: Server base URL (``config.parse_ollama_host``).
@@ -416,6 +447,8 @@ class OllamaClient:
         show_timeout_s: Deadline of ``/api/show`` (verbose answers carry the tokenizer: MBs).
         transport: An ``httpx`` transport for tests (e.g. ``httpx.MockTransport``).
         clock: Wall-clock function (Unix seconds) stamped on snapshots.
+        access: Credentials, extra headers and TLS trust for this server
+            (``config.server_accesses``); None sends none and verifies as httpx does.
     """
 
     def __init__(
@@ -426,21 +459,18 @@ class OllamaClient:
         show_timeout_s: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Any = time.time,
+        access: ServerAccess | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._show_timeout_s = show_timeout_s
         self._clock = clock
-        trust_env = not is_loopback_url(self.base_url)  # a proxy must never sit between kvtop and a local server
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s),
-            transport=transport,
-            trust_env=trust_env,
-            verify=httpx_verify(self.base_url, trust_env=trust_env),  # no CA bundle read for plain http
-            # only what _BoundedDecoder can decode with a bound (httpx would add br/zstd when installed)
-            headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"},
-        )
+        # credentials, extra headers and TLS trust (sources.auth); a proxy never sits between kvtop
+        # and a local server; no CA bundle is read for plain http; only the encodings
+        # _BoundedDecoder can decode with a bound are asked for
+        self.access = access if access is not None else ServerAccess(self.base_url)
+        self._client = httpx.AsyncClient(**self.access.client_options(
+            base_url=self.base_url, timeout=httpx.Timeout(timeout_s), transport=transport))
         self._show_slots = asyncio.Semaphore(SHOW_CONCURRENCY)
         self._shows: dict[str, ShowInfo] = {}
         self._show_failed_at: dict[str, float] = {}
@@ -474,8 +504,22 @@ class OllamaClient:
         """One request under one hard deadline, its body read as a bounded stream and decoded.
 
         Raises:
-            _RequestFailed: Refused, timed out, HTTP error or redirect, too large, invalid JSON.
+            _RequestFailed: Refused, timed out, TLS or authentication refused, HTTP error or
+                redirect, too large, invalid JSON. Its message never holds this server's
+                credentials (``ServerAccess.scrub``: a proxy may echo them in its error page).
         """
+        try:
+            return await self._request_raw(method, path, json_body=json_body, deadline_s=deadline_s)
+        except _RequestFailed as exc:
+            if exc.kind in ("auth", "tls"):
+                raise  # kvtop's own words (auth_message, tls_message): nothing the server sent
+            scrubbed = self.access.scrub(exc.message)
+            if scrubbed == exc.message:
+                raise
+            raise _RequestFailed(exc.kind, scrubbed) from None
+
+    async def _request_raw(self, method: str, path: str, *, json_body: Any, deadline_s: float | None) -> Any:
+        """:meth:`_request` before its message is scrubbed."""
         deadline = deadline_s or self._timeout_s
         limit = BODY_LIMIT_BYTES.get(path, DEFAULT_BODY_LIMIT_BYTES)
         try:
@@ -491,6 +535,8 @@ class OllamaClient:
                 raise _RequestFailed("refused", f"connection refused ({self.base_url})") from None
             if isinstance(cause, socket.gaierror):
                 raise _RequestFailed("connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}") from None
+            if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                raise _RequestFailed("tls", tls_message(self.base_url, cause or exc)) from None
             detail = str(cause) if cause is not None else str(exc)
             raise _RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(detail, 100)}") from None
         except _TooLarge as exc:
@@ -506,6 +552,8 @@ class OllamaClient:
         if 300 <= status < 400:
             where = f"redirect to {_safe_location(location)}" if location else "redirect without a Location"
             raise _RequestFailed("http", f"{path}: HTTP {status} {reason}: {where}, not followed")
+        if status in (401, 403):
+            raise _RequestFailed("auth", auth_message(status, self.access))
         if status >= 400:
             detail = ""
             text = content.decode("utf-8", "replace")
@@ -689,6 +737,36 @@ class OllamaClient:
         failed_at = self._show_failed_at.get(key)
         return failed_at is not None and now - failed_at >= SHOW_RETRY_S
 
+    async def generate(self, model: str, *, keep_alive: int | str | None = None, num_ctx: int | None = None,
+                       timeout_s: float = LOAD_TIMEOUT_S) -> str | None:
+        """``POST /api/generate`` with an empty prompt, through this client's own connection
+        pool (its headers, TLS and proxy settings apply): the one kind of write kvtop sends.
+
+        ``keep_alive=0`` unloads the model as ``ollama stop`` does; a duration (``"5m"``,
+        ``"1h"``; a number is seconds, negative is forever) keeps it loaded that long from now,
+        as ``ollama run --keepalive`` does; ``num_ctx`` (re)loads it with that context
+        (ollama-reference.md §1.4, §3.5 ``keep_alive``; Ollama API docs "Load a model",
+        "Unload a model").
+
+        Args:
+            model: Model name as ``/api/ps`` lists it.
+            keep_alive: Sent when not None.
+            num_ctx: Sent as ``options.num_ctx`` when not None.
+            timeout_s: Bound on the whole request (a load reads the weights: minutes).
+
+        Returns:
+            None on success, else one line saying what went wrong (never raises but cancellation).
+        """
+        body = generate_body(model, keep_alive=keep_alive, num_ctx=num_ctx)
+        try:
+            async with self._client.stream("POST", "/api/generate", json=body,
+                                           timeout=httpx.Timeout(timeout_s, connect=10.0)) as resp:
+                status, reason = resp.status_code, resp.reason_phrase
+                content = await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
+        except Exception as exc:  # noqa: BLE001 - said in one line, never raised into the UI
+            return _write_error(self.base_url, exc, timeout_s)
+        return _write_status(status, reason, content)
+
     def _snapshot(self, taken_at: float, **kw: Any) -> OllamaSnapshot:
         models: tuple[PsModel, ...] = kw.get("models", ())
         live = {detail_key(m) for m in models}
@@ -706,15 +784,12 @@ class OllamaClient:
 
 
 # --------------------------------------------------------------------------------------------
-# The what-if planner's requests (the load is the only request kvtop sends that changes anything)
-
-LOAD_TIMEOUT_S = 600.0
-"""A load can take minutes for a large model read from disk."""
-
+# Requests outside a poller: a load through a client of its own (the dashboard sends its writes
+# through the polling client, ``OllamaClient.generate``), and the what-if's tensor list
 
 async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive: int | str | None, *,
                             transport: httpx.AsyncBaseTransport | None = None,
-                            timeout_s: float = LOAD_TIMEOUT_S) -> str | None:
+                            timeout_s: float = LOAD_TIMEOUT_S, access: ServerAccess | None = None) -> str | None:
     """``POST {base_url}/api/generate`` with an empty prompt and ``options.num_ctx``: load the model.
 
     Args:
@@ -725,31 +800,51 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
             (the server's default applies).
         transport: An ``httpx`` transport for tests.
         timeout_s: Bound on the whole request (loading reads the weights).
+        access: Credentials, headers and TLS trust for the server (``config.server_accesses``).
 
     Returns:
         None on success, else one line saying what went wrong.
     """
-    body: dict[str, Any] = {"model": model, "prompt": "", "options": {"num_ctx": num_ctx}, "stream": False}
-    if keep_alive is not None:
-        body["keep_alive"] = keep_alive
+    body = generate_body(model, keep_alive=keep_alive, num_ctx=num_ctx)
     try:
-        trust_env = not is_loopback_url(base_url)
-        async with httpx.AsyncClient(base_url=base_url, transport=transport, trust_env=trust_env,
-                                     verify=httpx_verify(base_url, trust_env=trust_env),
-                                     timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                     headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"}) as client:
+        access = access if access is not None else ServerAccess(base_url)
+        async with httpx.AsyncClient(**access.client_options(base_url=base_url, transport=transport,
+                                                             timeout=httpx.Timeout(timeout_s, connect=10.0))) as client:
             async with client.stream("POST", "/api/generate", json=body) as resp:
                 status, reason = resp.status_code, resp.reason_phrase
                 # only an error's text is used: read at most ERROR_BODY_LIMIT_BYTES of any answer
                 content = await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
-    except httpx.ConnectError:
+    except Exception as exc:  # noqa: BLE001 - said in one line
+        return _write_error(base_url, exc, timeout_s)
+    return _write_status(status, reason, content)
+
+
+def generate_body(model: str, *, keep_alive: int | str | None = None, num_ctx: int | None = None) -> dict[str, Any]:
+    """The JSON of an empty-prompt ``POST /api/generate``: ``{"model", "prompt": "", "stream": false}``
+    plus ``keep_alive`` and ``options.num_ctx`` when given (None leaves them out)."""
+    body: dict[str, Any] = {"model": model, "prompt": "", "stream": False}
+    if num_ctx is not None:
+        body["options"] = {"num_ctx": num_ctx}
+    if keep_alive is not None:
+        body["keep_alive"] = keep_alive
+    return body
+
+
+def _write_error(base_url: str, exc: BaseException, timeout_s: float) -> str:
+    """One line for a write that raised (connect, timeout, protocol, undecodable answer)."""
+    if isinstance(exc, httpx.ConnectError):
         return f"cannot connect to {base_url}"
-    except httpx.TimeoutException:
+    if isinstance(exc, httpx.TimeoutException):
         return f"no answer from {base_url} within {timeout_s:g} s"
-    except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: {_one_line(str(exc), 160)}"
-    except _Undecodable as exc:
+    if isinstance(exc, _Undecodable):
         return f"POST /api/generate: cannot decode the answer: {exc}"
+    if isinstance(exc, httpx.HTTPError):
+        return f"{type(exc).__name__}: {_one_line(str(exc), 160)}"
+    return f"POST /api/generate: {type(exc).__name__}: {_one_line(str(exc), 160)}"
+
+
+def _write_status(status: int, reason: str, content: bytes) -> str | None:
+    """None for a 2xx answer to a write, else one line (a redirect is never followed)."""
     if 300 <= status < 400:
         return f"POST /api/generate: HTTP {status} {_one_line(reason, 40)}: a redirect, not followed"
     if status >= 400:
@@ -765,18 +860,17 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
     return None
 
 
-async def fetch_tensors(base_url: str, model: str, *,
-                        transport: httpx.AsyncBaseTransport | None = None) -> list[Any] | None:
+async def fetch_tensors(base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None,
+                        access: ServerAccess | None = None) -> list[Any] | None:
     """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
 
     Read-only. Returns None when it cannot be read (also when the answer is over the
     ``/api/show`` limits of ``BODY_LIMIT_BYTES``, counted after decompression, and ``JSON_VALUE_LIMIT``).
     """
     try:
-        trust_env = not is_loopback_url(base_url)
-        async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0, trust_env=trust_env,
-                                     verify=httpx_verify(base_url, trust_env=trust_env),
-                                     headers={"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate"}) as client:
+        access = access if access is not None else ServerAccess(base_url)
+        async with httpx.AsyncClient(**access.client_options(base_url=base_url, transport=transport,
+                                                             timeout=10.0)) as client:
             async with client.stream("POST", "/api/show", json={"model": model}) as resp:
                 if resp.status_code != 200:
                     return None

@@ -9,12 +9,13 @@ import signal
 import threading
 import time
 from datetime import datetime, timezone
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App
+from textual.app import App, SystemCommand
+from textual.screen import Screen
 from textual.binding import Binding
 from textual.reactive import var
 from textual.widgets import Input, Static
@@ -38,7 +39,10 @@ from kvtop.model.state import (
     sort_views,
 )
 from kvtop.model.apply import with_alerts
+from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
 from kvtop.ui.format import legend, safe
+from kvtop.ui.server_view import ServerView
+from kvtop.ui.layout import PanelLayout
 # Imported where they are used (a dashboard that never replays, opens help or follows a log does
 # not pay for them at startup; benchmarks/startup.py): the log parser, /slots, the replay
 # worker and the recording format, the help and detail screens.
@@ -117,7 +121,7 @@ def fold_pending(state: AppState, pending: Sequence[_Pending]) -> AppState:
     return state
 
 
-class KvtopApp(App[int]):
+class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
     """The dashboard.
 
     Data flows one way: workers post messages; each message is staged for its server
@@ -142,7 +146,14 @@ class KvtopApp(App[int]):
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("l", "toggle_events", "Log"),
         Binding("g", "toggle_gpu", "GPU"),
+        Binding("m", "toggle_map", "Map"),
+        Binding("f", "toggle_alerts", "Fixes", show=False),
+        Binding("v", "toggle_history_panel", "VRAM history", show=False),
         Binding("w", "what_if", "What if"),
+        Binding("i", "server_view", "Server"),
+        Binding("u", "unload", "Unload"),
+        Binding("a", "keep_alive", "Keep-alive"),
+        Binding("k", "signal_process", "Signal", show=False),
         Binding("h", "history", "History", show=False),
         Binding("r", "toggle_raw", "Raw lines", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -158,16 +169,20 @@ class KvtopApp(App[int]):
         *(Binding(str(n), f"server({n})", f"Server {n}", show=False) for n in range(1, 10)),
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
+                                     "server_view",
                                      "what_if", "toggle_gpu", "next_server", "prev_server", "server",
-                                     "history"})
+                                     "history", "toggle_map", "toggle_alerts", "toggle_history_panel",
+                                     *WRITE_ACTIONS})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
     TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
+                              "server_view",
                               "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu",
-                              "next_server", "prev_server", "server", "history"})
+                              "next_server", "prev_server", "server", "history", "toggle_map", "toggle_alerts",
+                              "toggle_history_panel", *WRITE_ACTIONS})
     """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
     REPLAY_ACTIONS = frozenset({"replay_pause", "replay_step", "replay_speed", "replay_jump"})
     """Actions of ``--replay`` only."""
-    LIVE_ACTIONS = frozenset({"slower", "faster", "what_if"})
+    LIVE_ACTIONS = frozenset({"slower", "faster", "what_if", *WRITE_ACTIONS})
     """Actions that need a live server (hidden in ``--replay``)."""
 
     # var(): these feed watchers that update only the widgets whose content changed; a plain
@@ -185,6 +200,9 @@ class KvtopApp(App[int]):
                  more_sources: Mapping[str, OllamaSource] | None = None,
                  replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
         super().__init__()
+        self._init_server_view()
+        self._init_operator()
+        self._init_panels()
         self.settings = settings
         self.source = source
         self.sources: dict[str, OllamaSource] = {settings.host_url: source} if source is not None else {}
@@ -259,6 +277,11 @@ class KvtopApp(App[int]):
         """kvtop's semantic colours, so any Textual theme can render the dashboard."""
         return default_variables()
 
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's commands, and the writes (``u``, ``a``, ``k``) unless ``--readonly``."""
+        yield from super().get_system_commands(screen)
+        yield from self.operator_commands(screen)
+
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard is the bottom screen; detail and help screens go on top of it."""
         return DashboardScreen()
@@ -318,6 +341,7 @@ class KvtopApp(App[int]):
         watchdog.start()
 
     async def on_unmount(self) -> None:
+        await self._close_server_view()
         if self.recorder is not None:
             self.recorder.close()
         if self.log_source is not None:
@@ -515,6 +539,8 @@ class KvtopApp(App[int]):
             new = with_alerts(new)
             self.states[host] = new
             self.histories[host].record(new)
+            if new.ollama is not old.ollama:
+                self.watch_unloads(host)
             if host == self.current_host:
                 self.state = new
             overview_changed = overview_changed or _overview_key(old) != _overview_key(new)
@@ -660,10 +686,14 @@ class KvtopApp(App[int]):
         header.interval_s = self.interval_s
         header.paused = self.paused
         header.replay = self.replay.header_text() if self.replay is not None else None
+        header.tls = self.settings.access_for(state.host_url).tls_flag
         header.state = state
         views = filter_views(sort_views(state.models, self.sort_key), self.filter_text)
         if self.sort_reverse:
             views = tuple(reversed(views))
+        live = self.replay is None
+        views, ticking = live_views(views, time.time(), self.unloading_keys(self.current_host)) if live else (views, False)
+        self.schedule_until_tick(ticking)
         table = main.query_one(ModelsTable)
         table.set_class(state.stale_s is not None, "-stale")
         sparks = (self.histories[self.current_host].sparklines(cells=SPARK_CELLS)
@@ -680,7 +710,8 @@ class KvtopApp(App[int]):
         if state.ollama is not None and not state.ollama.reachable and self.replay is None:
             from kvtop.model.hints import unreachable_hint_line  # the way forward, as --once/--check say it
 
-            status = Text(unreachable_hint_line(self.size.width - 2, demo=self.settings.demo), no_wrap=True,
+            status = Text(unreachable_hint_line(self.size.width - 2, demo=self.settings.demo,
+                                                error_kind=state.ollama.error_kind), no_wrap=True,
                           overflow="ellipsis", style=dict(self.theme_variables).get("kv-warn", ""))
         if self.replay is not None and self.replay.status_text():
             status = Text(f"{self.replay.status_text()}", no_wrap=True, overflow="ellipsis")
@@ -698,10 +729,12 @@ class KvtopApp(App[int]):
         else:  # the GPU sample is this machine's: it belongs to the local server only
             panel = GpuPanelData(status=f"GPU telemetry: none for this server (this machine's GPUs show with server"
                                         f" {self.hosts.index(self.local_host) + 1})")
-        main.query_one(GpuPanel).show_data(panel, self.size.width)
+        shown = self.refresh_panels(state, panel, state.host_url == self.local_host)
+        # with the map on screen the GPU strip keeps what the map lacks, one line per GPU
+        main.query_one(GpuPanel).show_data(panel, self.size.width, compact=True if shown["map"] else None)
         events = main.query_one(EventsPane)
         if events.has_class("-visible"):
-            events.show(state.log, self.filter_text, state.alerts)
+            events.show(state.log, self.filter_text, state.alerts, self.operator_log)
 
     def _update_static(self, selector: str, content: Text) -> None:
         """Update a Static only when its text changed (an update forces a layout pass)."""
@@ -710,7 +743,12 @@ class KvtopApp(App[int]):
             self.dashboard.query_one(selector, Static).update(content)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Sorting, filtering and help act on the dashboard, not through the detail view."""
+        """Sorting, filtering and help act on the dashboard, not through the detail view; the
+        writes (``WRITE_ACTIONS``) do not exist with ``--readonly``."""
+        if action in WRITE_ACTIONS and self.settings.readonly:
+            return False
+        if action == "signal_process" and self.proc_source is None:
+            return False  # no process table read here: no process to list
         if action in self.REPLAY_ACTIONS and self.replay is None:
             return False  # replay keys exist only in --replay
         if action in self.LIVE_ACTIONS and self.replay is not None:
@@ -732,7 +770,9 @@ class KvtopApp(App[int]):
         from kvtop.ui.screens.plan import PlanScreen
 
         self.push_screen(PlanScreen(view.name, view.digest, gpu_free_bytes=self.gpu_free_bytes(),
-                                    readonly=self.settings.readonly, host_url=self.current_host))
+                                    readonly=self.settings.readonly, host_url=self.current_host,
+                                    writer=self.sources.get(self.current_host),
+                                    access=self.settings.access_for(self.current_host)))
 
     def gpu_free_bytes(self) -> int | None:
         """Free GPU memory for the planner; None until a GPU source reports it."""
@@ -746,9 +786,8 @@ class KvtopApp(App[int]):
         self.dashboard.query_one(GpuPanel).toggle_class("-hidden")
 
     def action_toggle_events(self) -> None:
-        pane = self.dashboard.query_one(EventsPane)
-        pane.toggle_class("-visible")
-        self._refresh_all()
+        """``l``: the events panel (the choice is saved like the other panels')."""
+        self.toggle_panel("events")
 
     def action_toggle_raw(self) -> None:
         pane = self.dashboard.query_one(EventsPane)
@@ -997,9 +1036,11 @@ def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bo
     if source is None:
         from kvtop.sources.ollama import OllamaClient
 
-        source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+        source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
+                              access=settings.access_for(settings.host_url))
         if more_sources is None:
-            more_sources = {h: OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s)
+            more_sources = {h: OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
+                                            access=settings.access_for(h))
                             for h in settings.host_urls[1:]}
         if gpu_source is None and proc_source is None:  # real run: real GPU and process sources
             from kvtop.sources.gpu import GpuSource

@@ -35,6 +35,7 @@ from textual.widgets import Button, Footer, Static
 
 from kvtop.model import kv, plan
 from kvtop.model.state import AppState, ModelView
+from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama import fetch_tensors, send_load_request
 from kvtop.model.known import NOT_KNOWN_WORDS
 from kvtop.ui.format import ibytes, safe
@@ -90,16 +91,18 @@ class ConfirmLoad(ModalScreen[bool]):
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
     AUTO_FOCUS = "#no"
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, action_label: str = "Load") -> None:
+        """``text``: what will be sent, in full; ``action_label``: the write button's word."""
         super().__init__()
         self.text = text
+        self.action_label = action_label
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(Text(self.text), id="confirm-text")
             with Horizontal():
                 yield Button("Cancel (n)", id="no")
-                action = Button("Load (y)", id="yes", variant="warning")
+                action = Button(f"{self.action_label} (y)", id="yes", variant="warning")
                 action.can_focus = False  # only y or a click: never Enter on a focused button
                 yield action
 
@@ -122,6 +125,11 @@ class PlanScreen(Screen[None]):
         transport: An ``httpx`` transport for tests.
         fetch_tensors: Read the ``/api/show`` tensor list once, for per-layer weights (the
             state's ``/api/show`` cache drops it). Off by default: it is a request of its own.
+        writer: The app's polling client of this server (``OllamaClient``): the load goes
+            through its ``generate`` (so its headers and TLS settings apply); without one a
+            client of its own is made for ``host_url``.
+        access: Credentials, headers and TLS trust for ``host_url`` (``config.server_accesses``),
+            for the tensor list and a load without ``writer``.
     """
 
     DEFAULT_CSS = """
@@ -146,8 +154,11 @@ class PlanScreen(Screen[None]):
 
     def __init__(self, name: str, digest: str, *, gpu_free_bytes: int | None = None, readonly: bool = False,
                  host_url: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 fetch_tensors: bool = False) -> None:
+                 fetch_tensors: bool = False, writer: object | None = None,
+                 access: ServerAccess | None = None) -> None:
         super().__init__()
+        self.access = access
+        self.writer = writer
         self.model_name = name
         self.model_digest = digest
         self.readonly = readonly
@@ -228,7 +239,7 @@ class PlanScreen(Screen[None]):
             self.host_url = state.host_url if isinstance(state, AppState) else None
         if not self.host_url:
             return
-        tensors = await fetch_tensors(self.host_url, self.model_name, transport=self.transport)
+        tensors = await fetch_tensors(self.host_url, self.model_name, transport=self.transport, access=self.access)
         if tensors is not None:
             self._tensors = tensors
             self._show_key = None
@@ -632,6 +643,9 @@ class PlanScreen(Screen[None]):
 
     def _confirmed(self, yes: bool, num_ctx: int, keep: int | None) -> None:
         if not yes:
+            log = getattr(self.app, "log_operator_action", None)
+            if log is not None:
+                log(f"load {self.model_name} with num_ctx {num_ctx:,}", None, cancelled=True)
             self.status = "load cancelled: nothing was sent"
             self._refresh()
             return
@@ -647,11 +661,19 @@ class PlanScreen(Screen[None]):
         self.status = f"sending POST /api/generate (num_ctx {num_ctx:,})… the model loads"
         self.refresh_bindings()
         self._refresh()
+        generate = getattr(self.writer, "generate", None)
         try:
-            error = await send_load_request(self.host_url, self.model_name, num_ctx, keep, transport=self.transport)
+            if generate is not None:
+                error = await generate(self.model_name, keep_alive=keep, num_ctx=num_ctx)
+            else:
+                error = await send_load_request(self.host_url, self.model_name, num_ctx, keep,
+                                                transport=self.transport, access=self.access)
         finally:
             self.loading = False
             self.refresh_bindings()
+        log = getattr(self.app, "log_operator_action", None)
+        if log is not None:
+            log(f"load {self.model_name} with num_ctx {num_ctx:,}", error)
         if error is None:
             self.status = f"loaded with num_ctx {num_ctx:,}: /api/ps shows it on the next poll"
             self.notify(f"{self.model_name}: loaded with num_ctx {num_ctx:,}", timeout=4, markup=False)

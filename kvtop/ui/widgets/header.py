@@ -28,6 +28,9 @@ class ServerHeader(Static):
     """``kvtop --record``: every sample is being written to a file (REC in the header)."""
     replay: reactive[str | None] = reactive(None, repaint=False)
     """``kvtop --replay``: the recorded time and speed (``2026-11-29 17:02:13 ×4``), None when live."""
+    tls: reactive[str | None] = reactive(None, repaint=False)
+    """How this server's TLS certificate is checked when not as by default (``--insecure``:
+    ``TLS UNVERIFIED``; ``--cacert``: ``CA <file>``; ``ServerAccess.tls_flag``), None otherwise."""
 
     _shown: Text | None = None
 
@@ -57,6 +60,9 @@ class ServerHeader(Static):
     def watch_recording(self) -> None:
         self._changed()
 
+    def watch_tls(self) -> None:
+        self._changed()
+
     def render(self) -> Text:
         """Both lines, as last built (``_build``)."""
         if self._shown is None:
@@ -66,8 +72,8 @@ class ServerHeader(Static):
     def _build(self) -> Text:
         """Build both lines from the current state.
 
-        Line 1 starts with the state flags (DEMO, REPLAY and its clock, REC, PAUSED, END, and up /
-        down / error), which are never cut; the details after them (host, version, latency,
+        Line 1 starts with the state flags (DEMO, REPLAY and its clock, REC, PAUSED, END, up /
+        down / error / auth / TLS, and how TLS is checked when not by default), which are never cut; the details after them (host, version, latency,
         interval) are dropped whole, least needed first, when the width runs out.
         """
         v = self.app.theme_variables
@@ -95,10 +101,17 @@ class ServerHeader(Static):
                 flags.append(Text("no sample yet" if replay is not None else "connecting…", style=v.get("kv-muted", "")))
             elif snap.reachable:
                 flags.append(Text("● up", style=v.get("kv-ok", "")))
+            elif snap.error_kind == "auth":
+                flags.append(Text("✖ auth", style=f"bold {v.get('kv-crit', '')}"))  # 401/403: credentials
+            elif snap.error_kind == "tls":
+                flags.append(Text("✖ TLS", style=f"bold {v.get('kv-crit', '')}"))  # certificate not verified
             elif snap.error_kind in ("http", "invalid_json", "invalid_shape", "other"):
                 flags.append(Text("✖ error", style=f"bold {v.get('kv-crit', '')}"))  # it answers, but not with data
             else:
                 flags.append(Text("✖ down", style=f"bold {v.get('kv-crit', '')}"))
+        if self.tls is not None:
+            insecure = self.tls.startswith("TLS")
+            flags.append(Text(safe(self.tls, 30), style=f"bold reverse {v.get('kv-warn', '')}" if insecure else v.get("kv-muted", "")))
         details: list[tuple[int, Text]] = []  # (priority: lower is kept longer, text)
         if st is not None:
             details.append((0, Text(safe(display_host(st.host_url), 60))))
