@@ -75,15 +75,35 @@ LOAD_HELP = "  a          load with the num_ctx on screen (asks first; y confirm
 
 READONLY_HELP = "  (--readonly: kvtop sends nothing that changes the server)\n"
 
+ACTIONS_HELP = """\
+Actions (each asks first: Cancel has the focus, y confirms; logged in the events pane)
+  u          unload the selected model (keep_alive 0, as `ollama stop`)
+  a          keep-alive of the selected model: 5 m · 1 h · forever · 0 = release now
+  k          signal a GPU process outside Ollama you own (Enter SIGTERM, 9 SIGKILL)
+  Enter      on a fix in the events pane: offers it (unload, stop PID), or shows a
+             setting as text to copy (c copies it; kvtop never applies settings)
+
+"""
+"""The dashboard's writes, in the help only when kvtop may write (not ``--readonly``)."""
+
+READONLY_ACTIONS_HELP = """\
+Read-only (--readonly, KVTOP_READONLY=1 or readonly = true): no unload, keep-alive,
+load or signal; Enter on a fix in the events pane shows it as text to copy (c).
+
+"""
+
 
 def help_text(readonly: bool = False) -> str:
-    """The help, with the planner's load key, or with the ``--readonly`` note instead."""
+    """The help, with the planner's load key and the actions (``u``, ``a``, ``k``), or with the
+    ``--readonly`` notes instead."""
     anchor = "  k / f      KV cache type / flash attention"
     head, sep, tail = HELP.partition(anchor)
     if not sep:
         return HELP
     line_end = tail.index("\n") + 1
-    return head + sep + tail[:line_end] + (READONLY_HELP if readonly else LOAD_HELP) + tail[line_end:]
+    text = head + sep + tail[:line_end] + (READONLY_HELP if readonly else LOAD_HELP) + tail[line_end:]
+    return text.replace("What-if planner (w on a model)\n",
+                        (READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP) + "What-if planner (w on a model)\n", 1)
 
 
 class HelpScreen(ModalScreen[None]):

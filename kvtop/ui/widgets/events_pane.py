@@ -5,12 +5,14 @@ newest first, warnings highlighted. Each row's detail wraps at whole words in th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import DataTable
 
-from kvtop.model.alerts import Alert
+from kvtop.model.alerts import Alert, Fix
 
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
@@ -25,8 +27,36 @@ KIND_WIDTH = 24
 MIN_KIND_WIDTH = 5
 
 
+@dataclass(frozen=True, slots=True)
+class OperatorEntry:
+    """One write kvtop sent (or was asked for and did not send), for the pane's top rows.
+
+    Attributes:
+        at: Unix seconds.
+        what: What was asked (``unload qwen3:8b``, ``SIGTERM PID 4242 (python)``).
+        outcome: ``sent``, ``cancelled: nothing sent``, ``failed: …``, ``done: …``.
+        ok: False for a failure (drawn as a warning).
+    """
+
+    at: float
+    what: str
+    outcome: str
+    ok: bool = True
+
+
 class EventsPane(DataTable[Text]):
-    """Shows ``LogState.recent``; ``raw`` shows the log lines instead of the parsed fields."""
+    """Shows ``LogState.recent``; ``raw`` shows the log lines instead of the parsed fields.
+
+    Enter on a fix row posts ``FixChosen`` (the app offers the fix: an action kvtop can perform
+    behind its confirmation, or the text of a setting ready to copy)."""
+
+    class FixChosen(Message):
+        """Enter on one of an alert's fixes."""
+
+        def __init__(self, fix: Fix, alert: Alert) -> None:
+            super().__init__()
+            self.fix = fix
+            self.alert = alert
 
     DEFAULT_CSS = """
     EventsPane { height: 12; border-top: solid $primary; display: none; }
@@ -39,6 +69,9 @@ class EventsPane(DataTable[Text]):
         self._shown: tuple[object, ...] | None = None
         self._kind_width = KIND_WIDTH
         self._details: list[Text] = []
+        self._fixes: list[tuple[Fix, Alert] | None] = []
+        """Per row, the fix it shows (with its alert), None for other rows."""
+        self._row_fixes: list[tuple[Fix, Alert] | None] = []
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -59,18 +92,23 @@ class EventsPane(DataTable[Text]):
         except Exception:  # noqa: BLE001 - not running
             return 120
 
-    def show(self, log: LogState, needle: str = "", alerts: Sequence[Alert] = ()) -> None:
-        """Render the active ``alerts`` (each with every fix), then the newest events; both
-        filtered by ``needle`` (kind or text, case-insensitive). Alerts about the whole server
-        (no model) are read here in full; the alert bar has room for one."""
+    def show(self, log: LogState, needle: str = "", alerts: Sequence[Alert] = (),
+             actions: Sequence[OperatorEntry] = ()) -> None:
+        """Render kvtop's own writes (``actions``, newest first), the active ``alerts`` (each with
+        every fix), then the newest events; filtered by ``needle`` (kind or text,
+        case-insensitive). Alerts about the whole server (no model) are read here in full; the
+        alert bar has room for one."""
         width = self._width()
         key = (log.recent[-1].line_no if log.recent else None, len(log.recent), log.lines, needle, self.raw,
-               log.source, log.status, tuple(alerts), width)
+               log.source, log.status, tuple(alerts), width, tuple(actions))
         if key == self._shown:
             return
         self._shown = key
         rows: list[tuple[Text, Text, Text]] = []
+        self._row_fixes = []
+        self._collect_actions(rows, actions, needle)
         self._collect(rows, log, needle, alerts)
+        self._fixes = self._row_fixes + [None] * (len(rows) - len(self._row_fixes))
         # EVENT as wide as its widest cell (up to KIND_WIDTH); DETAIL takes the rest and its text
         # wraps there, whole words on each line, so an alert and its fixes are read in full
         kind_w = max(MIN_KIND_WIDTH, min(KIND_WIDTH, max((r[1].cell_len for r in rows), default=0)))
@@ -88,6 +126,30 @@ class EventsPane(DataTable[Text]):
             kind.truncate(kind_w, overflow="ellipsis")
             self.add_row(when, kind, wrapped, height=len(wrapped.plain.split("\n")))
 
+    def fix_at(self, row: int) -> tuple[Fix, Alert] | None:
+        """The fix (and its alert) a row shows, None for other rows."""
+        return self._fixes[row] if 0 <= row < len(self._fixes) else None
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a fix offers it (``FixChosen``); other rows do nothing."""
+        chosen = self.fix_at(event.cursor_row)
+        if chosen is not None:
+            event.stop()
+            self.post_message(self.FixChosen(*chosen))
+
+    def _collect_actions(self, rows: list[tuple[Text, Text, Text]], actions: Sequence[OperatorEntry],
+                         needle: str) -> None:
+        colors = self.app.theme_variables
+        needle = needle.strip().lower()
+        for entry in reversed(actions):
+            text = f"{entry.what}: {entry.outcome}"
+            if needle and needle not in "kvtop action" and needle not in text.lower():
+                continue
+            style = "" if entry.ok else f"bold {colors.get('kv-warn', '')}"
+            rows.append((Text(datetime.fromtimestamp(entry.at).strftime("%H:%M:%S")),
+                         Text("kvtop action", style=style), Text(safe(text, 400), style=style)))
+            self._row_fixes.append(None)
+
     def _collect(self, rows: list[tuple[Text, Text, Text]], log: LogState, needle: str,
                  alerts: Sequence[Alert]) -> None:
         """The pane's rows (time, event, detail) before wrapping: the alerts with their fixes,
@@ -103,10 +165,12 @@ class EventsPane(DataTable[Text]):
             mark = {"critical": "✖", "warning": "▲"}.get(alert.severity, "ℹ")
             since = datetime.fromtimestamp(alert.since).strftime("%H:%M:%S") if alert.since else ""
             rows.append((Text(since), Text(f"{mark} {alert.kind}", style=style), Text(safe(text, 400))))
+            self._row_fixes.append(None)
             for fix in alert.fixes:
                 verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
                 rows.append((Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits else ""),
                              Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400))))
+                self._row_fixes.append((fix, alert))
         if self.raw:  # every line as read, parsed or not, newest first
             for i, line in enumerate(reversed(log.raw)):
                 if needle and needle not in line.lower():

@@ -1,0 +1,280 @@
+"""Issue 16: the operator actions against a real stand-in (``python -m kvtop.demo.server``).
+
+Pilot presses the keys; the stand-in's own request log (``GET /_standin/requests``) judges what
+was written; the rows follow ``/api/ps`` (the row leaves after an unload, UNTIL changes after a
+keep-alive). Every confirmation opens on Cancel: Enter cancels.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from textual.widgets import OptionList
+
+from kvtop.config import Settings
+from kvtop.model.state import ModelView
+from kvtop.ui.actions import FixTextScreen, KeepAliveScreen, countdown_text, fix_operation, live_views
+from kvtop.ui.app import KvtopApp, make_app
+from kvtop.ui.screens.plan import ConfirmLoad
+from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.model.alerts import Alert, Fix
+from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
+from tests.standin import BUNDLED, Standin, running
+from tests.ui.fakes import snapshot_at, step_index
+from tests.ui.screen_text import screen_when
+from tests.ui.test_plan_screen import wait_for
+
+Q8 = "qwen3:1.7b-q8_0"
+Q4 = "qwen3:1.7b-q4_K_M"
+GEMMA = "gemma4:latest"
+
+
+def _app(server: Standin, *, readonly: bool = False, interval_s: float = 0.25) -> KvtopApp:
+    return make_app(Settings(host_url=server.url, interval_s=interval_s, readonly=readonly),
+                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+
+
+async def _select(pilot: Any, name: str) -> ModelsTable:
+    app = pilot.app
+    await wait_for(pilot, lambda: any(v.name == name for v in app.state.models), timeout_s=10)
+    table = app.query_one(ModelsTable)
+    await wait_for(pilot, lambda: any(v.name == name for v in table._views))
+    table.focus()
+    table.move_cursor(row=next(i for i, v in enumerate(table._views) if v.name == name))
+    return table
+
+
+def _log(app: KvtopApp) -> list[str]:
+    return [f"{e.what}: {e.outcome}" for e in app.operator_log]
+
+
+async def test_unload_asks_on_cancel_then_the_row_leaves() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _select(pilot, GEMMA)
+            await pilot.press("u")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            confirm = app.screen
+            assert isinstance(confirm, ConfirmLoad)
+            assert app.focused is not None and app.focused.id == "no"
+            # the VRAM it frees, as the table shows it, with its source
+            assert f"Unload {GEMMA} now?" in confirm.text
+            assert "It frees 5.0 GiB (5,333,539,264 B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of system RAM" \
+                in confirm.text
+            await pilot.press("enter")  # Cancel has the focus: Enter cancels
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            assert _log(app) == [f"unload {GEMMA}: cancelled: nothing sent"]
+            await pilot.pause(0.3)
+            assert server.writes() == []
+
+            await pilot.press("u")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=5)
+            await wait_for(pilot, lambda: all(v.name != GEMMA for v in app.state.models), timeout_s=10)
+            assert [m["name"] for m in server.ps()] == [Q4, Q8]
+            await wait_for(pilot, lambda: any("done: /api/ps no longer lists it" in e for e in _log(app)))
+            assert f"unload {GEMMA}: sent; unloading… (the row leaves when /api/ps no longer lists it)" in _log(app)
+            assert app.unloading == {}
+            # the events pane shows each write with its outcome
+            await pilot.press("l")
+            pane = app.query_one(EventsPane)
+            await wait_for(pilot, lambda: pane.row_count > 0 and "done" in pane.detail(0))
+            assert pane.detail(0) == f"unload {GEMMA}: done: /api/ps no longer lists it"
+
+
+async def test_unloading_shows_until_the_row_leaves_and_says_when_it_stays() -> None:
+    """The stand-in's /api/ps keeps listing the model (the unload went to another step): the row
+    reads "unloading…" and after a few polls kvtop says it is still listed."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("A second model"))
+        app = _app(server)
+        async with app.run_test(size=(100, 30)) as pilot:
+            table = await _select(pilot, Q8)
+            await pilot.press("u")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            app.paused = True  # no poll sees the unload land
+            await pilot.press("y")
+            await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")])
+            server.goto(step_index("gemma4 loads"))  # a new step: the stand-in lists Q8 again
+            app.paused = False
+            await wait_for(pilot, lambda: any(v.until == "unloading…" for v in table._views))
+            # the 9-cell UNTIL column cuts the ellipsis
+            lines = await screen_when(pilot, lambda ls: any("unloading" in line for line in ls))
+            assert any("q8_0" in line and line.rstrip().endswith("unloading") for line in lines), "\n".join(lines)
+            await wait_for(pilot, lambda: any("still listed by /api/ps after 3 polls" in e for e in _log(app)),
+                           timeout_s=10)
+
+
+async def test_keep_alive_changes_until() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("A second model"))
+        app = _app(server)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _select(pilot, Q4)
+            assert next(v for v in app.state.models if v.name == Q4).until == "Forever"
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
+            options = app.screen.query_one(OptionList)
+            assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == [
+                "5 m", "1 h", "forever (-1)", "0 = release now"]
+            await pilot.press("down", "enter")  # 1 h (the list starts on 5 m)
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            text = app.screen.text  # type: ignore[attr-defined]
+            assert f"Set the keep-alive of {Q4} to 1 h?" in text and "keep_alive '1h'" in text
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            assert server.writes() == [] and _log(app) == [f"keep-alive 1 h for {Q4}: cancelled: nothing sent"]
+
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
+            await pilot.press("down", "enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            sent_at = time.time()
+            await pilot.press("y")
+            await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")])
+            await wait_for(pilot, lambda: next(v for v in app.state.models if v.name == Q4).until
+                           == "59 minutes from now", timeout_s=10)
+            view = next(v for v in app.state.models if v.name == Q4)
+            assert view.expires_at is not None and abs(view.expires_at.timestamp() - (sent_at + 3600)) < 5
+            assert f"keep-alive 1 h for {Q4}: sent; UNTIL shows the new expiry on the next poll" in _log(app)
+
+            # 0 = release now: the row leaves
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
+            await pilot.press("end", "enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            assert "keep_alive 0" in app.screen.text  # type: ignore[attr-defined]
+            await pilot.press("y")
+            await wait_for(pilot, lambda: all(v.name != Q4 for v in app.state.models), timeout_s=10)
+            assert [m["name"] for m in server.ps()] == [Q8]
+
+
+async def test_until_counts_seconds_in_the_last_minute_between_polls() -> None:
+    """The poll is every 30 s, yet UNTIL counts down each second in the last minute."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("A second model"))
+        app = _app(server, interval_s=30.0)
+        async with app.run_test(size=(100, 30)) as pilot:
+            table = await _select(pilot, Q8)
+            assert app._until_timer is None  # no model in its last minute: no per-second repaint
+            server.client.post("/api/generate", json={"model": Q8, "prompt": "", "keep_alive": "50s"})
+            app.action_faster()  # one poll now
+            await wait_for(pilot, lambda: any(v.until.endswith("s") and v.until[:-1].isdigit()
+                                              for v in table._views if v.name == Q8), timeout_s=10)
+            first = next(v.until for v in table._views if v.name == Q8)
+            await wait_for(pilot, lambda: next(v.until for v in table._views if v.name == Q8) != first, timeout_s=3)
+            second = next(v.until for v in table._views if v.name == Q8)
+            assert 0 < int(first[:-1]) - int(second[:-1]) <= 2 and int(first[:-1]) <= 50
+            assert app._until_timer is not None
+            lines = await screen_when(pilot, lambda ls: any(Q8 in line and "s " in line for line in ls))
+            assert any(Q8 in line and f"{int(second[:-1]) - 1}s" in line or second in line for line in lines)
+
+
+def test_countdown_and_live_views() -> None:
+    snap = snapshot_at(step_index("A second model"))
+    from kvtop.model.state import fold, initial_state
+
+    state = fold(initial_state(snap.host_url, {}, timezone.utc)[0], snap)
+    q8 = next(v for v in state.models if v.name == Q8)
+    q4 = next(v for v in state.models if v.name == Q4)
+    assert q8.expires_at is not None
+    end = q8.expires_at.timestamp()
+    assert countdown_text(q8, end - 42.4) == "42s"
+    assert countdown_text(q8, end - 59.9) == "59s"
+    assert countdown_text(q8, end - 60.0) is None  # "About a minute" stays Ollama's words
+    assert countdown_text(q8, end + 1) is None  # past: Stopping...
+    assert countdown_text(q4, end) is None  # forever
+    views, ticking = live_views(state.models, end - 10.2)
+    assert ticking and next(v for v in views if v.name == Q8).until == "10s"
+    views, ticking = live_views(state.models, end - 100, unloading={(Q8, q8.digest)})
+    assert not ticking and next(v for v in views if v.name == Q8).until == "unloading…"
+
+
+def test_fix_operations() -> None:
+    loaded = [Q8, Q4]
+    assert fix_operation(Fix(f"unload {Q8}", "frees 5.7 GiB", True, ""), loaded) == ("unload", (Q8,))
+    assert fix_operation(Fix(f"unload {Q8}, {Q4}", "", True, ""), loaded) == ("unload", (Q8, Q4))
+    assert fix_operation(Fix("unload other:latest", "", True, ""), loaded) is None  # not loaded (any more)
+    assert fix_operation(Fix("stop PID 4242", "frees 8.0 GiB", None, ""), loaded) == ("signal", 4242)
+    assert fix_operation(Fix("OLLAMA_KV_CACHE_TYPE=q8_0", "", True, ""), loaded) is None
+    assert fix_operation(Fix("num_ctx 16384", "", True, ""), loaded) is None
+
+
+async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _select(pilot, GEMMA)
+            await wait_for(pilot, lambda: any(f.action.startswith("unload ") for a in app.state.alerts
+                                              for f in a.fixes), timeout_s=10)
+            await pilot.press("l")
+            pane = app.query_one(EventsPane)
+            await wait_for(pilot, lambda: any(pane.fix_at(i) is not None for i in range(pane.row_count)))
+            unload_row = next(i for i in range(pane.row_count)
+                              if (f := pane.fix_at(i)) is not None and f[0].action.startswith("unload "))
+            target = pane.fix_at(unload_row)[0].action.removeprefix("unload ")  # type: ignore[index]
+            pane.focus()
+            pane.move_cursor(row=unload_row)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            assert app.focused is not None and app.focused.id == "no"
+            assert f"Unload {target} now?" in app.screen.text  # type: ignore[attr-defined]
+            await pilot.press("enter")  # cancels
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            assert server.writes() == []
+            setting_row = next((i for i in range(pane.row_count)
+                                if (f := pane.fix_at(i)) is not None and fix_operation(
+                                    f[0], [v.name for v in app.state.models]) is None), None)
+            assert setting_row is not None
+            setting = pane.fix_at(setting_row)[0]  # type: ignore[index]
+            pane.move_cursor(row=setting_row)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, FixTextScreen))
+            copied: list[str] = []
+            app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+            await pilot.press("c")
+            assert copied == [setting.action]
+            await pilot.press("escape")
+            await pilot.pause(0.3)
+            assert server.writes() == []
+
+
+def _alert_with(fix: Fix) -> Alert:
+    return Alert("spill", "critical", GEMMA, None, "spilled", (fix,), "spill:x")
+
+
+async def test_readonly_fix_is_text_only() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server, readonly=True)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _select(pilot, GEMMA)
+            app.post_message(EventsPane.FixChosen(Fix(f"unload {Q8}", "frees 5.7 GiB", True, ""), _alert_with(
+                Fix(f"unload {Q8}", "", True, ""))))
+            await wait_for(pilot, lambda: isinstance(app.screen, FixTextScreen))
+            text = str(app.screen.query_one("#fix-text").content)
+            assert "read-only (--readonly): kvtop sends nothing" in text and f"unload {Q8}" in text
+            await pilot.press("y", "enter")
+            await pilot.pause(0.3)
+            assert server.writes() == []
+
+
+def _view(expires: datetime) -> ModelView:
+    snap = snapshot_at(step_index("A second model"))
+    from kvtop.model.state import fold, initial_state
+
+    v = next(v for v in fold(initial_state(snap.host_url, {}, timezone.utc)[0], snap).models if v.name == Q8)
+    import dataclasses
+
+    return dataclasses.replace(v, expires_at=expires)
+
+
+def test_countdown_ignores_go_zero_time() -> None:
+    assert countdown_text(_view(datetime(1, 1, 1, tzinfo=timezone.utc)), time.time()) is None
