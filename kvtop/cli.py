@@ -178,7 +178,8 @@ class _Sampler:
 
         self.health_source = HealthSource()  # the server view's health and pre-flight: the local server's
         self.pulled_source = PulledSource(local_host(self.hosts), timeout_s=settings.timeout_s,
-                                          show_timeout_s=settings.show_timeout_s)
+                                          show_timeout_s=settings.show_timeout_s,
+                                          access=settings.access_for(local_host(self.hosts)))
         self.states: list[Any] | None = None
         self._log_task: asyncio.Task[None] | None = None
         self._log_source: Any = None
