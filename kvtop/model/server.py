@@ -185,6 +185,9 @@ def state_preflight(state: AppState) -> tuple[ServerDefaults, tuple[PreflightRow
     version = snap.version if snap is not None else None
     server = server_for(state.procs, state.host_url)
     env = server.env.values if server is not None and server.env is not None else None
+    health = state.server.health
+    if env is None and health is not None and health.env_source is not None:
+        env = health.env  # the same rung, read by the server view's health sample
     gpu = state.gpu
     total = None
     if gpu is not None and gpu.ok and gpu.devices and all(d.error is None and d.memory_total_bytes for d in gpu.devices):

@@ -1,0 +1,206 @@
+"""The server view (``i``): traffic from the access log, health of ``ollama serve`` and its
+runners, its settings (secrets masked), and the pre-flight of every pulled model.
+
+Renders the state only (``model.traffic``, ``model.server``, ``model.preflight``); the app's
+``ServerView`` worker reads health and the pulled models while this screen is open. Text from the
+server or the log (paths, client addresses, model names, settings) goes through ``safe``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from kvtop.model.known import NOT_KNOWN, source_mark
+from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
+from kvtop.model.server import ServerInfo, state_preflight
+from kvtop.model.state import AppState
+from kvtop.model.traffic import Traffic
+from kvtop.ui.format import ibytes, safe
+
+ENDPOINTS_SHOWN = 8
+CLIENTS_SHOWN = 5
+SETTINGS_SHOWN = 24
+
+
+def _seconds(s: float | None) -> str:
+    """A latency: ``85 ms``, ``5.81 s``, ``2m39s``; ``?`` when not known."""
+    if s is None:
+        return NOT_KNOWN
+    if s < 1:
+        return f"{s * 1000:.0f} ms" if s >= 0.001 else f"{s * 1e6:.0f} µs"
+    if s < 60:
+        return f"{s:.2f} s"
+    m, sec = divmod(int(round(s)), 60)
+    return f"{m}m{sec:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return NOT_KNOWN
+    s = int(max(0, s))
+    d, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m = rest // 60
+    return f"{d}d {h}h" if d else f"{h}h {m:02d}m" if h else f"{m}m {s % 60:02d}s"
+
+
+def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, width: int = 120) -> list[Text]:
+    """The traffic section."""
+    out = [Text("Traffic", style="bold")]
+    if log_source is None:
+        out.append(Text("  no server log (--log): the access lines are where traffic comes from"))
+        return out
+    if t.requests == 0:
+        out.append(Text(f"  no access lines yet in {safe(log_source, 60)}"))
+        return out
+    rpm = t.requests_per_min(now)
+    out.append(Text(f"  {rpm if rpm is not None else NOT_KNOWN} req/min · {t.requests:,} requests read · "
+                    f"4xx {t.client_errors:,} · 5xx {t.server_errors:,}"))
+    queue = f"  queue: {t.busy:,} answered 503 (server busy)"
+    if t.last_busy is not None:
+        queue += f", last {t.last_busy:%Y-%m-%d %H:%M:%S}"
+    queue += f" · OLLAMA_MAX_QUEUE {t.max_queue}" if t.max_queue is not None else " · OLLAMA_MAX_QUEUE ? (no server config line)"
+    out.append(Text(queue))
+    w = 28 if width >= 100 else 22
+    out.append(Text(f"  {'ENDPOINT':<{w}} {'REQS':>7} {'4xx':>5} {'5xx':>5} {'p50':>9} {'p95':>9}", style="bold"))
+    for e in sorted(t.endpoints, key=lambda e: -e.requests)[:ENDPOINTS_SHOWN]:
+        out.append(Text(f"  {safe(e.path, w):<{w}} {e.requests:>7,} {e.client_errors:>5,} {e.server_errors:>5,} "
+                        f"{_seconds(e.p50_s):>9} {_seconds(e.p95_s):>9}", no_wrap=True, overflow="ellipsis"))
+    busiest = ", ".join(f"{safe(a, 40)} {n:,}" for a, n in t.busiest_clients(CLIENTS_SHOWN))
+    if t.other_clients:
+        busiest += f", others {t.other_clients:,}"
+    out.append(Text(f"  clients: {busiest}"))
+    return out
+
+
+def health_lines(info: ServerInfo, now_s: float) -> list[Text]:
+    """The health and settings sections."""
+    out = [Text("Health", style="bold")]
+    h = info.health
+    if h is None:
+        out.append(Text("  reading… (the server's process is read on this machine only)"))
+        return out
+    t = h.tree
+    if t is None:
+        out.append(Text(f"  {safe(h.error or 'no process', 160)}"))
+    else:
+        cpu = NOT_KNOWN if t.cpu_percent is None else f"{t.cpu_percent:.0f}%"
+        out.append(Text(f"  ollama serve pid {t.pid} · up {_duration(now_s - t.started_at if t.started_at else None)}"
+                        f" · {t.processes} process{'es' if t.processes != 1 else ''} · CPU {cpu} · RSS "
+                        f"{ibytes(t.rss_bytes)}"))
+        for pid, rss, cpu_r in t.runners[:6]:
+            out.append(Text(f"    runner pid {pid}: RSS {ibytes(rss)}, CPU "
+                            f"{NOT_KNOWN if cpu_r is None else f'{cpu_r:.0f}%'}"))
+    r = h.restarts
+    if r.count is not None:
+        restarts = f"{r.count} ({safe(r.source or '', 60)})"
+    else:
+        restarts = f"? ({safe(r.error or 'not read', 100)})"
+    out.append(Text(f"  restarts: {restarts} · PID changes seen by kvtop: {info.pid_changes}"))
+    c = h.cgroup
+    if c is None:
+        out.append(Text("  cgroup: not readable"))
+    else:
+        mem = "no limit" if c.memory_max_bytes is None else ibytes(c.memory_max_bytes)
+        cur = "" if c.memory_current_bytes is None else f" (using {ibytes(c.memory_current_bytes)})"
+        cpu_l = "no limit" if c.cpu_max_cores is None else f"{c.cpu_max_cores:g} cores"
+        out.append(Text(f"  cgroup v{c.version}: memory {mem}{cur} · CPU {cpu_l}"))
+    out.append(Text("Settings" + (f" (= {safe(h.env_source, 60)}; secrets masked)" if h.env_source else ""),
+                    style="bold"))
+    if not h.env:
+        out.append(Text("  not readable (the service rung: /proc environ, systemctl, docker inspect)"))
+    for name, value in list(h.env.items())[:SETTINGS_SHOWN]:
+        out.append(Text(f"  {safe(name, 40)}={safe(value, 100)}"))
+    return out
+
+
+def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], info: ServerInfo,
+                    width: int = 120) -> list[Text]:
+    """The pre-flight section: one row per pulled model."""
+    out = [Text("Pre-flight: will it fit if loaded now?", style="bold")]
+    out.append(Text(f"  at num_ctx {marked(defaults.num_ctx)} × {marked(defaults.parallel)} slot(s), KV "
+                    f"{marked(defaults.cache_type)}, flash attention {marked(defaults.flash_attention)}"))
+    out.append(Text("  fit: against the free VRAM now, plus what the model itself holds when loaded"))
+    pulled = info.pulled
+    if pulled is None:
+        out.append(Text("  reading /api/tags…"))
+        return out
+    if pulled.error:
+        out.append(Text(f"  /api/tags: {safe(pulled.error, 160)}"))
+    w = 28 if width >= 100 else 18
+    out.append(Text(f"  {'NAME':<{w}} {'SIZE':>6} {'NUM_CTX':>8} {'KV':>7} {'TOTAL':>7} {'FIT':<9} {'MAX CTX':>8}",
+                    style="bold"))
+    styles = {"fits": "green", "marginal": "yellow", "spills": "red"}
+    for r in rows:
+        line = Text(f"  {safe(r.name, w):<{w}} {ibytes(r.size_bytes, short=True):>6} {marked(r.num_ctx):>8} "
+                    f"{'~' + ibytes(r.kv_bytes, short=True) if r.kv_bytes is not None else NOT_KNOWN:>7} "
+                    f"{'~' + ibytes(r.total_bytes, short=True) if r.total_bytes is not None else NOT_KNOWN:>7} ",
+                    no_wrap=True, overflow="ellipsis")
+        line.append(f"{r.verdict:<9}", style=styles.get(r.verdict, ""))
+        line.append(f" {NOT_KNOWN if r.max_num_ctx is None else r.max_num_ctx:>8}")
+        if r.note and r.verdict != "fits":
+            line.append(f"  {safe(r.note, 60)}", style="dim")
+        out.append(line)
+    if not rows and pulled.tags is not None:
+        out.append(Text("  no pulled models"))
+    out.append(Text(f"  {source_mark('estimated')} estimated  {source_mark('default')} Ollama default  "
+                    f"{source_mark('service')} server env  {source_mark('requested')} Modelfile", style="dim"))
+    return out
+
+
+def server_text(state: AppState, *, now_s: float, log_now: datetime | None, width: int = 120) -> Text:
+    """The whole view as one text (pure: the Pilot and snapshot tests render it)."""
+    defaults, rows = state_preflight(state)
+    snap = state.last_ok
+    title = Text(f"Server {safe(state.host_url, 60)}", style="bold")
+    if snap is not None and snap.version:
+        title.append(f" · Ollama {safe(snap.version, 20)}")
+    parts = [title, Text("")]
+    parts += traffic_lines(state.log.traffic, state.log.source, log_now, width) + [Text("")]
+    parts += health_lines(state.server, now_s) + [Text("")]
+    parts += preflight_lines(defaults, rows, state.server, width)
+    return Text("\n").join(parts)
+
+
+class ServerScreen(Screen[None]):
+    """The server view; Escape (or ``i``) goes back."""
+
+    BINDINGS = [
+        Binding("escape,i", "app.pop_screen", "Back"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    DEFAULT_CSS = """
+    ServerScreen #server-body { padding: 0 1; }
+    """
+
+    def __init__(self, *, clock=time.time) -> None:  # noqa: ANN001 - a () -> float (tests fix it)
+        super().__init__()
+        self._clock = clock
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="server-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "state", self._on_state, init=True)
+
+    def _on_state(self, state: AppState | None) -> None:
+        if state is None:
+            return
+        now_s = self._clock()
+        log_now = datetime.fromtimestamp(now_s, tz=state.naive_tz).replace(tzinfo=None)
+        body = server_text(state, now_s=now_s, log_now=log_now, width=self.size.width)
+        self.query_one("#server-body", Static).update(body)
+
+    def on_resize(self) -> None:
+        self._on_state(getattr(self.app, "state", None))
