@@ -42,7 +42,6 @@ from kvtop.model.apply import with_alerts
 from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
 from kvtop.ui.format import legend, safe
 from kvtop.ui.server_view import ServerView
-from kvtop.ui.server_view import ServerView
 from kvtop.ui.layout import PanelLayout
 # Imported where they are used (a dashboard that never replays, opens help or follows a log does
 # not pay for them at startup; benchmarks/startup.py): the log parser, /slots, the replay
@@ -152,7 +151,6 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         Binding("v", "toggle_history_panel", "VRAM history", show=False),
         Binding("w", "what_if", "What if"),
         Binding("i", "server_view", "Server"),
-        Binding("i", "server_view", "Server"),
         Binding("u", "unload", "Unload"),
         Binding("a", "keep_alive", "Keep-alive"),
         Binding("k", "signal_process", "Signal", show=False),
@@ -172,13 +170,11 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
                                      "server_view",
-                                     "server_view",
                                      "what_if", "toggle_gpu", "next_server", "prev_server", "server",
                                      "history", "toggle_map", "toggle_alerts", "toggle_history_panel",
                                      *WRITE_ACTIONS})
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
     TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
-                              "server_view",
                               "server_view",
                               "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu",
                               "next_server", "prev_server", "server", "history", "toggle_map", "toggle_alerts",
@@ -204,7 +200,6 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
                  more_sources: Mapping[str, OllamaSource] | None = None,
                  replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
         super().__init__()
-        self._init_server_view()
         self._init_server_view()
         self._init_operator()
         self._init_panels()
@@ -346,7 +341,6 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         watchdog.start()
 
     async def on_unmount(self) -> None:
-        await self._close_server_view()
         await self._close_server_view()
         if self.recorder is not None:
             self.recorder.close()
