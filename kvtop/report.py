@@ -207,7 +207,8 @@ def gpu_text_lines(state: AppState) -> list[str]:
             lines.append(f"{name}: {safe(d.error, 200)}")
             continue
         used = d.memory_total_bytes - d.memory_free_bytes if d.memory_total_bytes is not None and d.memory_free_bytes is not None else d.memory_used_bytes
-        lines.append(f"{name}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
+        shared = " (shares system RAM)" if d.unified_memory else ""
+        lines.append(f"{name}{shared}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
                      f", util {d.gpu_util_percent if d.gpu_util_percent is not None else '?'}%"
                      f", {d.temperature_c if d.temperature_c is not None else '?'}°C"
                      f", {d.power_draw_mw // 1000 if d.power_draw_mw is not None else '?'} W")
@@ -215,6 +216,8 @@ def gpu_text_lines(state: AppState) -> list[str]:
             what = p.model or p.command or p.name or "?"
             lines.append(f"  PID {p.pid:<8} {ibytes(p.gpu_memory_bytes):>10}  {p.kind:<7} {safe(p.user or '?', 16):<8} "
                          f"{safe(what, 80)}" + (f"  ({safe(p.note, 80)})" if p.note else ""))
+        if d.memory_note:
+            lines.append(f"  {safe(d.memory_note, 200)}")
         if v.note:
             lines.append(f"  {safe(v.note, 160)}")
     return lines

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # annotations only: state.py may import this module (AppState.gpu / .procs)
     from kvtop.model.state import ModelView
 
-GpuBackend = Literal["nvml", "amd-sysfs"]
+GpuBackend = Literal["nvml", "amd-sysfs", "intel-sysfs", "sysfs", "ioreg"]
+"""``sysfs``: AMD and Intel cards read together from sysfs; ``ioreg``: Apple Silicon (macOS ``ioreg``)."""
 GpuProblem = Literal[
     "no_pynvml", "no_library", "no_driver", "version_mismatch", "no_permission", "no_devices",
     "lost", "vanished", "not_supported", "error", "not_sampled",
@@ -64,8 +65,9 @@ class GpuDevice:
     """One GPU, read once per sample.
 
     Attributes:
-        index: NVML device index (AMD: position among the AMD cards in sysfs).
-        vendor: ``nvidia`` or ``amd``.
+        index: NVML device index (AMD, Intel: position among the cards read from sysfs; Apple: the
+            accelerator's position in ``ioreg``'s list).
+        vendor: ``nvidia``, ``amd``, ``intel`` or ``apple``.
         bus_id: PCI bus id (NVML form ``00000000:01:00.0``, sysfs form ``0000:03:00.0``).
         memory_total_bytes / memory_used_bytes / memory_free_bytes: As the driver reports them.
             With NVML's v2 memory info ``used`` excludes, and ``free`` is net of, the driver's
@@ -77,10 +79,20 @@ class GpuDevice:
         processes: Processes on this GPU; None when the driver cannot list them.
         processes_note: Why ``processes`` (or their memory) is missing.
         error: Set when the device itself failed (lost, vanished, not accessible): in plain words.
+        unified_memory: The GPU has no memory of its own and shares system RAM (Apple Silicon;
+            NVIDIA GB10 / DGX Spark and Jetson, whose NVML answers NotSupported for memory info):
+            ``memory_total_bytes`` is the RAM, ``memory_free_bytes`` the RAM available
+            (psutil: ``MemAvailable`` of ``/proc/meminfo`` on Linux), ``memory_used_bytes`` what
+            the GPU holds when the driver says it (Apple: ioreg's "In use system memory"), else
+            the RAM in use.
+        memory_allocated_bytes: Apple: ioreg's "Alloc system memory" (what the GPU driver has
+            allocated, in use or not); None elsewhere.
+        memory_note: Where the memory figures come from when not from the GPU driver's own
+            counters, or why they are missing (one sentence); None when the driver gave them.
     """
 
     index: int
-    vendor: Literal["nvidia", "amd"] = "nvidia"
+    vendor: Literal["nvidia", "amd", "intel", "apple"] = "nvidia"
     name: str | None = None
     uuid: str | None = None
     bus_id: str | None = None
@@ -96,6 +108,9 @@ class GpuDevice:
     processes: tuple[GpuProcess, ...] | None = None
     processes_note: str | None = None
     error: str | None = None
+    unified_memory: bool = False
+    memory_allocated_bytes: int | None = None
+    memory_note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -707,8 +722,10 @@ def gpu_device_json(v: GpuView) -> dict[str, Any]:
         "bus_id": d.bus_id,
         "memory": {
             "total": d.memory_total_bytes, "used": d.memory_used_bytes, "free": d.memory_free_bytes,
-            "reserved": d.memory_reserved_bytes,
+            "reserved": d.memory_reserved_bytes, "allocated": d.memory_allocated_bytes,
         },
+        "unified_memory": d.unified_memory,
+        "memory_note": d.memory_note,
         "utilization": {"gpu": d.gpu_util_percent, "memory": d.memory_util_percent},
         "temperature_c": d.temperature_c,
         "power": {"draw_mw": d.power_draw_mw, "limit_mw": d.power_limit_mw},

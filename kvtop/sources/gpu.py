@@ -1,4 +1,12 @@
-"""GPU source: NVIDIA through NVML (``pynvml``), AMD through sysfs, system memory through psutil.
+"""GPU source: NVIDIA through NVML (``pynvml``), AMD and Intel through sysfs, Apple Silicon through
+``ioreg``, system memory through psutil.
+
+Unified memory (the GPU shares system RAM): NVIDIA GB10 (DGX Spark) and Jetson answer
+``NVMLError_NotSupported`` for memory info; kvtop then gives the device the system's RAM figures
+(psutil: ``/proc/meminfo``) and flags it ``unified_memory``. Apple Silicon GPUs always share RAM:
+``ioreg -r -d 1 -w 0 -c AGXAccelerator`` (no sudo) gives what the GPU holds ("In use system
+memory"), what its driver allocated ("Alloc system memory") and its utilization ("Device
+Utilization %"), psutil the RAM.
 
 Every NVML call goes through ``nvml_query``: a field the driver does not support becomes None,
 never an exception. Only errors that mean "NVML is gone" (library missing, driver not loaded,
@@ -14,15 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import re
+import subprocess
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvtop.model.gpu import GpuDevice, GpuProblem, GpuProcess, GpuSnapshot, SystemMemory
+from kvtop.model.gpu import GpuBackend, GpuDevice, GpuProblem, GpuProcess, GpuSnapshot, SystemMemory
 
 # NVML return codes (nvml.h; stable across driver releases)
 NVML_ERROR_UNINITIALIZED = 1
@@ -52,6 +64,16 @@ OTHER_VENDORS = {"0x8086": "Intel", "0x10de": "NVIDIA", "0x106b": "Apple"}
 STATUS_NO_LIBRARY = "GPU telemetry: no NVIDIA driver (NVML library not found)"
 STATUS_NO_PYNVML = "GPU telemetry: not available (the nvidia-ml-py package, module pynvml, is not installed)"
 STATUS_MACOS = "GPU telemetry: not supported on macOS (Apple GPUs have no NVML; kvtop reads NVIDIA and AMD GPUs)"
+"""Kept for callers that name it; macOS is now read through ``ioreg`` (:func:`read_apple_ioreg`)."""
+
+INTEL_VENDOR_ID = "0x8086"
+IOREG_COMMAND = ("ioreg", "-r", "-d", "1", "-w", "0", "-c", "AGXAccelerator")
+"""Apple Silicon's GPU statistics: the AGXAccelerator nodes (one per GPU; subclasses such as
+``AGXAcceleratorG13X`` match too), one level deep, lines not cut; no sudo needed."""
+IOREG_TIMEOUT_S = 2.0
+
+UNIFIED_NVML_NOTE = ("NVML reports no memory for this GPU (Not Supported): it shares system RAM (unified memory,"
+                     " as on GB10 / DGX Spark and Jetson); total and available are the system's (/proc/meminfo)")
 
 
 class NvmlFatal(Exception):
@@ -214,18 +236,7 @@ def read_amd_sysfs(sysfs_root: Path) -> tuple[list[GpuDevice], list[str]]:
         if total is None and used is None:
             others.append("AMD (no VRAM counters)")
             continue
-        temp_mc = power_uw = cap_uw = None
-        try:
-            hwmons = sorted((dev / "hwmon").iterdir())
-        except OSError:
-            hwmons = []
-        for h in hwmons:
-            temp_mc = temp_mc if temp_mc is not None else _read_int(h / "temp1_input")
-            if power_uw is None:
-                power_uw = _read_int(h / "power1_average")
-                if power_uw is None:
-                    power_uw = _read_int(h / "power1_input")
-            cap_uw = cap_uw if cap_uw is not None else _read_int(h / "power1_cap")
+        temp_mc, power_uw, cap_uw = _hwmon(dev)
         uevent = _read_file(dev / "uevent") or ""
         bus_id = next((line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("PCI_SLOT_NAME=")), None)
         name = _read_file(dev / "product_name") or f"AMD GPU {(_read_file(dev / 'device') or '?')} ({card.name})"
@@ -241,6 +252,155 @@ def read_amd_sysfs(sysfs_root: Path) -> tuple[list[GpuDevice], list[str]]:
             processes=None, processes_note="sysfs gives no per-process VRAM for AMD GPUs",
         ))
     return devices, others
+
+
+def _hwmon(dev: Path) -> tuple[int | None, int | None, int | None]:
+    """(temperature m°C, power draw µW, power cap µW) from the first hwmon dirs that have them."""
+    temp_mc = power_uw = cap_uw = None
+    try:
+        hwmons = sorted((dev / "hwmon").iterdir())
+    except OSError:
+        hwmons = []
+    for h in hwmons:
+        temp_mc = temp_mc if temp_mc is not None else _read_int(h / "temp1_input")
+        if power_uw is None:
+            power_uw = _read_int(h / "power1_average")
+            if power_uw is None:
+                power_uw = _read_int(h / "power1_input")
+        cap_uw = cap_uw if cap_uw is not None else _read_int(h / "power1_cap")
+    return temp_mc, power_uw, cap_uw
+
+
+def _driver(dev: Path) -> str | None:
+    try:
+        return Path(os.readlink(dev / "driver")).name or None
+    except OSError:
+        return None
+
+
+def _xe_vram_bytes(dev: Path) -> int | None:
+    """xe: the sum of ``tileN/physical_vram_size_bytes`` (kernel ``drivers/gpu/drm/xe/xe_tile_sysfs.c``;
+    igt-gpu-tools ``tests/intel/xe_sysfs_tile.c`` reads it; some kernels put it under
+    ``tileN/memory/``), tile 0 up to the first tile without it; None when there is none."""
+    total = 0
+    for n in range(64):
+        tile = dev / f"tile{n}"
+        size = _read_int(tile / "physical_vram_size_bytes")
+        if size is None:
+            size = _read_int(tile / "memory" / "physical_vram_size_bytes")
+        if size is None:
+            break
+        total += size
+    return total or None
+
+
+def read_intel_sysfs(sysfs_root: Path) -> tuple[list[GpuDevice], list[str]]:
+    """Intel GPUs under ``<sysfs_root>/class/drm/card*/device`` (vendor ``0x8086``).
+
+    The kernel exposes an Intel GPU's memory size only, never its use: the ``xe`` driver in
+    ``device/tileN/physical_vram_size_bytes`` (physical VRAM, reserved pages included), Intel's
+    out-of-tree i915 in ``cardN/lmem_total_bytes``; mainline i915 exposes none, and an integrated
+    GPU has no memory of its own (it uses system RAM). A card with a size becomes a device with
+    ``memory_total_bytes`` only (used, free and per-process memory not known, ``memory_note`` says
+    why); one without becomes a note saying it is not supported and why.
+
+    Returns:
+        (devices, notes): devices indexed from 0 in card order, and one sentence per Intel card
+        that cannot be read.
+    """
+    devices: list[GpuDevice] = []
+    notes: list[str] = []
+    for card in _card_dirs(sysfs_root):
+        dev = card / "device"
+        if (_read_file(dev / "vendor") or "").lower() != INTEL_VENDOR_ID:
+            continue
+        driver = _driver(dev)
+        total = _xe_vram_bytes(dev)
+        where = "tileN/physical_vram_size_bytes (xe)"
+        if total is None:
+            total = _read_int(card / "lmem_total_bytes")
+            where = "lmem_total_bytes (i915)"
+        name = f"Intel GPU {_read_file(dev / 'device') or '?'} ({card.name}{', ' + driver if driver else ''})"
+        if not total:
+            reason = ("the i915 driver exposes no GPU memory in sysfs (an integrated GPU uses system RAM; "
+                      "mainline i915 has no VRAM counters)" if driver in ("i915", None) else
+                      f"the {driver} driver exposes no VRAM size in sysfs")
+            notes.append(f"{name}: not supported: {reason}")
+            continue
+        temp_mc, power_uw, cap_uw = _hwmon(dev)
+        uevent = _read_file(dev / "uevent") or ""
+        bus_id = next((line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("PCI_SLOT_NAME=")), None)
+        devices.append(GpuDevice(
+            index=len(devices), vendor="intel", name=name, bus_id=bus_id, memory_total_bytes=total,
+            temperature_c=temp_mc // 1000 if temp_mc is not None else None,
+            power_draw_mw=power_uw // 1000 if power_uw is not None else None,
+            power_limit_mw=cap_uw // 1000 if cap_uw is not None and cap_uw > 0 else None,
+            memory_note=f"VRAM size from sysfs {where}; the kernel exposes no VRAM use for Intel GPUs",
+            processes=None, processes_note="sysfs gives no per-process GPU memory for Intel GPUs",
+        ))
+    return devices, notes
+
+
+_IOREG_NODE = re.compile(r"^[ |]*\+-o (\S+)", re.MULTILINE)
+_IOREG_STATS = re.compile(r'"PerformanceStatistics" = \{([^}]*)\}')
+_IOREG_NUMBER = re.compile(r'"([^"]+)"=(-?\d+)')
+_IOREG_MODEL = re.compile(r'"model" = "([^"]*)"')
+_IOREG_CORES = re.compile(r'"gpu-core-count" = (\d+)')
+
+
+def parse_ioreg(text: str) -> list[dict[str, Any]]:
+    """The AGXAccelerator nodes of ``ioreg -r -d 1 -w 0 -c AGXAccelerator`` output.
+
+    Each node is ``{"class": "AGXAcceleratorG13X", "model": "Apple M4" | None, "cores": int | None,
+    "stats": {key: int}}`` where ``stats`` is its ``PerformanceStatistics`` dictionary's numeric
+    entries (``"In use system memory"`` bytes, ``"Alloc system memory"`` bytes,
+    ``"Device Utilization %"`` percent, …). A node without PerformanceStatistics is left out.
+    Format: ioreg's text form, e.g. ``"PerformanceStatistics" = {"Alloc system memory"=1214005248,…}``
+    (tests/fixtures/ioreg/README.md says where the recorded outputs come from).
+    """
+    nodes: list[dict[str, Any]] = []
+    starts = [(m.start(), m.group(1)) for m in _IOREG_NODE.finditer(text)]
+    for i, (start, cls) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(text)
+        body = text[start:end]
+        stats = _IOREG_STATS.search(body)
+        if stats is None:
+            continue
+        model = _IOREG_MODEL.search(body)
+        cores = _IOREG_CORES.search(body)
+        nodes.append({"class": cls, "model": model.group(1) if model else None,
+                      "cores": int(cores.group(1)) if cores else None,
+                      "stats": {k: int(v) for k, v in _IOREG_NUMBER.findall(stats.group(1))}})
+    return nodes
+
+
+def read_apple_ioreg(text: str, system: SystemMemory | None) -> list[GpuDevice]:
+    """Apple Silicon GPUs from ``ioreg`` output (:func:`parse_ioreg`): unified memory.
+
+    ``memory_total_bytes`` and ``memory_free_bytes`` are the system's RAM and RAM available
+    (psutil), ``memory_used_bytes`` what the GPU holds ("In use system memory"),
+    ``memory_allocated_bytes`` what its driver allocated ("Alloc system memory"),
+    ``gpu_util_percent`` "Device Utilization %". No per-process GPU memory, temperature or power
+    (those need ``powermetrics``, i.e. sudo).
+    """
+    devices: list[GpuDevice] = []
+    for node in parse_ioreg(text):
+        stats = node["stats"]
+        name = node["model"] or f"Apple GPU ({node['class']})"
+        if node["cores"]:
+            name += f", {node['cores']} GPU cores"
+        total = system.ram_total_bytes if system is not None else None
+        free = system.ram_available_bytes if system is not None else None
+        devices.append(GpuDevice(
+            index=len(devices), vendor="apple", name=name, memory_total_bytes=total,
+            memory_used_bytes=_int(stats.get("In use system memory")), memory_free_bytes=free,
+            memory_allocated_bytes=_int(stats.get("Alloc system memory")),
+            gpu_util_percent=_percent(stats.get("Device Utilization %")), unified_memory=True,
+            memory_note="unified memory: the GPU shares system RAM (total and available: psutil; in use and "
+                        "allocated by the GPU: ioreg PerformanceStatistics)",
+            processes=None, processes_note="macOS gives no per-process GPU memory without sudo",
+        ))
+    return devices
 
 
 def read_system_memory(psutil_module: Any) -> SystemMemory | None:
@@ -295,11 +455,16 @@ class GpuSource:
         platform: ``sys.platform`` (tests pass ``darwin``).
         psutil_module: The ``psutil`` module or a fake; None imports it.
         clock: Wall-clock time for ``taken_at``.
-        amd: Read AMD GPUs from sysfs when NVML has none.
+        amd: Read AMD and Intel GPUs from sysfs when NVML has none.
+        ioreg: macOS: returns ``ioreg -r -d 1 -w 0 -c AGXAccelerator``'s output (tests pass recorded
+            output); it may raise ``OSError`` (no ``ioreg``) or ``subprocess.SubprocessError``.
+            None runs the command (``IOREG_TIMEOUT_S`` deadline).
     """
 
     def __init__(self, *, nvml: Any = None, sysfs_root: Path | str = "/sys", platform: str | None = None,
-                 psutil_module: Any = None, clock: Callable[[], float] = time.time, amd: bool = True) -> None:
+                 psutil_module: Any = None, clock: Callable[[], float] = time.time, amd: bool = True,
+                 ioreg: Callable[[], str] | None = None) -> None:
+        self._ioreg = ioreg
         self._nvml: Any = nvml
         self._import_error: str | None = None
         self._sysfs_root = Path(sysfs_root)
@@ -369,25 +534,63 @@ class GpuSource:
 
     def _fallback(self, now: float, system: SystemMemory | None, status: str, problem: GpuProblem,
                   notes: tuple[str, ...] = ()) -> GpuSnapshot:
-        """No NVML: AMD through sysfs if there is one, otherwise the NVML status."""
+        """No NVML: AMD and Intel through sysfs if there are any, otherwise the NVML status."""
         if self._amd and self._platform.startswith("linux"):
-            devices, others = read_amd_sysfs(self._sysfs_root)
-            if devices:
-                n = len(devices)
-                return GpuSnapshot(
-                    taken_at=now, ok=True, backend="amd-sysfs", devices=tuple(devices), system=system,
-                    status=f"GPU telemetry: {n} AMD GPU{'s' if n != 1 else ''} (sysfs; no per-process GPU memory)",
-                    notes=notes,
-                )
-            vendors = sorted(set(o for o in others if o != "NVIDIA"))
+            amd, others = read_amd_sysfs(self._sysfs_root)
+            intel, intel_notes = read_intel_sysfs(self._sysfs_root)
+            notes = (*notes, *intel_notes)
+            vendors = sorted(set(o for o in others if o not in ("NVIDIA", "Intel")))
             if vendors:
-                notes = (*notes, f"{', '.join(vendors)} GPU found: not supported (kvtop reads NVIDIA through NVML"
-                                 " and AMD through sysfs)")
+                notes = (*notes, f"{', '.join(vendors)} GPU found: not supported (kvtop reads NVIDIA through NVML,"
+                                 " AMD and Intel through sysfs, Apple through ioreg)")
+            devices = [*amd, *(replace(d, index=len(amd) + d.index) for d in intel)]
+            if devices:
+                kinds = [f"{len(group)} {label} GPU{'s' if len(group) != 1 else ''}"
+                         for group, label in ((amd, "AMD"), (intel, "Intel")) if group]
+                what = "no per-process GPU memory" if not intel else \
+                    "no per-process GPU memory; Intel: VRAM size only" if amd else "VRAM size only, no use or per-process memory"
+                backend: GpuBackend = "sysfs" if amd and intel else "amd-sysfs" if amd else "intel-sysfs"
+                return GpuSnapshot(
+                    taken_at=now, ok=True, backend=backend, devices=tuple(devices), system=system,
+                    status=f"GPU telemetry: {', '.join(kinds)} (sysfs; {what})", notes=notes,
+                )
         return GpuSnapshot(taken_at=now, status=status, problem=problem, system=system, notes=notes)
+
+    def _run_ioreg(self) -> str:
+        if self._ioreg is not None:
+            return self._ioreg()
+        done = subprocess.run(IOREG_COMMAND, capture_output=True, text=True, timeout=IOREG_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, check=False, errors="replace")
+        if done.returncode != 0 and not done.stdout:
+            raise subprocess.SubprocessError(f"ioreg exited {done.returncode}: {done.stderr.strip()[:200]}")
+        return done.stdout
+
+    def _sample_apple(self, now: float, system: SystemMemory | None) -> GpuSnapshot:
+        """macOS: Apple Silicon GPUs through ``ioreg`` (no sudo), unified memory from psutil."""
+        try:
+            text = self._run_ioreg()
+        except FileNotFoundError:
+            return GpuSnapshot(taken_at=now, status="GPU telemetry: not available (the ioreg command is not found)",
+                               problem="not_supported", system=system)
+        except subprocess.TimeoutExpired:
+            return GpuSnapshot(taken_at=now, status=f"GPU telemetry: ioreg did not answer within {IOREG_TIMEOUT_S:g} s;"
+                                                    " kvtop keeps trying", problem="error", system=system)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return GpuSnapshot(taken_at=now, status=f"GPU telemetry: ioreg failed ({exc}); kvtop keeps trying",
+                               problem="error", system=system)
+        devices = read_apple_ioreg(text, system)
+        if not devices:
+            return GpuSnapshot(taken_at=now, status=("GPU telemetry: no Apple Silicon GPU statistics (ioreg lists no"
+                                                     " AGXAccelerator; an Intel Mac's GPU is not supported)"),
+                               problem="not_supported", system=system)
+        n = len(devices)
+        return GpuSnapshot(taken_at=now, ok=True, backend="ioreg", devices=tuple(devices), system=system,
+                           status=f"GPU telemetry: {n} Apple GPU{'s' if n != 1 else ''} (ioreg; unified memory:"
+                                  " shares system RAM; no per-process GPU memory)")
 
     def _sample(self, now: float, system: SystemMemory | None) -> GpuSnapshot:
         if self._platform == "darwin":
-            return GpuSnapshot(taken_at=now, status=STATUS_MACOS, problem="not_supported", system=system)
+            return self._sample_apple(now, system)
         nvml = self._module()
         if nvml is None:
             return self._fallback(now, system, STATUS_NO_PYNVML, "no_pynvml")
@@ -416,7 +619,7 @@ class GpuSource:
         devices: list[GpuDevice] = []
         for i in range(count):
             try:
-                devices.append(self._read_device(nvml, i))
+                devices.append(self._read_device(nvml, i, system))
             except GpuLost as exc:
                 self._reinit = True  # re-enumerate next time: the device may come back
                 old = self._seen_at(i)
@@ -448,6 +651,10 @@ class GpuSource:
             status, problem = "GPU telemetry: NVIDIA driver loaded, but it lists no GPU", "no_devices"
         else:
             status = f"GPU telemetry: {n} NVIDIA GPU{'s' if n != 1 else ''} (NVML{driver})"
+            shared = [d for d in working if d.unified_memory]
+            if shared:
+                status += (f"; GPU {', '.join(str(d.index) for d in shared)} shares system RAM (unified memory:"
+                           " memory figures from /proc/meminfo)")
             trouble = [f"GPU {d.index} is lost" for d in lost] + [f"GPU {d.index} ({d.name or d.uuid}) vanished"
                                                                 for d in vanished]
             if trouble:
@@ -463,7 +670,7 @@ class GpuSource:
     def _seen_at(self, index: int) -> GpuDevice | None:
         return next((d for d in self._seen.values() if d.index == index), None)
 
-    def _read_device(self, nvml: Any, i: int) -> GpuDevice:
+    def _read_device(self, nvml: Any, i: int, system: SystemMemory | None = None) -> GpuDevice:
         handle = nvml_query(nvml, "nvmlDeviceGetHandleByIndex", i)
         if handle is None:
             old = self._seen_at(i)
@@ -499,12 +706,16 @@ class GpuSource:
             note = "the driver does not list processes on this GPU"
         elif any(p.used_memory_bytes is None for p in processes):
             note = "the driver does not report per-process GPU memory here (Windows WDDM / WSL2)"
+        total, used, free = (_int(getattr(mem, "total", None)), _int(getattr(mem, "used", None)),
+                             _int(getattr(mem, "free", None)))
+        unified = mem is None and system is not None and system.ram_total_bytes is not None
+        if unified and system is not None:  # GB10 / DGX Spark, Jetson: NotSupported; the GPU shares RAM
+            total, free, used = system.ram_total_bytes, system.ram_available_bytes, system.ram_in_use_bytes
         return GpuDevice(
             index=i, vendor="nvidia", name=name, uuid=uuid, bus_id=bus_id,
-            memory_total_bytes=_int(getattr(mem, "total", None)),
-            memory_used_bytes=_int(getattr(mem, "used", None)),
-            memory_free_bytes=_int(getattr(mem, "free", None)),
-            memory_reserved_bytes=reserved,
+            memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free,
+            memory_reserved_bytes=reserved, unified_memory=unified,
+            memory_note=UNIFIED_NVML_NOTE if unified else None,
             gpu_util_percent=_percent(getattr(util, "gpu", None)),
             memory_util_percent=_percent(getattr(util, "memory", None)),
             temperature_c=_int(q("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)),

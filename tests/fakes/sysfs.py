@@ -44,3 +44,30 @@ def add_other_card(root: Path, card: int, vendor: str = "0x8086") -> Path:
     dev = root / "class" / "drm" / f"card{card}" / "device"
     _write(dev / "vendor", vendor)
     return dev
+
+
+def add_intel_card(root: Path, card: int, *, driver: str = "xe", tiles: tuple[int, ...] = (),
+                   tile_subdir: str = "", lmem_total: int | None = None, device_id: str = "0xe20b",
+                   slot: str = "0000:03:00.0", temp_mc: int | None = None, power_uw: int | None = None) -> Path:
+    """An Intel card: ``cardN/device/{vendor,device,uevent}``, its ``driver`` link, and what the
+    kernel exposes of its memory: xe's ``device/tileN[/<tile_subdir>]/physical_vram_size_bytes``
+    per tile, or the out-of-tree i915's ``cardN/lmem_total_bytes``; neither for mainline i915."""
+    card_dir = root / "class" / "drm" / f"card{card}"
+    dev = card_dir / "device"
+    _write(dev / "vendor", "0x8086")
+    _write(dev / "device", device_id)
+    _write(dev / "uevent", f"DRIVER={driver}\nPCI_CLASS=30000\nPCI_SLOT_NAME={slot}")
+    target = root / "bus" / "pci" / "drivers" / driver
+    target.mkdir(parents=True, exist_ok=True)
+    (dev / "driver").symlink_to(target)
+    for n, size in enumerate(tiles):
+        _write(dev / f"tile{n}" / tile_subdir / "physical_vram_size_bytes" if tile_subdir else
+               dev / f"tile{n}" / "physical_vram_size_bytes", str(size))
+    if lmem_total is not None:
+        _write(card_dir / "lmem_total_bytes", str(lmem_total))
+    hw = dev / "hwmon" / f"hwmon{card + 2}"
+    if temp_mc is not None:
+        _write(hw / "temp1_input", str(temp_mc))
+    if power_uw is not None:
+        _write(hw / "power1_input", str(power_uw))
+    return dev

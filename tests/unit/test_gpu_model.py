@@ -176,7 +176,8 @@ def test_gpu_json(tmp_path: Path) -> None:
     g0, g1 = data["gpus"]
     assert (g0["index"], g0["name"]) == (0, "NVIDIA RTX A6000")
     assert g0["memory"] == {"total": 48 * GiB, "used": 14 * GiB, "free": 48 * GiB - 512 * MiB - 14 * GiB,
-                            "reserved": 512 * MiB}
+                            "reserved": 512 * MiB, "allocated": None}
+    assert g0["unified_memory"] is False and g0["memory_note"] is None
     assert g0["utilization"] == {"gpu": 45, "memory": 20}
     assert g0["temperature_c"] == 61 and g0["power"] == {"draw_mw": 250_000, "limit_mw": 300_000}
     procs0 = {p["pid"]: p for p in g0["processes"]}

@@ -13,7 +13,6 @@ import pytest
 
 from kvtop.sources import gpu as gpu_mod
 from kvtop.sources.gpu import (
-    STATUS_MACOS,
     STATUS_NO_LIBRARY,
     STATUS_NO_PYNVML,
     GpuLost,
@@ -246,9 +245,16 @@ async def test_pynvml_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert snap.status == STATUS_NO_PYNVML and snap.problem == "no_pynvml"
 
 
-async def test_macos_is_not_supported(tmp_path: Path) -> None:
-    snap = await _source(tmp_path, platform="darwin", nvml=FakeNvml().module).sample()
-    assert snap.status == STATUS_MACOS and snap.problem == "not_supported" and not snap.ok
+async def test_macos_reads_no_nvml(tmp_path: Path) -> None:
+    """macOS goes to ioreg (tests/unit/test_gpu_unified.py), never NVML; no ioreg here."""
+    fake = FakeNvml()
+
+    def no_ioreg() -> str:
+        raise FileNotFoundError(2, "No such file or directory: 'ioreg'")
+
+    snap = await _source(tmp_path, platform="darwin", nvml=fake.module, ioreg=no_ioreg).sample()
+    assert snap.status == "GPU telemetry: not available (the ioreg command is not found)"
+    assert snap.problem == "not_supported" and not snap.ok and fake.init_calls == 0
 
 
 async def test_an_unexpected_bug_is_a_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,7 +321,7 @@ async def test_other_vendor_is_named_not_supported(tmp_path: Path, monkeypatch: 
     add_other_card(tmp_path, 0, "0x8086")
     snap = await _source(tmp_path).sample()
     assert snap.status == STATUS_NO_LIBRARY
-    assert snap.notes and "Intel GPU found: not supported" in snap.notes[0]
+    assert snap.notes and "Intel GPU ? (card0): not supported: the i915 driver exposes no GPU memory" in snap.notes[0]
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,6 +89,8 @@ def gpu_bar(view: GpuView, width: int, colors: Mapping[str, str], model_colors: 
 
 def _used(view: GpuView) -> int | None:
     d = view.device
+    if d.unified_memory and d.memory_used_bytes is not None:  # RAM in use (NVIDIA) or the GPU's own (Apple)
+        return d.memory_used_bytes
     if d.memory_total_bytes is not None and d.memory_free_bytes is not None:
         return max(0, d.memory_total_bytes - d.memory_free_bytes)
     return d.memory_used_bytes
@@ -112,9 +114,12 @@ def _watts(mw: int | None) -> str:
     return "?" if mw is None else f"{mw / 1000:.0f}"
 
 
+_VENDOR_PREFIX = {"amd": "AMD", "intel": "Intel", "apple": "Apple"}
+
+
 def _label(view: GpuView, compact: bool) -> str:
     d = view.device
-    prefix = "AMD" if d.vendor == "amd" else "GPU"
+    prefix = _VENDOR_PREFIX.get(d.vendor, "GPU")
     return f"{prefix}{d.index}" if compact else f"{prefix} {d.index}"
 
 
@@ -134,16 +139,19 @@ def compact_line(view: GpuView, usable: int, name_width: int, colors: Mapping[st
     if d.error:
         return _error_line(view, True, name_width, colors)
     mem = f"{ibytes(_used(view), short=True)}/{ibytes(d.memory_total_bytes, short=True)}"
+    if d.unified_memory:  # of the system's RAM: what is in use (NVIDIA), what the GPU holds (Apple)
+        mem = ("GPU " if d.vendor == "apple" else "RAM ") + mem
     util = "  ?%" if d.gpu_util_percent is None else f"{d.gpu_util_percent:>3}%"
     temp = "  ?°C" if d.temperature_c is None else f"{d.temperature_c:>3}°C"
     power = f"{_watts(d.power_draw_mw):>4}W"
     head = f"{_label(view, True)} {short_gpu_name(d.name, name_width).ljust(name_width)} "
-    tail_len = 1 + 9 + 1 + len(util) + 1 + len(temp) + 1 + len(power)
+    mem_width = max(9, len(mem))
+    tail_len = 1 + mem_width + 1 + len(util) + 1 + len(temp) + 1 + len(power)
     bar_width = max(6, usable - len(head) - tail_len)
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(head, style="bold")
     line.append_text(gpu_bar(view, bar_width, colors, model_colors))
-    line.append(" " + mem.rjust(9), style=_fill_style(view, colors))
+    line.append(" " + mem.rjust(mem_width), style=_fill_style(view, colors))
     line.append(" " + util + " ")
     line.append(temp, style=_temp_style(d.temperature_c, colors))
     line.append(" " + power)
@@ -158,6 +166,13 @@ def wide_lines(view: GpuView, usable: int, name_width: int, colors: Mapping[str,
         return [_error_line(view, False, name_width, colors)]
     head = f"{_label(view, False)}  {short_gpu_name(d.name, name_width).ljust(name_width)}  "
     mem = f"  {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · {ibytes(d.memory_free_bytes)} free"
+    if d.unified_memory and d.vendor == "apple":
+        alloc = f" ({ibytes(d.memory_allocated_bytes)} alloc.)" if d.memory_allocated_bytes is not None else ""
+        mem = (f"  shares RAM: {ibytes(d.memory_free_bytes)} of {ibytes(d.memory_total_bytes)} available"
+               f" · GPU holds {ibytes(d.memory_used_bytes)}{alloc}")
+    elif d.unified_memory:
+        mem = (f"  shares system RAM: {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · "
+               f"{ibytes(d.memory_free_bytes)} available")
     if d.memory_reserved_bytes:
         mem += f" ({ibytes(d.memory_reserved_bytes)} reserved)"
     util = "  util " + ("?" if d.gpu_util_percent is None else f"{d.gpu_util_percent}%")
@@ -177,6 +192,9 @@ def wide_lines(view: GpuView, usable: int, name_width: int, colors: Mapping[str,
     indent = " " * (len(_label(view, False)) + 2)
     legend = Text(indent, no_wrap=True, overflow="ellipsis")
     muted = colors.get("kv-muted", "")
+    if d.memory_note:
+        lines.append(Text(f"{indent}{safe(d.memory_note, max(20, usable - len(indent)))}", style=muted,
+                          no_wrap=True, overflow="ellipsis"))
     if d.processes is None:
         legend.append(safe(view.note or "processes not available", 160), style=muted)
         lines.append(legend)
