@@ -24,6 +24,7 @@ Keys
   S          reverse the sort          t          next theme
   ↑ ↓        move the selection        1–9 ] [    server N / next / previous
   h          history plots (z or ← → window, Esc back)
+  i          server view: traffic, health, pre-flight of every pulled model (Esc back)
 
 What-if planner (w on a model)
   ← →        num_ctx along a ladder    ↑ ↓        pick a field
