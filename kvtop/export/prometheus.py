@@ -157,7 +157,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("kvtop_alerts", "gauge", "Active alerts (kvtop's alert rules), by kind, severity and model ('' = none)",
                ("host", "kind", "severity", "model")),
     MetricSpec("kvtop_gpu_telemetry_up", "gauge",
-               "1 when a GPU of this machine reported data (NVML or AMD sysfs), 0 otherwise", ()),
+               "1 when a GPU of this machine reported data (NVML, AMD or Intel sysfs, Apple ioreg), 0 otherwise", ()),
+    MetricSpec("kvtop_gpu_unified_memory", "gauge",
+               "1 when the GPU shares system RAM (Apple Silicon, NVIDIA GB10 / Jetson): its memory figures are the RAM's",
+               _GPU),
     MetricSpec("kvtop_gpu_memory_total_bytes", "gauge", "GPU memory (reported by the driver)", _GPU),
     MetricSpec("kvtop_gpu_memory_used_bytes", "gauge", "GPU memory in use (reported by the driver)", _GPU),
     MetricSpec("kvtop_gpu_memory_free_bytes", "gauge", "Free GPU memory (reported by the driver)", _GPU),
@@ -411,6 +414,7 @@ def _gpu_metrics(fams: Mapping[str, Metric], gpu: GpuSnapshot) -> None:
         if d.error is not None:
             continue
         labels = (str(d.index), d.name or "", d.uuid or "")
+        _add(fams, "kvtop_gpu_unified_memory", labels, 1 if d.unified_memory else 0)
         _add(fams, "kvtop_gpu_memory_total_bytes", labels, d.memory_total_bytes)
         _add(fams, "kvtop_gpu_memory_used_bytes", labels, d.memory_used_bytes)
         _add(fams, "kvtop_gpu_memory_free_bytes", labels, d.memory_free_bytes)

@@ -204,3 +204,15 @@ def test_unreadable_sysfs_never_crashes(tmp_path: Path, monkeypatch: pytest.Monk
     (dev / "driver").unlink()
     snap = _source(tmp_path).sample_sync()
     assert not snap.devices and snap.notes and "not supported" in snap.notes[0]
+
+
+def test_the_exporter_says_which_gpu_shares_ram(tmp_path: Path) -> None:
+    from tests.unit.test_prometheus import scrape, value
+
+    snap = _source(tmp_path, platform="darwin", ioreg=lambda: M1_PRO).sample_sync()
+    fams = scrape([], snap)
+    ids = {"gpu": "0", "name": "Apple GPU (AGXAcceleratorG13X)", "uuid": ""}
+    assert value(fams, "kvtop_gpu_unified_memory", **ids) == 1
+    assert value(fams, "kvtop_gpu_memory_used_bytes", **ids) == 340983808
+    assert value(fams, "kvtop_gpu_memory_total_bytes", **ids) == RAM_TOTAL
+    assert value(fams, "kvtop_gpu_utilization_ratio", **ids) == pytest.approx(0.02)

@@ -232,6 +232,7 @@ def test_gpu_telemetry_is_exported_in_base_units() -> None:
     ids = {"gpu": "0", "name": "NVIDIA H200", "uuid": "GPU-1234"}
     assert value(fams, "kvtop_gpu_telemetry_up") == 1
     assert value(fams, "kvtop_gpu_memory_total_bytes", **ids) == 150_000_000_000
+    assert value(fams, "kvtop_gpu_unified_memory", **ids) == 0  # its own memory
     assert value(fams, "kvtop_gpu_memory_used_bytes", **ids) == 6_000_000_000
     assert value(fams, "kvtop_gpu_memory_free_bytes", **ids) == 144_000_000_000
     assert value(fams, "kvtop_gpu_utilization_ratio", **ids) == pytest.approx(0.37)
