@@ -734,7 +734,8 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         main.query_one(GpuPanel).show_data(panel, self.size.width, compact=True if shown["map"] else None)
         events = main.query_one(EventsPane)
         if events.has_class("-visible"):
-            events.show(state.log, self.filter_text, state.alerts, self.operator_log)
+            # the alerts panel, when shown, has the alerts and their fixes: the events pane keeps to events
+            events.show(state.log, self.filter_text, () if shown["alerts"] else state.alerts, self.operator_log)
 
     def _update_static(self, selector: str, content: Text) -> None:
         """Update a Static only when its text changed (an update forces a layout pass)."""

@@ -1,4 +1,5 @@
-"""The dashboard screen: header, models table, GPU strip, status line, filter box."""
+"""The dashboard screen: header, models table, the optional panels (memory map, alerts, history,
+events: ``kvtop.ui.layout`` decides which show), GPU strip, status line, filter box."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import ComposeResult
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
+from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
 
 if TYPE_CHECKING:
     from kvtop.ui.app import KvtopApp
@@ -28,6 +32,10 @@ class DashboardScreen(Screen[None]):
         yield Static(id="servers")
         yield Static(id="alertbar")
         yield ModelsTable(id="models")
+        yield MemoryMapPanel(id="memmap")
+        with Horizontal(id="panel-row"):
+            yield AlertsPanel(id="alerts-panel")
+            yield HistoryPanel(id="history-panel")
         yield EventsPane(id="events")
         yield GpuPanel(id="gpu")
         yield Static(id="logline")

@@ -1,0 +1,354 @@
+"""The memory map: where each device's memory went, as segments in bytes (pure).
+
+One :class:`DeviceBar` per GPU and one for system RAM. A GPU's bar holds, for each loaded model,
+its weights, KV cache and compute buffers on that GPU (and what NVML measures beyond them: the
+runner's CUDA context and buffers the log does not list), then other Ollama processes, foreign
+processes (one segment each, named by user and program), unattributed memory and free memory. The
+RAM bar holds each *spilled* model's CPU part, the rest of RAM in use, and free (available) RAM.
+
+Every segment carries its source in the one vocabulary of ``kvtop.model.known``:
+
+* ``allocated``: the runner's log gives the bytes per device (``load_tensors: CUDA0 model buffer
+  size``, ``llama_kv_cache: CUDA0 KV buffer size``, ``CUDA0 compute buffer size``; Ollama's
+  ``msg="model weights" device=CUDA0``: ollama-reference.md §8 and the runner lines of §10);
+* ``reported``: NVML (a process's used memory, free memory) or ``/api/ps`` (``size_vram``);
+* ``estimated``: a split or a difference kvtop computed (a model's parts in proportion to its
+  whole-model figures, unattributed = total − free − listed processes).
+
+Log devices are joined to NVML GPUs by the runner's PID, never by the number in ``CUDA0``: Ollama
+sets ``CUDA_VISIBLE_DEVICES`` per runner, so its ``CUDA0`` need not be physical GPU 0
+(ollama-reference.md §7, caveats). With one GPU under the runner the pairing is certain; with
+several, the log's devices are paired with the runner's GPUs in index order, and then by size when
+index order does not fit the measured bytes; when neither fits, the split is estimated instead.
+
+Without GPU telemetry the map is the RAM bar and one ``VRAM`` bar of what ``/api/ps`` says each
+model holds in VRAM (``size_vram``, reported; split by the log when it gives per-device figures),
+with no total or free (nothing measured them).
+
+No I/O, no clock, no Textual. All sizes are bytes; ``None`` means not known.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from kvtop.model.gpu import GpuSnapshot, GpuView, ProcSnapshot, SystemMemory, gpu_views
+from kvtop.model.known import Known, Source
+
+if TYPE_CHECKING:
+    from kvtop.model.state import AppState, ModelView
+
+SegmentKind = Literal["weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free"]
+"""``weights``/``kv``/``compute``: a model's parts; ``model``: a model's memory not broken down;
+``overhead``: what NVML measures for a model's runner beyond its listed parts; ``ollama``: other
+Ollama processes; ``other``: one foreign process; ``unattributed``: used memory nobody listed (or
+RAM in use by the OS and other programs); ``free``."""
+
+MODEL_KINDS = frozenset({"weights", "kv", "compute", "model", "overhead"})
+"""Segment kinds that belong to a model (``Segment.model`` is set)."""
+
+ModelKey = tuple[str, str]
+"""``(name, digest)``, as the table keys a model."""
+
+_PARTS = ("weights", "kv", "compute")
+_GPU_DEVICE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|MTL)(\d*)$", re.IGNORECASE)
+_SLACK_BYTES = 64 * 1024 * 1024
+"""How far a log device's parts may exceed the runner's measured bytes on a GPU and still pair
+(the log prints MiB with two decimals; NVML rounds to its page size)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One stretch of a device's bar.
+
+    Attributes:
+        kind: What it is (:data:`SegmentKind`).
+        bytes: Its size (≥ 0).
+        source: Where the size comes from (``allocated``, ``reported`` or ``estimated``).
+        label: The model name, ``user program`` of a foreign process, or the kind in words.
+        model: ``(name, digest)`` for a model's segments, else None.
+        note: How the size was found, in plain words.
+    """
+
+    kind: SegmentKind
+    bytes: int
+    source: Source
+    label: str
+    model: ModelKey | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBar:
+    """One device: a GPU, the ``/api/ps`` VRAM figure when there is no telemetry, or RAM.
+
+    Attributes:
+        key: ``GPU0``, ``AMD1``, ``VRAM`` (no telemetry) or ``RAM``.
+        title: ``GPU 0 NVIDIA RTX A6000``, ``VRAM (/api/ps, no GPU telemetry)``, ``RAM``.
+        total_bytes / free_bytes: As the driver or psutil reports them (RAM: free is
+            ``available``); None when not known.
+        segments: In drawing order; zero-byte parts are left out.
+        error: The device failed (lost, not accessible): in plain words.
+        note: Why the split is incomplete.
+    """
+
+    key: str
+    title: str
+    total_bytes: int | None
+    free_bytes: int | None
+    segments: tuple[Segment, ...] = ()
+    error: str | None = None
+    note: str | None = None
+
+    @property
+    def used_bytes(self) -> int | None:
+        """``total − free`` when both are known."""
+        if self.total_bytes is None or self.free_bytes is None:
+            return None
+        return max(0, self.total_bytes - self.free_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMap:
+    """Every device's bar, and the models in the server's order (their colours follow it).
+
+    Attributes:
+        bars: GPUs (or the ``VRAM`` bar), then RAM.
+        models: ``(name, digest)`` of the loaded models, in the server's order.
+        telemetry: True when GPU telemetry works (the GPU bars are measured).
+        status: The GPU status line (``GPU telemetry: …``) when it does not.
+    """
+
+    bars: tuple[DeviceBar, ...] = ()
+    models: tuple[ModelKey, ...] = ()
+    telemetry: bool = False
+    status: str = ""
+
+
+def gpu_device_index(name: str) -> int | None:
+    """The number in a llama.cpp/ggml device name (``CUDA0`` -> 0, ``ROCm1`` -> 1, ``Metal`` -> 0);
+    None for a CPU-side buffer (``CPU``, ``CPU_Mapped``, ``CUDA_Host``) or an unknown name. The
+    number is the runner's, not the physical GPU's (see the module docstring)."""
+    m = _GPU_DEVICE.match(name)
+    if m is None:
+        return None
+    return int(m.group(2) or 0)
+
+
+def _log_parts(devices: Mapping[str, Mapping[str, int]], device: str) -> dict[str, int]:
+    return {p: devices.get(p, {}).get(device, 0) for p in _PARTS if device in devices.get(p, {})}
+
+
+def _gpu_log_devices(view: ModelView) -> list[str]:
+    names = {d for p in _PARTS for d in view.devices.get(p, {}) if gpu_device_index(d) is not None}
+    return sorted(names, key=lambda d: (gpu_device_index(d) or 0, d))
+
+
+def _cpu_log_parts(view: ModelView) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in _PARTS:
+        total = sum(b for d, b in view.devices.get(p, {}).items() if gpu_device_index(d) is None)
+        if total:
+            out[p] = total
+    return out
+
+
+def _pair_devices(view: ModelView, on_gpus: Sequence[tuple[int, int | None]]) -> dict[int, str] | None:
+    """GPU index -> the log device whose parts it holds, or None when no pairing fits."""
+    devices = _gpu_log_devices(view)
+    if not devices or len(devices) != len(on_gpus):
+        return None
+    sums = {d: sum(_log_parts(view.devices, d).values()) for d in devices}
+
+    def fits(pairs: list[tuple[tuple[int, int | None], str]]) -> bool:
+        return all(b is not None and sums[d] <= b + _SLACK_BYTES for (_, b), d in pairs)
+
+    by_index = list(zip(sorted(on_gpus), devices))
+    if fits(by_index):
+        return {i: d for (i, _), d in by_index}
+    by_size = list(zip(sorted(on_gpus, key=lambda g: g[1] or 0), sorted(devices, key=lambda d: sums[d])))
+    if fits(by_size):
+        return {i: d for (i, _), d in by_size}
+    return None
+
+
+def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_device: str | None,
+                    alone: bool, where: str) -> list[Segment]:
+    """A model's segments on one device holding ``budget`` bytes of it (measured or reported).
+
+    ``log_device``: the runner log's name for this device (allocated parts); ``alone``: the whole
+    model is on this device (its whole-model figures apply as they are)."""
+    key = (view.name, view.digest)
+    out: list[Segment] = []
+    if log_device is not None:
+        parts = _log_parts(view.devices, log_device)
+        for p in _PARTS:
+            if parts.get(p):
+                out.append(Segment(p, parts[p], "allocated", view.name, key,  # type: ignore[arg-type]
+                                   f"the runner log's {log_device} {p} buffers"))
+    else:
+        m = view.memory
+        known: list[tuple[str, Known[int]]] = [(p, k) for p, k in zip(_PARTS, (m.weights, m.kv, m.compute))
+                                               if k.value is not None and k.source is not None]
+        whole = sum(k.value or 0 for _, k in known)
+        if alone and len(known) == 3 and whole <= budget:
+            for p, k in known:
+                if k.value:
+                    out.append(Segment(p, k.value, k.source or "estimated", view.name, key,  # type: ignore[arg-type]
+                                       k.note))
+        elif len(known) == 3 and whole > 0:
+            # the log does not say what is where: the parts in proportion to the whole model's
+            placed = 0
+            for i, (p, k) in enumerate(known):
+                n = budget - placed if i == len(known) - 1 else (k.value or 0) * budget // whole
+                placed += n
+                if n:
+                    out.append(Segment(p, n, "estimated", view.name, key,  # type: ignore[arg-type]
+                                       f"{where}: in proportion to the model's weights, KV and compute "
+                                       "(the log gives no per-device figures)"))
+            return out
+        else:
+            return [Segment("model", budget, source_whole, view.name, key,
+                            f"{where}: not broken down (weights, KV or compute not known)")] if budget else []
+    listed = sum(s.bytes for s in out)
+    if budget > listed:
+        out.append(Segment("overhead", budget - listed, "estimated", view.name, key,
+                           f"{where} − the parts listed: CUDA context and buffers not itemised"))
+    return out
+
+
+def _gpu_bar(v: GpuView, models: Mapping[ModelKey, ModelView], on_gpus: Mapping[ModelKey, list[tuple[int, int | None]]],
+             pairings: Mapping[ModelKey, dict[int, str] | None]) -> DeviceBar:
+    d = v.device
+    prefix = "AMD" if d.vendor == "amd" else "GPU"
+    key, title = f"{prefix}{d.index}", f"{prefix} {d.index} {d.name or '?'}"
+    if d.error:
+        return DeviceBar(key, title, d.memory_total_bytes, d.memory_free_bytes, error=d.error)
+    segments: list[Segment] = []
+    for mg in v.models:
+        mkey = (mg.name, mg.digest)
+        view = models.get(mkey)
+        measured = mg.measured_bytes
+        if view is None or measured is None:
+            if measured:
+                segments.append(Segment("model", measured, "reported", mg.name, mkey, "NVML: the runner's used memory"))
+            continue
+        gpus = on_gpus.get(mkey, [])
+        pairing = pairings.get(mkey)
+        segments.extend(_model_segments(
+            view, measured, "reported", log_device=pairing.get(d.index) if pairing else None,
+            alone=len(gpus) == 1 and not view.spilled, where=f"NVML's {measured:,} B on {prefix} {d.index}"))
+    if v.ollama_bytes:
+        segments.append(Segment("ollama", v.ollama_bytes, "reported", "other Ollama processes",
+                                note="NVML: Ollama processes no loaded model matches (GPU discovery, a runner starting)"))
+    for p in v.others:
+        if p.gpu_memory_bytes:
+            who = " ".join(x for x in (p.user, p.name) if x) or f"PID {p.pid}"
+            segments.append(Segment("other", p.gpu_memory_bytes, "reported", who,
+                                    note=f"NVML: PID {p.pid}" + (f" ({p.note})" if p.note else "")))
+    if v.unattributed_bytes is not None:
+        if v.unattributed_bytes:
+            segments.append(Segment("unattributed", v.unattributed_bytes, "estimated", "unattributed",
+                                    note="total − free − listed processes: driver, reserve, unlisted contexts"))
+    elif d.memory_total_bytes is not None and d.memory_free_bytes is not None:
+        rest = max(0, d.memory_total_bytes - d.memory_free_bytes - sum(s.bytes for s in segments))
+        if rest:
+            segments.append(Segment("unattributed", rest, "estimated", "used",
+                                    note="total − free: the driver does not break it down"))
+    if d.memory_free_bytes:
+        segments.append(Segment("free", d.memory_free_bytes, "reported", "free", note="NVML free memory"))
+    return DeviceBar(key, title, d.memory_total_bytes, d.memory_free_bytes, tuple(segments), note=v.note)
+
+
+def _vram_bar(models: Sequence[ModelView]) -> DeviceBar | None:
+    """No GPU telemetry: what ``/api/ps`` says each model holds in VRAM."""
+    segments: list[Segment] = []
+    for m in models:
+        if m.cloud or not m.size_vram_bytes:
+            continue
+        devices = _gpu_log_devices(m)
+        if len(devices) == 1:
+            segments.extend(_model_segments(m, m.size_vram_bytes, "reported", log_device=devices[0], alone=True,
+                                            where=f"/api/ps size_vram {m.size_vram_bytes:,} B"))
+        else:
+            segments.extend(_model_segments(m, m.size_vram_bytes, "reported", log_device=None,
+                                            alone=not m.spilled, where=f"/api/ps size_vram {m.size_vram_bytes:,} B"))
+    if not segments:
+        return None
+    return DeviceBar("VRAM", "VRAM (/api/ps, no GPU telemetry)", None, None, tuple(segments),
+                     note="what /api/ps says each model holds in VRAM; nothing measured the GPU")
+
+
+def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> DeviceBar | None:
+    segments: list[Segment] = []
+    for m in models:
+        if not m.spilled or m.size_bytes is None or m.size_vram_bytes is None:
+            continue
+        key = (m.name, m.digest)
+        cpu = _cpu_log_parts(m)
+        if cpu:
+            for p in _PARTS:
+                if cpu.get(p):
+                    segments.append(Segment(p, cpu[p], "allocated", m.name, key,  # type: ignore[arg-type]
+                                            f"the runner log's CPU-side {p} buffers (CPU, CPU_Mapped, *_Host)"))
+        else:
+            segments.append(Segment("model", m.size_bytes - m.size_vram_bytes, "estimated", m.name, key,
+                                    f"/api/ps size − size_vram = {m.size_bytes - m.size_vram_bytes:,} B"))
+    if system is None or system.ram_total_bytes is None:
+        if not segments:
+            return None
+        return DeviceBar("RAM", "RAM", None, None, tuple(segments), note="system memory not read")
+    total, free = system.ram_total_bytes, system.ram_available_bytes
+    if free is not None:
+        rest = total - free - sum(s.bytes for s in segments)
+        if rest > 0:
+            segments.append(Segment("unattributed", rest, "estimated", "OS and other programs",
+                                    note="total − available − the models' CPU parts"))
+        if free:
+            segments.append(Segment("free", free, "reported", "free", note="psutil: available"))
+    return DeviceBar("RAM", "RAM", total, free, tuple(segments))
+
+
+def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequence[ModelView], *,
+               views: Sequence[GpuView] | None = None) -> MemoryMap:
+    """The map of one server's machine.
+
+    Args:
+        gpu: The GPU sample (None before one, or for a server on another machine).
+        procs: The process sample taken with it.
+        models: The loaded models (``AppState.models``), in the server's order.
+        views: ``gpu_views(gpu, procs, models)`` when the caller has it already.
+
+    Returns:
+        A :class:`MemoryMap`; never raises on missing data (a missing figure leaves a part out).
+    """
+    order = tuple((m.name, m.digest) for m in models if not m.cloud)
+    by_key = {(m.name, m.digest): m for m in models}
+    system = gpu.system if gpu is not None else None
+    bars: list[DeviceBar] = []
+    telemetry = gpu is not None and gpu.ok
+    if telemetry:
+        views = gpu_views(gpu, procs, models) if views is None else views
+        on_gpus: dict[ModelKey, list[tuple[int, int | None]]] = {}
+        for v in views:
+            for mg in v.models:
+                on_gpus.setdefault((mg.name, mg.digest), []).append((v.device.index, mg.measured_bytes))
+        pairings = {k: _pair_devices(by_key[k], g) for k, g in on_gpus.items() if k in by_key}
+        bars.extend(_gpu_bar(v, by_key, on_gpus, pairings) for v in views)
+    else:
+        vram = _vram_bar(models)
+        if vram is not None:
+            bars.append(vram)
+    ram = _ram_bar(system, models)
+    if ram is not None:
+        bars.append(ram)
+    status = "" if telemetry else (gpu.status if gpu is not None else "GPU telemetry: waiting for the first sample")
+    return MemoryMap(tuple(bars), order, telemetry, status)
+
+
+def state_memory_map(state: AppState) -> MemoryMap:
+    """:func:`memory_map` of an ``AppState`` (its GPU, process and model samples)."""
+    return memory_map(state.gpu, state.procs, state.models)

@@ -1,0 +1,150 @@
+"""Which of the dashboard's optional panels show, and feeding them (a mixin of ``KvtopApp``).
+
+The panels, in priority order (``config.PANELS``): the memory map, the alerts with every fix, the
+VRAM and tok/s history, the recent events. Each is ``auto`` (shown once the terminal reaches its
+size in :data:`PANEL_MIN_SIZE`), or ``on``/``off`` as the user chose with its key (``m``, ``f``,
+``v``, ``l``); choices are saved in kvtop's state file (``config.save_panels``) and restored at
+start. Which panels show is set with CSS classes; Textual's layout (``kvtop.tcss``) places them.
+
+Observer cost (issue 13): a hidden panel is given nothing; the map is recomputed only when its
+inputs (the GPU and process samples, the models) are new objects, and redrawn only when the map
+differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from kvtop.config import PANELS, save_panels, saved_panels
+from kvtop.model.gpu import GpuPanelData
+from kvtop.model.memmap import MemoryMap, memory_map
+from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.memory_map import MemoryMapPanel
+from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
+
+if TYPE_CHECKING:
+    from kvtop.model.state import AppState
+    from kvtop.ui.app import KvtopApp
+
+PANEL_MIN_SIZE: dict[str, tuple[int, int]] = {
+    "map": (120, 36),
+    "alerts": (120, 40),
+    "history": (160, 48),
+    "events": (200, 55),
+}
+"""Terminal size (columns, rows) from which an ``auto`` panel shows."""
+
+COMPACT_MAP_BELOW = (120, 36)
+"""Below this size a map switched on with ``m`` is one line per device."""
+
+PANEL_WORDS = {"map": "memory map", "alerts": "alerts", "history": "history", "events": "events"}
+
+
+def panels_shown(width: int, height: int, choices: Mapping[str, str]) -> dict[str, bool]:
+    """Which panels show at ``width`` × ``height`` with the user's ``choices`` (``auto``/``on``/``off``)."""
+    out: dict[str, bool] = {}
+    for name in PANELS:
+        choice = choices.get(name, "auto")
+        w, h = PANEL_MIN_SIZE[name]
+        out[name] = choice == "on" or (choice == "auto" and width >= w and height >= h)
+    return out
+
+
+class PanelLayout:
+    """The panels' part of the app: choices, visibility and their data."""
+
+    def _init_panels(self) -> None:
+        self.panel_choices: dict[str, str] = saved_panels()
+        """``auto``/``on``/``off`` per panel (saved with each toggle)."""
+        self._map_inputs: tuple[object, ...] | None = None
+        self._map_cache: MemoryMap | None = None
+        self.map_computations = 0
+        """Times the memory map was computed (the observer-cost tests count them)."""
+
+    def _kv_app(self) -> KvtopApp:
+        from kvtop.ui.app import KvtopApp
+
+        assert isinstance(self, KvtopApp)
+        return self
+
+    def shown_panels(self) -> dict[str, bool]:
+        """Which panels show now."""
+        app = self._kv_app()
+        return panels_shown(app.size.width, app.size.height, self.panel_choices)
+
+    def apply_panel_layout(self) -> dict[str, bool]:
+        """Set the classes that show or hide the panels; returns :meth:`shown_panels`."""
+        main = self._kv_app().dashboard
+        shown = self.shown_panels()
+        main.query_one(MemoryMapPanel).set_class(shown["map"], "-shown")
+        main.query_one(AlertsPanel).set_class(shown["alerts"], "-shown")
+        main.query_one(HistoryPanel).set_class(shown["history"], "-shown")
+        main.query_one(EventsPane).set_class(shown["events"], "-visible")
+        main.set_class(shown["alerts"] or shown["history"], "-panel-row")
+        return shown
+
+    def toggle_panel(self, name: str) -> None:
+        """Show a panel that is hidden or hide one that shows, and save the choice."""
+        app = self._kv_app()
+        now = self.shown_panels()[name]
+        self.panel_choices[name] = "off" if now else "on"
+        problem = save_panels(self.panel_choices)
+        if problem:
+            app.notify(problem, severity="warning", markup=False)
+        app.notify(f"{PANEL_WORDS[name]}: {'hidden' if now else 'shown'} (saved)", timeout=1.5, markup=False)
+        app.refresh_dashboard()
+
+    def action_toggle_map(self) -> None:
+        self.toggle_panel("map")
+
+    def action_toggle_alerts(self) -> None:
+        self.toggle_panel("alerts")
+
+    def action_toggle_history_panel(self) -> None:
+        self.toggle_panel("history")
+
+    def current_memory_map(self, state: AppState, gpu_panel: GpuPanelData | None, local: bool) -> MemoryMap:
+        """The map of ``state`` (recomputed only when the GPU, process or model samples are new).
+
+        ``local``: the GPU sample is this server's (the GPU of another machine is not known)."""
+        inputs = (state.gpu if local else None, state.procs if local else None, state.models, local)
+        if self._map_cache is not None and self._map_inputs is not None and all(
+                a is b for a, b in zip(inputs, self._map_inputs)):
+            return self._map_cache
+        self.map_computations += 1
+        if local:
+            views = gpu_panel.views if gpu_panel is not None and gpu_panel.ok else None
+            mm = memory_map(state.gpu, state.procs, state.models, views=views)
+        else:
+            from dataclasses import replace
+
+            mm = replace(memory_map(None, None, state.models),
+                         status="GPU telemetry: none for this server (its GPUs are on another machine)")
+        self._map_inputs, self._map_cache = inputs, mm
+        return mm
+
+    def refresh_panels(self, state: AppState, gpu_panel: GpuPanelData | None, local: bool) -> dict[str, bool]:
+        """Lay the panels out and give the shown ones their data (called by the one repaint)."""
+        app = self._kv_app()
+        main = app.dashboard
+        shown = self.apply_panel_layout()
+        colors = dict(app.theme_variables)
+        if shown["map"]:
+            w, h = COMPACT_MAP_BELOW
+            compact = app.size.width < w or app.size.height < h
+            main.query_one(MemoryMapPanel).show(self.current_memory_map(state, gpu_panel, local), compact=compact)
+        if shown["alerts"]:
+            main.query_one(AlertsPanel).show(state.alerts, colors)
+        if shown["history"]:
+            from kvtop.ui.screens.history import _log_note
+
+            note = _log_note(state.log.source, demo=app.settings.demo, replay=app.replay is not None)
+            distinct = bool(getattr(app, "no_color", False)) or app.theme == "kvtop-mono"
+            main.query_one(HistoryPanel).show(app.histories[app.current_host], app.interval_s, note, distinct)
+        return shown
+
+    def on_memory_map_panel_model_picked(self, message: MemoryMapPanel.ModelPicked) -> None:
+        """A model's stretch of the map was clicked or hovered: select it in the table."""
+        self._kv_app().dashboard.query_one(ModelsTable).select_model(*message.model)

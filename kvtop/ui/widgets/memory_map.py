@@ -1,0 +1,343 @@
+"""The memory map panel: one bar per device (each GPU, then RAM) drawn across the panel's width.
+
+The segments come from ``kvtop.model.memmap`` (bytes, each with its source); this widget only
+draws them. Each model's weights, KV cache and compute use the theme's three shades (``kv-weights``,
+``kv-kv``, ``kv-compute``) and differ by glyph too (``█ ▓ ▒``, as in the table's bar), and the
+model's name is written over its stretch of the bar where it fits; a spilled model's CPU part on the
+RAM bar carries the same name and shades. Figures carry the source marks of ``kvtop.model.known``
+(``~`` estimated; allocated, runner and reported figures have none).
+
+Wide form: per device a title line (total and free), the bar, and a legend line. Compact form
+(``compact=True``, a small terminal): one line per device. Clicking or hovering over a model's
+stretch posts :class:`MemoryMapPanel.ModelPicked` (the app selects that model in the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import events
+from textual.message import Message
+from textual.widget import Widget
+
+from kvtop.model.known import SOURCE_MARK, ibytes
+from kvtop.model.memmap import MODEL_KINDS, DeviceBar, MemoryMap, ModelKey, Segment
+from kvtop.ui.format import _cells as split_cells
+from kvtop.ui.format import safe, safe_name
+
+GLYPHS: dict[str, str] = {
+    "weights": "█", "kv": "▓", "compute": "▒", "model": "▇", "overhead": "▞",
+    "ollama": "▚", "other": "▄", "unattributed": "·", "free": "░",
+}
+"""One glyph per kind, so the bar reads without colour (the mono theme, NO_COLOR)."""
+
+KIND_VARS: dict[str, str] = {
+    "weights": "kv-weights", "kv": "kv-kv", "compute": "kv-compute", "model": "kv-weights",
+    "overhead": "kv-muted", "ollama": "kv-muted", "other": "kv-warn", "unattributed": "kv-unknown",
+    "free": "kv-free",
+}
+"""Theme variable per kind."""
+
+KIND_WORDS: dict[str, str] = {
+    "weights": "weights", "kv": "KV cache", "compute": "compute", "model": "model (not split)",
+    "overhead": "overhead", "ollama": "other Ollama", "other": "other users", "unattributed": "unattributed",
+    "free": "free",
+}
+
+PART_LETTERS = {"weights": "W", "kv": "KV", "compute": "C", "model": "", "overhead": "+"}
+
+MIN_LABEL_CELLS = 5
+"""A model's name is written over its stretch of the bar from this many cells."""
+
+
+def _size(seg: Segment, *, short: bool = True) -> str:
+    return SOURCE_MARK.get(seg.source, "") + ibytes(seg.bytes, short=short)
+
+
+def _style(kind: str, colors: Mapping[str, str]) -> str:
+    return colors.get(KIND_VARS.get(kind, ""), "")
+
+
+def _short_title(bar: DeviceBar) -> str:
+    if bar.key in ("RAM", "VRAM"):
+        return bar.key
+    name = bar.title.split(" ", 2)[2] if bar.title.count(" ") >= 2 else ""
+    for prefix in ("NVIDIA ", "GeForce ", "AMD ", "Radeon "):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            name = name[len(prefix):]
+    return f"{bar.key} {safe(name, 12)}".rstrip()
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A model's stretch on one rendered line: cells ``x0 <= x < x1`` of line ``y``."""
+
+    y: int
+    x0: int
+    x1: int
+    model: ModelKey
+
+
+def draw_bar(bar: DeviceBar, width: int, colors: Mapping[str, str]) -> tuple[Text, list[tuple[int, int, ModelKey]]]:
+    """The bar in ``width`` cells and each model's stretch ``(x0, x1, key)`` on it.
+
+    Cells are proportional to bytes over the device's total (or the segments' sum when larger or
+    the total is not known); every non-zero segment gets at least one cell (``ui.format._cells``)."""
+    segs = bar.segments
+    if width <= 0:
+        return Text(), []
+    if not segs:
+        return Text("·" * width, style=colors.get("kv-unknown", "")), []
+    whole = max(bar.total_bytes or 0, sum(s.bytes for s in segs))
+    cells = split_cells([s.bytes for s in segs], whole, width)
+    out = Text(no_wrap=True, overflow="crop")
+    spans: list[tuple[int, int, ModelKey]] = []
+    x = 0
+    for seg, n in zip(segs, cells):
+        if n:
+            if seg.model is not None and spans and spans[-1][2] == seg.model and spans[-1][1] == x:
+                spans[-1] = (spans[-1][0], x + n, seg.model)
+            elif seg.model is not None:
+                spans.append((x, x + n, seg.model))
+            out.append(GLYPHS[seg.kind] * n, style=_style(seg.kind, colors))
+            x += n
+    if x < width:  # a device with no total: the rest is not known
+        out.append("·" * (width - x), style=colors.get("kv-unknown", ""))
+    for x0, x1, key in spans:  # names over their stretch where they fit, a glyph left at each end
+        n = x1 - x0 - 2
+        if n < MIN_LABEL_CELLS:
+            continue
+        label = safe_name(key[0], n)
+        at = x0 + 1
+        seg_styles = _styles_at(out, at, at + len(label))
+        pieces = Text()
+        for ch, st in zip(label, seg_styles):
+            pieces.append(ch, style=f"bold reverse {st}".strip())
+        out = out[:at] + pieces + out[at + len(label):]
+    return out, spans
+
+
+def _styles_at(text: Text, start: int, end: int) -> list[str]:
+    styles = [""] * (end - start)
+    for span in text.spans:
+        lo, hi = max(span.start, start), min(span.end, end)
+        for i in range(lo, hi):
+            styles[i - start] = str(span.style)
+    return styles
+
+
+def _model_legend(segs: Sequence[Segment], colors: Mapping[str, str]) -> Text:
+    t = Text()
+    for s in segs:
+        t.append(GLYPHS[s.kind], style=_style(s.kind, colors))
+    t.append(f" {safe_name(segs[0].label, 32)}", style="bold")
+    for s in segs:
+        letter = PART_LETTERS.get(s.kind, "")
+        t.append(f" {letter}{' ' if letter and letter != '+' else ''}{_size(s)}")
+    return t
+
+
+def legend_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
+    """Every segment of ``bar`` with its size and source mark: a model's parts together
+    (``█▓▒ qwen3:8b W 4.3G KV ~448M C ~61M +~242M``), then the other kinds."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    items: list[Text] = []
+    group: list[Segment] = []
+    for s in bar.segments:
+        if s.kind in MODEL_KINDS and group and group[0].model == s.model:
+            group.append(s)
+            continue
+        if group:
+            items.append(_model_legend(group, colors))
+            group = []
+        if s.kind in MODEL_KINDS:
+            group = [s]
+            continue
+        item = Text()
+        item.append(GLYPHS[s.kind], style=_style(s.kind, colors))
+        item.append(f" {safe(s.label, 40)} {_size(s)}")
+        items.append(item)
+    if group:
+        items.append(_model_legend(group, colors))
+    sep = Text("  ")
+    for i, item in enumerate(items):
+        if i:
+            line.append_text(sep)
+        line.append_text(item)
+    if bar.note and not bar.segments:
+        line.append(safe(bar.note, 160), style=colors.get("kv-muted", ""))
+    return line
+
+
+def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(safe(bar.title, 60), style="bold")
+    if bar.error:
+        line.append(f"  ✖ {safe(bar.error, 200)}", style=f"bold {colors.get('kv-crit', '')}")
+        return line
+    if bar.total_bytes is not None:
+        line.append(f"  {ibytes(bar.total_bytes)} total")
+    if bar.free_bytes is not None:
+        ratio = bar.free_bytes / bar.total_bytes if bar.total_bytes else 1.0
+        style = colors.get("kv-crit", "") if ratio <= 0.05 else colors.get("kv-warn", "") if ratio <= 0.15 else ""
+        line.append(" · ")
+        line.append(f"{ibytes(bar.free_bytes)} free", style=style)
+    elif bar.key == "VRAM":
+        line.append("  total and free not known: " + safe(bar.note or "", 120), style=colors.get("kv-muted", ""))
+    return line
+
+
+def key_line(colors: Mapping[str, str]) -> Text:
+    """What the marks and glyphs mean (the mark first: it is what a cut line must keep)."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append("~ estimated, no mark: allocated or reported ", style=colors.get("kv-muted", ""))
+    for kind in ("weights", "kv", "compute", "overhead", "ollama", "other", "unattributed", "free"):
+        line.append(" ")
+        line.append(GLYPHS[kind], style=_style(kind, colors))
+        line.append(f" {KIND_WORDS[kind]}")
+    return line
+
+
+def map_text(mm: MemoryMap, width: int, colors: Mapping[str, str], *, compact: bool) -> tuple[Text, list[Hit]]:
+    """The whole map as text and the models' stretches (``Hit``), for ``width`` cells.
+
+    Args:
+        mm: ``kvtop.model.memmap.memory_map(...)``.
+        width: Cells available (the panel's content width).
+        compact: One line per device (a small terminal).
+    """
+    lines: list[Text] = []
+    hits: list[Hit] = []
+    muted = colors.get("kv-muted", "")
+    if not mm.telemetry and mm.status:
+        lines.append(Text(safe(mm.status, 300), style=muted, no_wrap=True, overflow="ellipsis"))
+    if not mm.bars:
+        lines.append(Text("no device to draw: no GPU sample, no model in VRAM, RAM not read", style=muted))
+    for bar in mm.bars:
+        if compact:
+            head = f"{_short_title(bar):<16} "
+            if bar.error:
+                line = Text(head, style="bold", no_wrap=True, overflow="ellipsis")
+                line.append(f"✖ {safe(bar.error, 200)}", style=f"bold {colors.get('kv-crit', '')}")
+                lines.append(line)
+                continue
+            tail = f" {ibytes(bar.free_bytes, short=True)} free/{ibytes(bar.total_bytes, short=True)}" \
+                if bar.total_bytes is not None else " reported"
+            bar_width = max(8, width - len(head) - len(tail))
+            drawn, spans = draw_bar(bar, bar_width, colors)
+            line = Text(head, style="bold", no_wrap=True, overflow="ellipsis")
+            line.append_text(drawn)
+            line.append(tail)
+            hits.extend(Hit(len(lines), len(head) + a, len(head) + b, k) for a, b, k in spans)
+            lines.append(line)
+            continue
+        lines.append(_title_line(bar, colors))
+        if bar.error:
+            continue
+        drawn, spans = draw_bar(bar, width, colors)
+        hits.extend(Hit(len(lines), a, b, k) for a, b, k in spans)
+        lines.append(drawn)
+        lines.append(legend_line(bar, colors))
+    if not compact and mm.bars:
+        lines.append(key_line(colors))
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    out = Text("\n").join(lines)
+    out.no_wrap, out.overflow = True, "ellipsis"
+    return out, hits
+
+
+class MemoryMapPanel(Widget):
+    """The memory map; ``show()`` gives it a map and it redraws only when the map (or its width,
+    its form or the theme) changed. Hidden (``display: none``), it is given nothing and costs nothing."""
+
+    DEFAULT_CSS = """
+    MemoryMapPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    class ModelPicked(Message):
+        """A model's stretch of a bar was clicked or hovered."""
+
+        def __init__(self, model: ModelKey) -> None:
+            super().__init__()
+            self.model = model
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._map: MemoryMap | None = None
+        self._compact = False
+        self._cache: tuple[tuple[object, ...], Text, list[Hit]] | None = None
+        self._hover: ModelKey | None = None
+        self.renders = 0
+        """Times the text was built (the observer-cost tests count them)."""
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh(layout=True))
+
+    @property
+    def memory_map(self) -> MemoryMap | None:
+        """The map last shown."""
+        return self._map
+
+    def show(self, mm: MemoryMap, *, compact: bool) -> None:
+        """Set the map; nothing is redrawn when it is equal to the one shown."""
+        if mm == self._map and compact == self._compact:
+            return
+        lines_before = self._line_count()
+        self._map, self._compact = mm, compact
+        self.refresh(layout=self._line_count() != lines_before)
+
+    def _line_count(self) -> int:
+        mm = self._map
+        if mm is None:
+            return 1
+        per = 1 if self._compact else 3
+        n = sum(1 if (self._compact or b.error) else per for b in mm.bars) + (0 if self._compact else 1)
+        return n + (1 if not mm.telemetry and mm.status else 0) + (0 if mm.bars else 1)
+
+    def _text(self) -> tuple[Text, list[Hit]]:
+        colors = self.app.theme_variables
+        width = max(10, self.content_size.width or self.app.size.width - 2)
+        key = (self._map, self._compact, width, self.app.theme)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1], self._cache[2]
+        if self._map is None:
+            text, hits = Text("memory map: waiting for the first sample", style=colors.get("kv-muted", "")), []
+        else:
+            text, hits = map_text(self._map, width, colors, compact=self._compact)
+        self.renders += 1
+        self._cache = (key, text, hits)
+        return text, hits
+
+    def render(self) -> Text:
+        """The map from the last ``show()``."""
+        return self._text()[0]
+
+    def model_at(self, x: int, y: int) -> ModelKey | None:
+        """The model whose stretch covers content cell ``(x, y)``, if any."""
+        for hit in self._text()[1]:
+            if hit.y == y and hit.x0 <= x < hit.x1:
+                return hit.model
+        return None
+
+    def _pick(self, event: events.MouseEvent, *, hover: bool) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        model = self.model_at(offset.x, offset.y)
+        if model is None or (hover and model == self._hover):
+            return
+        self._hover = model
+        self.post_message(self.ModelPicked(model))
+
+    def on_click(self, event: events.Click) -> None:
+        self._pick(event, hover=False)
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        self._pick(event, hover=True)
+
+    def on_leave(self, event: events.Leave) -> None:
+        self._hover = None

@@ -1,0 +1,84 @@
+"""The dashboard's layout from 80×24 to a wall display (issue 17): the table first at 80×24; from
+120×36 the memory map, then the alerts with their fixes, the history plots and the events, without a
+key press; panels toggled with ``m`` ``f`` ``v`` ``l``, the choice saved in the state file and
+restored at the next start. Snapshots at 80×24, 120×40, 160×48 and 220×55."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvtop.config import PANELS, saved_panels
+from kvtop.ui.layout import panels_shown
+from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.memory_map import MemoryMapPanel
+from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
+from tests.ui.mapfakes import settle, shared_app
+from tests.ui.screen_text import screen_when
+
+AUTO = dict.fromkeys(PANELS, "auto")
+
+
+def test_panels_by_size_and_choice() -> None:
+    assert panels_shown(80, 24, AUTO) == {"map": False, "alerts": False, "history": False, "events": False}
+    assert panels_shown(120, 36, AUTO) == {"map": True, "alerts": False, "history": False, "events": False}
+    assert panels_shown(120, 40, AUTO) == {"map": True, "alerts": True, "history": False, "events": False}
+    assert panels_shown(160, 48, AUTO) == {"map": True, "alerts": True, "history": True, "events": False}
+    assert panels_shown(220, 55, AUTO) == {"map": True, "alerts": True, "history": True, "events": True}
+    assert panels_shown(119, 60, AUTO)["map"] is False  # both sizes must be reached
+    assert panels_shown(80, 24, {**AUTO, "map": "on"})["map"] is True
+    assert panels_shown(220, 55, {**AUTO, "history": "off"})["history"] is False
+
+
+def _shown(app: Any) -> dict[str, bool]:
+    return {"map": app.query_one(MemoryMapPanel).display, "alerts": app.query_one(AlertsPanel).display,
+            "history": app.query_one(HistoryPanel).display, "events": app.query_one(EventsPane).display}
+
+
+async def test_toggle_is_saved_and_restored(tmp_path: Path) -> None:
+    app = shared_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert _shown(app) == {"map": True, "alerts": True, "history": True, "events": False}
+        await pilot.press("m")
+        await pilot.pause(0.1)
+        assert not app.query_one(MemoryMapPanel).display
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert app.query_one(EventsPane).display
+    assert saved_panels() == {"map": "off", "alerts": "auto", "history": "auto", "events": "on"}
+    again = shared_app(tmp_path)
+    async with again.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert _shown(again) == {"map": False, "alerts": True, "history": True, "events": True}
+        await pilot.press("m")  # back on: at 80×24 too, one line per device
+    assert saved_panels()["map"] == "on"
+    small = shared_app(tmp_path)
+    async with small.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        lines = await screen_when(pilot, lambda ls: any(line.startswith(" GPU0 RTX A6000   ") for line in ls))
+        assert any(line.startswith(" RAM              ") and "40G free/64G" in line for line in lines)
+
+
+def _snap(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> bool:
+    async def run_before(pilot: Any) -> None:
+        await settle(pilot)
+
+    result: bool = snap_compare(shared_app(tmp_path), terminal_size=size, run_before=run_before)
+    return result
+
+
+def test_dashboard_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    assert _snap((80, 24), snap_compare, tmp_path)
+
+
+def test_dashboard_120x40(snap_compare: Any, tmp_path: Path) -> None:
+    assert _snap((120, 40), snap_compare, tmp_path)
+
+
+def test_dashboard_160x48(snap_compare: Any, tmp_path: Path) -> None:
+    assert _snap((160, 48), snap_compare, tmp_path)
+
+
+def test_dashboard_220x55(snap_compare: Any, tmp_path: Path) -> None:
+    assert _snap((220, 55), snap_compare, tmp_path)
