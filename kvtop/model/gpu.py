@@ -424,7 +424,8 @@ class GpuView:
         parts.append(SplitPart("ollama", "other Ollama processes", self.ollama_bytes))
         parts.append(SplitPart("other", "other processes", self.other_bytes))
         if self.unattributed_bytes is not None:
-            parts.append(SplitPart("unattributed", "driver, reserved and unlisted", self.unattributed_bytes))
+            parts.append(SplitPart("unattributed", "rest of the RAM in use" if d.unified_memory else
+                                   "driver, reserved and unlisted", self.unattributed_bytes))
         elif d.memory_total_bytes is not None and d.memory_free_bytes is not None:
             listed = sum(p.bytes for p in parts)
             parts.append(SplitPart("unattributed", "used (not broken down)",
