@@ -55,6 +55,9 @@ ModelKey = tuple[str, str]
 
 _PARTS = ("weights", "kv", "compute")
 _GPU_DEVICE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|MTL)(\d*)$", re.IGNORECASE)
+_OVERHEAD_MIN_BYTES = 1024 * 1024
+"""A model's measured bytes beyond its listed parts form a segment from this size on; less is the
+log's rounding (it prints MiB with two decimals per buffer), not memory."""
 _SLACK_BYTES = 64 * 1024 * 1024
 """How far a log device's parts may exceed the runner's measured bytes on a GPU and still pair
 (the log prints MiB with two decimals; NVML rounds to its page size)."""
@@ -214,7 +217,7 @@ def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_d
             return [Segment("model", budget, source_whole, view.name, key,
                             f"{where}: not broken down (weights, KV or compute not known)")] if budget else []
     listed = sum(s.bytes for s in out)
-    if budget > listed:
+    if budget - listed >= _OVERHEAD_MIN_BYTES:
         out.append(Segment("overhead", budget - listed, "estimated", view.name, key,
                            f"{where} − the parts listed: CUDA context and buffers not itemised"))
     return out

@@ -24,6 +24,8 @@ Keys
   S          reverse the sort          t          next theme
   ↑ ↓        move the selection        1–9 ] [    server N / next / previous
   h          history plots (z or ← → window, Esc back)
+  m / f / v  memory map / alerts with fixes / history panels (from 120×36 they show
+             by themselves; a key's choice is saved; click a model's bar to select it)
   i          server view: traffic, health, pre-flight of every pulled model (Esc back)
 
 What-if planner (w on a model)
@@ -52,6 +54,11 @@ GPU panel (one line per GPU under 100 columns)
   █          a loaded model's runner (NVML per-process memory; one colour each)
   ▓          other Ollama processes    ▒          other processes
   ·          driver, reserved, unlisted ░          free
+
+Memory map (m; one bar per GPU and RAM, a model's name over its part)
+  █ ▓ ▒      a model's weights / KV cache / compute   ▇  a model, not broken down
+  ▞          runner overhead (measured − listed)      ▚  other Ollama processes
+  ▄          another user's process    ·  unattributed (driver, OS)    ░  free
 
 Sources, best first (the detail view names each one)
   plain      allocated (runner log), runner (its /props, /slots) or reported (API)
