@@ -143,3 +143,15 @@ def test_lost_gpu_is_an_error_bar(tmp_path: Path) -> None:
 def test_equal_inputs_give_an_equal_map(tmp_path: Path) -> None:
     """The widget skips a redraw when the map is equal: an unchanged sample must give an equal map."""
     assert memory_map(*shared_sample(tmp_path)) == memory_map(*shared_sample(tmp_path))
+
+
+def test_rounding_is_not_an_overhead_segment(tmp_path: Path) -> None:
+    """The log prints MiB with two decimals: a measured figure a few hundred bytes above the parts is
+    rounding, and no ``overhead`` segment is drawn for it (from 1 MiB on there is one)."""
+    gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
+    measured = 6 * GiB + 256 * MiB
+    close = with_devices(models, Q8, {"weights": {"CUDA0": measured - 405 - 3 * GiB}, "kv": {"CUDA0": 3 * GiB}})
+    assert [s.kind for s in memory_map(gpu, procs, close).bars[0].segments if s.label == Q8] == ["weights", "kv"]
+    far = with_devices(models, Q8, {"weights": {"CUDA0": measured - MiB - 3 * GiB}, "kv": {"CUDA0": 3 * GiB}})
+    segs = [s for s in memory_map(gpu, procs, far).bars[0].segments if s.label == Q8]
+    assert [(s.kind, s.bytes) for s in segs][-1] == ("overhead", MiB)
