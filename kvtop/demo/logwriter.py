@@ -395,12 +395,20 @@ class LogWriter:
     """
 
     def __init__(self, path: Path, player: ScenarioPlayer, *, poll_s: float = 0.05,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall_ns: Callable[[], int] = time.time_ns) -> None:
+        """Args: ``path``, the log file; ``player``, the stand-in's clock; ``poll_s``, seconds between
+        writes; ``wall_ns``, the wall clock (Unix ns) the player uses (injectable for tests).
+
+        Raises:
+            ValueError: A model of the scenario cannot be written (no runner figures, sizes below
+                weights + KV): found before anything is written.
+        """
         self.path = path
         self.player = player
         self.script = build_script(player.scenario)
+        script_lines(player.scenario)  # every load's figures are checked now, not when its step comes
         self._poll_s = poll_s
-        self._wall = wall
+        self._wall_ns = wall_ns
         self._state: dict[str, tuple[int | None, int, int]] = {}
         self._index: int | None = None
         self._pos = 0.0
@@ -415,7 +423,7 @@ class LogWriter:
         steps = self.player.scenario.steps
         step = steps[index]
         end = steps[index + 1].at_s if index + 1 < len(steps) else self.player.scenario.period_s
-        elapsed = max(0.0, (time.time_ns() - since_ns) / 1e9 * self.player.speed)
+        elapsed = max(0.0, (self._wall_ns() - since_ns) / 1e9 * self.player.speed)
         return index, min(step.at_s + elapsed, end)
 
     def busy(self) -> bool:
@@ -438,7 +446,7 @@ class LogWriter:
             lines += self.script.lines_between(index, self._pos, at_s)
             self._pos = max(self._pos, at_s)
             if lines:
-                now = self._wall()
+                now = self._wall_ns() / 1e9
                 with self.path.open("a", encoding="utf-8") as f:
                     f.write("".join(restamp(line, now) + "\n" for line in lines))
                 self.lines_written += len(lines)

@@ -116,38 +116,64 @@ async def test_replayed_states_equal_the_live_ones(tmp_path: Path) -> None:
 
 async def test_incident_recording_replays_with_its_alerts() -> None:
     recording = read_recording(resolve_recording("incident"))
-    assert recording.header.sources["log"].startswith("file:")
+    assert recording.header.sources["log"] == "file:server.log"
     app = make_app(Settings(host_url="http://unused:1", log_spec="none"), replay=recording)
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.press("J")  # a minute ahead: past the 42 s recorded
+        for _ in range(4):
+            await pilot.press("greater_than_sign")  # ×16: the spill comes 40 s into the recording
+        # the spill as the runner log and the GPU tell it, once gemma4 has served a request spilled
+        def spilled_and_timed() -> bool:
+            gemma = next((m for m in app.state.models if m.name == "gemma4:latest"), None)
+            return (any(a.kind == "spill" and "34/43 layers" in a.message for a in app.state.alerts)
+                    and gemma is not None and gemma.cpu_percent == 19 and gemma.throughput is not None
+                    and gemma.throughput.avg_decode_tps is not None)
+
+        await until(pilot, spilled_and_timed, timeout_s=15)
+        await pilot.press("space")
+        during = app.state
+        spill = next(a for a in during.alerts if a.kind == "spill")
+        assert spill.model == "gemma4:latest"
+        assert spill.message.startswith("19% of 6.1 GiB in system RAM (1.2 GiB); 34/43 layers on the GPU")
+        assert any(f.action.startswith("num_ctx ") and f.action.endswith(" for qwen3:1.7b-q8_0") and f.fits
+                   for f in spill.fixes)
+        views = {m.name: m for m in during.models}
+        assert set(views) == {"qwen3:1.7b-q8_0", "gemma4:latest"}
+        assert views["gemma4:latest"].processor == "19%/81% CPU/GPU"
+        assert views["gemma4:latest"].flash_attention.value == "disabled"
+        assert views["qwen3:1.7b-q8_0"].context.value == 32768
+        assert views["qwen3:1.7b-q8_0"].memory.kv.value == 3_758_096_384  # allocated (the runner log)
+        assert "spill gemma4:latest" in str(app.dashboard.query_one("#alertbar").render())
+
+        await pilot.press("space", *["less_than_sign"] * 4)  # playing again, at ×1
+        await pilot.press("J")  # a minute ahead: past the 80 s recorded, after the fix
         await until(pilot, lambda: app.replay is not None and app.replay.player.at_end)
         await pilot.pause(0.2)
         end = app.state
         alerts = {a.kind: a for a in end.alerts}
-        assert {"spill", "prompt_truncated", "eviction"} <= set(alerts)
-        spill = alerts["spill"]
-        assert spill.model == "gemma4:latest"
-        assert spill.message.startswith("19% of 6.1 GiB in system RAM (1.2 GiB)")
-        assert any(f.action == "num_ctx 21760 for qwen3:1.7b-q8_0" and f.fits for f in spill.fixes)
+        assert "spill" not in alerts and "eviction" in alerts
+        assert [e.limit for e in end.log.recent if e.kind == "truncation"] == [1026]  # num_ctx 2048, keep 4
         assert "unloaded to make room" in alerts["eviction"].message
         views = {m.name: m for m in end.models}
-        assert set(views) == {"qwen3:1.7b-q8_0", "gemma4:latest"}
-        assert views["gemma4:latest"].processor == "19%/81% CPU/GPU"
-        assert views["qwen3:1.7b-q8_0"].context.value == 32768
+        assert views["gemma4:latest"].processor == "100% GPU"
+        assert views["qwen3:1.7b-q8_0"].context.value == 8192
+        # the spill cliff: gemma4 decoded at ~9.7 tok/s spilled, ~41 tok/s once it fits again
+        slow = during.models[[m.name for m in during.models].index("gemma4:latest")].throughput
+        fast = views["gemma4:latest"].throughput
+        assert slow is not None and fast is not None and slow.avg_decode_tps and fast.avg_decode_tps
+        assert slow.avg_decode_tps < 11 < 38 < fast.avg_decode_tps
         text = header_text(app)
-        assert "REPLAY 20" in text and "×1  END" in text and "every" not in text
-        bar = str(app.dashboard.query_one("#alertbar").render())
-        assert "spill gemma4:latest" in bar
+        assert "REPLAY 20" in text and "END" in text and "every" not in text
 
         await pilot.press("B")  # back to the start: the state is rebuilt from the first record
         await until(pilot, lambda: app.replay is not None and app.replay.player.position < 10)
         await pilot.press("space")
+        await pilot.pause(0.3)  # a record in flight when it paused is applied
         assert all(a.kind != "spill" for a in app.state.alerts)  # rebuilt from the start: no spill yet
         assert app.paused and "PAUSED" in header_text(app)
         position = app.replay.player.position
         await pilot.press("full_stop")
-        await until(pilot, lambda: app.replay is not None and app.replay.player.position == position + 1)
-        await pilot.press("J")
+        await until(pilot, lambda: app.replay is not None and app.replay.player.position > position)  # one apply step
+        await pilot.press("J", "J")
         await until(pilot, lambda: app.replay is not None and app.replay.player.at_end)
         await pilot.pause(0.2)
         assert app.state == end  # the same fold, however it was reached

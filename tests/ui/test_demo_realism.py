@@ -1,8 +1,8 @@
 """Demo realism (issue 15 item 15).
 
-* ``--demo`` shows the scenario's machine: the GPU line's RAM is the stand-in's
-  (``GET /_standin/machine``: the scenario's RAM, growing by what a spilled model holds in system
-  RAM), never the host's, and no process of the host.
+* ``--demo`` shows the scenario's machine: its simulated GPU (issue 17), RAM and processes are the
+  stand-in's (``GET /_standin/machine``: RAM growing by what a spilled model holds in system RAM,
+  one runner per loaded model and another user's job on the GPU), never the host's.
 * The bundled recordings carry neither the recording host's temporary log path nor its RAM.
 * The sorted column is marked in the table header (``▼`` largest first, ``▲`` A to Z, flipped by ``S``).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import httpx
 
 from kvtop.config import Settings
+from kvtop.demo.logwriter import LLAMA_SERVER
 from kvtop.demo.machine import DEMO_GPU_STATUS, DemoMachineSource, NoProcSource
 from kvtop.sources.replay import read_recording, resolve_recording
 from kvtop.ui.app import make_app
@@ -30,12 +31,22 @@ async def test_demo_machine_ram_is_the_scenarios_and_grows_with_a_spill() -> Non
         try:
             server.goto(step_index("raised to 32768"))
             calm = await source.sample()
+            calm_procs = await source.procs_source().sample(calm.pids)
             server.goto(step_index("spills"))
             spilled = await source.sample()
         finally:
             await source.aclose()
         ps = httpx.get(f"{server.url}/api/ps", timeout=5).json()["models"]
-    assert calm.status == DEMO_GPU_STATUS and not calm.ok and calm.devices == ()
+    assert calm.status == DEMO_GPU_STATUS and calm.ok
+    (device,) = calm.devices
+    assert device.name == "NVIDIA GeForce RTX 4060 Ti (DEMO)"
+    # the one runner holds qwen3's size_vram, dana's job 3000 MiB; 300 MiB are used but unlisted
+    on_gpu = {p.pid: p.used_memory_bytes for p in device.processes}
+    assert on_gpu == {4100: 6_106_141_568, 23011: 3_145_728_000}
+    assert device.memory_used_bytes == 6_106_141_568 + 3_145_728_000 + 314_572_800
+    (runner,) = calm_procs.runners
+    assert runner.pid == 4100 and runner.kind == "llama-server" and runner.ctx_size == 32768
+    assert calm_procs.processes[23011].user == "dana"
     assert calm.system is not None and spilled.system is not None
     assert calm.system.ram_total_bytes == 32 * GIB and calm.system.ram_used_bytes == 3 * GIB
     in_ram = sum(m["size"] - m["size_vram"] for m in ps)
@@ -44,25 +55,27 @@ async def test_demo_machine_ram_is_the_scenarios_and_grows_with_a_spill() -> Non
     assert procs.runners == () and procs.servers == ()
 
 
-async def test_demo_dashboard_shows_the_demo_machines_ram() -> None:
+async def test_demo_dashboard_shows_the_demo_machines_gpu_and_ram() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(step_index("raised to 32768"))
+        machine = DemoMachineSource(server.url)
         app = make_app(Settings(host_url=server.url, interval_s=0.25, log_spec="none", demo=True),
-                       gpu_source=DemoMachineSource(server.url), proc_source=NoProcSource())
+                       gpu_source=machine, proc_source=machine.procs_source())
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: app.state is not None and app.state.gpu is not None
                            and app.state.gpu.system is not None)
             await pilot.pause(0.1)
             lines = screen_lines(app)
-    gpu_line = next(line for line in lines if line.lstrip().startswith("GPU telemetry"))
-    assert "none in the demo" in gpu_line and "RAM 3.0G/32G" in gpu_line
+    gpu_line = next(line for line in lines if line.lstrip().startswith("GPU0"))
+    assert "RTX 4060 Ti" in gpu_line and "8.9G/16G" in gpu_line
+    assert any("RAM 3.0G/32G" in line for line in lines)
 
 
 def test_bundled_recordings_carry_no_host_path_or_host_ram() -> None:
     for name in ("demo", "incident"):
         rec = read_recording(resolve_recording(name))
         log = rec.header.sources.get("log")
-        assert log in ("none", "file:server.log", None), log
+        assert log == "file:server.log", log
         sources = {r.log.source for r in rec.records if r.log is not None}
         assert sources <= {log}, sources
         gpus = [r for r in rec.records if r.kind == "gpu"]
@@ -70,7 +83,10 @@ def test_bundled_recordings_carry_no_host_path_or_host_ram() -> None:
         for r in gpus:
             snap = r.gpu
             assert snap is not None and snap.status == DEMO_GPU_STATUS
-            assert r.procs is None or (r.procs.runners == () and r.procs.servers == ())
+            assert [d.name for d in snap.devices] in (["NVIDIA GeForce RTX 4060 Ti (DEMO)"],
+                                                      ["NVIDIA GeForce RTX 3060 (DEMO)"])
+            # the simulated runners only: llama-server of the scenario, no process of the recording host
+            assert r.procs is None or all(p.cmdline[:1] == (LLAMA_SERVER,) for p in r.procs.runners)
             assert snap.system is not None and snap.system.ram_total_bytes == 32 * GIB
 
 
