@@ -7,6 +7,7 @@ keep-alive). Every confirmation opens on Cancel: Enter cancels.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -210,7 +211,7 @@ async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> 
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(step_index("gemma4 loads"))
         app = _app(server)
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with app.run_test(size=(110, 36)) as pilot:  # under 120x40: the fixes are in the events pane
             await _select(pilot, GEMMA)
             await wait_for(pilot, lambda: any(f.action.startswith("unload ") for a in app.state.alerts
                                               for f in a.fixes), timeout_s=10)
@@ -278,3 +279,163 @@ def _view(expires: datetime) -> ModelView:
 
 def test_countdown_ignores_go_zero_time() -> None:
     assert countdown_text(_view(datetime(1, 1, 1, tzinfo=timezone.utc)), time.time()) is None
+
+
+async def test_readonly_full_session_sends_only_reads() -> None:
+    """--readonly: every screen visited, every action key pressed (and the palette searched):
+    the stand-in receives only GET and POST /api/show; no write is offered anywhere."""
+    from kvtop.ui.screens.help import HelpScreen
+    from kvtop.ui.screens.history import HistoryScreen
+    from kvtop.ui.screens.model_detail import ModelDetailScreen
+    from kvtop.ui.screens.plan import PlanScreen
+
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        for size in ((80, 24), (160, 48)):
+            app = _app(server, readonly=True)
+            async with app.run_test(size=size) as pilot:
+                await _select(pilot, GEMMA)
+                footer = (await screen_when(pilot, lambda ls: "Quit" in ls[-1]))[-1]
+                assert "Unload" not in footer and "Keep-alive" not in footer and "Signal" not in footer
+                assert not any(b.binding.action in ("unload", "keep_alive", "signal_process")
+                               for b in app.screen.active_bindings.values())
+                assert not [c for c in app.get_system_commands(app.screen)
+                            if c.title in ("Unload model", "Keep-alive", "Signal GPU process")]
+                keys = ("u", "y", "a", "enter", "y", "k", "enter", "9", "y", "y")
+
+                async def back() -> None:
+                    while len(app.screen_stack) > 1:
+                        await pilot.press("escape")
+                        await pilot.pause(0.05)
+                    await _select(pilot, GEMMA)
+
+                await pilot.press(*keys)  # Enter here opens the detail view: keys land there too
+                await back()
+                for screen_key, kind in (("question_mark", HelpScreen), ("enter", ModelDetailScreen),
+                                         ("h", HistoryScreen), ("w", PlanScreen)):
+                    await pilot.press(screen_key)
+                    await wait_for(pilot, lambda: isinstance(app.screen, kind), timeout_s=10)
+                    await pilot.press(*keys)
+                    await back()
+                await pilot.press("g", *keys)
+                await back()
+                await pilot.press("g", "l", *keys)
+                await back()
+                pane = app.query_one(EventsPane)
+                pane.focus()
+                await wait_for(pilot, lambda: pane.row_count > 0)
+                for row in range(pane.row_count):
+                    pane.move_cursor(row=row)
+                    await pilot.press("enter", "y", "c")
+                    if len(app.screen_stack) > 1:
+                        await pilot.press("escape")
+                        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+                await pilot.press("ctrl+p")
+                await pilot.press(*"unload", "enter", "y")
+                await pilot.pause(0.5)
+                assert app.operator_log == []
+            requests = server.requests()
+            assert ("GET", "/api/ps") in requests and ("POST", "/api/show") in requests
+            assert all(m == "GET" or (m, p) == ("POST", "/api/show") for m, p in requests), requests
+            assert server.writes() == []
+
+
+def _gpu_with(*pids: int) -> tuple[Any, Any]:
+    from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, ProcessInfo, ProcSnapshot
+    from tests.fakes.gpu_sources import FIXED_SYSTEM
+
+    gib = 1024**3
+    device = GpuDevice(index=0, name="NVIDIA RTX A6000", memory_total_bytes=48 * gib, memory_used_bytes=12 * gib,
+                       memory_free_bytes=36 * gib,
+                       processes=tuple(GpuProcess(pid, (i + 1) * gib) for i, pid in enumerate(pids)))
+    gpu = GpuSnapshot(taken_at=time.time(), status="GPU telemetry: NVML", ok=True, backend="nvml",
+                      devices=(device,), system=FIXED_SYSTEM)
+    procs = ProcSnapshot(taken_at=time.time(), processes={
+        pid: ProcessInfo(pid, user="tester", name="sleep", cmdline=("sleep", "60")) for pid in pids})
+    return FixedGpuSource(gpu), FixedProcSource(procs)
+
+
+async def test_signal_a_foreign_gpu_process_sigterm_then_sigkill_behind_two_confirmations() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from kvtop.ui.actions import SignalScreen
+
+    term = subprocess.Popen(["sleep", "60"])
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                                 "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+                                stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+    try:
+        with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+            server.goto(step_index("A second model"))
+            gpu, procs = _gpu_with(term.pid, stubborn.pid)
+            app = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu, proc_source=procs)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await _select(pilot, Q8)
+                await wait_for(pilot, lambda: len(app.foreign_processes()) == 2)
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, SignalScreen))
+                screen = app.screen
+                assert isinstance(screen, SignalScreen)
+                await wait_for(pilot, lambda: len(screen.targets) == 2)
+                assert all(t.allowed for t in screen.targets.values())
+                # SIGTERM: Enter asks (Cancel focused), Enter cancels; then y sends
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+                assert app.focused is not None and app.focused.id == "no"
+                assert f"Send SIGTERM to PID {term.pid} (sleep" in app.screen.text  # type: ignore[attr-defined]
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: app.screen is screen)
+                assert term.poll() is None
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+                await pilot.press("y")
+                await wait_for(pilot, lambda: term.poll() is not None, timeout_s=5)
+                assert term.returncode == -signal.SIGTERM
+                await wait_for(pilot, lambda: any(f"SIGTERM PID {term.pid} (sleep): sent" in e for e in _log(app)))
+
+                # SIGKILL on the process that ignores SIGTERM: two confirmations
+                await pilot.press("down", "9")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+                await pilot.press("y")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad)
+                               and "last question" in app.screen.text)  # type: ignore[attr-defined]
+                assert app.focused is not None and app.focused.id == "no"
+                await pilot.press("enter")  # the second question cancels too
+                await wait_for(pilot, lambda: app.screen is screen)
+                await pilot.pause(0.2)
+                assert stubborn.poll() is None
+                await pilot.press("9", "y")
+                await wait_for(pilot, lambda: "last question" in getattr(app.screen, "text", ""))
+                await pilot.press("y")
+                await wait_for(pilot, lambda: stubborn.poll() is not None, timeout_s=5)
+                assert stubborn.returncode == -signal.SIGKILL
+                assert any(e.startswith(f"SIGKILL PID {stubborn.pid}") and "cancelled" in e for e in _log(app))
+    finally:
+        for p in (term, stubborn):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=5)
+
+
+def test_a_process_of_another_user_cannot_be_signalled(monkeypatch: Any) -> None:
+    import subprocess
+
+    from kvtop.sources import signals
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert signals.signal_target(child.pid).allowed
+        other = 4242 if os.getuid() != 4242 else 4243
+        monkeypatch.setattr(signals, "_ids", lambda: (other, {other}))  # as if kvtop ran as another user
+        target = signals.signal_target(child.pid)
+        assert not target.allowed and "only its owner or root may signal it" in target.reason
+        assert signals.send_signal(target, 15) == f"PID {child.pid}: {target.reason}"
+        assert child.poll() is None
+        assert signals.signal_target(1).reason == "PID 1 and the kernel are never signalled"
+        assert signals.signal_target(os.getpid()).reason == "this is kvtop itself"
+    finally:
+        child.kill()
+        child.wait(timeout=5)

@@ -41,14 +41,16 @@ Replay (kvtop --replay FILE|demo|incident)
 Columns
   NAME       model name (red: spilled to system RAM)
   ID         first 12 characters of the manifest digest
-  SIZE       /api/ps size: weights + KV cache + compute, in binary units
+  SIZE       /api/ps size: weights + KV cache + compute, in binary units; a spilled
+             model's VRAM+RAM (5.0G+1.2G: allocated from the log, else reported)
   MEMORY     bar of weights █ | KV cache ▓ | compute ▒ (· not known)
   VRAM 1m    size_vram over the last minute (▁…█: 0 to its peak)
   CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
   PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it
   FLASH ATTN / KV TYPE  what the runner resolved (log), else its command line
   TOK/S      decode tokens/s of the newest request (log or /slots, v0.30+)
-  UNTIL      keep-alive left; "Stopping..." = busy past keep_alive or unloading
+  UNTIL      keep-alive left (42s in its last minute; "unloading…" after u);
+             "Stopping..." = busy past keep_alive or unloading
 
 GPU panel (one line per GPU under 100 columns)
   █          a loaded model's runner (NVML per-process memory; one colour each)

@@ -144,23 +144,23 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
     return cell
 
 
-SPLIT_MIN_COLUMNS = 78
-"""From this width on a spilled model gets the VRAM+RAM column (only while one is spilled)."""
+def _size(v: ModelView, colors: dict[str, str]) -> Text:
+    """SIZE: ``/api/ps`` size; for a spilled model its VRAM and RAM instead (they add up to it):
+    ``5.0G+1.2G`` (``model.placement.vram_ram``: allocated from the log, else reported; both plain
+    in the legend), the RAM part in the critical colour."""
+    if not v.spilled:
+        return Text(ibytes(v.size_bytes), justify="right")
+    vram, ram = vram_ram(v)
+    text = Text(no_wrap=True, justify="right")
+    text.append(size_text(vram, short=True))
+    text.append("+", style=colors.get("kv-muted", ""))
+    text.append(size_text(ram, short=True), style=f"bold {colors.get('kv-crit', '')}".strip())
+    return text
 
 
-def _split(short: bool) -> Callable[[ModelView, dict[str, str]], Text]:
-    """VRAM+RAM of a spilled model (``model.placement.vram_ram``: allocated or reported, both
-    plain in the legend); empty for a model wholly in VRAM."""
-    def cell(v: ModelView, colors: dict[str, str]) -> Text:
-        if not v.spilled:
-            return Text("")
-        vram, ram = vram_ram(v)
-        text = Text(no_wrap=True, justify="right")
-        text.append(size_text(vram, short=short))
-        text.append("+", style=colors.get("kv-muted", ""))
-        text.append(size_text(ram, short=short), style=f"bold {colors.get('kv-crit', '')}".strip())
-        return text
-    return cell
+def _size_column(spill: bool) -> Column:
+    """SIZE, one cell wider while a model is spilled (``9.9G+9.9G``: short sizes have no decimal from 10)."""
+    return Column("size", "SIZE", 9 if spill else 8, _size)
 
 
 NAME_MAX = 80
@@ -174,7 +174,7 @@ def columns_for(width: int, sparks: Sparks | None = None, views: Sequence[ModelV
     Columns share the width by need: when a name in ``views`` is longer than the NAME column,
     the other columns give up the cells their header and cells do not use (widest slack first),
     so a name is cut only when the terminal has no room left for it."""
-    spill = width >= SPLIT_MIN_COLUMNS and any(v.spilled for v in views)
+    spill = any(v.spilled for v in views)
     return _fit_names(_column_set(width, sparks, spill), width, views)
 
 
@@ -216,20 +216,17 @@ def _need(col: Column, views: Sequence[ModelView]) -> int:
 
 def _column_set(width: int, sparks: Sparks | None, spill: bool = False) -> tuple[Column, ...]:
     """The columns for ``width`` at their usual widths (NAME takes what the others leave);
-    ``spill``: a model is spilled, VRAM+RAM follows SIZE (the MEMORY bar gives up cells for it
-    under 100 columns)."""
+    ``spill``: a model is spilled, SIZE shows its VRAM+RAM (one cell wider, taken from NAME)."""
     spark = Column("spark", "VRAM 1m", SPARK_CELLS, _spark(sparks or {}))
     # NAME gets what the fixed columns leave: their widths + 2 cells of padding per column
     # + 2 for the vertical scrollbar + 1 spare
+    size = _size_column(spill)
     if width >= WIDE_MIN_COLUMNS:
-        split_w = 17 if spill else 0
-        name_w = max(14, min(44, width - 143 - (split_w + 2 if spill else 0)))
-        split: tuple[Column, ...] = (Column("split", "VRAM+RAM", split_w, _split(False)),) if spill else ()
+        name_w = max(14, min(44, width - 143 - (1 if spill else 0)))
         return (
             Column("name", "NAME", name_w, _name(name_w)),
             Column("id", "ID", 12, lambda v, c: Text(safe(v.short_id, 12))),
-            Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
-            *split,
+            size,
             Column("memory", "MEMORY weights|KV|compute", 30, _memory(6, True)),
             Column("context", "CONTEXT", 10, _context(10)),
             Column("processor", "PROCESSOR", 15, _processor),
@@ -240,15 +237,13 @@ def _column_set(width: int, sparks: Sparks | None, spill: bool = False) -> tuple
             spark,  # last: the columns before it keep their places
         )
     medium = width >= MEDIUM_MIN_COLUMNS
-    bar_w = 12 if medium else (5 if spill else 9) if width >= 78 else 4
+    bar_w = 12 if medium else 9 if width >= 78 else 4
     with_spark = width >= SPARK_MIN_COLUMNS
-    split_w = 10 if spill else 0
     name_w = max(8, min(40, width - 54 - bar_w - (11 if medium else 0) - (SPARK_CELLS + 2 if with_spark else 0)
-                        - (split_w + 2 if spill else 0)))
+                        - (1 if spill else 0)))
     cols: tuple[Column, ...] = (
         Column("name", "NAME", name_w, _name(name_w)),
-        Column("size", "SIZE", 8, lambda v, c: Text(ibytes(v.size_bytes), justify="right")),
-        *((Column("split", "VRAM+RAM", split_w, _split(True)),) if spill else ()),
+        size,
         Column("memory", "MEMORY w|KV|c", bar_w + 9, _memory(bar_w, False)),
         Column("context", "CONTEXT", 9, _context(9)),
         Column("processor", "PROCESSOR", 15, _processor),
