@@ -27,7 +27,7 @@ def test_signal_quits_cleanly_and_restores_the_terminal(sig: signal.Signals) -> 
     p = PtyProcess("--demo")
     try:
         assert p.wait_text("DEMO"), p.text[-2000:]
-        assert p.wait_text("Ollama 0.22.1"), p.text[-2000:]
+        assert p.wait_text("Ollama 0.33.1"), p.text[-2000:]
         servers = _demo_children(p.proc.pid)
         assert len(servers) == 1
         os.kill(p.proc.pid, sig)
@@ -42,7 +42,7 @@ def test_signal_quits_cleanly_and_restores_the_terminal(sig: signal.Signals) -> 
 def test_demo_server_does_not_outlive_a_killed_kvtop() -> None:
     p = PtyProcess("--demo")
     try:
-        assert p.wait_text("Ollama 0.22.1"), p.text[-2000:]
+        assert p.wait_text("Ollama 0.33.1"), p.text[-2000:]
         servers = _demo_children(p.proc.pid)
         assert len(servers) == 1
         os.kill(p.proc.pid, signal.SIGKILL)
@@ -57,7 +57,7 @@ def test_ctrl_c_and_q_quit() -> None:
     for key in (b"\x03", b"q"):
         p = PtyProcess("--demo")
         try:
-            assert p.wait_text("Ollama 0.22.1"), p.text[-2000:]
+            assert p.wait_text("Ollama 0.33.1"), p.text[-2000:]
             time.sleep(0.2)
             os.write(p.master, key)
             assert p.wait_exit() == 0, p.text[-2000:]
