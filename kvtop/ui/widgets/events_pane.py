@@ -204,7 +204,7 @@ class EventsPane(DataTable[Text]):
         if getattr(self.app, "replay", None) is not None:
             return "no server log lines in the recording up to here"
         if getattr(getattr(self.app, "settings", None), "demo", False):
-            return "no server log in the demo: its stand-in server writes none"
+            return "no server log in this demo run (the dashboard demo follows its stand-in's log when no log is chosen)"
         return "no server log: start kvtop with --log"
 
     def event_count(self) -> int:
