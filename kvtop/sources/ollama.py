@@ -331,7 +331,16 @@ def tls_message(base_url: str, cause: BaseException) -> str:
             " with --cacert FILE, or skip the check with --insecure")
 
 
-class _RequestFailed(Exception):
+class RequestFailed(Exception):
+    """A request to the server that got no usable answer (raised by ``OllamaClient._request``).
+
+    Attributes:
+        kind: The ``ErrorKind`` (``refused``, ``timeout``, ``connect``, ``tls``, ``auth``, ``http``,
+            ``invalid_json``, ``other``).
+        message: One line for the user, credentials scrubbed; server text in it is data (render it
+            through ``kvtop.textsafe``).
+    """
+
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind: ErrorKind = kind
@@ -504,19 +513,19 @@ class OllamaClient:
         """One request under one hard deadline, its body read as a bounded stream and decoded.
 
         Raises:
-            _RequestFailed: Refused, timed out, TLS or authentication refused, HTTP error or
+            RequestFailed: Refused, timed out, TLS or authentication refused, HTTP error or
                 redirect, too large, invalid JSON. Its message never holds this server's
                 credentials (``ServerAccess.scrub``: a proxy may echo them in its error page).
         """
         try:
             return await self._request_raw(method, path, json_body=json_body, deadline_s=deadline_s)
-        except _RequestFailed as exc:
+        except RequestFailed as exc:
             if exc.kind in ("auth", "tls"):
                 raise  # kvtop's own words (auth_message, tls_message): nothing the server sent
             scrubbed = self.access.scrub(exc.message)
             if scrubbed == exc.message:
                 raise
-            raise _RequestFailed(exc.kind, scrubbed) from None
+            raise RequestFailed(exc.kind, scrubbed) from None
 
     async def _request_raw(self, method: str, path: str, *, json_body: Any, deadline_s: float | None) -> Any:
         """:meth:`_request` before its message is scrubbed."""
@@ -526,34 +535,34 @@ class OllamaClient:
             status, reason, location, content = await asyncio.wait_for(
                 self._fetch(method, path, json_body, deadline, limit), deadline)
         except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-            raise _RequestFailed("timeout", f"{path}: no answer within {deadline:g} s") from None
+            raise RequestFailed("timeout", f"{path}: no answer within {deadline:g} s") from None
         except httpx.ConnectTimeout:
-            raise _RequestFailed("timeout", f"{path}: connect timed out after {deadline:g} s") from None
+            raise RequestFailed("timeout", f"{path}: connect timed out after {deadline:g} s") from None
         except httpx.ConnectError as exc:
             cause = _root_os_error(exc)
             if isinstance(cause, ConnectionRefusedError) or "refused" in str(exc).lower():
-                raise _RequestFailed("refused", f"connection refused ({self.base_url})") from None
+                raise RequestFailed("refused", f"connection refused ({self.base_url})") from None
             if isinstance(cause, socket.gaierror):
-                raise _RequestFailed("connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}") from None
+                raise RequestFailed("connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}") from None
             if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
-                raise _RequestFailed("tls", tls_message(self.base_url, cause or exc)) from None
+                raise RequestFailed("tls", tls_message(self.base_url, cause or exc)) from None
             detail = str(cause) if cause is not None else str(exc)
-            raise _RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(detail, 100)}") from None
+            raise RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(detail, 100)}") from None
         except _TooLarge as exc:
             size = f"{_mib(exc.size_bytes)}, limit {_mib(limit)}" if exc.size_bytes is not None else f"over {_mib(limit)}"
-            raise _RequestFailed("other", f"{path}: response too large ({size})") from None
+            raise RequestFailed("other", f"{path}: response too large ({size})") from None
         except httpx.HTTPError as exc:
             if isinstance(exc, httpx.RemoteProtocolError) and "location header" in str(exc).lower():
                 # httpx parses a redirect's Location even when it does not follow it
-                raise _RequestFailed("http", f"{path}: redirect to an invalid URL, not followed") from None
-            raise _RequestFailed("other", f"{path}: {type(exc).__name__}: {_one_line(str(exc), 100)}") from None
+                raise RequestFailed("http", f"{path}: redirect to an invalid URL, not followed") from None
+            raise RequestFailed("other", f"{path}: {type(exc).__name__}: {_one_line(str(exc), 100)}") from None
         except _Undecodable as exc:  # an encoding kvtop did not ask for, a corrupt gzip body
-            raise _RequestFailed("other", f"{path}: cannot decode the body: {_one_line(str(exc), 80)}") from None
+            raise RequestFailed("other", f"{path}: cannot decode the body: {_one_line(str(exc), 80)}") from None
         if 300 <= status < 400:
             where = f"redirect to {_safe_location(location)}" if location else "redirect without a Location"
-            raise _RequestFailed("http", f"{path}: HTTP {status} {reason}: {where}, not followed")
+            raise RequestFailed("http", f"{path}: HTTP {status} {reason}: {where}, not followed")
         if status in (401, 403):
-            raise _RequestFailed("auth", auth_message(status, self.access))
+            raise RequestFailed("auth", auth_message(status, self.access))
         if status >= 400:
             detail = ""
             text = content.decode("utf-8", "replace")
@@ -563,11 +572,11 @@ class OllamaClient:
                     detail = ": " + _one_line(body["error"], 120)
             except (ValueError, UnicodeDecodeError, RecursionError):
                 detail = ": " + _one_line(text, 120) if text.strip() else ""
-            raise _RequestFailed("http", f"{path}: HTTP {status} {_one_line(reason, 40)}{detail}")
+            raise RequestFailed("http", f"{path}: HTTP {status} {_one_line(reason, 40)}{detail}")
         values = json_values_upper_bound(content)
         max_values = JSON_VALUE_LIMIT.get(path, DEFAULT_JSON_VALUE_LIMIT)
         if values > max_values:
-            raise _RequestFailed("other", f"{path}: too many JSON values (up to {values:,}; kvtop reads at most"
+            raise RequestFailed("other", f"{path}: too many JSON values (up to {values:,}; kvtop reads at most"
                                           f" {max_values:,}): not decoded")
         try:
             if len(content) > LARGE_BODY_BYTES:
@@ -576,7 +585,7 @@ class OllamaClient:
             return json.loads(content)
         except (ValueError, UnicodeDecodeError, RecursionError):
             text = content[:240].decode("utf-8", "replace")
-            raise _RequestFailed("invalid_json", f"{path}: invalid JSON ({_one_line(text, 60)!r})") from None
+            raise RequestFailed("invalid_json", f"{path}: invalid JSON ({_one_line(text, 60)!r})") from None
 
     async def _fetch(self, method: str, path: str, json_body: Any, deadline: float,
                      limit_bytes: int) -> tuple[int, str, str | None, bytes]:
@@ -631,7 +640,7 @@ class OllamaClient:
             body = await self._request("GET", "/api/ps")
             latency_s = time.perf_counter() - t0
             models = parse_ps(body)
-        except _RequestFailed as exc:
+        except RequestFailed as exc:
             self._version = None  # a server that comes back may be another version
             self._version_failed_at = None
             return self._snapshot(taken_at, reachable=False, error=exc.message, error_kind=exc.kind)
@@ -699,14 +708,14 @@ class OllamaClient:
     async def _fetch_version(self) -> str | None:
         try:
             body = await self._request("GET", "/api/version")
-        except _RequestFailed:
+        except RequestFailed:
             return None
         return _str_or_none(body.get("version")) if isinstance(body, Mapping) else None
 
     async def _fetch_tags(self) -> dict[str, TagInfo] | None:
         try:
             return parse_tags(await self._request("GET", "/api/tags"))
-        except (_RequestFailed, ShapeError):
+        except (RequestFailed, ShapeError):
             return None
 
     async def _show(self, m: PsModel) -> ShowInfo:
@@ -716,7 +725,7 @@ class OllamaClient:
                 body = await self._request("POST", "/api/show", json_body={"model": m.name, "verbose": True},
                                            deadline_s=self._show_timeout_s)
             return parse_show(body, digest=key, name=m.name)
-        except _RequestFailed as exc:
+        except RequestFailed as exc:
             return ShowInfo(digest=key, name=m.name, error=exc.message)
         except ShapeError as exc:
             return ShowInfo(digest=key, name=m.name, error=f"/api/show: unexpected shape: {exc}")

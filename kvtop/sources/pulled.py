@@ -23,7 +23,7 @@ from kvtop.sources.ollama import (
     SHOW_RETRY_S,
     OllamaClient,
     ShapeError,
-    _RequestFailed,
+    RequestFailed,
     parse_ps,
     parse_show,
     parse_tags,
@@ -56,7 +56,7 @@ class PulledSource(OllamaClient):
             try:
                 self._pulled_tags = parse_tags(await self._request("GET", "/api/tags"))
                 self._pulled_error = None
-            except _RequestFailed as exc:
+            except RequestFailed as exc:
                 self._pulled_error = exc.message
             except ShapeError as exc:
                 self._pulled_error = f"/api/tags: unexpected shape: {exc}"
@@ -92,7 +92,7 @@ class PulledSource(OllamaClient):
         version = await self._fetch_version()
         try:
             return version, parse_ps(await self._request("GET", "/api/ps")), None
-        except _RequestFailed as exc:
+        except RequestFailed as exc:
             return version, (), exc.message
         except ShapeError as exc:
             return version, (), f"/api/ps: unexpected shape: {exc}"
@@ -102,7 +102,7 @@ class PulledSource(OllamaClient):
             body = await self._request("POST", "/api/show", json_body={"model": tag.name, "verbose": True},
                                        deadline_s=self._show_timeout_s)
             return parse_show(body, digest=tag.digest, name=tag.name)
-        except _RequestFailed as exc:
+        except RequestFailed as exc:
             return ShowInfo(digest=tag.digest, name=tag.name, error=exc.message)
         except ShapeError as exc:
             return ShowInfo(digest=tag.digest, name=tag.name, error=f"/api/show: unexpected shape: {exc}")
