@@ -40,15 +40,35 @@ EXIT_UNREACHABLE = 2
 EXIT_INTERRUPTED = 130
 
 
+SUBCOMMANDS_HELP = """\
+subcommands (each has its own --help):
+  kvtop inspect-log PATH|- [--json]
+      read a whole server log and report every model load
+  kvtop plan MODEL [--ctx N]... [--kv TYPE]... [--gpu-free BYTES|auto] [--json]
+      one model's memory and fit at other num_ctx, KV cache types or slot counts
+  kvtop plan --all [--ctx N] [--kv TYPE] [--gpu-free BYTES|auto] [--json]
+      the pre-flight: would each pulled model fit if loaded now; largest num_ctx
+  kvtop export prometheus [--listen HOST:PORT] [--interval S]
+      serve /metrics for Prometheus, headless
+  kvtop export textfile PATH [--interval S] [--once]
+      the same metrics written to PATH for node_exporter's textfile collector
+      (atomically: temp file + rename; no port opened)
+
+for other tools:
+  kvtop --once --json          one sample as a JSON object (docs/json.md)
+  kvtop --stream [--count N]   one such object per interval, one a line (NDJSON)
+  kvtop --check [--json]       the alerts; exit 0 none, 1 warnings, 2 critical
+"""
+"""The ``kvtop --help`` epilog: every subcommand and machine-readable mode, one usage line each."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (every flag is documented in docs/reference.md)."""
     p = argparse.ArgumentParser(
         prog="kvtop",
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
-        epilog="kvtop inspect-log PATH|- [--json]: read a whole server log and report every model load.  "
-               "kvtop plan MODEL [--ctx N ...] [--kv TYPE ...] [--parallel P] [--gpu-free BYTES|auto] [--json]: "
-               "memory and fit at another num_ctx, cache type or slot count.  "
-               "kvtop export prometheus [--listen HOST:PORT]: serve /metrics for Prometheus, headless.",
+        epilog=SUBCOMMANDS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", metavar="URL", action="append",
                    help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434); "

@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every pulled model, one row each: will it fit if loaded now (the pre-flight)")
     p.add_argument("--ctx", type=_num_ctx, action="append", metavar="N",
                    help="num_ctx per slot, e.g. 32768 or 32k (repeatable; default: the loaded "
-                        f"context, else {plan.DEFAULT_NUM_CTX})")
+                        f"context, else {plan.DEFAULT_NUM_CTX}; with --all: one, default the server's: "
+                        "OLLAMA_CONTEXT_LENGTH, else Ollama's VRAM-tiered default)")
     p.add_argument("--kv", type=_cache_type, action="append", metavar="TYPE",
                    help="KV cache type f16, q8_0 or q4_0 (repeatable; default f16)")
     p.add_argument("--parallel", type=_slots, default=None, metavar="P", help="slots (OLLAMA_NUM_PARALLEL), default 1")

@@ -921,8 +921,12 @@ def build_parser() -> argparse.ArgumentParser:
     """Arguments of ``kvtop export``."""
     p = argparse.ArgumentParser(
         prog="kvtop export",
-        description="Serve kvtop's per-model memory figures (weights / KV / compute, spill, context, slots) "
-                    "for Prometheus, headless. Each server is polled once per interval, however many scrapers.",
+        description="Export kvtop's per-model memory figures (weights / KV / compute, spill, context, slots), "
+                    "headless: 'prometheus' serves /metrics (each server is polled once per interval, however "
+                    "many scrapers); 'textfile' writes the same metrics to PATH for node_exporter's textfile "
+                    "collector, atomically (temp file + rename), every interval or --once, and opens no port.",
+        epilog="examples: kvtop export prometheus --listen 0.0.0.0:9877 --host http://gpu1:11434 --host "
+               "http://gpu2:11434;  kvtop export textfile /var/lib/node_exporter/textfile/kvtop.prom --interval 15",
     )
     p.add_argument("format", choices=("prometheus", "textfile"),
                    help="what to export: prometheus (serve GET /metrics) or textfile (write PATH for "
