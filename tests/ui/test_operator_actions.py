@@ -21,6 +21,7 @@ from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.screens.plan import ConfirmLoad
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.ui.widgets.panels import AlertsPanel
 from kvtop.model.alerts import Alert, Fix
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.standin import BUNDLED, Standin, running
@@ -243,6 +244,85 @@ async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> 
             await pilot.press("c")
             assert copied == [setting.action]
             await pilot.press("escape")
+            await pilot.pause(0.3)
+            assert server.writes() == []
+
+
+async def _focus_alerts_panel(pilot: Any) -> AlertsPanel:
+    app = pilot.app
+    panel = app.query_one(AlertsPanel)
+    await wait_for(pilot, lambda: panel.display and any(f.action.startswith("unload ") for f, _ in panel.fixes),
+                   timeout_s=10)
+    for _ in range(6):  # Tab from the table reaches the panel, as a user gets there
+        if app.focused is panel:
+            break
+        await pilot.press("tab")
+    assert app.focused is panel
+    return panel
+
+
+async def _cursor_to(pilot: Any, panel: AlertsPanel, index: int) -> None:
+    await pilot.press(*(["up"] * len(panel.fixes)), *(["down"] * index))
+    assert panel.cursor == index
+
+
+async def test_enter_on_a_fix_in_the_alerts_panel_at_160x48() -> None:
+    """From 120x40 the alerts panel holds the fixes (the events pane leaves them out): Tab, ↑/↓ and
+    Enter there offer them as the events pane does, behind the same confirmation."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await _select(pilot, GEMMA)
+            panel = await _focus_alerts_panel(pilot)
+            loaded = [v.name for v in app.state.models]
+            unload_at = next(i for i, (f, _) in enumerate(panel.fixes) if fix_operation(f, loaded) is not None
+                             and f.action.startswith("unload "))
+            target = panel.fixes[unload_at][0].action.removeprefix("unload ")
+            await _cursor_to(pilot, panel, unload_at)
+            cursor = [s for s in panel.content.spans if "reverse" in str(s.style)]  # shown while focused
+            assert cursor and panel.content.plain[cursor[0].start:cursor[0].end].strip().startswith(
+                f"fix: unload {target}")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            assert app.focused is not None and app.focused.id == "no"
+            assert f"Unload {target} now?" in app.screen.text  # type: ignore[attr-defined]
+            await pilot.press("enter")  # Cancel has the focus
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            assert _log(app)[0] == f"unload {target}: cancelled: nothing sent"
+            setting_at = next(i for i, (f, _) in enumerate(panel.fixes) if fix_operation(f, loaded) is None)
+            setting = panel.fixes[setting_at][0]
+            await _cursor_to(pilot, panel, setting_at)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, FixTextScreen))
+            assert setting.action in str(app.screen.query_one("#fix-text").content)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, FixTextScreen))
+            # confirmed from the panel: the write goes out and the row leaves
+            await _cursor_to(pilot, panel, next(i for i, (f, _) in enumerate(panel.fixes)
+                                                if f.action == f"unload {target}"))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=5)
+            await wait_for(pilot, lambda: all(v.name != target for v in app.state.models), timeout_s=10)
+
+
+async def test_alerts_panel_fix_is_text_only_with_readonly() -> None:
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server, readonly=True)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await _select(pilot, GEMMA)
+            panel = await _focus_alerts_panel(pilot)
+            unload_at = next(i for i, (f, _) in enumerate(panel.fixes) if f.action.startswith("unload "))
+            await _cursor_to(pilot, panel, unload_at)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, FixTextScreen))
+            text = str(app.screen.query_one("#fix-text").content)
+            assert "read-only (--readonly): kvtop sends nothing" in text
+            assert panel.fixes[unload_at][0].action in text
+            await pilot.press("y", "enter")
             await pilot.pause(0.3)
             assert server.writes() == []
 

@@ -1,5 +1,5 @@
-"""The dashboard's optional panels besides the memory map: every alert with all its fixes, and the
-VRAM and tok/s history (plotext, the history screen's plots).
+"""The dashboard's optional panels besides the memory map: every alert with all its fixes (each fix
+selectable, as in the events pane), and the VRAM and tok/s history (plotext, the history screen's plots).
 
 Both are given data by the app's one repaint per apply step and redraw only when their input
 changed; while hidden (``display: none``) the app gives them nothing, and the history panel does not
@@ -12,11 +12,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual import events
+from textual.binding import Binding
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.widgets import Static
 
-from kvtop.model.alerts import Alert
+from kvtop.model.alerts import Alert, Fix
 from kvtop.ui.format import safe
+from kvtop.ui.widgets.events_pane import EventsPane
 
 if TYPE_CHECKING:
     from kvtop.model.history import History
@@ -25,52 +29,151 @@ HISTORY_WINDOW_S = 600.0
 """The history panel's window (the ``h`` screen offers the others)."""
 
 
-def alerts_text(alerts: Sequence[Alert], colors: Mapping[str, str]) -> Text:
-    """Every alert, most severe first as the engine orders them, each with all its fixes (the ones
-    that fit first) and what each fix costs; long lines wrap in the panel."""
-    out = Text()
+FixRef = tuple[Fix, Alert]
+"""One of an alert's fixes, with its alert (what ``EventsPane.FixChosen`` carries)."""
+
+
+def alert_blocks(alerts: Sequence[Alert], colors: Mapping[str, str]) -> list[tuple[Text, FixRef | None]]:
+    """The alerts panel's text as blocks, one per line it starts (an alert's heading, then each of
+    its fixes), each with the fix it shows (None for a heading). Most severe first as the engine
+    orders them, each with all its fixes (the ones that fit first) and what each fix costs."""
     if not alerts:
-        out.append("No alerts: nothing spilled, truncated, fell back or ran out of memory.",
-                   style=colors.get("kv-ok", ""))
-        return out
-    for i, a in enumerate(alerts):
-        if i:
-            out.append("\n")
+        return [(Text("No alerts: nothing spilled, truncated, fell back or ran out of memory.",
+                      style=colors.get("kv-ok", "")), None)]
+    out: list[tuple[Text, FixRef | None]] = []
+    for a in alerts:
+        head = Text()
         style = {"critical": "kv-crit", "warning": "kv-warn"}.get(a.severity, "kv-muted")
         glyph = "✖" if a.severity == "critical" else "▲" if a.severity == "warning" else "ℹ"
-        out.append(f"{glyph} {a.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
+        head.append(f"{glyph} {a.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
         if a.model:
-            out.append(f" {safe(a.model, 60)}", style="bold")
-        out.append(f": {safe(a.message, 400)}")
+            head.append(f" {safe(a.model, 60)}", style="bold")
+        head.append(f": {safe(a.message, 400)}")
+        out.append((head, None))
         for fix in a.fixes:
+            line = Text()
             fits = {True: " (fits)", False: " (not enough)", None: ""}[fix.fits]
-            out.append("\n  fix: ", style=colors.get("kv-ok", "") if fix.fits else colors.get("kv-muted", ""))
-            out.append(safe(fix.action, 120), style="bold")
-            out.append(f" — {safe(fix.detail, 200)}{fits}")
+            line.append("  fix: ", style=colors.get("kv-ok", "") if fix.fits else colors.get("kv-muted", ""))
+            line.append(safe(fix.action, 120), style="bold")
+            line.append(f" — {safe(fix.detail, 200)}{fits}")
             if fix.cost:
-                out.append(f"; cost: {safe(fix.cost, 160)}", style=colors.get("kv-muted", ""))
+                line.append(f"; cost: {safe(fix.cost, 160)}", style=colors.get("kv-muted", ""))
+            out.append((line, (fix, a)))
     return out
 
 
-class AlertsPanel(Static):
-    """All active alerts with their full fixes (the alert bar has room for one)."""
+def alerts_text(alerts: Sequence[Alert], colors: Mapping[str, str]) -> Text:
+    """Every alert with all its fixes (:func:`alert_blocks`, one per line); long lines wrap in the panel."""
+    return Text("\n").join(block for block, _ in alert_blocks(alerts, colors))
+
+
+class AlertsPanel(Static, can_focus=True):
+    """All active alerts with their full fixes (the alert bar has room for one).
+
+    Focused (Tab), ↑/↓ move a cursor over the fixes and Enter (or a click on a fix) posts
+    ``EventsPane.FixChosen``, as Enter on a fix row of the events pane does: the app offers an
+    action kvtop can perform behind its confirmation, or shows a setting as text to copy (and with
+    ``--readonly`` only ever the text). Unfocused, the panel shows no cursor."""
 
     DEFAULT_CSS = """
     AlertsPanel { height: 1fr; padding: 0 1; border-top: solid $primary; overflow-y: auto; }
+    AlertsPanel:focus { border-top: thick $accent; }
     """
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Prev fix", show=False),
+        Binding("down", "cursor(1)", "Next fix", show=False),
+        Binding("enter", "choose", "Offer fix"),
+    ]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._shown: tuple[object, ...] | None = None
+        self._blocks: list[tuple[Text, FixRef | None]] = []
+        self.cursor = 0
+        """Index of the highlighted fix among :attr:`fixes` (shown only while focused)."""
+
+    @property
+    def fixes(self) -> list[FixRef]:
+        """Every fix shown, in order (the cursor's range)."""
+        return [ref for _, ref in self._blocks if ref is not None]
 
     def show(self, alerts: Sequence[Alert], colors: Mapping[str, str]) -> None:
-        """Set the alerts; nothing is redrawn when they and the colours did not change."""
+        """Set the alerts; nothing is redrawn when they and the colours did not change. The cursor
+        stays on the same fix (alert key and action) while it is still offered."""
         key = (tuple(alerts), tuple(sorted(colors.items())))
         if key == self._shown:
             return
         self._shown = key
+        before = self.fixes[self.cursor] if 0 <= self.cursor < len(self.fixes) else None
+        self._blocks = alert_blocks(alerts, colors)
+        fixes = self.fixes
+        if before is not None:
+            same = [i for i, (f, a) in enumerate(fixes) if a.key == before[1].key and f.action == before[0].action]
+            self.cursor = same[0] if same else min(self.cursor, max(0, len(fixes) - 1))
         self.border_title = f"Alerts ({len(alerts)})" if alerts else "Alerts"
-        self.update(alerts_text(alerts, colors))
+        self._draw()
+
+    def _draw(self) -> None:
+        cursor = self.cursor if self.has_focus and self.fixes else None
+        parts: list[Text] = []
+        n = -1
+        for block, ref in self._blocks:
+            if ref is not None:
+                n += 1
+                if n == cursor:
+                    block = block.copy()
+                    block.stylize("reverse")
+            parts.append(block)
+        self.update(Text("\n").join(parts))
+
+    def _fix_lines(self) -> list[tuple[int, int]]:
+        """Per fix, the first line it is drawn on and its height (wrapped at the panel's width)."""
+        width = max(1, self.scrollable_content_region.width or self.size.width or 80)
+        out: list[tuple[int, int]] = []
+        y = 0
+        for block, ref in self._blocks:
+            height = max(1, len(block.wrap(self.app.console, width)))
+            if ref is not None:
+                out.append((y, height))
+            y += height
+        return out
+
+    def on_focus(self) -> None:
+        self._draw()
+
+    def on_blur(self) -> None:
+        self._draw()
+
+    def action_cursor(self, step: int) -> None:
+        """Move the cursor ``step`` fixes (clamped) and scroll it into view."""
+        if not self.fixes:
+            return
+        self.cursor = max(0, min(len(self.fixes) - 1, self.cursor + step))
+        self._draw()
+        lines = self._fix_lines()
+        if self.cursor < len(lines):
+            y, height = lines[self.cursor]
+            self.scroll_to_region(Region(0, y, 1, height), animate=False, immediate=True)
+
+    def action_choose(self) -> None:
+        """Offer the highlighted fix (``EventsPane.FixChosen``)."""
+        fixes = self.fixes
+        if 0 <= self.cursor < len(fixes):
+            self.post_message(EventsPane.FixChosen(*fixes[self.cursor]))
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a fix highlights it and offers it; elsewhere it only focuses the panel."""
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        y = offset.y + self.scroll_offset.y
+        for i, (top, height) in enumerate(self._fix_lines()):
+            if top <= y < top + height:
+                self.cursor = i
+                self.focus()
+                self._draw()
+                self.action_choose()
+                return
 
 
 class HistoryPanel(Vertical):
