@@ -188,7 +188,9 @@ class LogCounters:
     it arrives, so trimming the window never lowers them.
 
     Attributes:
-        truncations: ``kvtop_prompt_truncations_total`` by weights blob (``""`` = unknown).
+        truncations: ``kvtop_prompt_truncations_total`` by weights blob (``""`` = unknown); 0 from a
+            blob's first load, so the series exists before its first truncation and PromQL's
+            ``increase()`` counts that one (a series that appears at 1 shows no increase).
         reloads: ``kvtop_model_reloads_total`` by weights blob; 0 after a blob's first load.
         counted_loads: First log line of every load already counted (loads in the window only).
     """
@@ -229,6 +231,7 @@ def count_log(counters: LogCounters, events: Sequence[LogEvent], loads: Sequence
             reloads[load.model_blob] += 1
         else:
             reloads[load.model_blob] = 0
+        truncations.setdefault(load.model_blob, 0)
     if starts:  # loads dropped from the window never come back: forget their lines
         counted = {n for n in counted if n >= starts[0]}
     if truncations == counters.truncations and reloads == counters.reloads and counted == counters.counted_loads:

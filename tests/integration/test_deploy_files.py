@@ -160,6 +160,31 @@ def test_promtool_accepts_the_rules() -> None:
     assert f"SUCCESS: {len(rule_exprs())} rules found" in proc.stdout
 
 
+RULE_TESTS = DEPLOY / "prometheus" / "kvtop-rules.test.yml"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
+def test_promtool_unit_tests_of_the_rules_pass() -> None:
+    """``kvtop-rules.test.yml``: each alert fires in the situation its name says, and only then
+    (a CPU-only server's model is not "spilled", a one-minute blip is not "down", 10 % free is not
+    "nearly full", a blob's first truncation counts)."""
+    proc = subprocess.run(["promtool", "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_rule_tests_cover_the_spill_down_and_gpu_rules() -> None:
+    doc = yaml.safe_load(RULE_TESTS.read_text(encoding="utf-8"))
+    assert doc["rule_files"] == [RULES.name]
+    tested = {t["alertname"] for case in doc["tests"] for t in case["alert_rule_test"]}
+    assert {"KvtopModelSpilled", "KvtopServerDown", "KvtopGpuNearlyFull"} <= tested
+    assert tested <= set(dict(rule_exprs()))
+    firing = {t["alertname"] for case in doc["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]}
+    quiet = {t["alertname"] for case in doc["tests"] for t in case["alert_rule_test"] if not t["exp_alerts"]}
+    assert tested == firing == quiet  # each tested rule both fires and stays quiet
+
+
 @pytest.mark.parametrize("unit", UNITS, ids=[u.name for u in UNITS])
 def test_systemd_units_run_a_valid_kvtop_export(unit: Path) -> None:
     parser = configparser.ConfigParser(strict=False, interpolation=None)

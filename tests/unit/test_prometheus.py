@@ -295,19 +295,19 @@ def _feed(parser: LogParser, log: LogState, counters: LogCounters, lines: list[s
 def test_reloads_and_truncations_count_per_blob_and_never_go_down() -> None:
     parser, log, c = LogParser(), LogState(), LogCounters()
     log, c = _feed(parser, log, c, _runner_lines("f16-fa-on-np1", BLOB_A))
-    assert dict(c.reloads) == {BLOB_A: 0} and dict(c.truncations) == {}
+    assert dict(c.reloads) == {BLOB_A: 0} and dict(c.truncations) == {BLOB_A: 0}  # 0 before the first: increase()
     log, c = _feed(parser, log, c, [TRUNCATION])
     assert dict(c.truncations) == {BLOB_A: 1}  # printed while BLOB_A's runner was the newest load
     log, c = _feed(parser, log, c, _runner_lines("q4_0-fa-auto-np1", BLOB_B))
     log, c = _feed(parser, log, c, _runner_lines("f16-fa-on-np1", BLOB_A))
     assert dict(c.reloads) == {BLOB_A: 1, BLOB_B: 0}
     log, c = _feed(parser, log, c, [TRUNCATION, TRUNCATION])
-    assert dict(c.truncations) == {BLOB_A: 3}
+    assert dict(c.truncations) == {BLOB_A: 3, BLOB_B: 0}
     same = count_log(c, [], log.loads)
     assert same is c  # nothing new: the very same counters (a scrape sees no change)
     # the log state's window drops the oldest loads: the counts stay
     trimmed = count_log(c, [], log.loads[-1:])
-    assert dict(trimmed.reloads) == {BLOB_A: 1, BLOB_B: 0} and dict(trimmed.truncations) == {BLOB_A: 3}
+    assert dict(trimmed.reloads) == {BLOB_A: 1, BLOB_B: 0} and dict(trimmed.truncations) == {BLOB_A: 3, BLOB_B: 0}
     assert trimmed.counted_loads == frozenset({log.loads[-1].first_line})
 
 
