@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from kvtop.sources.auth import ServerAccess
+from kvtop.sources.auth import ServerAccess, redact_url
 from kvtop.model.bounds import count_or_none
 from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
@@ -773,8 +773,8 @@ class OllamaClient:
                 status, reason = resp.status_code, resp.reason_phrase
                 content = await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
         except Exception as exc:  # noqa: BLE001 - said in one line, never raised into the UI
-            return _write_error(self.base_url, exc, timeout_s)
-        return _write_status(status, reason, content)
+            return _write_error(self.base_url, exc, timeout_s, self.access)
+        return _write_status(status, reason, content, self.access)
 
     def _snapshot(self, taken_at: float, **kw: Any) -> OllamaSnapshot:
         models: tuple[PsModel, ...] = kw.get("models", ())
@@ -815,8 +815,8 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
         None on success, else one line saying what went wrong.
     """
     body = generate_body(model, keep_alive=keep_alive, num_ctx=num_ctx)
+    access = access if access is not None else ServerAccess(base_url)
     try:
-        access = access if access is not None else ServerAccess(base_url)
         async with httpx.AsyncClient(**access.client_options(base_url=base_url, transport=transport,
                                                              timeout=httpx.Timeout(timeout_s, connect=10.0))) as client:
             async with client.stream("POST", "/api/generate", json=body) as resp:
@@ -824,8 +824,8 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
                 # only an error's text is used: read at most ERROR_BODY_LIMIT_BYTES of any answer
                 content = await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
     except Exception as exc:  # noqa: BLE001 - said in one line
-        return _write_error(base_url, exc, timeout_s)
-    return _write_status(status, reason, content)
+        return _write_error(base_url, exc, timeout_s, access)
+    return _write_status(status, reason, content, access)
 
 
 def generate_body(model: str, *, keep_alive: int | str | None = None, num_ctx: int | None = None) -> dict[str, Any]:
@@ -839,33 +839,44 @@ def generate_body(model: str, *, keep_alive: int | str | None = None, num_ctx: i
     return body
 
 
-def _write_error(base_url: str, exc: BaseException, timeout_s: float) -> str:
-    """One line for a write that raised (connect, timeout, protocol, undecodable answer)."""
+def _write_error(base_url: str, exc: BaseException, timeout_s: float, access: ServerAccess) -> str:
+    """One line for a write that raised (connect, TLS, timeout, protocol, undecodable answer), in
+    the polls' words (``tls_message``) and without this server's secrets (``ServerAccess.scrub``)."""
+    base_url = redact_url(base_url)
     if isinstance(exc, httpx.ConnectError):
+        cause = _root_os_error(exc)
+        if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return access.scrub(tls_message(base_url, cause or exc))
         return f"cannot connect to {base_url}"
     if isinstance(exc, httpx.TimeoutException):
         return f"no answer from {base_url} within {timeout_s:g} s"
     if isinstance(exc, _Undecodable):
-        return f"POST /api/generate: cannot decode the answer: {exc}"
+        return f"POST /api/generate: cannot decode the answer: {_one_line(access.scrub(str(exc)), 160)}"
     if isinstance(exc, httpx.HTTPError):
-        return f"{type(exc).__name__}: {_one_line(str(exc), 160)}"
-    return f"POST /api/generate: {type(exc).__name__}: {_one_line(str(exc), 160)}"
+        return f"{type(exc).__name__}: {_one_line(access.scrub(str(exc)), 160)}"
+    return f"POST /api/generate: {type(exc).__name__}: {_one_line(access.scrub(str(exc)), 160)}"
 
 
-def _write_status(status: int, reason: str, content: bytes) -> str | None:
-    """None for a 2xx answer to a write, else one line (a redirect is never followed)."""
+def _write_status(status: int, reason: str, content: bytes, access: ServerAccess) -> str | None:
+    """None for a 2xx answer to a write, else one line (a redirect is never followed): a 401/403
+    says what to set as the polls do (``auth_message``); the server's text is scrubbed of this
+    server's secrets (``ServerAccess.scrub``: a proxy may echo the ``Authorization`` header)."""
     if 300 <= status < 400:
-        return f"POST /api/generate: HTTP {status} {_one_line(reason, 40)}: a redirect, not followed"
+        return f"POST /api/generate: HTTP {status} {_one_line(access.scrub(reason), 40)}: a redirect, not followed"
+    if status in (401, 403):
+        return auth_message(status, access)
     if status >= 400:
+        # scrubbed before it is cut to one line: a secret cut in two would no longer match
+        content = access.scrub(content.decode("utf-8", "replace")).encode()
         detail = ""
         try:
             err = json.loads(content)
             if isinstance(err, Mapping) and isinstance(err.get("error"), str):
-                detail = f": {_one_line(err['error'], 160)}"
+                detail = f": {_one_line(access.scrub(err['error']), 160)}"
         except (ValueError, RecursionError):
             text = content.decode("utf-8", "replace")
             detail = f": {_one_line(text, 160)}" if text.strip() else ""
-        return f"POST /api/generate: HTTP {status} {_one_line(reason, 40)}{detail}"
+        return f"POST /api/generate: HTTP {status} {_one_line(access.scrub(reason), 40)}{detail}"
     return None
 
 

@@ -217,3 +217,58 @@ def test_exporter_polls_with_credentials_and_labels_carry_none(tmp_path: Path) -
     assert 'kvtop_model_size_bytes{digest=' in body or "kvtop_model_size_bytes{" in body
     assert PASSWORD not in body and ENCODED not in body and USER + ":" not in body
     assert PASSWORD not in "".join(ex.stderr) and ENCODED not in "".join(ex.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# Writes (unload, keep-alive, what-if load) say the same auth/TLS words and carry no secret
+
+
+async def test_write_errors_say_the_auth_message_and_hold_no_secret(tls_files: dict[str, str]) -> None:
+    import httpx
+
+    from kvtop.sources.auth import ServerAccess
+    from kvtop.sources.ollama import OllamaClient, send_load_request
+
+    model = "qwen3:1.7b-q8_0"
+    with running([*ARGS, "--require-basic", f"{USER}:{PASSWORD}"]) as server:
+        server.goto(1)
+        wrong = OllamaClient(server.url, access=ServerAccess(server.url, username=USER, password="not-" + PASSWORD))
+        try:
+            refused = await wrong.generate(model, keep_alive=0)
+        finally:
+            await wrong.aclose()
+        bare = await send_load_request(server.url, model, 4096, None)
+        right = OllamaClient(server.url, access=ServerAccess(server.url, username=USER, password=PASSWORD))
+        try:
+            sent = await right.generate(model, keep_alive="5m")
+        finally:
+            await right.aclose()
+        writes = server.writes()
+    assert refused == ("authentication required (401): set credentials with --host https://user:pass@…, "
+                       f"OLLAMA_API_KEY or --header 'Authorization: …' (sent: basic auth as {USER})")
+    assert bare is not None and bare.startswith("authentication required (401)") and "(sent: no credentials)" in bare
+    assert "HTTP 401" not in refused + bare and PASSWORD not in refused
+    assert sent is None and writes == [("POST", "/api/generate")] * 3  # the stand-in logs the two it refused too
+
+    # a proxy that echoes what it got (the Authorization header, the URL) in its error page
+    def echo(request: httpx.Request) -> httpx.Response:
+        page = f"bad gateway for {request.headers['authorization']} at https://{USER}:{PASSWORD}@gpu-box/"
+        return httpx.Response(502, text=page)
+
+    access = ServerAccess("https://gpu-box", username=USER, password=PASSWORD)
+    echoed = await send_load_request("https://gpu-box", model, 4096, None, transport=httpx.MockTransport(echo),
+                                     access=access)
+    assert echoed is not None and echoed.startswith("POST /api/generate: HTTP 502 Bad Gateway: bad gateway for Basic ***")
+    assert PASSWORD not in echoed and access.secrets()[1] not in echoed and f"{USER}:" not in echoed
+    assert "https://gpu-box/" in echoed
+
+    # TLS: the write says what the polls say (--cacert / --insecure), not "cannot connect"
+    with running([*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
+                 verify=ssl.create_default_context(cafile=tls_files["ca"])) as tls_server:
+        tls_server.goto(1)
+        tls_error = await send_load_request(tls_server.url, model, 4096, None)
+        trusted = await send_load_request(tls_server.url, model, 4096, None,
+                                          access=ServerAccess(tls_server.url, cacert=tls_files["ca"]))
+    assert tls_error is not None and tls_error.startswith(f"TLS certificate of {tls_server.url} not verified (")
+    assert tls_error.endswith("with --cacert FILE, or skip the check with --insecure")
+    assert trusted is None
