@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from kvtop.model.state import AppState
+    from kvtop.model.state import AppState, ModelView
 
 BUCKET_S = 1.0
 """Width of one time bucket, seconds: one stored point per series per bucket."""
@@ -171,7 +171,8 @@ class ModelSeries:
         self.requests_per_min = Series(bucket_s, retention_s)
         self.last_seen_s = 0.0
         self._timing: tuple[int, float | None] | None = None
-        self._load_sig: tuple[object, ...] | None = None
+        self._load_sig: tuple[int | None, int | None, bool] | None = None
+        """(runner log load index, num_ctx, a reload was marked before its load was read)."""
 
     @property
     def name(self) -> str:
@@ -281,11 +282,8 @@ class History:
                 series.kv_source = view.memory.kv.source
             if view.throughput is not None and view.throughput.requests_per_min is not None:
                 series.requests_per_min.add(t_s, float(view.throughput.requests_per_min))
-            load_sig = (view.load.index if view.load is not None else None, view.context.value)
-            if series._load_sig is not None and load_sig != series._load_sig and self._loaded is not None \
-                    and key in self._loaded:
+            if self._reloaded(series, view) and self._loaded is not None and key in self._loaded:
                 self.markers.append(Marker(t_s, "reload", view.name))
-            series._load_sig = load_sig
         now_loaded = frozenset(loaded)
         if self._loaded is not None:  # the models loaded before kvtop started are not "loads"
             for key in sorted(now_loaded - self._loaded):
@@ -295,6 +293,27 @@ class History:
         self._loaded = now_loaded
         self._seen(t_s)
         self._forget(t_s)
+
+    @staticmethod
+    def _reloaded(series: ModelSeries, view: ModelView) -> bool:
+        """Whether ``view`` is a new runner of a model already listed: its runner log load or its
+        ``num_ctx`` changed. A figure that is not known (yet) is no change, and one reload is one
+        marker: a new model's ``/api/show`` (its weights blob, which pairs it with its load)
+        arrives a poll after ``/api/ps`` lists it, and during a reload the log and ``/api/ps``
+        are read at different times, so for a poll the row pairs with no load; the load that
+        follows a ``num_ctx`` change already marked is that reload's, not another."""
+        old_load, old_ctx, awaiting = series._load_sig or (None, None, False)
+        new_load = view.load.index if view.load is not None else None
+        new_ctx = view.context.value
+        new_runner = new_load is not None and old_load is not None and new_load != old_load
+        changed = (new_runner and not awaiting) or (new_ctx is not None and old_ctx is not None and new_ctx != old_ctx)
+        if new_load is not None and new_load != old_load:
+            awaiting = False
+        elif changed:
+            awaiting = True  # marked before its load was read: that load is this reload's
+        series._load_sig = (new_load if new_load is not None else old_load,
+                            new_ctx if new_ctx is not None else old_ctx, awaiting)
+        return changed
 
     def _seen(self, t_s: float) -> None:
         if self.latest_s is None or t_s > self.latest_s:

@@ -18,7 +18,10 @@ from kvtop.model.logstate import Throughput
 from kvtop.model.state import AppState
 from kvtop.model.apply import apply, apply_gpu
 from kvtop.model.gpu import ProcSnapshot
-from tests.ui.fakes import HOST, TAKEN_AT, snapshot_at, step_index
+from kvtop.demo.logwriter import script_lines
+from kvtop.logparse.loads import Load, group_loads
+from kvtop.logparse.parser import parse_lines
+from tests.ui.fakes import HOST, TAKEN_AT, scenario, snapshot_at, step_index
 
 GiB = 1024**3
 
@@ -138,6 +141,50 @@ def test_load_unload_and_reload_markers() -> None:
         (60, "unload", "qwen3:1.7b-q8_0"),
     ]
     assert [m.kind for m in h.markers_between(t + 25, t + 45)] == ["load", "load"]
+
+
+def _with_loads(state: AppState, loads: dict[str, int | None], all_loads: list[Load]) -> AppState:
+    """``state`` with its rows paired to the demo log's loads by index (None: not paired yet)."""
+    models = tuple(dataclasses.replace(v, load=None if loads.get(v.name) is None else all_loads[loads[v.name] or 0])
+                   for v in state.models)
+    return dataclasses.replace(state, models=models)
+
+
+def test_a_row_paired_with_its_load_a_poll_late_is_not_a_reload() -> None:
+    """The demo's races (issue 17 review): a new model's /api/show, which pairs it with its runner log
+    load, arrives a poll after /api/ps lists it; during a reload the log and /api/ps are read at
+    different times, so for a poll the row pairs with no load. Each load or reload is one marker."""
+    loads = group_loads(parse_lines(script_lines(scenario())))
+    assert [ld.num_ctx_per_seq for ld in loads] == [4096, 32768, 4096, 4096, 4096]  # q8, q8, q4, gemma4, q8
+    h = History()
+    t = TAKEN_AT
+    state = _state_at(0, t)
+    h.record(state, t)
+    q8, q4, gemma = "qwen3:1.7b-q8_0", "qwen3:1.7b-q4_K_M", "gemma4:latest"
+    plan: list[tuple[float, str, dict[str, int | None]]] = [
+        (10, "loads at num_ctx 4096", {q8: None}),  # /api/show not read yet
+        (11, "loads at num_ctx 4096", {q8: 0}),
+        (20, "raised to 32768", {q8: None}),  # /api/ps has the new runner, the log not yet
+        (21, "raised to 32768", {q8: 1}),
+        (30, "A second model", {q8: 1, q4: None}),
+        (31, "A second model", {q8: 1, q4: 2}),
+        (40, "gemma4 loads", {q8: 1, q4: 2, gemma: 3}),
+        (49, "gemma4 loads", {q8: None, q4: 2, gemma: 3}),  # the log has q8's new load, /api/ps not yet
+        (50, "gemma4 finished", {q8: 4, q4: 2}),
+    ]
+    prev = state
+    for dt, label, paired in plan:
+        prev = _with_loads(_state_at(step_index(label), t + dt, prev), paired, loads)
+        h.record(prev, t + dt)
+    got = [(m.t_s - t, m.kind, m.model) for m in h.markers]
+    assert got == [
+        (10, "load", q8),
+        (20, "reload", q8),
+        (30, "load", q4),
+        (40, "load", gemma),
+        (50, "reload", q8),
+        (50, "unload", gemma),
+    ]
 
 
 def test_models_loaded_before_the_first_sample_are_not_loads() -> None:
