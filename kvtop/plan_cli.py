@@ -84,8 +84,19 @@ def _bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+MAX_GPU_BYTES = 2**50
+"""1 PiB: more free GPU memory than that is a typo, not a machine (``--gpu-free``, ``--reserve``)."""
+
+
+def _gpu_bytes(text: str) -> int:
+    value = _bytes(text)
+    if value > MAX_GPU_BYTES:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is more than 1 PiB of GPU memory: a typo?")
+    return value
+
+
 def _gpu_free(text: str) -> int | str:
-    return "auto" if text.strip().lower() == "auto" else _bytes(text)
+    return "auto" if text.strip().lower() == "auto" else _gpu_bytes(text)
 
 
 def _cache_type(text: str) -> str:
@@ -127,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flash attention as the runner resolves it (default on)")
     p.add_argument("--gpu-free", type=_gpu_free, default=None, metavar="BYTES|auto",
                    help="free GPU memory: 24GiB, 24GB, 25769803776, or auto (NVML, the GPU with the most free)")
-    p.add_argument("--reserve", type=_bytes, default=0, metavar="BYTES",
+    p.add_argument("--reserve", type=_gpu_bytes, default=0, metavar="BYTES",
                    help="memory to leave free on the GPU (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--host", metavar="URL", default=None,
@@ -835,11 +846,14 @@ def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: A
         d = dataclasses.replace(d, flash_attention=Known(args.flash_attention == "on", "requested", "--flash-attention"))
     more = list(notes)
     if d.num_ctx.source == "estimated":
-        more.append(f"num_ctx {d.num_ctx.value}: the VRAM tier of Ollama v0.15.5+ needs the GPUs' total "
-                    "memory (--gpu-free auto reads it); pass --ctx for another")
+        more.append(f"num_ctx ~{d.num_ctx.value} is assumed: Ollama v0.15.5+ picks its default from the GPUs' "
+                    "total memory (4096 under 23 GiB, 32768 from 23 GiB, 262144 from 47 GiB), which is not known "
+                    "here, so the smallest is assumed; --gpu-free auto reads it (NVML, on the server's machine), "
+                    "or pass --ctx")
     if not args.kv or args.parallel is None:
         more.append("KV type, slots and flash attention are Ollama's defaults unless given (--kv, --parallel, "
-                    "--flash-attention): the server's own settings are not readable over the API")
+                    "--flash-attention), and OLLAMA_CONTEXT_LENGTH is taken as unset: the server's own settings "
+                    "are not readable over the API")
     rows = preflight.preflight(pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version))
     return AllResult(host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more))
 
@@ -860,15 +874,18 @@ def all_text(r: AllResult) -> str:
     d = r.defaults
     out = [f"kvtop plan --all — {r.host}" + (f" (Ollama {r.version})" if r.version else ""),
            f"  each at num_ctx {mark(d.num_ctx)} × {mark(d.parallel)} slot(s), KV {mark(d.cache_type)}, "
-           f"flash attention {'on' if d.flash_attention.value else 'off'}; ~ estimated, * Ollama default, "
-           "^ requested",
+           f"flash attention {mark(d.flash_attention)}; ~ estimated, * Ollama default, ^ requested, = server env",
            "  GPU free: " + (f"{ibytes(r.free_bytes)} ({r.free_source})" if r.free_bytes is not None
                              else "not given: no fit verdict (--gpu-free BYTES|auto)"), ""]
     table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX"]]
+    calibrated: list[str] = []
     for row in r.rows:
         fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")
-        table.append([row.name, ibytes(row.size_bytes), mark(row.num_ctx), _est(row.kv_bytes), _est(row.total_bytes),
-                      _est(row.gpu_bytes), fit, NOT_KNOWN if row.max_num_ctx is None else str(row.max_num_ctx)])
+        table.append([row.name, ibytes(row.size_bytes), mark(row.num_ctx), _sized(row.kv_bytes, row.kv_source),
+                      _sized(row.total_bytes, row.total_source), _est(row.gpu_bytes), fit,
+                      NOT_KNOWN if row.max_num_ctx is None else str(row.max_num_ctx)])
+        if row.calibration:
+            calibrated.append(f"{row.name}: {row.calibration}")
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     for line in table:
         out.append("  " + "  ".join(c.ljust(widths[i]) if i in (0, 6) else c.rjust(widths[i])
@@ -876,8 +893,16 @@ def all_text(r: AllResult) -> str:
     if not r.rows:
         out.append("  (no pulled models)")
     out.append("")
+    out.extend(f"  loaded  {c}; its unmarked figures are its own" for c in calibrated)
     out.extend(f"  note  {n}" for n in r.notes)
     return "\n".join(out) + "\n"
+
+
+def _sized(n: int | None, source: str) -> str:
+    """A size with its source's mark: ``~5.7 GiB`` estimated, ``5.9 GiB`` allocated or reported."""
+    from kvtop.model.known import source_mark
+
+    return NOT_KNOWN if n is None else source_mark(source) + ibytes(n)
 
 
 def _main_all(args: argparse.Namespace) -> int:
@@ -889,12 +914,17 @@ def _main_all(args: argparse.Namespace) -> int:
         free: int | None = None
         free_source = ""
         total: int | None = None
+        from kvtop.sources.hosts import host_is_this_machine
+
         if args.gpu_free == "auto":
             free, label = nvml_free_bytes()
             free_source, total = f"NVML, {label}", nvml_total_bytes()
         elif isinstance(args.gpu_free, int):
             free, free_source = args.gpu_free, "--gpu-free"
         version, pulled, loaded, notes = asyncio.run(fetch_all(host, args.timeout, access))
+        if args.gpu_free == "auto" and not host_is_this_machine(host):
+            notes.append(f"--gpu-free auto read this machine's GPUs, but {host} is not on this machine: "
+                         "the fit verdicts and the num_ctx tier may be another machine's; pass --gpu-free BYTES")
         if args.server_version:
             version = args.server_version
         result = make_all(args, host, version, pulled, loaded, free_bytes=free, free_source=free_source,

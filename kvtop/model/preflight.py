@@ -9,6 +9,12 @@ compute buffer); whether that fits in the GPU memory free now beside what is loa
 model's own ``size_vram`` counts as available to it: it is given back on a reload); and the
 largest num_ctx that stays 100% on the GPU.
 
+A model loaded now has real figures, and they win over the estimate (the source ladder of
+``model.known``): its compute buffers anchor the planner (``plan.Calibration``: allocated by the
+runner per the log, else derived from the ``/api/ps`` size), and when it runs at the very
+configuration the row is for, the row shows its KV cache and total as allocated (log) or its
+``/api/ps`` size as reported, not the estimate.
+
 Pure: no I/O. Inputs come from ``sources.pulled`` (``/api/tags`` + ``/api/show``, cached per
 digest) and the state's GPU sample and service environment.
 """
@@ -148,6 +154,10 @@ class PreflightRow:
         headroom_bytes: ``budget − need`` (negative: short by that much), None without a verdict.
         max_num_ctx: The largest num_ctx that stays 100% on the GPU, None when unknown.
         note: Why a figure is missing, or the spill in words.
+        kv_source / total_source: ``estimated`` (kvtop's arithmetic: KV exact given its inputs, the
+            weights from the tensor list or the file size, compute estimated), or, for a model loaded
+            at this very configuration, ``allocated`` (runner log) / ``reported`` (``/api/ps`` size).
+        calibration: Where the loaded model's real figures came from, "" when not loaded (or none).
     """
 
     name: str
@@ -163,6 +173,9 @@ class PreflightRow:
     headroom_bytes: int | None
     max_num_ctx: int | None
     note: str = ""
+    kv_source: str = "estimated"
+    total_source: str = "estimated"
+    calibration: str = ""
 
 
 def _parameter_num_ctx(parameters: str) -> int | None:
@@ -178,10 +191,42 @@ def _empty(tag: TagInfo, loaded: int | None, verdict: Verdict, note: str, num_ct
                         None, note)
 
 
+def loaded_calibration(spec: plan.ModelSpec, ps: PsModel, defaults: ServerDefaults, *, view: Any = None,
+                       engine: plan.Engine = "llama-server") -> plan.Calibration | None:
+    """The real figures of a loaded model: its dashboard row's (``view``, a ``ModelView``: the
+    runner log's allocations, else its ``/api/ps`` size at the settings the row knows), else its
+    ``/api/ps`` size less the weights and the KV cache at ``ps.context_length`` and the
+    ``defaults``' KV type and slots (``derived``). None when neither gives a compute figure."""
+    if view is not None:
+        cal = plan.calibration_from_view(view)
+        if cal is not None:
+            return cal
+    if not ps.size_bytes or not ps.context_length or spec.weights_bytes is None:
+        return None
+    config = plan.PlanConfig(ps.context_length, defaults.cache_type.value or "f16", defaults.parallel.value or 1,
+                             bool(defaults.flash_attention.value))
+    try:
+        base = plan.predict(spec, config, engine=engine)
+    except ValueError:
+        return None
+    if base.kv_bytes is None:
+        return None
+    derived = ps.size_bytes - spec.weights_bytes - base.kv_bytes - (base.recurrent_bytes or 0)
+    if derived < 0:  # the server runs another KV type or slot count than assumed: no anchor
+        return None
+    return plan.Calibration(base.config, derived, "derived", "/api/ps size − weights − KV",
+                            weights_bytes=spec.weights_bytes, kv_bytes=base.kv_bytes, total_bytes=ps.size_bytes)
+
+
 def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults, *, free_bytes: int | None,
                   loaded_vram_bytes: int | None = None, engine: plan.Engine = "llama-server",
-                  model_info: Mapping[str, Any] | None = None) -> PreflightRow:
-    """One model's pre-flight (see the module doc). ``model_info`` overrides ``show.model_info``."""
+                  model_info: Mapping[str, Any] | None = None, loaded: PsModel | None = None,
+                  view: Any = None) -> PreflightRow:
+    """One model's pre-flight (see the module doc). ``model_info`` overrides ``show.model_info``;
+    ``loaded``: its ``/api/ps`` row when loaded now, ``view``: its dashboard row (``ModelView``,
+    with the log's allocations) — their real figures replace the estimate (module doc)."""
+    if loaded is not None and loaded_vram_bytes is None:
+        loaded_vram_bytes = loaded.size_vram_bytes
     if show is None and model_info is None:
         return _empty(tag, loaded_vram_bytes, "waiting", "waiting for /api/show", defaults.num_ctx)
     if show is not None and show.error:
@@ -199,11 +244,26 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
     budget = plan.gpu_budget(free_bytes, loaded_vram_bytes)
     config = plan.PlanConfig(num_ctx.value, defaults.cache_type.value or "f16", defaults.parallel.value or 1,
                              bool(defaults.flash_attention.value))
+    cal = loaded_calibration(spec, loaded, defaults, view=view, engine=engine) if loaded is not None else None
     try:
-        p = plan.predict(spec, config, budget_bytes=budget, engine=engine)
-        best = plan.max_num_ctx_on_gpu(spec, config, budget, engine=engine)
+        p = plan.predict(spec, config, budget_bytes=budget, calibration=cal, engine=engine)
+        best = plan.max_num_ctx_on_gpu(spec, config, budget, calibration=cal, engine=engine)
     except ValueError as exc:
         return _empty(tag, loaded_vram_bytes, "error", str(exc), num_ctx)
+    kv_bytes, total_bytes, gpu_bytes = p.kv_bytes, p.total_bytes, p.gpu_bytes
+    kv_source = total_source = "estimated"
+    calibration = ""
+    if cal is not None:
+        what = "allocated (runner log)" if cal.source == "allocated" else "derived from /api/ps"
+        calibration = f"runs at {cal.config.label()}, compute {what}"
+        if cal.config == p.config:  # loaded at this very configuration: its real figures
+            real = "allocated" if cal.source == "allocated" else "reported"
+            if cal.source == "allocated" and cal.kv_bytes is not None:
+                kv_bytes, kv_source = cal.kv_bytes, "allocated"
+            if cal.total_bytes is not None:
+                total_bytes, total_source = cal.total_bytes, real
+                if gpu_bytes is not None and p.total_bytes is not None:
+                    gpu_bytes = max(0, gpu_bytes + cal.total_bytes - p.total_bytes)
     if p.config.num_ctx != num_ctx.value:
         num_ctx = Known(p.config.num_ctx, "estimated", f"{num_ctx.value} lowered to the training context")
     if p.fit is not None:
@@ -214,18 +274,22 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
         verdict, headroom = "unknown", None
         note = (p.kv_problem or spec.kv_reason or "weights not known") if p.total_bytes is None else \
             "free GPU memory not known"
-    return PreflightRow(tag.name, tag.digest, tag.size_bytes, loaded_vram_bytes, num_ctx, p.kv_bytes, p.total_bytes,
-                        p.gpu_bytes, budget, verdict, headroom, best, note)
+    return PreflightRow(tag.name, tag.digest, tag.size_bytes, loaded_vram_bytes, num_ctx, kv_bytes, total_bytes,
+                        gpu_bytes, budget, verdict, headroom, best, note, kv_source, total_source, calibration)
 
 
 def preflight(pulled: PulledSnapshot | None, defaults: ServerDefaults, *, free_bytes: int | None,
-              loaded: Sequence[PsModel] = (), engine: plan.Engine = "llama-server") -> tuple[PreflightRow, ...]:
-    """Every pulled model's row, in ``/api/tags`` order; empty before ``/api/tags`` was read."""
+              loaded: Sequence[PsModel] = (), engine: plan.Engine = "llama-server",
+              views: Sequence[Any] = ()) -> tuple[PreflightRow, ...]:
+    """Every pulled model's row, in ``/api/tags`` order; empty before ``/api/tags`` was read.
+    ``loaded``: ``/api/ps``; ``views``: the dashboard's ``ModelView`` rows (the log's figures),
+    matched by digest."""
     if pulled is None or pulled.tags is None:
         return ()
-    held = {m.digest: m.size_vram_bytes for m in loaded}
+    ps = {m.digest: m for m in loaded}
+    rows = {getattr(v, "digest", None): v for v in views if not getattr(v, "cloud", False)}
     return tuple(preflight_row(tag, pulled.shows.get(digest), defaults, free_bytes=free_bytes,
-                               loaded_vram_bytes=held.get(digest), engine=engine)
+                               engine=engine, loaded=ps.get(digest), view=rows.get(digest))
                  for digest, tag in pulled.tags.items())
 
 
@@ -245,6 +309,7 @@ def preflight_json(row: PreflightRow) -> dict[str, Any]:
         "num_ctx": row.num_ctx.value, "num_ctx_source": row.num_ctx.source, "kv": row.kv_bytes,
         "total": row.total_bytes, "gpu_need": row.gpu_bytes, "budget": row.budget_bytes, "verdict": row.verdict,
         "headroom": row.headroom_bytes, "max_num_ctx": row.max_num_ctx, "note": row.note or None,
+        "kv_source": row.kv_source, "total_source": row.total_source, "calibration": row.calibration or None,
     }
 
 

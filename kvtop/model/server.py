@@ -194,7 +194,8 @@ def state_preflight(state: AppState) -> tuple[ServerDefaults, tuple[PreflightRow
         total = sum(d.memory_total_bytes or 0 for d in gpu.devices)
     defaults = server_defaults(version, env, total)
     rows = preflight(state.server.pulled, defaults, free_bytes=gpu_free_bytes(gpu),
-                     loaded=snap.models if snap is not None else (), engine=plan.engine_for_version(version))
+                     loaded=snap.models if snap is not None else (), engine=plan.engine_for_version(version),
+                     views=state.models)
     return defaults, rows
 
 

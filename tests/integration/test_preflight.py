@@ -145,3 +145,82 @@ def test_plan_all_json_and_text() -> None:
         bad = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "qwen3:1.7b", "--host", server.url],
                              capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and "--all plans every pulled model" in bad.stderr
+
+
+def test_a_loaded_model_is_planned_from_its_real_figures() -> None:
+    """The source ladder: a model loaded now shows its /api/ps size (reported) at the settings it
+    runs with, and its compute buffers anchor the estimate; one not loaded stays estimated."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        step = next(i for i in range(8) if server.goto(i) is not None and server.ps())  # a step with a model loaded
+        snap, _ = _pulled(server.url)
+
+        async def go():
+            src = PulledSource(server.url)
+            try:
+                return await src.version_and_ps()
+            finally:
+                await src.aclose()
+
+        version, ps, error = asyncio.run(go())
+    assert error is None and ps
+    assert snap.tags is not None
+    loaded = ps[0]
+    tag, show = snap.tags[loaded.digest], snap.shows[loaded.digest]
+    assert loaded.context_length and loaded.size_bytes
+    at_its_ctx = server_defaults(version, {"OLLAMA_CONTEXT_LENGTH": str(loaded.context_length)}, None)
+    row = preflight_row(tag, show, at_its_ctx, free_bytes=1 * GiB, loaded=loaded)
+    assert (row.total_bytes, row.total_source) == (loaded.size_bytes, "reported")
+    assert row.kv_source == "estimated"  # no log: the KV figure is kvtop's arithmetic
+    assert row.loaded_vram_bytes == loaded.size_vram_bytes
+    assert row.budget_bytes == 1 * GiB + (loaded.size_vram_bytes or 0)
+    assert row.calibration.startswith(f"runs at {loaded.context_length} × 1 slot") and "/api/ps" in row.calibration
+    cold = preflight_row(tag, show, at_its_ctx, free_bytes=1 * GiB, loaded_vram_bytes=loaded.size_vram_bytes)
+    assert cold.total_source == "estimated" and cold.calibration == ""
+    assert cold.total_bytes != loaded.size_bytes  # the estimate alone differs: the real figure won
+    # at another num_ctx the row stays an estimate, anchored on the loaded model's compute buffers:
+    # it differs from the bare estimate by (derived compute − the estimate's compute) at the loaded settings
+    half = loaded.context_length // 2
+    other = server_defaults(version, {"OLLAMA_CONTEXT_LENGTH": str(half)}, None)
+    anchored = preflight_row(tag, show, other, free_bytes=1 * GiB, loaded=loaded)
+    bare = preflight_row(tag, show, other, free_bytes=1 * GiB)
+    spec = plan.model_spec(tag.name, show.model_info, file_size=tag.size_bytes)
+    base = plan.predict(spec, plan.PlanConfig(loaded.context_length))
+    assert base.kv_bytes is not None and spec.weights_bytes is not None
+    derived = loaded.size_bytes - spec.weights_bytes - base.kv_bytes - (base.recurrent_bytes or 0)
+    assert anchored.num_ctx.value == half and anchored.total_source == "estimated"
+    assert anchored.kv_bytes == bare.kv_bytes
+    assert anchored.total_bytes is not None and bare.total_bytes is not None
+    assert anchored.total_bytes - bare.total_bytes == derived - base.compute_bytes != 0
+    # plan --all shows it unmarked, with the line saying where it comes from
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step)
+        done = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url, "--ctx",
+                               str(loaded.context_length), "--json"], capture_output=True, text=True, timeout=60)
+    doc = json.loads(done.stdout)
+    row_json = next(m for m in doc["models"] if m["digest"] == loaded.digest)
+    assert (row_json["total"], row_json["total_source"]) == (loaded.size_bytes, "reported")
+    assert all(m["total_source"] == "estimated" for m in doc["models"] if m["loaded_vram"] is None)
+
+
+def test_plan_all_refuses_garbage_gpu_free_in_one_line(capsys) -> None:  # noqa: ANN001 - pytest's fixture
+    from kvtop.plan_cli import main_plan
+
+    for value, says in [("abc", "not a byte count"), ("-1", "not a byte count"), ("1e999", "not a byte count"),
+                        ("24G", "ambiguous unit"), ("99999999999999999999GiB", "more than 1 PiB"),
+                        ("8G\x1b[31m", "not a byte count")]:
+        assert main_plan(["--all", "--host", "http://127.0.0.1:9", "--gpu-free", value]) == 2, value
+        out, err = capsys.readouterr()
+        assert out == "" and says in err and "Traceback" not in err, (value, err)
+        assert "\x1b" not in err  # the typed escape is shown escaped, never sent to the terminal
+
+
+def test_plan_all_gpu_free_auto_without_nvml_says_so(capsys) -> None:  # noqa: ANN001
+    from kvtop.plan_cli import main_plan, nvml_total_bytes
+
+    if nvml_total_bytes() is not None:
+        import pytest
+
+        pytest.skip("this machine has NVML: auto works here")
+    assert main_plan(["--all", "--host", "http://127.0.0.1:9", "--gpu-free", "auto"]) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "--gpu-free auto: NVML is not available" in err and "--gpu-free 24GiB" in err

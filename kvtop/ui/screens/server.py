@@ -122,6 +122,11 @@ def health_lines(info: ServerInfo, now_s: float) -> list[Text]:
     return out
 
 
+def _sized(n: int | None, source: str) -> str:
+    """``~1.2G`` estimated; no mark when allocated (runner log) or reported (``/api/ps``)."""
+    return NOT_KNOWN if n is None else source_mark(source) + ibytes(n, short=True)
+
+
 def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], info: ServerInfo,
                     width: int = 120) -> list[Text]:
     """The pre-flight section: one row per pulled model."""
@@ -141,18 +146,21 @@ def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], in
     styles = {"fits": "green", "marginal": "yellow", "spills": "red"}
     for r in rows:
         line = Text(f"  {safe(r.name, w):<{w}} {ibytes(r.size_bytes, short=True):>6} {marked(r.num_ctx):>8} "
-                    f"{'~' + ibytes(r.kv_bytes, short=True) if r.kv_bytes is not None else NOT_KNOWN:>7} "
-                    f"{'~' + ibytes(r.total_bytes, short=True) if r.total_bytes is not None else NOT_KNOWN:>7} ",
+                    f"{_sized(r.kv_bytes, r.kv_source):>7} {_sized(r.total_bytes, r.total_source):>7} ",
                     no_wrap=True, overflow="ellipsis")
         line.append(f"{r.verdict:<9}", style=styles.get(r.verdict, ""))
         line.append(f" {NOT_KNOWN if r.max_num_ctx is None else r.max_num_ctx:>8}")
-        if r.note and r.verdict != "fits":
-            line.append(f"  {safe(r.note, 60)}", style="dim")
+        said = [r.note] if r.note and r.verdict != "fits" else []
+        if r.calibration:  # loaded now: its real figures anchor (or are) the row's
+            said.append(f"loaded, {r.calibration}")
+        if said:
+            line.append(f"  {safe('; '.join(said), 120)}", style="dim")
         out.append(line)
     if not rows and pulled.tags is not None:
         out.append(Text("  no pulled models"))
     out.append(Text(f"  {source_mark('estimated')} estimated  {source_mark('default')} Ollama default  "
-                    f"{source_mark('service')} server env  {source_mark('requested')} Modelfile", style="dim"))
+                    f"{source_mark('service')} server env  {source_mark('requested')} Modelfile  "
+                    "unmarked: a loaded model's own (log, /api/ps)", style="dim"))
     return out
 
 
