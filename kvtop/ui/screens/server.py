@@ -141,26 +141,32 @@ def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], in
     if pulled.error:
         out.append(Text(f"  /api/tags: {safe(pulled.error, 160)}"))
     w = 28 if width >= 100 else 18
-    out.append(Text(f"  {'NAME':<{w}} {'SIZE':>6} {'NUM_CTX':>8} {'KV':>7} {'TOTAL':>7} {'FIT':<9} {'MAX CTX':>8}",
+    out.append(Text(f"  {'NAME':<{w}} {'SIZE':>6} {'NUM_CTX':>8} {'KV':>7} {'TOTAL':>7} {'FIT':<8} {'MAX CTX':>7}",
                     style="bold"))
     styles = {"fits": "green", "marginal": "yellow", "spills": "red"}
     for r in rows:
         line = Text(f"  {safe(r.name, w):<{w}} {ibytes(r.size_bytes, short=True):>6} {marked(r.num_ctx):>8} "
                     f"{_sized(r.kv_bytes, r.kv_source):>7} {_sized(r.total_bytes, r.total_source):>7} ",
                     no_wrap=True, overflow="ellipsis")
-        line.append(f"{r.verdict:<9}", style=styles.get(r.verdict, ""))
-        line.append(f" {NOT_KNOWN if r.max_num_ctx is None else r.max_num_ctx:>8}")
+        line.append(f"{r.verdict:<8}", style=styles.get(r.verdict, ""))
+        line.append(f" {NOT_KNOWN if r.max_num_ctx is None else r.max_num_ctx:>7}")
         said = [r.note] if r.note and r.verdict != "fits" else []
         if r.calibration:  # loaded now: its real figures anchor (or are) the row's
             said.append(f"loaded, {r.calibration}")
-        if said:
-            line.append(f"  {safe('; '.join(said), 120)}", style="dim")
+        room = width - 4 - len(line.plain)  # padding and scrollbar: a note must not wrap under the columns
+        if said and room >= 24:
+            line.append(f"  {safe('; '.join(said), room - 2)}", style="dim")
         out.append(line)
+        if said and room < 24:  # narrow: the note on a line of its own, under its row
+            out.append(Text(f"    {safe('; '.join(said), max(12, width - 8))}", style="dim"))
     if not rows and pulled.tags is not None:
         out.append(Text("  no pulled models"))
-    out.append(Text(f"  {source_mark('estimated')} estimated  {source_mark('default')} Ollama default  "
-                    f"{source_mark('service')} server env  {source_mark('requested')} Modelfile  "
-                    "unmarked: a loaded model's own (log, /api/ps)", style="dim"))
+    wide = width >= 100
+    out.append(Text(f"  {source_mark('estimated')} estimated  {source_mark('default')} "
+                    f"{'Ollama default' if wide else 'default'}  {source_mark('service')} server env  "
+                    f"{source_mark('requested')} Modelfile  "
+                    + ("unmarked: a loaded model's own (log, /api/ps)" if wide else "no mark: a loaded model's"),
+                    style="dim"))
     return out
 
 
