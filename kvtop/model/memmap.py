@@ -2,7 +2,8 @@
 
 One :class:`DeviceBar` per GPU and one for system RAM. A GPU's bar holds, for each loaded model,
 its weights, KV cache and compute buffers on that GPU (and what NVML measures beyond them: the
-runner's CUDA context and buffers the log does not list), then other Ollama processes, foreign
+runner's CUDA context and buffers the log does not list), then runners still loading (``loading
+<model>``, :func:`loading_runners`), other Ollama processes, foreign
 processes (one segment each, named by user and program), unattributed memory and free memory. The
 RAM bar holds each *spilled* model's CPU part, the rest of RAM in use, and free (available) RAM.
 
@@ -35,10 +36,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from kvtop.model.gpu import GpuSnapshot, GpuView, ProcSnapshot, SystemMemory, gpu_views
+from kvtop.model.gpu import GpuSnapshot, GpuView, ProcSnapshot, RunnerProcess, SystemMemory, gpu_views, match_runners
 from kvtop.model.known import Known, Source
+from kvtop.model.state import SHOW_PENDING
 
 if TYPE_CHECKING:
+    from kvtop.model.logstate import LogState
     from kvtop.model.state import AppState, ModelView
 
 SegmentKind = Literal["weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free"]
@@ -224,7 +227,7 @@ def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_d
 
 
 def _gpu_bar(v: GpuView, models: Mapping[ModelKey, ModelView], on_gpus: Mapping[ModelKey, list[tuple[int, int | None]]],
-             pairings: Mapping[ModelKey, dict[int, str] | None]) -> DeviceBar:
+             pairings: Mapping[ModelKey, dict[int, str] | None], loading: Mapping[int, str]) -> DeviceBar:
     d = v.device
     prefix = "AMD" if d.vendor == "amd" else "GPU"
     key, title = f"{prefix}{d.index}", f"{prefix} {d.index} {d.name or '?'}"
@@ -244,8 +247,14 @@ def _gpu_bar(v: GpuView, models: Mapping[ModelKey, ModelView], on_gpus: Mapping[
         segments.extend(_model_segments(
             view, measured, "reported", log_device=pairing.get(d.index) if pairing else None,
             alone=len(gpus) == 1 and not view.spilled, where=f"NVML's {measured:,} B on {prefix} {d.index}"))
-    if v.ollama_bytes:
-        segments.append(Segment("ollama", v.ollama_bytes, "reported", "other Ollama processes",
+    rest = v.ollama_bytes
+    for p in v.processes:
+        if p.kind == "ollama" and p.pid in loading and p.gpu_memory_bytes:
+            segments.append(Segment("ollama", p.gpu_memory_bytes, "reported", loading[p.pid],
+                                    note=f"NVML: PID {p.pid}, a runner not paired with a loaded model yet"))
+            rest -= p.gpu_memory_bytes
+    if rest > 0:
+        segments.append(Segment("ollama", rest, "reported", "other Ollama processes",
                                 note="NVML: Ollama processes no loaded model matches (GPU discovery, a runner starting)"))
     for p in v.others:
         if p.gpu_memory_bytes:
@@ -315,8 +324,54 @@ def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> Device
     return DeviceBar("RAM", "RAM", total, free, tuple(segments))
 
 
+def _cells_fit(r: RunnerProcess, m: ModelView) -> bool:
+    if r.ctx_size is None or m.context.value is None:
+        return False
+    return r.ctx_size == m.context.value * (r.parallel or m.parallel.value or 1)
+
+
+def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log: LogState | None = None,
+                    blob_names: Mapping[str, str] | None = None) -> dict[int, str]:
+    """``loading <model>`` per runner PID that no loaded model matches yet but that is a load in progress.
+
+    A runner is matched to a loaded model by its ``--model`` blob and the model's ``/api/show``
+    ``FROM`` blob (``kvtop.model.gpu.match_runners``). Until then NVML's bytes for it would read as
+    "other Ollama processes"; it is a load in progress when the runner log's newest load of its blob
+    has not finished (no ``model loaded`` / ``llama runner started`` yet; ollama-reference.md §4.4),
+    or is the log's newest load and ``/api/ps`` never listed its blob (loaded, not listed yet: Ollama
+    lists a runner once it is up), or when ``/api/ps`` lists a model whose ``/api/show`` has not been
+    read yet (its blob is not known) and that model is the runner's by name or, alone of the waiting
+    rows, by its cells (``-c`` = ``num_ctx`` × slots). The name comes from a model ``/api/ps`` showed earlier with this
+    blob (``blob_names``), the log's load, the runner's ``--model`` name (MLX) or that waiting row;
+    without one the label is ``loading a model``. Runners that are neither stay unnamed.
+
+    Args:
+        procs: The process sample (its ``runners``); None gives ``{}``.
+        models: The loaded models.
+        log: The runner log read so far, None without one.
+        blob_names: Weights blob -> the name ``/api/ps`` last showed for it (``AppState.blob_names``).
+    """
+    if procs is None or not procs.runners:
+        return {}
+    waiting = [m for m in models if not m.cloud and m.model_blob is None and m.kv_unavailable == SHOW_PENDING]
+    out: dict[int, str] = {}
+    for pid, match in match_runners(procs, models).items():
+        if match.model is not None:
+            continue
+        r = match.runner
+        load = log.latest_load(r.blob) if log is not None and r.blob else None
+        name = (blob_names or {}).get(r.blob or "") or (load.model_name if load is not None else None) or r.model_name
+        waits = [m for m in waiting if m.name == name] if name else [m for m in waiting if _cells_fit(r, m)]
+        if name is None and len(waits) == 1:
+            name = waits[0].name
+        newest = load is not None and log is not None and load is log.loads[-1] and r.blob not in (blob_names or {})
+        if (load is not None and not load.ready) or len(waits) == 1 or newest:
+            out[pid] = f"loading {name}" if name else "loading a model"
+    return out
+
+
 def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequence[ModelView], *,
-               views: Sequence[GpuView] | None = None) -> MemoryMap:
+               views: Sequence[GpuView] | None = None, loading: Mapping[int, str] | None = None) -> MemoryMap:
     """The map of one server's machine.
 
     Args:
@@ -324,6 +379,8 @@ def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequ
         procs: The process sample taken with it.
         models: The loaded models (``AppState.models``), in the server's order.
         views: ``gpu_views(gpu, procs, models)`` when the caller has it already.
+        loading: :func:`loading_runners`: runners drawn as ``loading <model>`` instead of "other
+            Ollama processes".
 
     Returns:
         A :class:`MemoryMap`; never raises on missing data (a missing figure leaves a part out).
@@ -340,7 +397,7 @@ def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequ
             for mg in v.models:
                 on_gpus.setdefault((mg.name, mg.digest), []).append((v.device.index, mg.measured_bytes))
         pairings = {k: _pair_devices(by_key[k], g) for k, g in on_gpus.items() if k in by_key}
-        bars.extend(_gpu_bar(v, by_key, on_gpus, pairings) for v in views)
+        bars.extend(_gpu_bar(v, by_key, on_gpus, pairings, loading or {}) for v in views)
     else:
         vram = _vram_bar(models)
         if vram is not None:
@@ -353,5 +410,6 @@ def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequ
 
 
 def state_memory_map(state: AppState) -> MemoryMap:
-    """:func:`memory_map` of an ``AppState`` (its GPU, process and model samples)."""
-    return memory_map(state.gpu, state.procs, state.models)
+    """:func:`memory_map` of an ``AppState`` (its GPU, process and model samples, its log)."""
+    return memory_map(state.gpu, state.procs, state.models,
+                      loading=loading_runners(state.procs, state.models, state.log, state.blob_names))

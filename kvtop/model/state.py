@@ -35,6 +35,10 @@ ERA_C_SINCE = (0, 30, 0)
 """v0.30.0 runs llama-server with ``--flash-attn auto`` when ``OLLAMA_FLASH_ATTENTION`` is unset (§3.1)."""
 
 
+SHOW_PENDING = "waiting for /api/show"
+"""``ModelView.kv_unavailable`` of a row whose ``/api/show`` has not been read yet (a model just listed)."""
+
+
 def parse_version(text: str | None) -> tuple[int, int, int] | None:
     """``"0.22.1"`` -> ``(0, 22, 1)``; pre-release suffixes ignored; None when unparsable."""
     if not text:
@@ -528,7 +532,7 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
     if cloud:
         kv_unavailable = "cloud model: runs remotely, no local memory"
     elif show is None:
-        kv_unavailable = "waiting for /api/show"
+        kv_unavailable = SHOW_PENDING
     elif show.error:
         kv_unavailable = f"/api/show failed: {show.error}"
     else:

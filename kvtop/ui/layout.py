@@ -7,8 +7,8 @@ size in :data:`PANEL_MIN_SIZE`), or ``on``/``off`` as the user chose with its ke
 start. Which panels show is set with CSS classes; Textual's layout (``kvtop.tcss``) places them.
 
 Observer cost (issue 13): a hidden panel is given nothing; the map is recomputed only when its
-inputs (the GPU and process samples, the models) are new objects, and redrawn only when the map
-differs.
+inputs (the GPU and process samples, the models, the log's loads) are new objects, and redrawn
+only when the map differs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from kvtop.config import PANELS, save_panels, saved_panels
 from kvtop.model.gpu import GpuPanelData
-from kvtop.model.memmap import MemoryMap, memory_map
+from kvtop.model.memmap import MemoryMap, loading_runners, memory_map
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
@@ -109,14 +109,16 @@ class PanelLayout:
         """The map of ``state`` (recomputed only when the GPU, process or model samples are new).
 
         ``local``: the GPU sample is this server's (the GPU of another machine is not known)."""
-        inputs = (state.gpu if local else None, state.procs if local else None, state.models, local)
+        inputs = (state.gpu if local else None, state.procs if local else None, state.models, local,
+                  state.log.loads if local else None, state.blob_names if local else None)
         if self._map_cache is not None and self._map_inputs is not None and all(
                 a is b for a, b in zip(inputs, self._map_inputs)):
             return self._map_cache
         self.map_computations += 1
         if local:
             views = gpu_panel.views if gpu_panel is not None and gpu_panel.ok else None
-            mm = memory_map(state.gpu, state.procs, state.models, views=views)
+            loading = loading_runners(state.procs, state.models, state.log, state.blob_names)
+            mm = memory_map(state.gpu, state.procs, state.models, views=views, loading=loading)
         else:
             from dataclasses import replace
 

@@ -7,10 +7,15 @@ import dataclasses
 from pathlib import Path
 
 from kvtop.model.gpu import GpuSnapshot, SystemMemory
-from kvtop.model.memmap import DeviceBar, gpu_device_index, memory_map
+from kvtop.demo.logwriter import load_lines
+from kvtop.logparse.parser import parse_lines
+from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
+from kvtop.model.state import SHOW_PENDING, ModelView
 from kvtop.sources.gpu import STATUS_NO_LIBRARY
 from tests.fakes.nvml import GiB, MiB
-from tests.fakes.scenario import shared_sample
+from tests.fakes.scenario import Q4_PID, Q8_PID, shared_sample
+from tests.ui.fakes import scenario
 from tests.ui.mapfakes import foreign_nvml, one_gpu_nvml, sample_with, with_devices
 
 Q4, GEMMA, Q8 = "qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"
@@ -155,3 +160,68 @@ def test_rounding_is_not_an_overhead_segment(tmp_path: Path) -> None:
     far = with_devices(models, Q8, {"weights": {"CUDA0": measured - MiB - 3 * GiB}, "kv": {"CUDA0": 3 * GiB}})
     segs = [s for s in memory_map(gpu, procs, far).bars[0].segments if s.label == Q8]
     assert [(s.kind, s.bytes) for s in segs][-1] == ("overhead", MiB)
+
+
+def _waiting_for_show(models: tuple[ModelView, ...], name: str) -> tuple[ModelView, ...]:
+    """``models`` with ``name`` as in the poll that first lists it: its /api/show not read yet."""
+    return tuple(dataclasses.replace(m, model_blob=None, kv_unavailable=SHOW_PENDING) if m.name == name else m
+                 for m in models)
+
+
+def test_a_runner_not_paired_yet_is_loading_its_model(tmp_path: Path) -> None:
+    """The demo's gemma4 read "other Ollama processes 5.0G" for the poll its /api/show was not read yet
+    (issue 17 review): a runner that a row waiting for /api/show explains is "loading <model>"."""
+    gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
+    q8 = next(m for m in models if m.name == Q8)
+    assert q8.model_blob is not None and q8.context.value == 32768
+    waiting = _waiting_for_show(models, Q8)
+    # by the runner's cells (-c 32768 = num_ctx 32768 x 1 slot): the only waiting row it fits
+    loading = loading_runners(procs, waiting)
+    assert loading == {Q8_PID: f"loading {Q8}"}
+    gpu0 = memory_map(gpu, procs, waiting, loading=loading).bars[0]
+    assert ("ollama", 6 * GiB + 256 * MiB, "reported", f"loading {Q8}") in _rows(gpu0)
+    assert not any(s.label == "other Ollama processes" for s in gpu0.segments)
+    # by the name /api/ps showed for the blob before (a reload)
+    assert loading_runners(procs, waiting, blob_names={q8.model_blob: Q8}) == {Q8_PID: f"loading {Q8}"}
+    # without the map's help it is what it was: other Ollama processes
+    plain = memory_map(gpu, procs, waiting).bars[0]
+    assert ("ollama", 6 * GiB + 256 * MiB, "reported", "other Ollama processes") in _rows(plain)
+
+
+def test_a_runner_no_waiting_row_explains_is_not_loading(tmp_path: Path) -> None:
+    """A runner of a model /api/ps no longer lists (unloading) with no load in progress in the log,
+    or one a waiting row of another size does not fit, stays "other Ollama processes"."""
+    gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
+    assert loading_runners(procs, models) == {}  # every runner paired
+    gone = tuple(m for m in models if m.name != Q8)
+    assert loading_runners(procs, gone) == {}
+    q4_waiting = _waiting_for_show(gone, Q4)  # Q4's own runner is unpaired too, and fits by cells
+    assert loading_runners(procs, q4_waiting) == {Q4_PID: f"loading {Q4}"}
+
+
+def _log_of(lines: list[str]) -> LogState:
+    events = parse_lines(lines)
+    return apply_log(LogState(), events, source="file:server.log", status=None, ok=True, lines=len(lines))
+
+
+def test_a_runner_the_log_is_loading_is_loading(tmp_path: Path) -> None:
+    """Before /api/ps lists a model, its runner is up and the runner log shows its load (real Ollama
+    lists it once the runner reports ready): "loading <model>" while the load has not finished, or
+    while it is the log's newest load of a blob /api/ps never listed; a blob /api/ps listed before
+    and no load in progress is an old runner (unloading), still "other Ollama processes"."""
+    gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
+    q4 = next(m for m in models if m.name == Q4)
+    gone = tuple(m for m in models if m.name != Q4)
+    sc = scenario()
+    row = next(r for s in sc.steps for r in s.loaded if r.model == Q4)
+    lines = load_lines(sc, row)
+    assert any(q4.model_blob in line for line in lines)  # the demo's blob is the fake runner's
+    ready_at = next(i for i, line in enumerate(lines) if "model loaded" in line)
+    starting = _log_of(lines[:ready_at])
+    assert starting.loads and not starting.loads[-1].ready
+    assert loading_runners(procs, gone, starting) == {Q4_PID: "loading a model"}  # the log names no model
+    assert loading_runners(procs, gone, starting, {q4.model_blob: Q4}) == {Q4_PID: f"loading {Q4}"}
+    up = _log_of(lines)
+    assert up.loads[-1].ready
+    assert loading_runners(procs, gone, up) == {Q4_PID: "loading a model"}  # newest load, never listed
+    assert loading_runners(procs, gone, up, {q4.model_blob: Q4}) == {}  # listed before: unloading
