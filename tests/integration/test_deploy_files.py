@@ -163,6 +163,32 @@ def test_promtool_accepts_the_rules() -> None:
 RULE_TESTS = DEPLOY / "prometheus" / "kvtop-rules.test.yml"
 
 
+def test_every_dashboard_panel_follows_the_host_variable() -> None:
+    """Selecting a server filters every query: the GPU and RAM families carry no ``host`` label (the
+    exporter's machine is its ``instance``), so they are joined on the instance of that host's
+    ``kvtop_server_up``; a fleet's other machines never add into one panel."""
+    for where, expr in dashboard_exprs():
+        if where != "$host":
+            assert "$host" in expr, (where, expr)
+        if re.search(r"kvtop_(gpu|system)_", expr):
+            assert 'on (instance) kvtop_server_up{host=~"$host"}' in expr, (where, expr)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
+def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+    """Each dashboard query, with Grafana's variables given values, is valid PromQL (promtool parses
+    it as a recording rule)."""
+    rules = [{"record": f"kvtop:dashboard_query_{i}",
+              "expr": expr.replace("$__rate_interval", "5m").replace("$host", ".*")}
+             for i, (_, expr) in enumerate(dashboard_exprs()) if not expr.startswith("label_values(")]
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}), encoding="utf-8")
+    proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in proc.stdout
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None,
                     reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
 def test_promtool_unit_tests_of_the_rules_pass() -> None:
