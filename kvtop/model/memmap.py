@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from kvtop.model.gpu import GpuSnapshot, GpuView, ProcSnapshot, RunnerProcess, SystemMemory, gpu_views, match_runners
@@ -330,6 +331,16 @@ def _cells_fit(r: RunnerProcess, m: ModelView) -> bool:
     return r.ctx_size == m.context.value * (r.parallel or m.parallel.value or 1)
 
 
+RECENT_LOAD_S = 30.0
+"""A runner log load that started this many seconds before the process sample is a new one."""
+
+
+def _recent(when: datetime | None, now_s: float) -> bool:
+    if when is None or when.tzinfo is None:
+        return False
+    return 0 <= now_s - when.timestamp() <= RECENT_LOAD_S
+
+
 def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log: LogState | None = None,
                     blob_names: Mapping[str, str] | None = None) -> dict[int, str]:
     """``loading <model>`` per runner PID that no loaded model matches yet but that is a load in progress.
@@ -338,8 +349,9 @@ def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log
     ``FROM`` blob (``kvtop.model.gpu.match_runners``). Until then NVML's bytes for it would read as
     "other Ollama processes"; it is a load in progress when the runner log's newest load of its blob
     has not finished (no ``model loaded`` / ``llama runner started`` yet; ollama-reference.md §4.4),
-    or is the log's newest load and ``/api/ps`` never listed its blob (loaded, not listed yet: Ollama
-    lists a runner once it is up), or when ``/api/ps`` lists a model whose ``/api/show`` has not been
+    or is the log's newest load and ``/api/ps`` never listed its blob or it started less than
+    :data:`RECENT_LOAD_S` before the process sample (loaded, not listed yet: Ollama lists a runner
+    once it is up; an older one of a blob listed before is a runner exiting), or when ``/api/ps`` lists a model whose ``/api/show`` has not been
     read yet (its blob is not known) and that model is the runner's by name or, alone of the waiting
     rows, by its cells (``-c`` = ``num_ctx`` × slots). The name comes from a model ``/api/ps`` showed earlier with this
     blob (``blob_names``), the log's load, the runner's ``--model`` name (MLX) or that waiting row;
@@ -364,7 +376,8 @@ def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log
         waits = [m for m in waiting if m.name == name] if name else [m for m in waiting if _cells_fit(r, m)]
         if name is None and len(waits) == 1:
             name = waits[0].name
-        newest = load is not None and log is not None and load is log.loads[-1] and r.blob not in (blob_names or {})
+        newest = load is not None and log is not None and load is log.loads[-1] and (
+            r.blob not in (blob_names or {}) or _recent(load.time, procs.taken_at))
         if (load is not None and not load.ready) or len(waits) == 1 or newest:
             out[pid] = f"loading {name}" if name else "loading a model"
     return out

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from kvtop.model.gpu import GpuSnapshot, SystemMemory
-from kvtop.demo.logwriter import load_lines
+from kvtop.demo.logwriter import load_lines, restamp
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.logstate import LogState, apply_log
 from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
@@ -224,4 +224,9 @@ def test_a_runner_the_log_is_loading_is_loading(tmp_path: Path) -> None:
     up = _log_of(lines)
     assert up.loads[-1].ready
     assert loading_runners(procs, gone, up) == {Q4_PID: "loading a model"}  # newest load, never listed
-    assert loading_runners(procs, gone, up, {q4.model_blob: Q4}) == {}  # listed before: unloading
+    assert loading_runners(procs, gone, up, {q4.model_blob: Q4}) == {}  # listed before, loaded long ago: exiting
+    t = procs.taken_at
+    fresh = _log_of([restamp(line, t - 5) for line in lines])  # a reload 5 s before the sample
+    assert loading_runners(procs, gone, fresh, {q4.model_blob: Q4}) == {Q4_PID: f"loading {Q4}"}
+    stale = _log_of([restamp(line, t - 40) for line in lines])
+    assert loading_runners(procs, gone, stale, {q4.model_blob: Q4}) == {}
