@@ -835,7 +835,7 @@ def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: A
     from kvtop.model import preflight
     from kvtop.model.known import Known
 
-    d = preflight.server_defaults(version, None, total_bytes)
+    d = running = preflight.server_defaults(version, None, total_bytes)
     if args.ctx:
         d = dataclasses.replace(d, num_ctx=Known(args.ctx[0], "requested", "--ctx"))
     if args.kv:
@@ -850,11 +850,16 @@ def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: A
                     "total memory (4096 under 23 GiB, 32768 from 23 GiB, 262144 from 47 GiB), which is not known "
                     "here, so the smallest is assumed; --gpu-free auto reads it (NVML, on the server's machine), "
                     "or pass --ctx")
-    if not args.kv or args.parallel is None:
-        more.append("KV type, slots and flash attention are Ollama's defaults unless given (--kv, --parallel, "
-                    "--flash-attention), and OLLAMA_CONTEXT_LENGTH is taken as unset: the server's own settings "
-                    "are not readable over the API")
-    rows = preflight.preflight(pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version))
+    assumed = [what for what, given in (("OLLAMA_CONTEXT_LENGTH as unset (--ctx)", args.ctx),
+                                        ("the KV type f16 (--kv)", args.kv),
+                                        ("1 slot (--parallel)", args.parallel is not None),
+                                        ("flash attention on (--flash-attention)", args.flash_attention is not None))
+               if not given]
+    if assumed:
+        more.append(f"assumed Ollama's defaults: {', '.join(assumed)}: the server's own settings are not "
+                    "readable over the API")
+    rows = preflight.preflight(pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version),
+                               running=running)
     return AllResult(host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more))
 
 

@@ -221,10 +221,13 @@ def loaded_calibration(spec: plan.ModelSpec, ps: PsModel, defaults: ServerDefaul
 def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults, *, free_bytes: int | None,
                   loaded_vram_bytes: int | None = None, engine: plan.Engine = "llama-server",
                   model_info: Mapping[str, Any] | None = None, loaded: PsModel | None = None,
-                  view: Any = None) -> PreflightRow:
+                  view: Any = None, running: ServerDefaults | None = None) -> PreflightRow:
     """One model's pre-flight (see the module doc). ``model_info`` overrides ``show.model_info``;
     ``loaded``: its ``/api/ps`` row when loaded now, ``view``: its dashboard row (``ModelView``,
-    with the log's allocations) — their real figures replace the estimate (module doc)."""
+    with the log's allocations) — their real figures replace the estimate (module doc).
+    ``running``: the settings the server really runs with, to read a loaded model's ``/api/ps``
+    size by (default ``defaults``; ``kvtop plan --all --kv q8_0`` asks about other settings than
+    the server's)."""
     if loaded is not None and loaded_vram_bytes is None:
         loaded_vram_bytes = loaded.size_vram_bytes
     if show is None and model_info is None:
@@ -244,7 +247,8 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
     budget = plan.gpu_budget(free_bytes, loaded_vram_bytes)
     config = plan.PlanConfig(num_ctx.value, defaults.cache_type.value or "f16", defaults.parallel.value or 1,
                              bool(defaults.flash_attention.value))
-    cal = loaded_calibration(spec, loaded, defaults, view=view, engine=engine) if loaded is not None else None
+    cal = (loaded_calibration(spec, loaded, running or defaults, view=view, engine=engine)
+           if loaded is not None else None)
     try:
         p = plan.predict(spec, config, budget_bytes=budget, calibration=cal, engine=engine)
         best = plan.max_num_ctx_on_gpu(spec, config, budget, calibration=cal, engine=engine)
@@ -254,8 +258,13 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
     kv_source = total_source = "estimated"
     calibration = ""
     if cal is not None:
-        what = "allocated (runner log)" if cal.source == "allocated" else "derived from /api/ps"
-        calibration = f"runs at {cal.config.label()}, compute {what}"
+        c = cal.config
+        if cal.source == "allocated":
+            calibration = f"runs at {c.label()}, compute allocated (runner log)"
+        else:
+            calibration = (f"runs at num_ctx {c.num_ctx} (/api/ps), compute derived from its size assuming "
+                           f"{c.cache_type}, {c.parallel} slot{'' if c.parallel == 1 else 's'}, "
+                           f"FA {'on' if c.flash_attention else 'off'}")
         if cal.config == p.config:  # loaded at this very configuration: its real figures
             real = "allocated" if cal.source == "allocated" else "reported"
             if cal.source == "allocated" and cal.kv_bytes is not None:
@@ -280,16 +289,16 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
 
 def preflight(pulled: PulledSnapshot | None, defaults: ServerDefaults, *, free_bytes: int | None,
               loaded: Sequence[PsModel] = (), engine: plan.Engine = "llama-server",
-              views: Sequence[Any] = ()) -> tuple[PreflightRow, ...]:
+              views: Sequence[Any] = (), running: ServerDefaults | None = None) -> tuple[PreflightRow, ...]:
     """Every pulled model's row, in ``/api/tags`` order; empty before ``/api/tags`` was read.
     ``loaded``: ``/api/ps``; ``views``: the dashboard's ``ModelView`` rows (the log's figures),
-    matched by digest."""
+    matched by digest; ``running``: as for :func:`preflight_row`."""
     if pulled is None or pulled.tags is None:
         return ()
     ps = {m.digest: m for m in loaded}
     rows = {getattr(v, "digest", None): v for v in views if not getattr(v, "cloud", False)}
     return tuple(preflight_row(tag, pulled.shows.get(digest), defaults, free_bytes=free_bytes,
-                               engine=engine, loaded=ps.get(digest), view=rows.get(digest))
+                               engine=engine, loaded=ps.get(digest), view=rows.get(digest), running=running)
                  for digest, tag in pulled.tags.items())
 
 

@@ -173,7 +173,8 @@ def test_a_loaded_model_is_planned_from_its_real_figures() -> None:
     assert row.kv_source == "estimated"  # no log: the KV figure is kvtop's arithmetic
     assert row.loaded_vram_bytes == loaded.size_vram_bytes
     assert row.budget_bytes == 1 * GiB + (loaded.size_vram_bytes or 0)
-    assert row.calibration.startswith(f"runs at {loaded.context_length} × 1 slot") and "/api/ps" in row.calibration
+    assert row.calibration == (f"runs at num_ctx {loaded.context_length} (/api/ps), compute derived from its size "
+                               "assuming f16, 1 slot, FA on")
     cold = preflight_row(tag, show, at_its_ctx, free_bytes=1 * GiB, loaded_vram_bytes=loaded.size_vram_bytes)
     assert cold.total_source == "estimated" and cold.calibration == ""
     assert cold.total_bytes != loaded.size_bytes  # the estimate alone differs: the real figure won
@@ -196,9 +197,16 @@ def test_a_loaded_model_is_planned_from_its_real_figures() -> None:
         server.goto(step)
         done = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url, "--ctx",
                                str(loaded.context_length), "--json"], capture_output=True, text=True, timeout=60)
+        asked = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url, "--ctx",
+                                str(loaded.context_length), "--kv", "q8_0", "--parallel", "2", "--json"],
+                               capture_output=True, text=True, timeout=60)
     doc = json.loads(done.stdout)
     row_json = next(m for m in doc["models"] if m["digest"] == loaded.digest)
     assert (row_json["total"], row_json["total_source"]) == (loaded.size_bytes, "reported")
+    # other settings asked (--kv q8_0 --parallel 2): an estimate, but the /api/ps size is still read at
+    # the server's defaults (f16, 1 slot), not at the settings asked about
+    other_row = next(m for m in json.loads(asked.stdout)["models"] if m["digest"] == loaded.digest)
+    assert other_row["total_source"] == "estimated" and "assuming f16, 1 slot" in other_row["calibration"]
     assert all(m["total_source"] == "estimated" for m in doc["models"] if m["loaded_vram"] is None)
 
 
