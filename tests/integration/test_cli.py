@@ -132,3 +132,49 @@ def test_check_exit_codes_and_alerts() -> None:
         assert "19% of 6.1 GiB in system RAM" in alert["message"] and alert["fixes"]
     proc = kvtop("--check", "--host", f"http://127.0.0.1:{free_port()}")
     assert proc.returncode == 2 and "unreachable" in proc.stdout
+
+
+def _documented_server_example() -> dict[str, Any]:
+    text = (REPO / "docs" / "json.md").read_text(encoding="utf-8")
+    section = text[text.index("### `server`"):]
+    block = section[section.index("```json") + len("```json"):]
+    block = block[:block.index("```")]
+    return json.loads("{" + block.strip() + "}")["server"]
+
+
+def _key_paths(doc: Any, other: Any, path: str = "") -> tuple[set[str], set[str]]:
+    """Keys present on one side only, wherever both sides have an object (free-form maps skipped)."""
+    only_doc: set[str] = set()
+    only_other: set[str] = set()
+    if isinstance(doc, dict) and isinstance(other, dict):
+        if path == "health.settings.":  # the server's environment: any OLLAMA_* names
+            return only_doc, only_other
+        only_doc |= {path + k for k in set(doc) - set(other)}
+        only_other |= {path + k for k in set(other) - set(doc)}
+        for k in set(doc) & set(other):
+            a, b = _key_paths(doc[k], other[k], f"{path}{k}.")
+            only_doc |= a
+            only_other |= b
+    elif isinstance(doc, list) and isinstance(other, list) and doc and other:
+        for item in other:
+            a, b = _key_paths(doc[0], item, f"{path}[].")
+            only_doc |= a
+            only_other |= b
+    return only_doc, only_other
+
+
+def test_once_json_server_section_matches_docs_json_md() -> None:
+    """Every key docs/json.md shows in the ``server`` section is emitted, and every emitted key is
+    documented: a real ``--once --json`` with real access lines and a loaded model's pre-flight."""
+    log = REPO / "tests" / "fixtures" / "logs" / "gin-access-corpus.log"
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(4)
+        proc = kvtop("--once", "--json", "--host", server.url, "--log", f"file:{log}")
+    assert proc.returncode == 0, proc.stderr
+    emitted = json.loads(proc.stdout)["server"]
+    assert emitted["traffic"]["requests"] > 0 and emitted["traffic"]["endpoints"] and emitted["preflight"]
+    assert any(row["calibration"] for row in emitted["preflight"])  # a loaded model: its real figures
+    documented = _documented_server_example()
+    only_doc, only_emitted = _key_paths(documented, emitted)
+    assert only_emitted == set(), "emitted but not in docs/json.md"
+    assert only_doc == set(), "in docs/json.md but not emitted"
