@@ -232,3 +232,23 @@ def test_plan_all_gpu_free_auto_without_nvml_says_so(capsys) -> None:  # noqa: A
     assert main_plan(["--all", "--host", "http://127.0.0.1:9", "--gpu-free", "auto"]) == 2
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and "--gpu-free auto: NVML is not available" in err and "--gpu-free 24GiB" in err
+
+
+def test_plan_all_gpu_free_auto_reads_the_tier_and_warns_for_another_machine(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """--gpu-free auto over NVML (the fake library: 48 + 24 GiB) gives the free memory and the VRAM tier
+    (≥ 47 GiB: 262144); against a server on another machine the note says whose GPUs were read."""
+    from kvtop.plan_cli import main_plan
+    from kvtop.sources import hosts
+    from tests.fakes.nvml import FakeNvml
+
+    FakeNvml().install(monkeypatch)
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        assert main_plan(["--all", "--host", server.url, "--gpu-free", "auto", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["gpu"]["total_bytes"] == 72 * GiB and doc["gpu"]["free_source"].startswith("NVML, GPU ")
+        assert (doc["defaults"]["num_ctx"], doc["defaults"]["num_ctx_source"]) == (262144, "default")
+        assert not any("not on this machine" in n for n in doc["notes"])
+        monkeypatch.setattr(hosts, "host_is_this_machine", lambda url, **_: False)  # as if it were elsewhere
+        assert main_plan(["--all", "--host", server.url, "--gpu-free", "auto"]) == 0
+        out = capsys.readouterr().out
+    assert f"--gpu-free auto read this machine's GPUs, but {server.url} is not on this machine" in out
