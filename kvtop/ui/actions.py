@@ -435,8 +435,17 @@ class OperatorActions:
                         lambda yes: self._keep_confirmed(bool(yes), host, view, value))
 
     def _keep_confirmed(self, yes: bool, host: str, view: ModelView, value: str | int) -> None:
+        what = f"keep-alive {_keep_label(value)} for {view.name}"
         if not yes:
-            self.log_operator_action(f"keep-alive {_keep_label(value)} for {view.name}", None, cancelled=True)
+            self.log_operator_action(what, None, cancelled=True)
+            return
+        app: Any = self
+        state = app.states.get(host)
+        if value != 0 and state is not None and all((m.name, m.digest) != (view.name, view.digest)
+                                                     for m in state.models):
+            # an empty generate loads a model that is not loaded: it left while the dialog was open
+            self.log_operator_action(what, f"not sent: /api/ps no longer lists {view.name} (a keep-alive would load"
+                                           " it again)")
             return
         self._send_keep_alive(host, view, value)
 

@@ -248,6 +248,28 @@ async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> 
             assert server.writes() == []
 
 
+async def test_keep_alive_for_a_model_that_left_while_asking_is_not_sent() -> None:
+    """An empty generate loads a model that is not loaded: a keep-alive confirmed after the model
+    left /api/ps is not sent (it would load the model again), and says why."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _select(pilot, GEMMA)
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
+            await pilot.press("down", "enter")  # 1 h
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            server.goto(step_index("gemma4 finished and unloaded"))
+            await wait_for(pilot, lambda: all(v.name != GEMMA for v in app.state.models), timeout_s=10)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            await pilot.pause(0.5)
+            assert server.writes() == []
+            assert _log(app) == [f"keep-alive 1 h for {GEMMA}: failed: not sent: /api/ps no longer lists {GEMMA}"
+                                 " (a keep-alive would load it again)"]
+
+
 async def _focus_alerts_panel(pilot: Any) -> AlertsPanel:
     app = pilot.app
     panel = app.query_one(AlertsPanel)

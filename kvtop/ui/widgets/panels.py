@@ -153,7 +153,8 @@ class AlertsPanel(Static, can_focus=True):
         lines = self._fix_lines()
         if self.cursor < len(lines):
             y, height = lines[self.cursor]
-            self.scroll_to_region(Region(0, y, 1, height), animate=False, immediate=True)
+            # after the redraw: the region is measured against the content as it is then drawn
+            self.call_after_refresh(self.scroll_to_region, Region(0, y, 1, height), animate=False)
 
     def action_choose(self) -> None:
         """Offer the highlighted fix (``EventsPane.FixChosen``)."""
