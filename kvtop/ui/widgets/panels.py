@@ -112,6 +112,14 @@ class AlertsPanel(Static, can_focus=True):
             self.cursor = same[0] if same else min(self.cursor, max(0, len(fixes) - 1))
         self.border_title = f"Alerts ({len(alerts)})" if alerts else "Alerts"
         self._draw()
+        if bool(fixes) != bool(before):
+            self.refresh_bindings()  # "Offer fix" in the footer only while there is a fix to offer
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The cursor keys and Enter exist only while a fix is shown."""
+        if action in ("choose", "cursor"):
+            return bool(self.fixes)
+        return True
 
     def _draw(self) -> None:
         cursor = self.cursor if self.has_focus and self.fixes else None
