@@ -99,10 +99,11 @@ def parse_header(text: str, origin: str = "--header") -> tuple[str, str]:
     """
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()
-    if not colon or not _TOKEN.fullmatch(name):
-        shown = name if _TOKEN.fullmatch(name) else "(not a header name)"
-        raise HeaderError(f"{origin}: expected 'Name: value', got a value without a valid name before ':' "
-                          f"({shown})")
+    if not colon:  # nothing of it is shown: it may be all secret ("Authorization Bearer …")
+        raise HeaderError(f"{origin}: expected 'Name: value', got no ':' (e.g. --header 'Authorization: Bearer …')")
+    if not _TOKEN.fullmatch(name):
+        raise HeaderError(f"{origin}: expected 'Name: value', got no header name before ':' (a name is letters, "
+                          "digits and -, without spaces)")
     return name, _check_value(name, value, origin)
 
 
