@@ -156,6 +156,20 @@ def alert_lines(state: AppState) -> list[str]:
     return out
 
 
+def _vram_ram(v: ModelView) -> str:
+    """``5.0 GiB+1.2 GiB``: a model's VRAM, then its system RAM (``model.placement.vram_ram``,
+    marked by source); ``?`` when not known, empty for a cloud model."""
+    from kvtop.model.placement import vram_ram
+    from kvtop.ui.format import mark
+
+    if v.cloud:
+        return ""
+    vram, ram = vram_ram(v)
+    if vram.value is None or ram.value is None:
+        return "?"
+    return f"{mark(vram)}{_bytes(vram.value)}+{mark(ram)}{_bytes(ram.value)}"
+
+
 def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     """The models table as plain aligned text, with a header line and a legend; for an
     unreachable server, why and ``hints`` (the way forward, ``model.hints``), one a line."""
@@ -169,12 +183,17 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
         return "\n".join(lines) + "\n"
     lines.append(f"kvtop {__version__} — {state.host_url} — Ollama {safe(snap.version or '?')}"
                  f" — {len(state.models)} model{'s' if len(state.models) != 1 else ''} loaded")
-    header = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "WEIGHTS", "KV", "COMPUTE", "KV TYPE", "FLASH ATTN", "UNTIL"]
+    # while a model is spilled, VRAM+RAM after SIZE: its VRAM, then its system RAM (PROCESSOR gives
+    # the same split CPU first, as `ollama ps` prints it)
+    spill = any(v.spilled for v in state.models)
+    header = ["NAME", "ID", "SIZE", *(["VRAM+RAM"] if spill else []), "PROCESSOR", "CONTEXT", "WEIGHTS", "KV", "COMPUTE",
+              "KV TYPE", "FLASH ATTN", "UNTIL"]
     rows = [header]
     for v in state.models:
         m = v.memory
         rows.append([
-            safe_name(v.name, 40), safe(v.short_id, 12), _bytes(v.size_bytes), "cloud" if v.cloud else v.processor, context_text(v),
+            safe_name(v.name, 40), safe(v.short_id, 12), _bytes(v.size_bytes), *([_vram_ram(v)] if spill else []),
+            "cloud" if v.cloud else v.processor, context_text(v),
             mark(m.weights) + _bytes(m.weights.value) if m.weights.value is not None else "?",
             mark(m.kv) + _bytes(m.kv.value) if m.kv.value is not None else "?",
             mark(m.compute) + _bytes(m.compute.value) if m.compute.value is not None else "?",
