@@ -526,9 +526,10 @@ class OperatorActions:
         return list(seen.values())
 
     def action_signal_process(self, only_pid: int | None = None) -> None:
-        """``k``: the GPU's foreign processes, to signal one (asks first)."""
+        """``k``: the GPU's foreign processes, to signal one (asks first). Never in ``--demo``: its
+        processes are simulated, and a PID of theirs may be a real process of this machine."""
         app: Any = self
-        if app.settings.readonly:
+        if app.settings.readonly or app.settings.demo:
             return
         procs = self.foreign_processes()
         if not procs or (only_pid is not None and all(p.pid != only_pid for p in procs)):
@@ -546,11 +547,15 @@ class OperatorActions:
         state = app.state
         models = state.models if state is not None else ()
         op = fix_operation(event.fix, (v.name for v in models))
-        if op is None or app.settings.readonly or app.replay is not None:
+        demo_signal = op is not None and op[0] == "signal" and app.settings.demo
+        if op is None or app.settings.readonly or app.replay is not None or demo_signal:
             note = ""
             if op is not None:
                 note = ("read-only (--readonly): kvtop sends nothing. The command to run yourself:"
-                        if app.settings.readonly else "a recording: nothing to act on. The fix:")
+                        if app.settings.readonly else "a recording: nothing to act on. The fix:"
+                        if app.replay is not None else
+                        "the demo's GPU processes are simulated (their PIDs are not this machine's): kvtop"
+                        " signals nothing. The fix:")
             app.push_screen(FixTextScreen(event.fix, event.alert, note))
             return
         kind, arg = op
@@ -568,5 +573,6 @@ class OperatorActions:
             return
         yield SystemCommand("Unload model", "Unload the selected model (u; asks first)", self.action_unload)
         yield SystemCommand("Keep-alive", "Set the selected model's keep-alive (a; asks first)", self.action_keep_alive)
-        yield SystemCommand("Signal GPU process", "SIGTERM / SIGKILL a process outside Ollama on the GPU (k)",
-                            self.action_signal_process)
+        if not app.settings.demo:  # the demo's processes are simulated
+            yield SystemCommand("Signal GPU process", "SIGTERM / SIGKILL a process outside Ollama on the GPU (k)",
+                                self.action_signal_process)

@@ -748,8 +748,8 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         writes (``WRITE_ACTIONS``) do not exist with ``--readonly``."""
         if action in WRITE_ACTIONS and self.settings.readonly:
             return False
-        if action == "signal_process" and self.proc_source is None:
-            return False  # no process table read here: no process to list
+        if action == "signal_process" and (self.proc_source is None or self.settings.demo):
+            return False  # no process table read here, or the demo's simulated one: its PIDs are not this machine's
         if action in self.REPLAY_ACTIONS and self.replay is None:
             return False  # replay keys exist only in --replay
         if action in self.LIVE_ACTIONS and self.replay is not None:

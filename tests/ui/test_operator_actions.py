@@ -541,3 +541,39 @@ def test_a_process_of_another_user_cannot_be_signalled(monkeypatch: Any) -> None
     finally:
         child.kill()
         child.wait(timeout=5)
+
+
+async def test_the_demo_never_signals_its_simulated_processes() -> None:
+    """--demo's GPU processes are simulated: a PID of theirs may be a real process of this machine
+    (here a child the test owns, which kvtop would be allowed to signal). k, the palette and Enter
+    on a "stop PID" fix signal nothing; the fix is shown as text."""
+    import subprocess
+
+    from kvtop.ui.actions import SignalScreen
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+            server.goto(step_index("A second model"))
+            gpu, procs = _gpu_with(child.pid)
+            app = make_app(Settings(host_url=server.url, interval_s=0.25, demo=True), gpu_source=gpu,
+                           proc_source=procs)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await _select(pilot, Q8)
+                await wait_for(pilot, lambda: len(app.foreign_processes()) == 1)
+                assert app.check_action("signal_process", ()) is False
+                await pilot.press("k")
+                await pilot.pause(0.3)
+                assert not isinstance(app.screen, SignalScreen)
+                assert not [c for c in app.get_system_commands(app.screen) if c.title == "Signal GPU process"]
+                fix = Fix(f"stop PID {child.pid}", "frees 2.0 GiB", None, "")
+                app.post_message(EventsPane.FixChosen(fix, _alert_with(fix)))
+                await wait_for(pilot, lambda: isinstance(app.screen, FixTextScreen))
+                text = str(app.screen.query_one("#fix-text").content)
+                assert "the demo's GPU processes are simulated" in text and f"stop PID {child.pid}" in text
+                await pilot.press("y", "enter", "9", "y", "y")
+                await pilot.pause(0.3)
+        assert child.poll() is None  # still running: nothing was sent
+    finally:
+        child.kill()
+        child.wait()
