@@ -43,7 +43,7 @@ async def test_names_are_whole_when_the_terminal_has_room(size: tuple[int, int],
         for name in whole:  # in the table: a row starts with it
             assert any(line.startswith(f" {name} ") for line in lines), (name, lines[:8])
         header = next(line for line in lines if "NAME" in line and "PROCESSOR" in line)
-        for column in ("SIZE", "MEMORY", "CONTEXT", "PROCESSOR"):
+        for column in ("VRAM+RAM", "MEMORY", "CONTEXT", "PROCESSOR"):  # SIZE reads VRAM+RAM: gemma4 is spilled
             assert column in header  # nothing dropped to make room
         row = next(line for line in lines if line.startswith(" gemma4:latest"))
         assert "19%/81% CPU/GPU" in row
@@ -58,6 +58,10 @@ async def test_at_80_columns_a_long_name_is_cut_in_the_middle_keeping_its_tag() 
         # gemma4 is spilled: SIZE shows its VRAM+RAM (one cell wider; the names share the rest)
         assert "\n embedding…:latest " in text and "…:Q4_K_M " in text
         assert "\n gemma4:latest      5.0G+1.2G " in text and "19%/81% CPU/GPU" in text
+        # the header says which figure is which (PROCESSOR gives the split CPU first, as ollama ps)
+        header = next(line for line in text.splitlines() if "NAME" in line and "PROCESSOR" in line)
+        row = next(line for line in text.splitlines() if line.startswith(" gemma4:latest"))
+        assert header.index("VRAM+RAM") == row.index("5.0G+1.2G") and "SIZE" not in header
 
 
 @pytest.mark.parametrize("width", range(70, 221, 7))

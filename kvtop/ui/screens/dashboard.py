@@ -9,9 +9,10 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.footer import KvFooter
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
@@ -44,7 +45,7 @@ class DashboardScreen(Screen[None]):
         # selection would let the next key replace them
         yield Input(placeholder="filter models (Enter keeps, Esc clears)", id="filter", select_on_focus=False)
         yield Static(id="too-small")
-        yield Footer()
+        yield KvFooter()  # its least important keys leave when the row is too narrow
 
     def _app(self) -> KvtopApp:
         from kvtop.ui.app import KvtopApp

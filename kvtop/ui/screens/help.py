@@ -41,12 +41,13 @@ Replay (kvtop --replay FILE|demo|incident)
 Columns
   NAME       model name (red: spilled to system RAM)
   ID         first 12 characters of the manifest digest
-  SIZE       /api/ps size: weights + KV cache + compute, in binary units; a spilled
-             model's VRAM+RAM (5.0G+1.2G: allocated from the log, else reported)
+  SIZE       /api/ps size: weights + KV cache + compute, in binary units; while a
+             model is spilled the header reads VRAM+RAM and its cell is VRAM first,
+             then RAM (5.0G+1.2G: allocated from the log, else reported)
   MEMORY     bar of weights █ | KV cache ▓ | compute ▒ (· not known)
   VRAM 1m    size_vram over the last minute (▁…█: 0 to its peak)
   CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
-  PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it
+  PROCESSOR  CPU/GPU split exactly as `ollama ps` prints it (CPU first)
   FLASH ATTN / KV TYPE  what the runner resolved (log), else its command line
   TOK/S      decode tokens/s of the newest request (log or /slots, v0.30+)
   UNTIL      keep-alive left (42s in its last minute; "unloading…" after u);
@@ -90,15 +91,17 @@ Actions (each asks first: Cancel has the focus, y confirms; logged in the events
   u          unload the selected model (keep_alive 0, as `ollama stop`)
   a          keep-alive of the selected model: 5 m · 1 h · forever · 0 = release now
   k          signal a GPU process outside Ollama you own (Enter SIGTERM, 9 SIGKILL)
-  Enter      on a fix in the events pane: offers it (unload, stop PID), or shows a
-             setting as text to copy (c copies it; kvtop never applies settings)
+  Enter      on a fix in the events pane or the alerts panel (Tab, ↑ ↓): offers it
+             (unload, stop PID), or shows a setting as text to copy (c copies it;
+             kvtop never applies settings)
 
 """
 """The dashboard's writes, in the help only when kvtop may write (not ``--readonly``)."""
 
 READONLY_ACTIONS_HELP = """\
 Read-only (--readonly, KVTOP_READONLY=1 or readonly = true): no unload, keep-alive,
-load or signal; Enter on a fix in the events pane shows it as text to copy (c).
+load or signal; Enter on a fix (events pane, alerts panel) shows it as text
+to copy (c).
 
 """
 

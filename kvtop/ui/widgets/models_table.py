@@ -147,7 +147,9 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
 def _size(v: ModelView, colors: dict[str, str]) -> Text:
     """SIZE: ``/api/ps`` size; for a spilled model its VRAM and RAM instead (they add up to it):
     ``5.0G+1.2G`` (``model.placement.vram_ram``: allocated from the log, else reported; both plain
-    in the legend), the RAM part in the critical colour."""
+    in the legend), the RAM part in the critical colour. The column's header then reads
+    ``VRAM+RAM`` (:func:`_size_column`): PROCESSOR next to it gives the split the other way round,
+    CPU first, as ``ollama ps`` prints it."""
     if not v.spilled:
         return Text(ibytes(v.size_bytes), justify="right")
     vram, ram = vram_ram(v)
@@ -158,9 +160,15 @@ def _size(v: ModelView, colors: dict[str, str]) -> Text:
     return text
 
 
+SPILL_SIZE_LABEL = "VRAM+RAM"
+"""SIZE's header while a model is spilled: says which figure is which in ``5.0G+1.2G`` (a row that
+is not spilled has all of its size in VRAM)."""
+
+
 def _size_column(spill: bool) -> Column:
-    """SIZE, one cell wider while a model is spilled (``9.9G+9.9G``: short sizes have no decimal from 10)."""
-    return Column("size", "SIZE", 9 if spill else 8, _size)
+    """SIZE, one cell wider and headed ``VRAM+RAM`` while a model is spilled (``9.9G+9.9G``: short
+    sizes have no decimal from 10)."""
+    return Column("size", SPILL_SIZE_LABEL if spill else "SIZE", 9 if spill else 8, _size)
 
 
 NAME_MAX = 80
@@ -263,13 +271,16 @@ order) marks none."""
 def sorted_label(col: Column, sort_key: str, reverse: bool = False) -> str:
     """``col``'s header with the sort mark when the table is sorted by it: ``▼`` largest first
     (sizes, CPU share, context, KV), ``▲`` A to Z (names); flipped when reversed. The KV sort
-    marks KV inside the MEMORY header (``MEMORY w|KV▼|c``)."""
+    marks KV inside the MEMORY header (``MEMORY w|KV▼|c``); a header with no room for the space
+    takes the mark without it (``CONTEXT▼``)."""
     if SORT_COLUMN.get(sort_key) != col.key:
         return col.label
     down = (sort_key != "name") != reverse
     arrow = "▼" if down else "▲"
     if sort_key == "kv" and "|KV|" in col.label:
         return col.label.replace("|KV|", f"|KV{arrow}|", 1)
+    if cell_len(col.label) + 2 > col.width:  # CONTEXT▼ in 8 cells, VRAM+RAM▼ in 9: the header cuts what overflows
+        return f"{col.label}{arrow}"
     return f"{col.label} {arrow}"
 
 
