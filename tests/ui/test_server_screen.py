@@ -106,3 +106,24 @@ def test_server_screen_160x48(snap_compare: object) -> None:
         await pilot.pause(0.2)  # type: ignore[attr-defined]
 
     assert snap_compare(_app(), terminal_size=(160, 48), run_before=run)  # type: ignore[operator]
+
+
+def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None:
+    """No GPU telemetry on an Ollama v0.15.5+ server: the rows are at ~4096, and the view says that
+    is an assumption (the default follows the total VRAM), within the width (80 and 160)."""
+    from kvtop.model.preflight import preflight, server_defaults
+    from kvtop.model.server import ServerInfo
+    from kvtop.ui.screens.server import preflight_lines
+
+    pulled = _pulled()
+    defaults = server_defaults("0.22.1", None, None)
+    rows = preflight(pulled, defaults, free_bytes=None)
+    assert rows and all(r.num_ctx.value == 4096 and r.verdict == "unknown" for r in rows)
+    for width in (80, 160):
+        text = [t.plain for t in preflight_lines(defaults, rows, ServerInfo(pulled=pulled), width)]
+        said = [line for line in text if "assumed" in line]
+        assert len(said) == 1 and "~4096" in said[0] and ("VRAM" in said[0] or "total memory" in said[0])
+        assert all(len(line) <= width - 2 for line in text), [line for line in text if len(line) > width - 2]
+    known = server_defaults("0.22.1", None, 24 * GiB)
+    assert not any("assumed" in t.plain for t in preflight_lines(known, preflight(pulled, known, free_bytes=None),
+                                                                  ServerInfo(pulled=pulled), 160))

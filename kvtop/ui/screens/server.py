@@ -133,6 +133,12 @@ def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], in
     out = [Text("Pre-flight: will it fit if loaded now?", style="bold")]
     out.append(Text(f"  at num_ctx {marked(defaults.num_ctx)} × {marked(defaults.parallel)} slot(s), KV "
                     f"{marked(defaults.cache_type)}, flash attention {marked(defaults.flash_attention)}"))
+    if defaults.num_ctx.source == "estimated":  # v0.15.5+ without the GPUs' total: say what was assumed
+        out.append(Text(f"  num_ctx {marked(defaults.num_ctx)} assumed: Ollama v0.15.5+ sizes its default by the "
+                        "GPUs' total memory (4096 / 32768 from 23 GiB / 262144 from 47 GiB), not known here"
+                        if width >= 124 else
+                        f"  {marked(defaults.num_ctx)} assumed: the default follows the total VRAM (not known)",
+                        style="yellow"))
     out.append(Text("  fit: against the free VRAM now, plus what the model itself holds when loaded"))
     pulled = info.pulled
     if pulled is None:
