@@ -22,7 +22,7 @@ from kvtop.model.memmap import MemoryMap, loading_runners, memory_map
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
-from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
+from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel, alerts_text
 
 if TYPE_CHECKING:
     from kvtop.model.state import AppState
@@ -36,19 +36,34 @@ PANEL_MIN_SIZE: dict[str, tuple[int, int]] = {
 }
 """Terminal size (columns, rows) from which an ``auto`` panel shows."""
 
+EVENTS_FILL_ROWS = 8
+"""From 120×36, without the history plots, an ``auto`` events pane takes the rows the table and the
+alerts leave free when there are at least this many (the table keeps every model's row)."""
+
+REMEASURES = 5
+"""Repaints after a layout that could not be measured yet (none while the screen is too small)."""
+
 COMPACT_MAP_BELOW = (120, 36)
 """Below this size a map switched on with ``m`` is one line per device."""
 
 PANEL_WORDS = {"map": "memory map", "alerts": "alerts", "history": "history", "events": "events"}
 
 
-def panels_shown(width: int, height: int, choices: Mapping[str, str]) -> dict[str, bool]:
-    """Which panels show at ``width`` × ``height`` with the user's ``choices`` (``auto``/``on``/``off``)."""
+def panels_shown(width: int, height: int, choices: Mapping[str, str], spare_rows: int | None = None) -> dict[str, bool]:
+    """Which panels show at ``width`` × ``height`` with the user's ``choices`` (``auto``/``on``/``off``).
+
+    ``spare_rows``: rows the table (every model's row) and the alerts (all their lines) leave free
+    below them, None when not measured. From the map's size on, without the history plots, an
+    ``auto`` events pane also shows when at least :data:`EVENTS_FILL_ROWS` are spare (it fills them)."""
     out: dict[str, bool] = {}
     for name in PANELS:
         choice = choices.get(name, "auto")
         w, h = PANEL_MIN_SIZE[name]
         out[name] = choice == "on" or (choice == "auto" and width >= w and height >= h)
+    w, h = PANEL_MIN_SIZE["map"]
+    if (choices.get("events", "auto") == "auto" and not out["events"] and not out["history"] and width >= w
+            and height >= h and spare_rows is not None and spare_rows >= EVENTS_FILL_ROWS):
+        out["events"] = True
     return out
 
 
@@ -58,6 +73,9 @@ class PanelLayout:
     def _init_panels(self) -> None:
         self.panel_choices: dict[str, str] = saved_panels()
         """``auto``/``on``/``off`` per panel (saved with each toggle)."""
+        self._spare_rows: int | None = None
+        """:meth:`measure_spare_rows` at the last repaint."""
+        self._remeasures = 0
         self._map_inputs: tuple[object, ...] | None = None
         self._map_cache: MemoryMap | None = None
         self.map_computations = 0
@@ -72,7 +90,24 @@ class PanelLayout:
     def shown_panels(self) -> dict[str, bool]:
         """Which panels show now."""
         app = self._kv_app()
-        return panels_shown(app.size.width, app.size.height, self.panel_choices)
+        return panels_shown(app.size.width, app.size.height, self.panel_choices, self._spare_rows)
+
+    def measure_spare_rows(self, alerts_rows: int) -> int | None:
+        """Rows left below the table's rows and ``alerts_rows`` (the alerts panel's lines, 0 when it
+        does not show), from the last layout: the table, the panel row and the events pane share what
+        the header, map, GPU strip and status lines leave, whichever of them fills it. None before the
+        first layout."""
+        main = self._kv_app().dashboard
+        table = main.query_one(ModelsTable)
+        if not table.size.height:
+            return None
+        shared = sum(w.outer_size.height for w in (table, main.query_one("#panel-row"), main.query_one(EventsPane))
+                     if w.display)
+        mmap = main.query_one(MemoryMapPanel)
+        if mmap.has_class("-shown"):  # its lines now, if it was laid out at another height (or hidden)
+            shared += mmap.outer_size.height if mmap.display else 0
+            shared -= mmap.line_count()
+        return shared - table.virtual_size.height - alerts_rows
 
     def apply_panel_layout(self) -> dict[str, bool]:
         """Set the classes that show or hide the panels; returns :meth:`shown_panels`."""
@@ -83,6 +118,7 @@ class PanelLayout:
         main.query_one(HistoryPanel).set_class(shown["history"], "-shown")
         main.query_one(EventsPane).set_class(shown["events"], "-visible")
         main.set_class(shown["alerts"] or shown["history"], "-panel-row")
+        main.set_class(shown["events"] and not shown["history"] and shown["map"], "-events-fill")
         return shown
 
     def toggle_panel(self, name: str) -> None:
@@ -131,8 +167,18 @@ class PanelLayout:
         """Lay the panels out and give the shown ones their data (called by the one repaint)."""
         app = self._kv_app()
         main = app.dashboard
-        shown = self.apply_panel_layout()
         colors = dict(app.theme_variables)
+        alerts_rows = 0
+        if panels_shown(app.size.width, app.size.height, self.panel_choices)["alerts"]:
+            alerts_rows = 1 + len(alerts_text(state.alerts, colors).wrap(app.console, max(10, app.size.width - 2)))
+        spare = self.measure_spare_rows(alerts_rows)
+        if spare != self._spare_rows or (spare is None and self._remeasures < REMEASURES):
+            # measured on the layout before this repaint (or none yet): measure again once this one
+            # is laid out, so a quiet server (no new sample to repaint for) gets its rows too
+            self._remeasures = self._remeasures + 1 if spare is None else 0
+            app.call_after_refresh(app.refresh_dashboard)
+        self._spare_rows = spare
+        shown = self.apply_panel_layout()
         if shown["map"]:
             w, h = COMPACT_MAP_BELOW
             compact = app.size.width < w or app.size.height < h

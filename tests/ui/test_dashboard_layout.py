@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from kvtop.config import PANELS, saved_panels
-from kvtop.ui.layout import panels_shown
+from kvtop.ui.layout import EVENTS_FILL_ROWS, panels_shown
 from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
-from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
+from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel, alerts_text
 from tests.ui.mapfakes import settle, shared_app
 from tests.ui.screen_text import screen_when
 
@@ -82,3 +84,32 @@ def test_dashboard_160x48(snap_compare: Any, tmp_path: Path) -> None:
 
 def test_dashboard_220x55(snap_compare: Any, tmp_path: Path) -> None:
     assert _snap((220, 55), snap_compare, tmp_path)
+
+
+def test_events_fill_the_rows_left_free() -> None:
+    """From the map's size on, without the history plots, an auto events pane takes the rows the
+    table and the alerts leave when there are enough of them (issue 17 review: 18 empty rows at 120x40)."""
+    assert panels_shown(120, 40, AUTO, spare_rows=EVENTS_FILL_ROWS)["events"] is True
+    assert panels_shown(120, 40, AUTO, spare_rows=EVENTS_FILL_ROWS - 1)["events"] is False
+    assert panels_shown(120, 40, AUTO)["events"] is False  # not measured yet
+    assert panels_shown(160, 48, AUTO, spare_rows=30)["events"] is False  # the plots take the rows
+    assert panels_shown(100, 60, AUTO, spare_rows=30)["events"] is False  # below the map's width: as at 80x24
+    assert panels_shown(120, 40, {**AUTO, "events": "off"}, spare_rows=30)["events"] is False
+
+
+async def test_free_rows_go_to_the_events_pane(tmp_path: Path) -> None:
+    app = shared_app(tmp_path)
+    async with app.run_test(size=(120, 56)) as pilot:
+        await settle(pilot)
+        await pilot.pause(0.3)
+        table, alerts, events = app.query_one(ModelsTable), app.query_one(AlertsPanel), app.query_one(EventsPane)
+        assert _shown(app) == {"map": True, "alerts": True, "history": False, "events": True}
+        assert table.outer_size.height == table.virtual_size.height == 4  # the header and 3 models, no empty rows
+        lines = alerts_text(app.state.alerts, dict(app.theme_variables)).wrap(app.console, alerts.content_size.width)
+        assert len(app.state.alerts) >= 2 and len(lines) > len(app.state.alerts)
+        assert alerts.outer_size.height == 1 + len(lines)  # its border and every line, none empty
+        assert events.region.bottom == app.query_one(GpuPanel).region.y  # the rest, down to the GPU strip
+        assert events.outer_size.height >= EVENTS_FILL_ROWS
+        await pilot.press("l")  # hidden by hand: the alerts take the rows again
+        await pilot.pause(0.3)
+        assert not events.display and alerts.region.bottom == app.query_one(GpuPanel).region.y

@@ -290,6 +290,10 @@ class MemoryMapPanel(Widget):
         self._map, self._compact = mm, compact
         self.refresh(layout=self._line_count() != lines_before)
 
+    def line_count(self) -> int:
+        """The lines the map takes with the map and form last shown."""
+        return self._line_count()
+
     def _line_count(self) -> int:
         mm = self._map
         if mm is None:
