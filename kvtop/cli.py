@@ -242,15 +242,24 @@ class _Sampler:
         async def no_backlog() -> None:
             return None
 
+        started = time.monotonic()
         *snaps, gpu, read = await asyncio.gather(
             *(c.sample(wait_details=True) for c in self.clients), self.gpu_source.sample(),
             _log_backlog(settings) if backlog else no_backlog())
         procs = await self.proc_source.sample(gpu.pids)
         # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
         slots = await self.slots_source.sample(slot_runners(procs.runners))
-        health, pulled = await asyncio.gather(  # --once reads every pulled model; --stream a few per sample
+        # the pre-flight's pulled models (--once: every one; --stream: a few per sample) within what
+        # is left of this sample's bound (--timeout plus the /api/show budget), so a server with
+        # hundreds of slow models keeps --once as quick as before; the rest say "waiting"
+        # (`kvtop plan --all` reads every one). A server that did not answer the loaded models'
+        # /api/show within the budget still works on the ones given up: it is asked for no more.
+        budget_s = self.pulled_source.details_budget_s
+        elapsed_s = time.monotonic() - started
+        left_s = max(0.0, settings.timeout_s + budget_s - elapsed_s)
+        health, pulled = await asyncio.gather(
             self.health_source.sample(procs, local_host(hosts)),
-            self.pulled_source.sample_all() if backlog else self.pulled_source.sample_pulled())
+            self.pulled_source.sample_within(left_s, every=backlog, shows=0 if elapsed_s >= budget_s else None))
         if self.states is None:
             tz = datetime.now().astimezone().tzinfo or timezone.utc
             self.states = []

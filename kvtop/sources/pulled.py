@@ -68,15 +68,29 @@ class PulledSource(OllamaClient):
             due = [t for d, t in tags.items() if d not in self._pulled_shows or (
                 d in self._pulled_failed_at and now - self._pulled_failed_at[d] >= SHOW_RETRY_S)][:max(0, shows)]
             if due:
-                answers = await asyncio.gather(*(self._pulled_show(t) for t in due))
-                for tag, info in zip(due, answers):
-                    self._pulled_shows[tag.digest] = info
-                    if info.error:
-                        self._pulled_failed_at[tag.digest] = now
-                    else:
-                        self._pulled_failed_at.pop(tag.digest, None)
-        return PulledSnapshot(taken_at=now, tags=MappingProxyType(dict(tags)) if tags is not None else None,
+                await asyncio.gather(*(self._pulled_show(t, now) for t in due))
+        return self.snapshot(now)
+
+    def snapshot(self, now: float | None = None) -> PulledSnapshot:
+        """What was read so far (no I/O): the last ``/api/tags`` and every ``/api/show`` answer."""
+        tags = self._pulled_tags
+        return PulledSnapshot(taken_at=self._clock() if now is None else now,
+                              tags=MappingProxyType(dict(tags)) if tags is not None else None,
                               shows=MappingProxyType(dict(self._pulled_shows)), error=self._pulled_error)
+
+    async def sample_within(self, budget_s: float, *, every: bool, shows: int | None = None) -> PulledSnapshot:
+        """:meth:`sample_all` (``every``) or one :meth:`sample_pulled` round, cut off after
+        ``budget_s`` seconds: then what was read by that time (answers are kept as they arrive, and
+        the ones cut off are asked again next time). ``shows=0``: ``/api/tags`` only (when due), no
+        ``/api/show``. Never raises (except cancellation)."""
+        if shows is not None:
+            work = self.sample_pulled(shows=shows)
+        else:
+            work = self.sample_all(budget_s) if every else self.sample_pulled()
+        try:
+            return await asyncio.wait_for(work, timeout=max(0.0, budget_s))
+        except TimeoutError:
+            return self.snapshot()
 
     async def sample_all(self, budget_s: float | None = None) -> PulledSnapshot:
         """Rounds until every model's ``/api/show`` was read once (or ``budget_s`` passed): for
@@ -97,12 +111,19 @@ class PulledSource(OllamaClient):
         except ShapeError as exc:
             return version, (), f"/api/ps: unexpected shape: {exc}"
 
-    async def _pulled_show(self, tag: TagInfo) -> ShowInfo:
+    async def _pulled_show(self, tag: TagInfo, now: float) -> None:
+        """Read one model's ``/api/show`` and keep the answer (an error is asked again after
+        ``SHOW_RETRY_S``)."""
         try:
             body = await self._request("POST", "/api/show", json_body={"model": tag.name, "verbose": True},
                                        deadline_s=self._show_timeout_s)
-            return parse_show(body, digest=tag.digest, name=tag.name)
+            info = parse_show(body, digest=tag.digest, name=tag.name)
         except RequestFailed as exc:
-            return ShowInfo(digest=tag.digest, name=tag.name, error=exc.message)
+            info = ShowInfo(digest=tag.digest, name=tag.name, error=exc.message)
         except ShapeError as exc:
-            return ShowInfo(digest=tag.digest, name=tag.name, error=f"/api/show: unexpected shape: {exc}")
+            info = ShowInfo(digest=tag.digest, name=tag.name, error=f"/api/show: unexpected shape: {exc}")
+        self._pulled_shows[tag.digest] = info
+        if info.error:
+            self._pulled_failed_at[tag.digest] = now
+        else:
+            self._pulled_failed_at.pop(tag.digest, None)

@@ -160,9 +160,12 @@ def test_once_lists_a_thousand_models_with_slow_shows_in_bounded_time() -> None:
     assert len(waiting) + len(estimated) == 1000
     assert estimated and waiting  # the first ones in server order got their details, the rest say so
     assert models[0] in estimated and models[-1] in waiting
-    # 6 at a time, 0.5 s each, within the 10 s budget: about 120 asked (not 1,000 at once)
+    # 6 at a time, 0.5 s each, within the 10 s budget: about 120 asked (not 1,000 at once); the
+    # pre-flight asks a server that could not answer those in time for no more /api/show
     assert shows_asked <= 6 * (10.0 / show_delay_s + 2), shows_asked
     assert most_at_once == 6, most_at_once
+    preflight = json.loads(run.stdout)["server"]["preflight"]
+    assert len(preflight) == 1000 and {row["verdict"] for row in preflight} == {"waiting"}
 
 
 # --- the dashboard (Pilot) -----------------------------------------------------------------------

@@ -252,3 +252,18 @@ def test_plan_all_gpu_free_auto_reads_the_tier_and_warns_for_another_machine(mon
         assert main_plan(["--all", "--host", server.url, "--gpu-free", "auto"]) == 0
         out = capsys.readouterr().out
     assert f"--gpu-free auto read this machine's GPUs, but {server.url} is not on this machine" in out
+
+
+def test_once_json_reads_every_pulled_model_of_a_quick_server() -> None:
+    """``--once --json``: within its bound, the pre-flight reads every pulled model's /api/show
+    (none is left "waiting" on a server that answers at once), and writes nothing."""
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        names = sorted(m["name"] for m in server.client.get("/api/tags").json()["models"])
+        done = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none",
+                               "--host", server.url], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout)["server"]["preflight"]
+        assert sorted(r["name"] for r in rows) == names and len(names) >= 2
+        assert all(r["verdict"] != "waiting" for r in rows), [(r["name"], r["verdict"]) for r in rows]
+        shows = [p for m, p in server.requests() if p == "/api/show"]
+        assert len(shows) >= len(names) and server.writes() == []
