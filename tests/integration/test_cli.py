@@ -166,7 +166,7 @@ def _key_paths(doc: Any, other: Any, path: str = "") -> tuple[set[str], set[str]
 def test_once_json_server_section_matches_docs_json_md() -> None:
     """Every key docs/json.md shows in the ``server`` section is emitted, and every emitted key is
     documented: a real ``--once --json`` with real access lines and a loaded model's pre-flight."""
-    log = REPO / "tests" / "fixtures" / "logs" / "gin-access-corpus.log"
+    log = REPO / "tests" / "fixtures" / "gin" / "access-corpus.log"
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(4)
         proc = kvtop("--once", "--json", "--host", server.url, "--log", f"file:{log}")

@@ -20,7 +20,7 @@ from kvtop.ui.server_view import ServerSampled
 from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, scenario, snapshot_at, step_index
 
 GiB = 1024**3
-LOG = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "gin-access-corpus.log"
+LOG = Path(__file__).resolve().parents[1] / "fixtures" / "gin" / "access-corpus.log"
 
 
 def _pulled() -> PulledSnapshot:

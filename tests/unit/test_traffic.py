@@ -31,7 +31,7 @@ def _gin(t: datetime, status: int, latency_s: float, client: str, path: str, n: 
 
 
 def test_corpus_lines() -> None:
-    lines = (FIXTURES / "gin-access-corpus.log").read_text().splitlines()
+    lines = (FIXTURES.parent / "gin" / "access-corpus.log").read_text().splitlines()
     events = parse_lines(lines, default_year=2025)
     gins = [e for e in events if isinstance(e, GinRequest)]
     assert len(gins) == 8
