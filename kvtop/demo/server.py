@@ -345,12 +345,20 @@ def _expires_ns(row: LoadedModel, since_ns: int) -> int:
     return since_ns + int(row.expires_in_s * 1e9)
 
 
-def model_blob(model: CatalogModel) -> str:
-    """The weights blob file name (``sha256-<hex>``) the stand-in reports for ``model``.
+_FROM_BLOB = re.compile(r"(?m)^FROM\s+\S*?/blobs/(sha256-[0-9a-f]{64})\s*$")
 
-    Real blobs are the sha256 of the GGUF file, which the scenario does not have; the stand-in
-    derives a stable one from the name so the Modelfile's ``FROM`` line has Ollama's shape.
+
+def model_blob(model: CatalogModel) -> str:
+    """The weights blob file name (``sha256-<hex>``) the stand-in reports for ``model``: in its
+    Modelfile's ``FROM`` line, its runner's ``--model`` and its runner log's paths alike.
+
+    A scenario's own ``modelfile`` names its blob (a real ``ollama show`` output); otherwise the
+    scenario has no GGUF to hash, and the stand-in derives a stable blob from the name so the
+    Modelfile's ``FROM`` line has Ollama's shape.
     """
+    found = _FROM_BLOB.search(model.modelfile) if model.modelfile else None
+    if found:
+        return found.group(1)
     return "sha256-" + hashlib.sha256(f"blob:{model.name}".encode()).hexdigest()
 
 
