@@ -207,3 +207,19 @@ def test_the_simulated_machine_accounts_for_every_byte() -> None:
     assert machine_doc(1 << 35, 3 << 30, None, runners, True)["gpu"] is None
     with pytest.raises(ValueError, match=r"\$\.machine\.gpu\.memory_total: expected a non-negative integer"):
         parse_gpu({**gpu, "memory_total": "16G"}, "$.machine.gpu")
+
+
+@pytest.mark.parametrize("name", ["demo-scenario.json", "incident-scenario.json"])
+def test_every_model_runs_the_blob_its_modelfile_names(name: str) -> None:
+    """The runner's --model, the log's paths and /api/show's FROM line name one blob, so kvtop pairs
+    the runner with its row (the incident's embeddinggemma brings a real Modelfile: its blob is that one)."""
+    from kvtop.demo.server import _modelfile
+
+    sc = load_scenario(SNAPSHOTS / name)
+    for model in sc.models.values():
+        blob = model_blob(model)
+        assert f"/blobs/{blob}\n" in _modelfile(model) + "\n"
+        assert any(blob in arg for arg in runner_argv(sc, model.name, 2048))
+    if name.startswith("incident"):
+        assert model_blob(sc.models["embeddinggemma:latest"]) == (
+            "sha256-0800cbac9c2064dde519420e75e512a83cb360de3ad5df176185dc69652fc515")
