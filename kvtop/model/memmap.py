@@ -12,7 +12,8 @@ Every segment carries its source in the one vocabulary of ``kvtop.model.known``:
 * ``allocated``: the runner's log gives the bytes per device (``load_tensors: CUDA0 model buffer
   size``, ``llama_kv_cache: CUDA0 KV buffer size``, ``CUDA0 compute buffer size``; Ollama's
   ``msg="model weights" device=CUDA0``: ollama-reference.md §8 and the runner lines of §10);
-* ``reported``: NVML (a process's used memory, free memory) or ``/api/ps`` (``size_vram``);
+* ``reported``: NVML (a process's used memory, free memory) or ``/api/ps`` (``size_vram``, and a
+  spilled model's ``size − size_vram`` in RAM, as the table's VRAM+RAM and ``ollama ps``'s split);
 * ``estimated``: a split or a difference kvtop computed (a model's parts in proportion to its
   whole-model figures, unattributed = total − free − listed processes).
 
@@ -308,7 +309,8 @@ def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> Device
                     segments.append(Segment(p, cpu[p], "allocated", m.name, key,  # type: ignore[arg-type]
                                             f"the runner log's CPU-side {p} buffers (CPU, CPU_Mapped, *_Host)"))
         else:
-            segments.append(Segment("model", m.size_bytes - m.size_vram_bytes, "estimated", m.name, key,
+            # both /api/ps figures, as the table's VRAM+RAM (model.placement.vram_ram) and ollama ps's split
+            segments.append(Segment("model", m.size_bytes - m.size_vram_bytes, "reported", m.name, key,
                                     f"/api/ps size − size_vram = {m.size_bytes - m.size_vram_bytes:,} B"))
     if system is None or system.ram_total_bytes is None:
         if not segments:

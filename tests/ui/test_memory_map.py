@@ -64,7 +64,7 @@ def test_wide_text_full_width_with_names_and_marks(tmp_path: Path) -> None:
                                "▄ alice python 8.0G  · unattributed ~1.0G")
     assert "qwen3:1.7b-q8_0" in lines[4]  # the name written over its stretch of GPU 1's bar
     assert lines[6] == "RAM  64.0 GiB total · 40.0 GiB free"
-    assert lines[8] == "▇ gemma4:latest ~1.2G  · OS and other programs ~23G  ░ free 40G"
+    assert lines[8] == "▇ gemma4:latest 1.2G  · OS and other programs ~23G  ░ free 40G"  # reported, as the table
     assert lines[-1].startswith("~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute")
     assert all(cell_len(line) <= 118 for line in lines)
     assert {(h.y, h.model[0]) for h in hits} == {(1, Q4), (1, GEMMA), (4, GEMMA), (4, Q8), (7, GEMMA)}

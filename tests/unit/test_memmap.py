@@ -57,7 +57,7 @@ def test_two_gpus_split_and_spilled_model(tmp_path: Path) -> None:
     cpu_part = gemma.size_bytes - gemma.size_vram_bytes
     assert cpu_part == 1_258_291_200
     assert _rows(ram) == [
-        ("model", cpu_part, "estimated", GEMMA),  # /api/ps size − size_vram: a difference, so estimated
+        ("model", cpu_part, "reported", GEMMA),  # /api/ps size − size_vram: as the table's VRAM+RAM says it
         ("unattributed", 64 * GiB - 40 * GiB - cpu_part, "estimated", "OS and other programs"),
         ("free", 40 * GiB, "reported", "free"),
     ]
