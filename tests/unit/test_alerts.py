@@ -834,3 +834,16 @@ def test_era_a_truncation_is_the_single_model_s_only_when_its_context_matches_01
     alert = only(evaluate(state), "prompt_truncated")
     assert alert.model == model
     assert "(latest: limit 2048, keep 4)" in alert.message
+
+
+@pytest.mark.parametrize(("offsets_s", "said"), [((0.0, 29.5, 58.012), "loaded 3 times in 58 s:"),
+                                                 ((0.0, 40.0, 80.4), "loaded 3 times in 1 min 20 s:")])
+def test_reload_churn_says_its_span_in_whole_seconds(offsets_s: tuple[float, ...], said: str) -> None:
+    """The demo read "loaded 3 times in 58.012 s" and "in 1.33338 min" (log times carry milliseconds)."""
+    start = _utc(2026, 11, 18, 10, 40)
+    lines = [spawn_line(blob(Q8), c, when=datetime.fromtimestamp(start + dt, timezone.utc)
+                        .strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z")
+             for dt, c in zip(offsets_s, (4096, 32768, 4096))]
+    state = state_of(ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=start + offsets_s[-1] + 5), lines)
+    (alert,) = [a for a in evaluate(state) if a.kind == "reload_churn"]
+    assert said in alert.message

@@ -35,7 +35,7 @@ from kvtop.logparse.loads import Load
 from kvtop.model.alerts.context import Ctx, Timed
 from kvtop.model.alerts.loadstate import fa_forced
 from kvtop.model.alerts.spill import context_fix
-from kvtop.model.alerts.text import minutes, plural, short_blob
+from kvtop.model.alerts.text import minutes, plural, short_blob, span_text
 from kvtop.model.alerts.types import KINDS, Alert, Fix
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
@@ -338,7 +338,7 @@ def churn_alerts(ctx: Ctx) -> list[Alert]:
             if len({v for v in values if v is not None}) > 1:
                 changes.append(f"{label} " + " → ".join("?" if v is None else str(v) for v in values))
         span = items[-1][0] - items[0][0]
-        text = (f"{model or short_blob(blob)} loaded {len(items)} times in {minutes(max(span, 1.0))}"
+        text = (f"{model or short_blob(blob)} loaded {len(items)} times in {span_text(span)}"
                 + (f": {'; '.join(changes)}" if changes else ": the same settings each time (keep_alive or eviction)"))
         if any(c.startswith("num_ctx") for c in changes):
             fixes.append(Fix("one num_ctx for every client", "PARAMETER num_ctx in a Modelfile, or OLLAMA_CONTEXT_LENGTH"

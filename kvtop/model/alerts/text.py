@@ -32,6 +32,18 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
+def span_text(seconds: float) -> str:
+    """A measured span in whole seconds: ``58 s``, ``1 min 20 s``, ``12 min``, ``2.5 h`` (log
+    timestamps carry milliseconds; ``58.012 s`` is more than the alert means)."""
+    whole = max(1, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        m, s = divmod(whole, 60)
+        return f"{m} min {s} s" if s else f"{m} min"
+    return f"{whole / 3600:.1f} h"
+
+
 def short_blob(blob: str) -> str:
     """A weights blob name cut to ``sha256-`` and 12 hex digits plus ``…``."""
     return blob[:19] + "…" if len(blob) > 19 else blob
