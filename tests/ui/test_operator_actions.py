@@ -573,6 +573,10 @@ async def test_the_demo_never_signals_its_simulated_processes() -> None:
                 assert "the demo's GPU processes are simulated" in text and f"stop PID {child.pid}" in text
                 await pilot.press("y", "enter", "9", "y", "y")
                 await pilot.pause(0.3)
+                await pilot.press("escape", "question_mark")  # the help does not offer k either
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+                help_body = app.screen.query_one("#help-body").content.text.plain
+                assert "u          unload the selected model" in help_body and "SIGKILL" not in help_body
         assert child.poll() is None  # still running: nothing was sent
     finally:
         child.kill()

@@ -24,9 +24,10 @@ Keys
   S          reverse the sort          t          next theme
   ↑ ↓        move the selection        1–9 ] [    server N / next / previous
   h          history plots (z or ← → window, Esc back)
-  m / f / v  memory map / alerts with fixes / history panels (from 120×36 they show
-             by themselves; a key's choice is saved; click a model's bar to select it)
-  i          server view: traffic, health, pre-flight of every pulled model (Esc back)
+  m / f / v  memory map / alerts with fixes / history panels (from 120×36
+             they show by themselves; a key's choice is saved; click a
+             model's bar in the map to select it)
+  i          server view: traffic, health, pre-flight of pulled models
 
 What-if planner (w on a model)
   ← →        num_ctx along a ladder    ↑ ↓        pick a field
@@ -41,9 +42,10 @@ Replay (kvtop --replay FILE|demo|incident)
 Columns
   NAME       model name (red: spilled to system RAM)
   ID         first 12 characters of the manifest digest
-  SIZE       /api/ps size: weights + KV cache + compute, in binary units; while a
-             model is spilled the header reads VRAM+RAM and its cell is VRAM first,
-             then RAM (5.0G+1.2G: allocated from the log, else reported)
+  SIZE       /api/ps size: weights + KV cache + compute, binary units;
+             while a model is spilled the header reads VRAM+RAM and the
+             cell is VRAM first, then RAM (5.0G+1.2G: allocated from the
+             log, else reported)
   MEMORY     bar of weights █ | KV cache ▓ | compute ▒ (· not known)
   VRAM 1m    size_vram over the last minute (▁…█: 0 to its peak)
   CONTEXT    num_ctx per slot × slots (KV cells = both multiplied)
@@ -54,23 +56,26 @@ Columns
              "Stopping..." = busy past keep_alive or unloading
 
 GPU panel (one line per GPU under 100 columns)
-  █          a loaded model's runner (NVML per-process memory; one colour each)
+  █          a loaded model's runner (NVML per-process memory)
   ▓          other Ollama processes    ▒          other processes
   ·          driver, reserved, unlisted ░          free
 
 Memory map (m; one bar per GPU and RAM, a model's name over its part)
-  █ ▓ ▒      a model's weights / KV cache / compute   ▇  a model, not broken down
-  ▞          runner overhead (measured − listed)      ▚  other Ollama processes
+  █ ▓ ▒      a model's weights / KV cache / compute
+  ▇          a model, not broken down  ▚          other Ollama processes
+  ▞          runner overhead (measured − listed)
   ▄          another user's process    ·  unattributed (driver, OS)    ░  free
 
 Sources, best first (the detail view names each one)
-  plain      allocated (runner log), runner (its /props, /slots) or reported (API)
+  plain      allocated (runner log), runner (its /props, /slots)
+             or reported (the API)
   ^          requested: the runner's command line or the Modelfile
   =          service: the ollama serve environment (OLLAMA_*)
   ~          estimated (KV math; compute = size − weights − KV)
   *          Ollama's default: nothing readable says otherwise
   ?          not known
-  sizes      binary (GiB = 2³⁰ B): ~3.5 GiB, ~3.5G in the table, exact B in detail
+  sizes      binary (GiB = 2³⁰ B): ~3.5 GiB; ~3.5G in the table;
+             exact bytes in the detail view
   ▼ / ▲      the sorted column (largest first / A to Z)
 
 Width      ID, byte figures, FLASH ATTN, KV TYPE, TOK/S from 160 columns;
@@ -87,28 +92,37 @@ LOAD_HELP = "  a          load with the num_ctx on screen (asks first; y confirm
 READONLY_HELP = "  (--readonly: kvtop sends nothing that changes the server)\n"
 
 ACTIONS_HELP = """\
-Actions (each asks first: Cancel has the focus, y confirms; logged in the events pane)
+Actions (each asks first with Cancel focused, y confirms; all logged)
   u          unload the selected model (keep_alive 0, as `ollama stop`)
-  a          keep-alive of the selected model: 5 m · 1 h · forever · 0 = release now
-  k          signal a GPU process outside Ollama you own (Enter SIGTERM, 9 SIGKILL)
-  Enter      on a fix in the events pane or the alerts panel (Tab, ↑ ↓): offers it
-             (unload, stop PID), or shows a setting as text to copy (c copies it;
-             kvtop never applies settings)
+  a          keep-alive of the selected model: 5 m, 1 h, forever, 0 (now)
+  k          signal a GPU process outside Ollama that you own
+             (Enter SIGTERM, 9 SIGKILL)
+  Enter      on a fix in the events pane or the alerts panel (Tab, ↑ ↓):
+             offers it (unload, stop PID), or shows a setting as text to
+             copy (c copies it; kvtop never applies settings)
 
 """
 """The dashboard's writes, in the help only when kvtop may write (not ``--readonly``)."""
 
 READONLY_ACTIONS_HELP = """\
-Read-only (--readonly, KVTOP_READONLY=1 or readonly = true): no unload, keep-alive,
-load or signal; Enter on a fix (events pane, alerts panel) shows it as text
-to copy (c).
+Read-only (--readonly, KVTOP_READONLY=1 or readonly = true): no unload,
+keep-alive, load or signal; Enter on a fix (events pane, alerts panel) shows
+it as text to copy (c).
 
 """
 
 
-def help_text(readonly: bool = False) -> str:
+SIGNAL_HELP = """\
+  k          signal a GPU process outside Ollama that you own
+             (Enter SIGTERM, 9 SIGKILL)
+"""
+"""The ``k`` lines of :data:`ACTIONS_HELP`: left out where kvtop reads no process table of this
+machine (``--demo``: its processes are simulated; a replay)."""
+
+
+def help_text(readonly: bool = False, *, signals: bool = True) -> str:
     """The help, with the planner's load key and the actions (``u``, ``a``, ``k``), or with the
-    ``--readonly`` notes instead."""
+    ``--readonly`` notes instead; ``signals=False`` leaves ``k`` out."""
     anchor = "  k / f      KV cache type / flash attention"
     head, sep, tail = HELP.partition(anchor)
     if not sep:
@@ -116,7 +130,8 @@ def help_text(readonly: bool = False) -> str:
     line_end = tail.index("\n") + 1
     text = head + sep + tail[:line_end] + (READONLY_HELP if readonly else LOAD_HELP) + tail[line_end:]
     return text.replace("What-if planner (w on a model)\n",
-                        (READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP) + "What-if planner (w on a model)\n", 1)
+                        (READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP if signals
+                         else ACTIONS_HELP.replace(SIGNAL_HELP, "")) + "What-if planner (w on a model)\n", 1)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -136,8 +151,10 @@ class HelpScreen(ModalScreen[None]):
         self.readonly = readonly
 
     def compose(self) -> ComposeResult:
+        settings = getattr(self.app, "settings", None)
         if self.readonly is None:
-            settings = getattr(self.app, "settings", None)
             self.readonly = bool(getattr(settings, "readonly", False))
+        # `k` exists only where kvtop reads this machine's processes (not the demo's simulated ones)
+        signals = not getattr(settings, "demo", False) and getattr(self.app, "replay", None) is None
         with VerticalScroll():
-            yield Static(Hanging(Text(help_text(self.readonly))), id="help-body")
+            yield Static(Hanging(Text(help_text(self.readonly, signals=signals))), id="help-body")
