@@ -227,7 +227,7 @@ async def test_kv_type_fallback_from_real_lines(tmp_path: Path, log: Path) -> No
             await until(pilot, lambda: bool(alerts_of(app, "kv_type_not_applied")))
             (alert,) = alerts_of(app, "kv_type_not_applied")
             assert alert.model == Q8 and app.state.models[0].load is not None
-            assert alert.message == (f"{Q8}: KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server"
+            assert alert.message == ("KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server"
                                      " config)): flash attention is off (no --flash-attn on the runner command line)")
             assert app.state.models[0].kv_type.value == "f16"  # the row still shows the f16 it runs with
 

@@ -392,15 +392,15 @@ CONFIG_Q8_FA = "033"  # server config: OLLAMA_FLASH_ATTENTION:true OLLAMA_KV_CAC
     [
         ("server config q8_0, llama-server run without a cache type: f16",
          ["config", "run:default-fa-auto-np1"], [row(TINY, 2048, 5_000_000, 0)], RUN_TIME + 60,
-         ("tiny:latest: KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
+         ("KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
          " the log gives no reason")),
         ("Ollama's fallback warning, then an A/B1 runner without a cache type",
          ["fallback", "spawn"], [row(Q8, 2048, 2_754_892_672)], SPAWN_TIME + 60,
-         (f"{Q8}: KV cache f16 allocated, q8_0 requested (Ollama's warning):"
+         ("KV cache f16 allocated, q8_0 requested (Ollama's warning):"
          " quantized kv cache requested but flash attention disabled")),
         ("server config q8_0 and flash attention, an A/B1 runner without either",
          ["config", "spawn"], [row(Q8, 2048, 2_754_892_672)], SPAWN_TIME + 60,
-         (f"{Q8}: KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
+         ("KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
          " flash attention is off (no --flash-attn on the runner command line)")),
         ("q8_0 asked and allocated (real llama-server run)", ["config", "run:q8_0-fa-on-np2"],
          [row(TINY, 4096, 5_000_000, 0)], RUN_TIME + 60, None),
@@ -438,7 +438,7 @@ def test_flash_attention_off_although_requested_or_needed() -> None:
     state = state_of(ps_snapshot([row(Q8, 2048, 2_754_892_672)], taken_at=SPAWN_TIME + 60),
                      [config, spawn_line(blob(Q8), 2048)])
     alert = only(evaluate(state), "flash_attention_off", Q8)
-    assert alert.message == (f"{Q8}: flash attention is off although OLLAMA_FLASH_ATTENTION=true (server config) and"
+    assert alert.message == ("flash attention is off although OLLAMA_FLASH_ATTENTION=true (server config) and"
                              " the q8_0 cache needs it: no --flash-attn on the runner command line")
     assert alert.fixes == ()  # asked for and still off: nothing in the environment turns it on
 

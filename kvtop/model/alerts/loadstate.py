@@ -182,7 +182,8 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
     out: list[Alert] = []
     for load, view in candidates:
         model = view.name if view is not None else ctx.name_for_blob(load.model_blob)
-        who = model or (short_blob(load.model_blob) if load.model_blob else f"a load (log line {load.first_line})")
+        # the alert names its model (every view prints it before the message); a load no row names says which
+        who = "" if model else (short_blob(load.model_blob) if load.model_blob else f"a load (log line {load.first_line})") + ": "
         key = model or load.model_blob or f"line{load.first_line}"
         since = ctx.now if view is not None else ctx.load_time(load)
         requested, where = _requested_kv(ctx, load)
@@ -199,7 +200,7 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
                 reason = f"flash attention is off ({load.flash_attention_reason or 'resolved off'})"
             else:
                 reason = "the log gives no reason"
-            text = f"{who}: KV cache {allocated} allocated, {requested} requested ({where}): {reason}"
+            text = f"{who}KV cache {allocated} allocated, {requested} requested ({where}): {reason}"
             fixes: list[Fix] = []
             fa_fix = _fa_fix(ctx, load, needs) if needs and load.flash_attention == "disabled" else None
             if fa_fix is not None:
@@ -214,7 +215,7 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
                 parts = [why] if why else []
                 if needs:
                     parts.append(f"the {needs} cache needs it")
-                text = (f"{who}: flash attention is off although {' and '.join(parts)}:"
+                text = (f"{who}flash attention is off although {' and '.join(parts)}:"
                         f" {load.flash_attention_reason or 'resolved off'}")
                 fa_fix = _fa_fix(ctx, load, needs)
                 out.append(Alert("flash_attention_off", "warning", model, since, text,
