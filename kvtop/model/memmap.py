@@ -293,7 +293,7 @@ def _vram_bar(models: Sequence[ModelView]) -> DeviceBar | None:
     if not segments:
         return None
     return DeviceBar("VRAM", "VRAM (/api/ps, no GPU telemetry)", None, None, tuple(segments),
-                     note="what /api/ps says each model holds in VRAM; nothing measured the GPU")
+                     note="nothing measured the GPU")
 
 
 def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> DeviceBar | None:

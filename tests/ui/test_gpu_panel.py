@@ -43,7 +43,7 @@ def test_wide_has_split_foreign_processes_and_measured_vram(tmp_path: Path) -> N
     lines = text.splitlines()
     assert all(cell_len(line) <= 158 for line in lines)
     assert lines[0].startswith("GPU 0  RTX A6000") and "61°C" in lines[0] and "250/300 W" in lines[0]
-    assert "█ qwen3:1.7b-q4_K_M 2.0 GiB   █ gemma4:latest 3.5 GiB   ▒ other processes 8.0 GiB" in lines[1]
+    assert "█ qwen3:1.7b-q4_K_M 2.0 GiB   █ gemma4:latest 3.5 GiB   ▄ other processes 8.0 GiB" in lines[1]
     assert f"PID {TRAINER_PID}" in text and "alice  python train.py --epochs 3" in text
     assert f"PID {XORG_PID}" in text and "Xorg  (access denied: cmdline and username not readable)" in text
     assert "gemma4:latest  measured 5.2 GiB vs size_vram 5.0 GiB (+290 MiB CUDA context and overhead)" in text
@@ -55,8 +55,30 @@ def test_colours_come_from_the_theme(tmp_path: Path) -> None:
     text = _text(shared_panel_data(tmp_path), 160)
     styles = {str(span.style) for span in text.spans}
     assert COLORS["kv-warn"] in styles and COLORS["kv-free"] in styles and COLORS["kv-weights"] in styles
-    assert all(s.replace("bold", "").strip() in COLORS.values() or s.replace("bold", "").strip() == ""
-               for s in styles), styles
+    bare = {" ".join(w for w in s.split() if w not in ("bold", "dim", "reverse")) for s in styles}
+    assert all(s in COLORS.values() or s == "" for s in bare), styles
+
+
+def test_strip_speaks_the_memory_maps_glyphs_and_colours(tmp_path: Path) -> None:
+    """Issue 17: from 120×36 the strip and the map show together; ▓ ▒ are the map's KV and compute,
+    so the strip's other Ollama / other processes take the map's ▚ ▄, in the map's colours."""
+    from kvtop.ui.widgets import gpu_panel, memory_map
+
+    for kind in ("ollama", "other", "unattributed", "free"):
+        assert gpu_panel.GLYPHS[kind] == memory_map.GLYPHS[kind]
+        assert gpu_panel.KIND_VARS[kind] == memory_map.KIND_VARS[kind]
+    assert gpu_panel.GLYPHS["model"] == memory_map.GLYPHS["weights"] == "█"
+    assert not {"▓", "▒"} & set(gpu_panel.GLYPHS.values())
+    text = _text(shared_panel_data(tmp_path), 80)
+    first = text.plain.splitlines()[0]
+    assert first.startswith("GPU0 RTX A6000 ████▄▄▄▄▄▄·░") and "▓" not in text.plain and "▒" not in text.plain
+    # every runner in the weights colour (amber would be the map's KV cache), the second one dim
+    runners = [str(s.style) for s in text.spans if "█" in text.plain[s.start:s.end]]
+    weights = COLORS["kv-weights"]
+    assert runners and set(runners) <= {weights, f"dim {weights}"} and f"dim {weights}" in runners
+    assert COLORS["kv-kv"] not in {str(s.style) for s in text.spans}
+    # a runner wide enough carries its name, as in the map
+    assert "qwe…8_0" in text.plain.splitlines()[1]
 
 
 def test_no_gpu_is_one_line() -> None:

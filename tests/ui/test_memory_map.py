@@ -16,7 +16,7 @@ from kvtop.model.gpu import GpuSnapshot, SystemMemory
 from kvtop.model.memmap import MemoryMap, memory_map
 from kvtop.sources.gpu import STATUS_NO_LIBRARY
 from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes
-from kvtop.ui.widgets.memory_map import MemoryMapPanel, map_text
+from kvtop.ui.widgets.memory_map import MemoryMapPanel, key_kinds, key_lines, map_text
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.nvml import GiB, MiB
 from tests.fakes.scenario import shared_sample
@@ -60,14 +60,44 @@ def test_wide_text_full_width_with_names_and_marks(tmp_path: Path) -> None:
     lines = text.plain.splitlines()
     assert lines[0] == "GPU 0 NVIDIA RTX A6000  48.0 GiB total · 33.5 GiB free"
     assert cell_len(lines[1]) == 118 and lines[1].endswith("░")  # the bar spans the width
-    assert lines[2].startswith("█▓▒▞ qwen3:1.7b-q4_K_M W 1.3G KV ~448M C ~61M +~242M  ▇ gemma4:latest 3.5G  "
-                               "▄ alice python 8.0G  · unattributed ~1.0G")
+    # the legend wraps at whole entries: nothing is cut (free memory is the title's, not repeated)
+    assert lines[2] == ("█▓▒▞ qwen3:1.7b-q4_K_M W 1.3G KV ~448M C ~61M +~242M  ▇ gemma4:latest 3.5G  "
+                        "▄ alice python 8.0G  · unattributed ~1.0G")
+    assert "gemma4▇" in lines[1]  # a name too long for its stretch loses ":latest" before it is cut
+    assert lines[3] == "GPU 1 NVIDIA GeForce RTX 4090  24.0 GiB total · 15.2 GiB free"
     assert "qwen3:1.7b-q8_0" in lines[4]  # the name written over its stretch of GPU 1's bar
+    assert lines[5] == "▇ gemma4:latest 1.8G  █▓▒▞ qwen3:1.7b-q8_0 W 2.0G KV ~3.5G C ~141M +~449M  ▄ Xorg 300M  " \
+                       "· unattributed ~640M"
     assert lines[6] == "RAM  64.0 GiB total · 40.0 GiB free"
-    assert lines[8] == "▇ gemma4:latest 1.2G  · OS and other programs ~23G  ░ free 40G"  # reported, as the table
-    assert lines[-1].startswith("~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute")
-    assert all(cell_len(line) <= 118 for line in lines)
+    assert lines[8] == "▇ gemma4:latest 1.2G  · OS and other programs ~23G"  # reported, as the table
+    # the key: only what the bars draw, every entry whole at 118 cells
+    assert lines[9:] == ["~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute "
+                         "▇ model (not split) ▞ overhead", "▄ other processes · unattributed ░ free"]
+    assert all(cell_len(line) <= 118 and "…" not in line for line in lines[2:3] + lines[5:])
     assert {(h.y, h.model[0]) for h in hits} == {(1, Q4), (1, GEMMA), (4, GEMMA), (4, Q8), (7, GEMMA)}
+
+
+def test_key_lists_only_the_kinds_drawn_and_wraps_at_whole_entries(tmp_path: Path) -> None:
+    mm = no_gpu(tmp_path)
+    assert key_kinds(mm) == ("weights", "kv", "compute", "model", "unattributed", "free")
+    kinds = ("weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free")
+    lines = [t.plain for t in key_lines(kinds, 78, COLORS)]
+    assert lines == ["~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute",
+                     "▇ model (not split) ▞ overhead ▚ other Ollama ▄ other processes · unattributed",
+                     "░ free"]
+    assert [t.plain for t in key_lines((), 78, COLORS)] == ["~ estimated, no mark: allocated or reported"]
+
+
+async def test_panel_height_follows_the_wrapped_lines(tmp_path: Path) -> None:
+    mm = two_gpus(tmp_path)
+    for width, key_rows in ((120, 2), (220, 1)):
+        app = MapApp(mm, compact=False)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(MemoryMapPanel)
+            drawn = map_text(mm, width - 2, COLORS, compact=False)[0].plain.splitlines()
+            assert panel.size.height == len(drawn) == panel.line_count()
+            assert drawn[-key_rows].startswith("~ estimated") and drawn[-1].endswith("░ free")
 
 
 def test_compact_is_one_line_per_device(tmp_path: Path) -> None:
@@ -83,7 +113,8 @@ def test_compact_is_one_line_per_device(tmp_path: Path) -> None:
 
 def test_spill_joins_the_ram_part_by_name(tmp_path: Path) -> None:
     lines = map_text(spill(tmp_path), 118, COLORS, compact=False)[0].plain.splitlines()
-    assert lines[8].startswith("█▓▒ gemma4:latest W 954M KV 8.0M C 20M  · OS and other programs")
+    assert lines[8] == "RAM  64.0 GiB total · 40.0 GiB free"
+    assert lines[10] == "█▓▒ gemma4:latest W 954M KV 8.0M C 20M  · OS and other programs ~23G"
     assert "gemma4:latest W 3.0G KV 64M C 200M +~248M" in lines[2]  # the log's CUDA0 figures, no mark
 
 
@@ -138,7 +169,7 @@ def _snap(mm: MemoryMap, size: tuple[int, int], snap_compare: Any, compact: bool
 
 
 def test_map_one_gpu_three_models(snap_compare: Any, tmp_path: Path) -> None:
-    assert _snap(one_gpu(tmp_path), (120, 8), snap_compare)
+    assert _snap(one_gpu(tmp_path), (120, 9), snap_compare)
 
 
 def test_map_two_gpus_split_model(snap_compare: Any, tmp_path: Path) -> None:
@@ -150,7 +181,7 @@ def test_map_two_gpus_compact(snap_compare: Any, tmp_path: Path) -> None:
 
 
 def test_map_spill(snap_compare: Any, tmp_path: Path) -> None:
-    assert _snap(spill(tmp_path), (120, 11), snap_compare)
+    assert _snap(spill(tmp_path), (120, 13), snap_compare)
 
 
 def test_map_foreign_processes(snap_compare: Any, tmp_path: Path) -> None:

@@ -55,16 +55,18 @@ Columns
   UNTIL      keep-alive left (42s in its last minute; "unloading…" after u);
              "Stopping..." = busy past keep_alive or unloading
 
-GPU panel (one line per GPU under 100 columns)
-  █          a loaded model's runner (NVML per-process memory)
-  ▓          other Ollama processes    ▒          other processes
+GPU panel (one line per GPU under 100 columns; the map's glyphs and colours)
+  █          a loaded model's runner (NVML per-process memory), in the
+             weights colour, every other model dim, its name over its part
+  ▚          other Ollama processes    ▄          other processes
   ·          driver, reserved, unlisted ░          free
 
 Memory map (m; one bar per GPU and RAM, a model's name over its part)
   █ ▓ ▒      a model's weights / KV cache / compute
   ▇          a model, not broken down  ▚          other Ollama processes
   ▞          runner overhead (measured − listed)
-  ▄          another user's process    ·  unattributed (driver, OS)    ░  free
+  ▄          a process outside Ollama (its user and program in the legend)
+  ·          unattributed (driver, OS) ░          free
 
 Sources, best first (the detail view names each one)
   plain      allocated (runner log), runner (its /props, /slots)

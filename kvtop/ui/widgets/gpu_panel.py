@@ -1,7 +1,8 @@
 """GPU panel: one row per GPU, its memory split into Ollama models, other processes and free.
 
-Below ``COMPACT_BELOW_COLUMNS`` each GPU is one line (bar, used/total, utilization, temperature,
-power); from there on each GPU also gets a legend line (each model's measured share, other
+The bar speaks the memory map's glyphs and colours (``kvtop.ui.widgets.memory_map``), since both
+show at once from 120×36. Below ``COMPACT_BELOW_COLUMNS`` each GPU is one line (bar, used/total,
+utilization, temperature, power); from there on each GPU also gets a legend line (each model's measured share, other
 Ollama processes, other processes, unattributed, free) and one line per foreign process, and the
 panel lists each model's measured VRAM next to ``/api/ps`` ``size_vram``. RAM and swap close the
 panel. Without a GPU it is one line that says why. Colours come only from the theme.
@@ -18,6 +19,9 @@ from textual.widgets import Static
 from kvtop.model.gpu import NOT_SAMPLED, GpuPanelData, GpuView, ModelGpu, SplitPart, SystemMemory
 from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import exact_bytes, ibytes, safe, safe_name
+from kvtop.ui.widgets.memory_map import GLYPHS as MAP_GLYPHS
+from kvtop.ui.widgets.memory_map import KIND_VARS as MAP_KIND_VARS
+from kvtop.ui.widgets.memory_map import write_names
 
 COMPACT_BELOW_COLUMNS = 100
 """Under this terminal width each GPU is a single line."""
@@ -28,13 +32,18 @@ MAX_OTHER_LINES = 3
 MAX_MODEL_LINES = 4
 """Models listed with measured vs reported VRAM in the wide form."""
 
-MODEL_COLOR_VARS = ("kv-weights", "kv-kv", "kv-compute", "kv-ok")
-"""Theme variables the models' bar segments cycle through."""
+GLYPHS = {"model": MAP_GLYPHS["weights"], "ollama": MAP_GLYPHS["ollama"], "other": MAP_GLYPHS["other"],
+          "unattributed": MAP_GLYPHS["unattributed"], "free": MAP_GLYPHS["free"]}
+"""The memory map's glyphs (``kvtop.ui.widgets.memory_map.GLYPHS``), so that both pictures read
+alike when they show together: a runner ``█`` (mostly its weights), other Ollama processes ``▚``,
+other processes ``▄``, unattributed ``·``, free ``░``; each differs so the bar reads without colour."""
 
-GLYPHS = {"model": "█", "ollama": "▓", "other": "▒", "unattributed": "·", "free": "░"}
-"""Glyphs differ per kind so the bar reads without colour."""
+KIND_VARS = {k: MAP_KIND_VARS[k] for k in ("ollama", "other", "unattributed", "free")}
+"""The memory map's theme variable per kind: the same thing has the same colour in both."""
 
-KIND_VARS = {"ollama": "kv-muted", "other": "kv-warn", "unattributed": "kv-unknown", "free": "kv-free"}
+MODEL_VAR = MAP_KIND_VARS["weights"]
+"""Every runner in the weights colour, as its largest part is in the map; next models alternate
+plain and ``dim`` so that neighbours part, and each name is written over its stretch where it fits."""
 
 Key = tuple[str, str]
 
@@ -56,7 +65,7 @@ def _model_colors(views: Sequence[GpuView], colors: Mapping[str, str]) -> dict[K
         for m in v.models:
             key = (m.name, m.digest)
             if key not in out:
-                out[key] = colors.get(MODEL_COLOR_VARS[len(out) % len(MODEL_COLOR_VARS)], "")
+                out[key] = f"{'dim ' if len(out) % 2 else ''}{colors.get(MODEL_VAR, '')}".strip()
     return out
 
 
@@ -68,8 +77,9 @@ def _part_style(part: SplitPart, view: GpuView, model_colors: Mapping[Key, str],
 
 
 def gpu_bar(view: GpuView, width: int, colors: Mapping[str, str], model_colors: Mapping[Key, str]) -> Text:
-    """A bar of ``width`` cells: models ``█`` (one colour each), other Ollama ``▓``, other processes ``▒``,
-    unattributed ``·``, free ``░``; every non-zero part gets at least one cell."""
+    """A bar of ``width`` cells: models ``█`` (the weights colour, every other one dim, the name over
+    its stretch where it fits), other Ollama ``▚``, other processes ``▄``, unattributed ``·``, free
+    ``░``; every non-zero part gets at least one cell."""
     d = view.device
     parts = view.split
     total = d.memory_total_bytes
@@ -79,12 +89,16 @@ def gpu_bar(view: GpuView, width: int, colors: Mapping[str, str], model_colors: 
         return Text("·" * width, style=colors.get("kv-unknown", ""))
     cells = split_cells([p.bytes for p in parts], max(total, sum(p.bytes for p in parts)), width)
     bar = Text()
+    spans: list[tuple[int, int, Key]] = []
     for part, n in zip(parts, cells):
         if n:
+            if part.kind == "model":
+                digest = next((m.digest for m in view.models if m.name == part.label), "")
+                spans.append((bar.cell_len, bar.cell_len + n, (part.label, digest)))
             bar.append(GLYPHS[part.kind] * n, style=_part_style(part, view, model_colors, colors))
     if bar.cell_len < width:
         bar.append("·" * (width - bar.cell_len), style=colors.get("kv-unknown", ""))
-    return bar
+    return write_names(bar, spans)
 
 
 def _used(view: GpuView) -> int | None:
@@ -134,7 +148,7 @@ def _error_line(view: GpuView, compact: bool, name_width: int, colors: Mapping[s
 
 def compact_line(view: GpuView, usable: int, name_width: int, colors: Mapping[str, str],
                  model_colors: Mapping[Key, str]) -> Text:
-    """One GPU in one line: ``GPU0 RTX 4090 ███▒··░░░ 21G/24G  97%  71°C  350W``."""
+    """One GPU in one line: ``GPU0 RTX 4090 ███▄··░░░ 21G/24G  97%  71°C  350W``."""
     d = view.device
     if d.error:
         return _error_line(view, True, name_width, colors)

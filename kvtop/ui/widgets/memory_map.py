@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.text import Text
 from textual import events
+from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 
@@ -43,7 +44,7 @@ KIND_VARS: dict[str, str] = {
 
 KIND_WORDS: dict[str, str] = {
     "weights": "weights", "kv": "KV cache", "compute": "compute", "model": "model (not split)",
-    "overhead": "overhead", "ollama": "other Ollama", "other": "other users", "unattributed": "unattributed",
+    "overhead": "overhead", "ollama": "other Ollama", "other": "other processes", "unattributed": "unattributed",
     "free": "free",
 }
 
@@ -106,18 +107,36 @@ def draw_bar(bar: DeviceBar, width: int, colors: Mapping[str, str]) -> tuple[Tex
             x += n
     if x < width:  # a device with no total: the rest is not known
         out.append("·" * (width - x), style=colors.get("kv-unknown", ""))
-    for x0, x1, key in spans:  # names over their stretch where they fit, a glyph left at each end
+    return write_names(out, spans), spans
+
+
+def bar_name(name: str, limit: int) -> str:
+    """``name`` in at most ``limit`` cells for a bar: whole, else without Ollama's default tag
+    ``:latest`` (``gemma4``, not ``gem…est``), else cut in the middle (``ui.format.safe_name``:
+    the tag tells ``q4_K_M`` from ``q8_0``)."""
+    text = safe(name)
+    if len(text) > limit and text.endswith(":latest") and len(text) - len(":latest") <= limit:
+        return text[: -len(":latest")]
+    return safe_name(name, limit)
+
+
+def write_names(bar: Text, spans: Sequence[tuple[int, int, ModelKey]]) -> Text:
+    """``bar`` with each model's name written over its stretch ``(x0, x1, key)`` where it fits
+    (from :data:`MIN_LABEL_CELLS` cells inside, a glyph left at each end), in reverse video of the
+    stretch's own colours. The GPU panel's strip writes its runners' names the same way."""
+    out = bar
+    for x0, x1, key in spans:
         n = x1 - x0 - 2
         if n < MIN_LABEL_CELLS:
             continue
-        label = safe_name(key[0], n)
+        label = bar_name(key[0], n)
         at = x0 + 1
         seg_styles = _styles_at(out, at, at + len(label))
         pieces = Text()
         for ch, st in zip(label, seg_styles):
             pieces.append(ch, style=f"bold reverse {st}".strip())
         out = out[:at] + pieces + out[at + len(label):]
-    return out, spans
+    return out
 
 
 def _styles_at(text: Text, start: int, end: int) -> list[str]:
@@ -140,10 +159,10 @@ def _model_legend(segs: Sequence[Segment], colors: Mapping[str, str]) -> Text:
     return t
 
 
-def legend_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
-    """Every segment of ``bar`` with its size and source mark: a model's parts together
-    (``█▓▒ qwen3:8b W 4.3G KV ~448M C ~61M +~242M``), then the other kinds."""
-    line = Text(no_wrap=True, overflow="ellipsis")
+def legend_items(bar: DeviceBar, colors: Mapping[str, str]) -> list[Text]:
+    """Every segment of ``bar`` with its size and source mark, one entry each: a model's parts
+    together (``█▓▒ qwen3:8b W 4.3G KV ~448M C ~61M +~242M``), then the other kinds; free memory
+    only where the title line does not give it."""
     items: list[Text] = []
     group: list[Segment] = []
     for s in bar.segments:
@@ -156,20 +175,41 @@ def legend_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
         if s.kind in MODEL_KINDS:
             group = [s]
             continue
+        if s.kind == "free" and bar.free_bytes is not None:
+            continue  # the title line says it, exactly ("33.5 GiB free", as the GPU panel)
         item = Text()
         item.append(GLYPHS[s.kind], style=_style(s.kind, colors))
         item.append(f" {safe(s.label, 40)} {_size(s)}")
         items.append(item)
     if group:
         items.append(_model_legend(group, colors))
-    sep = Text("  ")
-    for i, item in enumerate(items):
-        if i:
-            line.append_text(sep)
-        line.append_text(item)
     if bar.note and not bar.segments:
-        line.append(safe(bar.note, 160), style=colors.get("kv-muted", ""))
-    return line
+        items.append(Text(safe(bar.note, 160), style=colors.get("kv-muted", "")))
+    return items
+
+
+def wrap_items(items: Sequence[Text], width: int, sep: int = 2, first_sep: int | None = None) -> list[Text]:
+    """``items`` on lines of at most ``width`` cells, ``sep`` spaces apart (``first_sep`` after the
+    first item), a line broken only between items; an item wider than ``width`` alone on its line
+    is cut with an ellipsis when drawn. At least one (empty) line."""
+    lines: list[Text] = []
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for i, item in enumerate(items):
+        gap = first_sep if (i == 1 and first_sep is not None) else sep
+        if len(line) and line.cell_len + gap + item.cell_len > width:
+            lines.append(line)
+            line = Text(no_wrap=True, overflow="ellipsis")
+        elif len(line):
+            line.append(" " * gap)
+        line.append_text(item)
+    lines.append(line)
+    return lines
+
+
+def legend_lines(bar: DeviceBar, width: int, colors: Mapping[str, str]) -> list[Text]:
+    """:func:`legend_items` wrapped at whole entries within ``width`` cells, so that no entry (free
+    memory last) is cut off the screen."""
+    return wrap_items(legend_items(bar, colors), width)
 
 
 def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
@@ -190,15 +230,30 @@ def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
     return line
 
 
-def key_line(colors: Mapping[str, str]) -> Text:
-    """What the marks and glyphs mean (the mark first: it is what a cut line must keep)."""
-    line = Text(no_wrap=True, overflow="ellipsis")
-    line.append("~ estimated, no mark: allocated or reported ", style=colors.get("kv-muted", ""))
-    for kind in ("weights", "kv", "compute", "overhead", "ollama", "other", "unattributed", "free"):
-        line.append(" ")
-        line.append(GLYPHS[kind], style=_style(kind, colors))
-        line.append(f" {KIND_WORDS[kind]}")
-    return line
+KEY_ORDER = ("weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free")
+"""The key's glyph entries, in this order."""
+
+MARKS_KEY = "~ estimated, no mark: allocated or reported"
+"""The key's first entry: the source marks (the map's figures carry ``~`` or nothing)."""
+
+
+def key_kinds(mm: MemoryMap) -> tuple[str, ...]:
+    """The kinds drawn in ``mm``'s bars, in :data:`KEY_ORDER`: the key explains only what shows."""
+    drawn = {s.kind for b in mm.bars if not b.error for s in b.segments}
+    return tuple(k for k in KEY_ORDER if k in drawn)
+
+
+def key_lines(kinds: Sequence[str], width: int, colors: Mapping[str, str]) -> list[Text]:
+    """What the marks and glyphs mean: :data:`MARKS_KEY`, then ``█ weights``, ``▓ KV cache``… for
+    each of ``kinds``, wrapped at whole entries so that every entry shows within ``width`` cells
+    (an entry wider than ``width`` alone is cut with an ellipsis)."""
+    items = [Text(MARKS_KEY, style=colors.get("kv-muted", ""))]
+    for kind in kinds:
+        item = Text()
+        item.append(GLYPHS[kind], style=_style(kind, colors))
+        item.append(f" {KIND_WORDS[kind]}")
+        items.append(item)
+    return wrap_items(items, width, sep=1, first_sep=2)
 
 
 def map_text(mm: MemoryMap, width: int, colors: Mapping[str, str], *, compact: bool) -> tuple[Text, list[Hit]]:
@@ -240,9 +295,9 @@ def map_text(mm: MemoryMap, width: int, colors: Mapping[str, str], *, compact: b
         drawn, spans = draw_bar(bar, width, colors)
         hits.extend(Hit(len(lines), a, b, k) for a, b, k in spans)
         lines.append(drawn)
-        lines.append(legend_line(bar, colors))
+        lines.extend(legend_lines(bar, width, colors))
     if not compact and mm.bars:
-        lines.append(key_line(colors))
+        lines.extend(key_lines(key_kinds(mm), width, colors))
     for line in lines:
         line.truncate(width, overflow="ellipsis")
     out = Text("\n").join(lines)
@@ -294,17 +349,28 @@ class MemoryMapPanel(Widget):
         """The lines the map takes with the map and form last shown."""
         return self._line_count()
 
-    def _line_count(self) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The map's lines at ``width`` (the key wraps, so the height follows the width)."""
+        return self._line_count(max(10, width))
+
+    def _line_count(self, width: int | None = None) -> int:
         mm = self._map
         if mm is None:
             return 1
-        per = 1 if self._compact else 3
-        n = sum(1 if (self._compact or b.error) else per for b in mm.bars) + (0 if self._compact else 1)
+        width = width or self._width()
+        if self._compact:
+            n = len(mm.bars)
+        else:
+            n = sum(1 if b.error else 2 + len(legend_lines(b, width, {})) for b in mm.bars)
+            n += len(key_lines(key_kinds(mm), width, {})) if mm.bars else 0
         return n + (1 if not mm.telemetry and mm.status else 0) + (0 if mm.bars else 1)
+
+    def _width(self) -> int:
+        return max(10, self.content_size.width or self.app.size.width - 2)
 
     def _text(self) -> tuple[Text, list[Hit]]:
         colors = self.app.theme_variables
-        width = max(10, self.content_size.width or self.app.size.width - 2)
+        width = self._width()
         key = (self._map, self._compact, width, self.app.theme)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1], self._cache[2]
