@@ -19,7 +19,12 @@ run (``load_tensors``, ``llama_context``, ``llama_kv_cache`` and its iSWA varian
   model's token speeds (``prefill_tps``/``decode_tps``, ``spilled_*`` when it spilled; staged);
 - a step's ``log`` adds ``evict`` (the 050 sequence for those models), ``truncate`` (the step's
   first request is truncated) and ``kv_fallback`` (``{model: "q8_0"}``: Ollama's warning before
-  that load, which then runs with llama-server's default f16 cache).
+  that load, which then runs with llama-server's default f16 cache);
+- every request ends with gin's access line (§4.9, :func:`gin_line`, corpus 053's shape): the
+  scenario's client requests as ``POST "/api/chat"`` / ``POST "/api/generate"`` from
+  :data:`CLIENTS` with their scripted duration, and every Ollama API request the stand-in really
+  serves (kvtop's own ``GET "/api/ps"``, ``POST "/api/show"`` …) with its status, measured latency
+  and client address (:meth:`LogWriter.access`), as a real server logs its pollers too.
 
 Putting the warning of §3.2 (Ollama v0.13.4–v0.24 validated the type; v0.30+ passes it verbatim)
 in front of a llama-server load is staged, like everything being on one server at once.
@@ -49,11 +54,14 @@ if TYPE_CHECKING:
 __all__ = [
     "RUNNER_KEYS",
     "STEP_LOG_KEYS",
+    "CLIENTS",
     "LogWriter",
     "Request",
     "Script",
     "build_script",
     "eviction_lines",
+    "gin_line",
+    "go_duration",
     "load_lines",
     "restamp",
     "runner_argv",
@@ -81,6 +89,13 @@ KEEP = 4
 _DEFAULTS = {"prefill_tps": 2800.0, "decode_tps": 90.0, "spilled_prefill_tps": 310.0, "spilled_decode_tps": 9.5,
              "prompt_tokens": 1804, "eval_tokens": 240, "request_every_s": 6.0}
 
+CLIENTS = (("192.0.2.24", "/api/chat"), ("192.0.2.24", "/api/chat"), ("127.0.0.1", "/api/generate"))
+"""Who sends the scenario's requests, in turn (task number modulo 3): a chat front-end on another
+host of the LAN (a documentation address, as the corpus's are) and a script on the server itself."""
+
+GIN_STAMP = "[GIN] 2026/01/01 - 00:00:00"
+"""The placeholder time of the script's access lines, replaced when written (:func:`restamp`)."""
+
 _ISO = re.compile(r"time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 _GIN = re.compile(r"\[GIN\] \d{4}/\d\d/\d\d - \d\d:\d\d:\d\d")
 _UNIX = re.compile(r"timestamp=\d+")
@@ -97,6 +112,72 @@ def restamp(line: str, now: float) -> str:
     line = _ISO.sub(f"time={iso}", line)
     line = _GIN.sub(local.strftime("[GIN] %Y/%m/%d - %H:%M:%S"), line)
     return _UNIX.sub(f"timestamp={int(now)}", line)
+
+
+def go_duration(seconds: float) -> str:
+    """``seconds`` as gin prints a latency: Go's ``time.Duration.String`` (``850ns``, ``31.775µs``,
+    ``1.865926ms``, ``47.147693541s``, ``2m39s``), truncated to whole seconds above one minute as gin's
+    logger does (ollama-reference.md §4.9). Negative values count as zero."""
+    ns = max(0, round(seconds * 1e9))
+    if ns > 60 * 10**9:
+        ns -= ns % 10**9
+    if ns == 0:
+        return "0s"
+    if ns < 10**3:
+        return f"{ns}ns"
+
+    def fixed(value: int, digits: int) -> str:
+        whole, frac = divmod(value, 10**digits)
+        text = f"{frac:0{digits}d}".rstrip("0")
+        return f"{whole}.{text}" if text else str(whole)
+
+    if ns < 10**6:
+        return fixed(ns, 3) + "µs"
+    if ns < 10**9:
+        return fixed(ns, 6) + "ms"
+    hours, rest = divmod(ns, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    out = f"{hours}h" if hours else ""
+    if hours or minutes:
+        out += f"{minutes}m"
+    return out + fixed(rest, 9) + "s"
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _go_quote(text: str) -> str:
+    """``%#v`` of a Go string: double-quoted with backslash escapes (``strconv.Quote``)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable() and ch.isascii():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def gin_line(status: int, latency_s: float, client: str, method: str, path: str) -> str:
+    """Gin's access line (``defaultLogFormatter``, ollama-reference.md §4.9) with :data:`GIN_STAMP`:
+    ``[GIN] 2026/01/01 - 00:00:00 | 200 |    1.865926ms |       127.0.0.1 | GET      "/api/ps"``.
+
+    Args:
+        status: The HTTP status answered.
+        latency_s: Seconds from the request to the end of its response (:func:`go_duration`).
+        client: The client's address.
+        method: The HTTP method (padded to 7 as gin's ``%-7s``).
+        path: The path with its ``?query``, Go-quoted (``%#v``).
+    """
+    return (f"{GIN_STAMP} | {status:3d} | {go_duration(latency_s):>13} | {client:>15} | "
+            f"{method:<7}  {_go_quote(path)}")  # "|%s %-7s %s %#v": the reset colour's empty %s between two spaces
 
 
 def _runner(scenario: Scenario, model: str) -> dict[str, Any]:
@@ -329,6 +410,7 @@ def _request(scenario: Scenario, step: int, model: str, row: LoadedModel, start:
     prompt, n_eval = int(fig["prompt_tokens"]), int(fig["eval_tokens"])
     lines: list[tuple[float, str]] = []
     head = f"id  0 | task {task} |"
+    client, endpoint = CLIENTS[task % len(CLIENTS)]
     if truncated:
         # v0.30+ (§4.7): limit = numCtx - max((numCtx - numKeep) / 2, 1); the 5065-token prompt of corpus 014
         limit = ctx - max((ctx - KEEP) // 2, 1)
@@ -355,6 +437,7 @@ def _request(scenario: Scenario, step: int, model: str, row: LoadedModel, start:
         (end, f"slot print_timing: {head}    graphs reused = {n_eval - 8:10d}"),
         (end, f"slot      release: {head} stop processing: n_tokens = {prompt + n_eval - 1}, truncated = 0"),
         (end, "srv  update_slots: all slots are idle"),
+        (end, gin_line(200, end - start, client, "POST", endpoint)),  # printed when the response is done
     ]
     return Request(start, end, step, model, tuple(lines))
 
@@ -415,6 +498,7 @@ class LogWriter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._served: list[str] = []
         self.lines_written = 0
 
     def position(self) -> tuple[int, float]:
@@ -431,6 +515,13 @@ class LogWriter:
         index, at_s = self.position()
         return self.script.busy(index, at_s)
 
+    def access(self, status: int, latency_s: float, client: str, method: str, path: str) -> None:
+        """Log one request the stand-in served (gin's line, :func:`gin_line`); written at the next tick.
+        Thread-safe: the server's handler threads call it once their response is sent."""
+        line = gin_line(status, latency_s, client, method, path)
+        with self._lock:
+            self._served.append(line)
+
     def tick(self) -> int:
         """Write what is due now; returns the lines written."""
         with self._lock:
@@ -445,6 +536,8 @@ class LogWriter:
                 self._index, self._pos = index, self.player.scenario.steps[index].at_s
             lines += self.script.lines_between(index, self._pos, at_s)
             self._pos = max(self._pos, at_s)
+            lines += self._served
+            self._served = []
             if lines:
                 now = self._wall_ns() / 1e9
                 with self.path.open("a", encoding="utf-8") as f:

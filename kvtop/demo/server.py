@@ -36,7 +36,9 @@ Command line::
                                 [--log-file PATH]
 
 ``--log-file PATH`` writes the server log the scenario implies as it plays (``kvtop.demo.logwriter``:
-llama-server era lines, so ``/api/version`` then answers the scenario's ``log_version``).
+llama-server era lines, so ``/api/version`` then answers the scenario's ``log_version``), with gin's
+access line for every Ollama API request it serves (not the ``/_standin/`` ones, nor those
+``--require-basic``/``--require-bearer`` refuses: a proxy answers those, Ollama never sees them).
 
 After binding it prints exactly one line, ``LISTENING http://<host>:<port>``, to stdout and
 serves until SIGTERM or SIGINT, then exits 0.
@@ -578,6 +580,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes; no 40 ms stalls
     server_version = "kvtop-standin"
+    status_sent = 0
+    """The status of the response being sent (for the ``--log-file`` access line); 0 before one."""
 
     def version_string(self) -> str:
         return self.server_version
@@ -660,23 +664,46 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._dispatch("DELETE")
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.status_sent = code  # for the access line
+        super().send_response(code, message)
+
     def _dispatch(self, method: str) -> None:
-        path = urlsplit(self.path).path
+        started = time.perf_counter()
+        parts = urlsplit(self.path)
+        path = parts.path
         if len(path) > 1:
             path = path.rstrip("/")
-        if not path.startswith("/_standin/"):
-            self.server.requests.append((method, path))  # deque.append is atomic across handler threads
-            refused = self.server.refuses(self.headers)
-            if refused is not None:  # as nginx/Caddy in front of Ollama: 401 with a challenge
-                self._drain()
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="ollama"' if refused == "basic" else "Bearer")
-                body = b"401 Authorization Required"
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
+        if path.startswith("/_standin/"):
+            self._route(method, path)
+            return
+        self.server.requests.append((method, path))  # deque.append is atomic across handler threads
+        if self._refuse():
+            return  # a proxy in front answered: Ollama never saw the request, so it logs nothing
+        self.status_sent = 0
+        self._route(method, path)
+        writer = self.server.log_writer
+        if writer is not None and self.status_sent:  # gin's line, once the response is sent (§4.9)
+            logged = parts.path + (f"?{parts.query}" if parts.query else "")
+            writer.access(self.status_sent, time.perf_counter() - started, str(self.client_address[0]), method,
+                          logged)
+
+    def _refuse(self) -> bool:
+        """Answer 401 when ``--require-basic``/``--require-bearer`` refuses the request's headers."""
+        refused = self.server.refuses(self.headers)
+        if refused is not None:  # as nginx/Caddy in front of Ollama: 401 with a challenge
+            self._drain()
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="ollama"' if refused == "basic" else "Bearer")
+            body = b"401 Authorization Required"
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return True
+        return False
+
+    def _route(self, method: str, path: str) -> None:
         try:
             if path.startswith("/_standin/"):
                 self._control(method, path)

@@ -694,3 +694,33 @@ def test_generate_reloads_a_loaded_model_at_another_num_ctx() -> None:
         assert server.client.post("/api/generate", json={"model": "qwen3:1.7b-q8_0", "prompt": ""}).status_code == 400
         server.goto(2)
         assert server.ps()[0]["size"] == 6_106_141_568  # the scenario's own number again after the step
+
+
+def test_the_log_file_carries_gins_line_for_every_api_request_served(tmp_path: Path) -> None:
+    """A real server logs its pollers too: each Ollama API request the stand-in serves gets gin's access
+    line (status, measured latency, client address, method, path with its query); its own /_standin/
+    endpoints and what a proxy in front refuses do not."""
+    from kvtop.logparse import parse_lines
+    from kvtop.logparse.events import GinRequest
+
+    log = tmp_path / "server.log"
+    with running(["--manual", "--scenario", str(BUNDLED), "--log-file", str(log),
+                  "--require-bearer", "s3cret"]) as server:
+        auth = {"Authorization": "Bearer s3cret"}
+        server.goto(1)
+        assert server.client.get("/api/ps", headers=auth).status_code == 200
+        assert server.client.post("/api/show", json={"model": "gemma4:latest"}, headers=auth).status_code == 200
+        assert server.client.get("/api/nope?x=1", headers=auth).status_code == 404
+        assert server.client.head("/", headers=auth).status_code == 200
+        assert server.client.get("/api/ps").status_code == 401  # refused by the "proxy": Ollama never saw it
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and log.read_text(encoding="utf-8").count('"/"') < 1:
+            time.sleep(0.05)
+        text = log.read_text(encoding="utf-8")
+    served = [(e.status, e.method, e.path, e.client) for e in parse_lines(text.splitlines())
+              if isinstance(e, GinRequest) and e.path not in ("/api/chat", "/api/generate")]  # not the scenario's
+    assert served == [(200, "GET", "/api/ps", "127.0.0.1"), (200, "POST", "/api/show", "127.0.0.1"),
+                      (404, "GET", "/api/nope?x=1", "127.0.0.1"), (200, "HEAD", "/", "127.0.0.1")]
+    latencies = [e.latency_s for e in parse_lines(text.splitlines()) if isinstance(e, GinRequest)]
+    assert all(lat is not None and 0 < lat < 5 for lat in latencies)
+    assert "_standin" not in text

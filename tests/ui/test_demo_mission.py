@@ -118,3 +118,45 @@ async def test_the_demo_gpu_is_the_scenarios_and_labelled_demo(no_host_machine: 
     assert foreign.user == "dana" and foreign.cmdline == ("python3", "train_lora.py", "--bf16")
     assert {p.pid: p.used_memory_bytes for p in device.processes}[23011] == 3_145_728_000
     assert [s.pid for s in table.servers] == [1187]
+
+
+async def test_the_demo_server_view_shows_traffic_from_the_access_lines(no_host_machine: None) -> None:
+    """The demo's log carries gin's access lines (the scenario's chat/generate requests and kvtop's own
+    polls), so the server view (``i``) shows requests per minute, p50/p95 per endpoint and the clients."""
+    from kvtop.ui.screens.server import ServerScreen
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        with demo_server(10.0, extra=["--log-file", str(log)]) as url:
+            settings = Settings(host_url=url, interval_s=0.25, demo=True, log_spec=f"file:{log}")
+            sources = _machine_sources(settings)
+            assert sources is not None
+            app = make_app(settings, gpu_source=sources[0], proc_source=sources[1])
+            async with app.run_test(size=(120, 40)) as pilot:
+                loop = asyncio.get_running_loop()
+                end = loop.time() + 20.0
+
+                def traffic() -> Any:
+                    return app.state.log.traffic if app.state is not None else None
+
+                while loop.time() < end:
+                    t = traffic()
+                    chat = t.endpoint("/api/chat") if t is not None else None
+                    if chat is not None and chat.requests >= 2 and t.endpoint("/api/ps") is not None:
+                        break
+                    await pilot.pause(0.2)
+                await pilot.press("i")
+                await pilot.pause(0.3)
+                assert isinstance(app.screen, ServerScreen)
+                body = str(app.screen.query_one("#server-body").render())
+    t = traffic()
+    assert t is not None and t.server_errors == 0
+    chat, ps = t.endpoint("/api/chat"), t.endpoint("/api/ps")
+    assert chat is not None and ps is not None and chat.requests >= 2 and ps.requests >= 1
+    assert chat.p50_s is not None and 1.0 < chat.p50_s < 10.0  # qwen3's scripted requests: prefill + 240 tokens
+    assert ps.p95_s is not None and ps.p95_s < 1.0  # kvtop's own poll, answered in milliseconds
+    clients = dict(t.busiest_clients())
+    assert clients.get("192.0.2.24", 0) >= 2 and clients.get("127.0.0.1", 0) >= 1
+    assert "no access lines yet" not in body
+    assert re.search(r"\b\d+ req/min", body), body
+    assert "/api/chat" in body and "/api/ps" in body and "192.0.2.24" in body

@@ -10,12 +10,23 @@ from pathlib import Path
 import pytest
 
 from kvtop.demo.gpusim import machine_doc, parse_gpu
-from kvtop.demo.logwriter import LLAMA_SERVER, LogWriter, build_script, restamp, runner_argv, script_lines
+from kvtop.demo.logwriter import (
+    CLIENTS,
+    LLAMA_SERVER,
+    LogWriter,
+    build_script,
+    gin_line,
+    go_duration,
+    restamp,
+    runner_argv,
+    script_lines,
+)
 from kvtop.demo.scenario import load_scenario
 from kvtop.demo.server import ScenarioPlayer, model_blob
 from kvtop.logparse import group_loads, parse_lines
 from kvtop.logparse.events import (
     Eviction,
+    GinRequest,
     KvTypeFallback,
     PrefillProgress,
     RequestTiming,
@@ -81,6 +92,42 @@ def test_the_demo_log_times_its_requests_and_shows_prefill_and_busy_slots() -> N
     assert {e.action for e in events if isinstance(e, SlotActivity)} >= {"start", "prompt", "prompt_done", "release"}
 
 
+def test_gin_line_prints_the_corpus_access_lines_byte_for_byte() -> None:
+    corpus = (FIXTURES / "gin" / "access-corpus.log").read_text(encoding="utf-8").splitlines()
+    events = [e for e in parse_lines(corpus) if isinstance(e, GinRequest)]
+    assert len(events) == len(corpus) == 8
+    for line, e in zip(corpus, events):
+        assert e.latency_s is not None
+        ours = gin_line(e.status, e.latency_s, e.client, e.method, e.path)
+        # the same text after the stamp: status, Go duration, client, method and quoted path, with gin's padding
+        # (corpus 053's 192.0.2.16 replaced a longer address and kept its padding: its client is compared stripped)
+        theirs = line.split(" | ", 1)[1].split("|")
+        mine = ours.split(" | ", 1)[1].split("|")
+        assert mine[2].strip() == theirs[2].strip() and mine[:2] + mine[3:] == theirs[:2] + theirs[3:], line
+        if e.client != "192.0.2.16":
+            assert ours.split(" | ", 1)[1] == line.split(" | ", 1)[1], line
+    assert [go_duration(s) for s in (0, 5e-7, 3.1775e-5, 60.4, 3600 + 61.9)] == ["0s", "500ns", "31.775µs", "1m0s",
+                                                                                 "1h1m1s"]
+    assert gin_line(404, 0.0015, "::1", "GET", '/api/x?q="1"\n').endswith(
+        '|         1.5ms |             ::1 | GET      "/api/x?q=\\"1\\"\\n"')
+
+
+def test_every_scripted_request_ends_with_its_access_line() -> None:
+    for scenario in (DEMO, INCIDENT):
+        script = build_script(scenario)
+        events = parse_lines(_stamped(script_lines(scenario)))
+        gin = [e for e in events if isinstance(e, GinRequest)]
+        assert len(gin) == len(script.requests)
+        for task, (r, e) in enumerate(zip(script.requests, gin)):
+            assert (e.status, e.method, (e.client, e.path)) == (200, "POST", CLIENTS[task % len(CLIENTS)])
+            assert e.latency_s == pytest.approx(r.end_s - r.start_s, abs=1e-9)  # the request's scripted duration
+            assert r.lines[-1][0] == r.end_s and "[GIN]" in r.lines[-1][1]  # printed once the response is done
+        assert {e.path for e in gin} == {"/api/chat", "/api/generate"} and len({e.client for e in gin}) == 2
+    spilled = [e.latency_s for e in parse_lines(_stamped(script_lines(INCIDENT)))
+               if isinstance(e, GinRequest) and e.latency_s is not None]
+    assert max(spilled) > 5 > min(spilled)  # the spilled gemma4's requests take seconds longer
+
+
 def test_the_incident_log_has_the_spill_cliff_and_the_recovery() -> None:
     events = parse_lines(_stamped(script_lines(INCIDENT)))
     loads = group_loads(events)
@@ -128,13 +175,16 @@ NOT_IN_FIXTURES = {
     "llama_kv_cache_iswa: creating non-SWA KV cache, size = N cells":
         "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
     "sched_reserve: Flash Attention was auto, set to disabled": "ollama-reference §4.6 (sched_reserve wording)",
+    '[GIN] N/N/N - N:N:N | N | Ns | N.N | POST "/api/generate"':
+        "ollama-reference §4.9's observed line (the corpus's timed POSTs are /api/chat and /v1/chat/completions)",
 }
 """Shapes not in tests/fixtures, each with where it is documented."""
 
 
 def test_every_demo_line_has_the_shape_of_a_real_line() -> None:
     real: set[str] = set()
-    for path in glob.glob(str(FIXTURES / "llama_server" / "*.log")) + glob.glob(str(FIXTURES / "logs" / "*.log")):
+    for path in (glob.glob(str(FIXTURES / "llama_server" / "*.log")) + glob.glob(str(FIXTURES / "logs" / "*.log"))
+                 + glob.glob(str(FIXTURES / "gin" / "*.log"))):
         with open(path, encoding="utf-8", errors="replace") as f:
             real.update(_shape(line.rstrip("\n")) for line in f)
     used: set[str] = set()
@@ -170,7 +220,7 @@ def test_the_log_loops_with_the_scenario(tmp_path: Path) -> None:
         writer.tick()
     lines = (tmp_path / "server.log").read_text(encoding="utf-8").splitlines()
     def unstamped(text: str) -> str:
-        return re.sub(r"time=\S+ ", "", text)
+        return re.sub(r"time=\S+ |\[GIN\] \S+ - \S+ ", "", text)
 
     first_pass = script_lines(DEMO)
     assert [unstamped(line) for line in lines[: len(first_pass)]] == [unstamped(line) for line in first_pass]
