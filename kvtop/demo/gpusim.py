@@ -2,19 +2,19 @@
 
 ``GET /_standin/machine`` (``kvtop.demo.server``) answers :func:`machine_doc`: the scenario's RAM,
 one NVIDIA-shaped GPU (name, memory, utilization, power, temperature) and every process on it —
-one llama-server runner per loaded model holding its ``size_vram``, plus the scenario's foreign
-processes (another user's job). ``kvtop.demo.machine`` turns that document into the same
+one llama-server runner per loaded model holding its ``size_vram`` plus its CUDA context
+(:data:`RUNNER_CUDA_CONTEXT_BYTES`), plus the scenario's foreign processes (another user's job). ``kvtop.demo.machine`` turns that document into the same
 ``GpuSnapshot`` / ``ProcSnapshot`` that NVML and the process table give, so ``kvtop --demo`` shows
 the GPU panel without reading this machine's GPU, RAM or processes. Pure, standard library only.
 
 Scenario ``machine.gpu`` keys (:data:`GPU_KEYS`; sizes in bytes, power in watts)::
 
     {"name": "NVIDIA GeForce RTX 4060 Ti", "memory_total": 17175674880,
-     "reserved": 314572800,                 # used but listed by no process (driver, contexts)
+     "reserved": 83886080,                  # used but listed by no process (the driver's own)
      "power_limit_w": 165, "idle_w": 17, "loaded_w": 34, "busy_w": 148,
      "server_pid": 1187,                    # the simulated ``ollama serve``
      "foreign": [{"pid": 23011, "user": "dana", "name": "python3",
-                  "cmdline": ["python3", "train_lora.py"], "gpu_bytes": 3145728000,
+                  "cmdline": ["python3", "train_lora.py"], "gpu_bytes": 2621440000,
                   "rss": 5368709120}]}
 """
 
@@ -23,13 +23,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["GPU_KEYS", "machine_doc", "parse_gpu"]
+__all__ = ["GPU_KEYS", "RUNNER_CUDA_CONTEXT_BYTES", "machine_doc", "parse_gpu"]
 
 GPU_KEYS = ("name", "memory_total", "reserved", "power_limit_w", "idle_w", "loaded_w", "busy_w", "server_pid",
             "foreign")
 """The keys of a scenario's ``machine.gpu`` object (all required)."""
 
 _FOREIGN_KEYS = ("pid", "user", "name", "cmdline", "gpu_bytes", "rss")
+
+RUNNER_CUDA_CONTEXT_BYTES = 251_658_240
+"""What NVML lists for a runner on the GPU beyond the buffers its log prints (240 MiB, staged): the CUDA
+context, cuBLAS workspace and the driver's per-process allocations, a few hundred MiB on a real
+card. Era C Ollama's ``size_vram`` is the sum of llama-server's GPU buffer lines
+(ollama-reference.md §1.2, ``memoryParsingWriter``), so a runner's NVML figure is ``size_vram`` +
+this, and kvtop shows the difference as the runner's overhead (measured − listed). A runner with
+nothing on the GPU (``size_vram`` 0) is given none."""
 
 RUNNER_RSS_BYTES = 402_653_184
 """What a llama-server runner holds in RAM besides a spilled model's layers (384 MiB, staged)."""
@@ -86,7 +94,7 @@ def machine_doc(ram_total: int, ram_used: int, gpu: Mapping[str, Any] | None,
     Returns:
         ``{"ram_total", "ram_used", "gpu": {...} | None, "processes": [...]}``: ``ram_used`` grows by
         each model's part in system RAM (``size - size_vram``); ``gpu.processes`` lists ``{pid,
-        gpu_bytes}``; ``processes`` describes every PID (``kind`` ``server``, ``runner`` or ``other``).
+        gpu_bytes}`` (a runner's: its ``size_vram`` + :data:`RUNNER_CUDA_CONTEXT_BYTES`); ``processes`` describes every PID (``kind`` ``server``, ``runner`` or ``other``).
     """
     spilled = sum(max(0, int(r["size"]) - int(r["size_vram"])) for r in runners)
     doc: dict[str, Any] = {"ram_total": ram_total, "ram_used": min(ram_total, ram_used + spilled), "gpu": None,
@@ -101,7 +109,8 @@ def machine_doc(ram_total: int, ram_used: int, gpu: Mapping[str, Any] | None,
         procs.append({"pid": int(r["pid"]), "kind": "runner", "user": "ollama", "name": "llama-server",
                       "cmdline": list(r["argv"]), "ppid": server_pid,
                       "rss": RUNNER_RSS_BYTES + max(0, int(r["size"]) - int(r["size_vram"]))})
-        on_gpu.append({"pid": int(r["pid"]), "gpu_bytes": int(r["size_vram"])})
+        vram = int(r["size_vram"])
+        on_gpu.append({"pid": int(r["pid"]), "gpu_bytes": vram + RUNNER_CUDA_CONTEXT_BYTES if vram > 0 else 0})
     for f in gpu["foreign"]:
         procs.append({"pid": int(f["pid"]), "kind": "other", "user": f["user"], "name": f["name"],
                       "cmdline": list(f["cmdline"]), "rss": int(f["rss"])})

@@ -14,6 +14,7 @@ import httpx
 from kvtop.config import Settings
 from kvtop.demo.logwriter import LLAMA_SERVER
 from kvtop.demo.machine import DEMO_GPU_STATUS, DemoMachineSource, NoProcSource
+from kvtop.model.memmap import state_memory_map
 from kvtop.sources.replay import read_recording, resolve_recording
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.models_table import Column, sorted_label
@@ -40,10 +41,11 @@ async def test_demo_machine_ram_is_the_scenarios_and_grows_with_a_spill() -> Non
     assert calm.status == DEMO_GPU_STATUS and calm.ok
     (device,) = calm.devices
     assert device.name == "NVIDIA GeForce RTX 4060 Ti (DEMO)"
-    # the one runner holds qwen3's size_vram, dana's job 3000 MiB; 300 MiB are used but unlisted
+    # the one runner holds qwen3's size_vram and its 240 MiB CUDA context, dana's job 2500 MiB; the driver's
+    # 80 MiB are used but unlisted
     on_gpu = {p.pid: p.used_memory_bytes for p in device.processes}
-    assert on_gpu == {4100: 6_106_141_568, 23011: 3_145_728_000}
-    assert device.memory_used_bytes == 6_106_141_568 + 3_145_728_000 + 314_572_800
+    assert on_gpu == {4100: 6_106_141_568 + 251_658_240, 23011: 2_621_440_000}
+    assert device.memory_used_bytes == 6_106_141_568 + 251_658_240 + 2_621_440_000 + 83_886_080
     (runner,) = calm_procs.runners
     assert runner.pid == 4100 and runner.kind == "llama-server" and runner.ctx_size == 32768
     assert calm_procs.processes[23011].user == "dana"
@@ -66,8 +68,14 @@ async def test_demo_dashboard_shows_the_demo_machines_gpu_and_ram() -> None:
                            and app.state.gpu.system is not None)
             await pilot.pause(0.1)
             lines = screen_lines(app)
+            bar = next(b for b in state_memory_map(app.state).bars if b.key == "GPU0")
     gpu_line = next(line for line in lines if line.lstrip().startswith("GPU0"))
-    assert "RTX 4060 Ti" in gpu_line and "8.9G/16G" in gpu_line
+    assert "RTX 4060 Ti" in gpu_line and "8.4G/16G" in gpu_line
+    # the runner's NVML figure is its size_vram + its CUDA context: the map shows that as the runner's overhead,
+    # and only the driver's own 80 MiB as unattributed
+    by_kind = {(s.kind, s.label): s.bytes for s in bar.segments}
+    assert by_kind[("overhead", "qwen3:1.7b-q8_0")] == 251_658_240
+    assert by_kind[("unattributed", "unattributed")] == 83_886_080
     assert any("RAM 3.0G/32G" in line for line in lines)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.demo.gpusim import machine_doc, parse_gpu
+from kvtop.demo.gpusim import RUNNER_CUDA_CONTEXT_BYTES, machine_doc, parse_gpu
 from kvtop.demo.logwriter import (
     CLIENTS,
     LLAMA_SERVER,
@@ -246,7 +246,12 @@ def test_the_simulated_machine_accounts_for_every_byte() -> None:
                 "argv": runner_argv(DEMO, "gemma4:latest", 4096)}]
     idle, busy = machine_doc(1 << 35, 3 << 30, gpu, runners, False), machine_doc(1 << 35, 3 << 30, gpu, runners, True)
     g = idle["gpu"]
-    assert g["memory_used"] == 314_572_800 + 6_106_141_568 + 5_333_539_264 + 3_145_728_000
+    # each runner: its size_vram (the GPU buffers its log prints) + its CUDA context; dana's job; the driver's own
+    assert {p["pid"]: p["gpu_bytes"] for p in g["processes"]} == {
+        4100: 6_106_141_568 + RUNNER_CUDA_CONTEXT_BYTES, 4132: 5_333_539_264 + RUNNER_CUDA_CONTEXT_BYTES,
+        23011: 2_621_440_000}
+    assert RUNNER_CUDA_CONTEXT_BYTES == 240 * MIB
+    assert g["memory_used"] == 83_886_080 + 6_106_141_568 + 5_333_539_264 + 2 * 240 * MIB + 2_621_440_000
     assert g["memory_free"] == 17_175_674_880 - g["memory_used"]
     assert idle["ram_used"] == (3 << 30) + 1_258_291_200
     assert (g["gpu_util"], g["power_draw_mw"]) == (1, 34_000) and (busy["gpu"]["gpu_util"], busy["gpu"]["power_draw_mw"]) == (97, 148_000)
