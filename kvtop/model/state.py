@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
@@ -227,7 +228,7 @@ def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
     (marked stale)."""
     if not snap.reachable:
         return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
-    models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates)
+    models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates, state.models)
     latencies = state.latencies_s if snap.latency_s is None else (state.latencies_s + (snap.latency_s,))[-LATENCY_WINDOW:]
     return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
                                blob_names=_remember_names(state.blob_names, models), latencies_s=latencies,
@@ -284,11 +285,117 @@ def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Ma
 
 
 def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | None, slots: SlotsSnapshot | None,
-                  rates: Mapping[int, DecodeRate]) -> tuple[ModelView, ...]:
-    """Every row of ``snap`` through the source ladder, with its slots in use."""
+                  rates: Mapping[int, DecodeRate], previous: Sequence[ModelView] = ()) -> tuple[ModelView, ...]:
+    """Every row of ``snap`` through the source ladder, with its slots in use.
+
+    A row whose inputs (``RowInputs``) equal those of its last derivation is not derived again:
+    ``ROW_MEMO`` gives the same ``ModelView`` with only its time-dependent fields brought up to
+    ``snap.taken_at``. A resulting row equal to the row at the same place in ``previous`` (the
+    state's rows before) is that object, and when every row is, ``previous`` itself is returned:
+    an unchanged poll keeps the rows' identity, so the caches keyed on it (the memory map) hold.
+    The result equals a derivation from scratch (``model_view`` per row, then ``with_slot_use``).
+    """
     index = ladder.RunnerIndex(procs, slots, snap.host_url)
-    views = tuple(model_view(m, snap, log, procs=procs, slots=slots, rates=rates, runners=index) for m in snap.models)
-    return with_slot_use(views, slots, log)
+    views = tuple(ROW_MEMO.view(m, snap, log, index, rates) for m in snap.models)
+    return _keep_equal(with_slot_use(views, slots, log), previous)
+
+
+def _keep_equal(rows: tuple[ModelView, ...], previous: Sequence[ModelView]) -> tuple[ModelView, ...]:
+    """``rows`` with each row equal to ``previous``'s at the same place replaced by that object;
+    ``previous`` itself when every row is (same length)."""
+    if not previous:
+        return rows
+    kept = tuple(old if new is old or new == old else new
+                 for new, old in zip(rows, previous, strict=False)) + rows[len(previous):]
+    if len(kept) == len(previous) and all(a is b for a, b in zip(kept, previous)):
+        return previous if isinstance(previous, tuple) else kept
+    return kept
+
+
+@dataclass(frozen=True, slots=True)
+class RowInputs:
+    """What one row (``ModelView``) is derived from, besides the snapshot's time, the log's
+    request lines (throughput) and the decode rates: those are read again for every poll
+    (``_timed_fields``). Two equal ``RowInputs`` give equal rows at the same time."""
+
+    m: PsModel
+    show: ShowInfo | None
+    tag: TagInfo | None
+    version: str | None
+    cloud: bool
+    load: Load | None
+    load_note: str
+    local: LocalRunner
+
+
+def row_inputs(m: PsModel, snap: OllamaSnapshot, log: LogState, runners: ladder.RunnerIndex | None = None, *,
+               procs: ProcSnapshot | None = None, slots: SlotsSnapshot | None = None) -> RowInputs:
+    """The inputs of ``m``'s row: its ``/api/show`` and ``/api/tags`` answers, the server version,
+    its log load (``_matching_load``) and its runner (``runners``, else ``procs`` and ``slots``
+    indexed for this row)."""
+    show = snap.shows.get(detail_key(m))
+    cloud = _is_cloud(m, show)
+    load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
+    local = LocalRunner(note="cloud model") if cloud else (runners or ladder.RunnerIndex(procs, slots, snap.host_url)).find(
+        show.model_blob if show is not None else None, m.name, m.context_length)
+    return RowInputs(m=m, show=show, tag=snap.tags.get(m.digest), version=snap.version, cloud=cloud, load=load,
+                     load_note=load_note, local=local)
+
+
+ROWS_KEPT = 4096
+"""Rows ``RowMemo`` keeps (the least recently derived go first): every row of several servers
+of 1,000 models each."""
+
+
+class RowMemo:
+    """The last derivation of each row, by server, name and digest (at most ``ROWS_KEPT``).
+
+    Attributes:
+        derived: Rows derived through the ladder (``_view_from``) so far.
+        reused: Rows given again because their ``RowInputs`` were unchanged.
+    """
+
+    def __init__(self, kept: int = ROWS_KEPT) -> None:
+        self.kept = kept
+        self.derived = 0
+        self.reused = 0
+        self._rows: OrderedDict[tuple[str, str, str, str], tuple[RowInputs, ModelView]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def clear(self) -> None:
+        """Forget every row (the counters stay)."""
+        self._rows.clear()
+
+    def view(self, m: PsModel, snap: OllamaSnapshot, log: LogState, runners: ladder.RunnerIndex,
+             rates: Mapping[int, DecodeRate] | None) -> ModelView:
+        """``m``'s row as ``model_view`` derives it, from the memo when its inputs did not change."""
+        inputs = row_inputs(m, snap, log, runners)
+        key = (snap.host_url, m.name, m.model, m.digest)
+        held = self._rows.get(key)
+        if held is not None and held[0] == inputs:
+            self.reused += 1
+            self._rows.move_to_end(key)
+            view = held[1]
+            timed = _timed_fields(inputs, snap.taken_at, log, rates)
+            if timed != (view.until, view.expired, view.forever, view.throughput, view.decode_tps):
+                until, expired, forever, throughput_, decode_tps = timed
+                view = dataclasses.replace(view, until=until, expired=expired, forever=forever,
+                                           throughput=throughput_, decode_tps=decode_tps)
+                self._rows[key] = (inputs, view)
+            return view
+        self.derived += 1
+        view = _view_from(inputs, snap.taken_at, log, rates)
+        self._rows[key] = (inputs, view)
+        self._rows.move_to_end(key)
+        while len(self._rows) > self.kept:
+            self._rows.popitem(last=False)
+        return view
+
+
+ROW_MEMO = RowMemo()
+"""The rows' memo of this process (``derive_models``)."""
 
 
 def runner_facts(procs: ProcSnapshot | None) -> object:
@@ -308,7 +415,7 @@ def fold_procs(state: AppState, procs: ProcSnapshot) -> AppState:
     new = dataclasses.replace(state, procs=procs)
     if state.last_ok is not None:
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
-                                                            state.slot_rates))
+                                                            state.slot_rates, state.models))
     return new
 
 
@@ -324,7 +431,7 @@ def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState
     new = dataclasses.replace(state, gpu=gpu, procs=procs)
     if state.last_ok is not None and runner_facts(procs) != runner_facts(state.procs):
         new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
-                                                            state.slot_rates))
+                                                            state.slot_rates, state.models))
     return new
 
 
@@ -337,7 +444,7 @@ def fold_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -
     if log.loads is state.log.loads:  # per-request lines only: the slots may have changed
         models = with_slot_use(state.models, state.slots, log)
     else:
-        models = derive_models(state.last_ok, log, state.procs, state.slots, state.slot_rates)
+        models = derive_models(state.last_ok, log, state.procs, state.slots, state.slot_rates, state.models)
     return dataclasses.replace(state, log=log, models=models)
 
 
@@ -356,7 +463,7 @@ def fold_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
     or slot count answered, or a new speed). The same object when nothing a widget shows changed."""
     rates = decode_rates(state.slots, snap, state.slot_rates)
     if state.last_ok is not None and (rates != state.slot_rates or _endpoint_facts(snap) != _endpoint_facts(state.slots)):
-        models = derive_models(state.last_ok, state.log, state.procs, snap, rates)
+        models = derive_models(state.last_ok, state.log, state.procs, snap, rates, state.models)
     else:
         models = with_slot_use(state.models, snap, state.log)
     if (models == state.models and rates == state.slot_rates
@@ -444,16 +551,29 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
     in ``differences``.
     """
     log = log if log is not None else LogState()
-    show = snap.shows.get(detail_key(m))
-    tag: TagInfo | None = snap.tags.get(m.digest)
+    return _view_from(row_inputs(m, snap, log, runners, procs=procs, slots=slots), snap.taken_at, log, rates)
+
+
+def _timed_fields(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[int, DecodeRate] | None,
+                  ) -> tuple[str, bool, bool, Throughput | None, Known[float]]:
+    """The row's fields that move with time, the log's request lines and the decode rates:
+    ``until``, ``expired``, ``forever``, ``throughput`` and ``decode_tps`` at ``now_s``."""
+    load = inputs.load
+    throughput_ = throughput(log, load, now_s) if load is not None else None
+    expires = inputs.m.expires_at
+    delta = None if expires is None else expires.timestamp() - now_s
+    return (until_text(expires, now_s), delta is not None and delta < 0, delta is not None and delta > FOREVER_AFTER_S,
+            throughput_, _decode_tps(load, throughput_, inputs.local, rates))
+
+
+def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[int, DecodeRate] | None) -> ModelView:
+    """The row of ``inputs`` through the source ladder at ``now_s`` (``model_view``)."""
+    m, show, tag, cloud = inputs.m, inputs.show, inputs.tag, inputs.cloud
     info: Mapping[str, Any] = show.model_info if show is not None else {}
-    cloud = _is_cloud(m, show)
-    version = parse_version(snap.version)
+    version = parse_version(inputs.version)
     architecture = info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family
 
-    load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
-    local = LocalRunner(note="cloud model") if cloud else (runners or ladder.RunnerIndex(procs, slots, snap.host_url)).find(
-        show.model_blob if show is not None else None, m.name, m.context_length)
+    load, load_note, local = inputs.load, inputs.load_note, inputs.local
     proc, ep, env = local.process, local.endpoints, local.env
     where = load_note
 
@@ -584,9 +704,7 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         else:
             compute = Known(None, None, f"size is {-rest:,} B below weights + KV estimate: KV type or slots differ from the assumption")
 
-    throughput_ = throughput(log, load, snap.taken_at) if load is not None else None
-    expires = m.expires_at
-    delta = None if expires is None else expires.timestamp() - snap.taken_at
+    until, expired, forever, throughput_, decode_tps = _timed_fields(inputs, now_s, log, rates)
     cpu_percent: int | None = None
     if m.size_bytes and m.size_vram_bytes is not None and 0 <= m.size_vram_bytes <= m.size_bytes:
         cpu_percent = int(go_round((m.size_bytes - m.size_vram_bytes) / m.size_bytes * 100))
@@ -611,10 +729,10 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         architecture=architecture,
         parameter_size=m.details.parameter_size,
         quantization_level=m.details.quantization_level,
-        expires_at=expires,
-        until=until_text(expires, snap.taken_at),
-        expired=delta is not None and delta < 0,
-        forever=delta is not None and delta > FOREVER_AFTER_S,
+        expires_at=m.expires_at,
+        until=until,
+        expired=expired,
+        forever=forever,
         cloud=cloud,
         show_error=show.error if show else None,
         model_blob=show.model_blob if show else None,
@@ -625,7 +743,7 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
         throughput=throughput_,
         timings_note=("" if load is None or load.era == "C" else
                       "no timings in this Ollama version's log (llama-server runners, v0.30+, print them)"),
-        decode_tps=_decode_tps(load, throughput_, local, rates),
+        decode_tps=decode_tps,
         local=local,
         differences=differences,
     )

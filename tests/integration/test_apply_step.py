@@ -53,6 +53,31 @@ async def test_one_apply_and_one_evaluation_per_poll_although_gpu_and_server_bot
     assert evals <= steps
 
 
+async def test_polls_of_an_unchanged_server_derive_no_row_again() -> None:
+    """Three models that stay as they are: after the first rows, polls at 0.25 s (each a new
+    snapshot, with the GPU and process samples) give every row again from the memo: the source
+    ladder runs for no row, and the rows stay the same objects (the memory map is not redone)."""
+    from kvtop.model import state as state_module
+
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(4)
+        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
+                       gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: len(rows(app)) == 3 and app.state.gpu is not None
+                        and all(v.model_blob for v in app.state.models))
+            await pilot.pause(0.6)  # the /api/tags answer may land a poll after the first rows
+            memo = state_module.ROW_MEMO
+            derived0, reused0, steps0, models = memo.derived, memo.reused, app.apply_steps, app.state.models
+            await pilot.pause(2.0)
+            derived, reused, steps = memo.derived - derived0, memo.reused - reused0, app.apply_steps - steps0
+            same_rows = app.state.models is models
+    assert steps >= 4, steps
+    assert reused >= 3 * 4, reused  # three rows per poll
+    assert derived == 0, derived
+    assert same_rows
+
+
 async def test_a_burst_of_ten_thousand_log_lines_is_applied_a_bounded_number_of_times(tmp_path: Path) -> None:
     """10,000+ real runner lines (a real load, repeated) appended at once: the log worker's
     batches are merged, and the apply steps stay within the intervals that passed; every line is
