@@ -261,14 +261,17 @@ def test_a_file_removed_while_playing_is_damage(tmp_path: Path) -> None:
 
 
 async def test_the_dashboard_replays_a_streamed_recording_like_an_in_memory_one() -> None:
+    """The incident read as a stream and read into memory give the same states: at the end (after the
+    fix: no spill alert), at the start (no spill) and in the middle, where gemma4 has spilled (the spill
+    alert is there, with its fix)."""
     from kvtop.ui.app import make_app
     from tests.integration.test_app_live import until
 
-    ends = []
+    ends, mids = [], []
     for recording in (open_recording(resolve_recording("incident")), read_recording(resolve_recording("incident"))):
         app = make_app(Settings(host_url="http://unused:1", log_spec="none"), replay=recording)
         async with app.run_test(size=(160, 48)) as pilot:
-            await pilot.press("J")
+            await pilot.press("J", "J")  # +1 min twice: past the incident's 80 s
             await until(pilot, lambda: app.replay is not None and app.replay.player.at_end)
             await pilot.pause(0.2)
             end = app.state
@@ -276,12 +279,31 @@ async def test_the_dashboard_replays_a_streamed_recording_like_an_in_memory_one(
             await until(pilot, lambda: app.replay is not None and app.replay.player.position < 10)
             await pilot.press("space")
             assert all(a.kind != "spill" for a in app.state.alerts)
+            assert app.replay is not None
+            start_s = app.replay.player.time_s or 0.0  # the first seconds: a few records in
+            app.replay.request(jump=SPILLED_AT_S)  # into the spill: gemma4 at 19%/81% CPU/GPU (40 s to 60 s)
+            await until(pilot, lambda: app.replay is not None
+                        and (app.replay.player.time_s or 0.0) >= start_s + SPILLED_AT_S - 1)
+            await pilot.pause(0.2)
+            mids.append(app.state)
             await pilot.press("J")
             await until(pilot, lambda: app.replay is not None and app.replay.player.at_end)
             await pilot.pause(0.2)
             assert app.state == end
             ends.append(end)
-    assert ends[0] == ends[1] and {"spill", "prompt_truncated"} <= {a.kind for a in ends[0].alerts}
+    assert mids[0] == mids[1] and ends[0] == ends[1]
+    spill = [a for a in mids[0].alerts if a.kind == "spill"]
+    assert [a.model for a in spill] == ["gemma4:latest"] and spill[0].fixes
+    # in the spill: gemma4 in system RAM, the GPU nearly full, embeddinggemma evicted to make room
+    assert {a.kind for a in mids[0].alerts} == {"spill", "gpu_nearly_full", "eviction"}
+    # after the fix: no spill and the GPU has room; qwen3 loaded three times (num_ctx 2048 → 32768 → 8192)
+    assert {a.kind for a in ends[0].alerts} == {"eviction", "reload_churn"}
+    assert {m.name: m.spilled for m in ends[0].models} == {"qwen3:1.7b-q8_0": False, "gemma4:latest": False}
+
+
+SPILLED_AT_S = 48.0
+"""Recorded seconds to jump from the incident's start into its spill (its steps: gemma4 spills at 40 s, the
+fix at 60 s; the jump starts from a record of the first few seconds)."""
 
 
 @pytest.mark.parametrize("host", ["http://x\x1b]52;c;aGk=\x07\x1b[2J/", "not a url", 42, "ftp://h/"])
