@@ -20,7 +20,6 @@ from typing import Any
 
 from rich.text import Text
 from textual import events
-from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 
@@ -326,6 +325,7 @@ class MemoryMapPanel(Widget):
         self._compact = False
         self._cache: tuple[tuple[object, ...], Text, list[Hit]] | None = None
         self._hover: ModelKey | None = None
+        self._height: int | None = None
         self.renders = 0
         """Times the text was built (the observer-cost tests count them)."""
 
@@ -341,17 +341,25 @@ class MemoryMapPanel(Widget):
         """Set the map; nothing is redrawn when it is equal to the one shown."""
         if mm == self._map and compact == self._compact:
             return
-        lines_before = self._line_count()
         self._map, self._compact = mm, compact
-        self.refresh(layout=self._line_count() != lines_before)
+        self._fit_height()
+        self.refresh()
+
+    def _fit_height(self) -> None:
+        """Give the panel its lines as its height. A style: a changed style always lays the panel
+        out again, where ``refresh(layout=True)`` can be lost while Textual holds a layout request
+        from a class change on the screen (the map then kept a 2-line height under a 7-line map)."""
+        lines = self._line_count()
+        if lines != self._height:
+            self._height = lines
+            self.styles.height = lines
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_height()  # the legends and the key wrap: the lines follow the width
 
     def line_count(self) -> int:
-        """The lines the map takes with the map and form last shown."""
+        """The lines the map takes with the map and form last shown (at the panel's width)."""
         return self._line_count()
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        """The map's lines at ``width`` (the key wraps, so the height follows the width)."""
-        return self._line_count(max(10, width))
 
     def _line_count(self, width: int | None = None) -> int:
         mm = self._map
