@@ -238,3 +238,24 @@ async def test_hidden_map_costs_nothing(tmp_path: Path) -> None:
         await settle(pilot)
         assert not app.query_one(MemoryMapPanel).display
         assert app.map_computations == 0 and app.query_one(MemoryMapPanel).renders == 0
+
+
+async def test_map_shows_every_line_it_draws_as_the_width_changes(tmp_path: Path) -> None:
+    """The legends and the key wrap, so the map's height follows its map and its width: every line,
+    the key's last entry included, is on the screen (at 120 columns the key lost ``unattributed``
+    and ``free``, and the map once kept a 2-line height under its 7 lines)."""
+    from tests.ui.screen_text import screen_when
+
+    app = shared_app(tmp_path)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        panel = app.query_one(MemoryMapPanel)
+        for size, key_rows in (((120, 36), 2), ((220, 55), 1), ((120, 36), 2)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.2)
+            drawn = panel.render().plain.splitlines()
+            assert len(drawn) == panel.line_count()
+            lines = await screen_when(pilot, lambda lines: panel.size.height == len(drawn) and all(
+                any(row.strip() == d.strip() for row in lines) for d in drawn))
+            key = next(i for i, row in enumerate(lines) if row.strip().startswith("~ estimated, no mark"))
+            assert lines[key + key_rows - 1].rstrip().endswith("░ free")
