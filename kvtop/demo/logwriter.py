@@ -443,8 +443,9 @@ def _request(scenario: Scenario, step: int, model: str, row: LoadedModel, start:
 
 
 def build_script(scenario: Scenario) -> Script:
-    """One pass's requests: from 3 s after a step starts, one every ``request_every_s`` on the step's
-    newest load, each over before the step ends; none in a step with ``log.requests`` false."""
+    """One pass's requests: from 2 s after a step starts, one every ``request_every_s`` on the step's
+    newest load (or 1 s after the previous one ends, when it took longer: the runner has one slot, so
+    requests never overlap), each over before the step ends; none in a step with ``log.requests`` false."""
     requests: list[Request] = []
     task = 0
     period = scenario.period_s
@@ -463,7 +464,7 @@ def build_script(scenario: Scenario) -> Script:
             requests.append(r)
             task += 1
             first = False
-            t += every
+            t = max(t + every, r.end_s + 1.0)  # one slot (-np 1): the next request once this one is answered
     return Script(tuple(requests))
 
 

@@ -123,6 +123,8 @@ def test_every_scripted_request_ends_with_its_access_line() -> None:
             assert e.latency_s == pytest.approx(r.end_s - r.start_s, abs=1e-9)  # the request's scripted duration
             assert r.lines[-1][0] == r.end_s and "[GIN]" in r.lines[-1][1]  # printed once the response is done
         assert {e.path for e in gin} == {"/api/chat", "/api/generate"} and len({e.client for e in gin}) == 2
+        # one slot: a request starts once the one before it is answered (the spilled gemma4's take 7 s)
+        assert all(a.end_s < b.start_s for a, b in zip(script.requests, script.requests[1:]))
     spilled = [e.latency_s for e in parse_lines(_stamped(script_lines(INCIDENT)))
                if isinstance(e, GinRequest) and e.latency_s is not None]
     assert max(spilled) > 5 > min(spilled)  # the spilled gemma4's requests take seconds longer
