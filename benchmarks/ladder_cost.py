@@ -4,8 +4,10 @@ rows derived from ``/api/ps`` alone (the floor), measured in the same run, at 3,
 models, each with its own llama-server runner.
 
 Usage: ``python benchmarks/ladder_cost.py [--repeat 20]``. Prints, per model count, the median
-milliseconds per derivation with and without the local rungs, their ratio, and microseconds per
-model (linear cost shows as a flat µs/model).
+milliseconds per derivation with and without the local rungs (the rows' memo emptied before each:
+every row through the ladder), their ratio, and microseconds per model (linear cost shows as a flat
+µs/model); then what a poll that changed no row's inputs costs (``state.ROW_MEMO`` gives every row
+again, brought to the poll's time) and its share of the full derivation.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv  # noqa: E402
 from kvtop.model.logstate import LogState  # noqa: E402
 from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState  # noqa: E402
+from kvtop.model import state  # noqa: E402
 from kvtop.model.state import derive_models  # noqa: E402
 from tests.unit.test_alerts import ps_snapshot, row  # noqa: E402
 
@@ -48,9 +51,12 @@ def world(n: int) -> tuple[object, ProcSnapshot, SlotsSnapshot]:
     return snap, procs, slots
 
 
-def median_ms(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+def median_ms(fn, repeat: int, *, memo: bool = False) -> float:  # type: ignore[no-untyped-def]
+    """Median wall ms of ``fn()``; the rows' memo is emptied before each call unless ``memo``."""
     times = []
     for _ in range(repeat):
+        if not memo:
+            state.ROW_MEMO.clear()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
@@ -62,14 +68,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     log = LogState()
-    print(f"{'models':>7} {'floor ms':>9} {'ladder ms':>10} {'ratio':>6} {'µs/model':>9}")
+    print(f"{'models':>7} {'floor ms':>9} {'ladder ms':>10} {'ratio':>6} {'µs/model':>9} {'unchanged ms':>13} {'share':>6}")
     for n in (3, 100, 1000):
         snap, procs, slots = world(n)
         floor = median_ms(lambda: derive_models(snap, log, None, None, {}), args.repeat)  # type: ignore[arg-type]
         full = median_ms(lambda: derive_models(snap, log, procs, slots, {}), args.repeat)  # type: ignore[arg-type]
         rows = derive_models(snap, log, procs, slots, {})  # type: ignore[arg-type]
         assert all(v.kv_type.source == "requested" and v.parallel.source == "runner" for v in rows)
-        print(f"{n:>7} {floor:>9.2f} {full:>10.2f} {full / floor:>6.2f} {full * 1000 / n:>9.1f}")
+        polls = iter(range(1, 10**9))  # each poll a new snapshot time, the same rows, runners and answers
+        derived0 = state.ROW_MEMO.derived
+        same = median_ms(lambda: derive_models(dataclasses.replace(snap, taken_at=snap.taken_at + next(polls)),  # type: ignore[arg-type]
+                                               log, procs, slots, {}, rows), args.repeat, memo=True)
+        assert state.ROW_MEMO.derived == derived0, "an unchanged poll derived rows again"
+        print(f"{n:>7} {floor:>9.2f} {full:>10.2f} {full / floor:>6.2f} {full * 1000 / n:>9.1f} {same:>13.2f}"
+              f" {same / full:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -266,8 +266,17 @@ def runner_for(view: ModelView, snap: SlotsSnapshot | None) -> RunnerSlots | Non
     return found[0] if len(found) == 1 else None
 
 
+def runners_by_pid(snap: SlotsSnapshot | None) -> dict[int, RunnerSlots]:
+    """The runners of a ``/slots`` round by PID (the first of a PID listed twice), for ``slot_use``."""
+    out: dict[int, RunnerSlots] = {}
+    for r in snap.runners if snap is not None else ():
+        out.setdefault(r.pid, r)
+    return out
+
+
 def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEvent],
-             loads: Sequence[Load], era_c_loaded: int) -> SlotUse | None:
+             loads: Sequence[Load], era_c_loaded: int, *,
+             runners_by_pid: Mapping[int, RunnerSlots] | None = None) -> SlotUse | None:
     """``view``'s slots: reported by its runner's ``/slots`` when it answered, else estimated from
     the log's slot lines of its load; None for a model with neither (cloud, pre-v0.30 runner with
     no ``/slots`` and no log).
@@ -279,12 +288,19 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
         loads: The log's loads (``LogState.loads``).
         era_c_loaded: How many loaded models run on llama-server runners (log era C): above one,
             the log's slot lines may belong to another model, and the note says so.
+        runners_by_pid: ``snap``'s runners by PID, the first of each PID (``runners_by_pid``),
+            when the caller looks up many rows in one round; found in ``snap`` when None.
     """
     if view.cloud:
         return None
     # the runner the ladder matched by its PID (the process table), else the one of this blob
     pid = view.local.process.pid if view.local.process is not None else None
-    runner = next((r for r in snap.runners if r.pid == pid), None) if snap is not None and pid is not None else None
+    if snap is None or pid is None:
+        runner = None
+    elif runners_by_pid is not None:
+        runner = runners_by_pid.get(pid)
+    else:
+        runner = next((r for r in snap.runners if r.pid == pid), None)
     if runner is None and pid is None:
         runner = runner_for(view, snap)
     load = view.load

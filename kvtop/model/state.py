@@ -26,7 +26,7 @@ from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput, apply_log, throughput
 from kvtop.model.server import ServerInfo
-from kvtop.model.slots import DecodeRate, SlotsSnapshot, SlotUse, decode_rates, slot_use
+from kvtop.model.slots import DecodeRate, SlotsSnapshot, SlotUse, decode_rates, runners_by_pid, slot_use
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
@@ -296,8 +296,13 @@ def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | Non
     The result equals a derivation from scratch (``model_view`` per row, then ``with_slot_use``).
     """
     index = ladder.RunnerIndex(procs, slots, snap.host_url)
-    views = tuple(ROW_MEMO.view(m, snap, log, index, rates) for m in snap.models)
-    return _keep_equal(with_slot_use(views, slots, log), previous)
+    memo = ROW_MEMO
+    views = tuple(memo.view(m, snap, log, index, rates) for m in snap.models)
+    rows = with_slot_use(views, slots, log)
+    for m, view, row in zip(snap.models, views, rows):
+        if row is not view:
+            memo.dressed(snap.host_url, m, view, row)
+    return _keep_equal(rows, previous)
 
 
 def _keep_equal(rows: tuple[ModelView, ...], previous: Sequence[ModelView]) -> tuple[ModelView, ...]:
@@ -368,9 +373,21 @@ class RowMemo:
         """Forget every row (the counters stay)."""
         self._rows.clear()
 
+    def dressed(self, host_url: str, m: PsModel, view: ModelView, row: ModelView) -> None:
+        """Keep ``row`` (``view`` through ``with_slot_use``: its ``slots`` and runner answer) in
+        ``view``'s place, so that the next poll's ``with_slot_use`` finds them as they are and
+        makes no new row. Every row given by ``view`` goes through ``with_slot_use`` again, which
+        sets both anew: what is kept is only a likely answer."""
+        key = (host_url, m.name, m.model, m.digest)
+        held = self._rows.get(key)
+        if held is not None and held[1] is view:
+            self._rows[key] = (held[0], row)
+
     def view(self, m: PsModel, snap: OllamaSnapshot, log: LogState, runners: ladder.RunnerIndex,
              rates: Mapping[int, DecodeRate] | None) -> ModelView:
-        """``m``'s row as ``model_view`` derives it, from the memo when its inputs did not change."""
+        """``m``'s row as ``model_view`` derives it, from the memo when its inputs did not change
+        (then its ``slots`` and its runner's ``/slots`` answer may be a previous round's, as
+        ``dressed`` kept them: ``with_slot_use`` sets them, as it does on a derived row)."""
         inputs = row_inputs(m, snap, log, runners)
         key = (snap.host_url, m.name, m.model, m.digest)
         held = self._rows.get(key)
@@ -477,11 +494,12 @@ def with_slot_use(models: tuple[ModelView, ...], slots: SlotsSnapshot | None, lo
     and their runner's answer (``local.endpoints``: each slot's fill) taken from that round."""
     era_c = sum(1 for v in models if v.load is not None and v.load.era == "C")
     by_pid = {r.pid: r for r in slots.runners} if slots is not None else {}
+    first_by_pid = runners_by_pid(slots)
     out = []
     for v in models:
         if v.local.process is not None and by_pid.get(v.local.process.pid, v.local.endpoints) is not v.local.endpoints:
             v = dataclasses.replace(v, local=dataclasses.replace(v.local, endpoints=by_pid[v.local.process.pid]))
-        use = slot_use(v, slots, log.recent, log.loads, era_c)
+        use = slot_use(v, slots, log.recent, log.loads, era_c, runners_by_pid=first_by_pid)
         out.append(v if use == v.slots else dataclasses.replace(v, slots=use))
     return tuple(out)
 
