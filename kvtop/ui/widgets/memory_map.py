@@ -52,6 +52,10 @@ PART_LETTERS = {"weights": "W", "kv": "KV", "compute": "C", "model": "", "overhe
 MIN_LABEL_CELLS = 5
 """A model's name is written over its stretch of the bar from this many cells."""
 
+MIN_CUT_LABEL_CELLS = 7
+"""A name that must be cut is written from this many cells (``qwe…8_0``); in fewer it would say
+nothing (``qw…_M``), and the legend names the stretch."""
+
 
 def _size(seg: Segment, *, short: bool = True) -> str:
     return SOURCE_MARK.get(seg.source, "") + ibytes(seg.bytes, short=short)
@@ -121,14 +125,17 @@ def bar_name(name: str, limit: int) -> str:
 
 def write_names(bar: Text, spans: Sequence[tuple[int, int, ModelKey]]) -> Text:
     """``bar`` with each model's name written over its stretch ``(x0, x1, key)`` where it fits
-    (from :data:`MIN_LABEL_CELLS` cells inside, a glyph left at each end), in reverse video of the
-    stretch's own colours. The GPU panel's strip writes its runners' names the same way."""
+    (from :data:`MIN_LABEL_CELLS` cells inside, a glyph left at each end; a name that must be cut
+    from :data:`MIN_CUT_LABEL_CELLS`), in reverse video of the stretch's own colours. The GPU
+    panel's strip writes its runners' names the same way."""
     out = bar
     for x0, x1, key in spans:
         n = x1 - x0 - 2
         if n < MIN_LABEL_CELLS:
             continue
         label = bar_name(key[0], n)
+        if "…" in label and "…" not in key[0] and n < MIN_CUT_LABEL_CELLS:
+            continue
         at = x0 + 1
         seg_styles = _styles_at(out, at, at + len(label))
         pieces = Text()
