@@ -7,7 +7,9 @@ model's name is written over its stretch of the bar where it fits; a spilled mod
 RAM bar carries the same name and shades. Figures carry the source marks of ``kvtop.model.known``
 (``~`` estimated; allocated, runner and reported figures have none).
 
-Wide form: per device a title line (total and free), the bar, and a legend line. Compact form
+Wide form: per device a title line (total and free), the bar, and its legend (every part's size,
+wrapped at whole entries); then a key of the glyphs drawn. The GPU panel's strip uses the same
+glyphs and colours (``kvtop.ui.widgets.gpu_panel``). Compact form
 (``compact=True``, a small terminal): one line per device. Clicking or hovering over a model's
 stretch posts :class:`MemoryMapPanel.ModelPicked` (the app selects that model in the table).
 """
@@ -368,11 +370,11 @@ class MemoryMapPanel(Widget):
         """The lines the map takes with the map and form last shown (at the panel's width)."""
         return self._line_count()
 
-    def _line_count(self, width: int | None = None) -> int:
+    def _line_count(self) -> int:
         mm = self._map
         if mm is None:
             return 1
-        width = width or self._width()
+        width = self._width()
         if self._compact:
             n = len(mm.bars)
         else:
