@@ -79,6 +79,9 @@ def test_strip_speaks_the_memory_maps_glyphs_and_colours(tmp_path: Path) -> None
     assert COLORS["kv-kv"] not in {str(s.style) for s in text.spans}
     # a runner wide enough carries its name, as in the map
     assert "qwe…8_0" in text.plain.splitlines()[1]
+    # unattributed memory is a difference kvtop computes: estimated (~), as the map marks it
+    wide = _text(shared_panel_data(tmp_path), 160).plain.splitlines()
+    assert "· driver, reserved and unlisted ~1.0 GiB   ░ free 33.5 GiB" in wide[1]
 
 
 def test_no_gpu_is_one_line() -> None:
