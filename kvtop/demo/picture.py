@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
+import os
 import re
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 __all__ = ["AT_S", "LAYOUT_GLOBS", "MARKER", "SPEED", "layout_hash", "main", "readme_hash", "svg_hash"]
@@ -73,7 +75,7 @@ async def capture(size: tuple[int, int], svg: Path | None = None) -> list[str]:
     from kvtop.sources.tail_file import FileTail
     from kvtop.ui.app import make_app
 
-    with tempfile.TemporaryDirectory(prefix="kvtop-picture-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kvtop-picture-") as tmp, _fresh_user_dirs(Path(tmp)):
         log = Path(tmp) / "server.log"
         with demo_server(SPEED, extra=["--log-file", str(log)]) as url:
             settings = Settings(host_url=url, interval_s=1.0, demo=True, log_spec="file:server.log",
@@ -97,6 +99,23 @@ async def capture(size: tuple[int, int], svg: Path | None = None) -> list[str]:
                     svg.parent.mkdir(parents=True, exist_ok=True)
                     app.save_screenshot(filename=svg.name, path=str(svg.parent))
     return lines
+
+
+@contextlib.contextmanager
+def _fresh_user_dirs(tmp: Path) -> Iterator[None]:
+    """Config and state folders of a new user (under ``tmp``) while the picture is taken: the
+    panels someone chose on this machine (``state.toml``) or a config file must not change it."""
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_STATE_HOME")}
+    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
+    os.environ["XDG_STATE_HOME"] = str(tmp / "state")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _spilled_and_timed(app: object) -> bool:

@@ -45,3 +45,15 @@ def test_update_readme_replaces_only_the_marked_screen() -> None:
     again = update_readme(first, ["new"], "fedcba9876543210")
     assert readme_hash(again) == "fedcba9876543210" and "line 1" not in again and again.count("kvtop-demo-screen layout") == 1
     assert again.endswith("## Quick start\n\n```sh\nkvtop --demo\n```\n")
+
+
+def test_the_picture_is_taken_with_a_new_users_config_and_state(tmp_path: Path) -> None:
+    """A panel choice saved on this machine (``m`` pressed once) must not end up in the README."""
+    from kvtop.config import save_panels, saved_panels
+    from kvtop.demo.picture import _fresh_user_dirs
+
+    save_panels({"map": "on"})  # this user's state (the test's XDG_STATE_HOME, see conftest)
+    assert saved_panels()["map"] == "on"
+    with _fresh_user_dirs(tmp_path / "picture"):
+        assert saved_panels() == {"map": "auto", "alerts": "auto", "history": "auto", "events": "auto"}
+    assert saved_panels()["map"] == "on"
