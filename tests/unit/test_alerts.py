@@ -566,6 +566,9 @@ def test_context_over_training(num_ctx: int, fires: bool) -> None:
         ("two loads, churn_reloads = 2", (4096, 32768), 1, {"churn_reloads": 2}, "num_ctx 4096 → 32768"),
         ("three loads over 20 minutes", (4096, 32768, 4096), 9, {}, None),
         ("the same settings each time", (4096, 4096, 4096), 2, {}, "the same settings each time"),
+        ("nine loads: the middle of the chain is counted, not listed",
+         (4096, 8192, 12288, 16384, 20480, 24576, 28672, 32768, 4096), 1, {},
+         "num_ctx 4096 → 8192 → … (3 more) → 24576 → 28672 → 32768 → 4096"),
     ],
 )
 def test_reload_churn(case: str, contexts: tuple[int, ...], minutes_apart: int, mapping: dict[str, Any],

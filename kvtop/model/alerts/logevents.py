@@ -313,6 +313,21 @@ def incident_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
 # Reload churn
 
 
+CHAIN_SHOWN = 6
+"""A reload churn's changed setting shows at most this many of its values (the first two and the
+last four, the skipped ones counted): a demo or a busy server left running for the whole window
+would otherwise list dozens."""
+
+
+def value_chain(values: list[object], shown: int = CHAIN_SHOWN) -> str:
+    """``a → b → c``, with the middle cut to ``… (N more) …`` past ``shown`` values (None: ``?``)."""
+    text = ["?" if v is None else str(v) for v in values]
+    if len(text) > shown:
+        head, tail = text[:2], text[-(shown - 2):]
+        text = [*head, f"… ({len(values) - shown} more)", *tail]
+    return " → ".join(text)
+
+
 def churn_alerts(ctx: Ctx) -> list[Alert]:
     """``reload_churn``: one weights blob loaded ``churn_reloads`` times within ``churn_window_s``,
     with what changed between the loads."""
@@ -336,7 +351,7 @@ def churn_alerts(ctx: Ctx) -> list[Alert]:
                             ("flash attention", "flash_attention")):
             values: list[object] = [getattr(x, attr) for x in loads]
             if len({v for v in values if v is not None}) > 1:
-                changes.append(f"{label} " + " → ".join("?" if v is None else str(v) for v in values))
+                changes.append(f"{label} " + value_chain(values))
         span = items[-1][0] - items[0][0]
         text = (f"{model or short_blob(blob)} loaded {len(items)} times in {span_text(span)}"
                 + (f": {'; '.join(changes)}" if changes else ": the same settings each time (keep_alive or eviction)"))
