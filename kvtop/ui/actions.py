@@ -119,14 +119,15 @@ def _keep_label(value: str | int) -> str:
 
 
 def _vram_line(view: ModelView) -> str:
-    """The VRAM an unload frees, as the table shows it (``/api/ps`` size_vram: reported)."""
+    """What an unload frees, as the table shows it (``/api/ps`` size_vram: reported), as a verb
+    phrase: ``frees 5.7 GiB (… B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of system RAM``."""
     if view.size_vram_bytes is None:
-        return "It frees VRAM not known (? /api/ps gave no size_vram) and"
+        return "frees VRAM not known (? /api/ps gave no size_vram)"
     ram = (view.size_bytes or 0) - view.size_vram_bytes
-    text = f"It frees {exact_bytes(view.size_vram_bytes)} of VRAM (reported: /api/ps size_vram)"
+    text = f"frees {exact_bytes(view.size_vram_bytes)} of VRAM (reported: /api/ps size_vram)"
     if ram > 0:
         text += f" and {ibytes(ram)} of system RAM"
-    return text + ";"
+    return text
 
 
 class KeepAliveScreen(ModalScreen[Any]):
@@ -390,10 +391,12 @@ class OperatorActions:
         names = ", ".join(v.name for v in views)
         lines = [f"Unload {safe(names, 200)} now?", ""]
         for v in views:
-            lines.append(f"{safe(v.name, 60)}: {_vram_line(v)}")
+            lines.append(f"{safe(v.name, 60)} {_vram_line(v)}.")
+        each = " for each" if len(views) > 1 else ""
         lines += ["", f"kvtop sends POST {safe(app.current_host, 80)}/api/generate "
-                      f'{{"model": <name>, "keep_alive": 0}} for each (as `ollama stop` does).',
-                  "It loads again on its next request."]
+                      f'{{"model": <name>, "keep_alive": 0}}{each} (as `ollama stop` does).',
+                  "It loads again on its next request." if len(views) == 1 else
+                  "Each loads again on its next request."]
         host = app.current_host
         app.push_screen(ConfirmLoad("\n".join(lines), "Unload"),
                         lambda yes: self._unload_confirmed(bool(yes), host, tuple(views)))
@@ -430,7 +433,7 @@ class OperatorActions:
                 f"kvtop sends POST {safe(host, 80)}/api/generate with an empty prompt and keep_alive "
                 f"{value if isinstance(value, int) else repr(value)} (as `ollama run --keepalive` does): it {effect}.")
         if value == 0:
-            text += f"\n{_vram_line(view)} it loads again on its next request."
+            text += f"\nIt {_vram_line(view)}; it loads again on its next request."
         app.push_screen(ConfirmLoad(text, "Release" if value == 0 else "Keep"),
                         lambda yes: self._keep_confirmed(bool(yes), host, view, value))
 

@@ -66,8 +66,9 @@ async def test_unload_asks_on_cancel_then_the_row_leaves() -> None:
             assert app.focused is not None and app.focused.id == "no"
             # the VRAM it frees, as the table shows it, with its source
             assert f"Unload {GEMMA} now?" in confirm.text
-            assert "It frees 5.0 GiB (5,333,539,264 B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of system RAM" \
-                in confirm.text
+            assert (f"{GEMMA} frees 5.0 GiB (5,333,539,264 B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of"
+                    " system RAM.") in confirm.text
+            assert '"keep_alive": 0} (as `ollama stop` does).' in confirm.text  # one model: no "for each"
             await pilot.press("enter")  # Cancel has the focus: Enter cancels
             await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
             assert _log(app) == [f"unload {GEMMA}: cancelled: nothing sent"]
