@@ -67,8 +67,9 @@ def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, widt
     queue = f"  queue: {t.busy:,} answered 503 (server busy)"
     if t.last_busy is not None:
         queue += f", last {t.last_busy:%Y-%m-%d %H:%M:%S}"
-    queue += f" · OLLAMA_MAX_QUEUE {t.max_queue}" if t.max_queue is not None else " · OLLAMA_MAX_QUEUE ? (no server config line)"
     out.append(Text(queue))
+    out.append(Text(f"  OLLAMA_MAX_QUEUE {t.max_queue}" if t.max_queue is not None else
+                    "  OLLAMA_MAX_QUEUE ? (no server config line in the log)"))
     w = 28 if width >= 100 else 22
     out.append(Text(f"  {'ENDPOINT':<{w}} {'REQS':>7} {'4xx':>5} {'5xx':>5} {'p50':>9} {'p95':>9}", style="bold"))
     for e in sorted(t.endpoints, key=lambda e: -e.requests)[:ENDPOINTS_SHOWN]:
