@@ -725,12 +725,7 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
     if result is None:
         return EXIT_NOTHING
     text = safe_json(result_json(result)) + "\n" if args.json else safe_block(render_text(result))
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return EXIT_OK
+    return _print(text)
 
 
 def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> PlanResult | None:
@@ -938,6 +933,11 @@ def _main_all(args: argparse.Namespace) -> int:
         emit(f"kvtop plan: {exc}")
         return EXIT_ERROR
     text = safe_json(all_json(result)) + "\n" if args.json else safe_block(all_text(result))
+    return _print(text)
+
+
+def _print(text: str) -> int:
+    """Write ``text`` to stdout; a reader that went away (``| head``) is not an error. EXIT_OK."""
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
