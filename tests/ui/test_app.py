@@ -161,6 +161,27 @@ async def test_terminal_too_small_says_so() -> None:
         assert "Terminal too small: 50×10" in str(app.query_one("#too-small").render())
 
 
+async def test_too_small_hides_the_alerts_panel_row() -> None:
+    """A saved alerts-panel choice (f) put '─Alerts (1)──' and a scrollbar over the 'too small'
+    message: ``Screen.-panel-row #panel-row`` came later in the stylesheet with the same weight."""
+    app = app_with(snapshot_at(step_index("spills")))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 3)
+        await pilot.press("f")  # the alerts panel on (below 120x40 it is off by default)
+        await wait_for(pilot, lambda: app.screen.has_class("-panel-row"))
+        assert app.query_one("#panel-row").display
+        await pilot.resize_terminal(40, 10)
+        await wait_for(pilot, lambda: app.screen.has_class("-too-small"))
+        await pilot.pause(0.1)
+        assert app.screen.has_class("-panel-row")  # the choice stays: it comes back on resize
+        assert not app.query_one("#panel-row").display
+        assert app.query_one("#too-small").display
+        await pilot.resize_terminal(100, 30)
+        await wait_for(pilot, lambda: not app.screen.has_class("-too-small"))
+        await pilot.pause(0.1)
+        assert app.query_one("#panel-row").display
+
+
 @pytest.mark.parametrize("evil", ["\x1b[31mred\x1b[0m:latest", "[bold]markup[/bold]:latest", "bell\x07:latest"])
 async def test_server_text_cannot_inject_escapes_or_markup(evil: str) -> None:
     import dataclasses
