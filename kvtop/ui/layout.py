@@ -80,6 +80,11 @@ class PanelLayout:
         self._map_cache: MemoryMap | None = None
         self.map_computations = 0
         """Times the memory map was computed (the observer-cost tests count them)."""
+        self._alerts_rows_key: tuple[object, ...] | None = None
+        self._alerts_rows = 0
+        self.alerts_measures = 0
+        """Times the alerts panel's lines were counted (wrapped): once per change of the alerts,
+        the colours or the width, not per repaint (the observer-cost tests count them)."""
 
     def _kv_app(self) -> KvtopApp:
         from kvtop.ui.app import KvtopApp
@@ -163,6 +168,17 @@ class PanelLayout:
         self._map_inputs, self._map_cache = inputs, mm
         return mm
 
+    def alerts_rows(self, state: AppState, colors: dict[str, str], width: int) -> int:
+        """The alerts panel's lines at ``width`` cells, with its title: counted again only when the
+        alerts (a new tuple: the apply step keeps the same one while they do not change), the
+        colours or the width changed."""
+        key = (state.alerts, tuple(sorted(colors.items())), width)
+        if key != self._alerts_rows_key:
+            self.alerts_measures += 1
+            self._alerts_rows = 1 + len(alerts_text(state.alerts, colors).wrap(self._kv_app().console, width))
+            self._alerts_rows_key = key
+        return self._alerts_rows
+
     def refresh_panels(self, state: AppState, gpu_panel: GpuPanelData | None, local: bool) -> dict[str, bool]:
         """Lay the panels out and give the shown ones their data (called by the one repaint)."""
         app = self._kv_app()
@@ -170,7 +186,7 @@ class PanelLayout:
         colors = dict(app.theme_variables)
         alerts_rows = 0
         if panels_shown(app.size.width, app.size.height, self.panel_choices)["alerts"]:
-            alerts_rows = 1 + len(alerts_text(state.alerts, colors).wrap(app.console, max(10, app.size.width - 2)))
+            alerts_rows = self.alerts_rows(state, colors, max(10, app.size.width - 2))
         spare = self.measure_spare_rows(alerts_rows)
         if spare != self._spare_rows or (spare is None and self._remeasures < REMEASURES):
             # measured on the layout before this repaint (or none yet): measure again once this one

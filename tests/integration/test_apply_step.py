@@ -13,6 +13,7 @@ from pathlib import Path
 from kvtop.config import Settings
 from kvtop.sources.replay import Recorder, read_recording, recording_header
 from kvtop.ui.app import KvtopApp, make_app
+from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.integration.test_app_live import rows, until
 from tests.standin import BUNDLED, running
@@ -56,7 +57,9 @@ async def test_one_apply_and_one_evaluation_per_poll_although_gpu_and_server_bot
 async def test_polls_of_an_unchanged_server_derive_no_row_again() -> None:
     """Three models that stay as they are: after the first rows, polls at 0.25 s (each a new
     snapshot, with the GPU and process samples) give every row again from the memo: the source
-    ladder runs for no row, and the rows stay the same objects (the memory map is not redone)."""
+    ladder runs for no row, and the rows stay the same objects (the memory map is not redone);
+    the repaints count the alerts panel's lines and fit the table's columns again only when what
+    they depend on changed (the VRAM sparklines move at most once in the window: 7.5 s a cell)."""
     from kvtop.model import state as state_module
 
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
@@ -68,11 +71,16 @@ async def test_polls_of_an_unchanged_server_derive_no_row_again() -> None:
                         and all(v.model_blob for v in app.state.models))
             await pilot.pause(0.6)  # the /api/tags answer may land a poll after the first rows
             memo = state_module.ROW_MEMO
+            table = app.query_one(ModelsTable)
+            assert app.shown_panels()["alerts"]
             derived0, reused0, steps0, models = memo.derived, memo.reused, app.apply_steps, app.state.models
+            fits0, measures0 = table.column_fits, app.alerts_measures
             await pilot.pause(2.0)
             derived, reused, steps = memo.derived - derived0, memo.reused - reused0, app.apply_steps - steps0
+            fits, measures = table.column_fits - fits0, app.alerts_measures - measures0
             same_rows = app.state.models is models
     assert steps >= 4, steps
+    assert fits <= 1 and measures == 0, (fits, measures, steps)
     assert reused >= 3 * 4, reused  # three rows per poll
     assert derived == 0, derived
     assert same_rows

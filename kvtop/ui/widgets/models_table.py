@@ -303,6 +303,11 @@ class ModelsTable(DataTable[Text | str]):
         self._row_keys: tuple[str, ...] = ()
         self._row_cells: list[tuple[object, ...]] = []
         """The cells last shown, per row (``show`` updates only the ones that changed)."""
+        self._columns_key: tuple[object, ...] | None = None
+        self._columns: tuple[Column, ...] = ()
+        self.column_fits = 0
+        """Times the columns were fitted to the rows (``columns_for``): only when the rows, the
+        width, the sparklines or the sort changed, not per repaint (observer-cost tests count them)."""
 
     @property
     def selected_view(self) -> ModelView | None:
@@ -325,8 +330,13 @@ class ModelsTable(DataTable[Text | str]):
         """Replace the rows (and the columns when the width class or the sort changed); ``sparks``:
         each model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``; ``sort``:
         the sort key and whether it is reversed, marked in its column's header (``sorted_label``)."""
-        cols = tuple(Column(c.key, sorted_label(c, *sort), c.width, c.cell)
-                     for c in columns_for(width, sparks, views))
+        columns_key = (views, width, sparks, sort)
+        if columns_key != self._columns_key:  # fitting NAME renders every cell: only when its inputs changed
+            self._columns_key = columns_key
+            self._columns = tuple(Column(c.key, sorted_label(c, *sort), c.width, c.cell)
+                                  for c in columns_for(width, sparks, views))
+            self.column_fits += 1
+        cols = self._columns
         signature = tuple((c.key, c.width, c.label) for c in cols)
         colors = dict(self.app.theme_variables)
         shown_sparks = tuple(sorted((sparks or {}).items())) if any(c.key == "spark" for c in cols) else ()
