@@ -55,7 +55,7 @@ Columns
   UNTIL      keep-alive left (42s in its last minute; "unloading…" after u);
              "Stopping..." = busy past keep_alive or unloading
 
-GPU panel (one line per GPU under 100 columns; the map's glyphs and colours)
+GPU panel (one line per GPU under 100 columns; the map's glyphs, colours)
   █          a loaded model's runner (NVML per-process memory), in the
              weights colour, every other model dim, its name over its part
   ▚          other Ollama processes    ▄          other processes
@@ -108,8 +108,8 @@ Actions (each asks first with Cancel focused, y confirms; all logged)
 
 READONLY_ACTIONS_HELP = """\
 Read-only (--readonly, KVTOP_READONLY=1 or readonly = true): no unload,
-keep-alive, load or signal; Enter on a fix (events pane, alerts panel) shows
-it as text to copy (c).
+keep-alive, load or signal; Enter on a fix (events pane, alerts panel)
+shows it as text to copy (c).
 
 """
 
