@@ -224,18 +224,24 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
 
 
 def _type_saving(ctx: Ctx, view: ModelView, cache_type: str) -> list[Fix]:
-    """What ``cache_type`` would change in the model's KV cache (formula against formula)."""
+    """What ``cache_type`` would change in the model's KV cache: the new size is the formula's
+    (``~`` estimated), scaled by what the runner really allocated against the formula at the
+    current types when the log gives the allocation (so the saving is measured from the KV
+    figure the table shows, not from a second estimate of it)."""
     lay = ctx.layout(view)
     c, p = view.context.value, view.parallel.value
     if lay is None or c is None or p is None:
         return []
     k, v, fa = current_types(view)
     try:
-        now = kv.kv_allocation(lay, c, p, k, v, flash_attention=fa).total_bytes
+        formula_now = kv.kv_allocation(lay, c, p, k, v, flash_attention=fa).total_bytes
         new = kv.kv_allocation(lay, c, p, cache_type, flash_attention=True).total_bytes
     except ValueError as exc:
         return [Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type}", f"llama.cpp refuses it for this model: {exc}", False, "")]
-    return [Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type} once it applies", f"KV {ib(new)} ({delta(new - now)})", None,
+    now, allocated = formula_now, view.memory.kv.value
+    if allocated is not None and formula_now > 0:
+        now, new = allocated, round(new * allocated / formula_now)
+    return [Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type} once it applies", f"KV ~{ib(new)} (~{delta(new - now)})", None,
                 "what the requested type would change")]
 
 
