@@ -130,3 +130,26 @@ def test_history_mono_80x24(snap_compare: Any) -> None:
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_the_panel_plots_the_most_recent_models_and_says_how_many_there_are() -> None:
+    """The history panel draws at most ``PANEL_MAX_MODELS`` models (the history screen all of them):
+    without GPU telemetry one VRAM line per model, the title counts the ones left out."""
+    from kvtop.model.apply import apply
+    from kvtop.model.state import AppState
+    from kvtop.ui.widgets.panels import PANEL_MAX_MODELS
+    from tests.ui.fakes import TAKEN_AT, snapshot_at, step_index
+
+    h = History()
+    state = AppState(host_url=HOST)
+    for t in range(0, 20, 2):  # three models loaded, no GPU sample
+        state = apply(state, snapshot_at(step_index("spills"), taken_at=TAKEN_AT + t))
+        h.record(state, TAKEN_AT + t)
+    every = gpu_spec(h, 600.0, 200, 5.0)
+    assert len(every.lines) == 3 and "most recent" not in every.title
+    two = gpu_spec(h, 600.0, 200, 5.0, max_models=2)
+    assert [ln.label for ln in two.lines] == [ln.label for ln in every.lines][:2]
+    assert "· 2 most recent of 3 models (h: all) ·" in two.title
+    tps = tps_spec(scripted_history(), 600.0, 200, "", max_models=1)
+    assert "1 most recent of 3 models (h: all)" in tps.title and len(tps.lines) <= 1
+    assert PANEL_MAX_MODELS == 8 and gpu_spec(h, 600.0, 200, 5.0, max_models=PANEL_MAX_MODELS) == every

@@ -87,10 +87,20 @@ def window_end(history: History, window_s: float, slots: int) -> float | None:
     return math.ceil(history.latest_s / step) * step
 
 
-def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distinct: bool = False) -> PlotSpec:
+def _shown_models(history: History, max_models: int | None) -> tuple[list[ModelSeries], str]:
+    """The models a plot draws, most recent first: all, or the first ``max_models`` and a title
+    note saying how many there are (``h`` plots them all)."""
+    found = list(history.models_by_recency())
+    if max_models is None or len(found) <= max_models:
+        return found, ""
+    return found[:max_models], f" · {max_models} most recent of {len(found)} models (h: all)"
+
+
+def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distinct: bool = False,
+             max_models: int | None = None) -> PlotSpec:
     """GPU memory used per device (driver figures) with each total as a reference line; without
-    GPU telemetry, each model's ``/api/ps`` ``size_vram`` instead, saying why. Load / unload /
-    reload markers on both."""
+    GPU telemetry, each model's ``/api/ps`` ``size_vram`` instead, saying why (at most
+    ``max_models`` of them, the most recent, when given). Load / unload / reload markers on both."""
     end = window_end(history, window_s, slots)
     span = span_text(window_s)
     if end is None:
@@ -111,7 +121,8 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
                 lines.append(PlotLine(f"GPU {dev.index} total", ((0.0, total[1] / GiB),), "kv-muted", "reference"))
         return PlotSpec(f"GPU memory, GiB (NVML) · last {span}", window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
     colors = _colors(history)
-    for series in history.models_by_recency():
+    shown, cut = _shown_models(history, max_models)
+    for series in shown:
         pts = _slice(series.vram_bytes, start, end, slots, GiB)
         if not pts:
             continue
@@ -119,23 +130,26 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
         lines.append(PlotLine(series.name, pts, colors[series.key],
                               latest=ibytes(int(latest[1])) if latest else "", marker=_marker(len(lines), distinct)))
     why = history.gpu_note or "GPU telemetry: none yet"
-    title = f"Model VRAM, GiB (/api/ps size_vram) · last {span} · {why}"
+    title = f"Model VRAM, GiB (/api/ps size_vram) · last {span}{cut} · {why}"
     if not lines:
         return PlotSpec(title, window_s, empty=f"no model loaded in the last {span}", markers=markers)
     return PlotSpec(title, window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
 
 
-def tps_spec(history: History, window_s: float, slots: int, log_note: str, distinct: bool = False) -> PlotSpec:
-    """Decode tokens/s per model: one dot per timed request (runner log), with requests/min."""
+def tps_spec(history: History, window_s: float, slots: int, log_note: str, distinct: bool = False,
+             max_models: int | None = None) -> PlotSpec:
+    """Decode tokens/s per model: one dot per timed request (runner log), with requests/min (at
+    most ``max_models`` models, the most recent, when given)."""
     end = window_end(history, window_s, slots)
     span = span_text(window_s)
-    title = f"Decode tok/s per model (runner log) · last {span}"
+    shown, cut = _shown_models(history, max_models)
+    title = f"Decode tok/s per model (runner log) · last {span}{cut}"
     if end is None:
         return PlotSpec(title, window_s, empty="no sample yet")
     start = end - window_s
     colors = _colors(history)
     lines: list[PlotLine] = []
-    for series in history.models_by_recency():
+    for series in shown:
         pts = _x(series.decode_tps.window(start, end), end, 1.0)
         if not pts:
             continue

@@ -185,6 +185,12 @@ class AlertsPanel(Static, can_focus=True):
                 return
 
 
+PANEL_MAX_MODELS = 8
+"""The history panel plots at most this many models, the most recent (its title says how many there
+are; ``h`` plots them all): a hundred lines in a panel are unreadable, and drawing them was half of
+kvtop's idle CPU at 100 models, 160x48 (py-spy, benchmarks/cpu_idle.py)."""
+
+
 class HistoryPanel(Vertical):
     """GPU memory and tok/s over the last ten minutes (``h`` opens the full history screen)."""
 
@@ -214,5 +220,7 @@ class HistoryPanel(Vertical):
         span = shown_span(history, HISTORY_WINDOW_S)
         slots = max(10, 2 * width)
         gap = max(3 * interval_s + 1, 2.5 * span / slots, 3 * history.bucket_s)
-        self.query_one("#panel-plot-gpu", PlotView).show(gpu_spec(history, span, slots, gap, distinct))
-        self.query_one("#panel-plot-tps", PlotView).show(tps_spec(history, span, slots, log_note, distinct))
+        self.query_one("#panel-plot-gpu", PlotView).show(
+            gpu_spec(history, span, slots, gap, distinct, max_models=PANEL_MAX_MODELS))
+        self.query_one("#panel-plot-tps", PlotView).show(
+            tps_spec(history, span, slots, log_note, distinct, max_models=PANEL_MAX_MODELS))
