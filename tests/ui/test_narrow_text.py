@@ -125,8 +125,9 @@ def test_hang_wrap_keeps_styles_and_numbers_with_their_units() -> None:
     assert hang_wrap(Text("a 5.7 GiB b"), 8).plain.split("\n")[1].startswith("5.7 GiB")
 
 
-@pytest.mark.parametrize(("readonly", "signals"), [(False, True), (False, False), (True, True)])
-def test_help_paragraph_lines_fit_the_help_box_at_80_columns(readonly: bool, signals: bool) -> None:
+@pytest.mark.parametrize(("readonly", "signals", "replay"),
+                         [(False, True, False), (False, False, False), (True, True, False), (True, False, True)])
+def test_help_paragraph_lines_fit_the_help_box_at_80_columns(readonly: bool, signals: bool, replay: bool) -> None:
     """A flush-left line (a heading or a paragraph) has no column to hang under: one wider than
     the help body (75 cells at 80 columns: inside the border, before the blank cell and the
     scrollbar, as the test above reads the screen) wrapped its last word alone onto a line
@@ -135,6 +136,8 @@ def test_help_paragraph_lines_fit_the_help_box_at_80_columns(readonly: bool, sig
 
     from kvtop.ui.screens.help import help_text
 
-    wide = [line for line in help_text(readonly, signals=signals).splitlines()
-            if line and not line.startswith(" ") and cell_len(line) > 75]
+    text = help_text(readonly, signals=signals, replay=replay)
+    wide = [line for line in text.splitlines() if line and not line.startswith(" ") and cell_len(line) > 75]
     assert wide == []
+    # a replay is read-only by itself: its help says so, not that --readonly was given
+    assert ("--readonly" in text) == (readonly and not replay) and ("a replay: kvtop sends nothing" in text) == replay

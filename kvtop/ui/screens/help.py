@@ -122,18 +122,29 @@ SIGNAL_HELP = """\
 machine (``--demo``: its processes are simulated; a replay)."""
 
 
-def help_text(readonly: bool = False, *, signals: bool = True) -> str:
+REPLAY_HELP = "  (a replay: kvtop sends nothing to any server)\n"
+
+REPLAY_ACTIONS_HELP = """\
+Replay: no unload, keep-alive, load or signal (nothing is live); Enter on a
+fix (events pane, alerts panel) shows it as text to copy (c).
+
+"""
+"""What a replay says instead of the ``--readonly`` notes (a replay is read-only without the flag)."""
+
+
+def help_text(readonly: bool = False, *, signals: bool = True, replay: bool = False) -> str:
     """The help, with the planner's load key and the actions (``u``, ``a``, ``k``), or with the
-    ``--readonly`` notes instead; ``signals=False`` leaves ``k`` out."""
+    ``--readonly`` notes instead (``replay``: the replay's own); ``signals=False`` leaves ``k`` out."""
     anchor = "  k / f      KV cache type / flash attention"
     head, sep, tail = HELP.partition(anchor)
     if not sep:
         return HELP
     line_end = tail.index("\n") + 1
-    text = head + sep + tail[:line_end] + (READONLY_HELP if readonly else LOAD_HELP) + tail[line_end:]
-    return text.replace("What-if planner (w on a model)\n",
-                        (READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP if signals
-                         else ACTIONS_HELP.replace(SIGNAL_HELP, "")) + "What-if planner (w on a model)\n", 1)
+    planner = REPLAY_HELP if replay else READONLY_HELP if readonly else LOAD_HELP
+    text = head + sep + tail[:line_end] + planner + tail[line_end:]
+    actions = (REPLAY_ACTIONS_HELP if replay else READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP if signals
+               else ACTIONS_HELP.replace(SIGNAL_HELP, ""))
+    return text.replace("What-if planner (w on a model)\n", actions + "What-if planner (w on a model)\n", 1)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -157,6 +168,7 @@ class HelpScreen(ModalScreen[None]):
         if self.readonly is None:
             self.readonly = bool(getattr(settings, "readonly", False))
         # `k` exists only where kvtop reads this machine's processes (not the demo's simulated ones)
-        signals = not getattr(settings, "demo", False) and getattr(self.app, "replay", None) is None
+        replay = getattr(self.app, "replay", None) is not None
+        signals = not getattr(settings, "demo", False) and not replay
         with VerticalScroll():
-            yield Static(Hanging(Text(help_text(self.readonly, signals=signals))), id="help-body")
+            yield Static(Hanging(Text(help_text(self.readonly, signals=signals, replay=replay))), id="help-body")
