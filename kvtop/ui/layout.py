@@ -124,6 +124,9 @@ class PanelLayout:
         main.query_one(EventsPane).set_class(shown["events"], "-visible")
         main.set_class(shown["alerts"] or shown["history"], "-panel-row")
         main.set_class(shown["events"] and not shown["history"] and shown["map"], "-events-fill")
+        # under the map's size, panels switched on by hand share the rows left instead of the
+        # events pane's 12 pushing the screen into a scrollbar (80x24 with every panel on)
+        main.set_class(self._kv_app().size.height < PANEL_MIN_SIZE["map"][1], "-short")
         return shown
 
     def toggle_panel(self, name: str) -> None:

@@ -113,3 +113,22 @@ async def test_free_rows_go_to_the_events_pane(tmp_path: Path) -> None:
         await pilot.press("l")  # hidden by hand: the alerts take the rows again
         await pilot.pause(0.3)
         assert not events.display and alerts.region.bottom == app.query_one(GpuPanel).region.y
+
+
+async def test_every_panel_on_fits_a_small_terminal(tmp_path: Path) -> None:
+    """Every panel switched on by hand at 80×24: no scrollbar (the events pane's 12 rows pushed the
+    screen to 28 rows: the GPU line wrapped, the status lines fell off); from 36 rows it keeps 12."""
+    from kvtop.config import save_panels
+
+    save_panels(dict.fromkeys(PANELS, "on"))
+    app = shared_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert all(_shown(app).values())
+        assert screen.virtual_size.height == screen.size.height == 24 and not screen.show_vertical_scrollbar
+        assert app.query_one(EventsPane).outer_size.height >= 3 and app.query_one("#panel-row").outer_size.height >= 3
+        assert app.query_one(GpuPanel).region.bottom <= 21  # the GPU, log, status and footer lines stay on screen
+        await pilot.resize_terminal(120, 40)
+        await settle(pilot)
+        assert app.query_one(EventsPane).outer_size.height == 12 and not screen.show_vertical_scrollbar
