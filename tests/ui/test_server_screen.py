@@ -127,3 +127,15 @@ def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None
     known = server_defaults("0.22.1", None, 24 * GiB)
     assert not any("assumed" in t.plain for t in preflight_lines(known, preflight(pulled, known, free_bytes=None),
                                                                   ServerInfo(pulled=pulled), 160))
+
+
+def test_traffic_without_access_lines_says_where_it_looks() -> None:
+    from kvtop.model.traffic import Traffic
+    from kvtop.ui.screens.server import traffic_lines
+
+    def text(source: str | None) -> str:
+        return "\n".join(line.plain for line in traffic_lines(Traffic(), source, None, 80))
+
+    assert "kvtop is still looking for the server log (--log names it)" in text("auto")  # was "… yet in auto"
+    assert "no access lines yet in journal:ollama" in text("journal:ollama")
+    assert "no server log (--log)" in text(None)

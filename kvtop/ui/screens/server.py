@@ -59,7 +59,8 @@ def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, widt
         out.append(Text("  no server log (--log): the access lines are where traffic comes from"))
         return out
     if t.requests == 0:
-        out.append(Text(f"  no access lines yet in {safe(log_source, 60)}"))
+        out.append(Text("  no access lines yet: kvtop is still looking for the server log (--log names it)"
+                        if log_source == "auto" else f"  no access lines yet in {safe(log_source, 60)}"))
         return out
     rpm = t.requests_per_min(now)
     out.append(Text(f"  {rpm if rpm is not None else NOT_KNOWN} req/min · {t.requests:,} requests read · "
