@@ -177,9 +177,9 @@ async def test_num_ctx_increase_spills_and_q8_0_clears_it(tmp_path: Path, log: P
             assert [(f.action, f.fits) for f in alert.fixes] == [
                 (f"num_ctx {best}", True), ("OLLAMA_KV_CACHE_TYPE=q8_0", True), ("OLLAMA_KV_CACHE_TYPE=q4_0", True)]
             new = kv.kv_allocation(layout, best, 1, "f16").total_bytes
-            assert alert.fixes[0].detail == f"KV {_gib(new)} (−{_mib(kv_now - new)})"
-            assert alert.fixes[1].detail == f"KV {_gib(q8)} (−{_gib(kv_now - q8)})"
-            assert alert.fixes[2].detail == f"KV {_mib(q4)} (−{_gib(kv_now - q4)})"
+            assert alert.fixes[0].detail == f"KV ~{_gib(new)} (~−{_mib(kv_now - new)})"
+            assert alert.fixes[1].detail == f"KV ~{_gib(q8)} (~−{_gib(kv_now - q8)})"
+            assert alert.fixes[2].detail == f"KV ~{_mib(q4)} (~−{_gib(kv_now - q4)})"
 
             restart = server.client.post("/_standin/env", json={"OLLAMA_KV_CACHE_TYPE": "q8_0"})
             assert restart.status_code == 200 and restart.json()["kv_cache_type"] == "q8_0"

@@ -309,7 +309,7 @@ def test_spill_fixes_recomputed_with_the_kv_arithmetic() -> None:
     n = _number(ctx_fix.action, "num_ctx ")
     assert ctx_fix.action == f"num_ctx {n}" and ctx_fix.fits is True and n % 256 == 0
     assert kv_bytes(state, Q8, n) <= budget < kv_bytes(state, Q8, n + 256)
-    assert ctx_fix.detail == "KV 2.0 GiB (−1.5 GiB)"
+    assert ctx_fix.detail == "KV ~2.0 GiB (~−1.5 GiB)"
     assert ctx_fix.cost == f"prompts over {n} tokens are truncated (now 32768)"
     for cache_type in ("q8_0", "q4_0"):
         f = fix(spill, f"OLLAMA_KV_CACHE_TYPE={cache_type}")
@@ -528,7 +528,7 @@ def test_prompt_truncated_corpus_015(case: str, rows: list[dict[str, Any]], now:
     (f,) = alert.fixes
     assert f.action == "num_ctx 1024"  # the longest prompt, 617 tokens, rounded up to a power of two
     if model == Q8:
-        assert f.detail == f"KV 112 MiB (+{(kv_bytes(state, Q8, 1024) - kv_bytes(state, Q8, 512)) // MiB}.0 MiB)"
+        assert f.detail == f"KV ~112 MiB (~+{(kv_bytes(state, Q8, 1024) - kv_bytes(state, Q8, 512)) // MiB}.0 MiB)"
         assert f.fits is None  # a larger cache needs free memory, and there is no GPU sample
 
 
@@ -562,7 +562,7 @@ def test_context_over_training(num_ctx: int, fires: bool) -> None:
         (f,) = found[0].fixes
         saving = kv_bytes(state, Q8, num_ctx) - kv_bytes(state, Q8, 40960)
         assert (f.action, f.fits) == ("num_ctx 40960", True)
-        assert f.detail == f"KV 4.4 GiB (−{saving / GiB:.1f} GiB)"
+        assert f.detail == f"KV ~4.4 GiB (~−{saving / GiB:.1f} GiB)"
 
 
 # --------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_prompt_rejected_alert_with_the_num_ctx_that_holds_it() -> None:
     now, new = kv_bytes(state, TINY, 256), kv_bytes(state, TINY, 4096)
     assert (now, new) == (256 * 4 * 2 * 2 * 32 * 2, 4096 * 4 * 2 * 2 * 32 * 2)  # 4 layers × K+V × 2 heads × 32 × f16
     assert f.action == "num_ctx 4096"
-    assert f.detail == "KV 4.0 MiB (+3.8 MiB)"
+    assert f.detail == "KV ~4.0 MiB (~+3.8 MiB)"
     assert f.fits is None  # a larger cache needs free memory, and there is no GPU sample
     assert exit_code(alerts, True) == 1
 

@@ -217,7 +217,7 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
     if best is not None and b.need > b.budget:
         if 0 < best < ctx_value:
             new = kv.kv_allocation(layout, best, par, type_k, type_v, flash_attention=fa).total_bytes
-            fixes.append(Fix(f"num_ctx {best}", f"KV {ib(new)} ({delta(new - kv_now)})", True,
+            fixes.append(Fix(f"num_ctx {best}", f"KV ~{ib(new)} (~{delta(new - kv_now)})", True,
                              f"prompts over {best} tokens are truncated (now {ctx_value})"))
         elif best == 0:
             from kvtop.model.plan import beside_kv  # the what-if derives the weights the same way
@@ -237,21 +237,21 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
             fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type}", f"llama.cpp refuses it here: {exc}", False, ""))
             continue
         if new <= kv_budget:
-            fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type}", f"KV {ib(new)} ({delta(new - kv_now)})", True,
+            fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type}", f"KV ~{ib(new)} (~{delta(new - kv_now)})", True,
                              _fa_cost(view, cache_type)))
             continue
         n = kv.max_num_ctx(layout, kv_budget, par, cache_type, flash_attention=True)
         if n > (best or 0):
             new = kv.kv_allocation(layout, n, par, cache_type, flash_attention=True).total_bytes
             fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type} and num_ctx {n}",
-                             f"KV {ib(new)} ({delta(new - kv_now)})", True,
+                             f"KV ~{ib(new)} (~{delta(new - kv_now)})", True,
                              f"prompts over {n} tokens are truncated (now {ctx_value}); " + _fa_cost(view, cache_type)))
     if par > 1 and b.need > b.budget:
         slots_fix: Fix | None = None
         for p in range(par - 1, 0, -1):
             new = kv.kv_allocation(layout, ctx_value, p, type_k, type_v, flash_attention=fa).total_bytes
             if new <= kv_budget or p == 1:
-                slots_fix = Fix(f"OLLAMA_NUM_PARALLEL={p}", f"KV {ib(new)} ({delta(new - kv_now)})",
+                slots_fix = Fix(f"OLLAMA_NUM_PARALLEL={p}", f"KV ~{ib(new)} (~{delta(new - kv_now)})",
                                 new <= kv_budget,
                                 f"{plural(par - p, 'fewer concurrent request')} ({slots(p)} of num_ctx {ctx_value});"
                                 " server-wide, restart Ollama")
@@ -340,9 +340,9 @@ def context_fix(ctx: Ctx, view: ModelView, num_ctx: int, cost: str) -> Fix:
     b = fix_budget(ctx, view, deficit)
     kv_budget = b.kv_budget
     if b.kv_now is None or kv_budget is None:
-        return Fix(f"num_ctx {num_ctx}", f"KV {ib(new)}", None, cost)
+        return Fix(f"num_ctx {num_ctx}", f"KV ~{ib(new)}", None, cost)
     fits: bool | None = new <= kv_budget
     if new > b.kv_now and b.free is None:
         fits = None  # a larger cache needs free memory that only GPU telemetry shows
-    return Fix(f"num_ctx {num_ctx}", f"KV {ib(new)} ({delta(new - b.kv_now)})", fits, cost)
+    return Fix(f"num_ctx {num_ctx}", f"KV ~{ib(new)} (~{delta(new - b.kv_now)})", fits, cost)
 
