@@ -28,7 +28,8 @@ from pathlib import Path
 __all__ = ["AT_S", "LAYOUT_GLOBS", "MARKER", "SPEED", "layout_hash", "main", "readme_hash", "svg_hash"]
 
 REPO = Path(__file__).resolve().parents[2]
-LAYOUT_GLOBS = ("kvtop/ui/kvtop.tcss", "kvtop/ui/layout.py", "kvtop/ui/screens/dashboard.py", "kvtop/ui/widgets/*.py")
+LAYOUT_GLOBS = ("kvtop/ui/kvtop.tcss", "kvtop/ui/layout.py", "kvtop/ui/screens/dashboard.py", "kvtop/ui/screens/history.py",
+                "kvtop/ui/widgets/*.py")
 """The files whose content the README's screen depends on (relative to the repository)."""
 
 SPEED = 8.0

@@ -182,6 +182,19 @@ class ModelSeries:
         return (self.vram_bytes, self.size_bytes, self.kv_bytes, self.decode_tps, self.requests_per_min)
 
 
+GPU_SOURCE_LABELS = {"nvml": "NVML", "amd-sysfs": "amdgpu sysfs", "intel-sysfs": "Intel sysfs", "sysfs": "sysfs",
+                     "ioreg": "ioreg"}
+"""Plot-title names of the GPU backends (``GpuSnapshot.backend``)."""
+
+
+def gpu_source_label(backend: str | None, status: str = "") -> str:
+    """``NVML``, ``amdgpu sysfs``, ``ioreg``… for a GPU sample's ``backend``; ``DEMO, simulated`` for
+    the demo's simulated GPU (its status says DEMO; it goes through the NVML protocol)."""
+    if "DEMO" in status:
+        return "DEMO, simulated"
+    return GPU_SOURCE_LABELS.get(backend or "", backend or "GPU telemetry")
+
+
 class History:
     """The bounded history of one kvtop session (see the module docstring for the bounds).
 
@@ -204,6 +217,8 @@ class History:
         self.version = 0
         self.latest_s: float | None = None
         self.gpu_note: str | None = None
+        self.gpu_source: str = "NVML"
+        """Where the GPU figures come from, for plot titles (:func:`gpu_source_label`)."""
         self._models_t: float | None = None
         self._gpu_t: float | None = None
         self._loaded: frozenset[ModelKey] | None = None
@@ -231,6 +246,7 @@ class History:
         if gpu is not None and (self._gpu_t is None or gpu.taken_at > self._gpu_t):
             self._gpu_t = gpu.taken_at
             self.gpu_note = None if gpu.ok else gpu.status
+            self.gpu_source = gpu_source_label(gpu.backend, gpu.status)
             for dev in gpu.devices:
                 if dev.memory_used_bytes is None or dev.error:
                     continue

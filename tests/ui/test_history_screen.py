@@ -190,3 +190,19 @@ def test_history_80x24(snap_compare: Any) -> None:
 
 def test_history_160x48(snap_compare: Any) -> None:
     assert snap_compare(_snap_app(), terminal_size=(160, 48), run_before=_open_history)
+
+
+def test_the_gpu_plot_names_where_its_figures_come_from() -> None:
+    """The GPU memory plot's title names its source: NVML, the amdgpu/Intel sysfs, ioreg, or the
+    demo's simulated GPU (it said "(NVML)" for every one of them)."""
+    from kvtop.demo.machine import DEMO_GPU_STATUS
+
+    for backend, status, label in (("nvml", "GPU telemetry: NVML", "NVML"), ("amd-sysfs", "", "amdgpu sysfs"),
+                                   ("ioreg", "", "ioreg"), ("nvml", DEMO_GPU_STATUS, "DEMO, simulated")):
+        h = History()
+        state = apply(AppState(host_url=HOST), snapshot_at(step_index("spills"), taken_at=TAKEN_AT))
+        gpu = GpuSnapshot(taken_at=TAKEN_AT, status=status, ok=True, backend=backend,  # type: ignore[arg-type]
+                          devices=(GpuDevice(index=0, name="a GPU", memory_total_bytes=24 * 2**30,
+                                             memory_used_bytes=8 * 2**30),))
+        h.record(apply_gpu(state, gpu, ProcSnapshot(taken_at=TAKEN_AT)), TAKEN_AT)
+        assert gpu_spec(h, 600.0, 200, 5.0).title.startswith(f"GPU memory, GiB ({label}) · last"), label

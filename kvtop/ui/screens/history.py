@@ -119,7 +119,8 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
                                   latest=latest, marker=_marker(i, distinct)))
             if total is not None:
                 lines.append(PlotLine(f"GPU {dev.index} total", ((0.0, total[1] / GiB),), "kv-muted", "reference"))
-        return PlotSpec(f"GPU memory, GiB (NVML) · last {span}", window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
+        return PlotSpec(f"GPU memory, GiB ({history.gpu_source}) · last {span}", window_s, "GiB", tuple(lines), markers,
+                        gap_s=gap_s)
     colors = _colors(history)
     shown, cut = _shown_models(history, max_models)
     for series in shown:
