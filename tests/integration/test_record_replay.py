@@ -82,6 +82,11 @@ async def test_replayed_states_equal_the_live_ones(tmp_path: Path) -> None:
             server.goto(6)
             await until(pilot, lambda: len(rows(app)) == 2)
             await pilot.pause(0.3)
+            # nothing staged when the recording stops: a poll or log batch that came in the last
+            # moments and waits for its apply step would be applied by the replay at the recording's
+            # end (one more state than live; seen once on a loaded machine: 25 == 24)
+            await pilot.press("p")
+            await until(pilot, lambda: not any(app._pending.values()))
             app.recorder = None  # stop recording before the app winds down
             live.close()
             live.seen.append(dict(app.states))

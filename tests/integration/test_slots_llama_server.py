@@ -117,13 +117,20 @@ async def test_busy_slot_while_a_completion_runs(runner: tuple[list[str], int, P
     lines_before = len(err_path.read_text(errors="replace").splitlines())
     source = SlotsSource()
     busy_seen: list[int] = []
+    late: list[str] = []
     worker = threading.Thread(target=complete)
     worker.start()
     try:
         while worker.is_alive():
             snap = await source.sample([r])
-            assert snap.runners[0].error is None, snap.runners[0].error
-            busy_seen.append(snap.runners[0].busy)
+            error = snap.runners[0].error
+            if error is not None:
+                # a CPU-only runner busy with the completion may miss the 0.5 s deadline on a loaded
+                # machine (2 cores, CI): kvtop says so; anything else is a failure
+                assert error.startswith("no answer within"), error
+                late.append(error)
+            else:
+                busy_seen.append(snap.runners[0].busy)
             await asyncio.sleep(0.05)
         worker.join()
         after = await source.sample([r])
@@ -131,6 +138,7 @@ async def test_busy_slot_while_a_completion_runs(runner: tuple[list[str], int, P
         worker.join(timeout=120)
         await source.aclose()
     assert result["status"] == 200, result
+    assert len(late) <= len(busy_seen), (late, busy_seen)  # most samples answered
     assert 1 in busy_seen, busy_seen  # the request held exactly one of the two slots
     assert max(busy_seen) == 1
     assert after.runners[0].busy == 0
