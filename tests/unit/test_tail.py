@@ -515,8 +515,10 @@ async def test_falling_far_behind_sheds_noise_but_keeps_event_lines(log: Path) -
     assert 20_000 - len(got) > 15_000  # most of the noise was shed
     newest = got[-50:]
     assert newest == body[-50:]  # the newest lines, whole
-    shed_from = next(i for i, p in enumerate(positions) if i + 1 < len(positions) and positions[i + 1] - p > 1)
-    kept_after = [body[p] for p in positions[shed_from + 1:]]
+    # A loaded machine may read the write in several pieces, each shed alone (its events and its own
+    # newest 10 kB kept): past the last gap, only the newest 10 kB of the log remain.
+    last_gap = max(i for i, p in enumerate(positions) if i + 1 < len(positions) and positions[i + 1] - p > 1)
+    kept_after = [body[p] for p in positions[last_gap + 1:]]
     tail = [line for line in kept_after if line not in (body[1234], body[15_000])]
     assert tail == body[-len(tail):] and 50 < len(tail) < 120  # past the events, only the newest 10 kB
 
