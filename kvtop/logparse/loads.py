@@ -162,7 +162,7 @@ class Load:
             out.append(f"context over training: {over.n_ctx_per_seq} tokens per slot > the model's training context "
                        f"{over.n_ctx_train} (llama.cpp: possible training context overflow)")
         per_device = [d for c in COMPONENTS for d in self.memory.get(c, {})]
-        gpu = any(not _is_cpu_device(d) for d in per_device) or bool(self.layers_offloaded)
+        gpu = any(not is_cpu_device(d) for d in per_device) or bool(self.layers_offloaded)
         full = self.layers_offloaded is not None and self.layers_total is not None and (
             self.layers_offloaded >= self.layers_total)
         if per_device and not gpu:
@@ -175,7 +175,7 @@ class Load:
             for component, label in (("kv", "KV cache"), ("weights", "weights")):
                 if component == "weights" and full:
                     continue
-                cpu = sorted(d for d, b in self.memory.get(component, {}).items() if _is_cpu_device(d) and b > 0)
+                cpu = sorted(d for d, b in self.memory.get(component, {}).items() if is_cpu_device(d) and b > 0)
                 if cpu:
                     out.append(f"spill: {label} partly in system memory ({', '.join(cpu)})")
         counts: dict[str, int] = {}
@@ -202,13 +202,10 @@ class Load:
         return out
 
 
-def _is_cpu_device(device: str) -> bool:
+def is_cpu_device(device: str) -> bool:
+    """True for a buffer device in system memory (``CPU``, ``CPU_Mapped``, ``CUDA_Host``, ``BLAS``)."""
     d = device.upper()
     return d == "CPU" or d.startswith("CPU_") or d.endswith("_HOST") or d == "BLAS"
-
-
-is_cpu_device = _is_cpu_device
-"""True for a buffer device in system memory (``CPU``, ``CPU_Mapped``, ``CUDA_Host``, ``BLAS``)."""
 
 
 class _Builder:
@@ -755,13 +752,13 @@ def kv_coverage(load: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     listed = sum(kv.values())
     elsewhere = sorted({d for part, per in memory.items() if part != "kv" for d in per
-                        if d not in kv and not _is_cpu_device(d)})
+                        if d not in kv and not is_cpu_device(d)})
     base = {"listed_bytes": listed, "listed_devices": list(kv), "other_devices": elsewhere}
     if total - listed > KV_ROUNDING_BYTES:
         return {"unlisted_bytes": total - listed, **base, "gpu_kv_line_missing": False}
     offloaded = load.get("layers_offloaded")
     on_gpu = bool(elsewhere) or (isinstance(offloaded, int) and offloaded > 0)
-    if on_gpu and all(_is_cpu_device(d) for d in kv):
+    if on_gpu and all(is_cpu_device(d) for d in kv):
         return {"unlisted_bytes": 0, **base, "gpu_kv_line_missing": True}
     return None
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvtop.logparse.loads import Load
+from kvtop.logparse.loads import Load, is_cpu_device
 from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, current_types
 from kvtop.model.alerts.text import delta, ib, plural, slots
@@ -36,18 +36,13 @@ if TYPE_CHECKING:  # annotations only: the rules read the state, the state never
 __all__ = ["Budget", "fix_budget", "context_fix", "spill"]
 
 
-def _is_cpu_device(device: str) -> bool:
-    d = device.upper()
-    return d == "CPU" or d.startswith("CPU_") or d.endswith("_HOST") or d == "BLAS"
-
-
 def _load_on_gpu(load: Load | None) -> bool:
     """The runner saw a GPU: a buffer on a GPU device, an offloaded layer, a GPU's free memory."""
     if load is None:
         return False
     devices = [d for per in load.memory.values() for d in per]
-    return (any(not _is_cpu_device(d) for d in devices) or bool(load.layers_offloaded)
-            or any(not _is_cpu_device(d) for d in load.device_free))
+    return (any(not is_cpu_device(d) for d in devices) or bool(load.layers_offloaded)
+            or any(not is_cpu_device(d) for d in load.device_free))
 
 
 def _cpu_buffers(load: Load | None) -> dict[str, int]:
@@ -60,7 +55,7 @@ def _cpu_buffers(load: Load | None) -> dict[str, int]:
     for component in ("kv", "weights"):
         if component == "weights" and (full or load.layers_offloaded is None):
             continue
-        cpu = sum(b for d, b in load.memory.get(component, {}).items() if _is_cpu_device(d) and b > 0)
+        cpu = sum(b for d, b in load.memory.get(component, {}).items() if is_cpu_device(d) and b > 0)
         if cpu:
             out[component] = cpu
     return out
