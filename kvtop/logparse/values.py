@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from kvtop.model.bounds import INT64_MAX, INT64_MIN, count_from_text
+from kvtop.model.bounds import INT64_MAX, INT64_MIN, count_from_text, duration_s_or_none
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -137,7 +137,10 @@ def blob_of(text: str | None) -> str | None:
 
 
 def go_duration_s(text: str) -> float | None:
-    """A Go ``time.Duration`` string (``1h24m39s``, ``444.455595ms``, ``31.775µs``) in seconds."""
+    """A Go ``time.Duration`` string (``1h24m39s``, ``444.455595ms``, ``31.775µs``) in seconds.
+
+    None when it is not one, or longer than any Go duration (``bounds.GO_DURATION_MAX_S``,
+    about 292 years: ``1666666666666666638704h38m`` is text no Go program printed)."""
     text = text.strip()
     if not text:
         return None
@@ -145,9 +148,9 @@ def go_duration_s(text: str) -> float | None:
     if one is not None:  # fast path: one part (the loop below gives 0.0 + the same value)
         number, unit = one.groups()
         if unit == "ms":
-            return float(number) / 1e3
+            return duration_s_or_none(float(number) / 1e3)
         if unit == "s":
-            return float(number)
+            return duration_s_or_none(float(number))
     total = 0.0
     pos = 0
     for m in _DURATION_PART_RE.finditer(text):
@@ -170,7 +173,7 @@ def go_duration_s(text: str) -> float | None:
             total += value / 1e6
     if pos != len(text):
         return None
-    return total
+    return duration_s_or_none(total)
 
 
 def unescape(text: str) -> str:

@@ -6,8 +6,12 @@ negative. Anything else (a negative number, one over ``2**63 - 1``, a bool, a fr
 infinity) is not such a value, and the reader that met it reports "not known" (``None``) instead
 of passing it on to reports, alerts and JSON.
 
+A duration read from the log (a Go ``time.Duration``, an ``int64`` count of nanoseconds) is at
+most ``GO_DURATION_MAX_S`` (about 292 years) and not negative: a longer one (a crafted
+``1666666666666666638704h38m`` gin latency) cannot have been printed by Go and is "not known".
+
 ``kvtop.sources.ollama`` applies it to ``/api/ps`` (``_int_or_none``); ``kvtop.logparse.values``
-(``to_count``, the size readers) to the log. Pure functions, no imports beyond the standard library.
+(``to_count``, the size readers, ``go_duration_s``) to the log. Pure functions, no imports beyond the standard library.
 """
 
 from __future__ import annotations
@@ -21,6 +25,18 @@ INT64_MAX: Final = 2**63 - 1
 INT64_MIN: Final = -(2**63)
 """The smallest signed number the log parser keeps where a negative value means something
 (``layers.requested=-1``, ``--threads -1``); only sizes and counts must be non-negative."""
+
+
+GO_DURATION_MAX_S: Final = INT64_MAX / 1e9
+"""The longest Go ``time.Duration``, seconds (``2562047h47m16.854775807s``, about 292 years)."""
+
+
+def duration_s_or_none(seconds: float | None) -> float | None:
+    """``seconds`` when it is a duration Go could print (finite, ``0 <= s <= GO_DURATION_MAX_S``),
+    else None."""
+    if seconds is None or not math.isfinite(seconds) or not 0.0 <= seconds <= GO_DURATION_MAX_S:
+        return None
+    return seconds
 
 
 def is_count(n: int) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kvtop.logparse.events import GinRequest, LogEvent, ServerConfig
+from kvtop.model.bounds import duration_s_or_none
 
 LATENCY_WINDOW = 512
 """Latencies kept per endpoint (the newest): p50/p95 are exact over these."""
@@ -74,7 +75,8 @@ class EndpointTraffic:
         path: The path as logged (client text: sanitize before display), or ``OTHER``.
         requests: Every request counted since kvtop started reading the log.
         client_errors / server_errors: Answers 400–499 / 500–599.
-        latencies_s: The newest ``LATENCY_WINDOW`` latencies, seconds, oldest first.
+        latencies_s: The newest ``LATENCY_WINDOW`` latencies, seconds, oldest first; a latency that is
+            not known, or out of a Go duration's range (``bounds.GO_DURATION_MAX_S``), is not among them.
     """
 
     path: str
@@ -209,8 +211,9 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
             row[1] += 1
         elif 500 <= status < 600:
             row[2] += 1
-        if g.latency_s is not None:
-            row[3].append(g.latency_s)
+        latency_s = duration_s_or_none(g.latency_s)  # a latency no Go program printed is not counted
+        if latency_s is not None:
+            row[3].append(latency_s)
         addr = g.client.strip()[:64]
         if addr in clients:
             clients[addr] += 1

@@ -140,3 +140,54 @@ def test_log_trim_keeps_traffic() -> None:
         log = apply_log(log, batch, source="f", status=None, ok=True, lines=1000)
     assert len(log.load_events) < 30_000  # the per-request events were trimmed
     assert log.traffic.requests == 30_000
+
+
+# A latency no Go program printed (a Go duration is an int64 of nanoseconds, at most about 292 years):
+# issue 23 saw the server view show ``1666666666666666638704h38m``.
+_HUGE = '[GIN] 2026/03/31 - 19:53:57 | 200 | 1666666666666666638704h38m |       127.0.0.1 | POST     "/api/chat"'
+_INF = '[GIN] 2026/03/31 - 19:53:58 | 200 | ' + "9" * 400 + 's |       127.0.0.1 | POST     "/api/chat"'
+_MAX = '[GIN] 2026/03/31 - 19:53:59 | 200 | 2562047h47m16.854775807s |       127.0.0.1 | POST     "/api/chat"'
+_OVER = '[GIN] 2026/03/31 - 19:54:00 | 200 | 2562047h47m17s |       127.0.0.1 | POST     "/api/chat"'
+_REAL = '[GIN] 2026/03/31 - 19:54:01 | 200 |    2.5s |       127.0.0.1 | POST     "/api/chat"'
+
+
+def test_absurd_gin_latency_is_not_known_and_not_counted() -> None:
+    events = parse_lines([_HUGE, _INF, _MAX, _OVER, _REAL], default_year=2026)
+    gins = [e for e in events if isinstance(e, GinRequest)]
+    assert [g.latency_s for g in gins] == [None, None, (2**63 - 1) / 1e9, None, 2.5]
+    t = tr.add_events(tr.Traffic(), events)
+    chat = t.endpoint("/api/chat")
+    assert chat is not None and chat.requests == 5  # every request is counted ...
+    assert chat.latencies_s == ((2**63 - 1) / 1e9, 2.5)  # ... only the latencies Go could print are kept
+
+
+def test_absurd_latency_from_elsewhere_is_not_counted() -> None:
+    """A GinRequest built with a latency out of range (a recording, another reader) is not counted either."""
+    t0 = datetime(2026, 3, 31, 19, 53, 57)
+    events = [_gin(t0, 200, 1e22, "127.0.0.1", "/api/chat"), _gin(t0, 200, float("inf"), "127.0.0.1", "/api/chat"),
+              _gin(t0, 200, float("nan"), "127.0.0.1", "/api/chat"), _gin(t0, 200, -3.0, "127.0.0.1", "/api/chat"),
+              _gin(t0, 200, 0.25, "127.0.0.1", "/api/chat")]
+    t = tr.add_events(tr.Traffic(), events)
+    chat = t.endpoint("/api/chat")
+    assert chat is not None and chat.requests == 5 and chat.latencies_s == (0.25,)
+    assert tr.traffic_json(t)["endpoints"][0]["latency_samples"] == 1  # type: ignore[index]
+
+
+def test_server_view_never_renders_a_giant_latency() -> None:
+    from kvtop.ui.screens.server import traffic_lines
+
+    t = tr.add_events(tr.Traffic(), parse_lines([_HUGE, _INF, _OVER], default_year=2026))
+    body = "\n".join(line.plain for line in traffic_lines(t, "file:server.log", None))
+    row = next(line for line in body.splitlines() if "/api/chat" in line)
+    assert row.split()[-2:] == ["?", "?"]  # p50 and p95 not known
+    assert "1666666666666666638704" not in body
+    # the longest Go duration reads in days, in the 9 columns of p50/p95
+    t = tr.add_events(tr.Traffic(), parse_lines([_MAX], default_year=2026))
+    row = next(line.plain for line in traffic_lines(t, "file:server.log", None) if "/api/chat" in line.plain)
+    assert row.split()[-2:] == ["106751d", "106751d"]
+    # ordinary ones keep their forms
+    for latency, said in (("3h5m0s", "3h05m"), ("52h0m0s", "2d04h"), ("2m39s", "2m39s"), ("444.4ms", "444 ms")):
+        line = _REAL.replace("   2.5s", latency)
+        t = tr.add_events(tr.Traffic(), parse_lines([line], default_year=2026))
+        row = next(x.plain for x in traffic_lines(t, "file:server.log", None) if "/api/chat" in x.plain)
+        assert row.endswith(f" {said}"), (latency, row)

@@ -18,6 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from kvtop.model.bounds import GO_DURATION_MAX_S
 from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
 from kvtop.model.server import ServerInfo, state_preflight
@@ -31,15 +32,20 @@ SETTINGS_SHOWN = 24
 
 
 def _seconds(s: float | None) -> str:
-    """A latency: ``85 ms``, ``5.81 s``, ``2m39s``; ``?`` when not known."""
-    if s is None:
+    """A latency: ``85 ms``, ``5.81 s``, ``2m39s``, ``3h05m``, ``4d07h``, ``365d`` (at most ``106751d``);
+    ``?`` when not known or longer than a Go duration."""
+    if s is None or not 0.0 <= s <= GO_DURATION_MAX_S:  # NaN fails the comparison too
         return NOT_KNOWN
     if s < 1:
         return f"{s * 1000:.0f} ms" if s >= 0.001 else f"{s * 1e6:.0f} µs"
     if s < 60:
         return f"{s:.2f} s"
     m, sec = divmod(int(round(s)), 60)
-    return f"{m}m{sec:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    if m < 48 * 60:
+        return f"{m // 60}h{m % 60:02d}m"
+    return f"{m // 1440}d{m // 60 % 24:02d}h" if m < 100 * 1440 else f"{m // 1440}d"
 
 
 def _duration(s: float | None) -> str:
