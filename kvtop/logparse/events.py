@@ -2,7 +2,8 @@
 
 Every event carries ``line_no`` (1-based number of the first physical line of the logical
 line), ``time`` (the timestamp printed on the line, ``None`` when it has none) and ``raw``
-(the logical line with control characters replaced by U+FFFD). ``kind`` is a stable
+(the logical line with control characters replaced by U+FFFD; ``""`` in the events a long-lived
+store keeps, see :class:`EventCompactor`). ``kind`` is a stable
 snake_case class attribute. Sizes are integer bytes; a size the log prints rounded
 (``"1.5 GiB"``, ``"577.22 MiB"``) is the printed value times its unit, rounded to a byte.
 
@@ -13,7 +14,7 @@ Each class names the line grammar it comes from; sections refer to
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar, cast
@@ -31,7 +32,8 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     """
     params: list[str] = []
     body: list[str] = []
-    env: dict[str, Any] = {}
+    lean: list[str] = []
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     for f in dataclasses.fields(cast(Any, cls)):
         if f.default is not dataclasses.MISSING:
             env[f"_d_{f.name}"] = f.default
@@ -40,12 +42,23 @@ def _fast_init(cls: type[_T]) -> type[_T]:
             params.append(f.name)
         env[f"_s_{f.name}"] = getattr(cls, f.name).__set__
         body.append(f"    _s_{f.name}(self, {f.name})")
-    src = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+        if f.name == "raw":
+            value = '""'
+        elif f.name == "time":
+            value = "same_time(self.time)"
+        elif f.type in ("str", "str | None"):  # (annotations are strings: ``from __future__ import annotations``)
+            value = f"share(self.{f.name})"
+        else:
+            value = f"self.{f.name}"
+        lean.append(f"    _s_{f.name}(new, {value})")
+    src = (f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+           "def _lean(self, share, same_time):\n    new = _new(_cls)\n" + "\n".join(lean) + "\n    return new\n")
     exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = getattr(cls.__init__, "__doc__", None)
     cls.__init__ = init  # type: ignore[method-assign]
+    cls._lean = env["_lean"]  # type: ignore[attr-defined]
     return cls
 
 
@@ -572,6 +585,62 @@ class UnknownWarning(_Event):
     level: str
     message: str
     source: str | None = None
+
+
+class EventCompactor:
+    """Makes events small enough to keep thousands of them (``model.logstate`` keeps 20,000).
+
+    :meth:`compact` returns each event as a new one of the same class with the same fields, except
+    that ``raw`` is ``""`` (nothing that keeps events reads the line: the events pane describes the fields and shows
+    the log's own newest lines for its raw view), its short text fields (``str`` fields of at most
+    :attr:`max_chars` characters: devices, buffer kinds, grammars, blobs, paths, reasons) are the
+    one copy of that text this compactor has seen, and its ``time`` is the previous event's
+    ``datetime`` object when the two are equal. Values never change, only which object holds them.
+
+    The string table is bounded: past :attr:`max_strings` distinct strings it is emptied and starts
+    again (a log of unique text costs at most that many strings, never more). Safe to share
+    between threads: a race can only miss a share, never change a value.
+
+    Args:
+        max_strings: Distinct strings remembered at most.
+        max_chars: Longer strings are kept as they are (not remembered).
+    """
+
+    __slots__ = ("_last_time", "_strings", "max_chars", "max_strings")
+
+    def __init__(self, max_strings: int = 1024, max_chars: int = 128) -> None:
+        self.max_strings = max_strings
+        self.max_chars = max_chars
+        self._strings: dict[str, str] = {}
+        self._last_time: datetime | None = None
+
+    def share(self, text: str | None) -> str | None:
+        """The copy of ``text`` seen first (``text`` itself when new, too long or None)."""
+        if text is None or len(text) > self.max_chars:
+            return text
+        strings = self._strings
+        found = strings.get(text)
+        if found is not None:
+            return found
+        if len(strings) >= self.max_strings:
+            strings.clear()
+        strings[text] = text
+        return text
+
+    def same_time(self, when: datetime | None) -> datetime | None:
+        """The previous event's time object when it equals ``when`` (same zone object and fold), else ``when``."""
+        last = self._last_time
+        if when is None or when is last:
+            return when
+        if last is not None and when.tzinfo is last.tzinfo and when.fold == last.fold and when == last:
+            return last
+        self._last_time = when
+        return when
+
+    def compact(self, events: Iterable[LogEvent]) -> list[LogEvent]:
+        """The events as compact copies (``raw == ""``, every other field equal), in the same order."""
+        share, same_time = self.share, self.same_time
+        return [e._lean(share, same_time) for e in events]  # type: ignore[union-attr]
 
 
 LogEvent = (

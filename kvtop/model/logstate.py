@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvtop.logparse.events import LogEvent, RequestTiming
+from kvtop.logparse.events import EventCompactor, LogEvent, RequestTiming
 from kvtop.logparse.loads import Load, LoadGrouper, group_loads
 from kvtop.model.traffic import Traffic, add_events
 
@@ -33,6 +33,10 @@ boundary, keeping the newest ``KEEP_LOADS`` loads, or else to ``TRIM_TO_EVENTS``
 TRIM_TO_EVENTS = 15_000
 """Events kept when a trim cannot cut at a load boundary: well under ``LOAD_EVENTS``, so a
 steady stream of per-request lines trims once per few thousand events, not on every batch."""
+
+_COMPACTOR = EventCompactor()
+"""Makes the events kept small (no raw line, one copy of each short text); shared by every log
+state: it changes no value, only which object holds it."""
 
 KEEP_LOADS = 16
 """Loads kept when ``LOAD_EVENTS`` overflows."""
@@ -57,7 +61,7 @@ class LogState:
         ok: False while the source is failing.
         lines: Lines read so far.
         dropped_lines: Lines skipped by the backlog bound.
-        recent: The newest ``RECENT_EVENTS`` events, oldest first.
+        recent: The newest ``RECENT_EVENTS`` events, oldest first (compact copies: ``raw`` is ``""``).
         raw: The newest ``RAW_LINES`` lines as read (untrusted text: sanitize before display).
         load_events: Events the loads are grouped from.
         loads: Model loads in log order.
@@ -104,7 +108,14 @@ def apply_log(
     dropped_lines: int = 0,
     raw_lines: Sequence[str] = (),
 ) -> LogState:
-    """Return the state after one batch: ``events`` parsed from ``lines`` new lines."""
+    """Return the state after one batch: ``events`` parsed from ``lines`` new lines.
+
+    The events are kept as :class:`~kvtop.logparse.events.EventCompactor` copies (``raw`` is
+    ``""``: the raw view shows ``raw``, the newest lines as read); ``raw_lines`` are the batch's
+    lines as read, of which the newest ``RAW_LINES`` are kept.
+    """
+    if events:
+        events = _COMPACTOR.compact(events)
     raw = (state.raw + tuple(raw_lines))[-RAW_LINES:] if raw_lines else state.raw
     recent = state.recent + tuple(events)
     if len(recent) > RECENT_EVENTS:

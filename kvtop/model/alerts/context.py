@@ -8,20 +8,23 @@ cost of an evaluation grows linearly with the models, loads and log events.
 The one pass over the server log (:class:`LogScan`: effective times, recent events, server
 configs, runner launches) depends only on the events and the zone of unstamped times, so it is
 kept for the events tuple it scanned and extended, not repeated, when the next state's tuple
-only adds events at the end (``logstate.apply_log`` appends). That memo is the only state this
-package keeps between evaluations; it never changes a result.
+only adds events at the end (``logstate.apply_log`` appends). Its columns only grow and are shared
+with the scan that extends it (each scan sees its own prefix), so a batch costs its new events,
+never a copy of the log kept. That memo is the only state this package keeps between
+evaluations; it never changes a result.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import threading
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 from kvtop.logparse.events import ContextOverTraining, LoadRequest, LogEvent, RunnerStarted, ServerConfig
 from kvtop.logparse.loads import Load
@@ -38,6 +41,7 @@ __all__ = [
     "Ctx",
     "LogScan",
     "OtherKv",
+    "Prefix",
     "Timed",
     "build",
     "current_types",
@@ -78,6 +82,82 @@ def _stamp(when: datetime, naive_tz: tzinfo) -> float | None:
         return None
 
 
+_T = TypeVar("_T")
+
+
+class Prefix(Sequence[_T]):
+    """The first ``n`` items of a list or array that only grows: what one :class:`LogScan` sees of
+    the buffers it shares with the scans that extend it (read-only; O(1) to make)."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: Sequence[_T], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> _T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[_T]: ...
+
+    def __getitem__(self, i: int | slice) -> _T | Sequence[_T]:
+        if isinstance(i, slice):
+            return self._items[slice(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("Prefix index out of range")
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[_T]:
+        return itertools.islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == self._n and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Prefix({list(self)!r})"
+
+
+class _Buffers:
+    """The append-only columns of a log scan, shared by a scan and the scans that extend it.
+
+    ``end`` is how many events the newest scan using them has claimed: a scan whose ``n`` equals it
+    may append (under ``_scans_lock`` it claims the new end first); any other (an older state
+    extended a second time) copies its prefix instead, so a column is never written twice.
+    """
+
+    __slots__ = ("configs", "end", "launches", "line_nos", "over", "timed", "times")
+
+    def __init__(self) -> None:
+        self.line_nos: array[int] = array("q")
+        self.times: array[float] = array("d")
+        self.timed: list[Timed] = []
+        self.configs: list[tuple[int, Mapping[str, str]]] = []
+        self.launches: list[RunnerStarted | LoadRequest] = []
+        self.over: list[ContextOverTraining] = []
+        self.end = 0
+
+    def prefix_of(self, scan: LogScan) -> _Buffers:
+        """New buffers holding what ``scan`` sees (a copy: the rare branch of an older state)."""
+        out = _Buffers()
+        out.line_nos = self.line_nos[:scan.n]
+        out.times = self.times[:scan.n]
+        out.timed = self.timed[:scan.n_timed]
+        out.configs = self.configs[:scan.n_configs]
+        out.launches = self.launches[:scan.n_launches]
+        out.over = self.over[:scan.n_over]
+        out.end = scan.n
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class LogScan:
     """One pass over a tuple of log events: every event's effective time and the events the
@@ -86,9 +166,14 @@ class LogScan:
     A line printed without a timestamp (llama.cpp's own lines) takes the time of the nearest
     timestamped line before it, None when no stamped line precedes it.
 
+    The columns live in buffers that only grow, shared with the scan of the next state (which
+    appends the new events' entries): extending a scan costs the new events only, and the memo's
+    scans of one log share one copy of them. The attributes below are read-only views.
+
     Attributes:
         events: The tuple scanned (held, so that its ``id`` is never reused while cached).
         naive_tz: The zone naive stamps were read in.
+        n: ``len(events)``.
         timed: Every event of :data:`RECENT_KINDS` with its effective time.
         configs: ``(line_no, env)`` of every ``server config`` line.
         launches: Runner spawns and load requests.
@@ -96,57 +181,98 @@ class LogScan:
         line_nos: Each event's line number, one per event.
         times: Each event's effective time in Unix seconds, NaN for None, one per event.
         ordered: True when ``line_nos`` never decreases (line lookups bisect; else they search).
+        ts_sorted: True when the stamped ``timed`` times never decrease and every unstamped one
+            comes first (``untimed_head`` of them): :meth:`timed_since` then bisects.
         last_time: The last stamp object seen, and ``last_ts`` its seconds: where a scan of
             events appended later resumes.
     """
 
     events: tuple[LogEvent, ...]
     naive_tz: tzinfo
-    timed: tuple[Timed, ...]
-    configs: tuple[tuple[int, Mapping[str, str]], ...]
-    launches: tuple[RunnerStarted | LoadRequest, ...]
-    over_training: tuple[ContextOverTraining, ...]
-    line_nos: array[int]
-    times: array[float]
+    buf: _Buffers = field(repr=False, compare=False)
+    n: int
+    n_timed: int
+    n_configs: int
+    n_launches: int
+    n_over: int
     ordered: bool
+    ts_sorted: bool
+    untimed_head: int
+    last_timed_ts: float | None
     last_time: datetime | None
     last_ts: float | None
+
+    @property
+    def timed(self) -> Prefix[Timed]:
+        return Prefix(self.buf.timed, self.n_timed)
+
+    @property
+    def configs(self) -> Prefix[tuple[int, Mapping[str, str]]]:
+        return Prefix(self.buf.configs, self.n_configs)
+
+    @property
+    def launches(self) -> Prefix[RunnerStarted | LoadRequest]:
+        return Prefix(self.buf.launches, self.n_launches)
+
+    @property
+    def over_training(self) -> Prefix[ContextOverTraining]:
+        return Prefix(self.buf.over, self.n_over)
+
+    @property
+    def line_nos(self) -> Prefix[int]:
+        return Prefix(self.buf.line_nos, self.n)
+
+    @property
+    def times(self) -> Prefix[float]:
+        return Prefix(self.buf.times, self.n)
 
     def time_of_line(self, line_no: int) -> float | None:
         """The effective time of the first event printed on ``line_no``; None when no event has
         that line number or no stamp precedes it."""
-        lines = self.line_nos
+        lines, n = self.buf.line_nos, self.n
         if self.ordered:
-            i = bisect.bisect_left(lines, line_no)
-            if i >= len(lines) or lines[i] != line_no:
+            i = bisect.bisect_left(lines, line_no, 0, n)
+            if i >= n or lines[i] != line_no:
                 return None
         else:
             try:
-                i = lines.index(line_no)
+                i = lines.index(line_no, 0, n)
             except ValueError:
                 return None
-        t = self.times[i]
+        t = self.buf.times[i]
         return None if math.isnan(t) else t
 
+    def timed_since(self, cutoff: float | None) -> list[Timed]:
+        """The ``timed`` events with no time or a time at or after ``cutoff`` (all when None), in
+        log order: a bisection when ``ts_sorted`` (the cost grows with the events returned, not
+        with the log kept), else one pass."""
+        timed, n = self.buf.timed, self.n_timed
+        if cutoff is None:
+            return timed[:n]
+        if self.ts_sorted:
+            head = self.untimed_head
+            i = bisect.bisect_left(timed, cutoff, head, n, key=_ts_of)
+            return timed[:head] + timed[i:n]
+        return [t for t in timed[:n] if t.ts is None or t.ts >= cutoff]
 
-_EMPTY_SCAN_FIELDS: Final = ((), (), (), ())
+
+def _ts_of(t: Timed) -> float:
+    return t.ts  # type: ignore[return-value]  # (only called on stamped entries)
 
 
 def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogScan | None,
-          whole: tuple[LogEvent, ...]) -> LogScan:
-    """Scan ``events[start:]``, continuing ``base`` (the scan of ``events[:start]``) when given."""
-    timed: list[Timed] = []
-    configs: list[tuple[int, Mapping[str, str]]] = []
-    launches: list[RunnerStarted | LoadRequest] = []
-    over: list[ContextOverTraining] = []
+          whole: tuple[LogEvent, ...], buf: _Buffers) -> LogScan:
+    """Scan ``events[start:]`` into ``buf``, continuing ``base`` (the scan of ``events[:start]``)
+    when given."""
     if base is not None:
-        line_nos = array("q", base.line_nos)
-        times = array("d", base.times)
         ordered, last_dt, last_ts = base.ordered, base.last_time, base.last_ts
+        ts_sorted, head, last_timed_ts = base.ts_sorted, base.untimed_head, base.last_timed_ts
     else:
-        line_nos, times = array("q"), array("d")
         ordered, last_dt, last_ts = True, None, None
-    prev_line = line_nos[-1] if line_nos else None
+        ts_sorted, head, last_timed_ts = True, 0, None
+    line_nos, times, timed = buf.line_nos, buf.times, buf.timed
+    configs, launches, over = buf.configs, buf.launches, buf.over
+    prev_line = line_nos[start - 1] if start else None
     nan = math.nan
     recent_kinds = RECENT_KINDS
     for i in range(start, len(events)):
@@ -163,6 +289,15 @@ def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogSca
         times.append(nan if last_ts is None else last_ts)
         if e.kind in recent_kinds:
             timed.append(Timed(e, last_ts))
+            if last_ts is None:
+                if last_timed_ts is None:
+                    head += 1
+                else:
+                    ts_sorted = False
+            else:
+                if last_timed_ts is not None and last_ts < last_timed_ts:
+                    ts_sorted = False
+                last_timed_ts = last_ts
             if isinstance(e, ContextOverTraining):
                 over.append(e)
         elif isinstance(e, ServerConfig):
@@ -171,16 +306,15 @@ def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogSca
             launches.append(e)
         elif isinstance(e, ContextOverTraining):  # pragma: no cover - its kind is a recent kind
             over.append(e)
-    old = (base.timed, base.configs, base.launches, base.over_training) if base is not None else _EMPTY_SCAN_FIELDS
     return LogScan(
-        events=whole, naive_tz=naive_tz, timed=old[0] + tuple(timed), configs=old[1] + tuple(configs),
-        launches=old[2] + tuple(launches), over_training=old[3] + tuple(over),
-        line_nos=line_nos, times=times, ordered=ordered, last_time=last_dt, last_ts=last_ts,
+        events=whole, naive_tz=naive_tz, buf=buf, n=len(events), n_timed=len(timed), n_configs=len(configs),
+        n_launches=len(launches), n_over=len(over), ordered=ordered, ts_sorted=ts_sorted, untimed_head=head,
+        last_timed_ts=last_timed_ts, last_time=last_dt, last_ts=last_ts,
     )
 
 
 _SCANS_KEPT: Final = 4
-"""Scans kept (one per log followed; the newest few states of it)."""
+"""Scans kept (one per log followed; a scan extended by a newer one is dropped for it)."""
 _scans: dict[int, LogScan] = {}
 _scans_lock = threading.Lock()
 
@@ -194,7 +328,8 @@ def _extends(new: tuple[LogEvent, ...], old: tuple[LogEvent, ...]) -> bool:
 
 def scan_log(events: tuple[LogEvent, ...], naive_tz: tzinfo) -> LogScan:
     """The scan of ``events`` (see :class:`LogScan`): from the memo when this tuple was scanned,
-    extended from the scan of a tuple it appends to, else a full pass.
+    extended from the scan of a tuple it appends to (only the new events are scanned, their
+    entries appended to the columns that scan shares), else a full pass.
 
     Args:
         events: The log events, oldest first (``LogState.load_events`` or ``recent``).
@@ -209,8 +344,17 @@ def scan_log(events: tuple[LogEvent, ...], naive_tz: tzinfo) -> LogScan:
             return hit
         base = next((s for s in reversed(_scans.values()) if s.naive_tz == naive_tz and _extends(events, s.events)),
                     None)
-    result = _scan(events, len(base.events) if base is not None else 0, naive_tz, base, events)
+        if base is None:
+            buf = _Buffers()
+        elif base.buf.end == base.n:
+            buf = base.buf  # the newest scan of these columns: append to them
+        else:
+            buf = base.buf.prefix_of(base)  # an older state extended again: its own copy
+        buf.end = len(events)
+    result = _scan(events, base.n if base is not None else 0, naive_tz, base, events, buf)
     with _scans_lock:
+        if base is not None and _scans.get(id(base.events)) is base:
+            del _scans[id(base.events)]  # the new scan covers its log
         _scans.pop(id(events), None)
         _scans[id(events)] = result
         while len(_scans) > _SCANS_KEPT:
@@ -484,12 +628,12 @@ class Ctx:
 
     def config_before(self, line_no: int) -> Mapping[str, str] | None:
         """The ``server config`` env printed last before ``line_no``."""
-        configs = self.scan.configs
+        configs, n = self.scan.buf.configs, self.scan.n_configs
         if self.scan.ordered:
-            i = bisect.bisect_right(configs, line_no, key=lambda c: c[0])
+            i = bisect.bisect_right(configs, line_no, 0, n, key=lambda c: c[0])
             return configs[i - 1][1] if i > 0 else None
         found: Mapping[str, str] | None = None
-        for line, env in configs:
+        for line, env in self.scan.configs:
             if line > line_no:
                 break
             found = env
@@ -497,12 +641,12 @@ class Ctx:
 
     def launch_events(self, load: Load) -> list[RunnerStarted | LoadRequest]:
         """The runner spawns and load requests printed among the load's lines."""
-        launches = self.scan.launches
+        launches, n = self.scan.buf.launches, self.scan.n_launches
         if self.scan.ordered:
-            lo = bisect.bisect_left(launches, load.first_line, key=lambda e: e.line_no)
-            hi = bisect.bisect_right(launches, load.last_line, lo=lo, key=lambda e: e.line_no)
-            return list(launches[lo:hi])
-        return [e for e in launches if load.first_line <= e.line_no <= load.last_line]
+            lo = bisect.bisect_left(launches, load.first_line, 0, n, key=lambda e: e.line_no)
+            hi = bisect.bisect_right(launches, load.last_line, lo, n, key=lambda e: e.line_no)
+            return launches[lo:hi]
+        return [e for e in self.scan.launches if load.first_line <= e.line_no <= load.last_line]
 
     def over_training_line(self, load: Load | None) -> ContextOverTraining | None:
         """The runner's own ``n_ctx_per_seq (N) > n_ctx_train (M)`` line of ``load`` (the last
@@ -571,7 +715,7 @@ def build(state: AppState, thresholds: Thresholds, naive_tz: tzinfo) -> Ctx:
         events=events, scan=scan, load_starts=[load.first_line for load in loads],
     )
     cutoff = None if now is None else now - max(thresholds.event_window_s, thresholds.churn_window_s)
-    ctx.recent = [t for t in scan.timed if t.ts is None or cutoff is None or t.ts >= cutoff]
+    ctx.recent = scan.timed_since(cutoff)
     if state.gpu is not None:
         ctx.gviews = gpu_views(state.gpu, state.procs, state.models)
         ctx.usage = model_gpu_usage(state.gpu, state.procs, state.models, views=ctx.gviews)
