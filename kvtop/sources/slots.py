@@ -6,18 +6,26 @@ default and lists each slot's ``id``, ``n_ctx`` and ``is_processing``. The Era A
 (``ollama_llama_server``) has ``/slots`` too, with ``state`` (0 idle) instead of
 ``is_processing``. Go runners (Era B) have no such endpoint and are not asked.
 
-Rules: only 127.0.0.1, only the ports of runner processes seen in the process table, one GET
-per runner per sample, all runners concurrently, each with a hard deadline (0.5 s by default,
+Rules: only 127.0.0.1, only the ports of runner processes seen in the process table, at most one
+GET per runner per sample, all runners concurrently, each with a hard deadline (0.5 s by default,
 however slowly the runner trickles bytes) and a size cap. A failure is a reason string in the
 snapshot, never an exception. Nothing here imports Textual or Rich.
+
+Observer cost (issue 23): a runner whose slots are all idle is asked again only every
+``IDLE_EVERY_S`` (a busy one, or one that failed otherwise, every sample); a runner whose port
+refuses the connection is asked again after ``REFUSED_FIRST_S``, then twice as long each time it
+still refuses, up to ``REFUSED_MAX_S``; a new PID or port starts afresh. A runner not asked in a
+sample, and one whose answer equals the previous one but for its latency, is given as the same
+``RunnerSlots`` object as before (an unchanged round then changes no state: no repaint).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -32,6 +40,20 @@ milliseconds, and the poll must never hold up the dashboard."""
 
 MAX_BODY_BYTES = 1024 * 1024
 """Answers larger than this are refused (newer builds list each slot's prompt text)."""
+
+IDLE_EVERY_S = 3.0
+"""A runner whose last answer had no busy slot is asked again after this many seconds (a request
+it starts shows within this; the runner's log shows it sooner, ``model.slots.slot_use``)."""
+
+REFUSED_FIRST_S = 2.0
+"""A runner whose port refused the connection is asked again after this many seconds ..."""
+
+REFUSED_MAX_S = 60.0
+"""... then twice as long each time it still refuses, up to this (a runner that is starting
+listens within seconds: llama-server opens its port before it loads the model)."""
+
+_EARLY_S = 0.05
+"""A runner due within this many seconds is asked in this sample (samples are not exactly periodic)."""
 
 SLOT_KINDS = frozenset({"llama-server", "ollama_llama_server"})
 """Runner kinds (``RunnerProcess.kind``) that serve ``/slots``."""
@@ -116,10 +138,24 @@ class SlotsSource:
     Args:
         timeout_s: Deadline of each request (seconds).
         transport: An httpx transport for tests; None uses the network (127.0.0.1 only).
+        idle_every_s: A runner with no busy slot is asked again after this many seconds
+            (``IDLE_EVERY_S``; 0 asks every sample).
+        clock: Monotonic seconds (when a runner is due again).
+
+    Attributes:
+        requests: HTTP requests started (``/slots``, ``/props``, ``/metrics``), for the
+            observer-cost tests.
     """
 
-    def __init__(self, timeout_s: float = SLOTS_TIMEOUT_S, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, timeout_s: float = SLOTS_TIMEOUT_S, *, transport: httpx.AsyncBaseTransport | None = None,
+                 idle_every_s: float = IDLE_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._timeout_s = timeout_s
+        self._idle_every_s = idle_every_s
+        self._clock = clock
+        self._last: dict[tuple[int, int], tuple[RunnerSlots, float, int]] = {}
+        """Per ``(pid, port)``: the last answer, when the runner is due again (clock seconds) and
+        how many rounds in a row its port refused."""
+        self.requests = 0
         # plain http to 127.0.0.1 only: no TLS context is needed (reading the CA bundle costs startup)
         self._client = httpx.AsyncClient(trust_env=False, transport=transport, follow_redirects=False,
                                          verify=httpx_verify("http://127.0.0.1", trust_env=False))
@@ -136,8 +172,34 @@ class SlotsSource:
         live = {(r.pid, r.port) for r in asked}
         for key in [k for k in self._props if k not in live]:
             del self._props[key]
-        found = await asyncio.gather(*(self._one(r) for r in asked))
+        for key in [k for k in self._last if k not in live]:
+            del self._last[key]
+        now = self._clock()
+        found = await asyncio.gather(*(self._due(r, now) for r in asked))
         return SlotsSnapshot(taken_at=time.time(), runners=tuple(found))
+
+    async def _due(self, r: RunnerProcess, now: float) -> RunnerSlots:
+        """``r``'s answer: asked now when it is due (busy, failed, new, or its wait is over), else
+        its last answer, the same object (see the module doc)."""
+        assert r.port is not None
+        key = (r.pid, r.port)
+        last = self._last.get(key)
+        if last is not None and now < last[1] - _EARLY_S:
+            return last[0]
+        got = await self._one(r)
+        before = last[0] if last is not None else None
+        if before is not None and dataclasses.replace(got, latency_s=before.latency_s) == before:
+            got = before  # the same answer: the same object (its latency alone changes nothing shown)
+        refusals = 0
+        if got.error is not None and got.error.startswith(REFUSED_REASON):
+            refusals = (last[2] if last is not None else 0) + 1
+            wait = min(REFUSED_MAX_S, REFUSED_FIRST_S * 2 ** (refusals - 1))
+        elif got.error is None and not got.busy:
+            wait = self._idle_every_s
+        else:
+            wait = 0.0  # busy (its speed is measured between rounds), or failed otherwise: every sample
+        self._last[key] = (got, now + wait, refusals)
+        return got
 
     async def _one(self, r: RunnerProcess) -> RunnerSlots:
         """One runner's round: ``/slots`` and, concurrently, ``/props`` (until it answered once) and
@@ -192,6 +254,7 @@ class SlotsSource:
         return await asyncio.wait_for(self._get_body(port, path), self._timeout_s)
 
     async def _get_body(self, port: int, path: str) -> bytes:
+        self.requests += 1
         url = f"http://127.0.0.1:{port}{path}"
         async with self._client.stream("GET", url, timeout=httpx.Timeout(self._timeout_s)) as resp:
             if resp.status_code != 200:
@@ -208,6 +271,9 @@ class _Refused(Exception):
     """The runner answered, but not with slots (the message says how)."""
 
 
+REFUSED_REASON = "connection refused"
+"""How a refused connection's reason starts (``RunnerSlots.error``)."""
+
 _FAILURES = (asyncio.TimeoutError, httpx.HTTPError, _Refused)
 
 
@@ -216,7 +282,7 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return f"no answer within {timeout_s:g} s"
     if isinstance(exc, httpx.ConnectError):
-        return "connection refused (the runner is starting, stopping, or not listening there)"
+        return f"{REFUSED_REASON} (the runner is starting, stopping, or not listening there)"
     if isinstance(exc, httpx.HTTPError):
         return f"request failed: {type(exc).__name__}"
     return str(exc)
