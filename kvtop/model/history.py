@@ -5,7 +5,8 @@ after each handler applied a message; every timestamp comes from the snapshots t
 (``OllamaSnapshot.taken_at``, ``GpuSnapshot.taken_at``; log throughput points take the newest of
 the two), so a replay plots recorded time, not the time it is watched.
 
-Memory is bounded whatever the poll interval (0.25–60 s) and however long kvtop runs: each series
+Each point costs 16 bytes (two ``array('d')`` per series used as a ring, ``Series``); memory is
+bounded whatever the poll interval (0.25–60 s) and however long kvtop runs: each series
 keeps one point per ``bucket_s`` time bucket (samples in the same bucket are coalesced, the newest
 wins), at most ``retention_s / bucket_s`` points (3600 at the defaults: one hour of 1 s buckets),
 and points older than ``retention_s`` before the newest are dropped. At most ``max_models`` models
@@ -16,6 +17,8 @@ capped at ``max_markers``.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -53,52 +56,129 @@ class Series:
 
     ``t_s`` is Unix seconds (the sample's own time); points are stored oldest first and never
     go back in time: a sample older than the newest point's bucket is coalesced into it.
+
+    Storage is two ``array('d')`` (times, values) used as a ring: 16 bytes a point plus the
+    arrays' small over-allocation while they grow, at most ``cap`` points (``stored_bytes``).
+    The arrays grow as points arrive and shrink back when the retention dropped most of them.
     """
 
-    __slots__ = ("_points", "bucket_s", "retention_s")
+    __slots__ = ("_t", "_v", "_start", "_n", "bucket_s", "retention_s", "cap")
 
     def __init__(self, bucket_s: float = BUCKET_S, retention_s: float = RETENTION_S) -> None:
         if bucket_s <= 0 or retention_s < bucket_s:
             raise ValueError(f"bucket_s must be > 0 and <= retention_s (got {bucket_s}, {retention_s})")
         self.bucket_s = bucket_s
         self.retention_s = retention_s
-        self._points: deque[tuple[float, float]] = deque(maxlen=self.cap)
-
-    @property
-    def cap(self) -> int:
+        self.cap = max(1, int(round(retention_s / bucket_s)))
         """The most points this series ever holds (``retention_s / bucket_s``)."""
-        return max(1, int(round(self.retention_s / self.bucket_s)))
+        self._t = array("d")
+        self._v = array("d")
+        self._start = 0  # physical index of the oldest point
+        self._n = 0  # points stored
 
     def __len__(self) -> int:
-        return len(self._points)
+        return self._n
+
+    def _phys(self, i: int) -> int:
+        """The physical index of the ``i``-th point, oldest first."""
+        j = self._start + i
+        size = len(self._t)
+        return j - size if j >= size else j
 
     def add(self, t_s: float, value: float) -> None:
         """Add a sample at ``t_s``; a sample in the newest point's bucket (or older) replaces it."""
-        points = self._points
         bucket = (t_s // self.bucket_s) * self.bucket_s
-        if points and bucket <= points[-1][0]:
-            points[-1] = (points[-1][0], value)
-            return
-        points.append((bucket, value))
+        n = self._n
+        if n:
+            last = self._phys(n - 1)
+            if bucket <= self._t[last]:
+                self._v[last] = value
+                return
+        size = len(self._t)
+        if n < size:  # a free slot in the ring
+            j = self._phys(n)
+            self._t[j] = bucket
+            self._v[j] = value
+            self._n = n + 1
+        elif size < self.cap:  # grow: the ring is made linear first (start 0), then appended to
+            if self._start:
+                self._linearize()
+            self._t.append(bucket)
+            self._v.append(value)
+            self._n = n + 1
+        else:  # full: the oldest point is overwritten
+            j = self._start
+            self._t[j] = bucket
+            self._v[j] = value
+            self._start = j + 1 if j + 1 < size else 0
         horizon = bucket - self.retention_s
-        while points and points[0][0] <= horizon:
-            points.popleft()
+        t = self._t
+        while self._n and t[self._start] <= horizon:
+            self._start = self._start + 1 if self._start + 1 < len(t) else 0
+            self._n -= 1
+        if self._n * 4 < len(t) and len(t) > 64:  # most of it expired: give the memory back
+            self._linearize()
+
+    def _linearize(self) -> None:
+        """Copy the points into arrays of exactly ``len(self)`` items, oldest first (start 0)."""
+        t, v = self._arrays(0, self._n)
+        self._t, self._v, self._start = t, v, 0
+
+    def _arrays(self, a: int, b: int) -> tuple[array[float], array[float]]:
+        """Points ``a`` to ``b`` (logical, oldest first, ``b`` excluded) as two new arrays."""
+        if a >= b:
+            return array("d"), array("d")
+        pa, pb = self._phys(a), self._phys(b - 1) + 1
+        if pa < pb:
+            return self._t[pa:pb], self._v[pa:pb]
+        return self._t[pa:] + self._t[:pb], self._v[pa:] + self._v[:pb]
+
+    def _first_at_or_after(self, t_s: float) -> int:
+        """The logical index of the first point with ``t >= t_s`` (``len(self)`` when none)."""
+        lo, hi = 0, self._n
+        t = self._t
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if t[self._phys(mid)] < t_s:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     @property
     def latest(self) -> tuple[float, float] | None:
         """The newest ``(t_s, value)``, None when empty."""
-        return self._points[-1] if self._points else None
+        if not self._n:
+            return None
+        j = self._phys(self._n - 1)
+        return (self._t[j], self._v[j])
+
+    @property
+    def oldest_s(self) -> float | None:
+        """The oldest point's time (Unix seconds), None when empty."""
+        return self._t[self._start] if self._n else None
 
     def window(self, start_s: float, end_s: float) -> tuple[tuple[float, float], ...]:
         """The points with ``start_s <= t_s <= end_s``, oldest first."""
-        out: list[tuple[float, float]] = []
-        for t, v in reversed(self._points):
-            if t < start_s:
-                break
-            if t <= end_s:
-                out.append((t, v))
-        out.reverse()
-        return tuple(out)
+        if not self._n or end_s < start_s:
+            return ()
+        a = self._first_at_or_after(start_s)
+        b = self._n
+        if self._t[self._phys(b - 1)] > end_s:
+            lo, hi = a, b  # the first point after end_s
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._t[self._phys(mid)] <= end_s:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            b = lo
+        t, v = self._arrays(a, b)
+        return tuple(zip(t, v))
+
+    def stored_bytes(self) -> int:
+        """Bytes the two arrays hold, their allocation included (``sys.getsizeof``)."""
+        return sys.getsizeof(self._t) + sys.getsizeof(self._v)
 
 
 def downsample(points: tuple[tuple[float, float], ...], start_s: float, end_s: float,
@@ -356,10 +436,16 @@ class History:
         total += sum(len(s) for m in self.models.values() for s in m.series())
         return total
 
+    def stored_bytes(self) -> int:
+        """Bytes the series' point arrays hold, all series together (``Series.stored_bytes``)."""
+        total = sum(d.used_bytes.stored_bytes() + d.total_bytes.stored_bytes() for d in self.devices.values())
+        total += sum(s.stored_bytes() for m in self.models.values() for s in m.series())
+        return total
+
     def span_s(self) -> float:
         """Seconds between the oldest and the newest point stored (0 when fewer than two)."""
-        firsts = [s._points[0][0] for d in self.devices.values() for s in (d.used_bytes,) if len(s)]
-        firsts += [s._points[0][0] for m in self.models.values() for s in m.series() if len(s)]
+        firsts = [t for d in self.devices.values() if (t := d.used_bytes.oldest_s) is not None]
+        firsts += [t for m in self.models.values() for s in m.series() if (t := s.oldest_s) is not None]
         if not firsts or self.latest_s is None:
             return 0.0
         return max(0.0, self.latest_s - min(firsts))
