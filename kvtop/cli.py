@@ -67,12 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop",
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
-        epilog=SUBCOMMANDS_HELP,
+        epilog=SUBCOMMANDS_HELP + "\n" + ACCESS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", metavar="URL", action="append",
                    help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434); "
-                        "repeat it to watch several servers")
+                        "repeat it to watch several servers. A password here is visible to every local user (ps): "
+                        "use --password-file or --netrc")
     add_access_arguments(p)
     p.add_argument("--interval", "-n", type=float, default=None, metavar="SECONDS",
                    help="seconds between polls, 0.25–60 (default: 1)")
@@ -106,12 +107,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+ACCESS_HELP = """\
+credentials, kept off the command line (where every local user sees them, ps):
+  OLLAMA_API_KEY=… kvtop             sent as Authorization: Bearer
+  kvtop --host https://alice@gpu-box/ --password-file FILE
+                                     basic auth; FILE's first line (chmod 600)
+  kvtop --host https://gpu-box/ --netrc
+                                     the machine entry of $NETRC or ~/.netrc
+  config file [servers."URL"]        headers = { Authorization = "…" } or
+                                     password_file = "…" (file chmod 600)
+"""
+"""How to give credentials, for the ``--help`` of every command that reaches a server."""
+
+
+def access_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``config.server_accesses`` that come from :func:`add_access_arguments`'s
+    flags (``headers``, ``cacert``, ``insecure``, ``password_file``, ``netrc``, ``netrc_file``)."""
+    return {"headers": list(getattr(args, "header", None) or []), "cacert": getattr(args, "cacert", None),
+            "insecure": bool(getattr(args, "insecure", False)), "password_file": getattr(args, "password_file", None),
+            "netrc": bool(getattr(args, "netrc", False)), "netrc_file": getattr(args, "netrc_file", None)}
+
+
 def add_access_arguments(p: argparse.ArgumentParser) -> None:
-    """``--header``, ``--cacert`` and ``--insecure``: how to reach a server behind a proxy (the
-    dashboard, ``kvtop plan`` and ``kvtop export`` take the same ones; ``config.server_accesses``)."""
+    """``--header``, ``--password-file``, ``--netrc``, ``--netrc-file``, ``--cacert`` and ``--insecure``:
+    how to reach a server behind a proxy (the dashboard, ``kvtop plan`` and ``kvtop export`` take the
+    same ones; :func:`access_options`, ``config.server_accesses``)."""
+    p.add_argument("--password-file", metavar="FILE", default=None,
+                   help="basic-auth password: the first line of FILE (chmod 600), for the user named in the URL "
+                        "(--host https://alice@gpu-box/); keeps the password out of ps")
+    p.add_argument("--netrc", action="store_true",
+                   help="read the host's login and password from $NETRC or ~/.netrc (chmod 600), as curl -n")
+    p.add_argument("--netrc-file", metavar="FILE", default=None, help="like --netrc, from FILE")
     p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                   help="send this header to the server (repeatable; e.g. 'Authorization: Bearer …'); "
-                        "credentials also go in the URL: --host https://user:pass@host/, or OLLAMA_API_KEY")
+                   help="send this header to the server (repeatable); a credential here is visible to every "
+                        "local user (ps): prefer OLLAMA_API_KEY or the config file's [servers.\"URL\"] headers")
     tls = p.add_mutually_exclusive_group()
     tls.add_argument("--cacert", metavar="FILE", default=None,
                      help="trust the CA certificate(s) in this PEM file (instead of the system's) for https servers")
@@ -568,8 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     host_url = host_urls[0]
     try:
         access, access_warnings = server_accesses(
-            [(u, *credentials.get(u, (None, None))) for u in host_urls], headers=args.header, cacert=args.cacert,
-            insecure=args.insecure, servers=values.get("servers"), env=env, file_origin=str(resolved.path))
+            [(u, *credentials.get(u, (None, None))) for u in host_urls], **access_options(args),
+            servers=values.get("servers"), env=env, file_origin=str(resolved.path), host_origin=origins["host"])
     except ConfigError as exc:
         parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
     warnings.extend(access_warnings)

@@ -7,7 +7,7 @@ kvtop prints outside the Textual UI — ``--once``, ``--check``, ``--print-confi
 :func:`safe_block` (or :func:`emit`, which calls it) just before it is written, so a field
 that a renderer forgot to pass through :func:`safe` is still caught at the boundary.
 
-Pure string functions; no Textual or Rich import (``kvtop.ui.format`` re-exports :func:`safe`).
+Secrets are masked at the same boundary (``kvtop.redact``). Pure string functions; no Textual or Rich import (``kvtop.ui.format`` re-exports :func:`safe`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import re
 import sys
 import unicodedata
 from typing import Any, TextIO
+
+from kvtop.redact import scrub_text
 
 REPLACEMENT = "\ufffd"
 """What a control or format character becomes (U+FFFD, ``�``)."""
@@ -74,7 +76,8 @@ def _json_char(m: re.Match[str]) -> str:
 def safe_block(text: str) -> str:
     """A whole report (several lines), safe for a terminal: like :func:`safe`, except that
     newline and tab are kept (they lay the report out). A carriage return is replaced too: it
-    would let one line overwrite another on screen.
+    would let one line overwrite another on screen. Secrets are masked first
+    (``kvtop.redact.scrub_text``: the process's own, URL userinfo, ``?token=`` …).
 
     Args:
         text: The text about to be written to stdout or stderr.
@@ -82,21 +85,44 @@ def safe_block(text: str) -> str:
     Returns:
         ``text`` with every other control and format character replaced by ``�``.
     """
-    return _BLOCK_SUSPECT.sub(_block_char, text)
+    return _BLOCK_SUSPECT.sub(_block_char, scrub_text(text))
+
+
+def clean_json(obj: Any) -> Any:
+    """``obj`` with every string in it — values and object keys, at any depth — made safe to
+    print: secrets masked (``kvtop.redact.scrub_text``) and every control and format character
+    replaced by ``�`` (:func:`safe`, newline and tab included). So a JSON consumer that turns
+    escapes back into characters (``jq -r``) can never write an ESC, a C1 control or a bidi
+    override to a terminal. Numbers, booleans and None are kept; tuples become lists.
+
+    Raises:
+        RecursionError: Only for an object nested deeper than Python's recursion limit (kvtop's
+            own documents are a few levels deep).
+    """
+    if isinstance(obj, str):
+        return _clean_str(obj)
+    if isinstance(obj, dict):
+        return {(_clean_str(k) if isinstance(k, str) else k): clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    return obj
+
+
+def _clean_str(text: str) -> str:
+    return safe(scrub_text(text))
 
 
 def safe_json(obj: Any, *, indent: int | None = 2) -> str:
-    """``json.dumps(obj, indent=indent, ensure_ascii=False)`` that a terminal cannot act on.
-
-    ``json.dumps`` writes C0 controls (ESC included) as ``\\u001b`` but leaves DEL, C1
-    controls (U+009B is an 8-bit CSI), bidi overrides and other format characters raw; those are
-    written as ``\\uXXXX`` escapes too. The JSON decodes to exactly ``obj``; other non-ASCII
-    text (names, ``×``, ``—``) stays readable.
+    """``json.dumps(clean_json(obj), indent=indent, ensure_ascii=False)``: every string of the
+    document passed through :func:`clean_json` (no control or format character survives, even
+    escaped; secrets masked), so neither a terminal nor ``jq -r`` can act on one. Other
+    non-ASCII text (names, ``×``, ``—``) stays readable.
 
     Raises:
         TypeError / ValueError: As ``json.dumps`` does (an object it cannot encode, a cycle).
     """
-    return _JSON_SUSPECT.sub(_json_char, json.dumps(obj, indent=indent, ensure_ascii=False))
+    text = json.dumps(clean_json(obj), indent=indent, ensure_ascii=False)
+    return _JSON_SUSPECT.sub(_json_char, text)  # nothing left to escape; kept as a second guard
 
 
 def emit(message: str, file: TextIO | None = None) -> None:

@@ -66,6 +66,7 @@ from kvtop.logparse.events import LogEvent, Truncation
 from kvtop.logparse.loads import Load
 from kvtop.logparse.parser import LogParser, year_at
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.redact import scrub_text
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.sources.hosts import host_is_this_machine, local_addresses
 from kvtop.model.slots import SlotsSnapshot
@@ -303,7 +304,9 @@ def label_value(text: str) -> str:
     surrogate and private-use character becomes U+FFFD; other printable text (any script, emoji)
     is kept; at most ``LABEL_MAX_CHARS`` characters. Label values come from the server
     (``/api/ps`` names, ``/api/show`` architecture…) and the log: a raw ESC must never reach a
-    terminal that shows ``/metrics``."""
+    terminal that shows ``/metrics``. Secrets are masked first (``kvtop.redact.scrub_text``: a model
+    name a server echoes with ``user:pass@`` or ``?token=``, the secrets this exporter was given)."""
+    text = scrub_text(text)
     if not (text.isascii() and text.isprintable()):
         text = "".join("\ufffd" if unicodedata.category(c) in _LABEL_UNSAFE else c for c in text)
     if len(text) > LABEL_MAX_CHARS:
@@ -952,7 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
     from kvtop.cli import add_access_arguments
 
-    add_access_arguments(p)  # --header, --cacert, --insecure: as the dashboard's
+    add_access_arguments(p)  # --header, --password-file, --netrc, --cacert, --insecure: as the dashboard's
     return p
 
 
@@ -1140,9 +1143,12 @@ def main_export(argv: Sequence[str]) -> int:
     credentials: dict[str, tuple[str | None, str | None]] = {}
     hosts, warnings = _hosts(args, values["host"], origins["host"], fail, credentials)
     try:
+        from kvtop.cli import access_options
+
         access, access_warnings = server_accesses(
-            [(u, *credentials.get(u, (None, None))) for u in hosts], headers=args.header, cacert=args.cacert,
-            insecure=args.insecure, servers=values.get("servers"), env=env, file_origin=str(resolved.path))
+            [(u, *credentials.get(u, (None, None))) for u in hosts], **access_options(args),
+            servers=values.get("servers"), env=env, file_origin=str(resolved.path),
+            host_origin="flag" if args.host else origins["host"])
     except ConfigError as exc:
         fail(str(exc))
     warnings = list(resolved.warnings) + warnings + access_warnings

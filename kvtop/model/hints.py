@@ -77,9 +77,10 @@ def _access_hints(host_url: str, error_kind: str) -> tuple[str, ...]:
     """The way forward when the server (or its proxy) answered but refused kvtop: credentials
     (401/403, ``auth``) or a certificate that did not verify (``tls``)."""
     if error_kind == "auth":
-        return (f"{host_url} asks for credentials: --host https://USER:PASS@{host_url.split('://', 1)[-1]}/ "
-                "(basic auth), OLLAMA_API_KEY=… (Authorization: Bearer), or --header 'Authorization: …'.",
-                f'Per server, in the config file: [servers."{host_url}"] headers = {{ Authorization = "…" }}.')
+        return (f"{host_url} asks for credentials: OLLAMA_API_KEY=… (Authorization: Bearer), or basic auth with"
+                " the user in the address and --password-file FILE (chmod 600) or --netrc (~/.netrc).",
+                f'Per server, in the config file (chmod 600): [servers."{host_url}"] headers = '
+                '{ Authorization = "…" } or password_file = "…".')
     return (f"The TLS certificate of {host_url} is not trusted here: --cacert FILE names the CA (PEM) that"
             " signed it; --insecure skips the check (said on screen while in use).",
             f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".')
@@ -90,8 +91,8 @@ def unreachable_hint_line(width: int = 78, *, demo: bool = False, error_kind: st
     one that fits 78 (an 80-column terminal). ``error_kind`` ``auth``/``tls``: the flags that
     give credentials or trust instead."""
     if error_kind == "auth":
-        return ("Credentials: --host https://user:pass@host/, OLLAMA_API_KEY or --header 'Authorization: …'"
-                if width >= 90 else "Credentials: --host https://user:pass@…, OLLAMA_API_KEY or --header")
+        return ("Credentials: OLLAMA_API_KEY, --password-file FILE, --netrc, or the config file's headers"
+                if width >= 90 else "Credentials: OLLAMA_API_KEY, --password-file, --netrc, config")
     if error_kind == "tls":
         return ("Certificate not trusted: --cacert FILE names its CA; --insecure skips the check"
                 if width >= 90 else "Certificate not trusted: --cacert FILE, or --insecure")

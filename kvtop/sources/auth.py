@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import base64
 import functools
+import os
 import re
 import ssl
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +28,12 @@ from urllib.parse import unquote
 
 import httpx
 
+from kvtop.redact import drop_userinfo, is_secret_name
 from kvtop.sources.hosts import httpx_verify, is_loopback_url
 
-__all__ = ["API_KEY_ENV", "HeaderError", "ServerAccess", "ca_context", "parse_header", "redact_url", "split_userinfo"]
+__all__ = ["API_KEY_ENV", "HeaderError", "SecretFileError", "ServerAccess", "UserinfoError", "ca_context",
+           "check_private", "netrc_login", "parse_header", "read_password_file", "redact_url", "secret_header",
+           "split_userinfo"]
 
 API_KEY_ENV = "OLLAMA_API_KEY"
 """The variable whose value is sent as ``Authorization: Bearer …``, as Ollama's Python client
@@ -48,8 +53,6 @@ body reader."""
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name (RFC 9110 ``token``)."""
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]*@")
-"""``scheme://userinfo@`` in free text."""
 
 
 class HeaderError(ValueError):
@@ -58,35 +61,158 @@ class HeaderError(ValueError):
 
 def redact_url(text: str) -> str:
     """``text`` with the userinfo of every URL in it dropped: ``https://alice:pw@gpu-box/`` becomes
-    ``https://gpu-box/``. The one form kvtop shows a URL in (screen, JSON, ``/metrics``, logs,
+    ``https://gpu-box/`` (a password holding an unencoded ``/``, ``?`` or ``#`` too:
+    ``kvtop.redact``). The one form kvtop shows a URL in (screen, JSON, ``/metrics``, logs,
     recordings, messages); a base URL kvtop polls never has userinfo in the first place."""
-    return _USERINFO.sub(r"\1", text) if "@" in text else text
+    return drop_userinfo(text)
+
+
+class UserinfoError(ValueError):
+    """A host value whose user name or password cannot be told from the address (an unencoded
+    ``/``, ``?`` or ``#`` in them); the message never holds either."""
 
 
 def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
     """Take the credentials out of a host value (``--host``, ``OLLAMA_HOST``, the config's ``host``).
 
     ``https://alice:s%40cret@gpu-box/ollama`` gives ``("https://gpu-box/ollama", "alice", "s@cret")``:
-    user and password percent-decoded, as in a URL. The last ``@`` before the path ends the
-    userinfo (an unencoded ``@`` in a password still works). A value without userinfo comes back
-    unchanged with ``(None, None)``. Ollama's own ``envconfig.Host()`` has no userinfo: the rest is
-    then read as Ollama reads it (``config.parse_ollama_host``).
+    user and password percent-decoded, as in a URL. The authority ends at the first ``/``, ``?``
+    or ``#`` (RFC 3986 §3.2); its last ``@`` ends the userinfo, so an unencoded ``@`` or ``:`` in a
+    password still works. A ``user:password`` whose password holds an unencoded ``/``, ``?`` or
+    ``#`` is refused: what precedes that first ``/``, ``?`` or ``#`` (``alice:pa`` of
+    ``alice:pa/ss@gpu-box``) is no ``host:port``, and reading it as one would send the password,
+    in the path, to the wrong host. An ``@`` in the path of an address without userinfo is part
+    of the path (``gpu-box:11434/a@b``). A value without userinfo comes back unchanged with ``(None, None)``. Ollama's own
+    ``envconfig.Host()`` has no userinfo: the rest is then read as Ollama reads it
+    (``config.parse_ollama_host``).
 
     Returns:
         ``(value without userinfo, user or None, password or None)``; the password is None when
         the userinfo has no ``:``.
+
+    Raises:
+        UserinfoError: A ``user:password`` with an unencoded ``/``, ``?`` or ``#``; the message
+            shows the value with everything before its last ``@`` left out.
     """
     text = raw.strip().strip("\"'")
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    authority, slash, path = rest.partition("/")
+    ends = [i for i in (rest.find(ch) for ch in "/?#") if i >= 0]
+    cut = min(ends) if ends else len(rest)
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in tail and "@" not in authority and _not_hostport(authority):
+        shown = (f"{scheme}://" if sep else "") + "…@" + rest.rpartition("@")[2]
+        raise UserinfoError(
+            f"cannot tell the user name and password from the server address in {shown!r}: a '/', '?' or '#'"
+            " in them must be percent-encoded (%2F, %3F, %23); better, keep the password off the command line:"
+            " --password-file FILE or --netrc")
     if "@" not in authority:
         return raw, None, None
     userinfo, _, hostport = authority.rpartition("@")
     user, colon, password = userinfo.partition(":")
-    clean = (f"{scheme}://" if sep else "") + hostport + slash + path
+    clean = (f"{scheme}://" if sep else "") + hostport + tail
     return clean, unquote(user), (unquote(password) if colon else None)
+
+
+def _not_hostport(authority: str) -> bool:
+    """Whether ``authority`` (no ``@``) cannot be ``host``, ``host:port`` or ``[v6]:port``: it has
+    a ``:`` followed by something other than a port number."""
+    if authority.startswith("["):
+        rest = authority[authority.find("]") + 1:] if "]" in authority else ":x"
+        return bool(rest) and not (rest.startswith(":") and rest[1:].isdigit())
+    if ":" not in authority:
+        return False
+    return not authority.rpartition(":")[2].isdigit()
+
+
+MAX_SECRET_FILE_BYTES = 64 * 1024
+"""A password file larger than this is refused (a password is a line)."""
+
+
+class SecretFileError(ValueError):
+    """A password or netrc file kvtop will not use: unreadable, empty, or readable by other users."""
+
+
+def check_private(path: str, what: str) -> None:
+    """Refuse a file holding a secret that the group or other users can read, as ssh refuses a
+    private key: ``mode & 0o077`` must be 0 (POSIX only; Windows has no such mode bits).
+
+    Raises:
+        SecretFileError: The file is readable or writable by others; the message names
+            ``chmod 600 PATH``. OSError: It cannot be looked at.
+    """
+    if os.name != "posix":
+        return
+    mode = os.stat(path).st_mode
+    if mode & 0o077:
+        raise SecretFileError(f"{what} {path} holds a secret and other users of this machine can read or write it"
+                              f" (mode {stat.S_IMODE(mode):04o}); kvtop will not use it: chmod 600 {path}")
+
+
+def read_password_file(path: str, what: str = "--password-file") -> str:
+    """The password in ``path``: its first line, without the line break (``--password-file``, a
+    ``[servers."URL"]`` table's ``password_file``). The file must be private (:func:`check_private`).
+
+    Raises:
+        SecretFileError: It cannot be read, is readable by others, is larger than
+            :data:`MAX_SECRET_FILE_BYTES` or its first line is empty. The message names the file,
+            never its content.
+    """
+    path = os.path.expanduser(path)
+    try:
+        check_private(path, what)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SECRET_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise SecretFileError(f"{what} {path}: no such file") from None
+    except OSError as exc:
+        raise SecretFileError(f"{what} {path}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise SecretFileError(f"{what} {path}: larger than {MAX_SECRET_FILE_BYTES:,} bytes; expected one line")
+    password = data.decode("utf-8", "replace").splitlines()[0] if data else ""
+    if not password:
+        raise SecretFileError(f"{what} {path}: the first line is empty; expected the password")
+    return password
+
+
+def netrc_path(env: Mapping[str, str]) -> str:
+    """The netrc file ``--netrc`` reads: ``$NETRC`` (as curl and Python's ``netrc`` read it), else ``~/.netrc``."""
+    return os.path.expanduser(env.get("NETRC") or "~/.netrc")
+
+
+def netrc_login(path: str, host: str) -> tuple[str, str] | None:
+    """``(login, password)`` of the netrc ``machine`` entry for ``host`` (else its ``default``
+    entry), or None when it has none (curl's ``--netrc``). The file must be private (:func:`check_private`).
+
+    Raises:
+        SecretFileError: The file cannot be read, is readable by others, or cannot be parsed
+            (the message names the file and line, never a password).
+    """
+    import netrc
+
+    try:
+        check_private(path, "netrc file")
+        with open(path, "rb") as fh:
+            if len(fh.read(MAX_SECRET_FILE_BYTES + 1)) > MAX_SECRET_FILE_BYTES:
+                raise SecretFileError(f"netrc file {path}: larger than {MAX_SECRET_FILE_BYTES:,} bytes")
+        entry = netrc.netrc(path).authenticators(host)
+    except FileNotFoundError:
+        raise SecretFileError(f"netrc file {path}: no such file") from None
+    except netrc.NetrcParseError as exc:
+        raise SecretFileError(f"netrc file {path}: cannot parse it (line {exc.lineno})") from None
+    except OSError as exc:
+        raise SecretFileError(f"netrc file {path}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+    if entry is None:
+        return None
+    login, _, password = entry
+    return (login or "", password or "") if password else None
+
+
+def secret_header(name: str) -> bool:
+    """Whether a header's value is a credential (``Authorization``, ``Cookie``, ``X-Api-Key`` …):
+    one given on the command line is warned about."""
+    return name.lower() in ("authorization", "proxy-authorization", "cookie") or is_secret_name(name)
 
 
 def parse_header(text: str, origin: str = "--header") -> tuple[str, str]:

@@ -307,15 +307,18 @@ def _mib(n_bytes: int) -> str:
     return f"{n_bytes / MiB:.0f} MiB" if n_bytes >= 10 * MiB else f"{n_bytes / MiB:.1f} MiB"
 
 
-AUTH_FLAGS = "--host https://user:pass@…, OLLAMA_API_KEY or --header 'Authorization: …'"
-"""The ways to give a server credentials, as the 401/403 messages name them."""
+AUTH_FLAGS = ("OLLAMA_API_KEY (Bearer), --password-file FILE or --netrc (basic auth), or the config file's"
+              " [servers.\"URL\"] headers")
+"""The ways to give a server credentials, as the 401/403 messages name them: those that keep the
+secret off the command line (where every local user sees it with ``ps``) first (issue 23)."""
 
 
 def auth_message(status: int, access: ServerAccess) -> str:
     """The error of a 401 or 403 answer: what to set, and what kvtop sent (values masked).
 
-    ``authentication required (401): set credentials with --host https://user:pass@…,
-    OLLAMA_API_KEY or --header 'Authorization: …' (sent: no credentials)``; a 403 says
+    ``authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), --password-file
+    FILE or --netrc (basic auth), or the config file's [servers."URL"] headers (sent: no
+    credentials)``; a 403 says
     ``authentication refused (403)``: the credentials sent are not allowed.
     """
     sent = access.sent_words()

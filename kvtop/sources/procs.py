@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from kvtop.logparse.cmdline import parse_cmd
+from kvtop.redact import mask_argv
 from kvtop.model.gpu import PidNamespace, ProcessInfo, ProcSnapshot, RunnerKind, RunnerProcess, ServerProcess
 from kvtop.sources.service_env import ServiceEnvReader
 
@@ -391,7 +392,7 @@ class ProcSource:
                 continue
             parsed[pid] = c
             if c.kind == "server":
-                servers.append(ServerProcess(pid=pid, user=info.get("username"), cmdline=tuple(cmd or ()),
+                servers.append(ServerProcess(pid=pid, user=info.get("username"), cmdline=mask_argv(cmd or ()) or (),
                                              env=self._env.read(pid) if self._env is not None else None))
         server_pids = {s.pid for s in servers}
         if self._env is not None:
@@ -418,7 +419,7 @@ class ProcSource:
                 ppid=ppid if isinstance(ppid, int) else None,
                 server_pid=ppid if ppid in server_pids else None, user=info.get("username"),
                 rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
-                cmdline=tuple(info.get("cmdline") or ()),
+                cmdline=mask_argv(info.get("cmdline") or ()) or (),
             ))
         # psutil sees runners whose name says nothing (cmdline unreadable): keep what is known
         for pid in sorted(full):
@@ -441,7 +442,7 @@ class ProcSource:
                 denied = [k for k in ("cmdline", "username") if info.get(k) is None]
                 processes[pid] = ProcessInfo(
                     pid=pid, visible=True, user=info.get("username"), name=info.get("name"),
-                    cmdline=tuple(cmd) if cmd is not None else None,
+                    cmdline=mask_argv(cmd),  # secrets (--api-key X, TOKEN=X) never leave this source
                     rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
                     note=f"access denied: {' and '.join(denied)} not readable" if denied else None,
                 )

@@ -13,8 +13,8 @@ in this order, from the first place this user can read:
 4. macOS: ``launchctl getenv KEY`` for Ollama's variables (what the app's server inherits).
 
 Only ``OLLAMA_*`` and the GPU selection variables are kept, and a value whose name says it is a
-secret (``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``AUTH``) or a URL with credentials is
-masked here, before it reaches any state, screen, recording or metric. Everything here is
+secret (``KEY``, ``TOKEN``, ``SECRET``, ``PASS``, ``AUTH`` …: ``kvtop.redact``), a URL's credentials
+and a secret query parameter (``?token=``) are masked here, before it reaches any state, screen, recording or metric. Everything here is
 blocking (it runs in ``ProcSource``'s worker thread) and is read once per server PID: a
 service's environment only changes when the process restarts. Never raises.
 """
@@ -31,6 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from kvtop.model.gpu import ServiceEnv
+from kvtop.redact import is_secret_name, mask_query
 
 KEEP_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 KEEP_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
@@ -48,7 +49,6 @@ LAUNCHCTL_KEYS = (
 COMMAND_TIMEOUT_S = 2.0
 """Deadline of one ``systemctl`` / ``docker`` / ``launchctl`` call."""
 
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL", re.IGNORECASE)
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _SEPARATORS = re.compile(r"([,;\s]+)")
 _UNIT = re.compile(r"/((?:[\w@.\\-]|\\x[0-9a-f]{2})+\.service)(?:/|$)")
@@ -74,10 +74,13 @@ def mask(name: str, value: str) -> str:
     """``value`` with secrets hidden: the whole value when the name says secret, else the user
     information of every address in it (``user:pass@`` with or without a scheme, as Ollama's
     ``OLLAMA_HOST`` takes it; up to the last ``@``, so a password holding ``@`` or ``/`` is hidden
-    whole). Lists (``OLLAMA_ORIGINS``) are masked item by item."""
-    if _SECRET.search(name) and value:
+    whole), and the value of a secret query parameter (``?token=``, ``&key=``: ``kvtop.redact``).
+    Lists (``OLLAMA_ORIGINS``) are masked item by item. A name says secret by
+    ``kvtop.redact.is_secret_name`` (``KEY``, ``TOKEN``, ``SECRET``, ``PASS`` — ``OLLAMA_PASS`` too —,
+    ``AUTH``, ``CREDENTIAL``, ``COOKIE``, ``SIGNATURE``)."""
+    if is_secret_name(name) and value:
         return MASK
-    return "".join(_mask_userinfo(part) for part in _SEPARATORS.split(value))
+    return "".join(mask_query(_mask_userinfo(part), MASK) for part in _SEPARATORS.split(value))
 
 
 def _mask_userinfo(token: str) -> str:

@@ -87,9 +87,12 @@ def test_basic_auth_in_the_url_is_watched_and_never_printed(tmp_path: Path) -> N
     assert bare.returncode == 2
     failed = json.loads(bare.stdout)
     assert failed["reachable"] is False
-    assert failed["error"] == ("authentication required (401): set credentials with --host https://user:pass@…, "
-                               "OLLAMA_API_KEY or --header 'Authorization: …' (sent: no credentials)")
-    assert failed["hints"][0].startswith(f"{server.url} asks for credentials: --host https://USER:PASS@")
+    # the ways that keep the secret off the command line (ps) come first (issue 23)
+    assert failed["error"] == ("authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
+                               "--password-file FILE or --netrc (basic auth), or the config file's "
+                               '[servers."URL"] headers (sent: no credentials)')
+    assert failed["hints"][0].startswith(f"{server.url} asks for credentials: OLLAMA_API_KEY=…")
+    assert "user:pass" not in ok.stdout + bare.stdout + check.stdout  # no form that puts a password in argv
     assert check.returncode == 2 and "authentication required (401)" in check.stdout
     assert wrong.returncode == 2 and "(sent: basic auth as alice)" in wrong.stderr
 
@@ -188,7 +191,7 @@ async def test_dashboard_watches_a_basic_auth_server_and_records_no_secret(tmp_p
             await pilot.pause(0.3)
             screen = screen_text(app)
         assert "✖ auth" in screen and "authentication required (401)" in screen
-        assert "Credentials: --host https://user:pass@host/, OLLAMA_API_KEY or --header" in screen
+        assert "Credentials: OLLAMA_API_KEY, --password-file FILE, --netrc" in screen
 
 
 async def test_dashboard_header_says_insecure_tls(tls_files: dict[str, str]) -> None:

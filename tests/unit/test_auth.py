@@ -126,9 +126,9 @@ def test_a_password_over_plain_http_to_another_machine_is_warned_about() -> None
 
 def test_auth_messages_name_the_flags_and_what_was_sent() -> None:
     none = ServerAccess("https://gpu-box:443")
-    assert auth_message(401, none) == ("authentication required (401): set credentials with --host "
-                                       "https://user:pass@…, OLLAMA_API_KEY or --header 'Authorization: …'"
-                                       " (sent: no credentials)")
+    assert auth_message(401, none) == ("authentication required (401): set credentials with OLLAMA_API_KEY "
+                                       "(Bearer), --password-file FILE or --netrc (basic auth), or the config"
+                                       " file's [servers.\"URL\"] headers (sent: no credentials)")
     basic = ServerAccess("https://gpu-box:443", username="alice", password=SECRET)
     refused = auth_message(403, basic)
     assert refused.startswith("authentication refused (403)") and "basic auth as alice" in refused
@@ -156,6 +156,7 @@ def test_print_config_masks_every_secret(tmp_path: Path) -> None:
     config.write_text('host = ["https://alice:' + SECRET + '@gpu-box/", "https://other/"]\n'
                       '[servers."https://other"]\nheaders = { Authorization = "Bearer cfg-token-1" }\n',
                       encoding="utf-8")
+    config.chmod(0o600)  # it holds secrets: kvtop refuses it readable by others (issue 23)
     proc = subprocess.run([sys.executable, "-m", "kvtop", "--config", str(config), "--print-config",
                            "--header", "X-Key: flag-secret-2"], capture_output=True, text=True, timeout=30,
                           cwd=str(REPO), env={"PATH": "/usr/bin:/bin", "OLLAMA_API_KEY": "env-secret-3",

@@ -5,7 +5,8 @@ clipboard write and a CSI 2J clear-screen, and both reached the terminal. Here t
 as a subprocess against a real HTTP server on 127.0.0.1 that puts escape sequences (C0 and
 C1 controls, bidi overrides) into its error bodies and into ``/api/show`` fields, and every byte
 of stdout and stderr is checked: no control character but newline and tab. JSON may carry
-the text, escaped (``\\u001b``), and must still decode to the server's value.
+the text with every control and format character replaced by U+FFFD — not escaped: ``jq -r``
+would turn ``\\u001b`` back into a raw ESC (issue 23) — in every string and key at any depth.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from kvtop.textsafe import safe, safe_block
+from tests.unit.test_redact import assert_no_control
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,6 +174,7 @@ def test_check_json_escapes_and_keeps_the_error(hostile: tuple[str, type[_Hostil
     assert_clean(proc.stdout, "stdout")
     assert_clean(proc.stderr, "stderr")
     doc = json.loads(proc.stdout)
+    assert_no_control(doc)
     assert doc["reachable"] is False
     assert "HTTP 500" in doc["error"] and "]52;c;SGFja2Vk" in doc["error"]  # the message is kept, defused
 
@@ -203,8 +206,10 @@ def test_once_json_against_hostile_show(hostile: tuple[str, type[_Hostile]], tmp
     text = assert_clean(proc.stdout, "stdout")
     assert_clean(proc.stderr, "stderr")
     doc = json.loads(text)
+    assert_no_control(doc)  # every text field (kv_estimate_unavailable, preflight notes …), not only names
     assert doc["models"][0]["name"].startswith("gem")
     assert doc["version"].startswith("0.12.0")
+    assert doc["models"][0]["name"] == "gem" + safe(HOSTILE) + ":latest"  # replaced, not escaped
 
 
 def test_json_dumps_escapes_esc() -> None:
@@ -244,8 +249,10 @@ def test_plan_json_is_escaped(hostile: tuple[str, type[_Hostile]], tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     text = assert_clean(proc.stdout, "stdout")  # json.dumps escapes C0 only; C1 and U+202E must be escaped too
     assert_clean(proc.stderr, "stderr")
-    assert "\\u009b" in text and "\\u202e" in text and "\\u001b" in text
-    assert json.loads(text)["architecture"] == "gemma3" + HOSTILE  # the data survives, escaped
+    assert "\\u009b" not in text and "\\u202e" not in text and "\\u001b" not in text  # not even escaped
+    doc = json.loads(text)
+    assert_no_control(doc)
+    assert doc["architecture"] == "gemma3" + safe(HOSTILE)  # the data survives, defused as names are
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,7 +282,7 @@ def test_inspect_log_on_a_log_with_escapes(tmp_path: Path, json_out: bool) -> No
     out = assert_clean(proc.stdout, "stdout")
     assert_clean(proc.stderr, "stderr")
     if json_out:
-        json.loads(out)
+        assert_no_control(json.loads(out))
     else:
         assert "load 1" in out and "8192" in out
 

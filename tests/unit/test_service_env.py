@@ -79,6 +79,15 @@ def test_parsers() -> None:
      f"http://{MASK}@evil.com,http://{MASK}@x.org app://ok"),  # @ and / inside passwords; a list item by item
     ("LLAMA_ARG_HF_TOKEN", "hf_abc", MASK),
     ("OLLAMA_KV_CACHE_TYPE", "q8_0", "q8_0"),
+    # issue 23: the name pattern wanted PASSW, so OLLAMA_PASS was shown; URL query secrets were shown
+    ("OLLAMA_PASS", "hunter2", MASK),
+    ("OLLAMA_PROXY_PASSPHRASE", "x y", MASK),
+    ("OLLAMA_REMOTES", "https://hub.example/v2?token=abc123&page=2",
+     f"https://hub.example/v2?token={MASK}&page=2"),
+    ("OLLAMA_ORIGINS", "https://a.example/?key=k1,https://b.example/x?sig=s2;app://ok?api_key=k3",
+     f"https://a.example/?key={MASK},https://b.example/x?sig={MASK};app://ok?api_key={MASK}"),
+    ("OLLAMA_MODELS", "/srv/models", "/srv/models"),
+    ("OLLAMA_KEEP_ALIVE", "24h", "24h"),
 ])
 def test_secrets_are_masked(name: str, value: str, shown: str) -> None:
     assert mask(name, value) == shown
