@@ -45,14 +45,16 @@ def _fast_init(cls: type[_T]) -> type[_T]:
         if f.name == "raw":
             value = '""'
         elif f.name == "time":
-            value = "same_time(self.time)"
+            value = "compactor.same_time(self.time)"
         elif f.type in ("str", "str | None"):  # (annotations are strings: ``from __future__ import annotations``)
-            value = f"share(self.{f.name})"
+            value = f"compactor.share(self.{f.name})"
+        elif f.type == "Mapping[str, str]":
+            value = f"compactor.share_map(self.{f.name})"
         else:
             value = f"self.{f.name}"
         lean.append(f"    _s_{f.name}(new, {value})")
     src = (f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-           "def _lean(self, share, same_time):\n    new = _new(_cls)\n" + "\n".join(lean) + "\n    return new\n")
+           "def _lean(self, compactor):\n    new = _new(_cls)\n" + "\n".join(lean) + "\n    return new\n")
     exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -594,7 +596,8 @@ class EventCompactor:
     that ``raw`` is ``""`` (nothing that keeps events reads the line: the events pane describes the fields and shows
     the log's own newest lines for its raw view), its short text fields (``str`` fields of at most
     :attr:`max_chars` characters: devices, buffer kinds, grammars, blobs, paths, reasons) are the
-    one copy of that text this compactor has seen, and its ``time`` is the previous event's
+    one copy of that text this compactor has seen, a ``server config`` map is the previous one when
+    equal (else a dict of shared keys and values), and its ``time`` is the previous event's
     ``datetime`` object when the two are equal. Values never change, only which object holds them.
 
     The string table is bounded: past :attr:`max_strings` distinct strings it is emptied and starts
@@ -606,13 +609,19 @@ class EventCompactor:
         max_chars: Longer strings are kept as they are (not remembered).
     """
 
-    __slots__ = ("_last_time", "_strings", "max_chars", "max_strings")
+    __slots__ = ("_last_map", "_last_time", "_strings", "max_chars", "max_strings")
 
     def __init__(self, max_strings: int = 1024, max_chars: int = 128) -> None:
         self.max_strings = max_strings
         self.max_chars = max_chars
         self._strings: dict[str, str] = {}
         self._last_time: datetime | None = None
+        self._last_map: Mapping[str, str] | None = None
+
+    @property
+    def strings_held(self) -> int:
+        """Distinct strings remembered now (at most :attr:`max_strings`)."""
+        return len(self._strings)
 
     def share(self, text: str | None) -> str | None:
         """The copy of ``text`` seen first (``text`` itself when new, too long or None)."""
@@ -627,6 +636,16 @@ class EventCompactor:
         strings[text] = text
         return text
 
+    def share_map(self, mapping: Mapping[str, str]) -> Mapping[str, str]:
+        """The previous map when equal to ``mapping``, else a dict of its shared keys and values."""
+        last = self._last_map
+        if last is not None and (mapping is last or mapping == last):
+            return last
+        share = self.share
+        out: dict[str, str] = {share(k): share(v) for k, v in mapping.items()}  # type: ignore[misc]
+        self._last_map = out
+        return out
+
     def same_time(self, when: datetime | None) -> datetime | None:
         """The previous event's time object when it equals ``when`` (same zone object and fold), else ``when``."""
         last = self._last_time
@@ -639,8 +658,7 @@ class EventCompactor:
 
     def compact(self, events: Iterable[LogEvent]) -> list[LogEvent]:
         """The events as compact copies (``raw == ""``, every other field equal), in the same order."""
-        share, same_time = self.share, self.same_time
-        return [e._lean(share, same_time) for e in events]  # type: ignore[union-attr]
+        return [e._lean(self) for e in events]  # type: ignore[union-attr]
 
 
 LogEvent = (

@@ -209,7 +209,15 @@ def is_cpu_device(device: str) -> bool:
 
 
 class _Builder:
-    """The mutable state of one load while events are read."""
+    """The mutable state of one load while events are read (slotted: a grouper keeps one per load
+    of the log kept, thousands in a busy log)."""
+
+    __slots__ = (
+        "alloc", "device_free", "engine", "era", "era_rank", "estimate", "events", "fa_ollama_off", "fa_requested",
+        "fa_strong", "fa_weak", "first_line", "fit_overflowing", "has_alloc", "has_request", "has_spawn", "index",
+        "kv_ctx_set", "kv_sizes", "kv_swa", "last_line", "max_order", "mmproj_blob", "model_blob", "model_name",
+        "over_training", "pid", "port", "ready", "time", "touched", "values",
+    )
 
     def __init__(self, index: int, event: LogEvent) -> None:
         self.index = index

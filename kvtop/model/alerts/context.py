@@ -314,7 +314,9 @@ def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogSca
 
 
 _SCANS_KEPT: Final = 4
-"""Scans kept (one per log followed; a scan extended by a newer one is dropped for it)."""
+"""Scans kept (one per log followed). A scan is dropped when a newer one extends it, or when the log
+it scanned was trimmed at its cap (the full pass over the trimmed tuple finds the old one's last
+event in it), so the memo holds one scan per log, not old copies of it."""
 _scans: dict[int, LogScan] = {}
 _scans_lock = threading.Lock()
 
@@ -324,6 +326,22 @@ def _extends(new: tuple[LogEvent, ...], old: tuple[LogEvent, ...]) -> bool:
     ``old``: ``logstate.apply_log`` only appends, or trims the oldest, which this rejects)."""
     n = len(old)
     return 0 < n < len(new) and new[0] is old[0] and new[n - 1] is old[n - 1]
+
+
+def _holds_end_of(scan: LogScan, old: tuple[LogEvent, ...]) -> bool:
+    """Whether ``old``'s last event (the same object) is among ``scan``'s events: ``old`` is the log
+    ``scan`` scanned before its oldest events were trimmed. Found by bisection on the line numbers
+    of an ordered scan; an unordered one answers False (the memo's bound then drops the old one)."""
+    if not old or not scan.ordered or old is scan.events:
+        return False
+    last = old[-1]
+    lines, n, events = scan.buf.line_nos, scan.n, scan.events
+    i = bisect.bisect_left(lines, last.line_no, 0, n)
+    while i < n and lines[i] == last.line_no:
+        if events[i] is last:
+            return True
+        i += 1
+    return False
 
 
 def scan_log(events: tuple[LogEvent, ...], naive_tz: tzinfo) -> LogScan:
@@ -352,9 +370,14 @@ def scan_log(events: tuple[LogEvent, ...], naive_tz: tzinfo) -> LogScan:
             buf = base.buf.prefix_of(base)  # an older state extended again: its own copy
         buf.end = len(events)
     result = _scan(events, base.n if base is not None else 0, naive_tz, base, events, buf)
+    if not events:
+        return result  # nothing to keep: an empty log (a remote host's) must not push a real one out
     with _scans_lock:
         if base is not None and _scans.get(id(base.events)) is base:
             del _scans[id(base.events)]  # the new scan covers its log
+        elif base is None:
+            for key in [k for k, s in _scans.items() if _holds_end_of(result, s.events)]:
+                del _scans[key]  # the same log before it was trimmed
         _scans.pop(id(events), None)
         _scans[id(events)] = result
         while len(_scans) > _SCANS_KEPT:
