@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on each request (default 10)")
     from kvtop.cli import add_access_arguments
 
-    add_access_arguments(p)  # --header, --cacert, --insecure: as the dashboard's
+    add_access_arguments(p)  # --header, --password-file, --netrc, --cacert, --insecure: as the dashboard's
     p.add_argument("--log", metavar="FILE", default=None,
                    help="server log (or llama-server stderr) with a load of this model: compare and calibrate")
     p.add_argument("--model-info", metavar="FILE", default=None,
@@ -256,13 +256,16 @@ def server_access(raw: str | None, *, strict: bool, args: argparse.Namespace) ->
 
     try:
         host, user, password = parse_host_access(raw, strict=strict)
+        file_origin = "the config file"
         try:
-            servers = resolve_config({}).values.get("servers")
+            resolved = resolve_config({})
+            servers, file_origin = resolved.values.get("servers"), str(resolved.path)
         except ConfigError:
             servers = None  # a bad setting elsewhere in the environment: plan reads no other
-        access, warnings = server_accesses([(host, user, password)], headers=getattr(args, "header", []) or [],
-                                           cacert=getattr(args, "cacert", None),
-                                           insecure=bool(getattr(args, "insecure", False)), servers=servers)
+        from kvtop.cli import access_options
+
+        access, warnings = server_accesses([(host, user, password)], **access_options(args), servers=servers,
+                                           file_origin=file_origin, host_origin="flag" if getattr(args, "host", None) else None)
     except (HostError, ConfigError) as exc:
         raise PlanError(str(exc)) from None
     for warning in warnings:
