@@ -247,8 +247,9 @@ async def test_write_errors_say_the_auth_message_and_hold_no_secret(tls_files: d
         finally:
             await right.aclose()
         writes = server.writes()
-    assert refused == ("authentication required (401): set credentials with --host https://user:pass@…, "
-                       f"OLLAMA_API_KEY or --header 'Authorization: …' (sent: basic auth as {USER})")
+    assert refused == ("authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
+                       "--password-file FILE or --netrc (basic auth), or the config file's [servers.\"URL\"] headers"
+                       f" (sent: basic auth as {USER})")
     assert bare is not None and bare.startswith("authentication required (401)") and "(sent: no credentials)" in bare
     assert "HTTP 401" not in refused + bare and PASSWORD not in refused
     assert sent is None and writes == [("POST", "/api/generate")] * 3  # the stand-in logs the two it refused too
