@@ -10,6 +10,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 from kvtop.model.placement import vram_ram
 from kvtop.model.state import ModelView
@@ -298,16 +299,25 @@ class ModelsTable(DataTable[Text | str]):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
         self._signature: tuple[tuple[str, int], ...] = ()
+        """Each column's key and width, as added (a new header alone does not add them again)."""
+        self._labels: tuple[str, ...] = ()
         self._views: tuple[ModelView, ...] = ()
         self._shown: tuple[object, ...] | None = None
         self._row_keys: tuple[str, ...] = ()
-        self._row_cells: list[tuple[object, ...]] = []
-        """The cells last shown, per row (``show`` updates only the ones that changed)."""
+        """Each row's key, in the order shown (``(digest, name)``, ``#2``… for a repeated one)."""
+        self._row_cells: dict[str, tuple[Text | str, ...]] = {}
+        """The cells last shown, per row key (``show`` updates only the ones that changed)."""
+        self._cell_cache: dict[str, tuple[ModelView, str | None, tuple[Text | str, ...]]] = {}
+        """Per row key: the view and sparkline its cells were rendered from, and the cells."""
+        self._cell_context: tuple[object, ...] | None = None
         self._columns_key: tuple[object, ...] | None = None
         self._columns: tuple[Column, ...] = ()
         self.column_fits = 0
         """Times the columns were fitted to the rows (``columns_for``): only when the rows, the
         width, the sparklines or the sort changed, not per repaint (observer-cost tests count them)."""
+        self.rows_rendered = 0
+        """Rows whose cells were rendered: only rows whose view or sparkline changed, or all of
+        them when the columns or the colours did (observer-cost tests count them)."""
 
     @property
     def selected_view(self) -> ModelView | None:
@@ -329,7 +339,13 @@ class ModelsTable(DataTable[Text | str]):
              sort: tuple[str, bool] = ("server", False)) -> None:
         """Replace the rows (and the columns when the width class or the sort changed); ``sparks``:
         each model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``; ``sort``:
-        the sort key and whether it is reversed, marked in its column's header (``sorted_label``)."""
+        the sort key and whether it is reversed, marked in its column's header (``sorted_label``).
+
+        Observer cost (issue 23): a row's cells are rendered again only when its view or its
+        sparkline changed (or the columns or colours did); only the cells whose content changed
+        are updated; rows that moved are reordered in place (``DataTable.sort``), and rows that
+        came or went are added or removed alone, so a poll or a key at 1,000 models costs what
+        changed, not 12,000 cells."""
         columns_key = (views, width, sparks, sort)
         if columns_key != self._columns_key:  # fitting NAME renders every cell: only when its inputs changed
             self._columns_key = columns_key
@@ -337,39 +353,130 @@ class ModelsTable(DataTable[Text | str]):
                                   for c in columns_for(width, sparks, views))
             self.column_fits += 1
         cols = self._columns
-        signature = tuple((c.key, c.width, c.label) for c in cols)
+        signature = tuple((c.key, c.width) for c in cols)
+        labels = tuple(c.label for c in cols)
         colors = dict(self.app.theme_variables)
-        shown_sparks = tuple(sorted((sparks or {}).items())) if any(c.key == "spark" for c in cols) else ()
-        shown = (views, signature, tuple(sorted(colors.items())), shown_sparks)
+        with_spark = any(c.key == "spark" for c in cols)
+        context = (signature, tuple(sorted(colors.items())))
+        shown = (views, context, labels, sparks if with_spark else None)
         if shown == self._shown:
             return  # nothing changed: keep the rendered rows (no repaint)
         self._shown = shown
+        if signature == self._signature and labels != self._labels:
+            self._relabel(cols)  # the sort mark moved: the headers change, not the columns
+        if context != self._cell_context:
+            self._cell_context = context
+            self._cell_cache = {}
         selected = self.selected_view
-        keys = tuple(f"{i}:{v.digest}:{v.name}" for i, v in enumerate(views))
-        rows = [tuple(col.cell(v, colors) for col in cols) for v in views]
-        if signature == self._signature and keys == self._row_keys:
-            # the same rows and columns: only the cells whose content changed are updated (a
-            # sparkline moving one cell repaints that cell, not the table; benchmarks/cpu_idle.py)
-            for key, old, new in zip(keys, self._row_cells, rows):
-                for col, a, b in zip(cols, old, new):
-                    if a != b:
-                        self.update_cell(key, col.key, b)
-            self._row_cells = rows
-            self._views = views
-            return
-        if signature != self._signature:
-            self.clear(columns=True)
-            for col in cols:
-                self.add_column(col.label, width=col.width, key=col.key)
-            self._signature = signature
-        else:
-            self.clear()
-        for key, cells in zip(keys, rows):
-            self.add_row(*cells, key=key)
-        self._row_keys, self._row_cells = keys, rows
+        keys = _row_keys(views)
+        rows = self._cells_for(keys, views, cols, colors, sparks if with_spark else None)
+        live = set(keys)
+        gone = sum(1 for k in self._row_keys if k not in live)
+        rebuilt = not (signature == self._signature and self._row_keys and gone <= REMOVE_MAX_ROWS)
+        if not rebuilt:
+            rebuilt = not self._update_rows(keys, rows, cols)
+        if rebuilt:
+            if signature != self._signature:
+                self.clear(columns=True)
+                for col in cols:
+                    self.add_column(col.label, width=col.width, key=col.key)
+                self._signature, self._labels = signature, labels
+            else:
+                self.clear()
+            for key, cells in zip(keys, rows):
+                self.add_row(*cells, key=key)
+            self._row_cells = dict(zip(keys, rows))
+        moved = rebuilt or keys != self._row_keys
+        self._row_keys = keys
         self._views = views
-        if selected is not None:
+        if moved and selected is not None:
             for i, v in enumerate(views):
                 if v.name == selected.name and v.digest == selected.digest:
-                    self.move_cursor(row=i)
+                    if self.cursor_row != i:
+                        self.move_cursor(row=i)
                     break
+
+    def _relabel(self, cols: tuple[Column, ...]) -> None:
+        """Give the columns these headers in place (the same keys and widths)."""
+        for col in cols:
+            self.columns[ColumnKey(col.key)].label = Text.from_markup(col.label)  # as add_column makes it
+        self._labels = tuple(c.label for c in cols)
+        self._update_count += 1  # the header's render cache is keyed by it (as DataTable.sort does)
+        self.refresh()
+
+    def _cells_for(self, keys: tuple[str, ...], views: tuple[ModelView, ...], cols: tuple[Column, ...],
+                   colors: dict[str, str], sparks: Sparks | None) -> list[tuple[Text | str, ...]]:
+        """Each row's cells: from the cache when its view (the same object, or an equal one) and
+        its sparkline are those it was rendered from, else rendered now."""
+        cache = self._cell_cache
+        rows: list[tuple[Text | str, ...]] = []
+        for key, v in zip(keys, views):
+            spark = sparks.get((v.name, v.digest)) if sparks is not None else None
+            hit = cache.get(key)
+            if hit is not None and hit[1] == spark and (hit[0] is v or hit[0] == v):
+                rows.append(hit[2])
+                continue
+            cells = tuple(col.cell(v, colors) for col in cols)
+            self.rows_rendered += 1
+            cache[key] = (v, spark, cells)
+            rows.append(cells)
+        if len(cache) > len(keys):
+            live = set(keys)
+            for key in [k for k in cache if k not in live]:
+                del cache[key]
+        return rows
+
+    def _update_rows(self, keys: tuple[str, ...], rows: list[tuple[Text | str, ...]], cols: tuple[Column, ...]) -> bool:
+        """The same columns: remove the rows that went, add the new ones, update the cells that
+        changed, and reorder in place when the order changed. False when the rows must be added
+        again instead (two rows share a first cell object: the reorder cannot tell them apart)."""
+        old = self._row_cells
+        cache = self._cell_cache
+        new: dict[str, tuple[Text | str, ...]] = {}
+        live = set(keys)
+        for key in [k for k in old if k not in live]:
+            self.remove_row(key)
+        for key, cells in zip(keys, rows):
+            before = old.get(key)
+            if before is None:
+                self.add_row(*cells, key=key)
+            elif before is not cells:
+                # only the cells whose content changed are updated (a sparkline moving one cell
+                # repaints that cell, not the table; benchmarks/cpu_idle.py); the cells kept are
+                # the ones the table holds, remembered as this row's (the next poll compares nothing)
+                stored = tuple(b if a != b else a for a, b in zip(before, cells))
+                for col, a, b in zip(cols, before, stored):
+                    if a is not b:
+                        self.update_cell(key, col.key, b)
+                view, spark, _ = cache[key]
+                cache[key] = (view, spark, stored)
+                cells = stored
+            new[key] = cells
+        self._row_cells = new
+        order = tuple(k for k in self._row_keys if k in new) + tuple(k for k in keys if k not in old)
+        if keys == order:
+            return True
+        position = {id(new[k][0]): i for i, k in enumerate(keys)}
+        if len(position) != len(keys):
+            return False
+        # the rows in the order of ``keys`` without adding them again: DataTable.sort by each row's
+        # first cell, the one object per row this table put there
+        self.sort(key=lambda values: position[id(values[0])])
+        return True
+
+
+REMOVE_MAX_ROWS = 32
+"""More rows than this gone at once: the table is filled again (each ``remove_row`` renumbers
+every row after it)."""
+
+
+def _row_keys(views: Sequence[ModelView]) -> tuple[str, ...]:
+    """A stable key per row: ``digest:name``; a repeated one gets ``#2``, ``#3``… in order."""
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    for v in views:
+        key = f"{v.digest}:{v.name}"
+        n = seen.get(key, 0) + 1
+        seen[key] = n
+        out.append(key if n == 1 else f"{key}#{n}")
+    return tuple(out)
