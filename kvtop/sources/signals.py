@@ -32,10 +32,13 @@ class SignalTarget:
         pid: The process id (this PID namespace's).
         allowed: True when this user may signal it (kill(2)'s rule, above).
         reason: Why not, in plain words ("" when allowed).
-        user: Its owner's user name, None when not readable.
+        user: Its owner's user name (``uid N`` for a uid with no name), None when not readable.
         name: Its process name, None when not readable.
         create_time: Its start time (Unix seconds, psutil), to recognise the same process later;
             None when it is not visible here.
+        mine: True when its real or saved user id is kvtop's real or effective one (the
+            operator's own process). False for another user's process that kvtop may signal only
+            because it runs as root: the UI names the owner and asks a second time.
     """
 
     pid: int
@@ -44,6 +47,12 @@ class SignalTarget:
     user: str | None = None
     name: str | None = None
     create_time: float | None = None
+    mine: bool = False
+
+    @property
+    def owner(self) -> str:
+        """``user``, or ``?`` when not readable (for messages)."""
+        return self.user or "?"
 
 
 def _ids() -> tuple[int, set[int]]:
@@ -54,7 +63,8 @@ def signal_target(pid: int) -> SignalTarget:
     """Whether this user may signal ``pid``, read with psutil (never raises).
 
     Refused: PID 1 and lower, kvtop itself, a process that exited or is not visible in this PID
-    namespace, one owned by another user (unless kvtop runs as root).
+    namespace, one owned by another user (unless kvtop runs as root; then it is allowed with
+    ``mine`` False). ``user`` is the owner's name, else ``uid N`` (a uid with no name).
     """
     if pid <= 1:
         return SignalTarget(pid, False, "PID 1 and the kernel are never signalled")
@@ -74,11 +84,12 @@ def signal_target(pid: int) -> SignalTarget:
         return SignalTarget(pid, False, "exited, or not visible in kvtop's PID namespace")
     except psutil.AccessDenied:
         return SignalTarget(pid, False, "its owner cannot be read (access denied): not signalled")
-    euid, mine = _ids()
-    if euid != 0 and not mine & {uids.real, uids.saved}:
-        who = user or f"uid {uids.real}"
-        return SignalTarget(pid, False, f"owned by {who}: only its owner or root may signal it", user, name, created)
-    return SignalTarget(pid, True, "", user, name, created)
+    euid, ids = _ids()
+    mine = bool(ids & {uids.real, uids.saved})
+    user = user or f"uid {uids.real}"
+    if euid != 0 and not mine:
+        return SignalTarget(pid, False, f"owned by {user}: only its owner or root may signal it", user, name, created)
+    return SignalTarget(pid, True, "", user, name, created, mine)
 
 
 def signal_targets(pids: Iterable[int]) -> dict[int, SignalTarget]:

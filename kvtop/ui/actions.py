@@ -1,8 +1,9 @@
 """Operator actions (issue 16): unload (``u``), keep-alive (``a``), signal a foreign GPU process
 (``k``), and an alert's fix offered from the events pane (Enter on a fix).
 
-Every write asks first on a ``ConfirmLoad`` dialog (Cancel focused; only ``y`` or a click on the
-action writes), is logged in the events pane with its outcome (``OperatorEntry``), and does not
+Every write asks first on a ``ConfirmWrite`` dialog (``kvtop.ui.screens.confirm``: Cancel focused;
+only ``y`` or a click on the action writes, and only once the dialog has been shown for
+``ConfirmWrite.ARM_S``: keys typed ahead are swallowed), is logged in the events pane with its outcome (``OperatorEntry``), and does not
 exist with ``--readonly`` (no key, no footer entry, no help line, no palette command: the app's
 ``check_action`` refuses ``WRITE_ACTIONS``). Writes to a server go through the app's own polling
 client of that server (``OllamaClient.generate``), so its headers and TLS settings apply.
@@ -28,7 +29,7 @@ from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -36,14 +37,15 @@ from kvtop.model.alerts import Alert, Fix
 from kvtop.model.gpu import GpuProcessView
 from kvtop.model.state import ModelView
 from kvtop.ui.format import exact_bytes, ibytes, safe
-from kvtop.ui.screens.plan import ConfirmLoad
+from kvtop.ui.screens.confirm import ConfirmWrite, OnceModal
 from kvtop.ui.widgets.events_pane import EventsPane, OperatorEntry
 
 if TYPE_CHECKING:
     from kvtop.sources.signals import SignalTarget
 
 __all__ = ["KEEP_ALIVE_CHOICES", "UNLOAD_WATCH_POLLS", "WRITE_ACTIONS", "FixTextScreen", "KeepAliveScreen",
-           "OperatorActions", "SignalScreen", "countdown_text", "fix_operation", "live_views"]
+           "OperatorActions", "SignalScreen", "countdown_text", "fix_operation", "live_views",
+           "signal_questions"]
 
 WRITE_ACTIONS = frozenset({"unload", "keep_alive", "signal_process"})
 """The app's actions that write (none exists with ``--readonly``)."""
@@ -130,7 +132,7 @@ def _vram_line(view: ModelView) -> str:
     return text
 
 
-class KeepAliveScreen(ModalScreen[Any]):
+class KeepAliveScreen(OnceModal[Any]):
     """Pick a keep-alive for a model (``KEEP_ALIVE_CHOICES``); Esc picks none. Picking does not
     write: the confirmation that follows does."""
 
@@ -155,13 +157,13 @@ class KeepAliveScreen(ModalScreen[Any]):
 
     @on(OptionList.OptionSelected)
     def _picked(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(KEEP_ALIVE_CHOICES[int(event.option.id or 0)][1])
+        self.answer(KEEP_ALIVE_CHOICES[int(event.option.id or 0)][1])
 
     def action_dismiss_none(self) -> None:
-        self.dismiss(None)
+        self.answer(None)
 
 
-class FixTextScreen(ModalScreen[None]):
+class FixTextScreen(OnceModal[None]):
     """A fix kvtop does not apply (a setting), shown as the exact text to copy; ``c`` copies it
     to the clipboard (``App.copy_to_clipboard``: OSC 52, where the terminal allows it)."""
 
@@ -195,9 +197,10 @@ class FixTextScreen(ModalScreen[None]):
         self.notify(f"copied: {safe(self.fix.action, 100)}", timeout=3, markup=False)
 
 
-class SignalScreen(ModalScreen[None]):
+class SignalScreen(OnceModal[None]):
     """The GPU's foreign processes (not Ollama's); Enter sends SIGTERM after a confirmation,
-    ``9`` SIGKILL after two. A process this user may not signal is listed with why, without
+    ``9`` SIGKILL after two; another user's process (kvtop runs as root) is asked about once
+    more (``signal_questions``). A process this user may not signal is listed with why, without
     the action. Esc closes."""
 
     DEFAULT_CSS = """
@@ -240,12 +243,14 @@ class SignalScreen(ModalScreen[None]):
         text = Text()
         text.append(f"PID {p.pid:<8}", style="bold")
         mem = ibytes(p.gpu_memory_bytes) if p.gpu_memory_bytes is not None else "?"
-        text.append(f" {mem:>9}  {safe(p.user or (t.user if t else None) or '?', 16):<16} "
+        text.append(f" {mem:>9}  {safe((t.user if t else None) or p.user or '?', 16):<16} "
                     f"{safe(p.command or p.name or (t.name if t else None) or '?', 40)}")
         if t is None:
             text.append("  …", style="dim")
         elif not t.allowed:
             text.append(f"  cannot signal: {safe(t.reason, 80)}", style="dim")
+        elif not t.mine:
+            text.append(f"  owned by {safe(t.owner, 32)}, not you (asks twice)", style="bold")
         return text
 
     def _fill(self) -> None:
@@ -281,31 +286,29 @@ class SignalScreen(ModalScreen[None]):
         if not target.allowed:
             self._say(f"PID {target.pid}: {target.reason}")
             return
+        self._ask_all(signal_questions(target, sig), target, sig)
+
+    def _ask_all(self, questions: Sequence[tuple[str, str]], target: SignalTarget, sig: int) -> None:
+        """Ask ``questions`` (text, button word) one after another; the signal is sent only when
+        every one was confirmed, and the first No logs the cancellation."""
         name = safe(target.name or "?", 40)
         what = f"{sig_name(sig)} PID {target.pid} ({name})"
-        text = (f"Send {sig_name(sig)} to PID {target.pid} ({name}, {safe(target.user or '?', 20)})?\n\n"
-                + ("It asks the process to exit; it may clean up first." if sig == _signal.SIGTERM else
-                   "SIGKILL ends it at once: it cannot save anything or clean up."))
         app: Any = self.app
 
-        def first(yes: bool | None) -> None:
+        def answer(yes: bool | None, rest: Sequence[tuple[str, str]]) -> None:
             if not yes:
                 app.log_operator_action(what, None, cancelled=True)
                 self._say(f"{what}: cancelled, nothing sent")
-            elif sig == _signal.SIGKILL:
-                app.push_screen(ConfirmLoad(f"Really SIGKILL PID {target.pid} ({name})? This is the last question.",
-                                            "SIGKILL"), second)
+            elif rest:
+                ask(rest)
             else:
                 self._send(target, sig, what)
 
-        def second(yes: bool | None) -> None:
-            if not yes:
-                app.log_operator_action(what, None, cancelled=True)
-                self._say(f"{what}: cancelled, nothing sent")
-            else:
-                self._send(target, sig, what)
+        def ask(left: Sequence[tuple[str, str]]) -> None:
+            text, label = left[0]
+            app.push_screen(ConfirmWrite(text, label), lambda yes: answer(yes, left[1:]))
 
-        app.push_screen(ConfirmLoad(text, sig_name(sig)), first)
+        ask(questions)
 
     @work(group="signal-send", exit_on_error=False)
     async def _send(self, target: SignalTarget, sig: int, what: str) -> None:
@@ -326,6 +329,27 @@ class SignalScreen(ModalScreen[None]):
 def sig_name(sig: int) -> str:
     """``SIGTERM`` / ``SIGKILL``."""
     return _signal.Signals(sig).name
+
+
+def signal_questions(target: SignalTarget, sig: int) -> list[tuple[str, str]]:
+    """The confirmations before ``sig`` goes to ``target``, in order, as (text, button word):
+    the first names the process and its owner; a process of another user (kvtop runs as root)
+    is asked about a second time, saying whose it is; SIGKILL asks once more, last."""
+    name = safe(target.name or "?", 40)
+    owner = safe(target.owner, 32)
+    whose = "yours" if target.mine else f"owned by {owner}, not you"
+    questions = [(f"Send {sig_name(sig)} to PID {target.pid} ({name}), owned by {owner}"
+                  f"{'' if target.mine else ' (another user)'}?\n\n"
+                  + ("It asks the process to exit; it may clean up first." if sig == _signal.SIGTERM else
+                     "SIGKILL ends it at once: it cannot save anything or clean up."), sig_name(sig))]
+    if not target.mine:
+        questions.append((f"PID {target.pid} ({name}) is {whose}. kvtop runs as root, so the kernel lets it "
+                          f"signal any user's process: {owner} may lose work.\n\n"
+                          f"Really send {sig_name(sig)} to {owner}'s process?", f"{sig_name(sig)} anyway"))
+    if sig == _signal.SIGKILL:
+        questions.append((f"Really SIGKILL PID {target.pid} ({name}, {whose})? This is the last question.",
+                          "SIGKILL"))
+    return questions
 
 
 class OperatorActions:
@@ -398,7 +422,7 @@ class OperatorActions:
                   "It loads again on its next request." if len(views) == 1 else
                   "Each loads again on its next request."]
         host = app.current_host
-        app.push_screen(ConfirmLoad("\n".join(lines), "Unload"),
+        app.push_screen(ConfirmWrite("\n".join(lines), "Unload"),
                         lambda yes: self._unload_confirmed(bool(yes), host, tuple(views)))
 
     def _unload_confirmed(self, yes: bool, host: str, views: tuple[ModelView, ...]) -> None:
@@ -434,7 +458,7 @@ class OperatorActions:
                 f"{value if isinstance(value, int) else repr(value)} (as `ollama run --keepalive` does): it {effect}.")
         if value == 0:
             text += f"\nIt {_vram_line(view)}; it loads again on its next request."
-        app.push_screen(ConfirmLoad(text, "Release" if value == 0 else "Keep"),
+        app.push_screen(ConfirmWrite(text, "Release" if value == 0 else "Keep"),
                         lambda yes: self._keep_confirmed(bool(yes), host, view, value))
 
     def _keep_confirmed(self, yes: bool, host: str, view: ModelView, value: str | int) -> None:

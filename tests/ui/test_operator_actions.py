@@ -18,7 +18,7 @@ from kvtop.config import Settings
 from kvtop.model.state import ModelView
 from kvtop.ui.actions import FixTextScreen, KeepAliveScreen, countdown_text, fix_operation, live_views
 from kvtop.ui.app import KvtopApp, make_app
-from kvtop.ui.screens.plan import ConfirmLoad
+from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.models_table import ModelsTable
 from kvtop.ui.widgets.panels import AlertsPanel
@@ -26,6 +26,7 @@ from kvtop.model.alerts import Alert, Fix
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.standin import BUNDLED, Standin, running
 from tests.ui.fakes import snapshot_at, step_index
+from tests.ui.confirming import armed, confirm
 from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
 
@@ -60,24 +61,24 @@ async def test_unload_asks_on_cancel_then_the_row_leaves() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
             await _select(pilot, GEMMA)
             await pilot.press("u")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-            confirm = app.screen
-            assert isinstance(confirm, ConfirmLoad)
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
+            dialog = app.screen
+            assert isinstance(dialog, ConfirmWrite)
             assert app.focused is not None and app.focused.id == "no"
             # the VRAM it frees, as the table shows it, with its source
-            assert f"Unload {GEMMA} now?" in confirm.text
+            assert f"Unload {GEMMA} now?" in dialog.text
             assert (f"{GEMMA} frees 5.0 GiB (5,333,539,264 B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of"
-                    " system RAM.") in confirm.text
-            assert '"keep_alive": 0} (as `ollama stop` does).' in confirm.text  # one model: no "for each"
+                    " system RAM.") in dialog.text
+            assert '"keep_alive": 0} (as `ollama stop` does).' in dialog.text  # one model: no "for each"
             await pilot.press("enter")  # Cancel has the focus: Enter cancels
-            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             assert _log(app) == [f"unload {GEMMA}: cancelled: nothing sent"]
             await pilot.pause(0.3)
             assert server.writes() == []
 
             await pilot.press("u")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-            await pilot.press("y")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
+            await confirm(pilot)
             await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=5)
             await wait_for(pilot, lambda: all(v.name != GEMMA for v in app.state.models), timeout_s=10)
             assert [m["name"] for m in server.ps()] == [Q4, Q8]
@@ -100,9 +101,9 @@ async def test_unloading_shows_until_the_row_leaves_and_says_when_it_stays() -> 
         async with app.run_test(size=(100, 30)) as pilot:
             table = await _select(pilot, Q8)
             await pilot.press("u")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             app.paused = True  # no poll sees the unload land
-            await pilot.press("y")
+            await confirm(pilot)
             await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")])
             server.goto(step_index("gemma4 loads"))  # a new step: the stand-in lists Q8 again
             app.paused = False
@@ -127,19 +128,19 @@ async def test_keep_alive_changes_until() -> None:
             assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == [
                 "5 m", "1 h", "forever (-1)", "0 = release now"]
             await pilot.press("down", "enter")  # 1 h (the list starts on 5 m)
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             text = app.screen.text  # type: ignore[attr-defined]
             assert f"Set the keep-alive of {Q4} to 1 h?" in text and "keep_alive '1h'" in text
             await pilot.press("enter")
-            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             assert server.writes() == [] and _log(app) == [f"keep-alive 1 h for {Q4}: cancelled: nothing sent"]
 
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
             await pilot.press("down", "enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             sent_at = time.time()
-            await pilot.press("y")
+            await confirm(pilot)
             await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")])
             await wait_for(pilot, lambda: next(v for v in app.state.models if v.name == Q4).until
                            == "59 minutes from now", timeout_s=10)
@@ -151,9 +152,9 @@ async def test_keep_alive_changes_until() -> None:
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
             await pilot.press("end", "enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             assert "keep_alive 0" in app.screen.text  # type: ignore[attr-defined]
-            await pilot.press("y")
+            await confirm(pilot)
             await wait_for(pilot, lambda: all(v.name != Q4 for v in app.state.models), timeout_s=10)
             assert [m["name"] for m in server.ps()] == [Q8]
 
@@ -226,11 +227,11 @@ async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> 
             pane.focus()
             pane.move_cursor(row=unload_row)
             await pilot.press("enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             assert app.focused is not None and app.focused.id == "no"
             assert f"Unload {target} now?" in app.screen.text  # type: ignore[attr-defined]
             await pilot.press("enter")  # cancels
-            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             assert server.writes() == []
             setting_row = next((i for i in range(pane.row_count)
                                 if (f := pane.fix_at(i)) is not None and fix_operation(
@@ -260,11 +261,11 @@ async def test_keep_alive_for_a_model_that_left_while_asking_is_not_sent() -> No
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
             await pilot.press("down", "enter")  # 1 h
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             server.goto(step_index("gemma4 finished and unloaded"))
             await wait_for(pilot, lambda: all(v.name != GEMMA for v in app.state.models), timeout_s=10)
-            await pilot.press("y")
-            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            await confirm(pilot)
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             await pilot.pause(0.5)
             assert server.writes() == []
             assert _log(app) == [f"keep-alive 1 h for {GEMMA}: failed: not sent: /api/ps no longer lists {GEMMA}"
@@ -307,11 +308,11 @@ async def test_enter_on_a_fix_in_the_alerts_panel_at_160x48() -> None:
             assert cursor and panel.content.plain[cursor[0].start:cursor[0].end].strip().startswith(
                 f"fix: unload {target}")
             await pilot.press("enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             assert app.focused is not None and app.focused.id == "no"
             assert f"Unload {target} now?" in app.screen.text  # type: ignore[attr-defined]
             await pilot.press("enter")  # Cancel has the focus
-            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmLoad))
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             assert _log(app)[0] == f"unload {target}: cancelled: nothing sent"
             setting_at = next(i for i, (f, _) in enumerate(panel.fixes) if fix_operation(f, loaded) is None)
             setting = panel.fixes[setting_at][0]
@@ -325,8 +326,8 @@ async def test_enter_on_a_fix_in_the_alerts_panel_at_160x48() -> None:
             await _cursor_to(pilot, panel, next(i for i, (f, _) in enumerate(panel.fixes)
                                                 if f.action == f"unload {target}"))
             await pilot.press("enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-            await pilot.press("y")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
+            await confirm(pilot)
             await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=5)
             await wait_for(pilot, lambda: all(v.name != target for v in app.state.models), timeout_s=10)
 
@@ -486,33 +487,34 @@ async def test_signal_a_foreign_gpu_process_sigterm_then_sigkill_behind_two_conf
                 assert all(t.allowed for t in screen.targets.values())
                 # SIGTERM: Enter asks (Cancel focused), Enter cancels; then y sends
                 await pilot.press("enter")
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
                 assert app.focused is not None and app.focused.id == "no"
                 assert f"Send SIGTERM to PID {term.pid} (sleep" in app.screen.text  # type: ignore[attr-defined]
                 await pilot.press("enter")
                 await wait_for(pilot, lambda: app.screen is screen)
                 assert term.poll() is None
                 await pilot.press("enter")
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-                await pilot.press("y")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
+                await confirm(pilot)
                 await wait_for(pilot, lambda: term.poll() is not None, timeout_s=5)
                 assert term.returncode == -signal.SIGTERM
                 await wait_for(pilot, lambda: any(f"SIGTERM PID {term.pid} (sleep): sent" in e for e in _log(app)))
 
                 # SIGKILL on the process that ignores SIGTERM: two confirmations
                 await pilot.press("down", "9")
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-                await pilot.press("y")
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad)
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
+                await confirm(pilot)
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite)
                                and "last question" in app.screen.text)  # type: ignore[attr-defined]
                 assert app.focused is not None and app.focused.id == "no"
                 await pilot.press("enter")  # the second question cancels too
                 await wait_for(pilot, lambda: app.screen is screen)
                 await pilot.pause(0.2)
                 assert stubborn.poll() is None
-                await pilot.press("9", "y")
+                await pilot.press("9")
+                await confirm(pilot)
                 await wait_for(pilot, lambda: "last question" in getattr(app.screen, "text", ""))
-                await pilot.press("y")
+                await confirm(pilot)
                 await wait_for(pilot, lambda: stubborn.poll() is not None, timeout_s=5)
                 assert stubborn.returncode == -signal.SIGKILL
                 assert any(e.startswith(f"SIGKILL PID {stubborn.pid}") and "cancelled" in e for e in _log(app))

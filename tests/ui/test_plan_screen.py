@@ -15,6 +15,7 @@ from kvtop.ui.format import ibytes
 from kvtop.ui.messages import SnapshotReceived
 from kvtop.ui.screens.plan import ConfirmLoad, PlanScreen, next_num_ctx
 from tests.standin import BUNDLED, running
+from tests.ui.confirming import confirm
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 
 GIB = 1024**3
@@ -195,7 +196,7 @@ async def test_load_sends_generate_with_num_ctx_and_keep_alive() -> None:
         await pilot.press("a")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
         assert "keep_alive -1" in app.screen.text  # type: ignore[attr-defined]
-        await pilot.press("y")
+        await confirm(pilot)
         await wait_for(pilot, lambda: "loaded with num_ctx 6,144" in body(screen))
         assert seen == [{"method": "POST", "path": "/api/generate",
                          "body": {"model": "qwen3:1.7b-q4_K_M", "prompt": "", "options": {"num_ctx": 6144},
@@ -212,7 +213,7 @@ async def test_load_against_the_standin_reloads_the_model() -> None:
             await pilot.press("right")  # 6144
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-            await pilot.press("y")
+            await confirm(pilot)
             await wait_for(pilot, lambda: "loaded with num_ctx 6,144" in body(screen), timeout_s=10)
             assert not screen.loading
             assert server.ps()[0]["context_length"] == 6144  # the stand-in reloaded it (POST /api/generate)
@@ -227,7 +228,7 @@ async def test_load_error_is_shown_clearly() -> None:
             server.goto(0)  # the model is gone by the time the user confirms
             await pilot.press("right", "a")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-            await pilot.press("y")
+            await confirm(pilot)
             await wait_for(pilot, lambda: "load failed" in body(screen), timeout_s=10)
             assert "HTTP 404 Not Found: model 'qwen3:1.7b-q8_0' is not loaded" in body(screen)
 

@@ -19,6 +19,7 @@ from kvtop.ui.widgets.hanging import Hanging
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.standin import BUNDLED, Standin, running
+from tests.ui.confirming import armed, confirm
 from tests.ui.fakes import step_index
 from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
@@ -80,10 +81,10 @@ async def test_letters_while_typing_never_load_and_confirmations_open_on_cancel(
                 await wait_for(pilot, lambda: app.screen is screen and "load cancelled" in _body(screen))
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
-            confirm = app.screen
-            assert isinstance(confirm, ConfirmLoad)
+            dialog = app.screen
+            assert isinstance(dialog, ConfirmLoad)
             assert app.focused is not None and app.focused.id == "no"  # Cancel has the focus
-            assert "with num_ctx 12 now?" in confirm.text  # exactly the value on screen
+            assert "with num_ctx 12 now?" in dialog.text  # exactly the value on screen
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.screen is screen)
 
@@ -97,7 +98,7 @@ async def test_letters_while_typing_never_load_and_confirmations_open_on_cancel(
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
             assert "with num_ctx 8,192 now?" in app.screen.text  # type: ignore[attr-defined]
             assert "a  load now with num_ctx 8,192 " in _body(screen)
-            await pilot.press("y")
+            await confirm(pilot)
             await wait_for(pilot, lambda: "loaded with num_ctx 8,192" in _body(screen), timeout_s=10)
             assert server.writes() == [("POST", "/api/generate")]
             assert server.ps()[0]["context_length"] == 8192
@@ -112,6 +113,7 @@ async def test_a_click_on_the_action_loads() -> None:
             await pilot.press("right", "a")  # 6144
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmLoad))
             assert server.writes() == []
+            await armed(pilot)
             await pilot.click("#yes")
             await wait_for(pilot, lambda: "loaded with num_ctx 6,144" in _body(screen), timeout_s=10)
             assert server.writes() == [("POST", "/api/generate")]

@@ -27,11 +27,11 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.events import Key, Resize
 from textual.reactive import var
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Static
+from textual.screen import Screen
+from textual.widgets import Footer, Static
 
 from kvtop.model import kv, plan
 from kvtop.model.state import AppState, ModelView
@@ -39,6 +39,7 @@ from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama import fetch_tensors, send_load_request
 from kvtop.model.known import NOT_KNOWN_WORDS
 from kvtop.ui.format import ibytes, safe
+from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.widgets.hanging import Hanging
 
 if TYPE_CHECKING:
@@ -74,43 +75,9 @@ def _fmt_error(n: int) -> str:
     return f"±{ibytes(n)}"
 
 
-class ConfirmLoad(ModalScreen[bool]):
-    """Asks before kvtop sends the one request that changes the server.
-
-    It opens with Cancel focused, and the action button never takes the focus: Enter, Space or
-    keys typed ahead in a burst can only cancel. A write needs ``y`` or a click on the action.
-    """
-
-    DEFAULT_CSS = """
-    ConfirmLoad { align: center middle; }
-    ConfirmLoad > Vertical { width: 76; max-width: 100%; height: auto; border: round $warning;
-        background: $surface; padding: 1 2; }
-    ConfirmLoad Horizontal { height: auto; margin-top: 1; }
-    ConfirmLoad Button { margin-right: 2; }
-    """
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
-    AUTO_FOCUS = "#no"
-
-    def __init__(self, text: str, action_label: str = "Load") -> None:
-        """``text``: what will be sent, in full; ``action_label``: the write button's word."""
-        super().__init__()
-        self.text = text
-        self.action_label = action_label
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(Text(self.text), id="confirm-text")
-            with Horizontal():
-                yield Button("Cancel (n)", id="no")
-                action = Button(f"{self.action_label} (y)", id="yes", variant="warning")
-                action.can_focus = False  # only y or a click: never Enter on a focused button
-                yield action
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
+class ConfirmLoad(ConfirmWrite):
+    """Asks before the what-if's load, the one request of this screen that changes the server
+    (``ConfirmWrite``: Cancel focused; ``y`` or a click on Load, only once the dialog is armed)."""
 
 
 class PlanScreen(Screen[None]):
