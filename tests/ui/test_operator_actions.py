@@ -532,7 +532,8 @@ def test_a_process_of_another_user_cannot_be_signalled(monkeypatch: Any) -> None
 
     child = subprocess.Popen(["sleep", "60"])
     try:
-        assert signals.signal_target(child.pid).allowed
+        own = signals.signal_target(child.pid)
+        assert own.allowed and own.mine  # the test's own child: no second question
         other = 4242 if os.getuid() != 4242 else 4243
         monkeypatch.setattr(signals, "_ids", lambda: (other, {other}))  # as if kvtop ran as another user
         target = signals.signal_target(child.pid)
@@ -584,3 +585,90 @@ async def test_the_demo_never_signals_its_simulated_processes() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_signal_questions_name_the_owner_and_ask_again_for_another_users_process() -> None:
+    from kvtop.sources.signals import SignalTarget
+    from kvtop.ui.actions import signal_questions
+
+    mine = SignalTarget(4242, True, "", "alice", "python3", 1.0, mine=True)
+    other = SignalTarget(4243, True, "", "bob", "train.py", 1.0, mine=False)
+    [term] = signal_questions(mine, 15)
+    assert term == ("Send SIGTERM to PID 4242 (python3), owned by alice?\n\nIt asks the process to exit; it may clean"
+                    " up first.", "SIGTERM")
+    assert [label for _, label in signal_questions(mine, 9)] == ["SIGKILL", "SIGKILL"]
+    first, second = signal_questions(other, 15)
+    assert first[0].startswith("Send SIGTERM to PID 4243 (train.py), owned by bob (another user)?")
+    assert second[0].startswith("PID 4243 (train.py) is owned by bob, not you. kvtop runs as root")
+    assert "Really send SIGTERM to bob's process?" in second[0] and second[1] == "SIGTERM anyway"
+    kill = signal_questions(other, 9)
+    assert len(kill) == 3 and "owned by bob, not you" in kill[1][0] and "last question" in kill[2][0]
+    # a name from /proc is data: no markup, no escapes
+    hostile = SignalTarget(4244, True, "", "[b]x\x1b[31m", "[red]n", 1.0, mine=False)
+    text = "\n".join(t for t, _ in signal_questions(hostile, 15))
+    assert "\x1b" not in text
+
+
+async def test_as_root_another_users_process_is_named_and_asked_about_twice() -> None:
+    """kvtop runs as root: a process of the user ``nobody`` may be signalled (kill(2)), so the list
+    marks it, the confirmation names its owner, and a second one says it is not yours; a No to the
+    second sends nothing. A real process of another user: only where the tests run as root."""
+    import pwd
+    import signal
+    import subprocess
+
+    from kvtop.ui.actions import SignalScreen
+
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("needs root: starting a process as another user (nobody) is only possible as root")
+    nobody = pwd.getpwnam("nobody")
+    child = subprocess.Popen(["sleep", "60"], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])
+    try:
+        with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+            server.goto(step_index("A second model"))
+            gpu, procs = _gpu_with(child.pid)
+            app = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu, proc_source=procs)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await _select(pilot, Q8)
+                await wait_for(pilot, lambda: len(app.foreign_processes()) == 1)
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, SignalScreen))
+                screen = app.screen
+                assert isinstance(screen, SignalScreen)
+                await wait_for(pilot, lambda: child.pid in screen.targets)
+                target = screen.targets[child.pid]
+                assert target.allowed and not target.mine and target.user == "nobody"
+                lines = await screen_when(pilot, lambda ls: any(str(child.pid) in line for line in ls))
+                row = next(line for line in lines if str(child.pid) in line)
+                assert "nobody" in row and "owned by nobody, not you (asks twice)" in row
+
+                await pilot.press("enter")
+                first = await armed(pilot)
+                assert f"Send SIGTERM to PID {child.pid} (sleep), owned by nobody (another user)?" in first.text
+                await pilot.press("y")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite) and app.screen is not first)
+                second = app.screen
+                assert isinstance(second, ConfirmWrite)
+                assert f"PID {child.pid} (sleep) is owned by nobody, not you." in second.text
+                assert app.focused is not None and app.focused.id == "no"
+                await pilot.press("enter")  # No to the second question: nothing sent
+                await wait_for(pilot, lambda: app.screen is screen)
+                assert any(e.startswith(f"SIGTERM PID {child.pid}") and "cancelled" in e for e in _log(app))
+                await wait_for(pilot, lambda: "cancelled, nothing sent" in screen.status)
+                assert child.poll() is None
+
+                # both confirmed, each once armed: sent
+                await pilot.press("enter")
+                await confirm(pilot)
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite)
+                               and "not you" in app.screen.text)  # type: ignore[attr-defined]
+                await confirm(pilot)
+                await wait_for(pilot, lambda: child.poll() is not None, timeout_s=10)
+                assert child.returncode == -signal.SIGTERM
+                await wait_for(pilot, lambda: any(f"SIGTERM PID {child.pid} (sleep): sent" in e for e in _log(app)))
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=5)
