@@ -29,8 +29,15 @@ is sent. Offline: ``--model-info FILE`` reads a saved ``/api/show`` answer (or a
 this model with allocations, prints the prediction next to the allocation and the error, and
 anchors the compute estimate to the real figure.
 
+``--all`` reads ``/api/show`` through a rolling pool: six in flight, the next one starting as soon
+as one answers, each under ``--timeout``, all of them within ``all_budget_s`` (60 s, or 3 ×
+``--timeout`` when that is longer). A model whose ``/api/show`` was not read (its deadline, an
+error, or the budget ran out before it was asked) is listed as unread with the reason.
+
 Exit status: 0; 1 when there is nothing to plan (a cloud model); 2 for bad arguments, an
-unreachable server, an unknown model, an unreadable file, or ``--gpu-free auto`` without NVML.
+unreachable server, an unknown model, an unreadable file, or ``--gpu-free auto`` without NVML;
+3 (``--all``) when the answer is incomplete: some model's ``/api/show`` was not read (the rows
+and the list of unread models are printed all the same).
 """
 
 from __future__ import annotations
@@ -59,6 +66,16 @@ from kvtop.textsafe import emit, safe_block, safe_json
 EXIT_OK = 0
 EXIT_NOTHING = 1
 EXIT_ERROR = 2
+EXIT_INCOMPLETE = 3
+"""``plan --all``: printed, but some model's ``/api/show`` was not read (listed as unread)."""
+
+ALL_BUDGET_MIN_S = 60.0
+"""``plan --all`` reads every ``/api/show`` within ``max(ALL_BUDGET_MIN_S, 3 × --timeout)``."""
+
+
+def all_budget_s(timeout_s: float) -> float:
+    """Seconds ``plan --all`` gives its ``/api/show`` requests in all (``--timeout`` bounds each)."""
+    return max(ALL_BUDGET_MIN_S, 3.0 * timeout_s)
 
 
 
@@ -123,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvtop plan",
         description="Predict a model's memory (weights, KV cache, compute) at other num_ctx, KV cache "
                     "types and slot counts, and whether it stays 100% on the GPU.",
+        epilog=f"exit status: 0 done; 1 nothing to plan (a cloud model); 2 bad arguments, server or file not "
+               f"readable; {EXIT_INCOMPLETE} (--all) incomplete: some model's /api/show was not read within "
+               f"--timeout (or the {ALL_BUDGET_MIN_S:g} s, or 3 x --timeout, for all of them): those models are "
+               "listed as unread, with the reason",
     )
     p.add_argument("model", metavar="MODEL", nargs="?", help="model name as Ollama lists it (llama3.1:8b)")
     p.add_argument("--all", action="store_true",
@@ -143,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--host", metavar="URL", default=None,
                    help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on each request (default 10)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="bound on each request (default 10); --all: on each model's /api/show too")
     from kvtop.cli import add_access_arguments
 
     add_access_arguments(p)  # --header, --password-file, --netrc, --cacert, --insecure: as the dashboard's
@@ -780,6 +802,8 @@ class AllResult:
     total_bytes: int | None
     rows: tuple[Any, ...]
     notes: tuple[str, ...]
+    unread: tuple[tuple[str, str], ...] = ()
+    """``(name, reason)`` of each model whose ``/api/show`` was not read: the answer is incomplete."""
 
 
 def nvml_total_bytes() -> int | None:
@@ -812,18 +836,15 @@ async def fetch_all(host: str, timeout: float,
     """
     from kvtop.sources.pulled import PulledSource
 
-    source = PulledSource(host, timeout_s=timeout, show_timeout_s=max(timeout, 10.0), access=access)
+    source = PulledSource(host, timeout_s=timeout, show_timeout_s=timeout, access=access)
     try:
-        pulled = await source.sample_all()
+        pulled = await source.sample_all(all_budget_s(timeout))
         version, rows, error = await source.version_and_ps()
     finally:
         await source.aclose()
     if pulled.tags is None:
         raise PlanError(pulled.error or "/api/tags could not be read")
     notes = [] if error is None else [f"{error}: treated as nothing loaded"]
-    missing = [t.name for d, t in pulled.tags.items() if d not in pulled.shows]
-    if missing:
-        notes.append(f"/api/show not read in time for {len(missing)} model(s): {', '.join(missing[:5])}")
     return version, pulled, rows, notes
 
 
@@ -858,7 +879,9 @@ def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: A
                     "readable over the API")
     rows = preflight.preflight(pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version),
                                running=running)
-    return AllResult(host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more))
+    not_asked = f"not asked: the {all_budget_s(args.timeout):g} s for all of them ran out first"
+    return AllResult(host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more),
+                     preflight.unread(rows, not_asked))
 
 
 def all_json(r: AllResult) -> dict[str, Any]:
@@ -867,7 +890,8 @@ def all_json(r: AllResult) -> dict[str, Any]:
 
     return {"host": r.host, "version": r.version, "defaults": defaults_json(r.defaults),
             "gpu": {"free_bytes": r.free_bytes, "free_source": r.free_source or None, "total_bytes": r.total_bytes},
-            "models": [preflight_json(row) for row in r.rows], "notes": list(r.notes)}
+            "models": [preflight_json(row) for row in r.rows], "notes": list(r.notes),
+            "complete": not r.unread, "unread": [{"name": name, "reason": why} for name, why in r.unread]}
 
 
 def all_text(r: AllResult) -> str:
@@ -898,6 +922,10 @@ def all_text(r: AllResult) -> str:
     out.append("")
     out.extend(f"  loaded  {c}; its unmarked figures are its own" for c in calibrated)
     out.extend(f"  note  {n}" for n in r.notes)
+    if r.unread:
+        out.append(f"  incomplete: /api/show of {len(r.unread)} of {len(r.rows)} model(s) not read "
+                   f"(exit {EXIT_INCOMPLETE}):")
+        out.extend(f"  unread  {name}: {why}" for name, why in r.unread)
     return "\n".join(out) + "\n"
 
 
@@ -936,7 +964,8 @@ def _main_all(args: argparse.Namespace) -> int:
         emit(f"kvtop plan: {exc}")
         return EXIT_ERROR
     text = safe_json(all_json(result)) + "\n" if args.json else safe_block(all_text(result))
-    return _print(text)
+    done = _print(text)
+    return EXIT_INCOMPLETE if result.unread and done == EXIT_OK else done
 
 
 def _print(text: str) -> int:

@@ -318,6 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        self.request_body = body  # for an attack that answers by the request (Custom)
         with owner.lock:
             owner.hits[path] += 1
             owner.requests.append((self.command, path, body))

@@ -302,6 +302,14 @@ def preflight(pulled: PulledSnapshot | None, defaults: ServerDefaults, *, free_b
                  for digest, tag in pulled.tags.items())
 
 
+def unread(rows: Sequence[PreflightRow], not_asked: str = "waiting for /api/show") -> tuple[tuple[str, str], ...]:
+    """``(name, reason)`` of each row whose ``/api/show`` was not read, in row order: an ``error``
+    row's reason is its error (``/api/show: no answer within 10 s``, an HTTP error); a ``waiting``
+    row (never asked, or asked too late) gets ``not_asked``. Empty when every answer is in."""
+    return tuple((r.name, r.note or "error") if r.verdict == "error" else (r.name, not_asked)
+                 for r in rows if r.verdict in ("error", "waiting"))
+
+
 def marked(k: Known[Any]) -> str:
     """A setting with its source mark: ``*4096`` (Ollama default), ``=q8_0`` (server env), ``^8192``
     (requested), ``~40960`` (lowered to the training context); ``?`` when not known."""

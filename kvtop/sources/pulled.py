@@ -3,10 +3,14 @@ model's ``/api/show``.
 
 ``PulledSource`` is an ``OllamaClient`` (its deadlines, body limits, proxy and TLS rules) with a
 cache of its own: ``/api/tags`` is read again at most every ``TAGS_EVERY_S``; ``/api/show``
-(verbose: per-layer arrays for the KV arithmetic) once per digest, lazily — each ``sample``
-starts at most ``SHOW_CONCURRENCY`` of the missing ones, concurrently, and waits for them, so a
-server with hundreds of models is read a few at a time over several samples. A failed
-``/api/show`` is tried again after ``SHOW_RETRY_S``. Read-only: GET and ``POST /api/show``.
+(verbose: per-layer arrays for the KV arithmetic) once per digest, lazily — each
+``sample_pulled`` reads at most ``SHOW_CONCURRENCY`` of the missing ones, so a server with hundreds
+of models is read a few at a time over several samples; ``sample_all`` reads them all through a
+rolling pool (at most ``SHOW_CONCURRENCY`` in flight, the next one starting as soon as one
+answers, each under its own ``show_timeout_s`` deadline), so a model whose ``/api/show`` hangs
+holds one slot for its deadline, not a whole round. A failed ``/api/show`` is kept as a
+``ShowInfo`` with its ``error`` (the reason) and tried again after ``SHOW_RETRY_S``. Read-only:
+GET and ``POST /api/show``.
 """
 
 from __future__ import annotations
@@ -65,11 +69,41 @@ class PulledSource(OllamaClient):
             for gone in [d for d in self._pulled_shows if d not in tags]:
                 del self._pulled_shows[gone]
                 self._pulled_failed_at.pop(gone, None)
-            due = [t for d, t in tags.items() if d not in self._pulled_shows or (
-                d in self._pulled_failed_at and now - self._pulled_failed_at[d] >= SHOW_RETRY_S)][:max(0, shows)]
+            due = self._due(tags, now)[:max(0, shows)]
             if due:
-                await asyncio.gather(*(self._pulled_show(t, now) for t in due))
+                await self._read_shows(due, now, end=None)
         return self.snapshot(now)
+
+    def _due(self, tags: dict[str, TagInfo], now: float) -> list[TagInfo]:
+        """The models whose ``/api/show`` is missing, or failed ``SHOW_RETRY_S`` ago or more (``/api/tags`` order)."""
+        return [t for d, t in tags.items() if d not in self._pulled_shows or (
+            d in self._pulled_failed_at and now - self._pulled_failed_at[d] >= SHOW_RETRY_S)]
+
+    async def _read_shows(self, due: list[TagInfo], now: float, *, end: float | None) -> None:
+        """Read ``due``'s ``/api/show`` through a rolling pool: at most ``SHOW_CONCURRENCY`` in
+        flight, the next started as soon as one answers (or fails: each has its own deadline).
+        ``end`` (``time.monotonic()``): no request starts after it, and those in flight then are
+        cancelled (not kept: asked again next time). Cancellation cancels the ones in flight."""
+        waiting = iter(due)
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                while len(running) < SHOW_CONCURRENCY and (end is None or time.monotonic() < end):
+                    tag = next(waiting, None)
+                    if tag is None:
+                        break
+                    running.add(asyncio.create_task(self._pulled_show(tag, now)))
+                if not running:
+                    return
+                left_s = None if end is None else max(0.0, end - time.monotonic())
+                done, running = await asyncio.wait(running, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+                if not done:  # the budget ran out with these in flight
+                    return
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
 
     def snapshot(self, now: float | None = None) -> PulledSnapshot:
         """What was read so far (no I/O): the last ``/api/tags`` and every ``/api/show`` answer."""
@@ -93,12 +127,21 @@ class PulledSource(OllamaClient):
             return self.snapshot()
 
     async def sample_all(self, budget_s: float | None = None) -> PulledSnapshot:
-        """Rounds until every model's ``/api/show`` was read once (or ``budget_s`` passed): for
-        ``--once`` and ``kvtop plan --all``."""
+        """``/api/tags`` when due, then every missing (or failed, ``SHOW_RETRY_S`` ago) model's
+        ``/api/show`` through the rolling pool, for ``--once`` and ``kvtop plan --all``.
+
+        ``budget_s`` (default ``3 × details_budget_s``) bounds the whole: no request starts after
+        it, and the ones in flight then are cancelled. A model is asked once per call; one that
+        failed (its deadline, an HTTP error) is in ``shows`` with its ``error``, one not asked in
+        time is missing from ``shows``. Never raises (except cancellation)."""
         end = time.monotonic() + (budget_s if budget_s is not None else self.details_budget_s * 3)
-        snap = await self.sample_pulled()
-        while snap.tags is not None and any(d not in snap.shows for d in snap.tags) and time.monotonic() < end:
-            snap = await self.sample_pulled()
+        snap = await self.sample_pulled(shows=0)
+        tags = self._pulled_tags
+        if tags is not None:
+            due = self._due(tags, snap.taken_at)
+            if due:
+                await self._read_shows(due, snap.taken_at, end=end)
+                snap = self.snapshot()
         return snap
 
     async def version_and_ps(self) -> tuple[str | None, tuple[PsModel, ...], str | None]:
