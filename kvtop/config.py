@@ -6,6 +6,7 @@ watches the server that ``ollama ps`` talks to.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -746,7 +747,9 @@ def server_accesses(
             warnings.append(f"the password for {url} goes over plain http (unencrypted): use https:// if its"
                             " proxy offers it")
         out[url] = access
-        register_secrets(access.secrets())  # no output of this process shows them (kvtop.redact)
+        # no output of this process shows them (kvtop.redact); a plain header's value (X-Team: ml) is no secret
+        register_secrets(dataclasses.replace(access, headers=tuple(
+            (n, v) for n, v in access.headers if secret_header(n))).secrets())
     return out, warnings
 
 

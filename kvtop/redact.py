@@ -31,13 +31,15 @@ Pure string functions, no I/O; never raises.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["MASK", "drop_userinfo", "is_secret_name", "known_secrets", "mask_argv", "mask_query", "register_secrets", "scrub_obj",
-           "scrub_text"]
+__all__ = ["MASK", "drop_userinfo", "is_secret_name", "known_secrets", "mask_argv", "mask_query", "on_register",
+           "register_secrets",
+           "scrub_json_text", "scrub_obj", "scrub_text"]
 
 MASK = "***"
 """What a masked value becomes."""
@@ -45,12 +47,14 @@ MASK = "***"
 _SECRET_WORDS = r"key|token|secret|pass|auth|credential|cookie|signature"
 _SECRET_NAME = re.compile(_SECRET_WORDS, re.IGNORECASE)
 
-_USERINFO = re.compile(
-    r"(?i)\b([a-z][a-z0-9+.-]*://)"
+_USERINFO_TAIL = re.compile(
     r"(?:(?:[^\s/?#@'\"<>]*@)+"  # userinfo without a delimiter (RFC 3986); an unencoded '@' in it too
     r"|[^\s:/?#@'\"<>]*:(?!\d*[/?#])[^\s'\"<>]*@)"  # user:password holding '/', '?' or '#' (not host:port/)
 )
-"""``scheme://userinfo@`` in free text."""
+"""The userinfo after a ``scheme://`` in free text (up to its ``@``)."""
+
+_SCHEME_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+"""Characters a URL scheme ends with (the one before ``://``)."""
 
 _QUERY = re.compile(r"(?i)([?&;][\w.-]*(?:" + _SECRET_WORDS + r"|sig|pw|pwd)[\w.-]*=)[^&;#\s'\"<>]+")
 """A query parameter whose name says secret, and its value."""
@@ -85,6 +89,18 @@ def register_secrets(secrets: Iterable[str]) -> None:
     with _lock:
         merged = set(_known) | {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
         _known = tuple(sorted(merged, key=len, reverse=True))
+    for clear in _on_register:
+        clear()
+
+
+_on_register: list[Callable[[], None]] = []
+"""Called after :func:`register_secrets` changed the known secrets: caches of scrubbed text
+(``textsafe``'s, the exporter's label values) are cleared, so none keeps an unmasked copy."""
+
+
+def on_register(clear: Callable[[], None]) -> None:
+    """Have ``clear`` called whenever the known secrets change (a cache of :func:`scrub_text` results)."""
+    _on_register.append(clear)
 
 
 def known_secrets() -> tuple[str, ...]:
@@ -92,14 +108,11 @@ def known_secrets() -> tuple[str, ...]:
     return _known
 
 
-def _needs_look(text: str) -> bool:
-    return "@" in text or "=" in text or " " in text or ":" in text
-
-
 def scrub_text(text: str, secrets: Sequence[str] = ()) -> str:
     """``text`` with every secret masked: the known ones (:func:`register_secrets`) and
     ``secrets``, URL userinfo, secret query parameters and ``Authorization`` values (the module's
-    rules). Text without a known secret and without ``@``, ``=``, ``:`` or a space is returned as is.
+    rules). Each rule first looks for what it needs with plain ``in`` (``://`` and ``@``, ``=``,
+    ``earer``/``uthorization``), so text without any is returned at the cost of those look-ups.
 
     Args:
         text: Free text: a message, a model name, a log line, a label value.
@@ -113,13 +126,25 @@ def scrub_text(text: str, secrets: Sequence[str] = ()) -> str:
     for secret in (*secrets, *_known):
         if secret and secret in text:
             text = text.replace(secret, MASK)
-    if not _needs_look(text):
-        return text
     text = drop_userinfo(text)
     if "=" in text:
         text = _QUERY.sub(lambda m: m.group(1) + MASK, text)
-    text = _AUTH_VALUE.sub(lambda m: m.group(1) + MASK, text)
+    if "earer" in text or "EARER" in text or "uthorization" in text or "UTHORIZATION" in text:
+        text = _AUTH_VALUE.sub(lambda m: m.group(1) + MASK, text)
     return text
+
+
+def scrub_json_text(text: str) -> str:
+    """A serialized JSON document (``json.dumps``) with :func:`scrub_text`'s rules applied to its
+    text at once: the known secrets in their JSON-escaped form too; the generic rules' patterns
+    never cross a ``"``, so a match stays inside one JSON string. What a recording pays per record
+    (one pass over one line, not one call per string: ``benchmarks/json_output_cost.py``).
+
+    Returns:
+        The text, still valid JSON (every replacement is plain ASCII inside a string).
+    """
+    escaped = [json.dumps(s, ensure_ascii=False)[1:-1] for s in _known]
+    return scrub_text(text, [e for e, s in zip(escaped, _known) if e != s])
 
 
 def scrub_obj(obj: Any) -> Any:
@@ -138,7 +163,23 @@ def scrub_obj(obj: Any) -> Any:
 def drop_userinfo(text: str) -> str:
     """``text`` with the userinfo of every URL in it dropped (``https://alice:pw@gpu-box/`` ->
     ``https://gpu-box/``; a password with an unencoded ``/``, ``?`` or ``#`` included)."""
-    return _USERINFO.sub(r"\1", text) if "@" in text else text
+    if "@" not in text or "://" not in text:
+        return text
+    pieces: list[str] = []
+    last = 0
+    at = text.find("://")
+    while at >= 0:
+        start = at + 3
+        if at > 0 and text[at - 1] in _SCHEME_END:
+            m = _USERINFO_TAIL.match(text, start)
+            if m is not None:
+                pieces.append(text[last:start])
+                last = m.end()
+        at = text.find("://", start)
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def mask_query(text: str, mask: str = MASK) -> str:

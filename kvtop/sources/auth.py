@@ -1,9 +1,11 @@
 """How kvtop reaches one Ollama server behind a proxy: credentials, extra headers, TLS trust.
 
 One :class:`ServerAccess` per watched server is built once by the CLI (``config.server_accesses``)
-from ``--host https://user:pass@host/``, repeatable ``--header 'Name: value'``, ``--cacert FILE``,
-``--insecure``, ``OLLAMA_API_KEY`` and the config file's ``[servers."URL"]`` tables. Every client
-that talks to that server (the dashboard's poller and its writes, ``--once``/``--check``,
+from ``OLLAMA_API_KEY``, the config file's ``[servers."URL"]`` tables, ``--password-file`` /
+``--netrc`` (:func:`read_password_file`, :func:`netrc_login`: private files only,
+:func:`check_private`), the host value's userinfo (``https://user:pass@host/``, visible in ``ps``
+when typed as ``--host``), repeatable ``--header 'Name: value'``, ``--cacert FILE`` and
+``--insecure``. Every client that talks to that server (the dashboard's poller and its writes, ``--once``/``--check``,
 ``kvtop plan``, the exporter, the what-if screen) takes its options from it
 (:meth:`ServerAccess.client_options`), so they all authenticate and verify alike.
 
@@ -82,8 +84,8 @@ def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
     ``#`` is refused: what precedes that first ``/``, ``?`` or ``#`` (``alice:pa`` of
     ``alice:pa/ss@gpu-box``) is no ``host:port``, and reading it as one would send the password,
     in the path, to the wrong host. An ``@`` in the path of an address without userinfo is part
-    of the path (``gpu-box:11434/a@b``). A value without userinfo comes back unchanged with ``(None, None)``. Ollama's own
-    ``envconfig.Host()`` has no userinfo: the rest is then read as Ollama reads it
+    of the path (``gpu-box:11434/a@b``). A value without userinfo comes back unchanged with
+    ``(None, None)``. Ollama's own ``envconfig.Host()`` has no userinfo: the rest is then read as Ollama reads it
     (``config.parse_ollama_host``).
 
     Returns:

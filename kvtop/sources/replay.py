@@ -25,7 +25,7 @@ A recording is one JSON object per line, UTF-8, gzip-compressed when the name en
 
   Snapshots are encoded by ``kvtop.model.codec``.
 
-Every string of a record passes ``kvtop.redact.scrub_obj`` before it is written: the secrets this
+Every record passes ``kvtop.redact.scrub_json_text`` before it is written: the secrets this
 kvtop was given, URL userinfo and ``?token=`` values a server echoed (in a model name, an error)
 are masked, as on every other output. The :class:`Recorder` only ever appends, and flushes after every record (gzip with
 ``Z_SYNC_FLUSH``), so a crash loses at most the record being written. :func:`read_recording`
@@ -55,7 +55,7 @@ from kvtop.model.codec import CodecError, decode, encode
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.slots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.redact import scrub_obj
+from kvtop.redact import scrub_json_text
 
 FORMAT_VERSION = 1
 """The recording format this kvtop writes and the newest it reads."""
@@ -254,8 +254,9 @@ class Recorder:
         self.records += 1
 
     def _write(self, obj: Mapping[str, Any]) -> None:
-        obj = scrub_obj(obj)  # a secret echoed by a server (a model name with user:pass@) is not recorded
-        data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+        # a secret echoed by a server (a model name with user:pass@, ?token=) is not recorded
+        line = scrub_json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+        data = (line + "\n").encode("utf-8", "replace")
         self._stream.write(data)
         self._stream.flush()  # GzipFile.flush: Z_SYNC_FLUSH, then the file's own flush
         if self._stream is not self._raw:

@@ -14,9 +14,10 @@ in this order, from the first place this user can read:
 
 Only ``OLLAMA_*`` and the GPU selection variables are kept, and a value whose name says it is a
 secret (``KEY``, ``TOKEN``, ``SECRET``, ``PASS``, ``AUTH`` …: ``kvtop.redact``), a URL's credentials
-and a secret query parameter (``?token=``) are masked here, before it reaches any state, screen, recording or metric. Everything here is
-blocking (it runs in ``ProcSource``'s worker thread) and is read once per server PID: a
-service's environment only changes when the process restarts. Never raises.
+and a secret query parameter (``?token=``) are masked here, before it reaches any state, screen,
+recording or metric. Everything here is blocking (it runs in ``ProcSource``'s worker thread) and
+is read once per server PID: a service's environment only changes when the process restarts.
+Never raises.
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ async def test_credentials_a_server_echoes_reach_no_output(tmp_path: Path) -> No
         once_text = _kvtop(tmp_path, "--once", "--host", server.url)
         stream = _kvtop(tmp_path, "--stream", "--count", "1", "--host", server.url)
         with exporter(tmp_path, "--host", server.url, "--interval", "0.25") as ex:
-            ex.until(lambda f: len(f["kvtop_model_size_bytes"].samples) == 3)
+            ex.until(lambda f: "kvtop_model_size_bytes" in f and len(f["kvtop_model_size_bytes"].samples) == 3)
             metrics = httpx.get(ex.url, timeout=5.0, trust_env=False).text
             ex.stop()
         client = OllamaClient(server.url, timeout_s=5.0)

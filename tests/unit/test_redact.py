@@ -214,3 +214,23 @@ def test_clean_json_replaces_every_control_in_every_string_and_key() -> None:
     text = safe_json(doc)
     assert "\\u001b" not in text and "\\u009b" not in text  # jq -r has nothing to turn back into ESC
     assert_no_control(json.loads(text))
+
+
+def test_only_secret_header_values_are_registered() -> None:
+    server_accesses([("https://gpu-box:443", None, None)], env={"OLLAMA_API_KEY": "env-key-reg-9"},
+                    headers=["X-Team: research-team-x", "X-Api-Key: hdr-key-reg-10"])
+    assert "env-key-reg-9" in known_secrets() and "hdr-key-reg-10" in known_secrets()
+    assert "research-team-x" not in known_secrets()  # a plain header is no secret: model names keep it
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_safe_json_on_the_text_equals_clean_json_per_string(indent: int | None) -> None:
+    """safe_json works on the serialized text (one pass); it must give exactly what cleaning each
+    string would: escaped backslashes before a letter are text, not controls."""
+    strings = ["plain", "a\\nb", "a\\\nb", "\\\\\x1b[2J", "\\u001b literally", "\x7f del", "tab\there",
+               "\u202eevil", "\x9b31m", "emoji 🦙 and CJK 模型", "surrogate \ud800 lone",
+               "https://bob:pw/x@h/m?token=abc&k=1", "Authorization: Bearer abcdefghijk", '"quoted\\"', "\x00"]
+    doc = {"list": strings, "nested": {s: {"v": s, "n": 1.5, "t": True, "z": None} for s in strings}}
+    assert safe_json(doc, indent=indent) == json.dumps(clean_json(doc), indent=indent, ensure_ascii=False)
+    assert_no_control(json.loads(safe_json(doc, indent=indent)))
+    assert json.loads(safe_json(doc, indent=indent))["list"][1] == "a\\nb"  # a backslash and an n: kept
