@@ -27,14 +27,16 @@ from kvtop.model.known import (  # re-exported: the one vocabulary of units and 
 )
 from kvtop.model.state import ModelView
 from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used outside the UI
+from kvtop.redact import scrub_text
 
 __all__ = ["NOT_KNOWN", "context_text", "ctx_number", "exact_bytes", "ibytes", "known_text", "legend", "mark",
            "memory_bar", "memory_figures", "safe", "safe_name", "short_until", "size_text"]
 
 
 def safe_name(name: str, limit: int) -> str:
-    """A model name cut in the middle so its tag stays visible: ``hf.co/unsl…:Q4_K_M``."""
-    text = safe(name)
+    """A model name cut in the middle so its tag stays visible: ``hf.co/unsl…:Q4_K_M``. A secret a
+    server echoes in it (``user:pass@``, ``?token=``: ``kvtop.redact.scrub_text``) is masked first."""
+    text = safe(scrub_text(name))
     if len(text) <= limit:
         return text
     if limit < 4:
