@@ -124,6 +124,19 @@ def test_password_file_keeps_the_password_out_of_ps(basic_server: object, tmp_pa
     _no_secret(json.dumps(doc), err)
 
 
+def test_password_file_from_a_pipe(basic_server: object, tmp_path: Path) -> None:
+    """``--password-file <(pass show gpu-box)``: a shell's process substitution is a private pipe."""
+    url = basic_server.url  # type: ignore[attr-defined]
+    secret = tmp_path / "pw"
+    _private(secret, PASSWORD + "\n")
+    script = (f'exec {sys.executable} -m kvtop --once --json --host "$1" --password-file <(cat "$2")')
+    proc = subprocess.run(["bash", "-c", script, "bash", _userinfo(url, USER), str(secret)], capture_output=True,
+                          text=True, timeout=90, cwd=str(REPO), env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["models"]) == 3
+    _no_secret(proc.stdout, proc.stderr)
+
+
 def test_netrc_gives_login_and_password(basic_server: object, tmp_path: Path) -> None:
     url = basic_server.url  # type: ignore[attr-defined]
     rc = _private(tmp_path / "netrc", f'machine 127.0.0.1 login {USER} password "{PASSWORD}"\n')
