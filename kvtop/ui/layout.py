@@ -22,7 +22,7 @@ from kvtop.model.memmap import MemoryMap, loading_runners, memory_map
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
-from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel, alerts_text
+from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
 
 if TYPE_CHECKING:
     from kvtop.model.state import AppState
@@ -178,7 +178,8 @@ class PanelLayout:
         key = (state.alerts, tuple(sorted(colors.items())), width)
         if key != self._alerts_rows_key:
             self.alerts_measures += 1
-            self._alerts_rows = 1 + len(alerts_text(state.alerts, colors).wrap(self._kv_app().console, width))
+            memo = self._kv_app().dashboard.query_one(AlertsPanel).memo  # each alert measured once per width
+            self._alerts_rows = 1 + memo.line_count(state.alerts, width, self._kv_app().console)
             self._alerts_rows_key = key
         return self._alerts_rows
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.message import Message
@@ -156,14 +157,57 @@ def _styles_at(text: Text, start: int, end: int) -> list[str]:
     return styles
 
 
-def _model_legend(segs: Sequence[Segment], colors: Mapping[str, str]) -> Text:
-    t = Text()
-    for s in segs:
-        t.append(GLYPHS[s.kind], style=_style(s.kind, colors))
-    t.append(f" {safe_name(segs[0].label, 32)}", style="bold")
+Piece = tuple[str, str]
+"""A run of a legend or key entry: its text and its style, symbolic (:func:`_piece_style`): a kind
+(``weights``, ``free``…), ``bold``, ``muted`` or ``""``."""
+
+
+def _piece_style(style: str, colors: Mapping[str, str]) -> str:
+    if style in ("", "bold"):
+        return style
+    if style == "muted":
+        return colors.get("kv-muted", "")
+    return _style(style, colors)
+
+
+def _model_legend_pieces(segs: Sequence[Segment]) -> list[Piece]:
+    out: list[Piece] = [(GLYPHS[s.kind], s.kind) for s in segs]
+    out.append((f" {safe_name(segs[0].label, 32)}", "bold"))
     for s in segs:
         letter = PART_LETTERS.get(s.kind, "")
-        t.append(f" {letter}{' ' if letter and letter != '+' else ''}{_size(s)}")
+        out.append((f" {letter}{' ' if letter and letter != '+' else ''}{_size(s)}", ""))
+    return out
+
+
+def legend_pieces(bar: DeviceBar) -> list[list[Piece]]:
+    """:func:`legend_items` as plain pieces (text, symbolic style): what the legend says, without
+    building styled text (:meth:`MemoryMapPanel.line_count` only measures it)."""
+    items: list[list[Piece]] = []
+    group: list[Segment] = []
+    for s in bar.segments:
+        if s.kind in MODEL_KINDS and group and group[0].model == s.model:
+            group.append(s)
+            continue
+        if group:
+            items.append(_model_legend_pieces(group))
+            group = []
+        if s.kind in MODEL_KINDS:
+            group = [s]
+            continue
+        if s.kind == "free" and bar.free_bytes is not None:
+            continue  # the title line says it, exactly ("33.5 GiB free", as the GPU panel)
+        items.append([(GLYPHS[s.kind], s.kind), (f" {safe(s.label, 40)} {_size(s)}", "")])
+    if group:
+        items.append(_model_legend_pieces(group))
+    if bar.note and not bar.segments:
+        items.append([(safe(bar.note, 160), "muted")])
+    return items
+
+
+def _styled(pieces: Sequence[Piece], colors: Mapping[str, str]) -> Text:
+    t = Text()
+    for text, style in pieces:
+        t.append(text, style=_piece_style(style, colors))
     return t
 
 
@@ -171,29 +215,28 @@ def legend_items(bar: DeviceBar, colors: Mapping[str, str]) -> list[Text]:
     """Every segment of ``bar`` with its size and source mark, one entry each: a model's parts
     together (``█▓▒ qwen3:8b W 4.3G KV ~448M C ~61M +~242M``), then the other kinds; free memory
     only where the title line does not give it."""
-    items: list[Text] = []
-    group: list[Segment] = []
-    for s in bar.segments:
-        if s.kind in MODEL_KINDS and group and group[0].model == s.model:
-            group.append(s)
-            continue
-        if group:
-            items.append(_model_legend(group, colors))
-            group = []
-        if s.kind in MODEL_KINDS:
-            group = [s]
-            continue
-        if s.kind == "free" and bar.free_bytes is not None:
-            continue  # the title line says it, exactly ("33.5 GiB free", as the GPU panel)
-        item = Text()
-        item.append(GLYPHS[s.kind], style=_style(s.kind, colors))
-        item.append(f" {safe(s.label, 40)} {_size(s)}")
-        items.append(item)
-    if group:
-        items.append(_model_legend(group, colors))
-    if bar.note and not bar.segments:
-        items.append(Text(safe(bar.note, 160), style=colors.get("kv-muted", "")))
-    return items
+    return [_styled(item, colors) for item in legend_pieces(bar)]
+
+
+def _cells(pieces: Sequence[Piece]) -> tuple[int, int]:
+    """``(cells, characters)`` of an entry made of ``pieces``."""
+    return sum(cell_len(text) for text, _ in pieces), sum(len(text) for text, _ in pieces)
+
+
+def wrapped_count(sizes: Sequence[tuple[int, int]], width: int, sep: int = 2, first_sep: int | None = None) -> int:
+    """The lines :func:`wrap_items` makes of entries of these ``(cells, characters)`` sizes, counted
+    without building them (the same rule: a line is broken only between entries)."""
+    lines, cells, chars = 1, 0, 0
+    for i, (w, n) in enumerate(sizes):
+        gap = first_sep if (i == 1 and first_sep is not None) else sep
+        if chars and cells + gap + w > width:
+            lines += 1
+            cells, chars = w, n
+        elif chars:
+            cells, chars = cells + gap + w, chars + gap + n
+        else:
+            cells, chars = cells + w, chars + n
+    return lines
 
 
 def wrap_items(items: Sequence[Text], width: int, sep: int = 2, first_sep: int | None = None) -> list[Text]:
@@ -262,6 +305,28 @@ def key_lines(kinds: Sequence[str], width: int, colors: Mapping[str, str]) -> li
         item.append(f" {KIND_WORDS[kind]}")
         items.append(item)
     return wrap_items(items, width, sep=1, first_sep=2)
+
+
+def key_line_count(kinds: Sequence[str], width: int) -> int:
+    """The lines :func:`key_lines` takes at ``width`` cells, counted without drawing them."""
+    sizes = [(cell_len(MARKS_KEY), len(MARKS_KEY))]
+    sizes += [(1 + 1 + cell_len(KIND_WORDS[k]), 2 + len(KIND_WORDS[k])) for k in kinds]
+    return wrapped_count(sizes, width, sep=1, first_sep=2)
+
+
+def legend_line_count(bar: DeviceBar, width: int) -> int:
+    """The lines :func:`legend_lines` takes at ``width`` cells, counted without drawing them."""
+    return wrapped_count([_cells(item) for item in legend_pieces(bar)], width)
+
+
+def map_line_count(mm: MemoryMap, width: int, *, compact: bool) -> int:
+    """The lines :func:`map_text` draws for ``mm`` at ``width`` cells, counted without drawing."""
+    if compact:
+        n = len(mm.bars)
+    else:
+        n = sum(1 if b.error else 2 + legend_line_count(b, width) for b in mm.bars)
+        n += key_line_count(key_kinds(mm), width) if mm.bars else 0
+    return n + (1 if not mm.telemetry and mm.status else 0) + (0 if mm.bars else 1)
 
 
 def map_text(mm: MemoryMap, width: int, colors: Mapping[str, str], *, compact: bool) -> tuple[Text, list[Hit]]:
@@ -335,8 +400,12 @@ class MemoryMapPanel(Widget):
         self._cache: tuple[tuple[object, ...], Text, list[Hit]] | None = None
         self._hover: ModelKey | None = None
         self._height: int | None = None
+        self._count: tuple[tuple[object, ...], int] | None = None
         self.renders = 0
         """Times the text was built (the observer-cost tests count them)."""
+        self.counts = 0
+        """Times the lines were counted (``map_line_count``): once per map, form and width, not
+        per repaint (the observer-cost tests count them)."""
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh(layout=True))
@@ -374,13 +443,11 @@ class MemoryMapPanel(Widget):
         mm = self._map
         if mm is None:
             return 1
-        width = self._width()
-        if self._compact:
-            n = len(mm.bars)
-        else:
-            n = sum(1 if b.error else 2 + len(legend_lines(b, width, {})) for b in mm.bars)
-            n += len(key_lines(key_kinds(mm), width, {})) if mm.bars else 0
-        return n + (1 if not mm.telemetry and mm.status else 0) + (0 if mm.bars else 1)
+        key = (mm, self._compact, self._width())
+        if self._count is None or self._count[0] != key:
+            self.counts += 1
+            self._count = (key, map_line_count(mm, key[2], compact=self._compact))
+        return self._count[1]
 
     def _width(self) -> int:
         return max(10, self.content_size.width or self.app.size.width - 2)

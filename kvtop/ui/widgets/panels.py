@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -42,23 +43,86 @@ def alert_blocks(alerts: Sequence[Alert], colors: Mapping[str, str]) -> list[tup
                       style=colors.get("kv-ok", "")), None)]
     out: list[tuple[Text, FixRef | None]] = []
     for a in alerts:
-        head = Text()
-        style = {"critical": "kv-crit", "warning": "kv-warn"}.get(a.severity, "kv-muted")
-        glyph = "✖" if a.severity == "critical" else "▲" if a.severity == "warning" else "ℹ"
-        head.append(f"{glyph} {a.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
-        if a.model:
-            head.append(f" {safe(a.model, 60)}", style="bold")
-        head.append(f": {safe(a.message, 400)}")
-        out.append((head, None))
-        for fix in a.fixes:
-            line = Text()
-            fits = {True: " (fits)", False: " (not enough)", None: ""}[fix.fits]
-            line.append("  fix: ", style=colors.get("kv-ok", "") if fix.fits else colors.get("kv-muted", ""))
-            line.append(safe(fix.action, 120), style="bold")
-            line.append(f" — {safe(fix.detail, 200)}{fits}")
-            if fix.cost:
-                line.append(f"; cost: {safe(fix.cost, 160)}", style=colors.get("kv-muted", ""))
-            out.append((line, (fix, a)))
+        out.extend(_one_alert_blocks(a, colors))
+    return out
+
+
+class AlertBlocks:
+    """:func:`alert_blocks` and the lines they wrap to, remembered per alert (issue 23: at 1,000
+    models a poll that changes a few alerts draws and measures those, not all of them).
+
+    Attributes:
+        built: Alerts whose blocks were built (observer-cost tests count them).
+        measured: Alerts whose lines were counted (wrapped) at some width.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[Alert, list[tuple[Text, FixRef | None]]] = {}
+        self._colors: tuple[tuple[str, str], ...] | None = None
+        self._lines: dict[tuple[Alert, int], tuple[int, ...]] = {}
+        self.built = 0
+        self.measured = 0
+
+    def blocks(self, alerts: Sequence[Alert], colors: Mapping[str, str]) -> list[tuple[Text, FixRef | None]]:
+        """``alert_blocks(alerts, colors)``; an alert's blocks are built once per colours."""
+        key = tuple(sorted(colors.items()))
+        if key != self._colors:
+            self._colors, self._blocks = key, {}
+        if not alerts:
+            return alert_blocks(alerts, colors)
+        out: list[tuple[Text, FixRef | None]] = []
+        for a in alerts:
+            got = self._blocks.get(a)
+            if got is None:
+                self.built += 1
+                got = self._blocks[a] = _one_alert_blocks(a, colors)
+            out.extend(got)
+        if len(self._blocks) > 2 * len(alerts):
+            live = set(alerts)
+            self._blocks = {a: b for a, b in self._blocks.items() if a in live}
+        return out
+
+    def heights(self, a: Alert, width: int, console: Console) -> tuple[int, ...]:
+        """The lines each of ``a``'s blocks (its heading, then each fix) wraps to at ``width``
+        cells, measured once per alert and width (styles change no wrapping)."""
+        got = self._lines.get((a, width))
+        if got is None:
+            self.measured += 1
+            got = self._lines[(a, width)] = tuple(max(1, len(b.wrap(console, width)))
+                                                  for b, _ in _one_alert_blocks(a, {}))
+        return got
+
+    def line_count(self, alerts: Sequence[Alert], width: int, console: Console) -> int:
+        """The lines :func:`alerts_text` wraps to at ``width`` cells."""
+        if not alerts:
+            return sum(len(b.wrap(console, width)) for b, _ in alert_blocks(alerts, {}))
+        total = sum(sum(self.heights(a, width, console)) for a in alerts)
+        if len(self._lines) > 2 * len(alerts):
+            live = set(alerts)
+            self._lines = {k: v for k, v in self._lines.items() if k[0] in live and k[1] == width}
+        return total
+
+
+def _one_alert_blocks(a: Alert, colors: Mapping[str, str]) -> list[tuple[Text, FixRef | None]]:
+    """One alert's blocks (:func:`alert_blocks`): its heading, then each of its fixes."""
+    out: list[tuple[Text, FixRef | None]] = []
+    head = Text()
+    style = {"critical": "kv-crit", "warning": "kv-warn"}.get(a.severity, "kv-muted")
+    glyph = "✖" if a.severity == "critical" else "▲" if a.severity == "warning" else "ℹ"
+    head.append(f"{glyph} {a.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
+    if a.model:
+        head.append(f" {safe(a.model, 60)}", style="bold")
+    head.append(f": {safe(a.message, 400)}")
+    out.append((head, None))
+    for fix in a.fixes:
+        line = Text()
+        fits = {True: " (fits)", False: " (not enough)", None: ""}[fix.fits]
+        line.append("  fix: ", style=colors.get("kv-ok", "") if fix.fits else colors.get("kv-muted", ""))
+        line.append(safe(fix.action, 120), style="bold")
+        line.append(f" — {safe(fix.detail, 200)}{fits}")
+        if fix.cost:
+            line.append(f"; cost: {safe(fix.cost, 160)}", style=colors.get("kv-muted", ""))
+        out.append((line, (fix, a)))
     return out
 
 
@@ -89,6 +153,9 @@ class AlertsPanel(Static, can_focus=True):
         super().__init__(**kwargs)
         self._shown: tuple[object, ...] | None = None
         self._blocks: list[tuple[Text, FixRef | None]] = []
+        self._alerts: tuple[Alert, ...] = ()
+        self.memo = AlertBlocks()
+        """Each alert's blocks, built once (a poll that changes a few alerts builds those)."""
         self.cursor = 0
         """Index of the highlighted fix among :attr:`fixes` (shown only while focused)."""
 
@@ -105,7 +172,8 @@ class AlertsPanel(Static, can_focus=True):
             return
         self._shown = key
         before = self.fixes[self.cursor] if 0 <= self.cursor < len(self.fixes) else None
-        self._blocks = alert_blocks(alerts, colors)
+        self._blocks = self.memo.blocks(alerts, colors)
+        self._alerts = tuple(alerts)
         fixes = self.fixes
         if before is not None:
             same = [i for i, (f, a) in enumerate(fixes) if a.key == before[1].key and f.action == before[0].action]
@@ -135,15 +203,17 @@ class AlertsPanel(Static, can_focus=True):
         self.update(Text("\n").join(parts))
 
     def _fix_lines(self) -> list[tuple[int, int]]:
-        """Per fix, the first line it is drawn on and its height (wrapped at the panel's width)."""
+        """Per fix, the first line it is drawn on and its height (wrapped at the panel's width;
+        each alert measured once per width, :meth:`AlertBlocks.heights`)."""
         width = max(1, self.scrollable_content_region.width or self.size.width or 80)
         out: list[tuple[int, int]] = []
         y = 0
-        for block, ref in self._blocks:
-            height = max(1, len(block.wrap(self.app.console, width)))
-            if ref is not None:
+        for a in self._alerts:
+            heading, *fixes = self.memo.heights(a, width, self.app.console)
+            y += heading
+            for height in fixes:
                 out.append((y, height))
-            y += height
+                y += height
         return out
 
     def on_focus(self) -> None:

@@ -1,0 +1,65 @@
+"""The memory map's height is counted without drawing it (issue 23: at 1,000 models the panel laid
+out its whole legend on every repaint only to count lines): ``map_line_count`` equals the lines
+``map_text`` draws for every case of tests/ui/test_memory_map.py, a 300-model map, names wider
+than any line, and every width from 10 to 200 cells; the panel counts once per map and width."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+
+from kvtop.model.memmap import MemoryMap
+from kvtop.ui.widgets.memory_map import MemoryMapPanel, map_line_count, map_text
+from tests.ui.test_memory_map import COLORS, foreign, no_gpu, one_gpu, spill, two_gpus
+
+
+def many_models(tmp: Path, n: int = 300) -> MemoryMap:
+    """The two-GPU map with each bar's segments repeated ``n // 3`` times under other names (some
+    long, some wide characters): a legend of hundreds of entries."""
+    mm = two_gpus(tmp)
+    bars = []
+    for bar in mm.bars:
+        segs = []
+        for k in range(n // 3):
+            for s in bar.segments:
+                if s.model is None:
+                    continue
+                name = f"{'长' * (k % 4)}copy{k}-{s.label}" + ("-x" * 40 if k % 17 == 0 else "")
+                segs.append(dataclasses.replace(s, label=name, model=(name, s.model[1])))
+        segs += [s for s in bar.segments if s.model is None]
+        bars.append(dataclasses.replace(bar, segments=tuple(segs)))
+    return dataclasses.replace(mm, bars=tuple(bars))
+
+
+def test_counted_lines_equal_drawn_lines(tmp_path: Path) -> None:
+    maps = [f(tmp_path) for f in (two_gpus, one_gpu, spill, foreign, no_gpu)] + [many_models(tmp_path)]
+    assert sum(len(b.segments) for b in maps[-1].bars) > 300
+    for mm in maps:
+        for compact in (False, True):
+            for width in range(10, 201, 7):
+                drawn = len(map_text(mm, width, COLORS, compact=compact)[0].plain.splitlines())
+                assert map_line_count(mm, width, compact=compact) == drawn, (width, compact)
+
+
+class MapApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield MemoryMapPanel()
+
+
+async def test_the_panel_counts_once_per_map_and_width(tmp_path: Path) -> None:
+    mm = many_models(tmp_path)
+    app = MapApp()
+    async with app.run_test(size=(120, 60)) as pilot:
+        panel = app.query_one(MemoryMapPanel)
+        panel.show(mm, compact=False)
+        await pilot.pause()
+        counted = panel.counts
+        for _ in range(20):  # the app's layout asks for the lines on every repaint
+            assert panel.line_count() == map_line_count(mm, panel.content_size.width, compact=False)
+        assert panel.counts == counted
+        await pilot.resize_terminal(100, 60)
+        await pilot.pause()
+        assert panel.line_count() == map_line_count(mm, panel.content_size.width, compact=False)
+        assert panel.counts == counted + 1
