@@ -9,10 +9,12 @@ import pytest
 
 from kvtop.config import Settings
 from kvtop.ui.app import KvtopApp, make_app
+from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
+from tests.ui.confirming import armed
 from tests.ui.test_table_widths import renamed
 
 SIZES = [(80, 24), (160, 48)]
@@ -87,12 +89,29 @@ def test_what_if_readonly_80x24(snap_compare: Any) -> None:
 
 
 def test_confirmation_opens_on_cancel_80x24(snap_compare: Any) -> None:
+    """Armed (the state in which y sends): the button reads "Load (y)"."""
     async def run_before(pilot: Any) -> None:
         await _settle(pilot, 1)
         await pilot.press("w")
         await pilot.pause(0.3)
         await pilot.press("a")
+        await armed(pilot)
+
+    assert snap_compare(_app(snapshot_at(step_index("raised to 32768"))), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_confirmation_before_arming_80x24(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the arming (issue 23): the button reads "wait… Load", disabled; a y typed then is
+    ignored, and the dialog says so."""
+    monkeypatch.setattr(ConfirmWrite, "ARM_S", 3600.0)
+
+    async def run_before(pilot: Any) -> None:
+        await _settle(pilot, 1)
+        await pilot.press("w")
         await pilot.pause(0.3)
+        await pilot.press("a", "y")
+        dialog = pilot.app.screen
+        assert isinstance(dialog, ConfirmWrite) and dialog.swallowed == 1 and not dialog.armed
 
     assert snap_compare(_app(snapshot_at(step_index("raised to 32768"))), terminal_size=(80, 24), run_before=run_before)
 

@@ -82,7 +82,7 @@ class ConfirmWrite(OnceModal[bool]):
         background: $surface; padding: 1 2; }
     ConfirmWrite Horizontal { height: auto; margin-top: 1; }
     ConfirmWrite Button { margin-right: 2; }
-    ConfirmWrite #confirm-hint { height: auto; color: $text-muted; }
+    ConfirmWrite #confirm-hint { height: auto; color: $text-muted; display: none; }
     """
     BINDINGS = [Binding("n,escape", "dismiss(False)", "No")]
     AUTO_FOCUS = "#no"
@@ -159,7 +159,9 @@ class ConfirmWrite(OnceModal[bool]):
     def swallow(self) -> None:
         """Count and say a confirm key or click that came too early (it does nothing else)."""
         self.swallowed += 1
-        self.query_one("#confirm-hint", Static).update(Text(
+        hint = self.query_one("#confirm-hint", Static)
+        hint.display = True
+        hint.update(Text(
             f"{self.CONFIRM_KEY} came before this question was shown: ignored. Read it, then press "
             f"{self.CONFIRM_KEY} once the button reads {self.action_label} ({self.CONFIRM_KEY})."))
 

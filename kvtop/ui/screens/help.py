@@ -94,11 +94,12 @@ LOAD_HELP = "  a          load with the num_ctx on screen (asks first; y confirm
 READONLY_HELP = "  (--readonly: kvtop sends nothing that changes the server)\n"
 
 ACTIONS_HELP = """\
-Actions (each asks first with Cancel focused, y confirms; all logged)
+Actions (each asks first, Cancel focused; y confirms once its button is
+ready: keys typed ahead are ignored; all logged)
   u          unload the selected model (keep_alive 0, as `ollama stop`)
   a          keep-alive of the selected model: 5 m, 1 h, forever, 0 (now)
   k          signal a GPU process outside Ollama that you own
-             (Enter SIGTERM, 9 SIGKILL)
+             (Enter SIGTERM, 9 SIGKILL; as root, another user's asks twice)
   Enter      on a fix in the events pane or the alerts panel (Tab, ↑ ↓):
              offers it (unload, stop PID), or shows a setting as text to
              copy (c copies it; kvtop never applies settings)
@@ -116,7 +117,7 @@ shows it as text to copy (c).
 
 SIGNAL_HELP = """\
   k          signal a GPU process outside Ollama that you own
-             (Enter SIGTERM, 9 SIGKILL)
+             (Enter SIGTERM, 9 SIGKILL; as root, another user's asks twice)
 """
 """The ``k`` lines of :data:`ACTIONS_HELP`: left out where kvtop reads no process table of this
 machine (``--demo``: its processes are simulated; a replay)."""
