@@ -183,10 +183,19 @@ def test_a_password_with_slash_question_hash_at(basic_server: object, tmp_path: 
     raw = _kvtop(tmp_path, "--once", "--json", "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
     env = _kvtop(tmp_path, "--once", "--json", extra={"OLLAMA_HOST": _userinfo(url, f"{USER}:{PASSWORD}")})
     plan = _kvtop(tmp_path, "plan", "qwen3:1.7b-q8_0", "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
+    check = _kvtop(tmp_path, "--check", "--json", "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
+    shown = _kvtop(tmp_path, "--print-config", extra={"OLLAMA_HOST": _userinfo(url, f"{USER}:{PASSWORD}")})
+    export = _kvtop(tmp_path, "export", "textfile", str(tmp_path / "k.prom"), "--once", "--host",
+                    _userinfo(url, f"{USER}:{PASSWORD}"))
+    record = _kvtop(tmp_path, "--record", str(tmp_path / "rec.jsonl"), "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
     assert raw.returncode == 2 and "must be percent-encoded (%2F, %3F, %23)" in raw.stderr
     assert plan.returncode != 0 and "percent-encoded" in plan.stderr
     assert "percent-encoded" in env.stderr  # OLLAMA_HOST: warned, the default address is watched instead
-    for proc in (raw, env, plan):
+    assert "percent-encoded" in shown.stdout
+    for proc in (check, export, record):
+        assert proc.returncode == 2 and "percent-encoded" in proc.stderr, proc.stderr
+    assert not (tmp_path / "rec.jsonl").exists() and not (tmp_path / "k.prom").exists()
+    for proc in (raw, env, plan, check, shown, export, record):
         _no_secret(proc.stdout, proc.stderr)
     assert len(server.requests()) == before  # type: ignore[attr-defined]  # nothing went to any host
     encoded = _kvtop(tmp_path, "--once", "--json", "--host", _userinfo(url, f"{USER}:{ENCODED}"))
