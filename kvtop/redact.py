@@ -37,9 +37,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["MASK", "drop_userinfo", "is_secret_name", "known_secrets", "mask_argv", "mask_query", "on_register",
-           "register_secrets",
-           "scrub_json_text", "scrub_obj", "scrub_text"]
+__all__ = ["MASK", "drop_userinfo", "is_secret_name", "json_text_ok", "known_secrets", "mask_argv", "mask_query", "on_register",
+           "register_secrets", "scrub_json_text", "scrub_obj", "scrub_text"]
 
 MASK = "***"
 """What a masked value becomes."""
@@ -82,20 +81,28 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+_JSON_STRUCTURE = frozenset("0123456789.eE+-truefalsn:,[]{} \n\t\"\\")
+"""Characters JSON text has outside its strings (numbers, literals, punctuation, white space)."""
+
+_text_ok = True
+
+
 def register_secrets(secrets: Iterable[str]) -> None:
     """Add secrets this process was given (passwords, tokens, header values) to those every
     :func:`scrub_text` replaces; values shorter than :data:`MIN_SECRET_CHARS` are ignored."""
-    global _known
+    global _known, _text_ok
     with _lock:
         merged = set(_known) | {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
         _known = tuple(sorted(merged, key=len, reverse=True))
+        _text_ok = not any(set(s) <= _JSON_STRUCTURE for s in _known)
     for clear in _on_register:
         clear()
 
 
 _on_register: list[Callable[[], None]] = []
 """Called after :func:`register_secrets` changed the known secrets: caches of scrubbed text
-(``textsafe``'s, the exporter's label values) are cleared, so none keeps an unmasked copy."""
+(``textsafe``'s) are cleared, so none keeps an unmasked copy. (The exporter's cached label values
+are first computed after ``config.server_accesses`` registered its secrets.)"""
 
 
 def on_register(clear: Callable[[], None]) -> None:
@@ -134,6 +141,13 @@ def scrub_text(text: str, secrets: Sequence[str] = ()) -> str:
     return text
 
 
+def json_text_ok() -> bool:
+    """Whether :func:`scrub_json_text` may be used: no known secret could also be JSON outside a
+    string (a password ``2048`` or ``true`` would be replaced in a number or a literal). When
+    False, scrub the object instead (:func:`scrub_obj`)."""
+    return _text_ok
+
+
 def scrub_json_text(text: str) -> str:
     """A serialized JSON document (``json.dumps``) with :func:`scrub_text`'s rules applied to its
     text at once: the known secrets in their JSON-escaped form too; the generic rules' patterns
@@ -141,7 +155,8 @@ def scrub_json_text(text: str) -> str:
     (one pass over one line, not one call per string: ``benchmarks/json_output_cost.py``).
 
     Returns:
-        The text, still valid JSON (every replacement is plain ASCII inside a string).
+        The text, still valid JSON (every replacement is plain ASCII inside a string) as long as
+        :func:`json_text_ok`.
     """
     escaped = [json.dumps(s, ensure_ascii=False)[1:-1] for s in _known]
     return scrub_text(text, [e for e, s in zip(escaped, _known) if e != s])

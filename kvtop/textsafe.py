@@ -20,7 +20,7 @@ import sys
 import unicodedata
 from typing import Any, TextIO
 
-from kvtop.redact import on_register, scrub_json_text, scrub_text
+from kvtop.redact import json_text_ok, on_register, scrub_json_text, scrub_text
 
 REPLACEMENT = "\ufffd"
 """What a control or format character becomes (U+FFFD, ``�``)."""
@@ -130,6 +130,8 @@ def safe_json(obj: Any, *, indent: int | None = 2) -> str:
     """
     # one pass over the text instead of a call per string (3.2x json.dumps's time at 1,000 models,
     # 1.4x this way: benchmarks/json_output_cost.py); the same result as dumping clean_json(obj)
+    if not json_text_ok():  # a known secret like "2048" or "true": only strings may be touched
+        return json.dumps(clean_json(obj), indent=indent, ensure_ascii=False)
     text = scrub_json_text(json.dumps(obj, indent=indent, ensure_ascii=False))
     if "\\" in text:
         text = _JSON_CONTROL_ESCAPE.sub(lambda m: m.group(1) + REPLACEMENT, text)

@@ -55,7 +55,7 @@ from kvtop.model.codec import CodecError, decode, encode
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.slots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.redact import scrub_json_text
+from kvtop.redact import json_text_ok, scrub_json_text, scrub_obj
 
 FORMAT_VERSION = 1
 """The recording format this kvtop writes and the newest it reads."""
@@ -255,7 +255,10 @@ class Recorder:
 
     def _write(self, obj: Mapping[str, Any]) -> None:
         # a secret echoed by a server (a model name with user:pass@, ?token=) is not recorded
-        line = scrub_json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+        if json_text_ok():
+            line = scrub_json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+        else:  # a known secret like "2048" could be a number of the line: scrub its strings only
+            line = json.dumps(scrub_obj(obj), ensure_ascii=False, separators=(",", ":"))
         data = (line + "\n").encode("utf-8", "replace")
         self._stream.write(data)
         self._stream.flush()  # GzipFile.flush: Z_SYNC_FLUSH, then the file's own flush

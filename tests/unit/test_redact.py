@@ -12,10 +12,21 @@ from typing import Any
 
 import pytest
 
+from kvtop import redact
 from kvtop.config import ConfigError, HostError, parse_host_access, server_accesses
 from kvtop.redact import MASK, known_secrets, mask_argv, register_secrets, scrub_obj, scrub_text
 from kvtop.sources.auth import SecretFileError, UserinfoError, netrc_login, read_password_file, split_userinfo
 from kvtop.textsafe import clean_json, safe_block, safe_json
+
+
+@pytest.fixture(autouse=True)
+def _registry() -> Any:
+    """The known secrets are process-wide: each test here leaves them as it found them."""
+    saved = (redact._known, redact._text_ok)  # noqa: SLF001
+    yield
+    redact._known, redact._text_ok = saved  # noqa: SLF001
+    for clear in redact._on_register:  # noqa: SLF001
+        clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,3 +245,16 @@ def test_safe_json_on_the_text_equals_clean_json_per_string(indent: int | None) 
     assert safe_json(doc, indent=indent) == json.dumps(clean_json(doc), indent=indent, ensure_ascii=False)
     assert_no_control(json.loads(safe_json(doc, indent=indent)))
     assert json.loads(safe_json(doc, indent=indent))["list"][1] == "a\\nb"  # a backslash and an n: kept
+
+
+def test_a_secret_that_looks_like_json_structure_is_masked_in_strings_only(tmp_path: Path) -> None:
+    """A password "2048" (or "true") must not replace numbers and literals of the JSON text."""
+    register_secrets(["2048"])
+    doc = {"context_length": 2048, "flash": True, "note": "pin 2048 echoed", "2048": [2048, "a2048"]}
+    out = json.loads(safe_json(doc))
+    assert out == {"context_length": 2048, "flash": True, "note": f"pin {MASK} echoed", MASK: [2048, f"a{MASK}"]}
+    from kvtop.sources.replay import Recorder
+
+    rec = Recorder.create(tmp_path / "r.jsonl", doc)
+    rec.close()
+    assert json.loads((tmp_path / "r.jsonl").read_text(encoding="utf-8")) == out
