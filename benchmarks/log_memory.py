@@ -196,6 +196,27 @@ def run(minutes: float, rate: int, batch: int, every: float, mix: str) -> list[d
     return rows
 
 
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures of a run: traced MiB at 5/10/20/30 minutes, the peak, the growth per minute from
+    the first report to the last one before the first trim (the store's cap), and the bytes per
+    kept event there (reachable from the events alone, and all traced bytes over the events)."""
+    at = {int(r["minute"]): round(r["traced_mib"], 2) for r in rows if float(r["minute"]).is_integer()}
+    k = 1
+    while k < len(rows) and rows[k]["traced_mib"] >= rows[k - 1]["traced_mib"]:
+        k += 1
+    top = rows[k - 1]
+    growth = ((top["traced_mib"] - rows[0]["traced_mib"]) / (top["minute"] - rows[0]["minute"])
+              if k > 1 else None)
+    return {
+        "traced_mib_at": at,
+        "peak_traced_mib": round(max(r["traced_mib"] for r in rows), 2),
+        "mib_per_min": None if growth is None else round(growth, 2),
+        "growth_until_minute": top["minute"],
+        "bytes_per_event": round(top["bytes_per_event"]),
+        "traced_bytes_per_event": round(top["traced_mib"] * 2**20 / top["load_events"]) if top["load_events"] else None,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="simulated minutes (default 30)")
@@ -207,15 +228,13 @@ def main() -> int:
     t0 = time.process_time()
     rows = run(args.minutes, args.rate, args.batch, args.every, args.mix)
     cpu_s = time.process_time() - t0
-    at = {int(r["minute"]): round(r["traced_mib"], 2) for r in rows if float(r["minute"]).is_integer()}
-    growth = None
-    if len(rows) >= 2:
-        growth = (rows[-1]["traced_mib"] - rows[0]["traced_mib"]) / (rows[-1]["minute"] - rows[0]["minute"])
-    print(f"traced MiB at 5/10/20/30 min: {[at.get(m) for m in (5, 10, 20, 30)]}; "
-          f"bytes per kept event at the end: {rows[-1]['bytes_per_event']:.0f}; CPU {cpu_s:.1f} s")
-    print(json.dumps({"mix": args.mix, "rate": args.rate, "minutes": args.minutes, "cpu_s": round(cpu_s, 1),
-                      "traced_mib_at": at, "mib_per_min": None if growth is None else round(growth, 3),
-                      "bytes_per_event": round(rows[-1]["bytes_per_event"]), "rows": rows}))
+    fig = summarize(rows)
+    print(f"traced MiB at 5/10/20/30 min: {[fig['traced_mib_at'].get(m) for m in (5, 10, 20, 30)]}; "
+          f"peak {fig['peak_traced_mib']} MiB; growth {fig['mib_per_min']} MiB/min until the first trim "
+          f"(minute {fig['growth_until_minute']:g}); bytes per kept event there: {fig['bytes_per_event']} "
+          f"(events alone), {fig['traced_bytes_per_event']} (all traced); CPU {cpu_s:.1f} s")
+    print(json.dumps({"mix": args.mix, "rate": args.rate, "minutes": args.minutes, "cpu_s": round(cpu_s, 1), **fig,
+                      "rows": rows}))
     return 0
 
 
