@@ -42,6 +42,7 @@ from kvtop.model.apply import with_alerts
 from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
 from kvtop.ui.format import legend, safe
 from kvtop.ui.server_view import ServerView
+from kvtop.ui.textual_fixes import install_textual_fixes
 from kvtop.ui.layout import PanelLayout
 # Imported where they are used (a dashboard that never replays, opens help or follows a log does
 # not pay for them at startup; benchmarks/startup.py): the log parser, /slots, the replay
@@ -199,6 +200,7 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
                  proc_source: ProcSourceLike | None = None,
                  more_sources: Mapping[str, OllamaSource] | None = None,
                  replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
+        install_textual_fixes()  # closed screens must not stay in Textual's caches (issue 23)
         super().__init__()
         self._init_server_view()
         self._init_operator()

@@ -234,6 +234,9 @@ class HistoryScreen(Screen[None]):
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.update_plots())  # mono: markers
         self.update_plots()
 
+    def on_unmount(self) -> None:
+        self.app.theme_changed_signal.unsubscribe(self)  # else kept (with its plots) until the next theme change
+
     def on_resize(self, event: Resize) -> None:
         self.update_plots()
 

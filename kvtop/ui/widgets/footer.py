@@ -15,6 +15,8 @@ from textual.widget import Widget
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from kvtop.ui.textual_fixes import prune_closed_watchers
+
 __all__ = ["FOOTER_DROP_ORDER", "KvFooter", "fit_keys"]
 
 FOOTER_DROP_ORDER: tuple[str, ...] = (
@@ -57,6 +59,7 @@ class KvFooter(Footer):
         self._composed_width = 0
 
     def compose(self) -> ComposeResult:
+        prune_closed_watchers(self)  # the keys of the last composition were removed: let them go (textual_fixes)
         widgets: Iterable[Widget] = list(super().compose())
         width = self.size.width or self.app.size.width
         self._composed_width = width

@@ -280,6 +280,11 @@ class PlotView(Widget):
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh())
 
+    def on_unmount(self) -> None:
+        # the app's signal keeps its subscribers (weak keys, but the callback holds the widget)
+        # until the next theme change: a closed history screen would stay in memory until then
+        self.app.theme_changed_signal.unsubscribe(self)
+
     def render(self) -> RenderResult:
         if self._spec is None:
             return Text()
