@@ -624,8 +624,8 @@ class EventCompactor:
         return len(self._strings)
 
     def share(self, text: str | None) -> str | None:
-        """The copy of ``text`` seen first (``text`` itself when new, too long or None)."""
-        if text is None or len(text) > self.max_chars:
+        """The copy of ``text`` seen first (``text`` itself when new, too long, or not a ``str``)."""
+        if type(text) is not str or len(text) > self.max_chars:
             return text
         strings = self._strings
         found = strings.get(text)
@@ -638,6 +638,8 @@ class EventCompactor:
 
     def share_map(self, mapping: Mapping[str, str]) -> Mapping[str, str]:
         """The previous map when equal to ``mapping``, else a dict of its shared keys and values."""
+        if not isinstance(mapping, Mapping):
+            return mapping
         last = self._last_map
         if last is not None and (mapping is last or mapping == last):
             return last

@@ -107,6 +107,9 @@ def test_the_string_table_is_bounded_and_long_text_is_not_remembered() -> None:
     assert 0 < c.strings_held <= 8
     long = "x" * 41
     assert c.share(long) is long and c.share((long + "\n")[:-1]) is not long  # never remembered
+    odd = [UnknownWarning(1, None, "x", level="WARN", message=None, source=None),  # not what the parser makes,
+           UnknownWarning(2, None, "x", level=7, message=b"\x1b", source=None)]  # but never a traceback
+    assert [(e.level, e.message, e.raw) for e in c.compact(odd)] == [("WARN", None, ""), (7, b"\x1b", "")]
 
 
 # --------------------------------------------------------------------------------------------
