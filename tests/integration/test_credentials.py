@@ -318,3 +318,27 @@ async def test_gpu_process_command_lines_are_masked(tmp_path: Path) -> None:
     recorded = (tmp_path / "rec.jsonl").read_text(encoding="utf-8")
     for secret in ("RUNSECRET1", "RUNSECRET2", "FOREIGNSECRET3", "FS4", "FOREIGNSECRET5", "FOREIGNSECRET6"):
         assert secret not in text and secret not in recorded
+
+
+# --------------------------------------------------------------------------------------------
+# the dashboard says it too
+
+
+async def test_dashboard_warns_about_a_password_on_the_command_line(basic_server: object) -> None:
+    from kvtop.config import Settings, server_accesses
+    from kvtop.ui.app import make_app
+    from tests.integration.test_app_live import rows, until
+    from tests.ui.screen_text import screen_text
+
+    url = basic_server.url  # type: ignore[attr-defined]
+    access, warnings = server_accesses([(url, USER, PASSWORD)], env={}, host_origin="flag")  # as --host gives it
+    assert any("visible to every user of this machine (ps)" in w for w in warnings)
+    app = make_app(Settings(host_url=url, interval_s=0.25, timeout_s=5.0, access=access,
+                            extra={"warnings": "\n".join(warnings)}))  # as cli.main hands them over
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: any("visible to every user" in n.message for n in app._notifications), 20.0)
+        await until(pilot, lambda: len(rows(app)) == 3, 20.0)  # it authenticates all the same
+        notes = [n.message for n in app._notifications]
+        screen = screen_text(app)
+    assert any(n.startswith("the password in --host is visible to every user of this machine (ps)") for n in notes)
+    _no_secret(screen, *notes)
