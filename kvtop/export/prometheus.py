@@ -27,9 +27,12 @@ bidi characters become U+FFFD, at most ``LABEL_MAX_CHARS``); prometheus-client e
 
 HTTP (:class:`MetricsServer`): prometheus-client's WSGI app behind waitress: connections are
 handled by one I/O thread (select/poll), requests by a fixed pool of ``SERVER_THREADS`` workers;
-listen backlog ``SERVER_BACKLOG``; a connection idle for ``CHANNEL_TIMEOUT_S`` (a slowloris
-client sending a partial request and holding it) is closed; at most ``CONNECTION_LIMIT``
-connections are open at once (more wait in the backlog). ``GET /metrics`` (and ``/``, as
+listen backlog ``SERVER_BACKLOG``; a connection idle for ``CHANNEL_TIMEOUT_S`` is closed, and
+so is one whose request has not arrived whole ``REQUEST_DEADLINE_S`` after its first byte (a
+slowloris client trickling a byte at a time); one client address may keep at most
+``PER_CLIENT_PENDING`` connections waiting on an incomplete request; at most
+``CONNECTION_LIMIT`` connections are open at once, and at the limit a new one evicts the one
+that has waited longest on an incomplete request (``kvtop.export.httpguard``). ``GET /metrics`` (and ``/``, as
 prometheus-client's own server did) serve the metrics, ``HEAD`` too; other paths answer 404,
 other methods 405.
 
@@ -998,16 +1001,32 @@ SERVER_BACKLOG = 1024
 """Listen backlog: connections the kernel queues while the workers are busy."""
 
 CHANNEL_TIMEOUT_S = 10
-"""A connection with no activity for this long is closed (slowloris, forgotten keep-alives)."""
+"""A connection with no activity for this long is closed (forgotten keep-alives, silent clients)."""
 
-CLEANUP_INTERVAL_S = 2
-"""How often idle connections are looked for."""
+REQUEST_DEADLINE_S = 10.0
+"""A request's head (and body) must arrive whole within this many seconds of its first byte (a
+new connection's: of its accept); a client trickling bytes is closed then, however often it sends."""
+
+PER_CLIENT_PENDING = 16
+"""Connections one client address may keep waiting on an incomplete request for more than
+``PENDING_GRACE_S``; its oldest ones past that are closed."""
+
+PENDING_GRACE_S = 1.0
+"""An incomplete request younger than this is not yet counted against ``PER_CLIENT_PENDING``
+(a burst of honest scrapes from one address sends each request whole at once)."""
+
+CLEANUP_INTERVAL_S = 1
+"""How often idle and slow connections are looked for."""
 
 CONNECTION_LIMIT = 512
-"""Connections open at once; past it, new ones wait in the backlog until some close."""
+"""Connections open at once; at the limit a new one evicts the connection that has waited longest
+on an incomplete request (closed at once only when every connection is being answered)."""
 
 MAX_REQUEST_HEADER_BYTES = 16 * 1024
 """Longest request head accepted (a scrape's is a few hundred bytes)."""
+
+MAX_REQUEST_BODY_BYTES = 64 * 1024
+"""Longest request body accepted (a scrape has none; larger ones are answered 413)."""
 
 _NOT_FOUND = b"not found: kvtop serves its metrics on /metrics\n"
 
@@ -1061,6 +1080,8 @@ class MetricsServer:
         host: Address to bind (an IP address or a name; a name binds its first address, as
             ``getaddrinfo`` orders them).
         port: Port; 0 picks a free one (see :attr:`port`).
+        request_deadline_s / per_client_pending / pending_grace_s / connection_limit: the slow
+            client rules (``REQUEST_DEADLINE_S`` …, ``kvtop.export.httpguard``).
 
     Raises:
         OSError: The address cannot be bound (in use, not this machine's, permission denied) or
@@ -1069,11 +1090,13 @@ class MetricsServer:
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int, *, threads: int = SERVER_THREADS,
                  backlog: int = SERVER_BACKLOG, channel_timeout_s: int = CHANNEL_TIMEOUT_S,
-                 connection_limit: int = CONNECTION_LIMIT, cache: MetricsCache | None = None) -> None:
+                 connection_limit: int = CONNECTION_LIMIT, cache: MetricsCache | None = None,
+                 request_deadline_s: float = REQUEST_DEADLINE_S, per_client_pending: int = PER_CLIENT_PENDING,
+                 pending_grace_s: float = PENDING_GRACE_S) -> None:
         import logging
         import socket
 
-        from waitress.server import create_server
+        from kvtop.export.httpguard import create_guarded_server
 
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                        flags=socket.AI_PASSIVE)[0]
@@ -1081,11 +1104,13 @@ class MetricsServer:
         listen = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" under load is expected
         try:
-            self._server = create_server(
+            self._server = create_guarded_server(
                 make_wsgi(registry, cache), listen=listen, threads=threads, backlog=backlog,
                 channel_timeout=channel_timeout_s, cleanup_interval=CLEANUP_INTERVAL_S,
                 connection_limit=connection_limit, max_request_header_size=MAX_REQUEST_HEADER_BYTES,
-                asyncore_use_poll=True, ident="kvtop", expose_tracebacks=False,
+                max_request_body_size=MAX_REQUEST_BODY_BYTES, asyncore_use_poll=True, ident="kvtop",
+                expose_tracebacks=False, request_deadline_s=request_deadline_s,
+                per_client_pending=per_client_pending, pending_grace_s=pending_grace_s,
             )
         except ValueError as exc:  # waitress: "Invalid host/port specified."
             raise OSError(str(exc)) from None

@@ -1,0 +1,179 @@
+"""The exporter's HTTP server: waitress with deadlines and caps against slow clients (slowloris).
+
+Waitress alone closes a connection only after ``channel_timeout`` seconds without a byte, so a
+client that trickles one byte every few seconds holds its connection for ever, and 600 such clients
+filled the 512 connections (issue 23). :class:`GuardedServer` adds three rules, checked in the I/O
+thread (at most every ``cleanup_interval`` seconds, and when a connection arrives at the limit):
+
+- **request deadline**: a request's head and body must arrive whole within ``request_deadline_s``
+  of its first byte (a new connection's clock starts at its accept); otherwise the connection is
+  closed without an answer. A connection idle between requests is closed by waitress's own
+  ``channel_timeout``.
+- **per-client cap**: one client address may hold at most ``per_client_pending`` connections that
+  have waited more than ``pending_grace_s`` on an incomplete request; its oldest ones past that are
+  closed. A burst of honest requests (each sent whole at once) is never pending that long.
+- **at the connection limit** a new connection evicts the connection that has waited longest on
+  an incomplete request, instead of the server no longer accepting; only when every connection is
+  being answered is the new one closed at once.
+
+Which connections are slow is judged by bytes arriving, not by their address: every address
+(``127.0.0.1`` included) gets the same rules. Behind a reverse proxy all clients share its address.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
+
+
+ACCEPTS_PER_WAKE = 64
+"""Connections accepted per wake-up of the I/O loop (waitress accepts one)."""
+
+
+class GuardedChannel(HTTPChannel):  # type: ignore[misc]
+    """A waitress channel that knows since when it waits on an incomplete request.
+
+    ``pending_since`` (``time.monotonic()``): the accept, or the first byte of the request now being
+    received; None while no request is incomplete (one being answered, or idle between requests).
+    """
+
+    pending_since: float | None = None
+
+    def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:  # noqa: A002
+        self.pending_since = time.monotonic()
+        super().__init__(server, sock, addr, adj, map=map)
+
+    def received(self, data: bytes) -> bool:
+        before = self.request
+        if self.pending_since is None and data:
+            self.pending_since = time.monotonic()
+        out: bool = super().received(data)
+        if self.request is None:
+            self.pending_since = None  # nothing incomplete: the next request's clock starts at its byte
+        elif self.request is not before and before is not None:
+            self.pending_since = time.monotonic()  # a request ended in this chunk and the next began
+        return out
+
+    def pending_s(self, now: float) -> float | None:
+        """Seconds this connection has waited on an incomplete request, None when it does not."""
+        if self.requests or self.pending_since is None or self.will_close:
+            return None
+        return now - self.pending_since
+
+
+class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
+    """waitress's TCP server with the module's rules (see the module doc).
+
+    Args: as ``TcpWSGIServer``, plus ``request_deadline_s``, ``per_client_pending`` and
+    ``pending_grace_s``.
+    """
+
+    channel_class = GuardedChannel
+
+    def __init__(self, *args: Any, request_deadline_s: float, per_client_pending: int, pending_grace_s: float,
+                 **kw: Any) -> None:
+        self.request_deadline_s = request_deadline_s
+        self.per_client_pending = per_client_pending
+        self.pending_grace_s = pending_grace_s
+        self.closed_slow = 0
+        """Connections closed by these rules (a count, for tests and benchmarks)."""
+        super().__init__(*args, **kw)
+
+    def readable(self) -> bool:
+        # waitress stops accepting at the connection limit, which is what slow clients exploit:
+        # keep accepting and make room in handle_accept instead
+        now = time.time()
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        return bool(self.accepting)
+
+    def handle_accept(self) -> None:
+        # waitress accepts one connection per wake-up of its loop; with slow clients reconnecting as
+        # fast as they are closed, an honest scraper would queue behind them in the backlog
+        for _ in range(ACCEPTS_PER_WAKE):
+            if len(self.active_channels) >= self.adj.connection_limit and not self._evict_oldest_pending():
+                try:
+                    got = self.accept()
+                except OSError:
+                    return
+                if got is None:
+                    return
+                got[0].close()  # every connection is being answered: this one waits for none
+                continue
+            before = len(self.active_channels)
+            super().handle_accept()
+            if len(self.active_channels) == before:  # nothing was waiting (or accept failed)
+                return
+
+    def maintenance(self, now: float) -> None:
+        """waitress's idle check, then the request deadline and the per-client cap."""
+        super().maintenance(now)
+        mono = time.monotonic()
+        late: list[GuardedChannel] = []
+        slow_by_client: dict[str, list[tuple[float, GuardedChannel]]] = defaultdict(list)
+        for channel in list(self.active_channels.values()):
+            waited = channel.pending_s(mono) if isinstance(channel, GuardedChannel) else None
+            if waited is None:
+                continue
+            if waited > self.request_deadline_s:
+                late.append(channel)
+            elif waited > self.pending_grace_s:
+                slow_by_client[_client(channel.addr)].append((waited, channel))
+        for waiting in slow_by_client.values():
+            if len(waiting) > self.per_client_pending:
+                waiting.sort(key=lambda w: -w[0])  # the longest waiting first
+                late.extend(c for _, c in waiting[:len(waiting) - self.per_client_pending])
+        for channel in late:
+            self._close(channel)
+
+    def _evict_oldest_pending(self) -> bool:
+        """Close the connection that has waited longest on an incomplete request; False if none."""
+        mono = time.monotonic()
+        oldest: tuple[float, GuardedChannel] | None = None
+        for channel in self.active_channels.values():
+            waited = channel.pending_s(mono) if isinstance(channel, GuardedChannel) else None
+            if waited is not None and (oldest is None or waited > oldest[0]):
+                oldest = (waited, channel)
+        if oldest is None:
+            return False
+        self._close(oldest[1])
+        return True
+
+    def _close(self, channel: GuardedChannel) -> None:
+        self.closed_slow += 1
+        try:
+            channel.handle_close()  # no request of it is being answered: close it now, in this thread
+        except OSError:
+            pass
+
+
+def _client(addr: Any) -> str:
+    """The client address of a connection (``addr[0]``), "" when unknown."""
+    return str(addr[0]) if isinstance(addr, tuple) and addr else ""
+
+
+def create_guarded_server(app: Any, *, request_deadline_s: float, per_client_pending: int, pending_grace_s: float,
+                          **adjustments: Any) -> GuardedServer:
+    """A :class:`GuardedServer` for ``app`` on the one address of ``adjustments["listen"]``
+    (``"ip:port"`` or ``"[ip6]:port"``), as ``waitress.create_server`` builds one, started
+    listening (call ``run`` to serve). ``adjustments`` are waitress's.
+
+    Raises:
+        ValueError: an invalid host or port (waitress's message).
+        OSError: the address cannot be bound.
+    """
+    adj = Adjustments(**adjustments)
+    if len(adj.listen) != 1:
+        raise ValueError("one address to listen on")
+    dispatcher = ThreadedTaskDispatcher()
+    dispatcher.set_thread_count(adj.threads)
+    return GuardedServer(app, {}, True, None, dispatcher=dispatcher, adj=adj, sockinfo=adj.listen[0],
+                         request_deadline_s=request_deadline_s, per_client_pending=per_client_pending,
+                         pending_grace_s=pending_grace_s)
