@@ -231,6 +231,7 @@ async def test_credentials_a_server_echoes_reach_no_output(tmp_path: Path) -> No
         once_json = _kvtop(tmp_path, "--once", "--json", "--host", server.url)
         once_text = _kvtop(tmp_path, "--once", "--host", server.url)
         stream = _kvtop(tmp_path, "--stream", "--count", "1", "--host", server.url)
+        plan_all = _kvtop(tmp_path, "plan", "--all", "--json", "--gpu-free", "16GiB", "--host", server.url)
         with exporter(tmp_path, "--host", server.url, "--interval", "0.25") as ex:
             ex.until(lambda f: "kvtop_model_size_bytes" in f and len(f["kvtop_model_size_bytes"].samples) == 3)
             metrics = httpx.get(ex.url, timeout=5.0, trust_env=False).text
@@ -248,10 +249,14 @@ async def test_credentials_a_server_echoes_reach_no_output(tmp_path: Path) -> No
     doc = json.loads(once_json.stdout)
     assert_no_control(doc)
     assert_no_control(json.loads(stream.stdout))
+    assert plan_all.stdout, plan_all.stderr  # its exit code says fit / incomplete: any, with its JSON
+    plan_doc = json.loads(plan_all.stdout)
+    assert_no_control(plan_doc)
+    assert "evil:latest?token=***" in json.dumps(plan_doc, ensure_ascii=False)
     assert sorted(m["name"] for m in doc["models"]) == sorted([
         "evil:latest?token=***", "mirror:https://x.example/m", "esc\ufffd[31m:\ufffdbell\ufffd?api_key=***"])
     assert "kvtop_model_size_bytes{" in metrics and "evil:latest?token=***" in metrics
-    for text in (once_json.stdout, once_text.stdout, stream.stdout, metrics, recorded,
+    for text in (once_json.stdout, once_text.stdout, stream.stdout, plan_all.stdout, plan_all.stderr, metrics, recorded,
                  once_json.stderr, once_text.stderr, "".join(ex.stderr)):
         for secret in ECHO_SECRETS:
             assert secret not in text, (secret, text[:300])
