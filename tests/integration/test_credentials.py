@@ -252,7 +252,7 @@ async def test_credentials_a_server_echoes_reach_no_output(tmp_path: Path) -> No
     assert plan_all.stdout, plan_all.stderr  # its exit code says fit / incomplete: any, with its JSON
     plan_doc = json.loads(plan_all.stdout)
     assert_no_control(plan_doc)
-    assert "evil:latest?token=***" in json.dumps(plan_doc, ensure_ascii=False)
+    assert "?api_key=***" in json.dumps(plan_doc, ensure_ascii=False)
     assert sorted(m["name"] for m in doc["models"]) == sorted([
         "evil:latest?token=***", "mirror:https://x.example/m", "esc\ufffd[31m:\ufffdbell\ufffd?api_key=***"])
     assert "kvtop_model_size_bytes{" in metrics and "evil:latest?token=***" in metrics
