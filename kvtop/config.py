@@ -625,7 +625,7 @@ def server_accesses(
     (``sources.auth.API_KEY_ENV``).
 
     A basic-auth password comes, first found: from the host value's userinfo, from
-    ``--password-file`` (for a URL that names its user: ``https://alice@gpu-box/``), from the
+    ``--password-file`` (for each URL that names its user: ``https://alice@gpu-box/``), from the
     table's ``password_file``, from the netrc file (``--netrc``: ``$NETRC`` or ``~/.netrc``;
     ``--netrc-file``; its ``login`` is the user when the URL names none). A password file, a netrc
     file, and a config file holding a secret (a header value, a password in ``host``) must not be
@@ -728,6 +728,9 @@ def server_accesses(
                             " — it applies to none")
     out: dict[str, ServerAccess] = {}
     netrc_at = os.path.expanduser(netrc_file) if netrc_file else netrc_path(env) if netrc else None
+    if password_file is not None and all(h[1] is None for h in hosts):
+        raise ConfigError("--password-file: no server address names its user; name it in the host value"
+                          " (https://<user>@host/), or use --netrc, whose entry names the login")
     for url, user, password in hosts:
         entry = per_host.get(url, {})
         try:
@@ -759,14 +762,12 @@ def _password_for(url: str, user: str | None, password: str | None, password_fil
     ``password_file``, the netrc entry (see :func:`server_accesses`).
 
     Raises:
-        SecretFileError: A file that cannot be used, or ``--password-file`` with no user in the URL.
+        SecretFileError: A file that cannot be used, or a table's ``password_file`` for an address
+            that names no user.
     """
     if password is not None:
         return user, password
-    if password_file is not None:
-        if user is None:
-            raise SecretFileError(f"--password-file: the address {url} names no user; name it in the host value"
-                                  " (https://<user>@host/), or use --netrc, whose entry names the login")
+    if password_file is not None and user is not None:
         return user, read_password_file(password_file)
     if table_file is not None:
         path, origin = table_file

@@ -157,8 +157,11 @@ def test_server_accesses_take_passwords_from_files_and_warn_about_argv(tmp_path:
     assert (access["https://gpu-box:443"].username, access["https://gpu-box:443"].password) == ("alice", "file-pw-1")
     assert warnings == []  # nothing secret on the command line
     assert "file-pw-1" in known_secrets()  # registered: no output of this process shows it
-    with pytest.raises(ConfigError, match="names no user"):
+    with pytest.raises(ConfigError, match="names its user"):
         server_accesses([("https://gpu-box:443", None, None)], password_file=str(pw), env={})
+    access, _ = server_accesses([("https://gpu-box:443", "alice", None), ("http://127.0.0.1:11434", None, None)],
+                                password_file=str(pw), env={})  # for the server that names its user only
+    assert access["https://gpu-box:443"].password == "file-pw-1" and access["http://127.0.0.1:11434"].username is None
     rc = _private(tmp_path / "netrc", "machine gpu-box login bob password netrc-pw-2\n")
     access, _ = server_accesses([("https://gpu-box:443", None, None)], netrc=True, env={"NETRC": str(rc)})
     assert (access["https://gpu-box:443"].username, access["https://gpu-box:443"].password) == ("bob", "netrc-pw-2")
