@@ -63,3 +63,25 @@ async def test_the_panel_counts_once_per_map_and_width(tmp_path: Path) -> None:
         await pilot.pause()
         assert panel.line_count() == map_line_count(mm, panel.content_size.width, compact=False)
         assert panel.counts == counted + 1
+
+
+def test_a_long_legend_keeps_its_lines_counts_the_models_left_out_and_every_other_entry(tmp_path: Path) -> None:
+    from kvtop.model.memmap import MODEL_KINDS
+    from kvtop.ui.widgets.memory_map import LEGEND_MAX_LINES, legend_lines, legend_plan
+
+    mm = many_models(tmp_path)
+    for bar in mm.bars:
+        lines = [t.plain for t in legend_lines(bar, 118, COLORS)]
+        assert len(lines) <= LEGEND_MAX_LINES
+        text = "  ".join(lines)
+        models = {s.model for s in bar.segments if s.kind in MODEL_KINDS}
+        others = [s for s in bar.segments
+                  if s.kind not in MODEL_KINDS and not (s.kind == "free" and bar.free_bytes is not None)]
+        plan = legend_plan(bar, 118)
+        shown = len(plan) - len(others) - 1  # the model entries drawn: all but the others and "+N more"
+        assert 0 < shown < len(models)
+        more = [w for w in text.split("  ") if "more model" in w]
+        assert len(more) == 1 and int(more[0].split("+")[1].split()[0]) == len(models) - shown
+        for s in bar.segments:  # every entry that is not a model's still shows
+            if s.kind not in MODEL_KINDS and not (s.kind == "free" and bar.free_bytes is not None):
+                assert s.label[:20] in text

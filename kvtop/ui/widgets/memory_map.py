@@ -182,26 +182,65 @@ def _model_legend_pieces(segs: Sequence[Segment]) -> list[Piece]:
 def legend_pieces(bar: DeviceBar) -> list[list[Piece]]:
     """:func:`legend_items` as plain pieces (text, symbolic style): what the legend says, without
     building styled text (:meth:`MemoryMapPanel.line_count` only measures it)."""
-    items: list[list[Piece]] = []
+    return [item for item, _ in _legend_entries(bar)]
+
+
+def _legend_entries(bar: DeviceBar) -> list[tuple[list[Piece], bool]]:
+    """Every legend entry's pieces, and whether it is a model's."""
+    items: list[tuple[list[Piece], bool]] = []
     group: list[Segment] = []
     for s in bar.segments:
         if s.kind in MODEL_KINDS and group and group[0].model == s.model:
             group.append(s)
             continue
         if group:
-            items.append(_model_legend_pieces(group))
+            items.append((_model_legend_pieces(group), True))
             group = []
         if s.kind in MODEL_KINDS:
             group = [s]
             continue
         if s.kind == "free" and bar.free_bytes is not None:
             continue  # the title line says it, exactly ("33.5 GiB free", as the GPU panel)
-        items.append([(GLYPHS[s.kind], s.kind), (f" {safe(s.label, 40)} {_size(s)}", "")])
+        items.append(([(GLYPHS[s.kind], s.kind), (f" {safe(s.label, 40)} {_size(s)}", "")], False))
     if group:
-        items.append(_model_legend_pieces(group))
+        items.append((_model_legend_pieces(group), True))
     if bar.note and not bar.segments:
-        items.append([(safe(bar.note, 160), "muted")])
+        items.append(([(safe(bar.note, 160), "muted")], False))
     return items
+
+
+LEGEND_MAX_LINES = 6
+"""A device's legend takes at most this many lines: past them, its other entries (processes,
+unattributed, free) stay and the models that do not fit are counted in one entry (``+950 more
+models: the table lists each``). A 1,000-model map drew a 600-line legend (issue 23)."""
+
+
+def _more_models(n: int) -> list[Piece]:
+    return [(f"+{n} more model{'s' if n != 1 else ''}: the table lists each", "muted")]
+
+
+def legend_plan(bar: DeviceBar, width: int) -> list[list[Piece]]:
+    """The legend entries drawn at ``width`` cells: every entry when they wrap to at most
+    :data:`LEGEND_MAX_LINES` lines, else the first models' entries that fit with the rest, then
+    :func:`_more_models`, then every other entry (the same plan is drawn and counted)."""
+    entries = _legend_entries(bar)
+    items = [item for item, _ in entries]
+    if wrapped_count([_cells(i) for i in items], width) <= LEGEND_MAX_LINES:
+        return items
+    models = [item for item, is_model in entries if is_model]
+    others = [item for item, is_model in entries if not is_model]
+
+    def plan(k: int) -> list[list[Piece]]:
+        return [*models[:k], *([_more_models(len(models) - k)] if k < len(models) else []), *others]
+
+    lo, hi = 0, len(models)  # the most models (lo) that keep the legend within its lines
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if wrapped_count([_cells(i) for i in plan(mid)], width) <= LEGEND_MAX_LINES:
+            lo = mid
+        else:
+            hi = mid - 1
+    return plan(lo)
 
 
 def _styled(pieces: Sequence[Piece], colors: Mapping[str, str]) -> Text:
@@ -259,8 +298,8 @@ def wrap_items(items: Sequence[Text], width: int, sep: int = 2, first_sep: int |
 
 def legend_lines(bar: DeviceBar, width: int, colors: Mapping[str, str]) -> list[Text]:
     """:func:`legend_items` wrapped at whole entries within ``width`` cells, so that no entry (free
-    memory last) is cut off the screen."""
-    return wrap_items(legend_items(bar, colors), width)
+    memory last) is cut off the screen; at most :data:`LEGEND_MAX_LINES` (:func:`legend_plan`)."""
+    return wrap_items([_styled(item, colors) for item in legend_plan(bar, width)], width)
 
 
 def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
@@ -316,7 +355,7 @@ def key_line_count(kinds: Sequence[str], width: int) -> int:
 
 def legend_line_count(bar: DeviceBar, width: int) -> int:
     """The lines :func:`legend_lines` takes at ``width`` cells, counted without drawing them."""
-    return wrapped_count([_cells(item) for item in legend_pieces(bar)], width)
+    return wrapped_count([_cells(item) for item in legend_plan(bar, width)], width)
 
 
 def map_line_count(mm: MemoryMap, width: int, *, compact: bool) -> int:
