@@ -278,8 +278,47 @@ async def test_random_bursts_of_the_dashboards_keys_write_and_signal_nothing(
 
 async def test_random_keys_at_a_persons_pace_within_the_arming_write_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """200 random keys, each handled before the next (a fast typist), all within the arming delay:
-    every y and click that reaches a dialog is swallowed."""
+    """200 random keys, each handled before the next (a fast typist), all within the arming delay
+    (made an hour here, so that a loaded machine cannot arm a dialog mid-run): every y that
+    reaches a dialog is swallowed."""
     monkeypatch.setattr(ConfirmWrite, "ARM_S", 3600.0)
-    opened, swallowed = await _random_runs(monkeypatch, range(100, 102), paced=True)
+    opened, swallowed = await _random_runs(monkeypatch, range(101, 102), paced=True)  # one run: ~15 s
     assert opened >= 2 and swallowed >= 2  # dialogs opened and y reached them
+
+
+async def test_a_press_begun_on_the_wait_button_is_not_a_click_and_a_covered_dialog_rearms(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mouse button goes down on the disabled "wait… Unload" and the click completes after the
+    arming: swallowed (Textual makes the Click only at the release). A dialog covered by another
+    screen is disarmed, and arms again ARM_S after it is shown again."""
+    from textual.pilot import _get_mouse_message_arguments
+
+    from kvtop.ui.screens.help import HelpScreen
+
+    monkeypatch.setattr(ConfirmWrite, "ARM_S", 3600.0)
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _select(pilot, GEMMA)
+            await pilot.press("u")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
+            dialog = app.screen
+            assert isinstance(dialog, ConfirmWrite)
+            button = dialog.query_one("#yes", Button)
+            assert button.disabled
+            await pilot.mouse_down("#yes")  # on "wait… Unload"
+            monkeypatch.setattr(ConfirmWrite, "ARM_S", 0.05)
+            app.push_screen(HelpScreen())  # covers the dialog: it stays unarmed
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            assert not dialog.armed
+            await pilot.press("escape")
+            assert await armed(pilot) is dialog  # shown again: armed ARM_S later
+            assert not button.disabled
+            # the release, after the arming, of the press begun before it
+            dialog._forward_event(events.Click(**_get_mouse_message_arguments(button, (2, 1), button=1), chain=1))
+            await wait_for(pilot, lambda: dialog.swallowed == 1)
+            await drained(pilot)
+            assert server.writes() == [] and app.screen is dialog
+            await pilot.click("#yes")  # a whole click after the arming sends
+            await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=10)

@@ -51,18 +51,26 @@ class OnceModal(ModalScreen[ScreenResultType]):
 
 
 class _ActionButton(Button):
-    """The write button: never focused (Enter cannot reach it), and a click counts only when it
-    happened after its dialog was armed (a click queued from before is swallowed)."""
+    """The write button: never focused (Enter cannot reach it), disabled until its dialog is
+    armed, and a click counts only when the mouse button also went down on it after the arming
+    (Textual makes the ``Click`` at the release: a press begun on the disabled "wait…" button and
+    released after the arming is swallowed)."""
 
     can_focus = False
+    pressed_at: float | None = None
+    """When the mouse button last went down on it while armed (Textual's clock); reset at arming."""
 
-    async def _on_click(self, event: events.Click) -> None:
+    # Textual calls the handler of every class in the MRO: these run before Button's and
+    # Widget's own, and a swallowed click prevents theirs (prevent_default ends the walk).
+    def _on_mouse_down(self, event: events.MouseDown) -> None:
+        self.pressed_at = event.time
+
+    def _on_click(self, event: events.Click) -> None:
         screen = self.screen
-        if isinstance(screen, ConfirmWrite) and not screen.accepts(event.time):
+        if isinstance(screen, ConfirmWrite) and (self.pressed_at is None or not screen.accepts(self.pressed_at)):
             event.stop()
+            event.prevent_default()
             screen.swallow()
-            return
-        await super()._on_click(event)
 
 
 class ConfirmWrite(OnceModal[bool]):
@@ -147,9 +155,10 @@ class ConfirmWrite(OnceModal[bool]):
             self._show_state()
 
     def _show_state(self) -> None:
-        button = self.query_one("#yes", Button)
+        button = self.query_one("#yes", _ActionButton)
         button.label = self._label()
         button.disabled = not self.armed
+        button.pressed_at = None
 
     def accepts(self, at: float) -> bool:
         """Whether an input event created at ``at`` (Textual's clock) may confirm: only one that
