@@ -116,7 +116,7 @@ async def test_a_y_arriving_before_the_dialog_was_shown_is_swallowed_not_queued(
             await wait_for(pilot, lambda: dialog.swallowed == 1)
             assert app.screen is dialog and server.writes() == []
             hint = str(dialog.query_one("#confirm-hint").content)
-            assert "y came before this question was shown: ignored" in hint
+            assert hint == "Ignored: y came before this question was ready. Read it, then press y once the button reads Unload (y)."
             await pilot.press("enter")  # Cancel has the focus: Enter cancels, armed or not
             await wait_for(pilot, lambda: len(app.screen_stack) == 1)
             assert server.writes() == [] and _log(app) == [f"unload {GEMMA}: cancelled: nothing sent"]
@@ -321,5 +321,6 @@ async def test_a_press_begun_on_the_wait_button_is_not_a_click_and_a_covered_dia
             await wait_for(pilot, lambda: dialog.swallowed == 1)
             await drained(pilot)
             assert server.writes() == [] and app.screen is dialog
+            assert str(dialog.query_one("#confirm-hint").content).startswith("Ignored: a click came before")
             await pilot.click("#yes")  # a whole click after the arming sends
             await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=10)

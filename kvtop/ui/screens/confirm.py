@@ -70,7 +70,7 @@ class _ActionButton(Button):
         if isinstance(screen, ConfirmWrite) and (self.pressed_at is None or not screen.accepts(self.pressed_at)):
             event.stop()
             event.prevent_default()
-            screen.swallow()
+            screen.swallow("a click")
 
 
 class ConfirmWrite(OnceModal[bool]):
@@ -121,8 +121,8 @@ class ConfirmWrite(OnceModal[bool]):
                 yield _ActionButton(self._label(), id="yes", variant="warning", disabled=True)
             yield Static(id="confirm-hint")
 
-    def _label(self) -> str:
-        return f"{self.action_label} ({self.CONFIRM_KEY})" if self.armed else f"wait… {self.action_label}"
+    def _label(self) -> Text:
+        return Text(f"{self.action_label} ({self.CONFIRM_KEY})" if self.armed else f"wait… {self.action_label}")
 
     # -- arming -----------------------------------------------------------------------------
 
@@ -165,13 +165,14 @@ class ConfirmWrite(OnceModal[bool]):
         arrived after the dialog was armed."""
         return self.armed and self.armed_at is not None and at >= self.armed_at
 
-    def swallow(self) -> None:
-        """Count and say a confirm key or click that came too early (it does nothing else)."""
+    def swallow(self, what: str = "") -> None:
+        """Count and say a confirm key or click (``what``: ``"a click"``; default the key) that
+        came before the arming; it does nothing else."""
         self.swallowed += 1
         hint = self.query_one("#confirm-hint", Static)
         hint.display = True
         hint.update(Text(
-            f"{self.CONFIRM_KEY} came before this question was shown: ignored. Read it, then press "
+            f"Ignored: {what or self.CONFIRM_KEY} came before this question was ready. Read it, then press "
             f"{self.CONFIRM_KEY} once the button reads {self.action_label} ({self.CONFIRM_KEY})."))
 
     # -- answers ----------------------------------------------------------------------------
