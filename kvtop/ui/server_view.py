@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.message import Message
 
-from kvtop.model.preflight import PulledSnapshot
 from kvtop.model.server import ServerHealth, fold_server
+
+if TYPE_CHECKING:  # the pre-flight model (and the plan it uses) is imported when the view first opens
+    from kvtop.model.preflight import PulledSnapshot
 
 
 class ServerSampled(Message):
