@@ -256,7 +256,10 @@ class HistoryScreen(Screen[None]):
             return
         self._shown = key
         span = shown_span(self.history, self.window_s)  # a short history fills the axis
+        # one slot per braille dot column: the GPU plot spans the width, the lower two half of it
+        # when side by side (a coarser slot than the dots moves the line's ends by a dot each poll)
         slots = max(10, 2 * (width // 2 if wide else width))
+        gpu_slots = max(10, 2 * width)
         interval = float(getattr(self.app, "interval_s", 1.0))
         gap = max(3 * interval + 1, 2.5 * span / slots, 3 * self.history.bucket_s)
         state = getattr(self.app, "state", None)
@@ -265,7 +268,7 @@ class HistoryScreen(Screen[None]):
             ("History", "bold"), f" · {span_text(self.window_s)} window{shown} (z ← →) · ",
             f"{self.history.point_count():,} points · x: time before the newest sample",
             no_wrap=True, overflow="ellipsis"))
-        self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, span, slots, gap, distinct))
+        self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, span, gpu_slots, gap, distinct))
         note = _log_note(state.log.source if state is not None else None, demo=self._demo(),
                          replay=getattr(self.app, "replay", None) is not None)
         self.query_one("#plot-tps", PlotView).show(tps_spec(self.history, span, slots, note, distinct))

@@ -1,8 +1,9 @@
 """A plotext plot inside Textual: sized to the widget, coloured from the theme, cached.
 
 ``PlotSpec`` says what to draw (already in display units); ``render_plot`` turns it into a Rich
-``Text`` with plotext; ``PlotView`` shows one and re-renders only when its spec, its size or the
-theme's colours change (an idle dashboard must stay under 1 % of a core: benchmarks/cpu_idle.py).
+``Text`` with plotext; ``PlotView`` shows one and redraws at the plot's resolution: the figure is
+rebuilt only when a braille dot of it, its size or the theme's colours change (``area_key``), so
+a poll that adds a sample to a flat line costs no render (benchmarks/cpu_idle.py at 160x48).
 
 Why not ``textual-plotext``: its 1.0.1 requires ``plotext<6`` (kvtop uses plotext 6), writes its
 themes into plotext's global theme table and rebuilds the figure on every render.
@@ -10,6 +11,7 @@ themes into plotext's global theme table and rebuilds the figure on every render
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -163,9 +165,7 @@ def _plot_area(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str
     fig.plot_size(width, height)
     fig.axes(active=False, axis="x", side="upper")
     fig.axes(active=False, axis="y", side="right")
-    ys = [y for line in spec.lines for _, y in line.points]
-    top = max(ys, default=0.0)
-    ticks = nice_ticks(top * 1.05 if top > 0 else 1.0, max(2, min(5, height // 2)))
+    ticks = _y_ticks(spec, height)
     for line in spec.lines:
         if not line.points:
             continue
@@ -199,17 +199,61 @@ def _plot_area(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str
     return Text("\n").join(row[:width] for row in rows)
 
 
-def render_plot(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str]) -> Text:
-    """The plot as text: a title line, the plotext figure, then a legend (one item per series
-    with its latest value, then the markers, newest first) cut to ``width`` × ``height``."""
-    width, height = max(1, width), max(1, height)
+def _y_ticks(spec: PlotSpec, height: int) -> tuple[float, ...]:
+    """The y axis' ticks: 0 to a round value above the highest point of every line."""
+    top = max((y for line in spec.lines for _, y in line.points), default=0.0)
+    return nice_ticks(top * 1.05 if top > 0 else 1.0, max(2, min(5, height // 2)))
+
+
+def area_key(spec: PlotSpec, width: int, height: int) -> tuple[object, ...]:
+    """What the plot area of ``width`` × ``height`` cells draws, at its resolution: each line's
+    points as braille dots (2 columns × 4 rows a cell; repeats merged, a level run of a line kept as
+    its first and last dot, a gap kept as a break), the reference lines' and markers' dot row or column, the
+    y ticks and the x span. Two specs with the same key draw the same figure, so the figure is
+    rebuilt only when this key changes (a flat line moving left by less than a dot draws nothing new)."""
+    ticks = _y_ticks(spec, height)
+    span = spec.span_s if spec.span_s > 0 else 1.0
+    x_dots = 2 * max(1, width) / span
+    y_dots = 4 * max(1, height) / ticks[-1]
+    last_col = 2 * max(1, width) - 1  # the window's end (x = 0) is in the last column, not past it
+    lines: list[tuple[object, ...]] = []
+    for line in spec.lines:
+        if not line.points:
+            continue
+        if line.kind == "reference":
+            lines.append(("reference", line.color, int(line.points[0][1] * y_dots)))
+            continue
+        dots: list[tuple[int, int] | None] = []
+        last: tuple[int, int] | None = None
+        prev_x: float | None = None
+        for x, y in line.points:
+            if line.kind == "line" and prev_x is not None and x - prev_x > spec.gap_s:
+                dots.append(None)  # not connected across a gap
+                last = None
+            prev_x = x
+            dot = (min(last_col, max(0, int((x + span) * x_dots))), int(y * y_dots))
+            if dot == last:
+                continue
+            if (line.kind == "line" and last is not None and len(dots) >= 2 and dots[-2] is not None
+                    and dots[-2][1] == last[1] == dot[1]):
+                dots[-1] = dot  # a level run is drawn from its first dot to its last, whatever is between
+            else:
+                dots.append(dot)
+            last = dot
+        lines.append((line.kind, line.color, line.marker, tuple(dots)))
+    markers = tuple((min(last_col, max(0, int((m.x + span) * x_dots))), m.color, m.style) for m in spec.markers)
+    return (width, height, spec.span_s, ticks, tuple(lines), markers)
+
+
+def _frame(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str]) -> tuple[Text, list[Text], int]:
+    """The title, the legend rows and the plot area's height in rows (0: no plot, the legend rows
+    are then the sentence said instead)."""
     muted = colors.get("kv-muted", "")
     title = Text(safe(spec.title), style="bold", no_wrap=True, overflow="ellipsis")
     title.truncate(width, overflow="ellipsis")
     if spec.empty is not None or height < 6 or width < 20:
         message = spec.empty if spec.empty is not None else "too small to plot: make the terminal larger"
-        body = Text(safe(message), style=muted)
-        return Text("\n").join([title, body])
+        return title, [Text(safe(message), style=muted)], 0
     legend = Text(no_wrap=True, overflow="ellipsis")
     for line in spec.lines:
         if legend:
@@ -226,9 +270,30 @@ def render_plot(spec: PlotSpec, width: int, height: int, colors: Mapping[str, st
         legend.append(safe(m.text, 60))
         legend.append(f" {ago_text(m.x)}", style=muted)
     legend_rows = 1 if legend.cell_len <= width or height < 10 else 2
-    parts = legend.wrap(_console(), width)[:legend_rows] if legend else []
-    area = _plot_area(spec, width, height - 1 - len(parts), colors)
-    return Text("\n").join([title, area, *parts])
+    parts = list(legend.wrap(_console(), width)[:legend_rows]) if legend else []
+    return title, parts, height - 1 - len(parts)
+
+
+def _text_key(parts: list[Text]) -> tuple[object, ...]:
+    return tuple((t.plain, tuple(t.spans)) for t in parts)
+
+
+def picture_key(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str]) -> tuple[object, ...]:
+    """Everything ``render_plot`` shows at ``width`` × ``height``: the title and legend as text,
+    the plot area by :func:`area_key`. Equal keys render the same picture."""
+    width, height = max(1, width), max(1, height)
+    title, parts, area_h = _frame(spec, width, height, colors)
+    return (_text_key([title, *parts]), area_key(spec, width, area_h) if area_h else None)
+
+
+def render_plot(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str]) -> Text:
+    """The plot as text: a title line, the plotext figure, then a legend (one item per series
+    with its latest value, then the markers, newest first) cut to ``width`` × ``height``."""
+    width, height = max(1, width), max(1, height)
+    title, parts, area_h = _frame(spec, width, height, colors)
+    if not area_h:
+        return Text("\n").join([title, *parts])
+    return Text("\n").join([title, _plot_area(spec, width, area_h, colors), *parts])
 
 
 MARKER_GLYPHS = {"default": "│", "dotted": "┆", "double": "║", "heavy": "┃"}
@@ -244,6 +309,7 @@ def legend_glyph(line: PlotLine) -> str:
     return "•" if line.kind == "points" else "━"
 
 
+@functools.cache
 def _console():  # type: ignore[no-untyped-def]
     from rich.console import Console
 
@@ -251,7 +317,9 @@ def _console():  # type: ignore[no-untyped-def]
 
 
 class PlotView(Widget):
-    """Shows one ``PlotSpec``; re-renders only when the spec, the size or the theme changes."""
+    """Shows one ``PlotSpec``; repaints only when what it shows at its size changes
+    (:func:`picture_key`), and rebuilds the plotext figure only when the plot area's dots, the size
+    or the theme's colours change (:func:`area_key`): a new sample that moves no dot costs no render."""
 
     DEFAULT_CSS = """
     PlotView { width: 1fr; height: 1fr; min-height: 6; }
@@ -261,21 +329,39 @@ class PlotView(Widget):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._spec: PlotSpec | None = None
+        self._picture: tuple[object, ...] | None = None
+        """(spec, width, height, colours) → (title, legend rows, area height, picture key), the last computed."""
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text = Text()
+        self._area_key: tuple[object, ...] | None = None
+        self._area: Text = Text()
         self.renders = 0
-        """How many times the figure was actually rebuilt (tests check idle re-renders)."""
+        """How many times the plotext figure was actually rebuilt (tests count them over idle polls)."""
 
     @property
     def spec(self) -> PlotSpec | None:
         return self._spec
 
     def show(self, spec: PlotSpec) -> None:
-        """Draw ``spec``; a spec equal to the current one changes nothing."""
-        if spec != self._spec:
-            self._spec = spec
-            self.set_class(spec.empty is not None, "-empty")  # a sentence needs no plot's height
+        """Draw ``spec``; a spec that shows the same picture at this size changes nothing on screen."""
+        if spec == self._spec:
+            return
+        self._spec = spec
+        self.set_class(spec.empty is not None, "-empty")  # a sentence needs no plot's height
+        if self._frame()[3] != self._cache_key:
             self.refresh()
+
+    def _frame(self) -> tuple[Text, list[Text], int, tuple[object, ...]]:
+        """Title, legend rows, area height and (picture key, colours) of the current spec at the current size."""
+        assert self._spec is not None
+        colors = dict(self.app.theme_variables)
+        width, height = max(1, self.size.width), max(1, self.size.height)
+        memo = (self._spec, width, height, tuple(sorted(colors.items())))
+        if self._picture is None or self._picture[0] != memo:
+            title, parts, area_h = _frame(self._spec, width, height, colors)
+            key = (_text_key([title, *parts]), area_key(self._spec, width, area_h) if area_h else None)
+            self._picture = (memo, (title, parts, area_h, (key, memo[3])))
+        return self._picture[1]  # type: ignore[return-value]
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh())
@@ -288,10 +374,17 @@ class PlotView(Widget):
     def render(self) -> RenderResult:
         if self._spec is None:
             return Text()
-        colors = dict(self.app.theme_variables)
-        key = (self._spec, self.size.width, self.size.height, tuple(sorted(colors.items())))
-        if key != self._cache_key:
-            self._cache = render_plot(self._spec, self.size.width, self.size.height, colors)
-            self._cache_key = key
-            self.renders += 1
+        title, parts, area_h, key = self._frame()
+        if key == self._cache_key:
+            return self._cache
+        if area_h:
+            picture, colors = key
+            if (picture[1], colors) != self._area_key:
+                self._area = _plot_area(self._spec, max(1, self.size.width), area_h, dict(colors))  # type: ignore[arg-type]
+                self._area_key = (picture[1], colors)
+                self.renders += 1
+            self._cache = Text("\n").join([title, self._area, *parts])
+        else:
+            self._cache = Text("\n").join([title, *parts])
+        self._cache_key = key
         return self._cache
