@@ -593,12 +593,13 @@ class EventCompactor:
     """Makes events small enough to keep thousands of them (``model.logstate`` keeps 20,000).
 
     :meth:`compact` returns each event as a new one of the same class with the same fields, except
-    that ``raw`` is ``""`` (nothing that keeps events reads the line: the events pane describes the fields and shows
-    the log's own newest lines for its raw view), its short text fields (``str`` fields of at most
-    :attr:`max_chars` characters: devices, buffer kinds, grammars, blobs, paths, reasons) are the
-    one copy of that text this compactor has seen, a ``server config`` map is the previous one when
-    equal (else a dict of shared keys and values), and its ``time`` is the previous event's
-    ``datetime`` object when the two are equal. Values never change, only which object holds them.
+    that ``raw`` is ``""`` (nothing that keeps events reads the line: the events pane describes the
+    fields, and its raw view shows the log's newest lines as read), its short text fields (``str``
+    fields of at most :attr:`max_chars` characters: devices, buffer kinds, grammars, blobs, paths,
+    reasons) are the one copy of that text this compactor has seen, a ``server config`` map is the
+    previous one when equal (else a dict of shared keys and values), and its ``time`` is the
+    previous event's ``datetime`` object when the two are equal. Values never change, only which
+    object holds them.
 
     The string table is bounded: past :attr:`max_strings` distinct strings it is emptied and starts
     again (a log of unique text costs at most that many strings, never more). Safe to share
@@ -651,7 +652,7 @@ class EventCompactor:
     def same_time(self, when: datetime | None) -> datetime | None:
         """The previous event's time object when it equals ``when`` (same zone object and fold), else ``when``."""
         last = self._last_time
-        if when is None or when is last:
+        if when is None or when is last or type(when) is not datetime:
             return when
         if last is not None and when.tzinfo is last.tzinfo and when.fold == last.fold and when == last:
             return last

@@ -118,7 +118,7 @@ class Prefix(Sequence[_T]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
             return NotImplemented
-        return len(other) == self._n and all(a == b for a, b in zip(self, other))
+        return len(other) == self._n and all(a is b or a == b for a, b in zip(self, other))
 
     __hash__ = None  # type: ignore[assignment]
 
