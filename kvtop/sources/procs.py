@@ -263,8 +263,11 @@ class _Names(dict[int, "str | None"]):
         return self._processes.get(pid)
 
 
-def _proc_comm_names(proc_root: Path) -> dict[int, str | None] | None:
-    """``{pid: comm}`` from ``<proc_root>/*/comm``; None when ``proc_root`` cannot be listed."""
+def _proc_comm_names(proc_root: Path, known: Mapping[int, str | None] | None = None,
+                     reads: list[int] | None = None) -> dict[int, str | None] | None:
+    """``{pid: comm}`` from ``<proc_root>/*/comm``; None when ``proc_root`` cannot be listed.
+    ``known``: names already read, kept for the PIDs still listed (only new PIDs are read);
+    ``reads``: a one-item counter of the files read."""
     try:
         entries = os.listdir(proc_root)
     except OSError:
@@ -274,14 +277,28 @@ def _proc_comm_names(proc_root: Path) -> dict[int, str | None] | None:
     for entry in entries:
         if not entry.isdigit():
             continue
+        pid = int(entry)
+        if known is not None and pid in known:
+            out[pid] = known[pid]
+            continue
+        if reads is not None:
+            reads[0] += 1
         try:
             with open(f"{root}/{entry}/comm", "rb") as f:
-                out[int(entry)] = f.read().decode("utf-8", errors="replace").rstrip("\n")
+                out[pid] = f.read().decode("utf-8", errors="replace").rstrip("\n")
         except FileNotFoundError:
             continue  # exited while listing
         except OSError:
-            out[int(entry)] = None
+            out[pid] = None
     return out
+
+
+NAMES_FULL_EVERY_S = 10.0
+"""Every process's name, and every candidate's command line, user and parent, are read again at
+least this often; in between only new PIDs' names are read, and a candidate's command line only
+when the candidates' PID set changed or until two reads agreed (a child between fork and exec
+still has its parent's). A process that execs into Ollama under a PID already seen is found
+within this (issue 23: the process table was read in full every second)."""
 
 
 class ProcSource:
@@ -294,12 +311,14 @@ class ProcSource:
         clock: Wall-clock time for ``taken_at``.
         env_reader: Reads each ``ollama serve``'s environment once per PID (the service rung,
             ``sources.service_env``); True builds one over ``proc_root``, False/None reads none.
+        monotonic: Seconds for :data:`NAMES_FULL_EVERY_S` (tests pass their own).
     """
 
     def __init__(self, *, process_iter: Callable[[], Iterable[Any]] | None = None, proc_root: Path | str = "/proc",
                  root: Path | str = "/", environ: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.time, platform: str | None = None,
-                 env_reader: ServiceEnvReader | None | bool = True) -> None:
+                 env_reader: ServiceEnvReader | None | bool = True,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._process_iter = process_iter
         self._proc_root = Path(proc_root)
         self._root = Path(root)
@@ -311,6 +330,18 @@ class ProcSource:
         self._env: ServiceEnvReader | None = (
             ServiceEnvReader(self._proc_root, platform=self._platform) if env_reader is True
             else env_reader if isinstance(env_reader, ServiceEnvReader) else None)
+        self._monotonic = monotonic
+        self._full = True
+        self._comm: dict[int, str | None] | None = None
+        self._full_at = float("-inf")
+        self._static: dict[int, tuple[dict[str, Any], bool]] = {}
+        """Per candidate PID: its ppid, cmdline and username as last read, and whether two reads
+        in a row agreed (then they are not read again until the PID set changes)."""
+        self._candidates: frozenset[int] = frozenset()
+        self.comm_reads = 0
+        """``/proc/<pid>/comm`` files read (observer-cost tests count them)."""
+        self.cmdline_reads = 0
+        """Candidates whose command line, user and parent were read (observer-cost tests)."""
 
     async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot:
         """One complete sample of the process table, in a worker thread; ``gpu_pids`` are described
@@ -335,7 +366,10 @@ class ProcSource:
         """Every PID with its name: from ``/proc/<pid>/comm`` on Linux (about ten times cheaper
         than psutil per process, and this runs for every process every second), else psutil."""
         if self._process_iter is None and self._platform.startswith("linux"):
-            names = _proc_comm_names(self._proc_root)
+            reads = [0]
+            names = _proc_comm_names(self._proc_root, None if self._full else self._comm, reads)
+            self.comm_reads += reads[0]
+            self._comm = names
             if names is not None:
                 return _Names(names, {})
         it: Iterable[Any] = self._process_iter() if self._process_iter is not None else psutil.process_iter()
@@ -364,24 +398,44 @@ class ProcSource:
     def _sample(self, now: float, gpu_pids: tuple[int, ...]) -> ProcSnapshot:
         psutil: Any = importlib.import_module("psutil")  # untyped: no stubs needed for mypy --strict
         wanted = set(gpu_pids)
-        # pass 1, every process: only its name (cheap); pass 2, the candidates: everything else
+        now_mono = self._monotonic()
+        self._full = now_mono - self._full_at >= NAMES_FULL_EVERY_S
+        if self._full:
+            self._full_at = now_mono
+        # pass 1, every process: only its name (cheap; only new PIDs' between full reads); pass 2,
+        # the candidates: their memory each sample, the rest when the PID set changed (see
+        # NAMES_FULL_EVERY_S)
         names = self._names(psutil)
         candidates = {pid for pid, name in names.items() if _candidate_name(name) or pid in wanted}
+        same_set = frozenset(candidates) == self._candidates and not self._full
+        self._candidates = frozenset(candidates)
         full: dict[int, dict[str, Any]] = {}
         gone: set[int] = set()
+        static = self._static
         for pid in sorted(candidates):
             proc, name = names.process(pid), names[pid]
+            kept = static.get(pid) if same_set else None
             try:
                 if proc is None:
                     proc = psutil.Process(pid)
-                with proc.oneshot():
-                    info = proc.as_dict(attrs=["ppid", "cmdline", "username", "memory_info"], ad_value=None)
+                if kept is not None and kept[1]:
+                    info = {**kept[0], "memory_info": proc.memory_info()}
+                else:
+                    self.cmdline_reads += 1
+                    with proc.oneshot():
+                        info = proc.as_dict(attrs=["ppid", "cmdline", "username", "memory_info"], ad_value=None)
+                    before = static.get(pid)
+                    fixed = {k: info[k] for k in ("ppid", "cmdline", "username")}
+                    static[pid] = (fixed, before is not None and before[0] == fixed)
             except psutil.NoSuchProcess:  # ZombieProcess included: it exited during the sample
                 gone.add(pid)
                 continue
             except psutil.AccessDenied:
                 info = {"ppid": None, "cmdline": None, "username": None, "memory_info": None}
+                static.pop(pid, None)
             full[pid] = {"name": name, **info}
+        for pid in [p for p in static if p not in candidates or p in gone]:
+            del static[pid]
 
         servers: list[ServerProcess] = []
         parsed: dict[int, Cmdline] = {}
