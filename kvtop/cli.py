@@ -406,6 +406,7 @@ async def _sample_once(settings: Settings) -> int:
                      "error": st.ollama.error if st.ollama else "no poll made",
                      "hints": list(_hints(st, settings)),
                      "alerts": [alert_json(a) for a in st.alerts],
+                     **({"tls": tls} if (tls := settings.access_for(st.host_url).tls_json()) is not None else {}),
                      "log": ({"source": st.log.source, "lines": st.log.lines, "ok": st.log.ok, "status": st.log.status}
                              if st.log.source is not None else None)} for st in states]
             out: Any = {"hosts": objs, "exit_code": max(codes)} if several else {
@@ -418,6 +419,9 @@ async def _sample_once(settings: Settings) -> int:
                 if not st.reachable:
                     block[:0] = [f"kvtop: {st.host_url}: unreachable: {st.ollama.error if st.ollama else ''}",
                                  *(f"  {hint}" for hint in _hints(st, settings))]
+                tls_note = settings.access_for(st.host_url).tls_note  # --insecure / --cacert, said whenever in use
+                if tls_note:
+                    block.insert(0, f"kvtop: {st.host_url}: {tls_note}")
                 if several:
                     block = [f"== {st.host_url}"] + [f"  {line}" for line in block]
                 lines.extend(block)
@@ -514,7 +518,8 @@ def _hints(state: Any, settings: Settings) -> tuple[str, ...]:
         return ()
     snap = state.ollama
     return unreachable_hints(state.host_url, settings.extra.get("host_origin"),
-                             snap.error_kind if snap is not None else None, demo=settings.demo)
+                             snap.error_kind if snap is not None else None, demo=settings.demo,
+                             error=snap.error if snap is not None else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

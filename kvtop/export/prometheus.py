@@ -116,6 +116,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "no scrape makes a poll)", ()),
     MetricSpec("kvtop_server_up", "gauge", "1 when the latest GET /api/ps answered with valid data, else 0", _HOST),
     MetricSpec("kvtop_server_info", "gauge", "The server's /api/version (value 1)", ("host", "version")),
+    MetricSpec("kvtop_server_tls_verified", "gauge",
+               "https:// servers only: 1 when the server's certificate is verified (the system's CAs, or --cacert), "
+               "0 when it is not checked (--insecure)", _HOST),
     MetricSpec("kvtop_server_polls_total", "counter", "Polls of GET /api/ps made (one per interval at most)", _HOST),
     MetricSpec("kvtop_server_poll_failures_total", "counter",
                "Polls whose GET /api/ps failed (refused, timeout, HTTP error, invalid data)", _HOST),
@@ -259,6 +262,8 @@ class HostView:
         polls / poll_failures: ``GET /api/ps`` polls made and failed.
         poll_duration_s: Wall time of the latest poll, None before the first.
         counters: Log-derived counters.
+        tls_verified: For an ``https://`` server, whether its certificate is verified (False with
+            ``--insecure``); None for plain ``http://``.
     """
 
     url: str
@@ -269,6 +274,7 @@ class HostView:
     poll_failures: int = 0
     poll_duration_s: float | None = None
     counters: LogCounters = LogCounters()
+    tls_verified: bool | None = None
 
 
 @functools.cache
@@ -389,6 +395,8 @@ def _host_metrics(fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | No
     version = (state.last_ok.version if state.last_ok is not None else None)
     if version:
         _add(fams, "kvtop_server_info", (host, version), 1)
+    if hv.tls_verified is not None:
+        _add(fams, "kvtop_server_tls_verified", (host,), 1 if hv.tls_verified else 0)
     _add(fams, "kvtop_server_polls_total", (host,), hv.polls)
     _add(fams, "kvtop_server_poll_failures_total", (host,), hv.poll_failures)
     _add(fams, "kvtop_server_poll_duration_seconds", (host,), hv.poll_duration_s)
@@ -749,11 +757,13 @@ class HostPoller:
     """
 
     def __init__(self, url: str, source: OllamaSource, *, local: bool, alerts: Mapping[str, Any],
-                 log: bool = False) -> None:
+                 log: bool = False, tls_verified: bool | None = None) -> None:
         self.url = url
         self.source = source
         state, self.warnings = initial_state(url, alerts, datetime.now().astimezone().tzinfo or timezone.utc)
-        self.view = HostView(url=url, local=local, log=log, state=state)
+        self.view = HostView(url=url, local=local, log=log, state=state, tls_verified=tls_verified)
+        self.said_error: str | None = None
+        """The TLS or auth error last said on stderr (said once, again when it changes)."""
         self.on_poll: Callable[[], None] | None = None
         """Called after each poll is published (the exporter renders ``/metrics`` then)."""
 
@@ -774,9 +784,28 @@ class HostPoller:
                 state = hv.state
             self._publish(state=state, polls=hv.polls + 1, poll_failures=hv.poll_failures + (0 if snap.reachable else 1),
                           poll_duration_s=took)
+            self._say_access_error(snap)
             if self.on_poll is not None:
                 self.on_poll()
             await asyncio.sleep(interval_s)
+
+    def _say_access_error(self, snap: OllamaSnapshot) -> None:
+        """A certificate that does not verify or credentials refused (configuration, not an outage)
+        are said on stderr once, and when they change or clear; other failures are metrics only."""
+        from kvtop.textsafe import safe
+
+        error = snap.error if snap.error_kind in ("tls", "auth") else None
+        if error != self.said_error:
+            if error is not None:
+                _say(safe(f"{self.url}: {error}"))  # the error may quote the server: data, not escapes
+            elif self.said_error is not None:
+                _say(f"{self.url}: reached again")
+            self.said_error = error
+
+    def access_error(self) -> str | None:
+        """The TLS or auth error of the latest poll, None when it had none."""
+        snap = self.view.state.ollama
+        return snap.error if snap is not None and snap.error_kind in ("tls", "auth") else None
 
     def on_gpu(self, gpu: GpuSnapshot, procs: ProcSnapshot) -> None:
         """Join this machine's GPU + process sample (only for a host on this machine)."""
@@ -1194,7 +1223,8 @@ def main_export(argv: Sequence[str]) -> int:
     pollers = [
         HostPoller(url, OllamaClient(url, timeout_s=timeout_s, show_timeout_s=max(timeout_s, 10.0), access=access[url]),
                    local=host_is_this_machine(url, addresses=addresses), alerts=values["alerts"],
-                   log=(i == 0 and spec.kind != "none"))
+                   log=(i == 0 and spec.kind != "none"),
+                   tls_verified=(not access[url].insecure) if access[url].https else None)
         for i, url in enumerate(hosts)
     ]
     warnings.extend(pollers[0].warnings)  # each starts with "[alerts]"
@@ -1404,4 +1434,6 @@ def _main_textfile(exporter: Exporter, path: str, *, once: bool, warnings: Seque
     if problem[0] is not None:
         _say(problem[0])
         return EXIT_ERROR
+    if once and any(p.access_error() is not None for p in exporter.pollers):
+        return EXIT_ERROR  # written (kvtop_server_up 0), but a certificate or credentials need fixing: said above
     return EXIT_OK

@@ -39,7 +39,7 @@ def _host_name(host_url: str) -> str:
 
 
 def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str | None = None,
-                      *, demo: bool = False) -> tuple[str, ...]:
+                      *, demo: bool = False, error: str | None = None) -> tuple[str, ...]:
     """What to try when ``host_url`` does not answer, one sentence a line.
 
     Args:
@@ -49,6 +49,8 @@ def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str 
         error_kind: ``OllamaSnapshot.error_kind``: ``http``/``invalid_*`` mean something answered
             that is not Ollama.
         demo: kvtop is watching its own stand-in (``--demo``): no advice to start one.
+        error: The error text (``OllamaSnapshot.error``): for ``tls``, an expired certificate is
+            told to be renewed rather than given a CA.
 
     Returns:
         Two or three sentences: the server, the address, the demo.
@@ -56,7 +58,7 @@ def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str 
     name = _host_name(host_url)
     local = name in _LOOPBACK
     if error_kind in ("auth", "tls"):
-        return _access_hints(host_url, error_kind)
+        return _access_hints(host_url, error_kind, error or "")
     if error_kind in _NOT_OLLAMA:
         first = f"Something answered at {host_url}, but not as Ollama does: is this Ollama's address (port 11434)?"
     elif local:
@@ -73,7 +75,7 @@ def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str 
     return tuple(lines)
 
 
-def _access_hints(host_url: str, error_kind: str) -> tuple[str, ...]:
+def _access_hints(host_url: str, error_kind: str, error: str = "") -> tuple[str, ...]:
     """The way forward when the server (or its proxy) answered but refused kvtop: credentials
     (401/403, ``auth``) or a certificate that did not verify (``tls``)."""
     if error_kind == "auth":
@@ -81,8 +83,14 @@ def _access_hints(host_url: str, error_kind: str) -> tuple[str, ...]:
                 " the user in the address and --password-file FILE (chmod 600) or --netrc (~/.netrc).",
                 f'Per server, in the config file (chmod 600): [servers."{host_url}"] headers = '
                 '{ Authorization = "…" } or password_file = "…".')
+    if "it has expired" in error or "not valid yet" in error:
+        return (f"The TLS certificate of {host_url} is outside its validity dates: renew it on the server (or its"
+                " proxy), or check this machine's clock; naming a CA does not change that.",)
+    if "issued for another name" in error:
+        return (f"The TLS certificate of {host_url} names another host: reach the server by a name the"
+                " certificate was issued for (--host).",)
     return (f"The TLS certificate of {host_url} is not trusted here: --cacert FILE names the CA (PEM) that"
-            " signed it; --insecure skips the check (said on screen while in use).",
+            " signed it.",
             f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".')
 
 
@@ -94,8 +102,8 @@ def unreachable_hint_line(width: int = 78, *, demo: bool = False, error_kind: st
         return ("Credentials: OLLAMA_API_KEY, --password-file FILE, --netrc, or the config file's headers"
                 if width >= 90 else "Credentials: OLLAMA_API_KEY, --password-file, --netrc, config")
     if error_kind == "tls":
-        return ("Certificate not trusted: --cacert FILE names its CA; --insecure skips the check"
-                if width >= 90 else "Certificate not trusted: --cacert FILE, or --insecure")
+        return ("TLS certificate not verified: renew an expired one; a private CA: --cacert FILE"
+                if width >= 90 else "TLS not verified: renew if expired; private CA: --cacert")
     if width >= 90:
         text = "Is `ollama serve` running? Another server: --host or OLLAMA_HOST"
         return text + (". No server at hand: kvtop --demo" if not demo else "")

@@ -383,14 +383,15 @@ class ServerAccess:
 
     @property
     def tls_note(self) -> str | None:
-        """How TLS trust differs from the default, in words (``--once``), or None (also for a
-        plain ``http://`` server, where nothing is verified either way)."""
+        """How TLS trust differs from the default, in words (``--once``, ``--check``, the exporters'
+        stderr), or None (also for a plain ``http://`` server, where nothing is verified either way).
+        It says the setting, not an outcome: a certificate that then fails says so itself."""
         if not self.https:
             return None
         if self.insecure:
             return "TLS certificate not verified (--insecure)"
-        if self.cacert is not None:
-            return f"TLS verified with the CA in {self.cacert} (--cacert)"
+        if self.cacert is not None:  # a setting, said before any answer: not "verified"
+            return f"TLS certificate checked against the CA in {self.cacert} (--cacert)"
         return None
 
     @property

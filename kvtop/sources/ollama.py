@@ -327,11 +327,44 @@ def auth_message(status: int, access: ServerAccess) -> str:
     return f"authentication refused (403): these credentials are not allowed here (sent: {sent}); check {AUTH_FLAGS}"
 
 
+_TLS_UNKNOWN_CA = frozenset({2, 18, 19, 20, 21})
+"""OpenSSL verify codes of a certificate whose CA is not trusted here (unable to get the issuer,
+self-signed, self-signed in the chain, no local issuer, cannot verify the first certificate)."""
+
+
+def _verify_error(cause: BaseException) -> BaseException:
+    """The ``ssl.SSLCertVerificationError`` behind ``cause`` (its ``__cause__``/``__context__``
+    chain, as httpx wraps it), else ``cause`` itself."""
+    seen: set[int] = set()
+    e: BaseException | None = cause
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return cause
+
+
 def tls_message(base_url: str, cause: BaseException) -> str:
-    """The error of a TLS certificate that did not verify: why (one line), and ``--cacert``/``--insecure``."""
-    reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
-    return (f"TLS certificate of {base_url} not verified ({_one_line(str(reason), 80)}): name the CA that signed it"
-            " with --cacert FILE, or skip the check with --insecure")
+    """The error of a TLS certificate that did not verify: why (one line) and what fixes that reason.
+
+    Expired (or not yet valid): the certificate must be renewed (or this machine's clock is wrong);
+    an unknown CA: ``--cacert FILE`` names it; another name: ``--host`` by the name it was issued
+    for. ``--insecure`` is never offered as the fix (it is in ``--help`` for who needs it)."""
+    err = _verify_error(cause)
+    code = getattr(err, "verify_code", None)
+    reason = getattr(err, "verify_message", None) or getattr(err, "reason", None) or str(err)
+    text = str(reason)
+    head = f"TLS certificate of {base_url} not verified ({_one_line(text, 80)})"
+    if code == 10 or (code is None and "has expired" in text):
+        return head + ": it has expired: renew the server's certificate"
+    if code == 9 or (code is None and "not yet valid" in text):
+        return head + ": it is not valid yet: check this machine's clock and the certificate's start date"
+    if code == 62 or (code is None and "mismatch" in text.lower()):
+        return head + ": it was issued for another name: reach the server by that name (--host)"
+    if code in _TLS_UNKNOWN_CA or code is None:
+        return head + ": name the CA that signed it with --cacert FILE (PEM)"
+    return head + ": the server's certificate must be fixed"
 
 
 class RequestFailed(Exception):

@@ -140,7 +140,7 @@ def test_tls_with_a_private_ca(tmp_path: Path, tls_files: dict[str, str]) -> Non
     assert untrusted.returncode == 2
     failed = json.loads(untrusted.stdout)
     assert failed["error"].startswith(f"TLS certificate of {server.url} not verified (")
-    assert failed["error"].endswith("name the CA that signed it with --cacert FILE, or skip the check with --insecure")
+    assert failed["error"].endswith("name the CA that signed it with --cacert FILE (PEM)")  # not --insecure (issue 23)
     assert failed["hints"][0].startswith(f"The TLS certificate of {server.url} is not trusted here: --cacert FILE")
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["model"] == "qwen3:1.7b-q8_0"
@@ -274,5 +274,5 @@ async def test_write_errors_say_the_auth_message_and_hold_no_secret(tls_files: d
         trusted = await send_load_request(tls_server.url, model, 4096, None,
                                           access=ServerAccess(tls_server.url, cacert=tls_files["ca"]))
     assert tls_error is not None and tls_error.startswith(f"TLS certificate of {tls_server.url} not verified (")
-    assert tls_error.endswith("with --cacert FILE, or skip the check with --insecure")
+    assert tls_error.endswith("name the CA that signed it with --cacert FILE (PEM)")
     assert trusted is None
