@@ -12,6 +12,7 @@ What it does, and nothing more:
 - one ``DataTable`` with ``ollama ps``'s columns (NAME, ID, SIZE, PROCESSOR, CONTEXT, UNTIL),
   rows keyed by name and digest. When the rows are the same models as before, only the cells
   whose text changed are updated (``update_cell``); otherwise the table is cleared and refilled;
+- ``s`` sorts the table by NAME, reversing the order at each press (``key_latency.py`` times it);
 - ``q`` quits.
 
 Run it as a script (``python benchmarks/floor.py --host URL [--interval 1] [--timeout 3]``) or
@@ -114,19 +115,25 @@ def main(argv: list[str] | None = None) -> int:
     columns = ("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL")
 
     class FloorApp(App[int]):
-        BINDINGS = [("q", "quit", "Quit")]
+        BINDINGS = [("q", "quit", "Quit"), ("s", "sort", "Sort")]
 
         def __init__(self) -> None:
             super().__init__()
             self.keys: list[str] = []
             self.shown: dict[str, tuple[str, ...]] = {}
+            self.column_keys: list[Any] = []
+            self.reverse = False
 
         def compose(self) -> ComposeResult:
             yield DataTable(cursor_type="row")
 
         def on_mount(self) -> None:
-            self.query_one(DataTable).add_columns(*columns)
+            self.column_keys = self.query_one(DataTable).add_columns(*columns)
             self.poll()
+
+        def action_sort(self) -> None:
+            self.reverse = not self.reverse
+            self.query_one(DataTable).sort(self.column_keys[0], reverse=self.reverse)
 
         @work(exclusive=True)
         async def poll(self) -> None:
@@ -146,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             rows = {f"{m.get('name')}@{m.get('digest')}": row_cells(m, now) for m in models if isinstance(m, dict)}
             table = self.query_one(DataTable)
             if list(rows) == self.keys:
-                for row, (key, cells) in enumerate(rows.items()):
+                for key, cells in rows.items():
                     for column, (a, b) in enumerate(zip(self.shown[key], cells)):
                         if a != b:
-                            table.update_cell_at((row, column), b)
+                            table.update_cell(key, self.column_keys[column], b)
             else:
                 table.clear()
                 for key, cells in rows.items():
