@@ -27,6 +27,11 @@ from kvtop.model.gpu import ProcSnapshot
 from kvtop.model.server import CgroupLimits, ProcessTree, Restarts, ServerHealth, server_for
 from kvtop.sources.service_env import Runner, _run
 
+TREE_WALK_EVERY_S = 10.0
+"""The server's descendants are listed again (``children(recursive=True)`` reads every process's
+parent) when the Ollama processes of the process sample changed, or at least this often; in
+between the members already known are read (issue 23: back off reading processes)."""
+
 SLOW_EVERY_S = 30.0
 """Restarts and cgroup limits are read again at most this often (they change on a restart)."""
 
@@ -53,11 +58,12 @@ class HealthSource:
         cgroup_root: The cgroup filesystem (``/sys/fs/cgroup``; tests: a temp dir).
         run: Runs ``systemctl`` / ``docker`` (``sources.service_env._run``: a 2 s deadline).
         clock: Unix seconds.
+        monotonic: Seconds for :data:`TREE_WALK_EVERY_S` (tests pass their own).
     """
 
     def __init__(self, *, psutil_module: Any = None, proc_root: Path | str = "/proc",
                  cgroup_root: Path | str = "/sys/fs/cgroup", run: Runner = _run,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._psutil = psutil_module
         self._proc_root = Path(proc_root)
         self._cgroup_root = Path(cgroup_root)
@@ -68,6 +74,12 @@ class HealthSource:
         self._slow_at: float | None = None
         self._slow_pid: int | None = None
         self._slow: tuple[CgroupLimits | None, Restarts] = (None, Restarts())
+        self._monotonic = monotonic
+        self._walk_key: tuple[object, ...] | None = None
+        self._walk_at = float("-inf")
+        self._member_pids: tuple[int, ...] = ()
+        self.tree_walks = 0
+        """Times the server's descendants were listed (observer-cost tests count them)."""
 
     async def sample(self, procs: ProcSnapshot | None, host_url: str) -> ServerHealth:
         """One sample in a worker thread (psutil and ``systemctl`` block); never raises."""
@@ -86,7 +98,7 @@ class HealthSource:
             return ServerHealth(taken_at=now, error=why)
         env = server.env
         try:
-            tree = self._tree(server.pid)
+            tree = self._tree(server.pid, procs)
             error = None
         except Exception as exc:  # noqa: BLE001 - NoSuchProcess, AccessDenied: said, never raised
             tree, error = None, f"cannot read process {server.pid}: {type(exc).__name__}"
@@ -118,14 +130,23 @@ class HealthSource:
             self._new.discard(pid)
         return proc
 
-    def _tree(self, pid: int) -> ProcessTree:
+    def _tree(self, pid: int, procs: ProcSnapshot | None = None) -> ProcessTree:
         ps = self._ps()
         root = self._process(pid)
         members = [root]
-        for child in root.children(recursive=True):
+        ollama = (frozenset(s.pid for s in procs.servers) | frozenset(r.pid for r in procs.runners)
+                  | frozenset(procs.discovery_pids)) if procs is not None else None
+        key = (pid, ollama)
+        now = self._monotonic()
+        if key != self._walk_key or ollama is None or now - self._walk_at >= TREE_WALK_EVERY_S:
+            self.tree_walks += 1
+            self._walk_key, self._walk_at = key, now
+            self._member_pids = tuple(child.pid for child in root.children(recursive=True))
+        for child_pid in self._member_pids:
             try:
-                members.append(self._process(child.pid))
+                members.append(self._process(child_pid))
             except (ps.NoSuchProcess, ps.AccessDenied):
+                self._walk_key = None  # one went: list them again next time
                 continue
         for gone in [p for p in self._procs if p not in {m.pid for m in members}]:
             del self._procs[gone]

@@ -169,3 +169,34 @@ def test_cgroup_v1_limits(tmp_path: Path) -> None:
     (cpu / "cpu.cfs_quota_us").write_text("-1\n")
     limits = HealthSource(proc_root=proc, cgroup_root=cg).cgroup_limits(9)
     assert limits is not None and limits.memory_max_bytes is None and limits.cpu_max_cores is None
+
+
+def test_descendants_listed_again_only_when_the_ollama_processes_change(tree, tmp_path: Path) -> None:
+    """Issue 23: the tree walk (every process's parent read) is redone when the process sample's
+    Ollama PIDs change, a member goes, or every TREE_WALK_EVERY_S; the members are read each time."""
+    from kvtop.model.gpu import RunnerProcess
+    from kvtop.sources.health import TREE_WALK_EVERY_S
+
+    now = [0.0]
+    src = HealthSource(proc_root=tmp_path, cgroup_root=tmp_path / "cg", monotonic=lambda: now[0])
+    kids = sorted(k.pid for k in psutil.Process(tree.pid).children())
+    for i in range(4):
+        now[0] += 1
+        h = src.sample_sync(_procs(tree.pid), "http://127.0.0.1:11434")
+        assert h.tree is not None and h.tree.processes == 3 and sorted(p for p, _, _ in h.tree.runners) == kids
+        if i:
+            assert h.tree.cpu_percent is not None
+    assert src.tree_walks == 1
+    now[0] += TREE_WALK_EVERY_S
+    src.sample_sync(_procs(tree.pid), "http://127.0.0.1:11434")
+    assert src.tree_walks == 2
+    with_runner = _procs(tree.pid)
+    import dataclasses
+
+    with_runner = dataclasses.replace(with_runner, runners=(RunnerProcess(kids[0], "llama-server", "C", server_pid=tree.pid),))
+    now[0] += 1
+    src.sample_sync(with_runner, "http://127.0.0.1:11434")
+    assert src.tree_walks == 3  # a new runner in the sample: listed again
+    now[0] += 1
+    h = src.sample_sync(with_runner, "http://127.0.0.1:11434")
+    assert src.tree_walks == 3 and h.tree is not None and h.tree.processes == 3
