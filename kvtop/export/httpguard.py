@@ -9,12 +9,15 @@ thread (at most every ``cleanup_interval`` seconds, and when a connection arrive
   of its first byte (a new connection's clock starts at its accept); otherwise the connection is
   closed without an answer. A connection idle between requests is closed by waitress's own
   ``channel_timeout``.
-- **per-client cap**: one client address may hold at most ``per_client_pending`` connections that
-  have waited more than ``pending_grace_s`` on an incomplete request; its oldest ones past that are
-  closed. A burst of honest requests (each sent whole at once) is never pending that long.
-- **at the connection limit** a new connection evicts the connection that has waited longest on
-  an incomplete request, instead of the server no longer accepting; only when every connection is
-  being answered is the new one closed at once.
+- **response deadline**: an answer must be read by the client within ``response_deadline_s`` of
+  the time it was ready (a client that reads a byte at a time keeps its connection busy too).
+- **per-client cap**: one client address may hold at most ``per_client_pending`` connections
+  stalled (on an incomplete request, or an answer not read) for more than ``pending_grace_s``; its
+  longest-stalled ones past that are closed. A burst of honest requests (each sent whole at once,
+  each answer read) is never stalled that long.
+- **at the connection limit** a new connection evicts the longest-stalled connection (else the
+  longest idle between requests), instead of the server no longer accepting; only when every
+  connection is being answered is the new one closed at once.
 
 Which connections are slow is judged by bytes arriving, not by their address: every address
 (``127.0.0.1`` included) gets the same rules. Behind a reverse proxy all clients share its address.
@@ -44,6 +47,9 @@ class GuardedChannel(HTTPChannel):  # type: ignore[misc]
     """
 
     pending_since: float | None = None
+    flushing_since: float | None = None
+    """``time.monotonic()`` when maintenance first saw an answer waiting to be read (set and
+    cleared by :meth:`GuardedServer.maintenance`), None when there is none."""
 
     def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:  # noqa: A002
         self.pending_since = time.monotonic()
@@ -60,25 +66,32 @@ class GuardedChannel(HTTPChannel):  # type: ignore[misc]
             self.pending_since = time.monotonic()  # a request ended in this chunk and the next began
         return out
 
-    def pending_s(self, now: float) -> float | None:
-        """Seconds this connection has waited on an incomplete request, None when it does not."""
-        if self.requests or self.pending_since is None or self.will_close:
+    def stall(self, now: float) -> tuple[str, float] | None:
+        """``("request", s)``: waiting ``s`` seconds on an incomplete request; ``("response", s)``:
+        an answer unread for ``s`` seconds; None: a request is being answered, the connection is
+        idle between requests, or it is closing."""
+        if self.requests or self.will_close:
             return None
-        return now - self.pending_since
+        if self.total_outbufs_len and self.flushing_since is not None:
+            return "response", now - self.flushing_since
+        if self.pending_since is not None:
+            return "request", now - self.pending_since
+        return None
 
 
 class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
     """waitress's TCP server with the module's rules (see the module doc).
 
-    Args: as ``TcpWSGIServer``, plus ``request_deadline_s``, ``per_client_pending`` and
-    ``pending_grace_s``.
+    Args: as ``TcpWSGIServer``, plus ``request_deadline_s``, ``response_deadline_s``,
+    ``per_client_pending`` and ``pending_grace_s``.
     """
 
     channel_class = GuardedChannel
 
-    def __init__(self, *args: Any, request_deadline_s: float, per_client_pending: int, pending_grace_s: float,
-                 **kw: Any) -> None:
+    def __init__(self, *args: Any, request_deadline_s: float, response_deadline_s: float, per_client_pending: int,
+                 pending_grace_s: float, **kw: Any) -> None:
         self.request_deadline_s = request_deadline_s
+        self.response_deadline_s = response_deadline_s
         self.per_client_pending = per_client_pending
         self.pending_grace_s = pending_grace_s
         self.closed_slow = 0
@@ -98,7 +111,7 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
         # waitress accepts one connection per wake-up of its loop; with slow clients reconnecting as
         # fast as they are closed, an honest scraper would queue behind them in the backlog
         for _ in range(ACCEPTS_PER_WAKE):
-            if len(self.active_channels) >= self.adj.connection_limit and not self._evict_oldest_pending():
+            if len(self.active_channels) >= self.adj.connection_limit and not self._evict_one():
                 try:
                     got = self.accept()
                 except OSError:
@@ -113,16 +126,23 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
                 return
 
     def maintenance(self, now: float) -> None:
-        """waitress's idle check, then the request deadline and the per-client cap."""
+        """waitress's idle check, then the request and response deadlines and the per-client cap."""
         super().maintenance(now)
         mono = time.monotonic()
         late: list[GuardedChannel] = []
         slow_by_client: dict[str, list[tuple[float, GuardedChannel]]] = defaultdict(list)
         for channel in list(self.active_channels.values()):
-            waited = channel.pending_s(mono) if isinstance(channel, GuardedChannel) else None
-            if waited is None:
+            if not isinstance(channel, GuardedChannel):
                 continue
-            if waited > self.request_deadline_s:
+            if channel.requests or not channel.total_outbufs_len:
+                channel.flushing_since = None
+            elif channel.flushing_since is None:
+                channel.flushing_since = mono  # an answer is ready and not read yet: its clock starts
+            stall = channel.stall(mono)
+            if stall is None:
+                continue
+            kind, waited = stall
+            if waited > (self.request_deadline_s if kind == "request" else self.response_deadline_s):
                 late.append(channel)
             elif waited > self.pending_grace_s:
                 slow_by_client[_client(channel.addr)].append((waited, channel))
@@ -133,17 +153,26 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
         for channel in late:
             self._close(channel)
 
-    def _evict_oldest_pending(self) -> bool:
-        """Close the connection that has waited longest on an incomplete request; False if none."""
+    def _evict_one(self) -> bool:
+        """Close the longest-stalled connection (an incomplete request or an unread answer), else the
+        one idle longest between requests; False when every connection is being answered."""
         mono = time.monotonic()
-        oldest: tuple[float, GuardedChannel] | None = None
+        stalled: tuple[float, GuardedChannel] | None = None
+        idle: tuple[float, GuardedChannel] | None = None
         for channel in self.active_channels.values():
-            waited = channel.pending_s(mono) if isinstance(channel, GuardedChannel) else None
-            if waited is not None and (oldest is None or waited > oldest[0]):
-                oldest = (waited, channel)
-        if oldest is None:
+            if not isinstance(channel, GuardedChannel) or channel.will_close:
+                continue
+            stall = channel.stall(mono)
+            if stall is not None:
+                if stalled is None or stall[1] > stalled[0]:
+                    stalled = (stall[1], channel)
+            elif not channel.requests and not channel.total_outbufs_len:
+                if idle is None or channel.last_activity < idle[0]:
+                    idle = (channel.last_activity, channel)
+        victim = stalled or idle
+        if victim is None:
             return False
-        self._close(oldest[1])
+        self._close(victim[1])
         return True
 
     def _close(self, channel: GuardedChannel) -> None:
@@ -159,8 +188,8 @@ def _client(addr: Any) -> str:
     return str(addr[0]) if isinstance(addr, tuple) and addr else ""
 
 
-def create_guarded_server(app: Any, *, request_deadline_s: float, per_client_pending: int, pending_grace_s: float,
-                          **adjustments: Any) -> GuardedServer:
+def create_guarded_server(app: Any, *, request_deadline_s: float, response_deadline_s: float, per_client_pending: int,
+                          pending_grace_s: float, **adjustments: Any) -> GuardedServer:
     """A :class:`GuardedServer` for ``app`` on the one address of ``adjustments["listen"]``
     (``"ip:port"`` or ``"[ip6]:port"``), as ``waitress.create_server`` builds one, started
     listening (call ``run`` to serve). ``adjustments`` are waitress's.
@@ -175,5 +204,6 @@ def create_guarded_server(app: Any, *, request_deadline_s: float, per_client_pen
     dispatcher = ThreadedTaskDispatcher()
     dispatcher.set_thread_count(adj.threads)
     return GuardedServer(app, {}, True, None, dispatcher=dispatcher, adj=adj, sockinfo=adj.listen[0],
-                         request_deadline_s=request_deadline_s, per_client_pending=per_client_pending,
+                         request_deadline_s=request_deadline_s, response_deadline_s=response_deadline_s,
+                         per_client_pending=per_client_pending,
                          pending_grace_s=pending_grace_s)

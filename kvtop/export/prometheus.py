@@ -29,10 +29,11 @@ HTTP (:class:`MetricsServer`): prometheus-client's WSGI app behind waitress: con
 handled by one I/O thread (select/poll), requests by a fixed pool of ``SERVER_THREADS`` workers;
 listen backlog ``SERVER_BACKLOG``; a connection idle for ``CHANNEL_TIMEOUT_S`` is closed, and
 so is one whose request has not arrived whole ``REQUEST_DEADLINE_S`` after its first byte (a
-slowloris client trickling a byte at a time); one client address may keep at most
-``PER_CLIENT_PENDING`` connections waiting on an incomplete request; at most
-``CONNECTION_LIMIT`` connections are open at once, and at the limit a new one evicts the one
-that has waited longest on an incomplete request (``kvtop.export.httpguard``). ``GET /metrics`` (and ``/``, as
+slowloris client trickling a byte at a time) or whose answer is not read ``RESPONSE_DEADLINE_S``
+after it was ready; one client address may keep at most ``PER_CLIENT_PENDING`` connections
+stalled so; at most
+``CONNECTION_LIMIT`` connections are open at once, and at the limit a new one evicts the
+longest-stalled one, else the one idle longest (``kvtop.export.httpguard``). ``GET /metrics`` (and ``/``, as
 prometheus-client's own server did) serve the metrics, ``HEAD`` too; other paths answer 404,
 other methods 405.
 
@@ -1036,9 +1037,13 @@ REQUEST_DEADLINE_S = 10.0
 """A request's head (and body) must arrive whole within this many seconds of its first byte (a
 new connection's: of its accept); a client trickling bytes is closed then, however often it sends."""
 
+RESPONSE_DEADLINE_S = 30.0
+"""An answer must be read by its client within this many seconds of being ready (a client that
+reads a byte at a time holds its connection as a trickling sender does)."""
+
 PER_CLIENT_PENDING = 16
-"""Connections one client address may keep waiting on an incomplete request for more than
-``PENDING_GRACE_S``; its oldest ones past that are closed."""
+"""Connections one client address may keep stalled (on an incomplete request or an unread answer)
+for more than ``PENDING_GRACE_S``; its longest-stalled ones past that are closed."""
 
 PENDING_GRACE_S = 1.0
 """An incomplete request younger than this is not yet counted against ``PER_CLIENT_PENDING``
@@ -1048,8 +1053,8 @@ CLEANUP_INTERVAL_S = 1
 """How often idle and slow connections are looked for."""
 
 CONNECTION_LIMIT = 512
-"""Connections open at once; at the limit a new one evicts the connection that has waited longest
-on an incomplete request (closed at once only when every connection is being answered)."""
+"""Connections open at once; at the limit a new one evicts the longest-stalled connection, else the
+one idle longest between requests (closed at once only when every connection is being answered)."""
 
 MAX_REQUEST_HEADER_BYTES = 16 * 1024
 """Longest request head accepted (a scrape's is a few hundred bytes)."""
@@ -1109,8 +1114,8 @@ class MetricsServer:
         host: Address to bind (an IP address or a name; a name binds its first address, as
             ``getaddrinfo`` orders them).
         port: Port; 0 picks a free one (see :attr:`port`).
-        request_deadline_s / per_client_pending / pending_grace_s / connection_limit: the slow
-            client rules (``REQUEST_DEADLINE_S`` …, ``kvtop.export.httpguard``).
+        request_deadline_s / response_deadline_s / per_client_pending / pending_grace_s /
+            connection_limit: the slow client rules (``REQUEST_DEADLINE_S`` …, ``kvtop.export.httpguard``).
 
     Raises:
         OSError: The address cannot be bound (in use, not this machine's, permission denied) or
@@ -1120,8 +1125,8 @@ class MetricsServer:
     def __init__(self, registry: CollectorRegistry, host: str, port: int, *, threads: int = SERVER_THREADS,
                  backlog: int = SERVER_BACKLOG, channel_timeout_s: int = CHANNEL_TIMEOUT_S,
                  connection_limit: int = CONNECTION_LIMIT, cache: MetricsCache | None = None,
-                 request_deadline_s: float = REQUEST_DEADLINE_S, per_client_pending: int = PER_CLIENT_PENDING,
-                 pending_grace_s: float = PENDING_GRACE_S) -> None:
+                 request_deadline_s: float = REQUEST_DEADLINE_S, response_deadline_s: float = RESPONSE_DEADLINE_S,
+                 per_client_pending: int = PER_CLIENT_PENDING, pending_grace_s: float = PENDING_GRACE_S) -> None:
         import logging
         import socket
 
@@ -1139,7 +1144,8 @@ class MetricsServer:
                 connection_limit=connection_limit, max_request_header_size=MAX_REQUEST_HEADER_BYTES,
                 max_request_body_size=MAX_REQUEST_BODY_BYTES, asyncore_use_poll=True, ident="kvtop",
                 expose_tracebacks=False, request_deadline_s=request_deadline_s,
-                per_client_pending=per_client_pending, pending_grace_s=pending_grace_s,
+                response_deadline_s=response_deadline_s, per_client_pending=per_client_pending,
+                pending_grace_s=pending_grace_s,
             )
         except ValueError as exc:  # waitress: "Invalid host/port specified."
             raise OSError(str(exc)) from None
@@ -1151,6 +1157,11 @@ class MetricsServer:
     def start(self) -> None:
         """Start serving (returns at once)."""
         self._thread.start()
+
+    @property
+    def closed_stalled(self) -> int:
+        """Connections closed so far for being stalled (the slow-client rules of ``httpguard``)."""
+        return int(self._server.closed_slow)
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop accepting, close every connection and the workers; waits up to ``timeout_s``."""

@@ -229,3 +229,49 @@ def test_a_request_body_is_bounded() -> None:
         finally:
             s.close()
         assert head.startswith(b"HTTP/1.1 413 "), head[:80]
+
+
+def test_a_client_that_does_not_read_its_answer_is_closed() -> None:
+    """A slow reader (a request sent whole, then its answer read at no pace at all) holds a
+    connection as a trickling sender does: the response deadline closes it before the client got
+    the whole answer; a scraper meanwhile is served."""
+    registry = CollectorRegistry()
+    g = Gauge("kvtop_test_big", "a large answer", ["name"], registry=registry)
+    for i in range(40_000):
+        g.labels(f"model-{i:06d}-" + "x" * 80).set(i)
+    httpd = MetricsServer(registry, "127.0.0.1", 0, response_deadline_s=2.0)
+    httpd.start()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", httpd.port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # and then nothing read
+        assert _wait_for(lambda: httpd.closed_stalled >= 1, 120.0)
+        assert _scrape_plain("127.0.0.1", httpd.port)
+        s.settimeout(30)
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(1 << 16)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        assert length > 4_000_000 and len(body) < length  # cut before the whole answer was read
+    finally:
+        s.close()
+        httpd.close()
+
+
+def _scrape_plain(host: str, port: int) -> bool:
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    try:
+        conn.request("GET", "/metrics")
+        r = conn.getresponse()
+        return r.status == 200 and len(r.read()) > 0
+    finally:
+        conn.close()
