@@ -678,7 +678,9 @@ class LoadGrouper(_Grouper):
         super().__init__()
         self._waiting: list[tuple[LogEvent, int]] = []
         """Incidents announced for a load not started yet, in log order."""
-        self._built: list[tuple[tuple[int, int, str | None], Load]] = []
+        self._built: list[tuple[tuple[int, int, str | None], Load, bool]] = []
+        """Per load: ``(key, load, own_era)``, ``key`` = ``(touched, incidents, server era)`` when it was
+        built, ``own_era`` whether its own lines gave its era (else the server's version does)."""
         self.mark: object = None
         """Set by the owner after each use (``model.logstate.apply_log``) to tell whether it moved on."""
 
@@ -698,6 +700,8 @@ class LoadGrouper(_Grouper):
     def _attach(self, e: LogEvent, load: int) -> None:
         if load < len(self.loads):
             b = self.loads[load]
+            if b is None:  # (never: an incident names the newest load or the next one, see loads_now)
+                return
             b.events.append(e)
             b.touched += 1
         else:
@@ -714,19 +718,39 @@ class LoadGrouper(_Grouper):
         """Nothing to do: incidents are attached as their loads start."""
 
     def loads_now(self) -> list[Load]:
-        """The loads so far, in log order (the same objects as last time for loads that did not move)."""
+        """The loads so far, in log order (the same objects as last time for loads that did not move).
+
+        Every event changes the newest load or starts the next one (an incident names one of the
+        two; :class:`LoadStream` relies on the same), so a load that is not the newest is final: once
+        built, its builder is released and only its :class:`Load` kept; only a new server version
+        can still change it (its era, when its own lines gave none).
+        """
         era = era_of_version(self.version)
         out: list[Load] = []
-        for i, b in enumerate(self.loads):
-            key = (b.touched, len(b.events), era)
-            if i < len(self._built) and self._built[i][0] == key:
-                out.append(self._built[i][1])
+        builders: list[_Builder | None] = self.loads  # type: ignore[assignment]
+        newest = len(builders) - 1
+        built = self._built
+        for i, b in enumerate(builders):
+            if b is None:  # final: released
+                key, load, own_era = built[i]
+                if key[2] != era:
+                    if not own_era:
+                        load = replace(load, era=era)
+                    built[i] = ((key[0], key[1], era), load, own_era)
+                out.append(load)
                 continue
-            load = b.build(era)
-            if i < len(self._built):
-                self._built[i] = (key, load)
+            key = (b.touched, len(b.events), era)
+            if i < len(built) and built[i][0] == key:
+                load = built[i][1]
             else:
-                self._built.append((key, load))
+                load = b.build(era)
+                entry = (key, load, b.era is not None)
+                if i < len(built):
+                    built[i] = entry
+                else:
+                    built.append(entry)
+            if i < newest:
+                builders[i] = None
             out.append(load)
         return out
 

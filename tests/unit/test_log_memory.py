@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from kvtop.logparse.events import EVENT_TYPES, EventCompactor, UnknownWarning, event_to_dict
+from kvtop.logparse.events import EVENT_TYPES, EventCompactor, ServerListening, UnknownWarning, event_to_dict
+from kvtop.logparse.loads import LoadGrouper, group_loads
 from kvtop.logparse.parser import LogParser, parse_lines
 from kvtop.model.alerts import context as alert_context
 from kvtop.model.alerts import evaluate_state
@@ -110,6 +111,27 @@ def test_the_string_table_is_bounded_and_long_text_is_not_remembered() -> None:
     odd = [UnknownWarning(1, None, "x", level="WARN", message=None, source=None),  # not what the parser makes,
            UnknownWarning(2, None, "x", level=7, message=b"\x1b", source=None)]  # but never a traceback
     assert [(e.level, e.message, e.raw) for e in c.compact(odd)] == [("WARN", None, ""), (7, b"\x1b", "")]
+
+
+def test_the_grouper_keeps_the_newest_builder_alone_and_follows_a_new_server_version() -> None:
+    """A load that is not the newest is final: its builder is released once built (only its
+    ``Load`` kept), and a new server version still gives its era to the loads whose lines gave none."""
+    events = parse_lines(corpus_lines(), default_year=2026)
+    third = len(events) // 3
+    for at, version in ((2 * third, "0.30.1"), (third, "0.3.14"), (0, "0.12.3")):  # inserted back to front
+        n = events[at].line_no
+        events.insert(at, ServerListening(n, None, "", address="127.0.0.1:11434", version=version))
+    g = LoadGrouper()
+    fed: list[Any] = []
+    for i in range(0, len(events), 17):
+        g.extend(events[i:i + 17])
+        fed.extend(events[i:i + 17])
+        assert g.loads_now() == group_loads(fed)
+        assert sum(b is not None for b in g.loads) <= 1  # the newest builder alone
+    final = g.loads_now()
+    assert len(final) > 10 and sum(b is None for b in g.loads) == len(final) - 1
+    by_server = [ld for ld, (_, _, own_era) in zip(final, g._built, strict=True) if not own_era]
+    assert by_server and all(ld.era == "C" for ld in by_server)  # released, then given the last version's era
 
 
 # --------------------------------------------------------------------------------------------
