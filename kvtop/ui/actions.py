@@ -3,10 +3,12 @@
 
 Every write asks first on a ``ConfirmWrite`` dialog (``kvtop.ui.screens.confirm``: Cancel focused;
 only ``y`` or a click on the action writes, and only once the dialog has been shown for
-``ConfirmWrite.ARM_S``: keys typed ahead are swallowed), is logged in the events pane with its outcome (``OperatorEntry``), and does not
-exist with ``--readonly`` (no key, no footer entry, no help line, no palette command: the app's
-``check_action`` refuses ``WRITE_ACTIONS``). Writes to a server go through the app's own polling
-client of that server (``OllamaClient.generate``), so its headers and TLS settings apply.
+``ConfirmWrite.ARM_S``: keys typed ahead are swallowed), is logged in the events pane with its
+outcome (``OperatorEntry``), and does not exist with ``--readonly`` (no key, no footer entry, no
+help line, no palette command: the app's ``check_action`` refuses ``WRITE_ACTIONS``). A signal to
+another user's process (kvtop runs as root) names its owner and asks a second time. Writes to a
+server go through the app's own polling client of that server (``OllamaClient.generate``), so its
+headers and TLS settings apply.
 
 Requests (ollama-reference.md §1.4, §3.5 ``keep_alive``): unload is ``POST /api/generate
 {"model": name, "keep_alive": 0}`` as ``ollama stop`` sends it; a keep-alive is an empty
