@@ -37,7 +37,9 @@ longest-stalled one, else the one idle longest (``kvtop.export.httpguard``). ``G
 prometheus-client's own server did) serve the metrics, ``HEAD`` too; other paths answer 404,
 other methods 405.
 
-Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments or an address it cannot listen on.
+Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments or an address it cannot listen on;
+``textfile --once``: 0 once written, 2 when it cannot be written or a server's TLS certificate or
+credentials were refused (written all the same, the error said on stderr).
 """
 
 from __future__ import annotations
@@ -972,7 +974,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "node_exporter's textfile collector; no port is opened)")
     p.add_argument("path", nargs="?", default=None, metavar="PATH",
                    help="textfile: the file to write, e.g. /var/lib/node_exporter/textfile/kvtop.prom")
-    p.add_argument("--once", action="store_true", help="textfile: poll every server once, write PATH and exit")
+    p.add_argument("--once", action="store_true",
+                   help="textfile: poll every server once, write PATH and exit (2 when a server's TLS certificate "
+                        "or credentials were refused: the file is written, the error said on stderr)")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; IPv6 as [::1]:9877; port 0: any free one)")
     p.add_argument("--host", action="append", metavar="URL",
