@@ -73,7 +73,7 @@ ERA_RELEASES = {
     "B2": "v0.11.5–v0.24.0, Go runner with /load requests",
     "C": "v0.30.0+, upstream llama-server",
 }
-"""Runner eras (docs/ollama-reference.md §0)."""
+"""Runner eras (docs/ollama-internals.md §0)."""
 
 CONFIG_KEYS = (
     "OLLAMA_CONTEXT_LENGTH", "OLLAMA_NUM_PARALLEL", "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE",

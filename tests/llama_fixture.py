@@ -1,7 +1,7 @@
 """Helpers for tests that run a real upstream ``llama-server`` (Ollama's Era C runner).
 
 Since Ollama v0.30 the runner is upstream llama.cpp ``llama-server`` and Ollama copies its
-stderr into the server log (Ref §0, §4.4). These helpers let a test produce those exact lines:
+stderr into the server log (docs/ollama-internals.md §0, §4.4). These helpers let a test produce those exact lines:
 
 * :func:`write_tiny_llama` writes a tiny random-weight ``llama`` GGUF (a few hundred SPM tokens,
   f32 weights, about 2.6 MB) and returns the ``model_info``-equivalent keys, i.e. what
@@ -259,7 +259,7 @@ def ollama_args(
 
     ``--model --port --host --no-webui --offline -c <num_ctx*np> -np <np> --log-verbosity 4
     --no-log-prefix --no-log-timestamps [--cache-type-k T --cache-type-v T] --flash-attn X
-    -b 512 -ub 512 [-ngl 0]`` (Ref §4.4, corpus 062). ``cache_type=None`` leaves the cache type
+    -b 512 -ub 512 [-ngl 0]`` (docs/ollama-internals.md §4.4, corpus 062). ``cache_type=None`` leaves the cache type
     flags out, as Ollama does when ``OLLAMA_KV_CACHE_TYPE`` is unset. ``-ngl 0`` is what Ollama
     passes for ``num_gpu: 0`` (CPU only).
     """
@@ -282,7 +282,7 @@ def ollama_args(
 
 
 def ollama_spawn_line(argv: Sequence[str], when: str = "2026-11-29T12:00:00.000Z") -> str:
-    """The line Ollama logs before it starts llama-server (Ref §4.4, corpus 062)::
+    """The line Ollama logs before it starts llama-server (docs/ollama-internals.md §4.4, corpus 062)::
 
     time=… level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="<argv>"
     """

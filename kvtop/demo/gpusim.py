@@ -35,7 +35,7 @@ RUNNER_CUDA_CONTEXT_BYTES = 251_658_240
 """What NVML lists for a runner on the GPU beyond the buffers its log prints (240 MiB, staged): the CUDA
 context, cuBLAS workspace and the driver's per-process allocations, a few hundred MiB on a real
 card. Era C Ollama's ``size_vram`` is the sum of llama-server's GPU buffer lines
-(ollama-reference.md §1.2, ``memoryParsingWriter``), so a runner's NVML figure is ``size_vram`` +
+(docs/ollama-internals.md §1.2, ``memoryParsingWriter``), so a runner's NVML figure is ``size_vram`` +
 this, and kvtop shows the difference as the runner's overhead (measured − listed). A runner with
 nothing on the GPU (``size_vram`` 0) is given none."""
 

@@ -1,7 +1,7 @@
 """The stand-in's server log: what an Ollama v0.30+ server (llama-server runners) would print
 while it plays the scenario, written to a file that ``kvtop --demo`` follows (``--log file:PATH``).
 
-Every line has the shape of a real line (ollama-reference.md §4.4–§4.10): Ollama's own lines as
+Every line has the shape of a real line (docs/ollama-internals.md §4.4–§4.10): Ollama's own lines as
 the corpus shows them (``starting llama-server`` from corpus/logs/062, the eviction sequence from
 050, ``loading model via llama-server`` / ``llama-server started in`` from §4.4, the truncation
 warning of §4.7 with v0.30's ``llama_server.go`` source and ``limit`` rule, the KV type warning of
@@ -117,7 +117,7 @@ def restamp(line: str, now: float) -> str:
 def go_duration(seconds: float) -> str:
     """``seconds`` as gin prints a latency: Go's ``time.Duration.String`` (``850ns``, ``31.775µs``,
     ``1.865926ms``, ``47.147693541s``, ``2m39s``), truncated to whole seconds above one minute as gin's
-    logger does (ollama-reference.md §4.9). Negative values count as zero."""
+    logger does (docs/ollama-internals.md §4.9). Negative values count as zero."""
     ns = max(0, round(seconds * 1e9))
     if ns > 60 * 10**9:
         ns -= ns % 10**9
@@ -166,7 +166,7 @@ def _go_quote(text: str) -> str:
 
 
 def gin_line(status: int, latency_s: float, client: str, method: str, path: str) -> str:
-    """Gin's access line (``defaultLogFormatter``, ollama-reference.md §4.9) with :data:`GIN_STAMP`:
+    """Gin's access line (``defaultLogFormatter``, docs/ollama-internals.md §4.9) with :data:`GIN_STAMP`:
     ``[GIN] 2026/01/01 - 00:00:00 | 200 |    1.865926ms |       127.0.0.1 | GET      "/api/ps"``.
 
     Args:

@@ -2,7 +2,7 @@
 
 ``kvtop --demo`` starts it as a subprocess, and the integration tests start it as a real
 process on 127.0.0.1. It speaks the parts of the Ollama API kvtop reads, with Ollama's real
-response shapes (``docs/ollama-reference.md`` §1.1 and §2.1):
+response shapes (``docs/ollama-internals.md`` §1.1 and §2.1):
 
 - ``GET /api/version``, ``GET /api/ps``, ``POST /api/show``, ``GET /api/tags``;
 - ``GET /`` answers ``Ollama is running`` like the real server;
@@ -886,7 +886,7 @@ class _Handler(BaseHTTPRequestHandler):
         ``keep_alive: 0`` unloads the model (its row leaves ``/api/ps`` until the step changes or
         another generate loads it again), as ``ollama stop`` does; another ``keep_alive`` (seconds,
         a Go duration string such as ``"5m"``, negative = forever) sets ``expires_at`` to now plus
-        it, as Ollama does when a request ends (ollama-reference.md §1.4).
+        it, as Ollama does when a request ends (docs/ollama-internals.md §1.4).
 
         Reloads support what the what-if planner sends. The new size is the current one plus
         the KV cache difference (``kvtop.model.kv``, at the cache type ``/_standin/env`` set, f16

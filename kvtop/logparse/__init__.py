@@ -7,7 +7,7 @@
 Line grammars live in ``wrappers.py`` (collector prefixes), ``ollama_lines.py`` (slog, Go
 logger, gin), ``llamacpp_lines.py`` (llama.cpp/ggml), ``runner_lines.py`` (Era A C++ server,
 JSON runner, llama-server) and ``cmdline.py`` (runner argv per era). Section numbers in the
-docstrings refer to ``docs/ollama-reference.md``.
+docstrings refer to ``docs/ollama-internals.md``.
 """
 
 from __future__ import annotations

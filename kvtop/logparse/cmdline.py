@@ -1,4 +1,4 @@
-"""Runner command lines, as Ollama logs them in its spawn lines (reference §4.2–§4.4, §7).
+"""Runner command lines, as Ollama logs them in its spawn lines (docs/ollama-internals.md §4.2–§4.4, §7).
 
 =====  ============================================================================================
 Era    argv shape (``cmd=`` of the spawn line)

@@ -8,7 +8,7 @@ snake_case class attribute. Sizes are integer bytes; a size the log prints round
 (``"1.5 GiB"``, ``"577.22 MiB"``) is the printed value times its unit, rounded to a byte.
 
 Each class names the line grammar it comes from; sections refer to
-``docs/ollama-reference.md`` and file numbers to the log corpus.
+``docs/ollama-internals.md`` and file numbers to the log corpus.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """llama.cpp / ggml lines: ``function: text``, printed raw into Ollama's log.
 
 The llama engine prints them in Eras A, B1 and B2; llama-server prints them in Era C
-(reference §4.0, §4.5, §4.6). The function prefix changed over the releases; each handler
+(docs/ollama-internals.md §4.0, §4.5, §4.6). The function prefix changed over the releases; each handler
 lists the names it serves:
 
 ======================  =================================================================
-Function prefix         Releases (reference §4.5)
+Function prefix         Releases (docs/ollama-internals.md §4.5)
 ======================  =================================================================
 llama_new_context_…     v0.1.32 – v0.5.x (``KV self size``, ``flash_attn = %d`` from v0.1.39)
 llama_init_from_model   v0.6.x

@@ -2,7 +2,7 @@
 
 These are printed by the server (all eras) and by the Go runners (B1/B2). Formats:
 
-- slog text (v0.1.32+, reference §4.0): ``time=… level=INFO source=server.go:130 msg=… k=v``.
+- slog text (v0.1.32+, docs/ollama-internals.md §4.0): ``time=… level=INFO source=server.go:130 msg=… k=v``.
   ``time=`` may be missing (``docker compose logs | grep``, corpus 032) and may have no zone
   (corpus 030).
 - Go's standard logger (§3.6; v0.1.x–v0.6.8 server config, 2023 runners): ``2024/06/02

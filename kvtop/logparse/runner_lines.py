@@ -1,6 +1,6 @@
 """Runner-server lines: the Era A C++ server, the 2023 JSON runner and llama-server (Era C).
 
-- Era A ``ollama_llama_server`` (``llm/ext_server/utils.hpp:server_log``, reference §4.0):
+- Era A ``ollama_llama_server`` (``llm/ext_server/utils.hpp:server_log``, docs/ollama-internals.md §4.0):
   ``INFO [update_slots] input truncated | n_ctx=2048 n_erase=1090 n_keep=4 … tid="…"
   timestamp=1721345155`` (corpus 017), ``INFO [print_timings] prompt eval time = …`` (§4.10).
 - 2023 and Era A JSON logs: ``{"timestamp":1696624423,"level":"INFO","function":"main",

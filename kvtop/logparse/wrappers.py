@@ -1,6 +1,6 @@
 """What sits around a log line: collector prefixes, quoting, timestamps, control characters.
 
-Posted and collected logs wrap Ollama's lines (reference §4.0, §6, §8):
+Posted and collected logs wrap Ollama's lines (docs/ollama-internals.md §4.0, §6, §8):
 
 - journald short: ``Jul 24 16:07:51 host ollama[114917]: `` with localized month names
   (``oct.`` corpus 028, ``3月`` corpus 031), also ``short-precise`` fractions and a host

@@ -28,7 +28,7 @@ GpuProblem = Literal[
 """Why GPU telemetry is missing or incomplete (machine-readable twin of ``GpuSnapshot.status``)."""
 
 RunnerKind = Literal["ollama_llama_server", "ollama runner", "llama-server", "mlx runner"]
-"""The runner's command-line shape (ollama-reference.md §7)."""
+"""The runner's command-line shape (docs/ollama-internals.md §7)."""
 
 ProcKind = Literal["model", "ollama", "other", "unknown"]
 """A GPU process as the panel groups it: a loaded model's runner, another Ollama process (GPU
@@ -209,7 +209,7 @@ class ServerProcess:
 
 @dataclass(frozen=True, slots=True)
 class RunnerProcess:
-    """A model runner started by Ollama, from its command line (ollama-reference.md §7).
+    """A model runner started by Ollama, from its command line (docs/ollama-internals.md §7).
 
     Attributes:
         kind: The command-line shape.

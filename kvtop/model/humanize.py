@@ -1,7 +1,7 @@
 """Ollama's own human formats, reproduced exactly so kvtop agrees with ``ollama ps``.
 
 Pure functions; the clock is passed in. Sources: ``format/time.go:HumanTime``,
-``format/bytes.go:HumanBytes`` (ollama-reference.md §1.5).
+``format/bytes.go:HumanBytes`` (docs/ollama-internals.md §1.5).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def human_duration(seconds: float) -> str:
 
 
 def until_text(expires_at: datetime | None, now_s: float) -> str:
-    """The UNTIL column of ``ollama ps`` (``cmd/cmd.go:ListRunningHandler``, reference §1.5).
+    """The UNTIL column of ``ollama ps`` (``cmd/cmd.go:ListRunningHandler``, docs/ollama-internals.md §1.5).
 
     A past ``expires_at`` reads ``Stopping...``, as ``ollama ps`` prints it. That is also what a
     model busy with a request longer than its keep-alive shows (§1.4): the model is not

@@ -6,7 +6,7 @@ Every size is an integer number of bytes and every result is exact (integer arit
 follows ggml's own ``ggml_nbytes``), so a number here either equals llama.cpp's or points at a
 real difference.
 
-Sources. "Ref §x" is a section of ``docs/ollama-reference.md`` in the shared project docs
+Sources. "Ref §x" is a section of ``docs/ollama-internals.md`` in this repository
 (Ollama HEAD v0.33.0-rc2, its vendored llama.cpp @v0.24.0, llama.cpp b4747). "Corpus NNN" is a
 real posted log in the project corpus (copied to ``tests/fixtures/logs/``).
 

@@ -10,7 +10,7 @@ Pure. For one loaded model, the rungs are, best first (DEVELOPERS.md, issue 12):
    ``--cache-type-k/-v``, ``--kv-cache-type``, ``--flash-attn``; Eras A, B1 and C. B2 runners
    carry only ``--model`` and ``--port``), or the Modelfile's ``num_ctx``;
 5. **service** — the ``ollama serve`` environment (``model.gpu.ServiceEnv``), as Ollama itself
-   reads it (``envconfig``, ollama-reference.md §3);
+   reads it (``envconfig``, docs/ollama-internals.md §3);
 6. **default** — Ollama's default for the server's version.
 
 ``choose`` takes the first rung that has a value; the rungs below it that say something else are
@@ -35,7 +35,7 @@ PARALLEL_FORCED_ONE = frozenset({
     "nemotron_h", "nemotron_h_moe", "nemotron_h_omni",
 })
 """Architectures Ollama loads with one slot whatever ``OLLAMA_NUM_PARALLEL`` says
-(``server/sched.go:load`` @HEAD, ollama-reference.md §3.3); embedding models too."""
+(``server/sched.go:load`` @HEAD, docs/ollama-internals.md §3.3); embedding models too."""
 
 _GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 

@@ -173,7 +173,7 @@ class Throughput:
 
 def throughput(log: LogState, load: Load, now_s: float, window: int = 10) -> Throughput:
     """Timings of the requests served by ``load``: each timing line belongs to the newest load
-    that started before it (the runner log's timing lines name no model; ollama-reference §4.10)."""
+    that started before it (the runner log's timing lines name no model; docs/ollama-internals.md §4.10)."""
     starts = [ld.first_line for ld in log.loads]
     mine: list[RequestTiming] = []
     for e in log.recent:

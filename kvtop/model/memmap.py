@@ -11,7 +11,7 @@ Every segment carries its source in the one vocabulary of ``kvtop.model.known``:
 
 * ``allocated``: the runner's log gives the bytes per device (``load_tensors: CUDA0 model buffer
   size``, ``llama_kv_cache: CUDA0 KV buffer size``, ``CUDA0 compute buffer size``; Ollama's
-  ``msg="model weights" device=CUDA0``: ollama-reference.md §8 and the runner lines of §10);
+  ``msg="model weights" device=CUDA0``: docs/ollama-internals.md §4.3, §4.5 and §8);
 * ``reported``: NVML (a process's used memory, free memory) or ``/api/ps`` (``size_vram``, and a
   spilled model's ``size − size_vram`` in RAM, as the table's VRAM+RAM and ``ollama ps``'s split);
 * ``estimated``: a split or a difference kvtop computed (a model's parts in proportion to its
@@ -19,7 +19,7 @@ Every segment carries its source in the one vocabulary of ``kvtop.model.known``:
 
 Log devices are joined to NVML GPUs by the runner's PID, never by the number in ``CUDA0``: Ollama
 sets ``CUDA_VISIBLE_DEVICES`` per runner, so its ``CUDA0`` need not be physical GPU 0
-(ollama-reference.md §7, caveats). With one GPU under the runner the pairing is certain; with
+(docs/ollama-internals.md §7, caveats). With one GPU under the runner the pairing is certain; with
 several, the log's devices are paired with the runner's GPUs in index order, and then by size when
 index order does not fit the measured bytes; when neither fits, the split is estimated instead.
 
@@ -350,7 +350,8 @@ def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log
     A runner is matched to a loaded model by its ``--model`` blob and the model's ``/api/show``
     ``FROM`` blob (``kvtop.model.gpu.match_runners``). Until then NVML's bytes for it would read as
     "other Ollama processes"; it is a load in progress when the runner log's newest load of its blob
-    has not finished (no ``model loaded`` / ``llama runner started`` yet; ollama-reference.md §4.4),
+    has not finished (no ``model loaded`` / ``llama runner started`` / ``llama-server started`` yet;
+    docs/ollama-internals.md §4.2, §4.4),
     or is the log's newest load and ``/api/ps`` never listed its blob or it started less than
     :data:`RECENT_LOAD_S` before the process sample (loaded, not listed yet: Ollama lists a runner
     once it is up; an older one of a blob listed before is a runner exiting), or when ``/api/ps`` lists a model whose ``/api/show`` has not been

@@ -17,7 +17,7 @@ def vram_ram(view: ModelView) -> tuple[Known[int], Known[int]]:
 
     Allocated when the runner log gave every component's buffers per device (weights, KV cache
     and compute; host buffers — ``CPU``, ``CPU_Mapped``, ``*_Host`` — count as RAM, the others as
-    VRAM; ollama-reference.md §1.2, §4.5); else reported from ``/api/ps``: ``size_vram`` and
+    VRAM; docs/ollama-internals.md §1.2, §4.5); else reported from ``/api/ps``: ``size_vram`` and
     ``size − size_vram``. Unknown (``Known()``) when neither says.
     """
     mem = view.devices

@@ -46,7 +46,7 @@ n_layer + 1 - n_gpu_layers``), each with its own KV cache; the compute buffer si
 soon as anything is offloaded. So the layers that spill are the first ones. A GPU budget is the
 GPU's free memory plus what the model already holds there (``size_vram``) when it is loaded.
 
-Sources: "Ref §x" is ``docs/ollama-reference.md`` in the shared project docs; llama.cpp
+Sources: "Ref §x" is ``docs/ollama-internals.md`` in this repository; llama.cpp
 ``src/llama-context.cpp`` (``graph_reserve``), ``src/llama-model.cpp`` (layer placement),
 ``src/llama-cparams.h`` (``LLAMA_MAX_SEQ 256``); ggml block sizes as in the ``gguf`` package's
 ``GGML_QUANT_SIZES``; the seeds' settings reference for the systemd / launchctl / docker lines.

@@ -3,7 +3,7 @@
 
 For each model of ``/api/tags``: its KV cache and total at the num_ctx the server would give it
 (the Modelfile's ``PARAMETER num_ctx``, else ``OLLAMA_CONTEXT_LENGTH``, else Ollama's default, which
-from v0.15.5 is VRAM-tiered: ollama-reference §3.4) × slots × KV cache type, from the planner
+from v0.15.5 is VRAM-tiered: docs/ollama-internals.md §3.4) × slots × KV cache type, from the planner
 (``model.plan``: exact KV arithmetic, the weights from the ``/api/tags`` file size, an estimated
 compute buffer); whether that fits in the GPU memory free now beside what is loaded (a loaded
 model's own ``size_vram`` counts as available to it: it is given back on a reload); and the
@@ -34,7 +34,7 @@ GiB = 1024**3
 
 VRAM_TIERS: tuple[tuple[int, int], ...] = ((47 * GiB, 262_144), (23 * GiB, 32_768), (0, 4_096))
 """v0.15.5+: total VRAM (all GPUs, minus ``OLLAMA_GPU_OVERHEAD``) at or above → default num_ctx
-(``server/routes.go:Serve``, commit 0334ffa62; ollama-reference §3.4)."""
+(``server/routes.go:Serve``, commit 0334ffa62; docs/ollama-internals.md §3.4)."""
 
 TIERED_SINCE = (0, 15, 5)
 """The first release whose default num_ctx depends on the VRAM (§3.4)."""
@@ -70,7 +70,7 @@ class ServerDefaults:
         cache_type: ``OLLAMA_KV_CACHE_TYPE`` (``service``), else f16 (``default``).
         parallel: ``OLLAMA_NUM_PARALLEL`` (``service``), else 1 (``default``, v0.10.0+).
         flash_attention: ``OLLAMA_FLASH_ATTENTION`` (``service``), else on (``default``: the runner's
-            auto mode turns it on where the GPU and model support it, ollama-reference §3.1).
+            auto mode turns it on where the GPU and model support it, docs/ollama-internals.md §3.1).
     """
 
     num_ctx: Known[int]

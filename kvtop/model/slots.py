@@ -3,7 +3,7 @@
 Pure: no I/O, no clock. ``sources.slots.SlotsSource`` fills a :class:`SlotsSnapshot` by asking
 each local llama-server runner (its ``--port`` on 127.0.0.1) for ``GET /slots``; the functions
 here join that with the loaded models and, where no runner answered, estimate the busy slots and
-the prompt being processed from the runner's log lines (ollama-reference.md §4.10, §5):
+the prompt being processed from the runner's log lines (docs/ollama-internals.md §4.10, §5):
 
 * ``slot launch_slot_: id 1 | task 1 | processing task`` — the slot starts a request;
 * ``slot operator(): id 1 | task 1 | new prompt, n_ctx_slot = 4096, …, task.n_tokens = 1804`` —
@@ -74,7 +74,7 @@ class RunnerProps:
         model_path: ``model_path`` (the weights blob it loaded).
         build_info: ``build_info`` (llama.cpp build, ``b10488-…``).
         metrics_endpoint: ``endpoint_metrics``: whether ``/metrics`` answers (needs ``--metrics``,
-            which Ollama does not pass; ollama-reference.md §5).
+            which Ollama does not pass; docs/ollama-internals.md §5).
     """
 
     n_ctx_per_slot: int | None = None

@@ -70,7 +70,7 @@ class ShowInfo:
         capabilities: e.g. ``("completion", "tools")``.
         remote: True for a cloud/remote model (``remote_host``/``remote_model`` present).
         model_blob: ``sha256-<hex>`` of the weights blob, from the Modelfile's ``FROM`` line
-            (the path the runner gets as ``--model``; ollama-reference.md §1.6, §7).
+            (the path the runner gets as ``--model``; docs/ollama-internals.md §1.6, §7).
         error: Why the answer is missing, when it is.
     """
 

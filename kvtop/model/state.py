@@ -526,7 +526,7 @@ def _matching_load(m: PsModel, show: ShowInfo | None, log: LogState) -> tuple[Lo
     """The log's newest load of this row's weights blob, if it describes this row's runner.
 
     The blob comes from ``/api/show``'s Modelfile ``FROM`` line and the runner's ``--model``
-    (ollama-reference.md §1.6, §7). A load whose per-slot context differs from ``/api/ps``'s is
+    (docs/ollama-internals.md §1.6, §7). A load whose per-slot context differs from ``/api/ps``'s is
     an older runner of the same weights (the log started after the reload, or it was missed).
     """
     if not log.loads:

@@ -1,4 +1,4 @@
-"""Request traffic from the gin access lines (ollama-reference §4.9), as bounded running aggregates.
+"""Request traffic from the gin access lines (docs/ollama-internals.md §4.9), as bounded running aggregates.
 
 The log state keeps per-request events only briefly (``logstate._trim`` drops them first), so the
 server view's traffic figures are folded here batch by batch (``add_events``): the cost of a batch
@@ -9,7 +9,7 @@ memory is bounded whatever the traffic (``LATENCY_WINDOW`` latencies per endpoin
 What gin prints (§4.9): ``[GIN] 2024/07/10 - 17:33:55 | 200 | 22.25s | 127.0.0.1 | POST "/api/chat"``,
 local time without a zone, to the second; the latency is a Go duration, printed when the response
 completes (a streamed chat's covers load + prompt + generation). A full queue (more than
-``OLLAMA_MAX_QUEUE`` requests waiting, default 512, ollama-reference §3.5) is answered ``503``
+``OLLAMA_MAX_QUEUE`` requests waiting, default 512, docs/ollama-internals.md §3.5) is answered ``503``
 (``server/sched.go`` ``ErrMaxQueue``, "server busy, please try again.  maximum pending requests
 exceeded"); gin logs it as a ``503`` line like corpus 053's.
 The server log prints no queue depth, so the queue is shown as the count of ``503`` answers and
@@ -158,7 +158,7 @@ def _path(raw: str) -> str:
 def _max_queue(env: Mapping[str, str]) -> int | None:
     value = env.get("OLLAMA_MAX_QUEUE", "").strip()
     if not value:
-        return 512  # envconfig.MaxQueue's default (ollama-reference §3.5)
+        return 512  # envconfig.MaxQueue's default (docs/ollama-internals.md §3.5)
     try:
         return int(value)
     except ValueError:

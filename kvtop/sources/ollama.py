@@ -1,7 +1,7 @@
 """Ollama HTTP API source: ``/api/version``, ``/api/ps``, ``/api/show``, ``/api/tags``.
 
 Every poll becomes one ``OllamaSnapshot``; no exception leaves ``OllamaClient.sample()``.
-Shapes follow ``api/types.go`` (ollama-reference.md §1.1, §2.1); every field is optional on
+Shapes follow ``api/types.go`` (docs/ollama-internals.md §1.1, §2.1); every field is optional on
 the way in, because real servers differ by version (no ``context_length`` before v0.10.0,
 empty ``details``, cloud models, extra fields).
 """
@@ -790,7 +790,7 @@ class OllamaClient:
         ``keep_alive=0`` unloads the model as ``ollama stop`` does; a duration (``"5m"``,
         ``"1h"``; a number is seconds, negative is forever) keeps it loaded that long from now,
         as ``ollama run --keepalive`` does; ``num_ctx`` (re)loads it with that context
-        (ollama-reference.md §1.4, §3.5 ``keep_alive``; Ollama API docs "Load a model",
+        (docs/ollama-internals.md §1.4, §3.5 ``keep_alive``; Ollama API docs "Load a model",
         "Unload a model").
 
         Args:
@@ -918,7 +918,7 @@ def _write_status(status: int, reason: str, content: bytes, access: ServerAccess
 
 async def fetch_tensors(base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None,
                         access: ServerAccess | None = None) -> list[Any] | None:
-    """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, Ref §2.1).
+    """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, docs/ollama-internals.md §2.1).
 
     Read-only. Returns None when it cannot be read (also when the answer is over the
     ``/api/show`` limits of ``BODY_LIMIT_BYTES``, counted after decompression, and ``JSON_VALUE_LIMIT``).

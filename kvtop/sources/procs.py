@@ -3,7 +3,7 @@
 ``ProcSource.sample(gpu_pids)`` reads every process's name once (``/proc/<pid>/comm`` on Linux,
 psutil elsewhere), then everything else with psutil for the candidates only, and returns a
 ``ProcSnapshot``: ``ollama serve`` processes, runners with the weights blob from ``--model``
-(ollama-reference.md §7), Ollama's GPU-discovery runners (no ``--model``: not models), what is
+(docs/ollama-internals.md §7), Ollama's GPU-discovery runners (no ``--model``: not models), what is
 known about each GPU PID (user, name, command line) and whether NVML's PIDs can be trusted to
 name local processes at all (a container with its own PID namespace sees other PIDs than the
 driver reports). ``AccessDenied``/``NoSuchProcess`` for one process costs only that process's

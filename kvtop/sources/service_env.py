@@ -1,7 +1,7 @@
 """The ``ollama serve`` environment: the **service** rung of the source ladder.
 
 ``OLLAMA_KV_CACHE_TYPE``, ``OLLAMA_NUM_PARALLEL``, ``OLLAMA_FLASH_ATTENTION``,
-``OLLAMA_CONTEXT_LENGTH`` … are what the server was told (ollama-reference.md §3). They are read,
+``OLLAMA_CONTEXT_LENGTH`` … are what the server was told (docs/ollama-internals.md §3). They are read,
 in this order, from the first place this user can read:
 
 1. ``/proc/<pid>/environ`` of the ``ollama serve`` process (its own user, or root);

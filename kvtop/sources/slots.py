@@ -1,7 +1,7 @@
 """llama-server ``GET /slots`` source: which context slots each local runner is using right now.
 
 Ollama v0.30+ runs every model in an upstream ``llama-server`` listening on 127.0.0.1 at the
-``--port`` of its command line (ollama-reference.md §4.4, §5); its ``/slots`` endpoint is on by
+``--port`` of its command line (docs/ollama-internals.md §4.4, §5); its ``/slots`` endpoint is on by
 default and lists each slot's ``id``, ``n_ctx`` and ``is_processing``. The Era A C++ runner
 (``ollama_llama_server``) has ``/slots`` too, with ``state`` (0 idle) instead of
 ``is_processing``. Go runners (Era B) have no such endpoint and are not asked.

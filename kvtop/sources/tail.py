@@ -2,7 +2,7 @@
 
 Pure I/O: lines are delivered as text (no trailing newline, CR stripped, invalid UTF-8
 replaced); understanding them is ``kvtop.logparse``'s job. Where the log lives is described
-in ollama-reference.md §6; what is in it in §4.0.
+in docs/ollama-internals.md §6; what is in it in §4.0.
 
 Public API:
 

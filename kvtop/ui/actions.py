@@ -10,7 +10,7 @@ another user's process (kvtop runs as root) names its owner and asks a second ti
 server go through the app's own polling client of that server (``OllamaClient.generate``), so its
 headers and TLS settings apply.
 
-Requests (ollama-reference.md §1.4, §3.5 ``keep_alive``): unload is ``POST /api/generate
+Requests (docs/ollama-internals.md §1.4, §3.5 ``keep_alive``): unload is ``POST /api/generate
 {"model": name, "keep_alive": 0}`` as ``ollama stop`` sends it; a keep-alive is an empty
 generate with ``keep_alive`` (``"5m"``, ``"1h"``, ``-1`` forever, ``0`` release now) as
 ``ollama run --keepalive`` sends it. Signals: ``kvtop.sources.signals``.

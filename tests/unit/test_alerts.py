@@ -7,7 +7,7 @@ scenario (or of a variant with other loaded rows) through the real client parser
 stderr (tests/fixtures/llama_server) through ``logparse.parser.parse_lines`` and
 ``state.apply_log_events``; GPU and process samples through the real sources with fakes at their
 boundaries (tests/fakes/scenario.py). Where the corpus has no line for a rule, the line is
-written in the exact slog format ollama-reference.md quotes, and the test says so.
+written in the exact slog format docs/ollama-internals.md quotes, and the test says so.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def row(model: str, ctx: int, size: int, size_vram: int | None = None) -> dict[s
 
 def spawn_line(model_blob_name: str, num_ctx: int, parallel: int = 1, when: str = "2024-07-24T16:07:51.813+02:00") -> str:
     """Corpus 004's real ``starting llama server`` line (journald prefix dropped) for another blob,
-    context and slot count (Ollama passes num_ctx × parallel as --ctx-size, Ref §3.3)."""
+    context and slot count (Ollama passes num_ctx × parallel as --ctx-size, docs/ollama-internals.md §3.3)."""
     line = corpus_line("004", "starting llama server")
     line = line[line.index("time="):]
     line = re.sub(r"sha256-[0-9a-f]{64}", model_blob_name, line)
@@ -227,10 +227,10 @@ def tight_nvml(free0: int, free1: int, *, xorg: int = 300 * MiB, q8_on_gpu: bool
     ])
 
 
-# the Ollama v0.5+ slog warning of Ref §3.2 (no corpus log has one), printed before the spawn
+# the Ollama v0.5+ slog warning of docs/ollama-internals.md §3.2 (no corpus log has one), printed before the spawn
 FALLBACK = ('time=2024-07-24T16:07:51.800+02:00 level=WARN source=server.go:226'
             ' msg="quantized kv cache requested but flash attention disabled" type=q8_0')
-# Ref §3.4 / §4.4: `slog.Warn("requested context size too large for model", "num_ctx", …, "n_ctx_train", …)`
+# docs/ollama-internals.md §3.4 / §4.4: `slog.Warn("requested context size too large for model", "num_ctx", …, "n_ctx_train", …)`
 CLAMP = ('time=2026-11-18T11:05:00.000Z level=WARN source=llama_server.go:176'
          ' msg="requested context size too large for model" num_ctx=65536 n_ctx_train=40960')
 SPAWN_TIME = _utc(2024, 7, 24, 14, 7, 51) + 0.813  # corpus 004's spawn line, 16:07:51.813+02:00

@@ -4,7 +4,7 @@
   (corpus 006, the real line) is a ``ContextOverTraining`` event;
 * Ollama's ``requested context size too large for model`` warning is a ``ContextClamped`` event,
   not an unknown warning (no corpus log has it: the line is written in the slog format
-  ollama-reference.md §3.4/§4.4 quotes, as tests/unit/test_alerts.py does);
+  docs/ollama-internals.md §3.4/§4.4 quotes, as tests/unit/test_alerts.py does);
 * ``context_over_training`` fires from the runner's line for a loaded model whose ``/api/show``
   gives no training context, and for a recent load that no loaded row covers; ``context_clamped``
   reads the event's numbers.

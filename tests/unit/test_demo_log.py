@@ -166,19 +166,19 @@ def _shape(line: str) -> str:
 
 NOT_IN_FIXTURES = {
     'level=INFO source=S msg="loading model via llama-server" BLOB':
-        "ollama-reference §4.4 (corpus 062's next line, cut in the excerpt)",
-    'level=INFO source=S msg="llama-server started in N seconds"': "ollama-reference §4.4",
+        "docs/ollama-internals.md §4.4 (corpus 062's next line, cut in the excerpt)",
+    'level=INFO source=S msg="llama-server started in N seconds"': "docs/ollama-internals.md §4.4",
     'level=WARN source=S msg="truncating input prompt" limit=N prompt=N keep=N new=N':
-        "ollama-reference §4.7 (v0.30+: the server prints it; corpus 014's line with llama_server.go's source)",
+        "docs/ollama-internals.md §4.7 (v0.30+: the server prints it; corpus 014's line with llama_server.go's source)",
     'level=WARN source=S msg="kv cache type not supported by model" type=qN_N':
-        "ollama-reference §3.2 (slog.Warn with the type; corpus has only the spurious type=\"\")",
+        "docs/ollama-internals.md §3.2 (slog.Warn with the type; corpus has only the spurious type=\"\")",
     "llama_kv_cache_iswa: creating SWA KV cache, size = N cells":
         "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
     "llama_kv_cache_iswa: creating non-SWA KV cache, size = N cells":
         "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
-    "sched_reserve: Flash Attention was auto, set to disabled": "ollama-reference §4.6 (sched_reserve wording)",
+    "sched_reserve: Flash Attention was auto, set to disabled": "docs/ollama-internals.md §4.6 (sched_reserve wording)",
     '[GIN] N/N/N - N:N:N | N | Ns | N.N | POST "/api/generate"':
-        "ollama-reference §4.9's observed line (the corpus's timed POSTs are /api/chat and /v1/chat/completions)",
+        "docs/ollama-internals.md §4.9's observed line (the corpus's timed POSTs are /api/chat and /v1/chat/completions)",
 }
 """Shapes not in tests/fixtures, each with where it is documented."""
 

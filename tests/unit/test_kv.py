@@ -6,7 +6,7 @@ Every expected number cites where it comes from:
   seeds (``kv-cache-experiments-ja.txt``, table near line 285 and text near line 54).
 - "seed-ref" = the Ollama KV cache settings reference in the same seeds folder
   (``ollama-kv-cache-settings-reference.txt``).
-- "Ref §x" = ``docs/ollama-reference.md``.
+- "Ref §x" = ``docs/ollama-internals.md``.
 - "corpus NNN" = a real posted log, copied to ``tests/fixtures/logs/`` with its expected facts in
   ``tests/fixtures/logs/expected/`` (the tests read only these copies).
 """

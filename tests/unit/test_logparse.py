@@ -1,7 +1,7 @@
 """Unit tests of the log parser, one grammar at a time, on real lines.
 
 Lines come from the corpus (tests/fixtures/logs/<file>, named in a comment) or, for formats
-the corpus does not contain, from the format strings quoted in docs/ollama-reference.md
+the corpus does not contain, from the format strings quoted in docs/ollama-internals.md
 (section named in a comment).
 """
 

@@ -4,7 +4,7 @@ The logs are in ``tests/fixtures/logs/posted/``; each file's ``#`` header names 
 were copied from and what was left out. ``tests/fixtures/logs/llama-server-runs/`` holds the stderr of a real
 llama-server run (the test extra's build) where no posted log had the lines complete. Where no posted log with a line could be found, the test says
 so and quotes the line shape from the code that prints it (Ollama's ``llm/server.go``, its 2024
-``llm/ext_server/server.cpp``) or from ``docs/ollama-reference.md``, which the project quotes as observed.
+``llm/ext_server/server.cpp``) or from ``docs/ollama-internals.md``, which the project quotes as observed.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def test_iswa_real_run_context_from_non_swa_cache_and_kv_from_both() -> None:
 # 5. A fit pass followed by llama_model_loader is one load
 
 FIT_LINE = ("common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing),  11065 MiB used,   1036 MiB free")
-"""The Era C fit line as docs/ollama-reference.md §4.5 quotes it (observed; the device description elided there).
+"""The Era C fit line as docs/ollama-internals.md §4.5 quotes it (observed; the device description elided there).
 No posted log with an overflowing fit line could be found, so it is inserted into #16416's real fit pass."""
 
 

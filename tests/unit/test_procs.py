@@ -1,4 +1,4 @@
-"""ProcSource and the runner command-line shapes of every Ollama era (ollama-reference.md §7),
+"""ProcSource and the runner command-line shapes of every Ollama era (docs/ollama-internals.md §7),
 against psutil-like fakes (other users' processes raise AccessDenied, exiting ones NoSuchProcess)."""
 
 from __future__ import annotations

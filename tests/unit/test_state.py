@@ -129,7 +129,7 @@ def test_parse_version(text: str | None, parsed: tuple[int, int, int] | None) ->
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"),  # Go format.humanDuration (ollama-reference.md §1.5)
+    ("seconds", "text"),  # Go format.humanDuration (docs/ollama-internals.md §1.5)
     [(0.5, "Less than a second"), (1.5, "1 second"), (59, "59 seconds"), (60, "About a minute"), (119, "About a minute"),
      (299, "4 minutes"), (3599, "59 minutes"), (3600, "About an hour"), (5400, "2 hours"), (47 * 3600, "47 hours"),
      (3 * 86400, "3 days"), (20 * 86400, "2 weeks"), (90 * 86400, "3 months")],
@@ -142,7 +142,7 @@ def test_until_text_forms() -> None:
     t = parse_go_time("2026-01-01T00:05:00Z")
     base = parse_go_time("2026-01-01T00:00:00Z").timestamp()  # type: ignore[union-attr]
     assert until_text(t, base) == "5 minutes from now"
-    assert until_text(t, base + 301) == "Stopping..."  # ollama ps wording (reference §1.5)
+    assert until_text(t, base + 301) == "Stopping..."  # ollama ps wording (docs/ollama-internals.md §1.5)
     assert until_text(parse_go_time("2318-04-11T23:47:16.854775807Z"), base) == "Forever"
     assert until_text(None, base) == "unknown"
 

@@ -119,7 +119,7 @@ def _allocated_kv(ctx: Ctx, load: Load) -> str | None:
         return "f16"
     for e in ctx.launch_events(load):
         if isinstance(e, LoadRequest) and e.kv_cache_type == "":
-            return "f16"  # B2: an empty KvCacheType is the f16 default (Ref §3.2)
+            return "f16"  # B2: an empty KvCacheType is the f16 default (docs/ollama-internals.md §3.2)
         if (isinstance(e, RunnerStarted) and e.complete and e.cmd is not None and e.era in ("A", "B1", "C")
                 and not (e.cache_type_k or e.kv_cache_type)):
             return "f16"  # a complete command line without a cache type flag: the runner's default
@@ -134,7 +134,7 @@ def _fa_requested(ctx: Ctx, load: Load) -> str | None:
         return f"requested ({load.flash_attention_requested})"
     env = ctx.config_before(load.first_line)
     value = env.get("OLLAMA_FLASH_ATTENTION", "").strip().strip("\"'") if env is not None else ""
-    # "false" is also what the server config prints when the variable is unset (Ref §3.1)
+    # "false" is also what the server config prints when the variable is unset (docs/ollama-internals.md §3.1)
     if value and value.lower() not in _BOOL_FALSE:
         return f"OLLAMA_FLASH_ATTENTION={value} (server config)"
     service = ctx.service_env()

@@ -14,7 +14,7 @@ the model already holds in VRAM (``/api/ps`` ``size_vram``) counts as available 
 The one request that changes the server is explicit and confirmed: ``POST /api/generate`` with
 an empty prompt and ``options.num_ctx`` loads the model with that context (an empty prompt only
 loads, Ollama API docs "Load a model"); it is disabled with ``--readonly``. Cache type, slots and
-flash attention are server-wide (Ref §3.1-§3.3): the screen shows the lines that set them.
+flash attention are server-wide (docs/ollama-internals.md §3.1-§3.3): the screen shows the lines that set them.
 """
 
 from __future__ import annotations
