@@ -268,7 +268,7 @@ MAX_TOML_BYTES = 1024 * 1024
 
 MAX_TOML_NESTING = 32
 """Arrays and inline tables nested deeper than this are refused before ``tomllib`` sees them:
-it recurses once per level and a few hundred levels exhaust Python's stack (issue 14 item 8)."""
+it recurses once per level and a few hundred levels exhaust Python's stack (a hostile-input case)."""
 
 
 def _nesting_line(text: str, limit: int = MAX_TOML_NESTING) -> int | None:

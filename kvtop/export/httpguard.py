@@ -2,7 +2,7 @@
 
 Waitress alone closes a connection only after ``channel_timeout`` seconds without a byte, so a
 client that trickles one byte every few seconds holds its connection for ever, and 600 such clients
-filled the 512 connections (issue 23). :class:`GuardedServer` adds three rules, checked in the I/O
+filled the 512 connections (a hostile-client case). :class:`GuardedServer` adds three rules, checked in the I/O
 thread (at most every ``cleanup_interval`` seconds, and when a connection arrives at the limit):
 
 - **request deadline**: a request's head and body must arrive whole within ``request_deadline_s``

@@ -62,7 +62,7 @@ _LAZY = {
 
 They are imported on first use (PEP 562), not with the package: importing one event class must
 not compile every line grammar's regexes (``parser``) or the load grouping (``loads``), which
-only following or inspecting a log needs (issue 13: startup)."""
+only following or inspecting a log needs (startup time)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -75,7 +75,7 @@ class _Event:
 
     def __repr__(self) -> str:
         """As the dataclass ``__repr__`` reads (``Oom(line_no=3, time=None, raw='…', …)``): written once
-        here instead of generated for each of the event classes at import (issue 13: startup)."""
+        here instead of generated for each of the event classes at import (startup time)."""
         fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
         return f"{type(self).__qualname__}({fields})"
 

@@ -14,7 +14,7 @@ llama_kv_cache_init     v0.1.32 – v0.6.x (``KV buffer size``, ``kv_size = …,
 llama_kv_cache_unified  v0.7.0 – v0.12.3 (``size = … (… cells, … layers, …/… seqs)`` from v0.11.5)
 llama_kv_cache          v0.12.4 – HEAD
 sched_reserve           b10488 (Era C) compute buffers, ``Flash Attention was auto, set to …``
-resolve_fused_ops       Era C ``Flash Attention enabled`` (issue #18123, corpus 063)
+resolve_fused_ops       Era C ``Flash Attention enabled`` (Ollama issue #18123, corpus 063)
 llm_load_tensors        ≤ 2025-01 weights; then ``load_tensors``
 llama_model_load_…      2023 pre-GGUF (``n_ctx = 2048``, corpus 037/038)
 ======================  =================================================================

@@ -6,7 +6,7 @@ included) and returns the events completed so far. It keeps three kinds of state
 - **Hard wraps.** Pasted logs are often hard-wrapped. A slog or Go-logger record that may
   continue (see :func:`_wrap_kind`: a quoted value still open, ``env="map[… OLLAM`` |
   ``A_SCHED_SPREAD:false …]"`` in corpus 021/022/033; a piece of a fixed-width wrap; a wide
-  record such as the ``offload`` estimate wrapped between attributes, issues #8430/#9181, or a
+  record such as the ``offload`` estimate wrapped between attributes, Ollama issues #8430/#9181, or a
   spawn line ``msg="starting llama server"`` wrapped before its ``cmd=…`` and between flags) is
   held, and the following physical lines that do not start a record are glued to it, until
   it is complete, a record starts, or 8 lines were glued. Blank lines inside such a record
@@ -85,7 +85,7 @@ def _wrap_kind(record: str, last_piece: str) -> str | None:
       often wrapped at a fixed width, e.g. 1000): the same, glued without a separator;
     - ``"attrs"``: the record ends in a space or ``=``, or it is one of the wide records a
       terminal or a post wraps between attributes (``offload`` estimates, spawn lines, load
-      requests; issues #8430, #9181): only an (indented) ``key=value…`` line continues it,
+      requests; Ollama issues #8430, #9181): only an (indented) ``key=value…`` line continues it,
       glued with one space.
     """
     if '"' in record and _open_quote(record):

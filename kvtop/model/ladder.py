@@ -1,6 +1,6 @@
 """The source ladder: every figure from the best source this machine can read.
 
-Pure. For one loaded model, the rungs are, best first (DEVELOPERS.md, issue 12):
+Pure. For one loaded model, the rungs are, best first (docs/reference.md, "Where each figure comes from"):
 
 1. **allocated** — the runner's log (``logparse.loads.Load``);
 2. **runner** — the runner's own HTTP endpoints: llama-server's ``/props`` and ``/slots``

@@ -30,7 +30,7 @@ from kvtop.sources.service_env import Runner, _run
 TREE_WALK_EVERY_S = 10.0
 """The server's descendants are listed again (``children(recursive=True)`` reads every process's
 parent) when the Ollama processes of the process sample changed, or at least this often; in
-between the members already known are read (issue 23: back off reading processes)."""
+between the members already known are read (back off reading processes while nothing changes)."""
 
 SLOW_EVERY_S = 30.0
 """Restarts and cgroup limits are read again at most this often (they change on a restart)."""

@@ -45,7 +45,7 @@ def httpx_verify(url: str, *, trust_env: bool) -> ssl.SSLContext | bool:
 
     A client that only speaks plain HTTP never makes a TLS connection (kvtop follows no
     redirect), so building httpx's default context (the CA bundle read and parsed: 30-130 ms of
-    startup per client, issue 13) is wasted: such a client gets :func:`_no_ca_context`. A client
+    startup per client) is wasted: such a client gets :func:`_no_ca_context`. A client
     for an ``https://`` URL, or one that reads the environment (``trust_env``) where a proxy is
     reached over TLS, gets ``True``: httpx's default verification, unchanged.
 

@@ -310,7 +310,7 @@ def _mib(n_bytes: int) -> str:
 AUTH_FLAGS = ("OLLAMA_API_KEY (Bearer), --password-file FILE or --netrc (basic auth), or the config file's"
               " [servers.\"URL\"] headers")
 """The ways to give a server credentials, as the 401/403 messages name them: those that keep the
-secret off the command line (where every local user sees it with ``ps``) first (issue 23)."""
+secret off the command line (where every local user sees it with ``ps``) first."""
 
 
 def auth_message(status: int, access: ServerAccess) -> str:

@@ -298,7 +298,7 @@ NAMES_FULL_EVERY_S = 10.0
 least this often; in between only new PIDs' names are read, and a candidate's command line only
 when the candidates' PID set changed or until two reads agreed (a child between fork and exec
 still has its parent's). A process that execs into Ollama under a PID already seen is found
-within this (issue 23: the process table was read in full every second)."""
+within this (before, the process table was read in full every second)."""
 
 
 class ProcSource:

@@ -11,7 +11,7 @@ GET per runner per sample, all runners concurrently, each with a hard deadline (
 however slowly the runner trickles bytes) and a size cap. A failure is a reason string in the
 snapshot, never an exception. Nothing here imports Textual or Rich.
 
-Observer cost (issue 23): a runner whose slots are all idle is asked again only every
+Observer cost: a runner whose slots are all idle is asked again only every
 ``IDLE_EVERY_S`` (a busy one, or one that failed otherwise, every sample); a runner whose port
 refuses the connection is asked again after ``REFUSED_FIRST_S``, then twice as long each time it
 still refuses, up to ``REFUSED_MAX_S``; a new PID or port starts afresh. A runner not asked in a

@@ -206,8 +206,8 @@ _MARKERS: tuple[tuple[str, ...], tuple[bytes, ...]] | None = None
 
 def _markers() -> tuple[tuple[str, ...], tuple[bytes, ...]]:
     """``EVENT_MARKERS`` and their UTF-8 bytes, built on first use: building them imports the line
-    grammars (their regexes compiled: tens of ms), which only reading a log needs (issue 13:
-    kvtop's start)."""
+    grammars (their regexes compiled: tens of ms), which only reading a log needs (kvtop's start
+    must stay fast)."""
     global _MARKERS
     if _MARKERS is None:
         markers = _event_markers()

@@ -1,4 +1,4 @@
-"""Operator actions (issue 16): unload (``u``), keep-alive (``a``), signal a foreign GPU process
+"""Operator actions (docs/reference.md, "Keys"): unload (``u``), keep-alive (``a``), signal a foreign GPU process
 (``k``), and an alert's fix offered from the events pane (Enter on a fix).
 
 Every write asks first on a ``ConfirmWrite`` dialog (``kvtop.ui.screens.confirm``: Cancel focused;

@@ -200,7 +200,7 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
                  proc_source: ProcSourceLike | None = None,
                  more_sources: Mapping[str, OllamaSource] | None = None,
                  replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
-        install_textual_fixes()  # closed screens must not stay in Textual's caches (issue 23)
+        install_textual_fixes()  # closed screens must not stay in Textual's caches (flat memory over weeks)
         super().__init__()
         self._init_server_view()
         self._init_operator()

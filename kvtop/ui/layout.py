@@ -6,7 +6,7 @@ size in :data:`PANEL_MIN_SIZE`), or ``on``/``off`` as the user chose with its ke
 ``v``, ``l``); choices are saved in kvtop's state file (``config.save_panels``) and restored at
 start. Which panels show is set with CSS classes; Textual's layout (``kvtop.tcss``) places them.
 
-Observer cost (issue 13): a hidden panel is given nothing; the map is recomputed only when its
+Observer cost (watching must cost little, linear in models): a hidden panel is given nothing; the map is recomputed only when its
 inputs (the GPU and process samples, the models, the log's loads) are new objects, and redrawn
 only when the map differs.
 """

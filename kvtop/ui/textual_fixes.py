@@ -1,4 +1,4 @@
-"""Two memory leaks of Textual 8 that kvtop works around (issue 23: screens that leak memory).
+"""Two memory leaks of Textual 8 that kvtop works around (a dashboard left open for weeks must keep a flat memory).
 
 Both keep removed widgets, and everything they rendered, in memory: opening and closing the
 history screen (``h``, Esc) grew RSS by ~1.4 MB each time, the server view (``i``) by ~0.25 MB.

@@ -1,4 +1,4 @@
-"""The one confirmation every write passes through (issues 15, 16 and 23).
+"""The one confirmation every write passes through (no write without a confirmation, none from keys typed ahead).
 
 Unload (``u``), keep-alive (``a``), the what-if load (``a`` in ``w``), a signal (``k``) and an
 alert's fix all ask on a :class:`ConfirmWrite` before anything is sent. It opens with Cancel

@@ -212,7 +212,7 @@ def _legend_entries(bar: DeviceBar) -> list[tuple[list[Piece], bool]]:
 LEGEND_MAX_LINES = 6
 """A device's legend takes at most this many lines: past them, its other entries (processes,
 unattributed, free) stay and the models that do not fit are counted in one entry (``+950 more
-models: the table lists each``). A 1,000-model map drew a 600-line legend (issue 23)."""
+models: the table lists each``). A 1,000-model map drew a 600-line legend before this cap."""
 
 
 def _more_models(n: int) -> list[Piece]:

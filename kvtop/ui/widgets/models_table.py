@@ -341,7 +341,7 @@ class ModelsTable(DataTable[Text | str]):
         each model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``; ``sort``:
         the sort key and whether it is reversed, marked in its column's header (``sorted_label``).
 
-        Observer cost (issue 23): a row's cells are rendered again only when its view or its
+        Observer cost (at 1,000 models): a row's cells are rendered again only when its view or its
         sparkline changed (or the columns or colours did); only the cells whose content changed
         are updated; rows that moved are reordered in place (``DataTable.sort``), and rows that
         came or went are added or removed alone, so a poll or a key at 1,000 models costs what

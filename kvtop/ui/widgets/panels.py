@@ -48,7 +48,7 @@ def alert_blocks(alerts: Sequence[Alert], colors: Mapping[str, str]) -> list[tup
 
 
 class AlertBlocks:
-    """:func:`alert_blocks` and the lines they wrap to, remembered per alert (issue 23: at 1,000
+    """:func:`alert_blocks` and the lines they wrap to, remembered per alert (at 1,000
     models a poll that changes a few alerts draws and measures those, not all of them).
 
     Attributes:
