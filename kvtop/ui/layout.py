@@ -13,6 +13,7 @@ only when the map differs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,13 @@ def panels_shown(width: int, height: int, choices: Mapping[str, str], spare_rows
             and height >= h and spare_rows is not None and spare_rows >= EVENTS_FILL_ROWS):
         out["events"] = True
     return out
+
+
+def _untimed(sample: object) -> object:
+    """A GPU or process sample without its time (``taken_at``), for comparing what it measured."""
+    if sample is None or not dataclasses.is_dataclass(sample):
+        return sample
+    return dataclasses.replace(sample, taken_at=0.0)  # type: ignore[type-var]
 
 
 class PanelLayout:
@@ -153,20 +161,20 @@ class PanelLayout:
         """The map of ``state`` (recomputed only when the GPU, process or model samples are new).
 
         ``local``: the GPU sample is this server's (the GPU of another machine is not known)."""
-        inputs = (state.gpu if local else None, state.procs if local else None, state.models, local,
-                  state.log.loads if local else None, state.blob_names if local else None)
+        # a new sample equal to the last but for its time draws the same map (issue 23: at 1,000
+        # models the map was joined again every second for the same bytes)
+        loading = loading_runners(state.procs, state.models, state.log, state.blob_names) if local else None
+        inputs = (_untimed(state.gpu) if local else None, _untimed(state.procs) if local else None, state.models,
+                  local, loading)
         if self._map_cache is not None and self._map_inputs is not None and all(
-                a is b for a, b in zip(inputs, self._map_inputs)):
+                a is b or a == b for a, b in zip(inputs, self._map_inputs)):
             return self._map_cache
         self.map_computations += 1
         if local:
             views = gpu_panel.views if gpu_panel is not None and gpu_panel.ok else None
-            loading = loading_runners(state.procs, state.models, state.log, state.blob_names)
             mm = memory_map(state.gpu, state.procs, state.models, views=views, loading=loading)
         else:
-            from dataclasses import replace
-
-            mm = replace(memory_map(None, None, state.models),
+            mm = dataclasses.replace(memory_map(None, None, state.models),
                          status="GPU telemetry: none for this server (its GPUs are on another machine)")
         self._map_inputs, self._map_cache = inputs, mm
         return mm

@@ -85,3 +85,37 @@ def test_a_long_legend_keeps_its_lines_counts_the_models_left_out_and_every_othe
         for s in bar.segments:  # every entry that is not a model's still shows
             if s.kind not in MODEL_KINDS and not (s.kind == "free" and bar.free_bytes is not None):
                 assert s.label[:20] in text
+
+
+class _Timed:
+    """Each sample a new copy of the same measurement with the time it is taken."""
+
+    def __init__(self, source: object) -> None:
+        self.source = source
+        self.samples = 0
+
+    async def sample(self, *args: object) -> object:
+        import time
+
+        self.samples += 1
+        snap = await self.source.sample(*args)  # type: ignore[attr-defined]
+        return dataclasses.replace(snap, taken_at=time.time() + self.samples)
+
+    async def aclose(self) -> None:
+        await self.source.aclose()  # type: ignore[attr-defined]
+
+
+async def test_samples_that_differ_only_in_time_do_not_join_the_map_again(tmp_path: Path) -> None:
+    from tests.ui.mapfakes import settle, shared_app
+
+    app = shared_app(tmp_path)
+    app.gpu_source, app.proc_source = _Timed(app.gpu_source), _Timed(app.proc_source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        computed, steps, gpu0 = app.map_computations, app.apply_steps, app.state.gpu
+        for _ in range(100):  # new GPU and process samples every 0.25 s, each a new object
+            await pilot.pause(0.05)
+            if app.apply_steps >= steps + 3 and app.state.gpu is not gpu0:
+                break
+        assert app.apply_steps >= steps + 3 and app.state.gpu is not gpu0
+        assert app.map_computations == computed
