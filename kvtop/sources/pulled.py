@@ -3,12 +3,12 @@ model's ``/api/show``.
 
 ``PulledSource`` is an ``OllamaClient`` (its deadlines, body limits, proxy and TLS rules) with a
 cache of its own: ``/api/tags`` is read again at most every ``TAGS_EVERY_S``; ``/api/show``
-(verbose: per-layer arrays for the KV arithmetic) once per digest, lazily — each
-``sample_pulled`` reads at most ``SHOW_CONCURRENCY`` of the missing ones, so a server with hundreds
-of models is read a few at a time over several samples; ``sample_all`` reads them all through a
-rolling pool (at most ``SHOW_CONCURRENCY`` in flight, the next one starting as soon as one
-answers, each under its own ``show_timeout_s`` deadline), so a model whose ``/api/show`` hangs
-holds one slot for its deadline, not a whole round. A failed ``/api/show`` is kept as a
+(verbose: per-layer arrays for the KV arithmetic) once per digest, lazily, through a rolling
+pool: at most ``SHOW_CONCURRENCY`` in flight, the next one starting as soon as one answers, each
+under its own ``show_timeout_s`` deadline, so a model whose ``/api/show`` hangs holds one slot for
+its deadline, not a whole round. ``sample_all`` reads them all (``--once``, ``plan --all``);
+``sample_pulled(wait_s=…)`` (the server view) reads for ``wait_s`` each call and leaves the
+requests still running to the next; plain ``sample_pulled`` reads a few and waits for them. A failed ``/api/show`` is kept as a
 ``ShowInfo`` with its ``error`` (the reason) and tried again after ``SHOW_RETRY_S``. Read-only:
 GET and ``POST /api/show``.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from types import MappingProxyType
+from collections.abc import Iterator
 from typing import Any
 
 from kvtop.model.preflight import PulledSnapshot
@@ -50,10 +51,18 @@ class PulledSource(OllamaClient):
         self._pulled_error: str | None = None
         self._pulled_shows: dict[str, ShowInfo] = {}
         self._pulled_failed_at: dict[str, float] = {}
+        self._pulled_inflight: dict[str, asyncio.Task[None]] = {}
+        """``/api/show`` requests left running between calls (``sample_pulled(wait_s=…)``), by digest."""
 
-    async def sample_pulled(self, *, shows: int = SHOW_CONCURRENCY) -> PulledSnapshot:
+    async def sample_pulled(self, *, shows: int = SHOW_CONCURRENCY, wait_s: float | None = None) -> PulledSnapshot:
         """One round: ``/api/tags`` when due, then up to ``shows`` missing ``/api/show`` answers
-        (``shows=0``: none). Never raises (except cancellation)."""
+        (``shows=0``: none). Never raises (except cancellation).
+
+        ``wait_s`` None: waits for the ones it asked. A number (the server view, every interval):
+        for ``wait_s`` seconds the missing ones are read through the rolling pool (``shows`` does
+        not cap them), and the requests still running then run on between calls (at most
+        ``SHOW_CONCURRENCY`` in flight in all), so a model whose ``/api/show`` hangs holds one
+        slot for its deadline and never the sample."""
         now = self._clock()
         if self._pulled_tags_at is None or now - self._pulled_tags_at >= TAGS_EVERY_S:
             self._pulled_tags_at = now
@@ -69,10 +78,42 @@ class PulledSource(OllamaClient):
             for gone in [d for d in self._pulled_shows if d not in tags]:
                 del self._pulled_shows[gone]
                 self._pulled_failed_at.pop(gone, None)
-            due = self._due(tags, now)[:max(0, shows)]
-            if due:
-                await self._read_shows(due, now, end=None)
+            due = [t for t in self._due(tags, now) if t.digest not in self._pulled_inflight]
+            if wait_s is None:
+                if due[:max(0, shows)]:
+                    await self._read_shows(due[:max(0, shows)], now, end=None)
+            else:
+                await self._roll_on(iter(due), now, end=time.monotonic() + max(0.0, wait_s))
         return self.snapshot(now)
+
+    async def _roll_on(self, waiting: Iterator[TagInfo], now: float, *, end: float) -> None:
+        """The rolling pool of ``sample_pulled(wait_s=…)``: until ``end`` (``time.monotonic()``),
+        start the next of ``waiting`` whenever fewer than ``SHOW_CONCURRENCY`` run; the ones
+        running at ``end`` are left running (``_pulled_inflight``) for the next call."""
+        inflight = self._pulled_inflight
+        while True:
+            for digest in [d for d, t in inflight.items() if t.done()]:
+                del inflight[digest]
+            while len(inflight) < SHOW_CONCURRENCY and time.monotonic() < end:
+                tag = next(waiting, None)
+                if tag is None:
+                    break
+                inflight[tag.digest] = asyncio.create_task(self._pulled_show(tag, now))
+            left_s = end - time.monotonic()
+            if not inflight or left_s <= 0:
+                return
+            done, _ = await asyncio.wait(set(inflight.values()), timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return
+
+    async def aclose(self) -> None:
+        """Cancel the ``/api/show`` requests left running, then as ``OllamaClient.aclose``."""
+        running = list(self._pulled_inflight.values())
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        await super().aclose()
 
     def _due(self, tags: dict[str, TagInfo], now: float) -> list[TagInfo]:
         """The models whose ``/api/show`` is missing, or failed ``SHOW_RETRY_S`` ago or more (``/api/tags`` order)."""

@@ -82,7 +82,8 @@ class ServerView:
                     self._pulled_sources[host] = PulledSource(host, timeout_s=settings.timeout_s,
                                                               show_timeout_s=settings.show_timeout_s,
                                                               access=settings.access_for(host))
-                pulled = await self._pulled_sources[host].sample_pulled()
+                # a hanging /api/show holds one of its slots, never the sample (the rest run on)
+                pulled = await self._pulled_sources[host].sample_pulled(wait_s=max(0.5, app.interval_s))
             app.post_message(ServerSampled(host, health, pulled))
             await asyncio.sleep(app.interval_s)
 

@@ -202,3 +202,36 @@ def test_plan_all_complete_exits_0() -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["complete"] is True and doc["unread"] == [] and len(doc["models"]) == N_MODELS
+
+
+def test_server_view_rounds_do_not_wait_for_a_hanging_model() -> None:
+    """The server view's ``sample_pulled(wait_s=…)``: each call returns within its wait while five
+    models hang, the requests running on between calls; every healthy model is read meanwhile,
+    never more than six in flight, and closing the source cancels the hung ones."""
+    release = threading.Event()
+    first = {_name(i) for i in range(5)}
+    with _server(lambda name: release if name in first else None) as (server, counts):
+        healthy = N_MODELS - len(first)
+
+        async def go() -> tuple[int, int]:
+            src = PulledSource(server.url, show_timeout_s=300.0)
+            calls = 0
+            try:
+                loop = asyncio.get_running_loop()
+                end = loop.time() + 90.0
+                while counts["answered"] < healthy and loop.time() < end:
+                    await src.sample_pulled(wait_s=0.2)  # returns although five requests still hang
+                    calls += 1
+                in_flight = len(src._pulled_inflight)
+            finally:
+                await src.aclose()
+            return calls, in_flight
+
+        try:
+            calls, in_flight = asyncio.run(go())
+        finally:
+            release.set()
+        assert counts["answered"] == healthy, counts
+        assert in_flight == len(first)  # the five still hang, each in its slot, when all else is read
+        assert calls > 1
+        assert server.most_in_flight["/api/show"] <= SHOW_CONCURRENCY
