@@ -2,26 +2,36 @@
 
 Method
 ------
-1. Start the stand-in Ollama server (``python -m kvtop.demo.server --port 0 --loop``: the bundled
-   demo scenario played in a loop, so models load, spill and unload over and over).
-2. In this process, build the real app (``kvtop.ui.app.make_app``: real ``OllamaClient``, GPU,
-   process and slot sources; ``--log`` as the CLI takes it, default ``none``) and run it headless
-   with ``KvtopApp.run_test(size=(120, 40))`` for ``--minutes`` (default 20) at ``--interval``
-   (default 0.25 s).
-3. Every ``--every`` seconds (default 60) print: elapsed minutes, RSS (MiB), open fds, threads,
-   the history's stored points (all servers, all series) and, with ``--tracemalloc``, the Python
-   heap that tracemalloc traces (MiB).
-   ``--pty`` instead runs the ``kvtop`` console script itself in a 120x40 pseudo-terminal (drained
-   by a thread) and samples its RSS, fds and threads from outside (no history or tracemalloc figures).
-4. At the end: the RSS slope (MiB/hour, least squares) over the whole run and over its last
+1. Start the stand-in Ollama server: by default ``python -m kvtop.demo.server --port 0 --loop``
+   (the bundled demo scenario played in a loop, so models load, spill and unload over and over);
+   with ``--models N`` a generated one-step scenario with N models loaded at once, in manual mode
+   (``_common.many_models_scenario``: nothing changes, the steady state of a big server).
+2. ``--log-rate R``: a thread appends real runner lines (``log_follow.real_lines``: a recorded
+   llama-server load, request timings, GIN access lines) to a temporary file at R lines/s and
+   kvtop follows it (``--log file:…``, as a busy server's log); else ``--log`` as the CLI takes it
+   (default ``none``).
+3. In this process, build the real app (``kvtop.ui.app.make_app``: real ``OllamaClient``, GPU,
+   process and slot sources) and run it headless with ``KvtopApp.run_test(size=--size)`` (default
+   120x40; 160x48 shows the history panel) for ``--minutes`` (default 20) at ``--interval``
+   (default 0.25 s). ``--prefill-history`` starts with the history at its one-hour cap (an hour of
+   the first poll's models, recorded as the app records them), so a short run shows the steady
+   state; ``--keys`` opens and closes the history screen (``h``) and the server view (``i``) at each
+   sample, as an operator does.
+4. Every ``--every`` seconds (default 60) print: elapsed minutes, RSS (MiB), open fds, threads,
+   the history's stored points and bytes (all servers, all series), the log lines read and the
+   log events kept, and, with ``--tracemalloc``, the Python heap that tracemalloc traces (MiB).
+   ``--pty`` instead runs the ``kvtop`` console script itself in a ``--size`` pseudo-terminal
+   (drained by a thread) and samples its RSS, fds and threads from outside (no history or
+   tracemalloc figures).
+5. At the end: the RSS slope (MiB/hour, least squares) over the whole run and over its last
    half, and the history's points at both ends of that half. With ``--tracemalloc``: a snapshot at
    half time and one at the end, and the 15 source lines whose allocations grew most between them
    (``Snapshot.compare_to(..., "lineno")``): a leak names itself there, the history filling shows
    as ``kvtop/model/history.py``.
 
 The history is bounded by design (``kvtop.model.history``: one point per 1 s bucket, 3600 points
-per series, one hour): RSS that still grows after the first hour, or grows while the point count
-is flat, is a leak. Human-readable lines, then one JSON line with every sample.
+per series, one hour, 16 bytes a point): RSS that still grows after the first hour, or grows
+while the point count is flat, is a leak. Human-readable lines, then one JSON line with every sample.
 
 Measured (2 shared cores, Python 3.11, log ``none``, 0.25 s, the demo scenario looping, three runs at once):
 
@@ -41,7 +51,8 @@ reached after one hour), not a leak; the 66 → 143 MiB of the issue was not rep
 at 16×, so two recorded hours take 7.5 minutes; the history is dated by the recorded time, so its
 one-hour window fills after 3.75 minutes and RSS must then stay flat.
 
-Usage: ``python benchmarks/soak.py [--minutes 20] [--interval 0.25] [--every 60] [--tracemalloc | --pty] [--log SPEC]``
+Usage: ``python benchmarks/soak.py [--minutes 20] [--interval 0.25] [--every 60] [--tracemalloc | --pty] [--log SPEC]
+[--models N] [--size 160x48] [--log-rate 100] [--keys] [--prefill-history]``
 or ``python benchmarks/soak.py --replay-hours 2 [--interval 0.25] [--every 30]``
 """
 
@@ -61,6 +72,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kvtop.config import Settings  # noqa: E402
 from kvtop.ui.app import make_app  # noqa: E402
@@ -93,32 +105,84 @@ def start_standin() -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(None, 1)[1].strip()
 
 
-async def soak(args: argparse.Namespace, url: str) -> dict:
+def prefill_history(app, host: str):  # type: ignore[no-untyped-def]
+    """``--prefill-history``: an hour of the models now on screen, one sample a second, recorded as
+    the app records them; it replaces the app's history (which the app then keeps recording into),
+    so every series starts at its one-hour cap instead of filling during the first hour."""
+    import dataclasses
+
+    from kvtop.model.history import History
+
+    state = app.state
+    h = History()
+    now = state.last_ok.taken_at
+    for i in range(int(h.retention_s)):
+        t = now - h.retention_s + i
+        snap = dataclasses.replace(state.last_ok, taken_at=t)
+        h.record(dataclasses.replace(state, last_ok=snap, ollama=snap, gpu=None), t)
+    app.histories[host] = h
+    return h
+
+
+async def open_and_close(pilot, app) -> None:  # type: ignore[no-untyped-def]
+    """``--keys``: open the history screen (h) and the server view (i) and close each (Esc)."""
+    from kvtop.ui.screens.dashboard import DashboardScreen
+    from kvtop.ui.screens.history import HistoryScreen
+    from kvtop.ui.screens.server import ServerScreen
+
+    for key, screen in (("h", HistoryScreen), ("i", ServerScreen)):
+        await pilot.press(key)
+        for _ in range(400):
+            if isinstance(app.screen, screen):
+                break
+            await pilot.pause(0.05)
+        await pilot.press("escape")
+        for _ in range(400):
+            if isinstance(app.screen, DashboardScreen):
+                break
+            await pilot.pause(0.05)
+
+
+async def soak(args: argparse.Namespace, url: str, log_spec: str) -> dict:
     me = psutil.Process()
-    app = make_app(Settings(host_url=url, interval_s=args.interval, timeout_s=3.0, log_spec=args.log))
+    app = make_app(Settings(host_url=url, interval_s=args.interval, timeout_s=10.0, log_spec=log_spec))
     rows: list[dict] = []
     half_snapshot: tracemalloc.Snapshot | None = None
     total_s = args.minutes * 60
-    async with app.run_test(size=(120, 40)):
+    cols, rows_ = (int(x) for x in args.size.lower().split("x"))
+    async with app.run_test(size=(cols, rows_)) as pilot:
+        for _ in range(600):  # the first poll (100 models: a few seconds with their /api/show)
+            if app.state is not None and app.state.last_ok is not None and app.state.models:
+                break
+            await asyncio.sleep(0.05)
+        if args.prefill_history:
+            prefill_history(app, url)
         t0 = time.monotonic()
         next_report = 0.0
         while True:
             elapsed = time.monotonic() - t0
             if elapsed >= next_report:
+                if args.keys:
+                    await open_and_close(pilot, app)
                 gc.collect()
+                log = app.state.log
                 row = {
                     "t_s": round(elapsed, 1),
                     "rss_mib": round(me.memory_info().rss / MIB, 1),
                     "fds": me.num_fds(),
                     "threads": me.num_threads(),
                     "history_points": sum(h.point_count() for h in app.histories.values()),
+                    "history_mib": round(sum(h.stored_bytes() for h in app.histories.values()) / MIB, 2),
+                    "log_lines": log.lines + log.dropped_lines,
+                    "log_events": len(log.load_events),
                     "models": len(app.state.models),
                 }
                 if args.tracemalloc:
                     row["traced_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
                 rows.append(row)
                 print(f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
-                      f"threads {row['threads']:3d}  history points {row['history_points']:7d}  "
+                      f"threads {row['threads']:3d}  history {row['history_points']:8d} points "
+                      f"{row['history_mib']:6.2f} MiB  log {row['log_lines']:9d} lines {row['log_events']:6d} events  "
                       f"models {row['models']}" + (f"  traced {row['traced_mib']} MiB" if args.tracemalloc else ""),
                       flush=True)
                 next_report += args.every
@@ -140,7 +204,8 @@ async def soak(args: argparse.Namespace, url: str) -> dict:
                 print("  " + growers[-1])
     half = [(r["t_s"], r["rss_mib"]) for r in rows if r["t_s"] >= total_s / 2]
     result = {
-        "minutes": args.minutes, "interval_s": args.interval, "log": args.log,
+        "minutes": args.minutes, "interval_s": args.interval, "log": log_spec, "models_arg": args.models,
+        "size": args.size, "log_rate": args.log_rate, "keys": args.keys, "prefill_history": args.prefill_history,
         "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
         "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
         "slope_last_half_mib_per_h": slope_mib_per_h(half),
@@ -241,13 +306,13 @@ async def soak_replay(args: argparse.Namespace) -> dict:
     return result
 
 
-def soak_pty(args: argparse.Namespace, url: str) -> dict:
-    """``--pty``: the real ``kvtop`` console script in a 120x40 pseudo-terminal, measured from outside."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+def soak_pty(args: argparse.Namespace, url: str, log_spec: str) -> dict:
+    """``--pty``: the real ``kvtop`` console script in a ``--size`` pseudo-terminal, measured from outside."""
     from _common import PtyApp, kvtop_command
 
-    app = PtyApp([*kvtop_command(), "--host", url, "--interval", str(args.interval), "--log", args.log],
-                 cols=120, rows=40)
+    cols, rows_ = (int(x) for x in args.size.lower().split("x"))
+    app = PtyApp([*kvtop_command(), "--host", url, "--interval", str(args.interval), "--log", log_spec],
+                 cols=cols, rows=rows_)
     app.start()
     app.start_drain()
     proc = psutil.Process(app.pid)
@@ -273,7 +338,8 @@ def soak_pty(args: argparse.Namespace, url: str) -> dict:
         except subprocess.TimeoutExpired:
             app.proc.kill()
     half = [(r["t_s"], r["rss_mib"]) for r in rows if r["t_s"] >= total_s / 2]
-    result = {"mode": "pty", "minutes": args.minutes, "interval_s": args.interval, "log": args.log,
+    result = {"mode": "pty", "minutes": args.minutes, "interval_s": args.interval, "log": log_spec,
+              "models_arg": args.models, "size": args.size, "log_rate": args.log_rate,
               "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
               "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
               "slope_last_half_mib_per_h": slope_mib_per_h(half), "samples": rows}
@@ -289,6 +355,14 @@ def main() -> int:
     p.add_argument("--every", type=float, default=60.0, help="seconds between samples")
     p.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slower) and name the growers")
     p.add_argument("--log", default="none", help="log source, as kvtop --log (default none)")
+    p.add_argument("--models", type=int, default=0,
+                   help="N models loaded at once, unchanging (default 0: the demo scenario in a loop)")
+    p.add_argument("--size", default="120x40", help="terminal size COLSxROWS (default 120x40; 160x48 shows the history panel)")
+    p.add_argument("--log-rate", type=float, default=0.0,
+                   help="follow a log file that real runner lines are appended to at this many lines/s (overrides --log)")
+    p.add_argument("--keys", action="store_true", help="at each sample open and close the history screen and the server view")
+    p.add_argument("--prefill-history", action="store_true",
+                   help="start with the history at its one-hour cap (an hour of the first poll's models)")
     p.add_argument("--replay-hours", type=float, default=None,
                    help="time-compressed soak: replay an H-hour recording at 16x (no stand-in)")
     p.add_argument("--pty", action="store_true",
@@ -300,17 +374,39 @@ def main() -> int:
         result = asyncio.run(soak_replay(args))
         print(json.dumps(result))
         return 0
-    proc, url = start_standin()
-    try:
-        result = soak_pty(args, url) if args.pty else asyncio.run(soak(args, url))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    import contextlib
+    import tempfile
+
+    from _common import StandIn, many_models_scenario
+    from log_follow import Writer, real_lines
+
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvtop-soak-")))
+        if args.models:  # N models loaded at once, nothing changes (manual mode)
+            scenario = many_models_scenario(args.models, tmp / "scenario.json")
+            url = stack.enter_context(StandIn(step=0, scenario=str(scenario))).url
+        else:  # the bundled demo scenario in a loop: models load, spill and unload over and over
+            proc, url = start_standin()
+            stack.callback(_stop, proc)
+        log_spec = args.log
+        if args.log_rate:
+            log = tmp / "server.log"
+            log.write_text("", encoding="utf-8")
+            log_spec = f"file:{log}"
+            writer = Writer(log, args.log_rate, real_lines())
+            writer.start()
+            stack.callback(writer.stop.set)
+        result = soak_pty(args, url, log_spec) if args.pty else asyncio.run(soak(args, url, log_spec))
     print(json.dumps(result))
     return 0
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 if __name__ == "__main__":
