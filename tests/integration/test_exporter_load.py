@@ -1,7 +1,8 @@
 """``kvtop export prometheus`` under hostile and heavy load, as a real process on 127.0.0.1.
 
 - 100 slowloris sockets (a partial request, then silence) do not add a thread each, do not block a
-  normal scrape, and are closed by the server once idle for ``CHANNEL_TIMEOUT_S``;
+  normal scrape, and are closed by the server (past the per-client cap at once, the rest at the
+  request deadline or ``CHANNEL_TIMEOUT_S``; ``test_exporter_slowloris.py`` has the trickling kind);
 - 200 scrapers at once all get their 200 and full metrics (counts only: no clock is asserted;
   ``benchmarks/export_load.py`` measures the latencies);
 - routing: ``/metrics`` and ``/`` serve the metrics, ``HEAD`` too, other paths 404, other methods 405.
