@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Sequence
+import itertools
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, overload
 
 from kvtop.logparse.events import EventCompactor, LogEvent, RequestTiming
 from kvtop.logparse.loads import Load, LoadGrouper, group_loads
@@ -51,6 +54,56 @@ WARNING_KINDS = frozenset({
 """Kinds the events pane highlights."""
 
 
+_T = TypeVar("_T")
+
+
+class Prefix(Sequence[_T]):
+    """The first ``n`` items of a list or array that only grows, read-only and O(1) to make: what
+    one :class:`LogState` keeps of the events it shares with the states after it
+    (``load_events``), and one ``alerts.context.LogScan`` of the columns it shares with the scans
+    that extend it. Indexing, slicing (a copy of the slice), iteration and equality with any
+    sequence are those of a tuple of the items."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: Sequence[_T], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> _T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[_T]: ...
+
+    def __getitem__(self, i: int | slice) -> _T | Sequence[_T]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._n)
+            if step == 1:
+                return self._items[start:stop]
+            return [self._items[k] for k in range(start, stop, step)]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("Prefix index out of range")
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[_T]:
+        return itertools.islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == self._n and all(a is b or a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Prefix({list(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class LogState:
     """The log as far as read.
@@ -63,7 +116,9 @@ class LogState:
         dropped_lines: Lines skipped by the backlog bound.
         recent: The newest ``RECENT_EVENTS`` events, oldest first (compact copies: ``raw`` is ``""``).
         raw: The newest ``RAW_LINES`` lines as read (untrusted text: sanitize before display).
-        load_events: Events the loads are grouped from.
+        load_events: Events the loads are grouped from, oldest first: a read-only sequence
+            (:class:`Prefix`) sharing one list with the states after this one, so that a batch
+            appends its events instead of copying the history kept.
         loads: Model loads in log order.
         grouper: The incremental grouper ``loads`` came from (shared with the states after this
             one; not part of equality).
@@ -80,7 +135,7 @@ class LogState:
     dropped_lines: int = 0
     recent: tuple[LogEvent, ...] = ()
     raw: tuple[str, ...] = ()
-    load_events: tuple[LogEvent, ...] = ()
+    load_events: Sequence[LogEvent] = ()
     loads: tuple[Load, ...] = ()
     grouper: LoadGrouper | None = field(default=None, compare=False, repr=False)
     grouped: int = field(default=0, compare=False, repr=False)
@@ -124,7 +179,7 @@ def apply_log(
     loads = state.loads
     grouper, grouped, mark = state.grouper, state.grouped, state.group_mark
     if events:
-        load_events = load_events + tuple(events)
+        load_events = _appended(load_events, events)
         trimmed = len(load_events) > LOAD_EVENTS
         if trimmed:
             load_events = _trim(load_events)
@@ -195,18 +250,40 @@ def throughput(log: LogState, load: Load, now_s: float, window: int = 10) -> Thr
     )
 
 
-def _trim(events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+_append_lock = threading.Lock()
+
+
+def _appended(kept: Sequence[LogEvent], events: Sequence[LogEvent]) -> Prefix[LogEvent]:
+    """``kept`` with ``events`` after it: appended to the list ``kept`` shares when ``kept`` is its
+    newest state (O(len(events))), else (the first batch, an older state extended again) a copy."""
+    with _append_lock:
+        items = kept._items if isinstance(kept, Prefix) else None  # noqa: SLF001 - the class's own buffer
+        if type(items) is not list or len(items) != len(kept):
+            items = _copy(kept)
+        items.extend(events)
+        return Prefix(items, len(items))
+
+
+def _copy(events: Sequence[LogEvent]) -> list[LogEvent]:
+    """A list of its own for a history extended off its newest state (tests count these copies)."""
+    return list(events)
+
+
+def _trim(kept: Sequence[LogEvent]) -> Prefix[LogEvent]:
     """Drop the oldest events, down to at most ``TRIM_TO_EVENTS``: per-request events first (only
     the newest ``TRIM_TO_EVENTS // 2`` of the window are kept; a burst of request lines must not
     push an OOM or a load out of the alerts' history), then whole loads: cut at the start of the
-    oldest of the newest ``KEEP_LOADS`` loads that leaves few enough; else the newest events."""
-    keep_from = len(events) - TRIM_TO_EVENTS // 2
-    events = tuple(e for i, e in enumerate(events) if i >= keep_from or e.kind not in PER_REQUEST_KINDS)
-    if len(events) <= TRIM_TO_EVENTS:
-        return events
-    loads = group_loads(events)
-    for load in loads[-KEEP_LOADS:]:
-        cut = bisect.bisect_left(events, load.first_line, key=lambda e: e.line_no)
-        if cut > 0 and len(events) - cut <= TRIM_TO_EVENTS:
-            return events[cut:]
-    return events[-TRIM_TO_EVENTS:]
+    oldest of the newest ``KEEP_LOADS`` loads that leaves few enough; else the newest events. The
+    result has a list of its own (the states before keep theirs)."""
+    keep_from = len(kept) - TRIM_TO_EVENTS // 2
+    events = [e for i, e in enumerate(kept) if i >= keep_from or e.kind not in PER_REQUEST_KINDS]
+    if len(events) > TRIM_TO_EVENTS:
+        loads = group_loads(events)
+        for load in loads[-KEEP_LOADS:]:
+            cut = bisect.bisect_left(events, load.first_line, key=lambda e: e.line_no)
+            if cut > 0 and len(events) - cut <= TRIM_TO_EVENTS:
+                events = events[cut:]
+                break
+        else:
+            events = events[-TRIM_TO_EVENTS:]
+    return Prefix(events, len(events))

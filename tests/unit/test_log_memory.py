@@ -25,7 +25,8 @@ from kvtop.logparse.loads import LoadGrouper, group_loads
 from kvtop.logparse.parser import LogParser, parse_lines
 from kvtop.model.alerts import context as alert_context
 from kvtop.model.alerts import evaluate_state
-from kvtop.model.logstate import LOAD_EVENTS
+from kvtop.model import logstate
+from kvtop.model.logstate import LOAD_EVENTS, LogState, Prefix, apply_log
 from kvtop.model.state import AppState, fold_log_events
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -250,3 +251,50 @@ def test_the_recent_window_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch
     assert calls[0] <= 2 * math.ceil(math.log2(16_000)) + 2
     assert scan.timed_since(None) == list(scan.timed)
     assert scan.timed_since(last + 1) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The log state: a batch appends, the history kept is not copied
+
+
+def test_a_batch_appends_to_the_history_without_copying_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    copied: list[int] = []
+    real = logstate._copy
+
+    def counting_copy(events: Any) -> list[Any]:
+        copied.append(len(events))
+        return real(events)
+
+    monkeypatch.setattr(logstate, "_copy", counting_copy)
+    events = parse_lines([x for _ in range(60) for x in corpus_lines()], default_year=2026)[:15_050]
+    state = LogState()
+    for i in range(0, 15_000, 500):
+        state = apply_log(state, events[i:i + 500], source="s", status=None, ok=True, lines=500)
+    assert copied == [0]  # the first batch's list; every later batch appended to it
+    before = state
+    later = apply_log(before, events[15_000:], source="s", status=None, ok=True, lines=50)
+    assert copied == [0] and len(later.load_events) == 15_050 and len(before.load_events) == 15_000
+    # an older state extended again (a branch) copies its own history: the newer one is untouched
+    other = apply_log(before, events[15_000:15_010], source="s", status=None, ok=True, lines=10)
+    assert copied == [0, 15_000]
+    assert len(other.load_events) == 15_010 and len(later.load_events) == 15_050
+    assert [e.line_no for e in later.load_events[-50:]] == [e.line_no for e in events[15_000:]]
+    assert [e.line_no for e in other.load_events[-10:]] == [e.line_no for e in events[15_000:15_010]]
+    assert before.load_events == later.load_events[:15_000] and len(before.load_events) == 15_000
+
+
+def test_prefix_reads_as_the_tuple_of_its_items() -> None:
+    items = [1, 2, 3, 4, 5]
+    p = Prefix(items, 3)
+    items.append(6)  # a later state's append: not seen
+    assert len(p) == 3 and list(p) == [1, 2, 3] and p == (1, 2, 3) and (1, 2, 3) == p and p != (1, 2)
+    assert p[-1] == 3 and p[0] == 1 and p[1:] == [2, 3] and p[::-1] == [3, 2, 1] and p[-5:10] == [1, 2, 3]
+    assert p[::2] == [1, 3] and p[2:0:-1] == [3, 2] and p[5:] == []
+    assert list(reversed(p)) == [3, 2, 1] and 2 in p and 5 not in p and p.index(3) == 2
+    with pytest.raises(IndexError):
+        p[3]
+    with pytest.raises(IndexError):
+        p[-4]
+    with pytest.raises(TypeError):
+        hash(p)
+

@@ -17,14 +17,13 @@ evaluations; it never changes a result.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 import threading
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Final
 
 from kvtop.logparse.events import ContextOverTraining, LoadRequest, LogEvent, RunnerStarted, ServerConfig
 from kvtop.logparse.loads import Load
@@ -32,6 +31,7 @@ from kvtop.model import kv
 from kvtop.model.alerts.types import Thresholds
 from kvtop.model.gpu import GpuView, ModelGpu, ServiceEnv, gpu_views, model_gpu_usage
 from kvtop.model.ladder import RunnerIndex
+from kvtop.model.logstate import Prefix
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
     from kvtop.model.state import AppState, ModelView
@@ -82,50 +82,6 @@ def _stamp(when: datetime, naive_tz: tzinfo) -> float | None:
         return None
 
 
-_T = TypeVar("_T")
-
-
-class Prefix(Sequence[_T]):
-    """The first ``n`` items of a list or array that only grows: what one :class:`LogScan` sees of
-    the buffers it shares with the scans that extend it (read-only; O(1) to make)."""
-
-    __slots__ = ("_items", "_n")
-
-    def __init__(self, items: Sequence[_T], n: int) -> None:
-        self._items = items
-        self._n = n
-
-    def __len__(self) -> int:
-        return self._n
-
-    @overload
-    def __getitem__(self, i: int) -> _T: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[_T]: ...
-
-    def __getitem__(self, i: int | slice) -> _T | Sequence[_T]:
-        if isinstance(i, slice):
-            return self._items[slice(*i.indices(self._n))]
-        if i < 0:
-            i += self._n
-        if not 0 <= i < self._n:
-            raise IndexError("Prefix index out of range")
-        return self._items[i]
-
-    def __iter__(self) -> Iterator[_T]:
-        return itertools.islice(self._items, self._n)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(other) == self._n and all(a is b or a == b for a, b in zip(self, other))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Prefix({list(self)!r})"
-
-
 class _Buffers:
     """The append-only columns of a log scan, shared by a scan and the scans that extend it.
 
@@ -171,7 +127,7 @@ class LogScan:
     scans of one log share one copy of them. The attributes below are read-only views.
 
     Attributes:
-        events: The tuple scanned (held, so that its ``id`` is never reused while cached).
+        events: The events scanned (held, so that its ``id`` is never reused while cached).
         naive_tz: The zone naive stamps were read in.
         n: ``len(events)``.
         timed: Every event of :data:`RECENT_KINDS` with its effective time.
@@ -187,7 +143,7 @@ class LogScan:
             events appended later resumes.
     """
 
-    events: tuple[LogEvent, ...]
+    events: Sequence[LogEvent]
     naive_tz: tzinfo
     buf: _Buffers = field(repr=False, compare=False)
     n: int
@@ -261,7 +217,7 @@ def _ts_of(t: Timed) -> float:
 
 
 def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogScan | None,
-          whole: tuple[LogEvent, ...], buf: _Buffers) -> LogScan:
+          whole: Sequence[LogEvent], buf: _Buffers) -> LogScan:
     """Scan ``events[start:]`` into ``buf``, continuing ``base`` (the scan of ``events[:start]``)
     when given."""
     if base is not None:
@@ -275,8 +231,7 @@ def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogSca
     prev_line = line_nos[start - 1] if start else None
     nan = math.nan
     recent_kinds = RECENT_KINDS
-    for i in range(start, len(events)):
-        e = events[i]
+    for e in events[start:]:
         when = e.time
         if when is not None and when is not last_dt:
             last_dt = when
@@ -321,14 +276,14 @@ _scans: dict[int, LogScan] = {}
 _scans_lock = threading.Lock()
 
 
-def _extends(new: tuple[LogEvent, ...], old: tuple[LogEvent, ...]) -> bool:
+def _extends(new: Sequence[LogEvent], old: Sequence[LogEvent]) -> bool:
     """Whether ``new`` is ``old`` with events appended (checked by identity at both ends of
     ``old``: ``logstate.apply_log`` only appends, or trims the oldest, which this rejects)."""
     n = len(old)
     return 0 < n < len(new) and new[0] is old[0] and new[n - 1] is old[n - 1]
 
 
-def _holds_end_of(scan: LogScan, old: tuple[LogEvent, ...]) -> bool:
+def _holds_end_of(scan: LogScan, old: Sequence[LogEvent]) -> bool:
     """Whether ``old``'s last event (the same object) is among ``scan``'s events: ``old`` is the log
     ``scan`` scanned before its oldest events were trimmed. Found by bisection on the line numbers
     of an ordered scan; an unordered one answers False (the memo's bound then drops the old one)."""
@@ -344,7 +299,7 @@ def _holds_end_of(scan: LogScan, old: tuple[LogEvent, ...]) -> bool:
     return False
 
 
-def scan_log(events: tuple[LogEvent, ...], naive_tz: tzinfo) -> LogScan:
+def scan_log(events: Sequence[LogEvent], naive_tz: tzinfo) -> LogScan:
     """The scan of ``events`` (see :class:`LogScan`): from the memo when this tuple was scanned,
     extended from the scan of a tuple it appends to (only the new events are scanned, their
     entries appended to the columns that scan shares), else a full pass.
@@ -385,7 +340,7 @@ def scan_log(events: tuple[LogEvent, ...], naive_tz: tzinfo) -> LogScan:
     return result
 
 
-def log_events(state: AppState) -> tuple[LogEvent, ...]:
+def log_events(state: AppState) -> Sequence[LogEvent]:
     """The longest history the log state keeps (``load_events``, else the events pane's ``recent``)."""
     log = state.log
     return log.load_events if len(log.load_events) >= len(log.recent) else log.recent
@@ -496,7 +451,7 @@ class Ctx:
     live: bool
     """False while the server is unreachable: the rows are stale, their state rules are not run."""
     loads: tuple[Load, ...]
-    events: tuple[LogEvent, ...]
+    events: Sequence[LogEvent]
     scan: LogScan
     load_starts: list[int]
     recent: list[Timed] = field(default_factory=list)
