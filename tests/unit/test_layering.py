@@ -51,3 +51,20 @@ def test_no_import_circles_between_state_and_alerts_nor_app_and_replay_worker() 
     worker = _imports(root / "ui" / "replay_worker.py")
     assert not any(m.startswith("kvtop.ui.app") for m in worker), worker
     assert "kvtop.ui.replay_worker" in _imports(root / "ui" / "app.py")
+
+
+def test_the_engine_imports_neither_textual_nor_rich() -> None:
+    """Issue 24: the headless engine every face shares is asyncio only (checked in a fresh interpreter)."""
+    code = (
+        "import sys, kvtop.engine, kvtop.engine.engine, kvtop.engine.sources, kvtop.engine.fold, kvtop.engine.logfeed;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "kvtop" / "engine"
+    for path in root.glob("*.py"):
+        faces = {m for m in _imports(path) if m.split(".")[1:2] and m.split(".")[1] in ("ui", "cli", "export", "demo")}
+        assert not faces, (path.name, faces)  # the faces sit above the engine

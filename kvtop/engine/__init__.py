@@ -1,0 +1,32 @@
+"""The headless engine every face shares (``ARCHITECTURE.md``): sources built once, one apply step.
+
+- :mod:`kvtop.engine.sources`: :func:`build_sources`, the one factory of a run's sources.
+- :mod:`kvtop.engine.logfeed`: :class:`LogFeed`, the one log-batch parser loop.
+- :mod:`kvtop.engine.fold`: the staged messages and :func:`fold_pending`.
+- :mod:`kvtop.engine.engine`: :class:`Engine` (staging, the apply step, ``run``/``step``/``subscribe``).
+
+asyncio only: nothing here imports Textual or Rich (``tests/unit/test_layering.py``).
+"""
+
+from kvtop.engine.engine import APPLY_SETTLE_S, LOG_APPLY_GAP_INTERVALS, REPLAY_PENDING_MAX, Engine, Notice, Poll, Step
+from kvtop.engine.fold import LogRun, Pending, fold_pending
+from kvtop.engine.logfeed import LogFeed
+from kvtop.engine.sources import EngineSources, build_sources, machine_sources, ollama_client
+
+__all__ = [
+    "APPLY_SETTLE_S",
+    "LOG_APPLY_GAP_INTERVALS",
+    "REPLAY_PENDING_MAX",
+    "Engine",
+    "EngineSources",
+    "LogFeed",
+    "LogRun",
+    "Notice",
+    "Pending",
+    "Poll",
+    "Step",
+    "build_sources",
+    "fold_pending",
+    "machine_sources",
+    "ollama_client",
+]
