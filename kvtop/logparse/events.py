@@ -45,16 +45,18 @@ def _fast_init(cls: type[_T]) -> type[_T]:
         if f.name == "raw":
             value = '""'
         elif f.name == "time":
-            value = "compactor.same_time(self.time)"
+            value = "t if (t := self.time) is None or t is compactor._last_time else compactor.same_time(t)"
         elif f.type in ("str", "str | None"):  # (annotations are strings: ``from __future__ import annotations``)
-            value = f"compactor.share(self.{f.name})"
+            # a string seen before costs one dict lookup; anything else goes through share()
+            value = f"None if (v := self.{f.name}) is None else ((type(v) is str and get(v)) or share(v))"
         elif f.type == "Mapping[str, str]":
             value = f"compactor.share_map(self.{f.name})"
         else:
             value = f"self.{f.name}"
         lean.append(f"    _s_{f.name}(new, {value})")
     src = (f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-           "def _lean(self, compactor):\n    new = _new(_cls)\n" + "\n".join(lean) + "\n    return new\n")
+           "def _lean(self, compactor, get, share):\n    new = _new(_cls)\n" + "\n".join(lean)
+           + "\n    return new\n")
     exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -661,7 +663,8 @@ class EventCompactor:
 
     def compact(self, events: Iterable[LogEvent]) -> list[LogEvent]:
         """The events as compact copies (``raw == ""``, every other field equal), in the same order."""
-        return [e._lean(self) for e in events]  # type: ignore[union-attr]
+        get, share = self._strings.get, self.share
+        return [e._lean(self, get, share) for e in events]  # type: ignore[union-attr]
 
 
 LogEvent = (
