@@ -193,196 +193,38 @@ def demo_server(speed: float = 1.0, *, manual: bool = False, extra: Sequence[str
             proc.wait()
 
 
-class _Sampler:
-    """Samples every server (concurrently) and this machine's GPUs, as one ``AppState`` per server.
+def sample_engine(settings: Settings) -> Any:
+    """The engine of ``--once``/``--check``/``--stream`` (``kvtop.engine``): every server, this
+    machine (the demo's simulated one with ``--demo``), its runners' ``/slots``, the local server's
+    health and pulled models. What it must say (a source that failed, what was read of the log)
+    goes to stderr, as do the ``[alerts]`` threshold warnings; stdout stays the report.
 
-    ``--once``/``--check`` take one sample; ``--stream`` takes one per interval with the same
-    sampler, so each state is the previous one with the new sample applied (``model.apply``, as
-    the dashboard's apply step): history, rates and the decode speed from ``/slots`` are real
-    across samples. The clients and sources stay open between samples; :meth:`aclose` closes them.
-
-    The GPU sample joins the state of ``sources.hosts.local_host(settings.host_urls)`` only: it
-    describes the machine kvtop runs on. So does the server log, when one is configured: for one
-    sample its newest lines (the dashboard's start bound, ``sources.tail_backlog``) are read once,
-    while the servers are polled, parsed and applied before the alerts are evaluated, so the log's
-    event alerts (truncation, OOM, KV type not applied, …) count too; with :meth:`follow_log`
-    (``--stream``) the log is followed and each sample applies the lines read since the last one.
+    The GPU sample and the server log join the state of ``sources.hosts.local_host(settings.host_urls)``
+    only: they describe the machine kvtop runs on. Each :meth:`~kvtop.engine.Engine.step` is one
+    sample of everything with one apply step (one alert evaluation per server), so the log's
+    event alerts (truncation, OOM, KV type not applied, …) count too; the states carry over
+    between steps (``--stream``: history, rates and the decode speed from ``/slots`` are real).
     """
+    from kvtop.engine import Engine, build_sources
 
-    def __init__(self, settings: Settings) -> None:
-        from kvtop.sources.gpu import GpuSource
-        from kvtop.sources.ollama import OllamaClient
-        from kvtop.sources.procs import ProcSource
-        from kvtop.sources.slots import SlotsSource
-
-        self.settings = settings
-        self.hosts = settings.host_urls
-        self.clients = [OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
-                                     access=settings.access_for(h)) for h in self.hosts]
-        self.gpu_source, self.proc_source = _machine_sources(settings) or (GpuSource(), ProcSource())
-        self.slots_source = SlotsSource()
-        from kvtop.sources.health import HealthSource
-        from kvtop.sources.hosts import local_host
-        from kvtop.sources.pulled import PulledSource
-
-        self.health_source = HealthSource()  # the server view's health and pre-flight: the local server's
-        self.pulled_source = PulledSource(local_host(self.hosts), timeout_s=settings.timeout_s,
-                                          show_timeout_s=settings.show_timeout_s,
-                                          access=settings.access_for(local_host(self.hosts)))
-        self.states: list[Any] | None = None
-        self._log_task: asyncio.Task[None] | None = None
-        self._log_source: Any = None
-        self._log_pending: list[tuple[Any, list[Any]]] = []
-
-    def follow_log(self) -> None:
-        """Follow the configured server log from now on (``--stream``): a task reads and parses
-        its batches; each :meth:`sample` applies those read since the previous one, in order."""
-        if self.settings.log_spec == "none" or self._log_task is not None:
-            return
-        from kvtop.logparse.parser import LogParser, year_at
-        from kvtop.sources.tail import open_log_source, parse_log_spec
-
-        self._log_source = source = open_log_source(parse_log_spec(self.settings.log_spec))
-        parser = LogParser(default_year=year_at())
-
-        async def read() -> None:
-            async for batch in source.batches():
-                events: list[Any] = []
-                for line in batch.lines:
-                    events.extend(parser.feed(line))
-                events.extend(parser.end_batch())
-                self._log_pending.append((batch, events))
-
-        self._log_task = asyncio.create_task(read(), name="stream-log")
-
-    async def sample(self, *, backlog: bool = False) -> list[Any]:
-        """One sample of every server; ``backlog``: read the log's newest lines once (``--once``)."""
-        from datetime import datetime, timezone
-
-        from kvtop.model.apply import apply, apply_gpu, apply_log_events, apply_slots
-        from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-        from kvtop.model.server import fold_server
-        from kvtop.model.state import initial_state
-        from kvtop.sources.hosts import host_is_this_machine, local_host
-        from kvtop.sources.slots import slot_runners
-
-        settings, hosts = self.settings, self.hosts
-
-        async def no_backlog() -> None:
-            return None
-
-        started = time.monotonic()
-        *snaps, gpu, read = await asyncio.gather(
-            *(c.sample(wait_details=True) for c in self.clients), self.gpu_source.sample(),
-            _log_backlog(settings) if backlog else no_backlog())
-        procs = await self.proc_source.sample(gpu.pids)
-        # the runner rung: each local llama-server's /props and /slots (0.5 s deadline each)
-        slots = await self.slots_source.sample(slot_runners(procs.runners))
-        # the pre-flight's pulled models (--once: every one; --stream: a few per sample) within what
-        # is left of this sample's bound (--timeout plus the /api/show budget), so a server with
-        # hundreds of slow models keeps --once as quick as before; the rest say "waiting"
-        # (`kvtop plan --all` reads every one). A server that did not answer the loaded models'
-        # /api/show within the budget still works on the ones given up: it is asked for no more.
-        budget_s = self.pulled_source.details_budget_s
-        elapsed_s = time.monotonic() - started
-        left_s = max(0.0, settings.timeout_s + budget_s - elapsed_s)
-        health, pulled = await asyncio.gather(
-            self.health_source.sample(procs, local_host(hosts)),
-            self.pulled_source.sample_within(left_s, every=backlog, shows=0 if elapsed_s >= budget_s else None))
-        if self.states is None:
-            tz = datetime.now().astimezone().tzinfo or timezone.utc
-            self.states = []
-            for host in hosts:
-                first, warnings = initial_state(host, settings.alerts, tz)
-                if host == hosts[0]:
-                    for warning in warnings:
-                        emit(f"kvtop: {warning}")  # the warning starts with "[alerts]"
-                self.states.append(first)
-        local = local_host(hosts)
-        pending, self._log_pending = self._log_pending, []
-        states = []
-        for host, snap, previous in zip(hosts, snaps, self.states):
-            state = apply(previous, snap)
-            if host == local:
-                state = fold_server(apply_slots(apply_gpu(state, gpu, procs), slots), health, pulled)
-                if read is not None:
-                    state = _apply_backlog(state, read, settings)
-                for batch, events in pending:
-                    state = apply_log_events(state, events, source=batch.source, status=batch.status, ok=batch.ok,
-                                             lines=len(batch.lines), dropped_lines=batch.dropped_lines,
-                                             raw_lines=batch.lines)
-            else:  # this machine's GPUs are not that server's: say so instead of "waiting"
-                on_machine = host_is_this_machine(host)  # its runners and environment are readable here
-                state = apply_gpu(state, GpuSnapshot(taken_at=gpu.taken_at, status=(
-                    f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
-                    f" reported with {local})")), procs if on_machine else ProcSnapshot(taken_at=procs.taken_at))
-                if on_machine:
-                    state = apply_slots(state, slots)
-            states.append(state)
-        self.states = states
-        return states
-
-    async def aclose(self) -> None:
-        """Close every client and source (safe to call twice)."""
-        if self._log_task is not None:
-            self._log_task.cancel()
-            await asyncio.gather(self._log_task, return_exceptions=True)
-            self._log_task = None
-        closers: list[Any] = [*self.clients, self.gpu_source, self.slots_source, self.pulled_source]
-        if self._log_source is not None:
-            closers.append(self._log_source)
-        for closable in closers:
-            try:
-                await closable.aclose()
-            except Exception:  # noqa: BLE001, S110 - closing must never block exiting
-                pass
+    demo = _machine_sources(settings)
+    sources = build_sources(settings, gpu=demo[0] if demo else None, procs=demo[1] if demo else None,
+                            read_slots=True, server_info=True)
+    engine = Engine(settings, sources)
+    engine.on_notice(lambda notice: emit(f"kvtop: {notice.text}"))
+    for warning in engine.warnings:
+        emit(f"kvtop: {warning}")  # the warning starts with "[alerts]"
+    return engine
 
 
 async def _sample_states(settings: Settings) -> list[Any]:
-    """One sample of every server and of this machine's GPUs, as ``AppState``s (:class:`_Sampler`)."""
-    sampler = _Sampler(settings)
+    """One sample of every server and of this machine's GPUs, as ``AppState``s: one engine step
+    that also reads the log's newest lines once (the dashboard's start bound, ``sources.tail_backlog``)."""
+    engine = sample_engine(settings)
     try:
-        return await sampler.sample(backlog=True)
+        return await engine.step(backlog=True)
     finally:
-        await sampler.aclose()
-
-
-async def _log_backlog(settings: Settings) -> Any:
-    """``--once``/``--check``: the server log's newest lines (``tail_backlog.Backlog``), None without a log."""
-    if settings.log_spec == "none":
-        return None
-    from kvtop.sources.tail import parse_log_spec
-    from kvtop.sources.tail_backlog import read_backlog
-
-    return await read_backlog(parse_log_spec(settings.log_spec))
-
-
-def _apply_backlog(state: Any, backlog: Any, settings: Settings) -> Any:
-    """Parse a read backlog into ``state`` and say on stderr what was read (stdout stays the report).
-
-    A log that ``auto`` picked but could not read is left out (the user asked for no log): it says
-    so on stderr and raises no ``log_source_lost`` alert; a log named with ``--log`` that cannot
-    be read raises it, as on the dashboard.
-    """
-    from kvtop.logparse.parser import parse_lines, year_at
-    from kvtop.model.apply import apply_log_events
-
-    auto = settings.extra.get("log_origin") == "default"
-    where = backlog.source
-    if not backlog.ok:
-        emit(f"kvtop: server log {where}: {backlog.status}" + (" — no log read" if auto else ""))
-        if auto:
-            return state
-    elif not backlog.lines:
-        emit(f"kvtop: server log {where}: {backlog.status or 'no lines'}")
-        if where in ("auto", "none"):
-            return state
-    else:
-        more = f"; {backlog.dropped_lines:,} older left out" if backlog.dropped_lines else ""
-        emit(f"kvtop: server log {where}: read its newest {len(backlog.lines):,} lines{more}")
-    events = parse_lines(backlog.lines, default_year=year_at())
-    return apply_log_events(state, events, source=where, status=backlog.status, ok=backlog.ok,
-                            lines=len(backlog.lines), dropped_lines=backlog.dropped_lines)
+        await engine.aclose()
 
 
 async def _sample_once(settings: Settings) -> int:
@@ -461,7 +303,7 @@ async def _stream(settings: Settings, count: int | None) -> int:
     Each line is the whole ``--once --json`` object (:func:`once_json`, same schema) of one
     sample, written and flushed at once, so a reader sees whole lines as they come. Samples start
     every ``settings.interval_s`` seconds (a slow sample delays the next one, never doubles up);
-    the states carry over (:class:`_Sampler`), so rates and histories are real. A server that does
+    the states carry over (one engine, :func:`sample_engine`, one step per line), so rates and histories are real. A server that does
     not answer gives its object with ``reachable: false`` and the error, and the stream goes on.
     Stops after ``count`` objects, or on SIGINT/SIGTERM/SIGHUP (exit 0); a reader that goes away
     (``| head -3``) raises ``BrokenPipeError``, which ``main`` turns into exit 0.
@@ -475,13 +317,13 @@ async def _stream(settings: Settings, count: int | None) -> int:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - Windows
             pass
-    sampler = _Sampler(settings)
-    sampler.follow_log()
+    engine = sample_engine(settings)
+    engine.follow_log()  # each step applies the lines read since the previous one
     written = 0
     next_at = loop.time()
     try:
         while not stop.is_set() and (count is None or written < count):
-            sample = asyncio.ensure_future(sampler.sample())
+            sample = asyncio.ensure_future(engine.step())
             stopper = asyncio.ensure_future(stop.wait())
             await asyncio.wait((sample, stopper), return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
@@ -501,7 +343,7 @@ async def _stream(settings: Settings, count: int | None) -> int:
             except asyncio.TimeoutError:
                 pass
     finally:
-        await sampler.aclose()
+        await engine.aclose()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             try:
                 loop.remove_signal_handler(sig)

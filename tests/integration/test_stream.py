@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvtop.cli import _Sampler
+from kvtop.cli import sample_engine
 from kvtop.config import Settings
 from tests.integration.test_cli import free_port, kvtop
 from tests.standin import BUNDLED, REPO, running
@@ -110,11 +110,11 @@ def test_sampler_carries_state_across_samples() -> None:
     port = free_port()
 
     async def three() -> list[Any]:
-        sampler = _Sampler(Settings(host_url=f"http://127.0.0.1:{port}", timeout_s=0.5))
+        engine = sample_engine(Settings(host_url=f"http://127.0.0.1:{port}", timeout_s=0.5, log_spec="none"))
         try:
-            return [(await sampler.sample())[0] for _ in range(3)]
+            return [(await engine.step())[0] for _ in range(3)]
         finally:
-            await sampler.aclose()
+            await engine.aclose()
 
     states = asyncio.run(three())
     assert [st.failures for st in states] == [1, 2, 3]  # consecutive failures counted across samples
@@ -123,11 +123,11 @@ def test_sampler_carries_state_across_samples() -> None:
         server.goto(4)
 
         async def two() -> list[Any]:
-            sampler = _Sampler(Settings(host_url=server.url, timeout_s=2))
+            engine = sample_engine(Settings(host_url=server.url, timeout_s=2, log_spec="none"))
             try:
-                return [(await sampler.sample())[0] for _ in range(2)]
+                return [(await engine.step())[0] for _ in range(2)]
             finally:
-                await sampler.aclose()
+                await engine.aclose()
 
         first, second = asyncio.run(two())
     assert len(first.latencies_s) == 1 and len(second.latencies_s) == 2
@@ -143,23 +143,23 @@ def test_sampler_follows_the_log_between_samples(tmp_path: Path) -> None:
     port = free_port()
 
     async def run() -> tuple[int, int]:
-        sampler = _Sampler(Settings(host_url=f"http://127.0.0.1:{port}", timeout_s=0.5, log_spec=f"file:{log}"))
-        sampler.follow_log()
+        engine = sample_engine(Settings(host_url=f"http://127.0.0.1:{port}", timeout_s=0.5, log_spec=f"file:{log}"))
+        engine.follow_log()
         try:
             deadline = time.monotonic() + 10
-            first = (await sampler.sample())[0]
+            first = (await engine.step())[0]
             while first.log.lines < len(lines) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                first = (await sampler.sample())[0]
+                first = (await engine.step())[0]
             with log.open("a", encoding="utf-8") as f:
                 f.write(more + "\n")
             second = first
             while second.log.lines < len(lines) + 1 and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                second = (await sampler.sample())[0]
+                second = (await engine.step())[0]
             return first.log.lines, second.log.lines
         finally:
-            await sampler.aclose()
+            await engine.aclose()
 
     before, after = asyncio.run(run())
     assert (before, after) == (len(lines), len(lines) + 1)
