@@ -15,9 +15,13 @@ thread (at most every ``cleanup_interval`` seconds, and when a connection arrive
   stalled (on an incomplete request, or an answer not read) for more than ``pending_grace_s``; its
   longest-stalled ones past that are closed. A burst of honest requests (each sent whole at once,
   each answer read) is never stalled that long.
-- **at the connection limit** a new connection evicts the longest-stalled connection (else the
-  longest idle between requests), instead of the server no longer accepting; only when every
-  connection is being answered is the new one closed at once.
+- **at the connection limit** a new connection evicts the oldest stalled connection of the
+  address holding the most connections (else the longest-stalled one, else the one idle longest
+  between requests), instead of the server no longer accepting; only when every connection is
+  being answered is the new one closed at once.
+
+Connections closed by these rules leave the loop's map at once and their sockets are closed at the
+start of the next poll round (see ``GuardedServer._close``).
 
 Which connections are slow is judged by bytes arriving, not by their address: every address
 (``127.0.0.1`` included) gets the same rules. Behind a reverse proxy all clients share its address.
@@ -53,7 +57,20 @@ class GuardedChannel(HTTPChannel):  # type: ignore[misc]
 
     def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:  # noqa: A002
         self.pending_since = time.monotonic()
+        self.client = _client(addr)
         super().__init__(server, sock, addr, adj, map=map)
+        if isinstance(server, GuardedServer):
+            server.by_client.setdefault(self.client, {})[self] = None  # in accept order
+
+    def del_channel(self, map: Any = None) -> None:  # noqa: A002
+        super().del_channel(map)
+        server = self.server
+        if isinstance(server, GuardedServer):
+            mine = server.by_client.get(self.client)
+            if mine is not None:
+                mine.pop(self, None)
+                if not mine:
+                    del server.by_client[self.client]
 
     def received(self, data: bytes) -> bool:
         before = self.request
@@ -96,11 +113,24 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
         self.pending_grace_s = pending_grace_s
         self.closed_slow = 0
         """Connections closed by these rules (a count, for tests and benchmarks)."""
+        self.by_client: dict[str, dict[GuardedChannel, None]] = {}
+        """Open connections by client address, each address's in accept order."""
+        self._evicted_sockets: list[Any] = []
+        """Sockets of connections closed by these rules, closed for good at the start of the next
+        round's set-up: closed at once (in ``maintenance``, while waitress builds a poll set, or in
+        ``handle_accept``), a descriptor number could go to a connection accepted later in the same
+        round, which would then get the closed one's events (a POLLNVAL closed honest scrapers)."""
         super().__init__(*args, **kw)
 
     def readable(self) -> bool:
         # waitress stops accepting at the connection limit, which is what slow clients exploit:
         # keep accepting and make room in handle_accept instead
+        for sock in self._evicted_sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._evicted_sockets.clear()
         now = time.time()
         if now >= self.next_channel_cleanup:
             self.next_channel_cleanup = now + self.adj.cleanup_interval
@@ -154,9 +184,18 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
             self._close(channel)
 
     def _evict_one(self) -> bool:
-        """Close the longest-stalled connection (an incomplete request or an unread answer), else the
-        one idle longest between requests; False when every connection is being answered."""
+        """Make room for a new connection: close the oldest stalled connection (an incomplete
+        request or an unread answer) of the address holding the most connections (when it holds
+        more than one: the fair share goes first, so a scraper's one connection is not evicted by
+        a flood from elsewhere), else the longest-stalled one of all, else the one idle longest
+        between requests. False when every connection is being answered."""
         mono = time.monotonic()
+        busiest = max(self.by_client.values(), key=len, default=None)
+        if busiest is not None and len(busiest) > 1:
+            for channel in busiest:  # accept order: the oldest first
+                if not channel.will_close and channel.stall(mono) is not None:
+                    self._close(channel)
+                    return True
         stalled: tuple[float, GuardedChannel] | None = None
         idle: tuple[float, GuardedChannel] | None = None
         for channel in self.active_channels.values():
@@ -176,9 +215,15 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
         return True
 
     def _close(self, channel: GuardedChannel) -> None:
+        """Close ``channel`` (no request of it is being answered) in this, the I/O thread: out of
+        the loop's map now, its socket closed at the start of the next poll round's set-up."""
         self.closed_slow += 1
+        sock = channel.socket
+        if sock is not None:
+            channel.socket = None  # handle_close then leaves the socket open, for readable() to close
+            self._evicted_sockets.append(sock)
         try:
-            channel.handle_close()  # no request of it is being answered: close it now, in this thread
+            channel.handle_close()
         except OSError:
             pass
 

@@ -32,8 +32,8 @@ so is one whose request has not arrived whole ``REQUEST_DEADLINE_S`` after its f
 slowloris client trickling a byte at a time) or whose answer is not read ``RESPONSE_DEADLINE_S``
 after it was ready; one client address may keep at most ``PER_CLIENT_PENDING`` connections
 stalled so; at most
-``CONNECTION_LIMIT`` connections are open at once, and at the limit a new one evicts the
-longest-stalled one, else the one idle longest (``kvtop.export.httpguard``). ``GET /metrics`` (and ``/``, as
+``CONNECTION_LIMIT`` connections are open at once, and at the limit a new one evicts a stalled
+one (of the address holding the most first), else the one idle longest (``kvtop.export.httpguard``). ``GET /metrics`` (and ``/``, as
 prometheus-client's own server did) serve the metrics, ``HEAD`` too; other paths answer 404,
 other methods 405.
 
@@ -1057,8 +1057,9 @@ CLEANUP_INTERVAL_S = 1
 """How often idle and slow connections are looked for."""
 
 CONNECTION_LIMIT = 512
-"""Connections open at once; at the limit a new one evicts the longest-stalled connection, else the
-one idle longest between requests (closed at once only when every connection is being answered)."""
+"""Connections open at once; at the limit a new one evicts a stalled connection (the oldest of the
+address holding the most), else the one idle longest between requests (closed at once only when
+every connection is being answered)."""
 
 MAX_REQUEST_HEADER_BYTES = 16 * 1024
 """Longest request head accepted (a scrape's is a few hundred bytes)."""

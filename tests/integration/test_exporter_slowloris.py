@@ -42,7 +42,8 @@ HEAD = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 class Trickler:
     """Slow clients: each connects from one of ``sources``, sends a partial request head, then one
     more byte (``X-a: b``…, never the blank line) every ``every_s``; one the server closes is
-    replaced at once when ``reconnect`` (a determined attacker). One thread, non-blocking sockets."""
+    replaced at the next round when ``reconnect`` (a determined attacker). One thread,
+    non-blocking sockets; a connect this machine refuses (out of ports) is tried again next round."""
 
     def __init__(self, host: str, port: int, sources: Sequence[str], per_source: int, *, every_s: float = 0.5,
                  reconnect: bool = True) -> None:
@@ -56,17 +57,24 @@ class Trickler:
         """Rounds of one byte to every slow client so far."""
         self.sel = selectors.DefaultSelector()
         self.socks: dict[socket.socket, str] = {}
+        self.to_open: list[str] = []
+        self.connect_errors = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _open(self, src: str) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((src, 0))
-        s.setblocking(False)
         try:
+            s.bind((src, 0))
+            s.setblocking(False)
             s.connect(self.target)
         except BlockingIOError:
             pass
+        except OSError:
+            s.close()
+            self.connect_errors += 1
+            self.to_open.append(src)
+            return
         self.socks[s] = src
         self.sel.register(s, selectors.EVENT_READ)
         self.opened += 1
@@ -80,7 +88,7 @@ class Trickler:
         s.close()
         self.closed += 1
         if self.reconnect and not self.stop.is_set():
-            self._open(src)
+            self.to_open.append(src)
 
     def _run(self) -> None:
         for src in self.slots:
@@ -99,6 +107,9 @@ class Trickler:
             if time.monotonic() < next_tick:
                 continue
             next_tick = time.monotonic() + self.every_s
+            reopen, self.to_open = self.to_open, []
+            for src in reopen:
+                self._open(src)
             for s in list(self.socks):
                 sent = self._sent.get(s, 0)
                 data = HEAD if sent == 0 else b"X-a: b\r\n"[(sent - 1) % 8:(sent - 1) % 8 + 1]
