@@ -965,7 +965,11 @@ def _main_all(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     text = safe_json(all_json(result)) + "\n" if args.json else safe_block(all_text(result))
     done = _print(text)
-    return EXIT_INCOMPLETE if result.unread and done == EXIT_OK else done
+    if result.unread and done == EXIT_OK:
+        emit(f"kvtop plan: incomplete: /api/show of {len(result.unread)} of {len(result.rows)} model(s) not read "
+             "(listed as unread, with the reason)")
+        return EXIT_INCOMPLETE
+    return done
 
 
 def _print(text: str) -> int:

@@ -191,6 +191,8 @@ def test_plan_all_lists_unread_models_and_exits_3() -> None:
     assert all(v in ("fits", "marginal", "spills") for n, v in verdicts.items() if n not in HUNG)
     assert all(verdicts[n] == "error" for n in HUNG)
     assert text.returncode == 3, text.stderr
+    assert done.stderr.strip().splitlines()[-1] == (f"kvtop plan: incomplete: /api/show of {len(HUNG)} of {N_MODELS} "
+                                                    "model(s) not read (listed as unread, with the reason)")
     assert f"incomplete: /api/show of {len(HUNG)} of {N_MODELS} model(s) not read (exit 3):" in text.stdout
     for name in HUNG:
         assert f"  unread  {name}: /api/show: no answer within 5 s\n" in text.stdout
