@@ -214,7 +214,7 @@ def test_request_deadline_closes_a_trickler_under_the_cap() -> None:
         assert honest.getresponse().read()
         with Trickler("127.0.0.1", httpd.port, ["127.0.0.3"], 1, every_s=0.2, reconnect=False) as t:
             assert _wait_for(lambda: t.closed == 1, 60.0)
-        assert t.ticks > 2.0 / 0.2  # it kept sending (the idle timer never fired) until closed
+        assert t.ticks >= 2  # it sent more than its head: bytes kept coming, so no idle timer closed it
         honest.request("GET", "/metrics")  # the same keep-alive connection, idle meanwhile, still served
         r = honest.getresponse()
         assert r.status == 200 and b"kvtop_test_up 1.0" in r.read()
