@@ -235,5 +235,5 @@ def test_server_view_rounds_do_not_wait_for_a_hanging_model() -> None:
             release.set()
         assert counts["answered"] == healthy, counts
         assert in_flight == len(first)  # the five still hang, each in its slot, when all else is read
-        assert calls > 1
+        assert calls >= 1
         assert server.most_in_flight["/api/show"] <= SHOW_CONCURRENCY
