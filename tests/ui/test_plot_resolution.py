@@ -124,6 +124,10 @@ def test_area_key_moves_with_a_dot_and_only_then() -> None:
     flat = tuple((float(x), 8.0) for x in range(-600, 1))
     shifted = tuple((x - 0.5, y) for x, y in flat)[1:] + ((0.0, 8.0),)  # the window moved by half a second
     assert area_key(_spec(flat), 140, 20) == area_key(_spec(shifted), 140, 20)
+    # the window's end rounds up to a slot: the newest point ends up to a dot before the edge
+    ends_short = tuple((x - 4.0, y) for x, y in flat)  # 4 s = 1.9 dots at 140 columns: the dot before the edge
+    assert area_key(_spec(flat), 140, 20) == area_key(_spec(ends_short), 140, 20)
+    assert area_key(_spec(flat), 140, 20) != area_key(_spec(flat[:-8]), 140, 20)  # 8 s = 3.7 dots short
     assert area_key(_spec(flat), 140, 20) != area_key(_spec(flat[:-1] + ((0.0, 12.0),)), 140, 20)  # a step
     assert area_key(_spec(flat), 140, 20) != area_key(_spec(flat), 120, 20)  # a resize
     assert area_key(_spec(flat), 140, 20) != area_key(_spec(flat[300:]), 140, 20)  # half the line is gone

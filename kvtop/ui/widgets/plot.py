@@ -208,14 +208,21 @@ def _y_ticks(spec: PlotSpec, height: int) -> tuple[float, ...]:
 def area_key(spec: PlotSpec, width: int, height: int) -> tuple[object, ...]:
     """What the plot area of ``width`` × ``height`` cells draws, at its resolution: each line's
     points as braille dots (2 columns × 4 rows a cell; repeats merged, a level run of a line kept as
-    its first and last dot, a gap kept as a break), the reference lines' and markers' dot row or column, the
+    its first and last dot, a gap kept as a break, a dot within one of an edge on the edge), the reference lines' and markers' dot row or column, the
     y ticks and the x span. Two specs with the same key draw the same figure, so the figure is
     rebuilt only when this key changes (a flat line moving left by less than a dot draws nothing new)."""
     ticks = _y_ticks(spec, height)
     span = spec.span_s if spec.span_s > 0 else 1.0
     x_dots = 2 * max(1, width) / span
     y_dots = 4 * max(1, height) / ticks[-1]
-    last_col = 2 * max(1, width) - 1  # the window's end (x = 0) is in the last column, not past it
+    last_col = 2 * max(1, width) - 1
+
+    def column(x: float) -> int:
+        # the window's end rounds up to a slot, so the newest point sits 0 to 1 dot before the
+        # edge from poll to poll: within a dot of either edge counts as the edge
+        c = int((x + span) * x_dots)
+        return 0 if c <= 1 else last_col if c >= last_col - 1 else c
+
     lines: list[tuple[object, ...]] = []
     for line in spec.lines:
         if not line.points:
@@ -231,7 +238,7 @@ def area_key(spec: PlotSpec, width: int, height: int) -> tuple[object, ...]:
                 dots.append(None)  # not connected across a gap
                 last = None
             prev_x = x
-            dot = (min(last_col, max(0, int((x + span) * x_dots))), int(y * y_dots))
+            dot = (column(x), int(y * y_dots))
             if dot == last:
                 continue
             if (line.kind == "line" and last is not None and len(dots) >= 2 and dots[-2] is not None
@@ -241,7 +248,7 @@ def area_key(spec: PlotSpec, width: int, height: int) -> tuple[object, ...]:
                 dots.append(dot)
             last = dot
         lines.append((line.kind, line.color, line.marker, tuple(dots)))
-    markers = tuple((min(last_col, max(0, int((m.x + span) * x_dots))), m.color, m.style) for m in spec.markers)
+    markers = tuple((column(m.x), m.color, m.style) for m in spec.markers)
     return (width, height, spec.span_s, ticks, tuple(lines), markers)
 
 
