@@ -5,15 +5,15 @@ Usage::
     kvtop export prometheus [--listen HOST:PORT] [--host URL ...] [--interval S] [--timeout S]
                             [--log SPEC] [--config PATH]
 
-Headless (no TUI). One poller per ``--host`` runs the dashboard's own pipeline:
-``sources.ollama.OllamaClient.sample()`` then ``model.apply.apply()``, sleeping ``--interval``
-after each sample, so a server is polled at most once per interval whatever the number of
-scrapers: a scrape only reads the latest state of each host (:class:`HostView`) and never
-triggers a poll. Every host has its own task, and every request a hard deadline, so a slow or
-dead server delays no other.
+Headless (no TUI). The dashboard's own engine (``kvtop.engine.Engine``) polls every ``--host``,
+sleeping ``--interval`` after each sample, and folds each interval's samples in one apply step
+(one alert evaluation per host); each step is published to the hosts' views, so a server is
+polled at most once per interval whatever the number of scrapers: a scrape only reads the
+latest state of each host (:class:`HostView`) and never triggers a poll. Every host has its own
+task, and every request a hard deadline, so a slow or dead server delays no other.
 
-GPU and process telemetry (``sources.gpu.GpuSource`` + ``sources.procs.ProcSource`` →
-``apply_gpu``) describe the machine kvtop runs on: they are sampled only when a host is on this
+GPU and process telemetry (``sources.gpu.GpuSource`` + ``sources.procs.ProcSource``) describe
+the machine kvtop runs on: they are sampled only when a host is on this
 machine (:func:`host_is_this_machine`) and joined to those hosts only. The server log
 (``--log``; default ``none``) is the log of the first ``--host``: its events give the
 ``allocated`` figures, the tokens-per-second gauges and the truncation and reload counters.
@@ -70,19 +70,16 @@ from kvtop import __version__
 from kvtop.config import ConfigError, HostError, parse_host_access, parse_ollama_host, resolve_config, server_accesses
 from kvtop.logparse.events import LogEvent, Truncation
 from kvtop.logparse.loads import Load
-from kvtop.logparse.parser import LogParser, year_at
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu import GpuSnapshot
 from kvtop.redact import scrub_text
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.sources.hosts import host_is_this_machine, local_addresses
-from kvtop.model.slots import SlotsSnapshot
-from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
-from kvtop.sources.slots import slot_runners
+from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
 from kvtop.model.state import AppState, ModelView, initial_state
-from kvtop.model.apply import apply, apply_gpu, apply_log_events, apply_slots
 
 if TYPE_CHECKING:
 
+    from kvtop.engine import Notice, Step
     from kvtop.sources.tail import LogSource
 
 EXIT_OK = 0
@@ -261,7 +258,7 @@ class HostView:
         url: The server's base URL (the ``host`` label).
         local: The server runs on this machine (GPU telemetry is joined to it).
         log: Whether a server log is read for this host.
-        state: The latest ``AppState`` (``apply`` / ``apply_gpu`` / ``apply_log_events``).
+        state: The latest ``AppState`` (the engine's, after its latest apply step).
         polls / poll_failures: ``GET /api/ps`` polls made and failed.
         poll_duration_s: Wall time of the latest poll, None before the first.
         counters: Log-derived counters.
@@ -753,8 +750,9 @@ def _say(text: str) -> None:
 
 
 class HostPoller:
-    """One server: polls it, follows its log if it has one, and publishes a new :class:`HostView`.
+    """One server's published view: the engine's state of it, its poll counts and log counters.
 
+    The engine (:class:`Exporter`'s ``engine``) polls; :meth:`on_step` publishes each apply step.
     All mutation happens on the event loop's thread; :attr:`view` is replaced whole, so the
     HTTP threads always read a consistent snapshot.
     """
@@ -763,34 +761,37 @@ class HostPoller:
                  log: bool = False, tls_verified: bool | None = None) -> None:
         self.url = url
         self.source = source
+        self.alerts = alerts
         state, self.warnings = initial_state(url, alerts, datetime.now().astimezone().tzinfo or timezone.utc)
         self.view = HostView(url=url, local=local, log=log, state=state, tls_verified=tls_verified)
         self.said_error: str | None = None
         """The TLS or auth error last said on stderr (said once, again when it changes)."""
-        self.on_poll: Callable[[], None] | None = None
-        """Called after each poll is published (the exporter renders ``/metrics`` then)."""
 
     def _publish(self, **changes: Any) -> None:
         self.view = replace(self.view, **changes)
 
-    async def poll_forever(self, interval_s: float) -> None:
-        """Sample, apply, publish; sleep ``interval_s`` after each sample (polls never overlap)."""
-        while True:
-            t0 = time.perf_counter()
-            snap = await self.source.sample()
-            took = time.perf_counter() - t0
-            hv = self.view
-            try:
-                state = apply(hv.state, snap)
-            except Exception as exc:  # noqa: BLE001 - a bug in the model must not stop the poller
-                _say(f"{self.url}: internal error applying a poll: {type(exc).__name__}: {exc}")
-                state = hv.state
-            self._publish(state=state, polls=hv.polls + 1, poll_failures=hv.poll_failures + (0 if snap.reachable else 1),
-                          poll_duration_s=took)
-            self._say_access_error(snap)
-            if self.on_poll is not None:
-                self.on_poll()
-            await asyncio.sleep(interval_s)
+    def on_step(self, step: Step) -> bool:
+        """Publish this server's part of one apply step (its state, polls and log counters);
+        True when the view changed."""
+        hv = self.view
+        state = step.states.get(self.url, hv.state)
+        polls = step.polls.get(self.url, ())
+        changes: dict[str, Any] = {}
+        if state is not hv.state:
+            changes["state"] = state
+        if polls:
+            changes.update(polls=hv.polls + len(polls),
+                           poll_failures=hv.poll_failures + sum(1 for p in polls if not p.snapshot.reachable),
+                           poll_duration_s=polls[-1].duration_s)
+        if hv.log and step.log_events:
+            counters = count_log(hv.counters, step.log_events, state.log.loads)
+            if counters is not hv.counters:
+                changes["counters"] = counters
+        if changes:
+            self._publish(**changes)
+        for poll in polls:
+            self._say_access_error(poll.snapshot)
+        return bool(changes)
 
     def _say_access_error(self, snap: OllamaSnapshot) -> None:
         """A certificate that does not verify or credentials refused (configuration, not an outage)
@@ -810,105 +811,81 @@ class HostPoller:
         snap = self.view.state.ollama
         return snap.error if snap is not None and snap.error_kind in ("tls", "auth") else None
 
-    def on_gpu(self, gpu: GpuSnapshot, procs: ProcSnapshot) -> None:
-        """Join this machine's GPU + process sample (only for a host on this machine)."""
-        self._publish(state=apply_gpu(self.view.state, gpu, procs))
-
-    def on_slots(self, slots: SlotsSnapshot) -> None:
-        """Join this machine's runners' ``/props`` + ``/slots`` round (the runner rung)."""
-        self._publish(state=apply_slots(self.view.state, slots))
-
-    async def follow_log(self, log_source: LogSource) -> None:
-        """Read log batches, parse them, apply them and count truncations and reloads."""
-        parser = LogParser(default_year=year_at())
-        async for batch in log_source.batches():
-            events: list[LogEvent] = []
-            for line in batch.lines:
-                events.extend(parser.feed(line))
-            events.extend(parser.end_batch())
-            hv = self.view
-            state = apply_log_events(hv.state, events, source=batch.source, status=batch.status, ok=batch.ok,
-                                     lines=len(batch.lines), dropped_lines=batch.dropped_lines, raw_lines=batch.lines)
-            self._publish(state=state, counters=count_log(hv.counters, events, state.log.loads))
-
 
 class Exporter:
-    """The headless loop: one poller task per host, one GPU task, one log task.
+    """The headless loop: the engine (``kvtop.engine``) polls every host, this machine and the log;
+    each apply step is published to the hosts' views and ``/metrics`` is rendered once.
 
     Args:
         pollers: One per server, first one gets the log.
         interval_s: Seconds slept after each sample.
-        gpu_source / proc_source: This machine's telemetry; None when no host is local.
+        gpu_source / proc_source: This machine's telemetry; None when no host is local. The GPU
+            sample joins every host on this machine.
         log_source: The first host's server log, or None.
     """
 
     def __init__(self, pollers: Sequence[HostPoller], *, interval_s: float,
                  gpu_source: GpuSourceLike | None = None, proc_source: ProcSourceLike | None = None,
                  log_source: LogSource | None = None, slots_source: SlotsSourceLike | None = None) -> None:
+        from kvtop.config import Settings
+        from kvtop.engine import Engine, EngineSources
+
         self.slots_source = slots_source
         self.pollers = tuple(pollers)
         self.interval_s = interval_s
         self.gpu_source = gpu_source
         self.proc_source = proc_source
         self.log_source = log_source
-        self.gpu: GpuSnapshot | None = None
-        """This machine's latest GPU sample (read by scrapes)."""
+        urls = [p.url for p in self.pollers]
+        settings = Settings(host_url=urls[0] if urls else "http://127.0.0.1:11434", more_hosts=tuple(urls[1:]),
+                            interval_s=interval_s, log_spec="none")
+        self.engine = Engine(
+            settings, EngineSources(servers={p.url: p.source for p in self.pollers}, log=log_source,
+                                    gpu=gpu_source, procs=proc_source, slots=slots_source),
+            hosts=urls or None, alerts=self.pollers[0].alerts if self.pollers else {},
+            gpu_hosts=[p.url for p in self.pollers if p.view.local], log_host=urls[0] if urls else None)
+        """Polls, stages and applies (one alert evaluation per host and step)."""
+        self.engine.subscribe(self._on_step)
+        self.engine.on_notice(self._on_notice)
         self.collector = KvtopCollector(lambda: [p.view for p in self.pollers], lambda: self.gpu)
         self.cache = MetricsCache(self.collector)
-        """``/metrics`` rendered once per poll (``MetricsServer(cache=...)``)."""
-        for p in self.pollers:
-            p.on_poll = self._polled
+        """``/metrics`` rendered once per apply step (``MetricsServer(cache=...)``)."""
+
+    @property
+    def gpu(self) -> GpuSnapshot | None:
+        """This machine's latest GPU sample (read by scrapes)."""
+        return self.engine.gpu
+
+    def _on_step(self, step: Step) -> None:
+        """After an apply step: publish each host's view; the cached body is stale: render it now
+        if a scrape is due before the next poll."""
+        changed = [p.on_step(step) for p in self.pollers]
+        if any(changed):
+            self._polled()
+
+    def _on_notice(self, notice: Notice) -> None:
+        _say(notice.text if notice.host is None else f"{notice.host}: {notice.text}")
 
     def _polled(self) -> None:
-        """After a host's poll: the cached body is stale; render it now if a scrape is due before
-        the next poll."""
         self.cache.invalidate()
         took = max((p.view.poll_duration_s or 0.0 for p in self.pollers), default=0.0)
         self.cache.prerender(self.interval_s + took)  # a poll sleeps the interval after its sample
 
-    async def _poll_gpu(self) -> None:
-        assert self.gpu_source is not None and self.proc_source is not None
-        sampler = GpuWithProcs(self.gpu_source, self.proc_source)
-        while True:
-            gpu, procs = await sampler.sample()
-            self.gpu = gpu
-            runners = slot_runners(procs.runners) if self.slots_source is not None else ()
-            slots = await self.slots_source.sample(runners) if self.slots_source is not None and runners else None
-            for p in self.pollers:
-                if p.view.local:
-                    p.on_gpu(gpu, procs)
-                    if slots is not None:
-                        p.on_slots(slots)
-            await asyncio.sleep(self.interval_s)
-
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until ``stop`` is set, then cancel every task and close every source."""
-        tasks = [asyncio.create_task(p.poll_forever(self.interval_s), name=f"poll-ollama {p.url}")
-                 for p in self.pollers]
-        if self.gpu_source is not None and self.proc_source is not None:
-            tasks.append(asyncio.create_task(self._poll_gpu(), name="poll-gpu"))
-        if self.log_source is not None and self.pollers:
-            tasks.append(asyncio.create_task(self.pollers[0].follow_log(self.log_source), name="poll-log"))
+        """Poll until ``stop`` is set, then stop the engine and close every source."""
+        engine = asyncio.create_task(self.engine.run(), name="engine")
         waiter = asyncio.create_task(stop.wait())
         try:
-            pending: set[asyncio.Task[Any]] = {waiter, *tasks}
-            while not stop.is_set():
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    if t is not waiter and not t.cancelled() and t.exception() is not None:
-                        exc = t.exception()
-                        _say(f"{t.get_name()} stopped: {type(exc).__name__}: {exc}")
+            done, _ = await asyncio.wait({engine, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if engine in done and not engine.cancelled() and engine.exception() is not None:
+                exc = engine.exception()
+                _say(f"engine stopped: {type(exc).__name__}: {exc}")
+            await stop.wait()
         finally:
-            for t in (*tasks, waiter):
+            for t in (engine, waiter):
                 t.cancel()
-            await asyncio.gather(*tasks, waiter, return_exceptions=True)
-            closers: list[Any] = [p.source for p in self.pollers]
-            closers += [s for s in (self.gpu_source, self.proc_source, self.log_source) if s is not None]
-            for closable in closers:
-                try:
-                    await closable.aclose()
-                except Exception:  # noqa: BLE001, S110 - closing must never block exiting
-                    pass
+            await asyncio.gather(engine, waiter, return_exceptions=True)
+            await self.engine.aclose()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1224,7 +1201,7 @@ def main_export(argv: Sequence[str]) -> int:
     warnings = list(resolved.warnings) + warnings + access_warnings
     warnings += [f"{url}: {a.tls_note}" for url, a in access.items() if a.tls_note]  # --insecure / --cacert in use
     log_spec = args.log if args.log is not None else "none"
-    from kvtop.sources.tail import open_log_source, parse_log_spec
+    from kvtop.sources.tail import parse_log_spec
 
     try:
         spec = parse_log_spec(log_spec)
@@ -1233,12 +1210,18 @@ def main_export(argv: Sequence[str]) -> int:
     interval_s = float(values["interval"])
     timeout_s = max(0.1, float(values["timeout"]))
 
-    from kvtop.sources.ollama import OllamaClient
+    from kvtop.config import Settings
+    from kvtop.engine import build_sources
 
     addresses = local_addresses()
+    local_urls = [url for url in hosts if host_is_this_machine(url, addresses=addresses)]
+    settings = Settings(host_url=hosts[0], more_hosts=tuple(hosts[1:]), interval_s=interval_s, timeout_s=timeout_s,
+                        show_timeout_s=max(timeout_s, 10.0), alerts=values["alerts"], access=access, log_spec=log_spec)
+    # the one factory (kvtop.engine): each server's client with its access options, the log, and
+    # this machine's GPU, processes and /slots only when a host is on this machine
+    sources = build_sources(settings, machine=bool(local_urls))
     pollers = [
-        HostPoller(url, OllamaClient(url, timeout_s=timeout_s, show_timeout_s=max(timeout_s, 10.0), access=access[url]),
-                   local=host_is_this_machine(url, addresses=addresses), alerts=values["alerts"],
+        HostPoller(url, sources.servers[url], local=url in local_urls, alerts=values["alerts"],
                    log=(i == 0 and spec.kind != "none"),
                    tls_verified=(not access[url].insecure) if access[url].https else None)
         for i, url in enumerate(hosts)
@@ -1247,17 +1230,8 @@ def main_export(argv: Sequence[str]) -> int:
     if spec.kind in ("auto", "journal", "docker") and not pollers[0].view.local:
         warnings.append(f"--log {log_spec} reads this machine's log, but {hosts[0]} is not on this machine: "
                         "its figures may be another server's")
-    gpu_source = proc_source = slots_source = None
-    if any(p.view.local for p in pollers):
-        from kvtop.sources.gpu import GpuSource
-        from kvtop.sources.procs import ProcSource
-
-        from kvtop.sources.slots import SlotsSource
-
-        gpu_source, proc_source, slots_source = GpuSource(), ProcSource(), SlotsSource()
-    log_source = open_log_source(spec) if spec.kind != "none" else None
-    exporter = Exporter(pollers, interval_s=interval_s, gpu_source=gpu_source, proc_source=proc_source,
-                        log_source=log_source, slots_source=slots_source)
+    exporter = Exporter(pollers, interval_s=interval_s, gpu_source=sources.gpu, proc_source=sources.procs,
+                        log_source=sources.log, slots_source=sources.slots)
     if args.format == "textfile":
         return _main_textfile(exporter, args.path, once=args.once, warnings=warnings, fail=fail,
                               log=str(spec), hosts=hosts, timeout_s=timeout_s)

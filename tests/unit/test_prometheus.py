@@ -394,12 +394,17 @@ def test_gpu_samples_join_only_hosts_on_this_machine() -> None:
     first, _ = initial_state(HOST, {}, timezone.utc)
     local = HostPoller(HOST, CountingSource(StandinTransport(load_default_scenario(), 0).client()),
                        local=True, alerts={})
+    remote = HostPoller("http://10.0.0.9:11434", CountingSource(StandinTransport(load_default_scenario(), 0).client()),
+                        local=False, alerts={})
+    exporter = Exporter([local, remote], interval_s=1.0)
     gpu = no_gpu_snapshot(5.0)
     from kvtop.model.gpu import ProcSnapshot
 
     procs = ProcSnapshot(taken_at=5.0)
-    local.on_gpu(gpu, procs)
+    exporter.engine.stage_gpu(gpu, procs)  # what the engine's GPU poller stages
+    exporter.engine.apply_step()
     assert local.view.state == apply_gpu(first, gpu, procs)
+    assert remote.view.state.gpu is None and exporter.gpu is gpu
 
 
 # --------------------------------------------------------------------------------------------
