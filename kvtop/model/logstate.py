@@ -8,7 +8,7 @@ previous state left), so the cost grows with the new lines, not with the ``LOAD_
 A state whose grouper has moved on (an older state applied again) is regrouped from scratch:
 the result is the same, only slower.
 
-Memory (issue 23): the events kept are compact copies (``logparse.events.EventCompactor``: no raw
+Memory: the events kept are compact copies (``logparse.events.EventCompactor``: no raw
 line, one copy of a repeated short text), and ``load_events`` is one list shared by a state and
 the states after it (:class:`Prefix`): a batch appends its events, never copies the history.
 """
