@@ -157,3 +157,23 @@ async def test_same_model_listed_twice_keeps_both_rows() -> None:
         await pilot.pause()
         assert [r[0].plain for r in (table.get_row_at(i) for i in range(3))] == [
             views[0].name, views[0].name, views[1].name]
+
+
+async def test_a_key_between_polls_reuses_the_sparklines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The VRAM sparklines (1,000 of them at 1,000 models) are built once per history sample: a
+    sort key while paused repaints the table without building them again."""
+    from tests.ui.mapfakes import settle, shared_app
+
+    app = shared_app(tmp_path)
+    async with app.run_test(size=(WIDTH, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")  # paused: no sample is stored while the keys are pressed
+        await pilot.pause(0.6)
+        table = app.query_one(ModelsTable)
+        builds = app.sparkline_builds
+        assert builds >= 1
+        for key, arrow in (("s", "▼"), ("S", "▲"), ("S", "▼")):  # by size, then reversed twice
+            await pilot.press(key)
+            await pilot.pause()
+            assert any(arrow in c.label.plain for c in table.columns.values())
+        assert app.sparkline_builds == builds
