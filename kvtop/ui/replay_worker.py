@@ -1,9 +1,9 @@
 """The replay worker: feeds a recording through the live path (``kvtop --replay FILE``).
 
 It posts exactly the messages the live workers post (``SnapshotReceived``, ``GpuSampled``,
-``LogEventsReceived``, the last with events parsed by a fresh ``LogParser`` from the recorded raw
-lines, as ``KvtopApp.follow_log`` parses them), so the app's handlers, ``model.state``, the alert
-rules and the widgets do what they did live. Between two records it sleeps the recorded gap
+``LogEventsReceived``, the last with events parsed from the recorded raw lines by a
+``kvtop.engine.LogFeed``, the engine's one log-batch loop, as live), so the app stages them in its
+engine and ``model.state``, the alert rules and the widgets do what they did live. Between two records it sleeps the recorded gap
 divided by the speed. A jump posts the records up to the target between two
 :class:`ReplayBurst` messages (the dashboard repaints once, at the end); a jump back first resets
 the state to the initial one and reads the recording again from its first record, since the
@@ -25,14 +25,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 
-from kvtop.logparse.parser import LogParser, year_at
+from kvtop.engine import LogFeed
+from kvtop.logparse.parser import year_at
 from kvtop.sources.replay import (
     Player,
     Record,
     Recording,
     RecordingFile,
     clock_text,
-    parse_batch,
     speed_text,
 )
 from kvtop.ui.messages import (
@@ -104,15 +104,10 @@ async def play(app: MessagePump, control: ReplayControl) -> None:
     It only posts messages to ``app`` (the dashboard app), as the live workers do: it never
     calls into it, so the app depends on this module and not the other way round."""
     player = control.player
-    year = year_at(control.recording.header.started_at or None)  # journald stamps' year, as when recorded
-
-    def new_parser() -> LogParser:
-        return LogParser(default_year=year)
-
-    parser = new_parser()
+    # journald stamps' year, as when recorded
+    feed = LogFeed(year=year_at(control.recording.header.started_at or None))
 
     def post(record: Record) -> None:
-        nonlocal parser
         if record.kind == "ollama" and record.ollama is not None:
             app.post_message(SnapshotReceived(record.ollama))
         elif record.kind == "gpu" and record.gpu is not None and record.procs is not None:
@@ -123,10 +118,9 @@ async def play(app: MessagePump, control: ReplayControl) -> None:
             app.post_message(ApplyStepRecorded())
         elif record.log is not None:
             log = record.log
-            events, error = parse_batch(parser, log.raw_lines)
+            events, error = feed.parse(log.raw_lines)  # a parser error: said, the parser started again
             if error is not None:
-                app.post_message(ReplayNotice(f"log parser error: {error}"))
-                parser = new_parser()
+                app.post_message(ReplayNotice(error))
             app.post_message(LogEventsReceived(
                 tuple(events), source=log.source, status=log.status, ok=log.ok, lines=log.lines,
                 dropped_lines=log.dropped_lines, raw_lines=log.raw_lines,
@@ -140,7 +134,7 @@ async def play(app: MessagePump, control: ReplayControl) -> None:
             back = (seconds is None or seconds < 0) and player.position > 0
             app.post_message(ReplayBurst(start=True, restart=back))
             if back:
-                parser = new_parser()
+                feed.reset()
             went_back, records = await asyncio.to_thread(player.jump, seconds)
             assert went_back == back
             while True:
