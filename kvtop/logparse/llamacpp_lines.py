@@ -44,7 +44,7 @@ from kvtop.logparse.events import (
 )
 from kvtop.logparse.values import MIB, blob_of, bytes_or_none, mib_bytes, scaled_bytes, to_count
 from kvtop.logparse.wrappers import sanitize
-from kvtop.model.bounds import INT64_MAX
+from kvtop.core.bounds import INT64_MAX
 
 TimeFn = Callable[[], "datetime | None"]
 Handler = Callable[[str, str, int, str, TimeFn], "list[LogEvent] | None"]

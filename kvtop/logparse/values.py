@@ -4,7 +4,7 @@ All pure string functions. Sizes follow the README of the corpus oracles: a prin
 times its binary unit, rounded half up to a whole byte, computed in integers so that
 ``"577.22 MiB"`` is exactly ``round(577.22 × 1048576)``.
 
-Sizes and counts obey the rule of ``kvtop.model.bounds`` (the ``/api/ps`` reader's too): a whole
+Sizes and counts obey the rule of ``kvtop.core.bounds`` (the ``/api/ps`` reader's too): a whole
 number ``0 <= n <= 2**63 - 1``. A size or count outside it reads as None (not known); a size list
 with one such item reads as empty.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from kvtop.model.bounds import INT64_MAX, INT64_MIN, count_from_text, duration_s_or_none
+from kvtop.core.bounds import INT64_MAX, INT64_MIN, count_from_text, duration_s_or_none
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -273,7 +273,7 @@ def to_int(text: str | None) -> int | None:
 
 to_count = count_from_text
 """A size or count (tokens, cells, layers, slots, a PID or port): ``int(text)`` when
-``0 <= n <= 2**63 - 1``, else None (``kvtop.model.bounds.count_from_text``)."""
+``0 <= n <= 2**63 - 1``, else None (``kvtop.core.bounds.count_from_text``)."""
 
 
 def to_float(text: str | None) -> float | None:

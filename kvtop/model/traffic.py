@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kvtop.logparse.events import GinRequest, LogEvent, ServerConfig
-from kvtop.model.bounds import duration_s_or_none
+from kvtop.core.bounds import duration_s_or_none
 
 LATENCY_WINDOW = 512
 """Latencies kept per endpoint (the newest): p50/p95 are exact over these."""

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from kvtop.sources.auth import ServerAccess, redact_url
-from kvtop.model.bounds import count_or_none
+from kvtop.core.bounds import count_or_none
 from kvtop.model.snapshots import ErrorKind, ModelDetails, OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
 
 _RFC3339 = re.compile(
@@ -142,7 +142,7 @@ def parse_go_time(text: Any) -> datetime | None:
 
 _int_or_none = count_or_none
 """A JSON integer that Go's int64 could have sent, else None: the one rule for sizes and counts
-that the log parser applies too (``kvtop.model.bounds``)."""
+that the log parser applies too (``kvtop.core.bounds``)."""
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")

@@ -19,7 +19,7 @@ import pytest
 
 from kvtop.logparse import parse_lines
 from kvtop.logparse.values import mib_bytes, size_bytes, size_list, to_count, to_float, to_int
-from kvtop.model.bounds import INT64_MAX, count_from_text, count_or_none
+from kvtop.core.bounds import INT64_MAX, count_from_text, count_or_none
 from kvtop.sources import ollama
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final, Literal
 
+from kvtop.core.units import parse_bytes
 from kvtop.model.alerts.text import ib
 
 Severity = Literal["info", "warning", "critical"]
@@ -133,7 +134,7 @@ class Thresholds:
 
         Keys are the attribute names (``gpu_headroom_bytes``), or the same without their unit
         suffix (``gpu_headroom``, ``churn_window``). Byte values are integers or strings with a
-        unit (``"512MiB"``, ``"24GiB"``, ``"1GB"``; ``kvtop.model.plan.parse_bytes``); seconds
+        unit (``"512MiB"``, ``"24GiB"``, ``"1GB"``; ``kvtop.core.units.parse_bytes``); seconds
         are numbers or strings with ``s``, ``m`` or ``h`` (``"10m"``); ``churn_reloads`` is an
         integer of at least 2.
 
@@ -144,8 +145,6 @@ class Thresholds:
             The thresholds and one warning per unknown key or unusable value (that value keeps
             its default).
         """
-        from kvtop.model.plan import parse_bytes  # lazy: plan imports state
-
         defaults = cls()
         values: dict[str, Any] = {}
         warnings: list[str] = []
@@ -160,7 +159,7 @@ class Thresholds:
             default = getattr(defaults, name)
             try:
                 if name.endswith("_bytes"):
-                    parsed: Any = _config_bytes(value, parse_bytes)
+                    parsed: Any = _config_bytes(value)
                 elif name.endswith("_s"):
                     parsed = _config_seconds(value)
                 else:
@@ -181,15 +180,12 @@ _BYTES_HINT: Final = "not a byte count (e.g. 512MiB or 536870912)"
 _SECONDS_HINT: Final = 'not a duration (e.g. 600 or "10m")'
 
 
-def _config_bytes(value: Any, parse_bytes: Any) -> int:
+def _config_bytes(value: Any) -> int:
     """A byte threshold: a non-negative integer, or a string with a unit. Raises TypeError/ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError(_BYTES_HINT)
     if isinstance(value, str):
-        result = parse_bytes(value.strip())
-        if not isinstance(result, int):  # pragma: no cover - parse_bytes returns an int or raises
-            raise TypeError(_BYTES_HINT)
-        return result
+        return parse_bytes(value.strip())
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise ValueError(_BYTES_HINT)
     if value < 0:

@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from kvtop.model.bounds import GO_DURATION_MAX_S
+from kvtop.core.bounds import GO_DURATION_MAX_S
 from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
 from kvtop.model.server import ServerInfo, state_preflight
