@@ -236,6 +236,9 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         self._dashboard_ready = False
         self._static_cache: dict[str, Text] = {}
         self._sparks: tuple[object, dict[tuple[str, str], str]] | None = None
+        self._panel: tuple[tuple[object, ...], GpuPanelData] | None = None
+        self.gpu_panel_joins = 0
+        """Times the GPU panel's data was joined (``gpu_panel_data``): per new sample, not per repaint."""
         self.sparkline_builds = 0
         """Times the table's VRAM sparklines were built: once per history sample, not per repaint
         (a key between polls reuses them; observer-cost tests count them)."""
@@ -730,7 +733,7 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         main.query_one("#alertbar").set_class(not state.alerts, "-none")
         self._update_static("#alertbar", alert_bar(state, dict(self.theme_variables), self.size.width - 2))
         if state.host_url == self.local_host:
-            panel = gpu_panel_data(state.gpu, state.procs, state.models)
+            panel = self._gpu_panel(state)
         else:  # the GPU sample is this machine's: it belongs to the local server only
             panel = GpuPanelData(status=f"GPU telemetry: none for this server (this machine's GPUs show with server"
                                         f" {self.hosts.index(self.local_host) + 1})")
@@ -741,6 +744,15 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         if events.has_class("-visible"):
             # the alerts panel, when shown, has the alerts and their fixes: the events pane keeps to events
             events.show(state.log, self.filter_text, () if shown["alerts"] else state.alerts, self.operator_log)
+
+    def _gpu_panel(self, state: AppState) -> GpuPanelData:
+        """``gpu_panel_data`` of the local server's samples and models, joined again only when one
+        of them is a new object (a key between polls reuses it: ~9 ms at 1,000 models)."""
+        key = (state.gpu, state.procs, state.models)
+        if self._panel is None or any(a is not b for a, b in zip(key, self._panel[0])):
+            self.gpu_panel_joins += 1
+            self._panel = (key, gpu_panel_data(state.gpu, state.procs, state.models))
+        return self._panel[1]
 
     def _sparklines(self) -> dict[tuple[str, str], str]:
         """The table's VRAM sparklines of the server on screen, built again only when its history

@@ -160,8 +160,9 @@ async def test_same_model_listed_twice_keeps_both_rows() -> None:
 
 
 async def test_a_key_between_polls_reuses_the_sparklines(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The VRAM sparklines (1,000 of them at 1,000 models) are built once per history sample: a
-    sort key while paused repaints the table without building them again."""
+    """The VRAM sparklines (1,000 of them at 1,000 models) are built once per history sample, and the
+    GPU panel's data joined once per sample: a sort key while paused repaints the table without
+    doing either again."""
     from tests.ui.mapfakes import settle, shared_app
 
     app = shared_app(tmp_path)
@@ -170,10 +171,11 @@ async def test_a_key_between_polls_reuses_the_sparklines(tmp_path) -> None:  # t
         await pilot.press("p")  # paused: no sample is stored while the keys are pressed
         await pilot.pause(0.6)
         table = app.query_one(ModelsTable)
-        builds = app.sparkline_builds
-        assert builds >= 1
+        builds, joins = app.sparkline_builds, app.gpu_panel_joins
+        assert builds >= 1 and joins >= 1
         for key, arrow in (("s", "▼"), ("S", "▲"), ("S", "▼")):  # by size, then reversed twice
             await pilot.press(key)
             await pilot.pause()
             assert any(arrow in c.label.plain for c in table.columns.values())
         assert app.sparkline_builds == builds
+        assert app.gpu_panel_joins == joins  # the GPU panel's join too
