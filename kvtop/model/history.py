@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -158,10 +159,10 @@ class Series:
         """The oldest point's time (Unix seconds), None when empty."""
         return self._t[self._start] if self._n else None
 
-    def window(self, start_s: float, end_s: float) -> tuple[tuple[float, float], ...]:
-        """The points with ``start_s <= t_s <= end_s``, oldest first."""
+    def _range(self, start_s: float, end_s: float) -> tuple[int, int]:
+        """Logical indexes ``[a, b)`` of the points with ``start_s <= t_s <= end_s``."""
         if not self._n or end_s < start_s:
-            return ()
+            return 0, 0
         a = self._first_at_or_after(start_s)
         b = self._n
         if self._t[self._phys(b - 1)] > end_s:
@@ -173,8 +174,65 @@ class Series:
                 else:
                     hi = mid
             b = lo
-        t, v = self._arrays(a, b)
+        return a, max(a, b)
+
+    def window(self, start_s: float, end_s: float) -> tuple[tuple[float, float], ...]:
+        """The points with ``start_s <= t_s <= end_s``, oldest first."""
+        t, v = self._arrays(*self._range(start_s, end_s))
         return tuple(zip(t, v))
+
+    def count(self, start_s: float, end_s: float) -> int:
+        """How many points have ``start_s <= t_s <= end_s``."""
+        a, b = self._range(start_s, end_s)
+        return b - a
+
+    def downsampled(self, start_s: float, end_s: float, slots: int) -> tuple[tuple[float, float], ...]:
+        """``downsample(self.window(start_s, end_s), start_s, end_s, slots)``, the same points,
+        computed on the arrays (the plots ask for it every poll): one pass without a dict for a
+        few points a slice, a binary search and one ``max`` per slice for many."""
+        a, b = self._range(start_s, end_s)
+        t, v = self._arrays(a, b)
+        n = len(t)
+        if slots <= 0 or n <= slots or end_s <= start_s:
+            return tuple(zip(t, v))
+        width = (end_s - start_s) / slots
+        last = slots - 1
+        out: list[tuple[float, float]] = []
+        if n < 4 * slots:  # a few points a slice: one pass (every point is in [start_s, end_s])
+            cur = -1
+            best_t = best_v = 0.0
+            for x, y in zip(t, v):
+                k = int((x - start_s) / width)
+                if k > last:
+                    k = last
+                if k != cur:
+                    if cur >= 0:
+                        out.append((best_t, best_v))
+                    cur, best_t, best_v = k, x, y
+                elif y > best_v:  # the first highest, as downsample keeps it
+                    best_t, best_v = x, y
+            out.append((best_t, best_v))
+            return tuple(out)
+
+        def slot(x: float) -> int:  # exactly downsample's slice of a point
+            return min(last, max(0, int((x - start_s) / width)))
+
+        i = 0
+        while i < n:  # many points a slice: a binary search and one max per slice
+            k = slot(t[i])
+            if k == last:
+                j = n
+            else:  # the first point of a later slice, exact at the edge
+                j = bisect_left(t, start_s + (k + 1) * width, i + 1)
+                while j < n and slot(t[j]) <= k:
+                    j += 1
+                while j > i + 1 and slot(t[j - 1]) > k:
+                    j -= 1
+            seg = v[i:j]
+            top = max(seg)
+            out.append((t[i + seg.index(top)], top))  # the first highest, as downsample keeps it
+            i = j
+        return tuple(out)
 
     def stored_bytes(self) -> int:
         """Bytes the two arrays hold, their allocation included (``sys.getsizeof``)."""

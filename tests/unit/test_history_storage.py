@@ -10,7 +10,7 @@ from collections import deque
 
 import pytest
 
-from kvtop.model.history import History, Series
+from kvtop.model.history import History, Series, downsample
 from kvtop.model.apply import apply
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.state import AppState
@@ -126,3 +126,24 @@ def test_the_history_of_100_models_for_an_hour_stays_small() -> None:
     points = h.point_count()
     assert points == (100 * 3 + 2) * 3600
     assert h.stored_bytes() <= MAX_BYTES_PER_POINT * points, f"{h.stored_bytes() / points:.1f} B a point"
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_downsampled_equals_downsample_of_the_window(seed: int) -> None:
+    """``Series.downsampled`` (binary search and ``max`` per slice, on the arrays) gives exactly
+    what ``downsample(window())`` gives: the same points, the first highest of each slice, for
+    windows that do and do not line up with the buckets, and ties (flat stretches)."""
+    rng = random.Random(seed)
+    s = Series(1.0, 3600.0)
+    t = 1_700_000_000.0
+    for _ in range(5000):
+        t += rng.choice((1.0, 1.0, 1.0, 2.0, 7.0))
+        s.add(t, float(rng.choice((5, 5, 5, 6, rng.randint(0, 100)))))  # many ties
+    newest = s.latest[0] if s.latest else 0.0
+    for _ in range(200):
+        span = rng.choice((60.0, 600.0, 3600.0, rng.uniform(10, 4000)))
+        end = newest - rng.choice((0.0, 0.3, rng.uniform(0, 300)))
+        slots = rng.choice((10, 107, 160, 214, 320, rng.randint(1, 700)))
+        expected = downsample(s.window(end - span, end), end - span, end, slots)
+        assert s.downsampled(end - span, end, slots) == expected, (span, end, slots)
+        assert s.count(end - span, end) == len(s.window(end - span, end))

@@ -16,7 +16,7 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from kvtop.model.history import WINDOWS_S, History, Marker, ModelSeries, Series, downsample
+from kvtop.model.history import WINDOWS_S, History, Marker, ModelSeries, Series
 from kvtop.ui.format import ibytes, safe
 from kvtop.ui.widgets.plot import PlotLine, PlotMarker, PlotSpec, PlotView, span_text
 
@@ -61,7 +61,7 @@ def _x(points: tuple[tuple[float, float], ...], end_s: float, scale: float) -> t
 
 
 def _slice(series: Series, start_s: float, end_s: float, slots: int, scale: float) -> tuple[tuple[float, float], ...]:
-    return _x(downsample(series.window(start_s, end_s), start_s, end_s, slots), end_s, scale)
+    return _x(series.downsampled(start_s, end_s, slots), end_s, scale)
 
 
 def _colors(history: History) -> dict[tuple[str, str], str]:
@@ -108,7 +108,7 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
     start = end - window_s
     markers = _markers(history, start, end, distinct)
     lines: list[PlotLine] = []
-    devices = [d for d in sorted(history.devices.values(), key=lambda d: d.index) if d.used_bytes.window(start, end)]
+    devices = [d for d in sorted(history.devices.values(), key=lambda d: d.index) if d.used_bytes.count(start, end)]
     if devices:
         for i, dev in enumerate(devices):
             color = PALETTE[i % len(PALETTE)]
@@ -173,7 +173,7 @@ def kv_spec(history: History, window_s: float, slots: int, gap_s: float, distinc
     colors = _colors(history)
     found: list[tuple[ModelSeries, tuple[tuple[float, float], ...]]] = []
     for series in history.models_by_recency():
-        pts = series.kv_bytes.window(start, end)
+        pts = series.kv_bytes.downsampled(start, end, slots)  # each slice's highest: the same top
         if pts:
             found.append((series, pts))
     top = max((v for _, pts in found for _, v in pts), default=0.0)
@@ -184,7 +184,7 @@ def kv_spec(history: History, window_s: float, slots: int, gap_s: float, distinc
         mark = "~" if series.kv_source == "estimated" else ""
         sources.add(series.kv_source or "unknown")
         latest = series.kv_bytes.latest
-        lines.append(PlotLine(series.name, _x(downsample(pts, start, end, slots), end, scale), colors[series.key],
+        lines.append(PlotLine(series.name, _x(pts, end, scale), colors[series.key],
                               latest=mark + ibytes(int(latest[1])) if latest else "",
                               marker=_marker(len(lines), distinct)))
     title = f"KV cache per model, {unit} ({', '.join(sorted(sources)) or 'no source'}) · last {span}"
