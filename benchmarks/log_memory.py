@@ -124,7 +124,7 @@ def deep_bytes(roots: Any, seen: set[int]) -> int:
                 for k, v in obj.items():
                     stack.append(k)
                     stack.append(v)
-            except Exception:  # noqa: BLE001 - a mapping that cannot be walked is counted by its own size
+            except Exception:  # noqa: BLE001, S110 - a mapping that cannot be walked is counted by its own size
                 pass
         else:
             for cls in type(obj).__mro__:

@@ -38,7 +38,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from kvtop.logparse import LogParser, inspect_lines
+from kvtop.logparse import LogParser, inspect_lines  # noqa: E402
 
 TARGET_LINES_PER_S = 300_000
 CORPUS_DIR = REPO_ROOT / "tests" / "fixtures" / "logs"

@@ -346,9 +346,8 @@ def _write_report(w: Callable[[str], None], *, source: str, lines: int | None, l
     w(f"  {counts}\n")
     for load, requests, total in loads:
         _render_load(w, load, requests, total)
-    shown = 0
     cut: dict[str, int] = {}
-    for e in server_events:
+    for shown, e in enumerate(server_events):
         if shown == 0:
             w("\nserver events\n")
         kind = str(e.get("kind") or "?")
@@ -356,7 +355,6 @@ def _write_report(w: Callable[[str], None], *, source: str, lines: int | None, l
             w(f"  {_event_text(e)}\n")
         else:
             cut[kind] = cut.get(kind, 0) + 1
-        shown += 1
     if cut:
         kinds = ", ".join(f"{safe(k, 40)} {n:,}" for k, n in sorted(cut.items(), key=lambda kv: -kv[1]))
         w(f"  … {sum(cut.values()):,} more: {kinds} (--json lists all)\n")

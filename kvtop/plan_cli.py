@@ -423,7 +423,7 @@ def nvml_free_bytes() -> tuple[int, str]:
     finally:
         try:
             nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S110 - shutting NVML down must not hide the answer
             pass
     if best is None:
         raise PlanError("--gpu-free auto: NVML reports no GPU; pass the free memory, e.g. --gpu-free 24GiB")
@@ -823,7 +823,7 @@ def nvml_total_bytes() -> int | None:
     finally:
         try:
             nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S110 - shutting NVML down must not hide the answer
             pass
 
 

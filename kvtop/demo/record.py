@@ -51,8 +51,7 @@ async def _record(settings: Settings, out: Path, script: object, *, log_source: 
     from kvtop.demo.machine import DemoMachineSource
     from kvtop.ui.app import make_app
 
-    if out.exists():
-        out.unlink()
+    out.unlink(missing_ok=True)  # noqa: ASYNC240 - once, before the app starts
     # the scenario's machine, as kvtop --demo shows it: its GPU, RAM and processes, none of the recording host's
     machine = DemoMachineSource(settings.host_url)
     app = make_app(settings, gpu_source=machine, proc_source=machine.procs_source(),

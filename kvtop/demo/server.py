@@ -718,7 +718,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, str(exc))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except Exception as exc:  # a bug here must not kill the connection silently
+        except Exception as exc:  # noqa: BLE001 - a bug here must not kill the connection silently
             sys.stderr.write(f"standin: internal error on {method} {path}: {exc!r}\n")
             self.close_connection = True
             try:

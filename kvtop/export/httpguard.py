@@ -205,9 +205,9 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
             if stall is not None:
                 if stalled is None or stall[1] > stalled[0]:
                     stalled = (stall[1], channel)
-            elif not channel.requests and not channel.total_outbufs_len:
-                if idle is None or channel.last_activity < idle[0]:
-                    idle = (channel.last_activity, channel)
+            elif (not channel.requests and not channel.total_outbufs_len
+                  and (idle is None or channel.last_activity < idle[0])):
+                idle = (channel.last_activity, channel)
         victim = stalled or idle
         if victim is None:
             return False

@@ -16,7 +16,7 @@ version such a line is taken as Era A. A spawn without ``--model`` is a GPU-disc
 from __future__ import annotations
 
 import re
-from string import ascii_letters as _ASCII_LETTERS
+from string import ascii_letters as _ASCII_LETTERS  # noqa: N812 - a module constant
 from typing import NamedTuple
 
 from kvtop.logparse.values import blob_of, to_count, to_int

@@ -135,7 +135,7 @@ class ModelView:
         return (
             self.size_bytes is not None
             and self.size_vram_bytes is not None
-            and 0 < self.size_bytes
+            and self.size_bytes > 0
             and self.size_vram_bytes < self.size_bytes
         )
 

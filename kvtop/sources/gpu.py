@@ -410,11 +410,11 @@ def read_system_memory(psutil_module: Any) -> SystemMemory | None:
     ram = swap = None
     try:
         ram = psutil_module.virtual_memory()
-    except Exception:  # noqa: BLE001 - an odd /proc must not cost the GPU sample
+    except Exception:  # noqa: BLE001, S110 - an odd /proc must not cost the GPU sample
         pass
     try:
         swap = psutil_module.swap_memory()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001, S110 - likewise
         pass
     if ram is None and swap is None:
         return None

@@ -51,7 +51,7 @@ from typing import IO, Any, Literal
 from kvtop import __version__
 from kvtop.logparse.events import LogEvent
 from kvtop.logparse.parser import LogParser
-from kvtop.model.codec import CodecError, decode, encode
+from kvtop.model.codec import decode, encode
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.slots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot

@@ -408,7 +408,7 @@ class AutoTail:
                 src, self.reasons = await resolve_auto(
                     backlog_lines=self._backlog_lines, backlog_bytes=self._backlog_bytes, env=self._env
                 )
-            except Exception as exc:  # never let a probe bug end the log pane
+            except Exception as exc:  # noqa: BLE001 - never let a probe bug end the log pane
                 src, self.reasons = None, [f"auto: error while looking: {type(exc).__name__}: {exc}"]
             if src is not None:
                 self._inner = src

@@ -542,7 +542,7 @@ class FileTail:
                 res = self._reader.poll()
             except OSError as exc:  # a read error mid-file (EIO): report, then retry
                 res = _Poll([], 0, f"read error on {self.path}: {exc.strerror or exc}", False)
-            except Exception as exc:  # a bug must not kill the log pane: say it, keep polling
+            except Exception as exc:  # noqa: BLE001 - a bug must not kill the log pane: say it, keep polling
                 res = _Poll([], 0, f"log reader error: {type(exc).__name__}: {exc}", False)
             if not chan.put(res):
                 return

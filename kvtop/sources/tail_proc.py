@@ -153,7 +153,7 @@ class _StreamTail:
             await self._produce(buf)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a bug must not end the log pane silently
+        except Exception as exc:  # noqa: BLE001 - a bug must not end the log pane silently
             buf.set_status(f"{self.description}: reader error: {type(exc).__name__}: {exc}", False)
 
     async def _stop(self) -> None:
@@ -162,7 +162,7 @@ class _StreamTail:
             task.cancel()
             try:
                 await task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001, S110 - stopping: the reader's end is not news
                 pass
         proc, self._proc = self._proc, None
         if proc is not None:

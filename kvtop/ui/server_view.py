@@ -97,5 +97,5 @@ class ServerView:
         for source in self._pulled_sources.values():
             try:
                 await source.aclose()
-            except Exception:  # noqa: BLE001 - closing must never block quitting
+            except Exception:  # noqa: BLE001, S110 - closing must never block quitting
                 pass

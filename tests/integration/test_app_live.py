@@ -29,7 +29,7 @@ async def until(pilot: Any, cond: Callable[[], bool], timeout_s: float = 10.0) -
         try:
             if cond():
                 return
-        except Exception:  # noqa: BLE001 - the table may be between rebuilds
+        except Exception:  # noqa: BLE001, S110 - the table may be between rebuilds
             pass
         if loop.time() > deadline:
             raise AssertionError("condition not met within %.0f s" % timeout_s)

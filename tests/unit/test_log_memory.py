@@ -287,7 +287,7 @@ def test_prefix_reads_as_the_tuple_of_its_items() -> None:
     items = [1, 2, 3, 4, 5]
     p = Prefix(items, 3)
     items.append(6)  # a later state's append: not seen
-    assert len(p) == 3 and list(p) == [1, 2, 3] and p == (1, 2, 3) and (1, 2, 3) == p and p != (1, 2)
+    assert len(p) == 3 and list(p) == [1, 2, 3] and p == (1, 2, 3) and (1, 2, 3) == p and p != (1, 2)  # noqa: SIM300 - both sides' __eq__
     assert p[-1] == 3 and p[0] == 1 and p[1:] == [2, 3] and p[::-1] == [3, 2, 1] and p[-5:10] == [1, 2, 3]
     assert p[::2] == [1, 3] and p[2:0:-1] == [3, 2] and p[5:] == []
     assert list(reversed(p)) == [3, 2, 1] and 2 in p and 5 not in p and p.index(3) == 2

@@ -77,7 +77,7 @@ def compare(actual: Any, expected: Any, path: str, tolerance: dict[str, int], er
 def test_corpus_is_complete() -> None:
     """Every log has an oracle and every oracle a log."""
     oracles = sorted(p.stem for p in EXPECTED.glob("*.json"))
-    assert CORPUS == oracles
+    assert oracles == CORPUS
     assert len(CORPUS) >= 46
 
 

@@ -185,7 +185,7 @@ def clamp_alerts(ctx: Ctx) -> list[Alert]:
         found[model] = (t, e.requested, e.n_ctx_train)
         first.setdefault(model, t.ts)
     out: list[Alert] = []
-    for model, (t, asked, train) in found.items():
+    for model, (_t, asked, train) in found.items():
         text = (f"num_ctx {asked if asked is not None else '?'} was requested; Ollama clamped it to the training context"
                 f" {train if train is not None else '?'}: longer prompts are truncated")
         out.append(Alert("context_clamped", "info", model, first.get(model), text, (), f"context_clamped:{model or '-'}"))

@@ -27,7 +27,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.events import Key, Resize
 from textual.reactive import var
 from textual.screen import Screen
