@@ -17,7 +17,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+
+if TYPE_CHECKING:  # tells the type checker that @_event makes a frozen dataclass with an __init__
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_kw: object) -> Any:
+        return lambda f: f
 
 _T = TypeVar("_T")
 
@@ -82,12 +88,13 @@ class _Event:
         return f"{type(self).__qualname__}({fields})"
 
 
+@dataclass_transform(frozen_default=True)
 def _event(cls: type[_T]) -> type[_T]:
     """``@dataclass(frozen=True, slots=True)`` for an event class, made cheaper to create: its
     ``__repr__`` is ``_Event``'s and its ``__init__`` comes from :func:`_fast_init` only (the
     dataclass machinery compiles each generated method from source: about a millisecond per class
     at import, 31 classes)."""
-    return _fast_init(dataclass(frozen=True, slots=True, repr=False, init=False)(cls))  # type: ignore[call-overload]
+    return _fast_init(dataclass(frozen=True, slots=True, repr=False, init=False)(cls))
 
 
 @_event
