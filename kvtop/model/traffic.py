@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from kvtop.logparse.events import GinRequest, LogEvent, ServerConfig
 from kvtop.core.bounds import duration_s_or_none
@@ -180,7 +181,7 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
     requests, c4, c5, busy = traffic.requests, traffic.client_errors, traffic.server_errors, traffic.busy
     last_busy, newest = traffic.last_busy, traffic.newest
     seconds = dict(traffic.seconds)
-    rows: dict[str, list] = {e.path: [e.requests, e.client_errors, e.server_errors, list(e.latencies_s)]
+    rows: dict[str, list[Any]] = {e.path: [e.requests, e.client_errors, e.server_errors, list(e.latencies_s)]
                              for e in traffic.endpoints}
     clients = dict(traffic.clients)
     other_clients = traffic.other_clients

@@ -228,9 +228,9 @@ class HealthSource:
         if cpu_ctl is not None:
             ctl, path = cpu_ctl
             for where in (self._cgroup_root / ctl / path.lstrip("/"), self._cgroup_root / ctl):
-                quota, period = self._read(where / "cpu.cfs_quota_us"), self._read(where / "cpu.cfs_period_us")
-                if quota is not None:
-                    q, p = _int(quota), _int(period or "")
+                quota_us, period_us = self._read(where / "cpu.cfs_quota_us"), self._read(where / "cpu.cfs_period_us")
+                if quota_us is not None:
+                    q, p = _int(quota_us), _int(period_us or "")
                     cores = q / p if q is not None and q > 0 and p else None
                     limits = CgroupLimits(limits.path, 1, limits.memory_max_bytes, limits.memory_current_bytes, cores)
                     break
