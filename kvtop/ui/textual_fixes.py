@@ -32,7 +32,7 @@ def install_textual_fixes() -> bool:
         from textual._styles_cache import StylesCache
     except ImportError:
         return False
-    current = StylesCache.__dict__.get("get_inner_outer")
+    current: Any = StylesCache.__dict__.get("get_inner_outer")
     original: Callable[..., Any] | None = getattr(current, "__wrapped__", None)
     if original is None or not hasattr(current, "cache_clear"):  # not the lru_cache'd method: leave it
         return False
@@ -47,7 +47,7 @@ def install_textual_fixes() -> bool:
 
     get_inner_outer.cache_clear = _by_colors.cache_clear  # type: ignore[attr-defined]
     current.cache_clear()  # let go of the StylesCache objects it holds
-    StylesCache.get_inner_outer = get_inner_outer  # type: ignore[method-assign]
+    setattr(StylesCache, "get_inner_outer", get_inner_outer)  # noqa: B010 - a method of Textual's, replaced
     _INSTALLED = True
     return True
 

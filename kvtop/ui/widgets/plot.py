@@ -323,6 +323,26 @@ def _console():  # type: ignore[no-untyped-def]
     return Console(width=10_000, color_system=None, legacy_windows=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """A spec at one size and theme: what ``PlotView`` shows, and the keys it compares.
+
+    Attributes:
+        memo: ``(spec, width, height, colours)`` it was computed for.
+        title / parts / area_h: The title, the legend rows (or the sentence), the plot area's rows.
+        key: Equal keys show the same picture (title and legend text, the area's dots, colours).
+        area: Equal ones draw the same plotext figure; None when there is no plot area.
+    """
+
+    memo: tuple[object, ...]
+    title: Text
+    parts: list[Text]
+    area_h: int
+    key: tuple[object, ...]
+    area: tuple[object, ...] | None
+    colors: dict[str, str]
+
+
 class PlotView(Widget):
     """Shows one ``PlotSpec``; repaints only when what it shows at its size changes
     (:func:`picture_key`), and rebuilds the plotext figure only when the plot area's dots, the size
@@ -336,8 +356,7 @@ class PlotView(Widget):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._spec: PlotSpec | None = None
-        self._picture: tuple[object, ...] | None = None
-        """(spec, width, height, colours) → (title, legend rows, area height, picture key), the last computed."""
+        self._picture: _Frame | None = None
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text = Text()
         self._area_key: tuple[object, ...] | None = None
@@ -355,20 +374,21 @@ class PlotView(Widget):
             return
         self._spec = spec
         self.set_class(spec.empty is not None, "-empty")  # a sentence needs no plot's height
-        if self._frame()[3] != self._cache_key:
+        if self._frame().key != self._cache_key:
             self.refresh()
 
-    def _frame(self) -> tuple[Text, list[Text], int, tuple[object, ...]]:
-        """Title, legend rows, area height and (picture key, colours) of the current spec at the current size."""
+    def _frame(self) -> _Frame:
+        """What the current spec shows at the current size and colours (computed once for both)."""
         assert self._spec is not None
         colors = dict(self.app.theme_variables)
         width, height = max(1, self.size.width), max(1, self.size.height)
         memo = (self._spec, width, height, tuple(sorted(colors.items())))
-        if self._picture is None or self._picture[0] != memo:
+        if self._picture is None or self._picture.memo != memo:
             title, parts, area_h = _frame(self._spec, width, height, colors)
-            key = (_text_key([title, *parts]), area_key(self._spec, width, area_h) if area_h else None)
-            self._picture = (memo, (title, parts, area_h, (key, memo[3])))
-        return self._picture[1]  # type: ignore[return-value]
+            area = (area_key(self._spec, width, area_h), memo[3]) if area_h else None
+            self._picture = _Frame(memo, title, parts, area_h, (_text_key([title, *parts]), area, memo[3]), area,
+                                   colors)
+        return self._picture
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh())
@@ -381,17 +401,16 @@ class PlotView(Widget):
     def render(self) -> RenderResult:
         if self._spec is None:
             return Text()
-        title, parts, area_h, key = self._frame()
-        if key == self._cache_key:
+        frame = self._frame()
+        if frame.key == self._cache_key:
             return self._cache
-        if area_h:
-            picture, colors = key
-            if (picture[1], colors) != self._area_key:
-                self._area = _plot_area(self._spec, max(1, self.size.width), area_h, dict(colors))  # type: ignore[arg-type]
-                self._area_key = (picture[1], colors)
+        if frame.area is not None:
+            if frame.area != self._area_key:
+                self._area = _plot_area(self._spec, max(1, self.size.width), frame.area_h, frame.colors)
+                self._area_key = frame.area
                 self.renders += 1
-            self._cache = Text("\n").join([title, self._area, *parts])
+            self._cache = Text("\n").join([frame.title, self._area, *frame.parts])
         else:
-            self._cache = Text("\n").join([title, *parts])
-        self._cache_key = key
+            self._cache = Text("\n").join([frame.title, *frame.parts])
+        self._cache_key = frame.key
         return self._cache
