@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
+from kvtop.model.gpu_snapshots import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
 from kvtop.model.known import Known
-from kvtop.model.slots import RunnerSlots, SlotsSnapshot
+from kvtop.model.slot_snapshots import RunnerSlots, SlotsSnapshot
 
 T = TypeVar("T")
 

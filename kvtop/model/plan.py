@@ -64,7 +64,7 @@ from typing import Any, Final, Literal
 
 from kvtop.core.units import parse_bytes  # re-exported (plan.parse_bytes): the CLI and the what-if screen use it from here
 from kvtop.model import kv
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 
 __all__ = [
     "CALIBRATED_MIN_ERROR",

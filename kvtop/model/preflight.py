@@ -22,13 +22,12 @@ digest) and the state's GPU sample and service environment.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvtop.model import kv, plan
 from kvtop.model.known import NOT_KNOWN, Known, source_mark
-from kvtop.model.snapshots import PsModel, ShowInfo, TagInfo
+from kvtop.model.snapshots import PsModel, PulledSnapshot, ShowInfo, TagInfo, parse_version
 
 GiB = 1024**3
 
@@ -40,23 +39,6 @@ TIERED_SINCE = (0, 15, 5)
 """The first release whose default num_ctx depends on the VRAM (§3.4)."""
 
 Verdict = Literal["fits", "marginal", "spills", "unknown", "waiting", "error", "cloud"]
-
-
-@dataclass(frozen=True, slots=True)
-class PulledSnapshot:
-    """What the server has pulled, as far as read (``sources.pulled.PulledSource``).
-
-    Attributes:
-        taken_at: Unix time of the read.
-        tags: ``/api/tags`` by digest, None before it was read.
-        shows: ``/api/show`` by digest for the models read so far (the rest are pending).
-        error: Why ``/api/tags`` could not be read, None when it was.
-    """
-
-    taken_at: float
-    tags: Mapping[str, TagInfo] | None = None
-    shows: Mapping[str, ShowInfo] = field(default_factory=lambda: MappingProxyType({}))
-    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +59,6 @@ class ServerDefaults:
     cache_type: Known[str]
     parallel: Known[int]
     flash_attention: Known[bool]
-
-
-def _version(text: str | None) -> tuple[int, int, int] | None:
-    from kvtop.model.state import parse_version
-
-    return parse_version(text)
 
 
 def _uint(text: str | None) -> int | None:
@@ -107,7 +83,7 @@ def server_defaults(version: str | None, env: Mapping[str, str] | None, total_vr
     4096 (v0.6.7–v0.15.4) or 2048 (≤ v0.6.6) (§3.4). An unknown version is taken as current.
     """
     env = env or {}
-    parsed = _version(version)
+    parsed = parse_version(version)
     ctx_env = _uint(env.get("OLLAMA_CONTEXT_LENGTH"))
     if ctx_env:
         num_ctx: Known[int] = Known(ctx_env, "service", "OLLAMA_CONTEXT_LENGTH")

@@ -7,6 +7,7 @@ UI never sees an exception. All sizes are integer bytes; ``None`` means "not ava
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -120,3 +121,30 @@ class OllamaSnapshot:
     models: tuple[PsModel, ...] = ()
     shows: Mapping[str, ShowInfo] = field(default_factory=lambda: MappingProxyType({}))
     tags: Mapping[str, TagInfo] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class PulledSnapshot:
+    """What the server has pulled, as far as read (``sources.pulled.PulledSource``).
+
+    Attributes:
+        taken_at: Unix time of the read.
+        tags: ``/api/tags`` by digest, None before it was read.
+        shows: ``/api/show`` by digest for the models read so far (the rest are pending).
+        error: Why ``/api/tags`` could not be read, None when it was.
+    """
+
+    taken_at: float
+    tags: Mapping[str, TagInfo] | None = None
+    shows: Mapping[str, ShowInfo] = field(default_factory=lambda: MappingProxyType({}))
+    error: str | None = None
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """``"0.22.1"`` -> ``(0, 22, 1)``; pre-release suffixes ignored; None when unparsable."""
+    if not text:
+        return None
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

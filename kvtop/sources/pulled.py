@@ -21,8 +21,7 @@ from types import MappingProxyType
 from collections.abc import Iterator
 from typing import Any
 
-from kvtop.model.preflight import PulledSnapshot
-from kvtop.model.snapshots import PsModel, ShowInfo, TagInfo
+from kvtop.model.snapshots import PsModel, PulledSnapshot, ShowInfo, TagInfo
 from kvtop.sources.ollama import (
     SHOW_CONCURRENCY,
     SHOW_RETRY_S,

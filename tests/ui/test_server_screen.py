@@ -10,7 +10,7 @@ from kvtop.config import Settings
 from kvtop.demo.server import show_body, tags_body
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
-from kvtop.model.preflight import PulledSnapshot
+from kvtop.model.snapshots import PulledSnapshot
 from kvtop.model.server import CgroupLimits, ProcessTree, Restarts, ServerHealth
 from kvtop.sources.ollama import parse_show, parse_tags
 from kvtop.ui.app import make_app

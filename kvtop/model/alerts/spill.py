@@ -29,6 +29,7 @@ from kvtop.model.alerts.text import delta, ib, plural, slots
 from kvtop.model.alerts.types import Alert, Fix
 from kvtop.model.known import source_mark
 from kvtop.model.ladder import setting_in_force
+from kvtop.model.plan import gpu_budget, kv_now
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
     from kvtop.model.state import ModelView
@@ -89,8 +90,6 @@ class Budget:
 
 def fix_budget(ctx: Ctx, view: ModelView, deficit: int) -> Budget:
     """The budget: free memory on the model's GPUs + its ``size_vram``, else its ``size_vram``."""
-    from kvtop.model.plan import gpu_budget, kv_now  # lazy: plan imports state
-
     held = max(0, view.size_vram_bytes or 0)
     reserve = ctx.th.fix_reserve_bytes
     free: int | None = None
