@@ -46,10 +46,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvtop.demo.scenario import LoadedModel, Scenario
+from kvtop.demo.scenario import RUNNER_KEYS, STEP_LOG_KEYS, LoadedModel, Scenario, model_blob
 
 if TYPE_CHECKING:
-    from kvtop.demo.server import ScenarioPlayer
+    from kvtop.demo.player import ScenarioPlayer
 
 __all__ = [
     "RUNNER_KEYS",
@@ -69,15 +69,6 @@ __all__ = [
     "script_lines",
     "transition_lines",
 ]
-
-RUNNER_KEYS = ("weights_bytes", "layers", "prefill_tps", "decode_tps", "spilled_prefill_tps",
-               "spilled_decode_tps", "prompt_tokens", "eval_tokens", "request_every_s")
-"""A scenario model's ``runner`` keys: weights bytes and layer count (required), token speeds
-(tokens/s), a request's prompt and generated tokens, seconds between requests."""
-
-STEP_LOG_KEYS = ("evict", "truncate", "kv_fallback", "requests")
-"""A scenario step's ``log`` keys: models evicted at its start, whether its first request is
-truncated, ``{model: requested type}`` KV type fallbacks of its loads, whether it has requests."""
 
 LLAMA_SERVER = "/usr/local/lib/ollama/llama-server"
 BLOBS = "/usr/share/ollama/.ollama/models/blobs"
@@ -196,8 +187,6 @@ def _port(scenario: Scenario, model: str) -> int:
 
 
 def _blob_path(scenario: Scenario, model: str) -> str:
-    from kvtop.demo.server import model_blob
-
     return f"{BLOBS}/{model_blob(scenario.models[model])}"
 
 

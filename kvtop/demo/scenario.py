@@ -28,12 +28,12 @@ Format (``"format": 1``)::
           "parameters"?: {"temperature": 0.6, "stop": ["<|im_start|>"]} | "raw text",
           "template"?, "system"?, "license"?, "modelfile"?, "modified_at"?, "tensors"?,
           "runner"?: {...}                       # its demo runner log figures
-                                                 # (kvtop.demo.logwriter.RUNNER_KEYS)
+                                                 # (RUNNER_KEYS)
         }
       },
       "steps": [
         {"at_s": 0, "hold_s"?: 5, "label": "...", "status"?: 503, "error"?: "...",
-         "garbage"?: false, "log"?: {...},      # runner log incidents (logwriter.STEP_LOG_KEYS)
+         "garbage"?: false, "log"?: {...},      # runner log incidents (STEP_LOG_KEYS)
          "loaded": [{"model": "qwen3:1.7b-q8_0", "context_length": 4096 | null,
                      "size": 2754892672, "size_vram": 2754892672,
                      "expires_in_s": 300 | -5 | "forever"}]}
@@ -47,6 +47,7 @@ Any other unknown key is an error, so that a typo does not silently change the d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -58,17 +59,30 @@ from typing import Any
 
 __all__ = [
     "FORMAT_VERSION",
+    "RUNNER_KEYS",
+    "STEP_LOG_KEYS",
     "CatalogModel",
     "LoadedModel",
     "ModelDetails",
     "Scenario",
     "Step",
     "load_scenario",
+    "model_blob",
     "parse_scenario",
 ]
 
 FORMAT_VERSION = 1
 """The only scenario format this module reads."""
+
+RUNNER_KEYS = ("weights_bytes", "layers", "prefill_tps", "decode_tps", "spilled_prefill_tps",
+               "spilled_decode_tps", "prompt_tokens", "eval_tokens", "request_every_s")
+"""A scenario model's ``runner`` keys: weights bytes and layer count (required), token speeds
+(tokens/s), a request's prompt and generated tokens, seconds between requests (the runner log
+``demo.logwriter`` writes from them)."""
+
+STEP_LOG_KEYS = ("evict", "truncate", "kv_fallback", "requests")
+"""A scenario step's ``log`` keys: models evicted at its start, whether its first request is
+truncated, ``{model: requested type}`` KV type fallbacks of its loads, whether it has requests."""
 
 _NOTE_KEYS = frozenset({"note", "notes", "source", "sources"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -133,7 +147,7 @@ class CatalogModel:
         modified_at: RFC 3339 timestamp.
         tensors: ``[{name, type, shape}]`` entries, or None to leave the key out.
         runner: The figures the demo's runner log prints for this model (weights bytes, layers,
-            token speeds: :data:`kvtop.demo.logwriter.RUNNER_KEYS`), None when it has none.
+            token speeds: :data:`RUNNER_KEYS`), None when it has none.
     """
 
     name: str
@@ -186,7 +200,7 @@ class Step:
         error: The error message used with ``status``.
         garbage: When true, ``/api/ps`` answers a body that is not JSON.
         log: What the demo's runner log adds in this step besides loads and requests (evictions,
-            a truncation, a KV type fallback: :data:`kvtop.demo.logwriter.STEP_LOG_KEYS`).
+            a truncation, a KV type fallback: :data:`STEP_LOG_KEYS`).
     """
 
     at_s: float
@@ -426,8 +440,6 @@ def _parse_model(name: str, value: Any, path: str) -> CatalogModel:
 
 
 def _parse_runner(value: Any, path: str) -> Mapping[str, Any]:
-    from kvtop.demo.logwriter import RUNNER_KEYS
-
     obj = _object(value, path)
     _check_keys(obj, path, {"weights_bytes", "layers"}, set(RUNNER_KEYS) - {"weights_bytes", "layers"})
     for key, item in obj.items():
@@ -437,8 +449,6 @@ def _parse_runner(value: Any, path: str) -> Mapping[str, Any]:
 
 
 def _parse_step_log(value: Any, path: str, models: Mapping[str, CatalogModel]) -> Mapping[str, Any]:
-    from kvtop.demo.logwriter import STEP_LOG_KEYS
-
     obj = _object(value, path)
     _check_keys(obj, path, set(), set(STEP_LOG_KEYS))
     for key in ("evict",):
@@ -618,3 +628,20 @@ def load_scenario(path_or_text: str | Path) -> Scenario:
         return parse_scenario(data)
     except ValueError as exc:
         raise ValueError(f"{origin}: {exc}") from exc
+
+
+_FROM_BLOB = re.compile(r"(?m)^FROM\s+\S*?/blobs/(sha256-[0-9a-f]{64})\s*$")
+
+
+def model_blob(model: CatalogModel) -> str:
+    """The weights blob file name (``sha256-<hex>``) the stand-in reports for ``model``: in its
+    Modelfile's ``FROM`` line, its runner's ``--model`` and its runner log's paths alike.
+
+    A scenario's own ``modelfile`` names its blob (a real ``ollama show`` output); otherwise the
+    scenario has no GGUF to hash, and the stand-in derives a stable blob from the name so the
+    Modelfile's ``FROM`` line has Ollama's shape.
+    """
+    found = _FROM_BLOB.search(model.modelfile) if model.modelfile else None
+    if found:
+        return found.group(1)
+    return "sha256-" + hashlib.sha256(f"blob:{model.name}".encode()).hexdigest()
