@@ -11,7 +11,7 @@ Method
    timestamp (slog ``time=``, Go logger and gin ``YYYY/MM/DD``, journald ``Mon DD HH:MM:SS``) is
    rewritten to the simulated clock, so every line is a new string, as read from a file.
 2. ``--rate`` lines per simulated second (default 100), read as the dashboard reads them
-   (``ui.app.KvtopApp.follow_log``): batches of ``--batch`` lines (default 20) into one
+   (``kvtop.engine.LogFeed``, the engine's one log loop): batches of ``--batch`` lines (default 20) into one
    ``LogParser`` (``feed`` each line, ``end_batch``), every batch's events and lines folded once per
    simulated second (the apply step: ``model.state.fold_log_events``), then the alerts evaluated
    once (``model.alerts.evaluate_state``). No real time passes: 30 simulated minutes take about a

@@ -8,12 +8,11 @@ import os
 import signal
 import threading
 import time
-from datetime import datetime, timezone
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.binding import Binding
@@ -21,24 +20,20 @@ from textual.reactive import var
 from textual.widgets import Input, Static
 
 from kvtop.config import Settings, clamp_interval, config_dir, save_theme
-from kvtop.sources.hosts import host_is_this_machine, local_host
-from kvtop.model.history import History
-from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
-from kvtop.logparse.events import LogEvent
-from kvtop.model.logstate import LogState
-from kvtop.model.state import (
-    SORT_KEYS,
-    AppState,
-    filter_views,
-    fold,
-    fold_gpu,
-    fold_log_events,
-    fold_procs,
-    fold_slots,
-    initial_state,
-    sort_views,
+from kvtop.engine import (  # noqa: F401 - the apply timing constants and fold_pending, re-exported for the tests
+    APPLY_SETTLE_S,
+    LOG_APPLY_GAP_INTERVALS,
+    REPLAY_PENDING_MAX,
+    Engine,
+    EngineSources,
+    Notice,
+    Step,
+    build_sources,
+    fold_pending,
 )
-from kvtop.model.apply import with_alerts
+from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
+from kvtop.model.logstate import LogState
+from kvtop.model.state import SORT_KEYS, AppState, filter_views, sort_views
 from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
 from kvtop.ui.format import legend, safe
 from kvtop.ui.server_view import ServerView
@@ -68,18 +63,8 @@ INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 70, 12
 SIGNAL_EXIT_GRACE_S = 5.0
 """After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
-APPLY_SETTLE_S = 0.05
-"""A poll result waits this long for the other samples of its tick (the GPU sample and
-``/slots`` start together with the local server's poll) so that one apply step takes them all."""
-REPLAY_PENDING_MAX = 64
-"""``--replay``: records a server may have waiting for the recording's next ``apply`` record; past
-it they are applied anyway (a recording whose header promises apply records but holds none)."""
-LOG_APPLY_GAP_INTERVALS = 1.5
-"""While the servers are polled, log batches alone are applied at most every this many
-intervals: the next poll's apply step normally takes them first (one apply per interval)."""
 
-
-from kvtop.sources.protocols import GpuSourceLike, GpuWithProcs, OllamaSource, ProcSourceLike, SlotsSourceLike
+from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
 
 if TYPE_CHECKING:
     from kvtop.sources.replay import Recorder, Recording
@@ -87,48 +72,16 @@ if TYPE_CHECKING:
     from kvtop.sources.tail import LogSource
 
 
-@dataclasses.dataclass(slots=True)
-class _LogRun:
-    """Consecutive log batches waiting for the next apply step (folded as one batch)."""
-
-    events: list[LogEvent]
-    source: str | None
-    status: str | None
-    ok: bool
-    lines: int
-    dropped_lines: int
-    raw_lines: list[str]
-
-    def add(self, m: LogEventsReceived) -> None:
-        self.events.extend(m.events)
-        self.source, self.status, self.ok = m.source, m.status, m.ok
-        self.lines += m.lines
-        self.dropped_lines += m.dropped_lines
-        self.raw_lines.extend(m.raw_lines)
-
-    def fold(self, state: AppState) -> AppState:
-        return fold_log_events(state, self.events, source=self.source, status=self.status, ok=self.ok,
-                               lines=self.lines, dropped_lines=self.dropped_lines, raw_lines=self.raw_lines)
-
-
-_Pending = Callable[[AppState], AppState] | _LogRun
-
-
-def fold_pending(state: AppState, pending: Sequence[_Pending]) -> AppState:
-    """``state`` with the messages of one apply step folded in, in arrival order (consecutive
-    log batches were merged into one ``_LogRun`` as they arrived); alerts not evaluated."""
-    for item in pending:
-        state = item.fold(state) if isinstance(item, _LogRun) else item(state)
-    return state
-
-
 class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
     """The dashboard.
 
-    Data flows one way: workers post messages; each message is staged for its server
-    (``_stage``); one apply step (``_apply_pending``) folds everything staged into each server's
-    state, evaluates its alerts once, records its history once, and the dashboard repaints once
-    — at most about once per interval however many messages (log batches) arrived.
+    Data flows one way: the engine (``kvtop.engine.Engine``, run by one worker) polls every
+    source, stages each result for its server and runs one apply step (fold everything staged,
+    evaluate the alerts once, record the history once); the app subscribes to it
+    (:meth:`_on_engine_step`) and sets ``state``, and the dashboard repaints once — at most about
+    once per interval however many messages (log batches) arrived. The app keeps the keys, the
+    screens, the recording's attachment and replay (whose worker posts recorded messages that are
+    staged in the same engine).
     """
 
     CSS_PATH = "kvtop.tcss"
@@ -207,32 +160,18 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         self._init_panels()
         self.settings = settings
         self.source = source
-        self.sources: dict[str, OllamaSource] = {settings.host_url: source} if source is not None else {}
-        self.sources.update(more_sources or {})
-        self.hosts: tuple[str, ...] = tuple(self.sources) or (settings.host_url,)
-        """Every server watched, in the order given; ``state`` is the one on screen."""
-        self.local_host = local_host(self.hosts)
-        """The server this machine's GPU sample and the server log belong to."""
-        self.machine_hosts = tuple(h for h in self.hosts if h != self.local_host and host_is_this_machine(h))
-        """The other servers on this machine: their runners and environment are read here too."""
-        self.log_source = log_source
-        self.gpu_source = gpu_source
-        self.proc_source = proc_source
-        self.slots_source = slots_source
-        self._poll = poll and source is not None
-        self._wake = asyncio.Event()
-        self._tick = asyncio.Event()
-        """Set when the local server's poll starts a sample: the GPU and ``/slots`` samples start with it."""
-        self._pending: dict[str, list[_Pending]] = {}
-        """Per server, the messages not applied yet, in arrival order."""
-        self._apply_timer: asyncio.TimerHandle | None = None
-        """The pending apply step (a plain event-loop timer: a Textual Timer is a task per step)."""
-        self._apply_due = 0.0
-        self._last_apply_at = float("-inf")
-        self.apply_steps = 0
-        """Apply steps run (each: one fold of the pending messages per server, one alert evaluation, one repaint)."""
-        self.alert_evaluations = 0
-        """Alert evaluations run by the apply steps."""
+        servers: dict[str, OllamaSource] = {settings.host_url: source} if source is not None else {}
+        servers.update(more_sources or {})
+        self.engine = Engine(settings, EngineSources(servers=servers, log=log_source, gpu=gpu_source,
+                                                     procs=proc_source, slots=slots_source),
+                             poll=poll and source is not None)
+        """Polls, stages and applies (``kvtop.engine``); the app subscribes to its apply steps."""
+        self.engine.interval_s = clamp_interval(settings.interval_s)
+        self.engine.scheduled = True  # a live dashboard applies on the engine's timer, polled or not
+        self.engine.subscribe(self._on_engine_step)
+        self.engine.on_notice(self._on_engine_notice)
+        self.engine.on_record_error = self._recording_failed
+        self._poll = self.engine.poll
         self._dashboard_ready = False
         self._static_cache: dict[str, Text] = {}
         self._sparks: tuple[object, dict[tuple[str, str], str]] | None = None
@@ -242,18 +181,10 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         self.sparkline_builds = 0
         """Times the table's VRAM sparklines were built: once per history sample, not per repaint
         (a key between polls reuses them; observer-cost tests count them)."""
-        tz = datetime.now().astimezone().tzinfo or timezone.utc
-        first, self._threshold_warnings = initial_state(self.hosts[0], settings.alerts, tz)
-        self.states: dict[str, AppState] = {h: initial_state(h, settings.alerts, tz)[0] for h in self.hosts}
-        """Each server's state; polls of one server never wait for another's."""
-        self.states[self.hosts[0]] = first
+        self._threshold_warnings = list(self.engine.warnings)
         self.current_host = self.hosts[0]
-        self.histories: dict[str, History] = {h: History() for h in self.hosts}
-        """Each server's capped history (plots on ``h``, the table's VRAM sparkline)."""
-        self.set_reactive(KvtopApp.state, first)
+        self.set_reactive(KvtopApp.state, self.states[self.current_host])
         self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
-        self.recorder: Recorder | None = None
-        """Where ``--record`` writes every applied message (None when not recording)."""
         self.replay: ReplayControl | None = None
         """Playback of ``--replay`` (None when live)."""
         self._replay_quiet = False
@@ -261,25 +192,57 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
             from kvtop.ui.replay_worker import ReplayControl
 
             self.replay = ReplayControl(replay)
-            self._poll = False
+            self._poll = self.engine.poll = False
+            self.engine.replaying = True
+            self.engine.apply_each = not replay.header.apply_steps  # a recording without apply records
             self._reset_replay_state(replay)
+
+    # the engine's view of the servers, read by the screens, the mixins and the tests
+    sources = property(lambda self: self.engine.sources.servers,
+                       doc="Host URL → its poller (the engine's; empty in a replay).")
+    hosts = property(lambda self: self.engine.hosts,
+                     doc="Every server watched, in the order given; ``state`` is the one on screen.")
+    local_host = property(lambda self: self.engine.local_host,
+                          doc="The server this machine's GPU sample and the server log belong to.")
+    machine_hosts = property(lambda self: self.engine.machine_hosts,
+                             doc="The other servers on this machine: their runners and environment are read here too.")
+    states = property(lambda self: self.engine.states, doc="Each server's state (the engine's).")
+    histories = property(lambda self: self.engine.histories,
+                         doc="Each server's capped history (plots on ``h``, the table's VRAM sparkline).")
+    apply_steps = property(lambda self: self.engine.apply_steps, doc="Apply steps the engine ran.")
+    alert_evaluations = property(lambda self: self.engine.alert_evaluations,
+                                 doc="Alert evaluations run by the apply steps (one per changed server and step).")
+    _pending = property(lambda self: self.engine.pending, doc="Staged messages not applied yet, by server.")
+    log_source = property(lambda self: self.engine.sources.log,
+                          lambda self, v: setattr(self.engine.sources, "log", v),
+                          doc="The server log followed (the local server's), or None.")
+    gpu_source = property(lambda self: self.engine.sources.gpu,
+                          lambda self, v: setattr(self.engine.sources, "gpu", v),
+                          doc="This machine's GPU reader (the demo's simulated one), or None.")
+    proc_source = property(lambda self: self.engine.sources.procs,
+                           lambda self, v: setattr(self.engine.sources, "procs", v),
+                           doc="This machine's process reader, or None.")
+    slots_source = property(lambda self: self.engine.sources.slots,
+                            lambda self, v: setattr(self.engine.sources, "slots", v),
+                            doc="The local runners' ``/slots`` reader, or None.")
+
+    @property
+    def recorder(self) -> Recorder | None:
+        """Where ``--record`` writes every staged message and apply step (None when not recording)."""
+        return self.engine.recorder
+
+    @recorder.setter
+    def recorder(self, recorder: Recorder | None) -> None:
+        self.engine.recorder = recorder
 
     def _reset_replay_state(self, recording: Recording) -> None:
         """Replay's initial state: the recorded servers, alert thresholds and log time zone."""
         header = recording.header
         hosts = header.sources.get("hosts")
-        self.hosts = tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) and hosts else (
+        hosts = tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) and hosts else (
             header.host_url,)
-        self.local_host = local_host(self.hosts)
-        self.machine_hosts = tuple(h for h in self.hosts if h != self.local_host and host_is_this_machine(h))
-        self.states = {}
-        self._pending = {}
-        for h in self.hosts:
-            self.states[h], warnings = initial_state(h, header.alerts, header.naive_tz)
-            if h == self.hosts[0]:
-                self._threshold_warnings = warnings
+        self._threshold_warnings = self.engine.reset(hosts, header.alerts, header.naive_tz)
         self.current_host = self.hosts[0]
-        self.histories = {h: History() for h in self.hosts}
         self.set_reactive(KvtopApp.state, self.states[self.current_host])
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -325,20 +288,13 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         warnings += list(self._threshold_warnings)  # each starts with "[alerts]"
         for warning in warnings:
             self.notify(safe(warning, 300), severity="warning", timeout=10, markup=False)
-        if self._poll:
-            for i, host in enumerate(self.sources):
-                self.run_worker(self._poll_host(host), group=f"poll-ollama-{i}", exclusive=True,
-                                exit_on_error=False, name=f"poll {host}")
-        if self.log_source is not None:
-            self.follow_log()
         if self.replay is not None:
             from kvtop.ui.replay_worker import play
 
             self.run_worker(play(self, self.replay), group="replay", exclusive=True, exit_on_error=False)
-        if self._poll and self.gpu_source is not None and self.proc_source is not None:
-            self.poll_gpu()
-            if self.slots_source is not None:
-                self.poll_slots()
+        elif self._poll or self.log_source is not None:
+            # the engine polls the servers and this machine and follows the log (kvtop.engine)
+            self.run_worker(self.engine.run(), group="engine", exclusive=True, exit_on_error=False, name="engine")
 
     def _exit_on_signal(self) -> None:
         """SIGTERM / SIGHUP: quit cleanly; if the shutdown hangs (seen once after the terminal
@@ -353,209 +309,70 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         await self._close_server_view()
         if self.recorder is not None:
             self.recorder.close()
-        if self.log_source is not None:
-            try:
-                await self.log_source.aclose()
-            except Exception:  # noqa: BLE001 - never block quitting
-                pass
-        for src in self.sources.values():
-            try:
-                await src.aclose()
-            except Exception:  # noqa: BLE001 - closing a pool must never block quitting
-                pass
-        for closable in (self.gpu_source, self.proc_source, self.slots_source):
-            if closable is not None:
-                try:
-                    await closable.aclose()
-                except Exception:  # noqa: BLE001 - never block quitting
-                    pass
-
-    async def _poll_host(self, host: str) -> None:
-        """Sample one server, post, sleep ``interval_s`` after the sample (its polls never
-        overlap; every server has its own loop, so a slow one never delays another)."""
-        source = self.sources[host]
-        while True:
-            if not self.paused:
-                if host == self.local_host:
-                    self._tick.set()  # the waiters wake; clearing at once does not undo that
-                    self._tick.clear()
-                snap = await source.sample()
-                if snap.host_url != host:  # a source reports the URL it polled; route by ours
-                    snap = dataclasses.replace(snap, host_url=host)
-                self.post_message(SnapshotReceived(snap))
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
-            except asyncio.TimeoutError:
-                pass
-
-    @work(group="poll-gpu", exclusive=True, exit_on_error=False)
-    async def poll_gpu(self) -> None:
-        """One GPU sample, then the processes on it, posted together; sleep ``interval_s`` after."""
-        assert self.gpu_source is not None and self.proc_source is not None
-        sampler = GpuWithProcs(self.gpu_source, self.proc_source)
-        while True:
-            if not self.paused:
-                self.post_message(GpuSampled(*await sampler.sample()))
-            await self._next_tick()
-
-    async def _next_tick(self) -> None:
-        """Wait for the local server's next poll (so this machine's samples are applied with it),
-        or ``interval_s`` when it is not polled or its poll is late (a dead server's timeout)."""
-        wait = self.interval_s * (1.5 if self._poll and self.local_host in self.sources else 1.0)
-        try:
-            await asyncio.wait_for(self._tick.wait(), timeout=wait)
-        except asyncio.TimeoutError:
-            pass
-
-    @work(group="poll-log", exclusive=True, exit_on_error=False)
-    async def follow_log(self) -> None:
-        """Read log batches, parse them (pure, fast), post the events; one message per batch."""
-        assert self.log_source is not None
-        from kvtop.logparse.parser import LogParser, year_at
-
-        parser = LogParser(default_year=year_at())
-        async for batch in self.log_source.batches():
-            events: list[LogEvent] = []
-            try:
-                for line in batch.lines:
-                    events.extend(parser.feed(line))
-                events.extend(parser.end_batch())  # a held line (it might have continued) is released
-            except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
-                self.notify(f"log parser error: {type(exc).__name__}: {exc}", severity="error", markup=False)
-                parser = LogParser(default_year=year_at())
-            self.post_message(LogEventsReceived(
-                tuple(events), source=batch.source, status=batch.status, ok=batch.ok,
-                lines=len(batch.lines), dropped_lines=batch.dropped_lines, raw_lines=batch.lines,
-            ))
+        await self.engine.aclose()  # every source, each once
 
     @on(LogEventsReceived)
     def on_log_events_received(self, message: LogEventsReceived) -> None:
-        """Log events change state here too (the one other place); the log is the local server's."""
-        self._record(lambda r: r.log(source=message.source, status=message.status, ok=message.ok, lines=message.lines,
-                                     dropped_lines=message.dropped_lines, raw_lines=message.raw_lines))
-        pending = self._pending.get(self.local_host)
-        if pending and isinstance(pending[-1], _LogRun):
-            pending[-1].add(message)  # merged: the apply step groups the loads once for all of them
-            if self.replay is None:
-                self._schedule_apply(urgent=False)
-        else:
-            run = _LogRun([], None, None, True, 0, 0, [])
-            run.add(message)
-            self._stage(self.local_host, run, urgent=False)
-
-    @work(group="poll-slots", exclusive=True, exit_on_error=False)
-    async def poll_slots(self) -> None:
-        """Ask the local llama-server runners for ``/slots`` every ``interval_s``, only while the
-        process sample lists one with a port (one last empty round clears the rows when they go)."""
-        assert self.slots_source is not None
-        from kvtop.sources.slots import slot_runners
-
-        asked = False
-        while True:
-            state = self.states.get(self.local_host)
-            procs = state.procs if state is not None else None
-            runners = slot_runners(procs.runners) if procs is not None else ()
-            if not self.paused and (runners or asked):
-                self.post_message(SlotsSampled(await self.slots_source.sample(runners)))
-                asked = bool(runners)
-            await self._next_tick()
+        """A replayed log batch (parsed by the replay worker's ``LogFeed``): staged for the log's server."""
+        self.engine.stage_log(message.events, source=message.source, status=message.status, ok=message.ok,
+                              lines=message.lines, dropped_lines=message.dropped_lines, raw_lines=message.raw_lines)
 
     @on(SlotsSampled)
     def on_slots_sampled(self, message: SlotsSampled) -> None:
-        """A ``/props`` + ``/slots`` round changes the local server's rows (the runner rung: context,
-        slots, busy slots, context fill, decode speed)."""
-        self._record(lambda r: r.slots(message.snapshot))
-        snap = message.snapshot
-        for host in (self.local_host, *self.machine_hosts):
-            self._stage(host, lambda state: fold_slots(state, snap))
+        """A replayed ``/props`` + ``/slots`` round (the runner rung)."""
+        self.engine.stage_slots(message.snapshot)
 
     @on(GpuSampled)
     def on_gpu_sampled(self, message: GpuSampled) -> None:
-        """A GPU + process sample changes state here (this machine's: the local server's)."""
-        self._record(lambda r: r.gpu(message.gpu, message.procs))
-        gpu, procs = message.gpu, message.procs
-        self._stage(self.local_host, lambda state: fold_gpu(state, gpu, procs))
-        for host in self.machine_hosts:  # runners and environment only: the GPU panel is the first server's
-            self._stage(host, lambda state: fold_procs(state, procs))
+        """A replayed GPU + process sample (this machine's: the local server's)."""
+        self.engine.stage_gpu(message.gpu, message.procs)
 
     @on(SnapshotReceived)
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
-        """The one place a poll changes state (routed to its server by ``host_url``)."""
-        self._record(lambda r: r.ollama(message.snapshot))
-        host = message.snapshot.host_url
-        if host not in self.states:
-            host = self.current_host if len(self.hosts) == 1 else host
-        snap = message.snapshot
-        self._stage(host, lambda state: fold(state, snap))
+        """A replayed poll (routed to its server by ``host_url``)."""
+        self.engine.stage_snapshot(message.snapshot)
 
-    def _stage(self, host: str, item: _Pending, *, urgent: bool = True) -> None:
-        """Keep one message for ``host``'s next apply step. A poll result (``urgent``) is applied
-        ``APPLY_SETTLE_S`` later, with the other samples of its tick; log batches alone wait for
-        that step, or ``interval_s`` after the last one (``LOG_APPLY_GAP_INTERVALS`` while polling).
-        In ``--replay`` the recording's ``apply`` records say when (``on_apply_step_recorded``);
-        a recording without them is applied record by record."""
-        if host not in self.states:
-            return
-        pending = self._pending.setdefault(host, [])
-        pending.append(item)
-        if self.replay is None:
-            self._schedule_apply(urgent=urgent)
-        elif not self.replay.recording.header.apply_steps or len(pending) > REPLAY_PENDING_MAX:
-            self._apply_pending()  # a recording without apply records (or one that lost them)
+    def _stage(self, host: str, item: Pending, *, urgent: bool = True) -> None:
+        """Keep one message for ``host``'s next apply step (``Engine.stage``: the server view's samples)."""
+        self.engine.stage(host, item, urgent=urgent)
 
     @on(ApplyStepRecorded)
     def on_apply_step_recorded(self, message: ApplyStepRecorded) -> None:
         """``--replay``: the live dashboard applied here."""
         self._apply_pending()
 
-    def _schedule_apply(self, *, urgent: bool) -> None:
-        now = time.monotonic()
-        due = now + APPLY_SETTLE_S
-        if not urgent:
-            gap = self.interval_s * (LOG_APPLY_GAP_INTERVALS if self._poll else 1.0)
-            due = max(due, self._last_apply_at + gap)
-        if self._apply_timer is not None:
-            if self._apply_due <= due:
-                return  # an earlier step takes this message too
-            self._apply_timer.cancel()
-        self._apply_due = due
-        self._apply_timer = asyncio.get_running_loop().call_later(due - now, self._apply_pending)
-
     def _apply_pending(self) -> None:
-        """The apply step: for each server with staged messages, fold them into its state, evaluate
-        its alerts once and record its history once; the dashboard repaints once (``watch_state``)
-        when the server on screen changed, and the overview row when a server's summary changed."""
-        if self._apply_timer is not None:
-            self._apply_timer.cancel()
-            self._apply_timer = None
+        """Run the engine's apply step now (a replay's apply record; the end of a recording)."""
+        self.engine.apply_step()
+
+    def _on_engine_step(self, step: Step) -> None:
+        """After each apply step of the engine: the server on screen's new state repaints the
+        dashboard once (``watch_state``); the overview row follows a server's summary; a poll
+        that changed the loaded models lets the unloads in flight end."""
         if not self.is_running:
             return  # shutting down: a late step must not touch removed widgets
-        pending, self._pending = self._pending, {}
-        if not pending and (self.replay is None or not self.replay.recording.header.apply_steps):
-            return
-        self._last_apply_at = time.monotonic()
-        self.apply_steps += 1
         overview_changed = False
-        for host, items in pending.items():
-            old = self.states.get(host)
-            if old is None:
-                continue
-            new = fold_pending(old, items)
-            if new is old:
-                continue  # nothing changed (a repeated /slots round): no evaluation, no repaint
-            self.alert_evaluations += 1
-            new = with_alerts(new)
-            self.states[host] = new
-            self.histories[host].record(new)
+        for host in step.changed:
+            old, new = step.previous[host], step.states[host]
             if new.ollama is not old.ollama:
                 self.watch_unloads(host)
             if host == self.current_host:
                 self.state = new
             overview_changed = overview_changed or _overview_key(old) != _overview_key(new)
-        self._record(lambda r: r.apply())
         if overview_changed and len(self.hosts) > 1:
             self._refresh_servers_bar()
+
+    def _on_engine_notice(self, notice: Notice) -> None:
+        """A source that failed (a log parser error, …), said once by the engine; notes are --once's."""
+        if notice.error and self.is_running:
+            self.notify(safe(notice.text, 300), severity="error", markup=False)
+
+    def _recording_failed(self, recorder: Recorder, exc: Exception) -> None:
+        """``--record``: a write failed (disk full, removed disk): the engine stopped recording."""
+        if self._dashboard_ready:
+            self.dashboard.query_one(ServerHeader).recording = False
+        self.notify(safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
+                    severity="error", timeout=30, markup=False)
 
     def _refresh_servers_bar(self) -> None:
         if not self._dashboard_ready or not self.is_running or len(self.hosts) < 2:
@@ -584,20 +401,6 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
     def watch_state(self) -> None:
         if not self._replay_quiet:
             self._refresh_all()
-
-    def _record(self, write: Callable[[Recorder], None]) -> None:
-        """``--record``: write one applied message; on a write error say so once and stop recording."""
-        if self.recorder is None:
-            return
-        try:
-            write(self.recorder)
-        except Exception as exc:  # noqa: BLE001 - disk full, removed disk: kvtop keeps running
-            recorder, self.recorder = self.recorder, None
-            recorder.close()
-            if self._dashboard_ready:
-                self.dashboard.query_one(ServerHeader).recording = False
-            self.notify(safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
-                        severity="error", timeout=30, markup=False)
 
     @on(ReplayBurst)
     def _replay_burst(self, message: ReplayBurst) -> None:
@@ -660,9 +463,11 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         self._refresh_all()
 
     def watch_paused(self) -> None:
+        self.engine.paused = self.paused
         self._refresh_all()
 
     def watch_interval_s(self) -> None:
+        self.engine.interval_s = self.interval_s
         self._refresh_all()
 
     def dashboard_mounted(self) -> None:
@@ -836,7 +641,8 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        self._wake.set()
+        self.engine.paused = self.paused
+        self.engine.wake()
         if self.replay is not None:
             self.replay.player.paused = self.paused
             self.replay.wake.set()
@@ -849,13 +655,14 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         else:
             nxt = next((s for s in reversed(steps) if s < current), steps[0])
         self.interval_s = nxt  # the header shows it
+        self.engine.interval_s = nxt
 
     def action_slower(self) -> None:
         self._step_interval(+1)
 
     def action_faster(self) -> None:
         self._step_interval(-1)
-        self._wake.set()
+        self.engine.wake()
 
     def action_reverse_sort(self) -> None:
         self.sort_reverse = not self.sort_reverse
@@ -1061,27 +868,17 @@ def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bo
     """
     if replay is not None:
         return KvtopApp(settings, None, poll=False, replay=replay)
-    if source is None:
-        from kvtop.sources.ollama import OllamaClient
+    # the one factory of sources (kvtop.engine.build_sources): a client per server with its access
+    # options, the log, and this machine's GPU, processes and /slots on a real run (no source given)
+    servers = None if source is None and more_sources is None else {
+        **({settings.host_url: source} if source is not None else {}), **(more_sources or {})}
+    built = build_sources(settings, servers=servers, log=log_source, gpu=gpu_source, procs=proc_source,
+                          slots=slots_source, machine=source is None)
+    if source is None and settings.host_url not in built.servers:
+        from kvtop.engine import ollama_client
 
-        source = OllamaClient(settings.host_url, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
-                              access=settings.access_for(settings.host_url))
-        if more_sources is None:
-            more_sources = {h: OllamaClient(h, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
-                                            access=settings.access_for(h))
-                            for h in settings.host_urls[1:]}
-        if gpu_source is None and proc_source is None:  # real run: real GPU and process sources
-            from kvtop.sources.gpu import GpuSource
-            from kvtop.sources.procs import ProcSource
-
-            gpu_source, proc_source = GpuSource(), ProcSource()
-            if slots_source is None:
-                from kvtop.sources.slots import SlotsSource
-
-                slots_source = SlotsSource()
-    if log_source is None and settings.log_spec != "none":
-        from kvtop.sources.tail import open_log_source, parse_log_spec
-
-        log_source = open_log_source(parse_log_spec(settings.log_spec))
-    return KvtopApp(settings, source, poll=poll, log_source=log_source, gpu_source=gpu_source,
-                    proc_source=proc_source, more_sources=more_sources, slots_source=slots_source)
+        built.servers = {settings.host_url: ollama_client(settings, settings.host_url), **built.servers}
+    first = built.servers.get(settings.host_url)
+    more = {h: src for h, src in built.servers.items() if h != settings.host_url}
+    return KvtopApp(settings, first, poll=poll, log_source=built.log, gpu_source=built.gpu,
+                    proc_source=built.procs, more_sources=more, slots_source=built.slots)
