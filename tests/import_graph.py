@@ -134,16 +134,22 @@ class _Visitor(ast.NodeVisitor):
             self._add(sub if sub in self.modules else self._resolve(module), node.lineno)
 
 
+def imports_of(source: str, name: str, modules: set[str], *, is_package: bool = False) -> list[Edge]:
+    """The imports in ``source``, the text of module ``name``; ``modules``: every kvtop module."""
+    visitor = _Visitor(name, is_package, modules)
+    visitor.visit(ast.parse(source, name))
+    return visitor.edges
+
+
 def edges(*, include_type_checking: bool = True, external: bool = False) -> list[Edge]:
     """Every import edge between kvtop modules (and, with ``external``, to other top-level packages)."""
     modules = all_modules()
     names = set(modules)
     out: list[Edge] = []
     for name, path in modules.items():
-        visitor = _Visitor(name, path.name == "__init__.py", names)
-        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        found = imports_of(path.read_text(encoding="utf-8"), name, names, is_package=path.name == "__init__.py")
         out.extend(
-            e for e in visitor.edges
+            e for e in found
             if (include_type_checking or e.kind != "type") and (external or not e.external)
         )
     return out
@@ -211,7 +217,7 @@ def main(argv: list[str]) -> int:
     for component in found:
         print(f"- {len(component)}: " + " ".join(sorted(component)))
         if "--edges" in argv:
-            for e in sorted(all_edges, key=lambda e: (e.source, e.target, e.line)):
+            for e in sorted(set(all_edges), key=lambda e: (e.source, e.target, e.line)):
                 if e.source in component and e.target in component:
                     print(f"    {e.source}:{e.line} -> {e.target} ({e.kind})")
     return 0
