@@ -20,7 +20,11 @@ TEST_COMMAND = ("python3 -m venv .venv && .venv/bin/python tests/install_test_ex
 def test_readme_and_ci_run_the_same_command() -> None:
     assert TEST_COMMAND in (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert '"$VENV/bin/python" tests/install_test_extras.py\n"$VENV/bin/python" -m pytest\n' in ci
+    install, suite = '"$VENV/bin/python" tests/install_test_extras.py\n', '"$VENV/bin/python" -m pytest\n'
+    assert install in ci and suite in ci and ci.index(install) < ci.index(suite)
+    between = ci[ci.index(install) + len(install):ci.index(suite)]  # only the house rules' checks (ruff, mypy)
+    assert all(line.startswith("#") or line.startswith(('"$VENV/bin/python" -m ruff ', '"$VENV/bin/python" -m mypy '))
+               for line in between.splitlines()), between
 
 
 def test_the_build_options_build_llama_server_alone() -> None:
