@@ -156,7 +156,9 @@ class Engine:
         self._failing: dict[tuple[str, str | None], str] = {}
         self._wake = asyncio.Event()
         self._tick = asyncio.Event()
-        self._live = False
+        self.scheduled = False
+        """Staged messages are applied by a timer (``APPLY_SETTLE_S`` / the log gap): set while
+        :meth:`run` runs, and by a live dashboard whatever polls it (False: :meth:`step` or a replay applies)."""
         self._apply_timer: asyncio.TimerHandle | None = None
         self._apply_due = 0.0
         self._last_apply_at = float("-inf")
@@ -244,7 +246,7 @@ class Engine:
         self._staged(host, urgent=urgent)
 
     def _staged(self, host: str, *, urgent: bool) -> None:
-        if self._live:
+        if self.scheduled and not self.replaying:
             self._schedule_apply(urgent=urgent)
         elif self.replaying and (self.apply_each or len(self._pending.get(host, ())) > REPLAY_PENDING_MAX):
             self.apply_step()
@@ -404,11 +406,11 @@ class Engine:
             if src.slots is not None:
                 coros.append(self._poll_slots())
         tasks = [asyncio.ensure_future(c) for c in coros]
-        self._live = True
+        scheduled, self.scheduled = self.scheduled, True
         try:
             await asyncio.gather(*tasks)
         finally:
-            self._live = False
+            self.scheduled = scheduled
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
