@@ -2,9 +2,9 @@
 
 Every face follows the server log through :class:`LogFeed`: the dashboard, ``--stream``, the
 exporter and replay (which parses the recorded raw lines the same way). A line that makes the
-parser raise (a bug: every grammar is meant to tolerate any line) costs the events of that batch
-after it, is reported once as a source error (``log parser error: Type: message``), and the
-parser starts again: following goes on.
+parser raise (a bug: every grammar is meant to tolerate any line) is left out and reported once
+as a source error (``log parser error: Type: message``); the parser starts again and parses the
+rest of the batch: following goes on.
 """
 
 from __future__ import annotations
@@ -39,18 +39,36 @@ class LogFeed:
         """The events of one batch (``LogParser.feed`` each line, then ``end_batch``; ``final``:
         ``flush``, for a backlog read once, whose last record will not continue).
 
+        A line that makes the parser raise is skipped: the parser starts again (a record it held
+        for a possible continuation is lost with it) and the rest of the batch is parsed.
+
         Returns:
-            The events and None, or the events parsed before the parser raised and its error
-            (``log parser error: ValueError: …``); the parser is then restarted.
+            The events and None, or the events and the error said once for the batch
+            (``log parser error: ValueError: …``, with how many more lines raised).
         """
-        parser = self.parser
         events: list[LogEvent] = []
-        try:
-            for line in lines:
-                events.extend(parser.feed(line))
-            events.extend(parser.flush() if final else parser.end_batch())  # a held line (it might have continued) is released
-        except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
-            self.errors += 1
-            self.reset()
-            return events, f"log parser error: {type(exc).__name__}: {exc}"
-        return events, None
+        first: str | None = None
+        raised = 0
+        rest = lines
+        while True:
+            parser = self.parser
+            done = 0
+            try:
+                for line in rest:
+                    done += 1
+                    events.extend(parser.feed(line))
+                events.extend(parser.flush() if final else parser.end_batch())  # a held line is released
+            except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the log
+                self.errors += 1
+                raised += 1
+                if first is None:
+                    first = f"log parser error: {type(exc).__name__}: {exc}"
+                self.reset()
+                if done >= len(rest):
+                    break  # the last line (or releasing a held one) raised: nothing left to parse
+                rest = rest[done:]  # the line that raised is left out, the rest parsed by a new parser
+                continue
+            break
+        if first is not None and raised > 1:
+            first += f" (and {raised - 1} more line{'s' if raised > 2 else ''})"
+        return events, first

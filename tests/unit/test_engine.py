@@ -127,6 +127,10 @@ def test_the_log_feed_reports_a_parser_exception_and_starts_again(monkeypatch: p
     assert feed.parser is not parser  # restarted
     rest, error = feed.parse(lines[5:])
     assert error is None and len(first) + len(rest) > 0
+    whole, _ = LogFeed(year=2026).parse(lines, final=True)
+    around, error = LogFeed(year=2026).parse([*lines[:5], "x " + MARKER, *lines[5:], "y " + MARKER], final=True)
+    assert error == "log parser error: ValueError: boom (and 1 more line)"
+    assert len(around) >= len(whole) - 1  # the rest of the batch is parsed (a record held at the marker may go)
 
 
 # --------------------------------------------------------------------------------------------
