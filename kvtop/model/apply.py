@@ -2,8 +2,9 @@
 
 ``kvtop.model.state`` folds messages into the state (``fold_*``: pure data, no alert
 evaluation); ``kvtop.model.alerts`` evaluates the alerts of a state. This module joins them for
-the callers that take one message at a time (``--once``, ``--check``, the exporter, tests). The
-dashboard folds every message of an interval and evaluates once (``ui.app.KvtopApp``'s apply step).
+tests and tools that take one message at a time. Every face (the dashboard, ``--once``,
+``--check``, ``--stream``, the exporter) goes through the engine instead, which folds every
+message of a step and evaluates once (``kvtop.engine.Engine.apply_step``, with :func:`with_alerts`).
 So state never imports the alert rules, and the rules read the state.
 """
 

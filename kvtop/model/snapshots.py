@@ -1,4 +1,4 @@
-"""Immutable snapshots produced by the sources and consumed by ``model.apply.apply``.
+"""Immutable snapshots produced by the sources and folded by ``model.state.fold`` (the engine's apply step).
 
 Sources fill a snapshot completely when they sample; nothing mutates one afterwards. A failed
 sample is still a snapshot (``reachable=False`` with ``error`` saying what happened), so the

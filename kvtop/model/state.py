@@ -56,10 +56,10 @@ def initial_state(host_url: str, alert_settings: Mapping[str, Any], naive_tz: tz
     return AppState(host_url=host_url, thresholds=thresholds, naive_tz=naive_tz), warnings
 
 
-# Each ``fold_*`` is one message folded into the state, alerts left as they were: the dashboard
-# folds every message of an interval, then evaluates the alerts once (``ui.app.KvtopApp``'s apply
-# step). ``kvtop.model.apply`` has each fold with the alerts evaluated, for callers that take one
-# message at a time (``--once``, the exporter, tests): state holds data, evaluation reads it.
+# Each ``fold_*`` is one message folded into the state, alerts left as they were: the engine
+# (``kvtop.engine.Engine.apply_step``, behind every face) folds every message of a step, then
+# evaluates the alerts once. ``kvtop.model.apply`` has each fold with the alerts evaluated, for
+# tests and tools that take one message at a time: state holds data, evaluation reads it.
 
 
 def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
