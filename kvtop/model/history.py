@@ -404,14 +404,14 @@ class History:
             self._record_models(state, snap.taken_at)
             changed = True
         for view in state.models:
-            series = self.models.get((view.name, view.digest))
+            mseries = self.models.get((view.name, view.digest))
             t = view.throughput
-            if series is None or t is None or t.last_decode_tps is None:
+            if mseries is None or t is None or t.last_decode_tps is None:
                 continue
             sig = (t.requests, t.last_decode_tps)
-            if sig != series._timing:
-                series._timing = sig
-                series.decode_tps.add(now_s, t.last_decode_tps)
+            if sig != mseries._timing:
+                mseries._timing = sig
+                mseries.decode_tps.add(now_s, t.last_decode_tps)
                 self._seen(now_s)
                 changed = True
         if changed:
@@ -551,11 +551,11 @@ def sparkline(points: Iterable[tuple[float, float]], start_s: float, end_s: floa
     if top is None:
         return " " * cells
     out = []
-    for v in best:
-        if v is None:
+    for high in best:
+        if high is None:
             out.append(" ")
         elif top <= 0:
             out.append(SPARK_CHARS[0])
         else:
-            out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, max(0, int(round(v / top * (len(SPARK_CHARS) - 1)))))])
+            out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, max(0, int(round(high / top * (len(SPARK_CHARS) - 1)))))])
     return "".join(out)
