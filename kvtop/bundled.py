@@ -6,11 +6,12 @@ folders); run from a source tree (tests, a plain checkout) they are the folders 
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 
-try:
+if sys.version_info >= (3, 11):
     from importlib.resources.abc import Traversable
-except ImportError:  # pragma: no cover - Python 3.10
+else:  # pragma: no cover - Python 3.10
     from importlib.abc import Traversable
 from pathlib import Path
 

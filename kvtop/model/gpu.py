@@ -14,23 +14,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvtop.model.gpu_snapshots import (  # noqa: F401 - re-exported: the snapshots' old home, imported from here by the faces
-    GpuBackend,
-    GpuProblem,
-    RunnerKind,
-    ProcKind,
-    SplitKind,
-    NOT_SAMPLED,
-    GpuProcess,
-    GpuDevice,
-    SystemMemory,
-    GpuSnapshot,
-    ServiceEnv,
-    ServerProcess,
-    RunnerProcess,
-    ProcessInfo,
-    PidNamespace,
-    ProcSnapshot,
+from kvtop.model.gpu_snapshots import (  # re-exported (`X as X`): the snapshots' old home, imported from here by the faces
+    GpuBackend as GpuBackend,
+    GpuProblem as GpuProblem,
+    RunnerKind as RunnerKind,
+    ProcKind as ProcKind,
+    SplitKind as SplitKind,
+    NOT_SAMPLED as NOT_SAMPLED,
+    GpuProcess as GpuProcess,
+    GpuDevice as GpuDevice,
+    SystemMemory as SystemMemory,
+    GpuSnapshot as GpuSnapshot,
+    ServiceEnv as ServiceEnv,
+    ServerProcess as ServerProcess,
+    RunnerProcess as RunnerProcess,
+    ProcessInfo as ProcessInfo,
+    PidNamespace as PidNamespace,
+    ProcSnapshot as ProcSnapshot,
 )
 from kvtop.model.views import ModelView
 

@@ -17,12 +17,12 @@ from kvtop.model.gpu import gpu_free_bytes
 from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess
 from kvtop.model.ladder import RunnerIndex
 from kvtop.model.preflight import PreflightRow, ServerDefaults, defaults_json, preflight, preflight_json, server_defaults
-from kvtop.model.server_info import (  # noqa: F401 - re-exported: the server view's data, imported from here by the sources and the ui
-    CgroupLimits,
-    ProcessTree,
-    Restarts,
-    ServerHealth,
-    ServerInfo,
+from kvtop.model.server_info import (  # re-exported (`X as X`): the server view's data, imported from here by the sources and the ui
+    CgroupLimits as CgroupLimits,
+    ProcessTree as ProcessTree,
+    Restarts as Restarts,
+    ServerHealth as ServerHealth,
+    ServerInfo as ServerInfo,
 )
 from kvtop.model.snapshots import PulledSnapshot
 from kvtop.model.traffic import traffic_json

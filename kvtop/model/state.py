@@ -28,7 +28,11 @@ from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput, apply_log, throughput
 from kvtop.model.slots import DecodeRate, SlotsSnapshot, decode_rates, runners_by_pid, slot_use
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key, parse_version
-from kvtop.model.views import AppState, Memory, ModelView  # noqa: F401 - re-exported: their old home, imported from here across kvtop
+from kvtop.model.views import (  # re-exported (`X as X`): their old home, imported from here across kvtop
+    AppState as AppState,
+    Memory as Memory,
+    ModelView as ModelView,
+)
 
 PARALLEL_DEFAULT_SINCE = (0, 10, 0)
 """``OLLAMA_NUM_PARALLEL`` defaults to 1 from v0.10.0 (§3.3, commit 20c3266e9); before it was auto."""

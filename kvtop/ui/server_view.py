@@ -17,7 +17,7 @@ from textual.message import Message
 from kvtop.model.server import ServerHealth, fold_server
 
 if TYPE_CHECKING:  # the pre-flight model (and the plan it uses) is imported when the view first opens
-    from kvtop.model.preflight import PulledSnapshot
+    from kvtop.model.snapshots import PulledSnapshot
 
 
 class ServerSampled(Message):
