@@ -16,7 +16,7 @@ from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json,
 from kvtop.model.alerts import alert_json
 from kvtop.model.server import server_json
 from kvtop.model.known import SOURCE_LEGEND
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.views import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from kvtop.model.state import AppState, ModelView
+    from kvtop.model.views import AppState, ModelView
 
 BUCKET_S = 1.0
 """Width of one time bucket, seconds: one stored point per series per bucket."""

@@ -44,7 +44,7 @@ from kvtop.model.state import SHOW_PENDING
 
 if TYPE_CHECKING:
     from kvtop.model.logstate import LogState
-    from kvtop.model.state import AppState, ModelView
+    from kvtop.model.views import AppState, ModelView
 
 SegmentKind = Literal["weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free"]
 """``weights``/``kv``/``compute``: a model's parts; ``model``: a model's memory not broken down;

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kvtop.logparse.loads import COMPONENTS, is_cpu_device
 from kvtop.model.known import Known
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 
 __all__ = ["vram_ram"]
 

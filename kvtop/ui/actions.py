@@ -37,7 +37,7 @@ from textual.widgets.option_list import Option
 
 from kvtop.model.alerts import Alert, Fix
 from kvtop.model.gpu import GpuProcessView
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 from kvtop.ui.format import exact_bytes, ibytes, safe
 from kvtop.ui.screens.confirm import ConfirmWrite, OnceModal
 from kvtop.ui.widgets.events_pane import EventsPane, OperatorEntry

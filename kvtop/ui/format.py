@@ -25,7 +25,7 @@ from kvtop.model.known import (  # re-exported: the one vocabulary of units and 
     size_text,
     source_mark,
 )
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used outside the UI
 from kvtop.redact import scrub_text
 

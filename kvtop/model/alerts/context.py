@@ -34,7 +34,7 @@ from kvtop.model.ladder import RunnerIndex
 from kvtop.model.logstate import Prefix
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
-    from kvtop.model.state import AppState, ModelView
+    from kvtop.model.views import AppState, ModelView
 
 __all__ = [
     "RECENT_KINDS",

@@ -20,7 +20,7 @@ from kvtop.model.gpu import ServiceEnv
 from kvtop.model.ladder import setting_in_force
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
-    from kvtop.model.state import AppState, ModelView
+    from kvtop.model.views import AppState, ModelView
 
 __all__ = ["alert_json", "evaluate", "evaluate_state", "exit_code"]
 

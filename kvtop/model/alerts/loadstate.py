@@ -27,7 +27,7 @@ from kvtop.model.alerts.types import Alert, Fix
 from kvtop.model.ladder import go_bool
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
-    from kvtop.model.state import ModelView
+    from kvtop.model.views import ModelView
 
 __all__ = ["context_over_training", "fa_forced", "load_alerts", "runner_over_training_alerts"]
 

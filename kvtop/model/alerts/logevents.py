@@ -39,7 +39,7 @@ from kvtop.model.alerts.text import minutes, plural, short_blob, span_text
 from kvtop.model.alerts.types import KINDS, Alert, Fix
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
-    from kvtop.model.state import ModelView
+    from kvtop.model.views import ModelView
 
 __all__ = ["churn_alerts", "clamp_alerts", "incident_alerts", "rejection_alerts", "truncation_alerts"]
 

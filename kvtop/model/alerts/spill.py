@@ -32,7 +32,7 @@ from kvtop.model.ladder import setting_in_force
 from kvtop.model.plan import gpu_budget, kv_now
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
-    from kvtop.model.state import ModelView
+    from kvtop.model.views import ModelView
 
 __all__ = ["Budget", "fix_budget", "context_fix", "spill"]
 

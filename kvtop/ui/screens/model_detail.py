@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from kvtop.model.known import NOT_KNOWN_WORDS, SOURCE_WORDS, Known
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.views import AppState, ModelView
 from kvtop.ui.format import exact_bytes, ibytes, safe, size_text
 from kvtop.model.gpu import gpu_status_line, model_gpu_usage
 from kvtop.ui.widgets.gpu_panel import gpu_detail_rows

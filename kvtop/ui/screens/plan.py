@@ -34,7 +34,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from kvtop.model import kv, plan
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama import fetch_tensors, send_load_request
 from kvtop.model.known import NOT_KNOWN_WORDS

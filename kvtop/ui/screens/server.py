@@ -22,7 +22,7 @@ from kvtop.core.bounds import GO_DURATION_MAX_S
 from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
 from kvtop.model.server import ServerInfo, state_preflight
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.traffic import Traffic
 from kvtop.ui.format import ibytes, safe
 
