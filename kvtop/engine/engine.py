@@ -405,7 +405,7 @@ class Engine:
             coros.append(self._poll_gpu())
             if src.slots is not None:
                 coros.append(self._poll_slots())
-        tasks = [asyncio.ensure_future(c) for c in coros]
+        tasks = [asyncio.ensure_future(self._supervised(c)) for c in coros]
         scheduled, self.scheduled = self.scheduled, True
         try:
             await asyncio.gather(*tasks)
@@ -414,6 +414,15 @@ class Engine:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _supervised(self, loop: Awaitable[None]) -> None:
+        """One of :meth:`run`'s loops; a bug that ends it is reported and the other loops go on."""
+        try:
+            await loop
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one loop's bug must not stop the others
+            self.report(Notice("engine", None, f"a polling loop stopped: {type(exc).__name__}: {exc}"))
 
     async def _poll_host(self, host: str) -> None:
         """Sample one server, stage it, sleep ``interval_s`` after the sample (its polls never

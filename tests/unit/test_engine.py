@@ -309,3 +309,23 @@ async def test_a_down_server_is_data_not_a_failure() -> None:
     engine.on_notice(notices.append)
     [state] = await engine.step()
     assert not state.reachable and notices == []
+
+
+async def test_a_loop_that_breaks_is_reported_and_the_others_go_on() -> None:
+    source = FakeSource(snapshot_at(step_index("spills")))
+    engine = Engine(settings(interval_s=0.05), EngineSources(servers={HOST: source}, gpu=FixedGpuSource(),
+                                                             procs=FixedProcSource()))
+    notices: list[Notice] = []
+    engine.on_notice(notices.append)
+
+    def broken(*_: Any) -> None:
+        raise KeyError("bug")
+
+    engine.stage_gpu = broken  # type: ignore[method-assign]
+    task = asyncio.ensure_future(engine.run())
+    await asyncio.sleep(0.4)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await engine.aclose()
+    assert [n.text for n in notices] == ["a polling loop stopped: KeyError: 'bug'"]
+    assert source.calls >= 3 and engine.states[HOST].models  # the server is still polled
