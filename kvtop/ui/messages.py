@@ -1,4 +1,5 @@
-"""Messages workers post to the app (past tense: something happened)."""
+"""Messages the replay worker posts to the app (past tense: something happened); the app stages them
+in its engine (``kvtop.engine``), which polls the live sources itself."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kvtop.model.snapshots import OllamaSnapshot
 
 
 class LogEventsReceived(Message):
-    """The log worker parsed one batch of lines."""
+    """One batch of log lines, parsed (a recorded batch, parsed by the replay worker's ``LogFeed``)."""
 
     def __init__(self, events: tuple[LogEvent, ...], *, source: str | None, status: str | None, ok: bool,
                  lines: int, dropped_lines: int, raw_lines: tuple[str, ...] = ()) -> None:
@@ -26,7 +27,7 @@ class LogEventsReceived(Message):
 
 
 class SnapshotReceived(Message):
-    """A source finished one sample; the app applies it to its state."""
+    """One poll of a server; the app stages it in its engine for the next apply step."""
 
     def __init__(self, snapshot: OllamaSnapshot) -> None:
         super().__init__()
@@ -34,7 +35,7 @@ class SnapshotReceived(Message):
 
 
 class GpuSampled(Message):
-    """The GPU worker took one GPU sample and, right after it, one process sample."""
+    """One GPU sample and, taken right after it, one process sample."""
 
     def __init__(self, gpu: GpuSnapshot, procs: ProcSnapshot) -> None:
         super().__init__()
@@ -43,7 +44,7 @@ class GpuSampled(Message):
 
 
 class SlotsSampled(Message):
-    """The slots worker asked the local llama-server runners for ``/slots`` (one round)."""
+    """One round of ``/slots`` of the local llama-server runners."""
 
     def __init__(self, snapshot: SlotsSnapshot) -> None:
         super().__init__()
