@@ -180,3 +180,58 @@ async def test_a_refusing_port_that_starts_listening_is_read_at_its_next_ask() -
         if srv is not None:
             srv.shutdown()
             srv.server_close()
+
+
+class _CountingSlots(SlotsSource):
+    """The real source, counting its rounds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds = 0
+
+    async def sample(self, runners):  # type: ignore[no-untyped-def, override]
+        self.rounds += 1
+        return await super().sample(runners)
+
+
+async def test_the_app_asks_an_idle_runner_every_idle_period_and_repaints_nothing_for_it(
+        runner_server: ThreadingHTTPServer) -> None:
+    """The real app at a 0.25 s interval with a runner (a real HTTP server) in its process sample:
+    while the runner is idle its /slots is asked once per IDLE_EVERY_S and the rounds change no
+    state (the state keeps its first /slots snapshot: nothing is folded, evaluated or repainted for
+    them); busy, it is asked every round."""
+    import asyncio
+
+    from kvtop.config import Settings
+    from kvtop.model.gpu import ProcSnapshot
+    from kvtop.ui.app import make_app
+    from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
+    from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
+
+    port = runner_server.server_address[1]
+    procs = ProcSnapshot(taken_at=0.0, runners=(RunnerProcess(4242, "llama-server", "C", blob=BLOB, port=port),))
+    slots = _CountingSlots()
+    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
+                   FakeSource(snapshot_at(step_index("spills")), hold=True),  # type: ignore[arg-type]
+                   gpu_source=FixedGpuSource(), proc_source=FixedProcSource(procs), slots_source=slots)
+    asked: list[str] = runner_server.asked  # type: ignore[attr-defined]
+    async with app.run_test(size=(120, 40)) as pilot:
+        async def until(cond, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while not cond():
+                assert loop.time() < deadline, "timed out"
+                await pilot.pause(0.05)
+
+        await until(lambda: asked.count("/slots") >= 1 and app.state is not None and app.state.slots is not None)
+        await pilot.pause(0.3)
+        rounds0, first = slots.rounds, app.state.slots
+        await until(lambda: slots.rounds >= rounds0 + 6)  # 1.5 s of rounds: within one idle period
+        await pilot.pause(0.3)
+        assert asked.count("/slots") <= 2  # the first ask, and at most one more (3 s after it)
+        assert app.state.slots is first  # every round since gave the same answer: no state changed for it
+        runner_server.busy = True  # type: ignore[attr-defined]
+        await until(lambda: app.state.slots is not None and any(r.busy for r in app.state.slots.runners))
+        before, rounds1 = asked.count("/slots"), slots.rounds
+        await until(lambda: slots.rounds >= rounds1 + 4)
+        assert asked.count("/slots") >= before + 3  # busy: asked (nearly) every round
