@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvtop.logparse.events import LogEvent
-from kvtop.logparse.parser import LogParser, year_at
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the parser is imported when a log is first followed (a dashboard without one starts lighter)
+    from kvtop.logparse.events import LogEvent
+    from kvtop.logparse.parser import LogParser
 
 __all__ = ["LogFeed"]
 
@@ -26,14 +29,21 @@ class LogFeed:
     """
 
     def __init__(self, year: int | None = None) -> None:
+        from kvtop.logparse.parser import year_at
+
         self.year = year_at() if year is None else year
-        self.parser = LogParser(default_year=self.year)
+        self.parser = self._new_parser()
         self.errors = 0
         """Parser exceptions caught so far."""
 
+    def _new_parser(self) -> LogParser:
+        from kvtop.logparse.parser import LogParser
+
+        return LogParser(default_year=self.year)
+
     def reset(self) -> None:
         """Start a new parser (a replay jumping back)."""
-        self.parser = LogParser(default_year=self.year)
+        self.parser = self._new_parser()
 
     def parse(self, lines: Sequence[str], *, final: bool = False) -> tuple[list[LogEvent], str | None]:
         """The events of one batch (``LogParser.feed`` each line, then ``end_batch``; ``final``:
