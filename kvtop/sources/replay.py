@@ -17,7 +17,7 @@ A recording is one JSON object per line, UTF-8, gzip-compressed when the name en
   - ``{"t", "kind": "slots", "slots": <SlotsSnapshot>}`` (``SlotsSampled``: runners' ``/props``, ``/slots``),
   - ``{"t", "kind": "log", "source", "status", "ok", "lines": <count>, "dropped_lines",
     "raw_lines": [<str>, ...]}`` (``LogEventsReceived``: the raw lines of one batch; replay parses
-    them again with the same ``LogParser``, so the events are the live ones),
+    them again with the same loop (``kvtop.engine.LogFeed``), so the events are the live ones),
   - ``{"t", "kind": "apply"}``: the dashboard's apply step took every message recorded since
     the previous one (folded into the state, alerts evaluated once). Written when the header says
     ``"apply_steps": true``; replay applies at these records, so its states equal the live ones.
@@ -49,8 +49,6 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from kvtop import __version__
-from kvtop.logparse.events import LogEvent
-from kvtop.logparse.parser import LogParser
 from kvtop.model.codec import decode, encode
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
 from kvtop.model.slots import SlotsSnapshot
@@ -701,23 +699,6 @@ def _record(raw: bytes) -> Record:
 
 # --------------------------------------------------------------------------------------------
 # Playback (pure bookkeeping; the app's replay worker does the waiting and posting)
-
-
-def parse_batch(parser: LogParser, lines: Sequence[str]) -> tuple[list[LogEvent], str | None]:
-    """The events of one batch of log lines, exactly as the live log worker parses them.
-
-    Returns:
-        The events, and None, or the events parsed before the parser raised and
-        ``ExceptionType: message`` (the caller then starts a new parser, as the live worker does).
-    """
-    events: list[LogEvent] = []
-    try:
-        for line in lines:
-            events.extend(parser.feed(line))
-        events.extend(parser.end_batch())  # a held line (it might have continued) is released
-    except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the replay
-        return events, f"{type(exc).__name__}: {exc}"
-    return events, None
 
 
 class Player:

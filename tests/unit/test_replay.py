@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.logparse.parser import LogParser
 from kvtop.model.alerts import Thresholds
 from kvtop.model.codec import CodecError, decode, encode
 from kvtop.model.gpu import (
@@ -31,7 +30,6 @@ from kvtop.sources.replay import (
     Player,
     Recorder,
     RecordingError,
-    parse_batch,
     read_recording,
     recording_header,
     resolve_recording,
@@ -258,9 +256,11 @@ def test_bundled_names_resolve_to_the_shipped_recordings() -> None:
 # Playback bookkeeping
 
 
-def test_parse_batch_matches_the_parser_fed_line_by_line() -> None:
+def test_a_log_feed_batch_matches_the_parser_fed_line_by_line() -> None:
+    from kvtop.engine import LogFeed
+
     lines = TRUNCATION_LOG.read_text(encoding="utf-8").splitlines()
-    events, error = parse_batch(LogParser(), lines)
+    events, error = LogFeed().parse(lines)  # what the replay worker parses each recorded batch with
     assert error is None
     assert [e.kind for e in events] == ["runner_ready", "gin_request", "truncation"]
 
