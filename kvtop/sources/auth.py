@@ -83,8 +83,9 @@ def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
     password still works. A ``user:password`` whose password holds an unencoded ``/``, ``?`` or
     ``#`` is refused: what precedes that first ``/``, ``?`` or ``#`` (``alice:pa`` of
     ``alice:pa/ss@gpu-box``) is no ``host:port``, and reading it as one would send the password,
-    in the path, to the wrong host. An ``@`` in the path of an address without userinfo is part
-    of the path (``gpu-box:11434/a@b``). A value without userinfo comes back unchanged with
+    in the path, to the wrong host. So is one whose user name holds one (``al/ice:pw@gpu-box``:
+    ``al`` is a host name, but a ``:`` before an ``@`` in the path is userinfo, not a path). An
+    ``@`` in the path of an address without userinfo is part of the path (``gpu-box:11434/a@b``). A value without userinfo comes back unchanged with
     ``(None, None)``. Ollama's own ``envconfig.Host()`` has no userinfo: the rest is then read as Ollama reads it
     (``config.parse_ollama_host``).
 
@@ -103,7 +104,7 @@ def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
     ends = [i for i in (rest.find(ch) for ch in "/?#") if i >= 0]
     cut = min(ends) if ends else len(rest)
     authority, tail = rest[:cut], rest[cut:]
-    if "@" in tail and "@" not in authority and _not_hostport(authority):
+    if "@" in tail and "@" not in authority and (_not_hostport(authority) or ":" in tail.rpartition("@")[0]):
         shown = (f"{scheme}://" if sep else "") + "…@" + rest.rpartition("@")[2]
         raise UserinfoError(
             f"cannot tell the user name and password from the server address in {shown!r}: a '/', '?' or '#'"

@@ -107,6 +107,22 @@ def test_an_unencoded_slash_question_or_hash_in_a_password_is_refused_without_pr
         parse_host_access(raw, strict=True)
 
 
+@pytest.mark.parametrize("raw", ["http://al/ice:s3cr3t@gpu-box:11434", "http://al?ice:s3cr3t@gpu-box/",
+                                 "http://al#ice:s3cr3t@gpu-box/", "al/ice:s3cr3t@10.0.0.5:11434",
+                                 "https://al/ice:p/w@gpu-box/"])
+def test_an_unencoded_slash_question_or_hash_in_a_user_name_is_refused_without_printing_the_password(
+        raw: str) -> None:
+    # "al" reads as a host name: before this, kvtop resolved "al" and printed the password (the
+    # rest of the value read as a path) in its unreachable error, --check --json included.
+    with pytest.raises(UserinfoError) as info:
+        split_userinfo(raw)
+    message = str(info.value)
+    assert "s3cr3t" not in message and "p/w" not in message and "ice" not in message
+    assert "%2F" in message
+    with pytest.raises(HostError):
+        parse_host_access(raw, strict=True)
+
+
 def test_an_encoded_one_and_at_or_colon_in_a_password_work() -> None:
     assert split_userinfo("https://alice:pa%2Fss%3Fw%23rd@gpu-box/") == ("https://gpu-box/", "alice", PW)
     assert split_userinfo("https://alice:a:b@c@gpu-box/") == ("https://gpu-box/", "alice", "a:b@c")
