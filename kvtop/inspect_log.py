@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from kvtop.logparse import LogParser
@@ -335,8 +335,8 @@ def render_report(doc: Mapping[str, Any], *, source: str = "", lines: int | None
     return out.getvalue()
 
 
-def _write_report(w: Callable[[str], None], *, source: str, lines: int | None, load_count: int, event_count: int,
-                  loads: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]], int]],
+def _write_report(w: Callable[[str], object], *, source: str, lines: int | None, load_count: int, event_count: int,
+                  loads: Iterable[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], int]],
                   server_events: Iterable[Mapping[str, Any]], server: Mapping[str, Any]) -> None:
     header = f"kvtop inspect-log: {safe(source)}" if source else "kvtop inspect-log"
     w(header + "\n")
@@ -361,7 +361,7 @@ def _write_report(w: Callable[[str], None], *, source: str, lines: int | None, l
     _render_server(w, server)
 
 
-def _render_load(w: Any, load: Mapping[str, Any], requests: list[Mapping[str, Any]], requests_total: int) -> None:
+def _render_load(w: Any, load: Mapping[str, Any], requests: Sequence[Mapping[str, Any]], requests_total: int) -> None:
     """One load's section; ``requests``: its first truncations / request timings, of ``requests_total``."""
     index = load.get("index")
     w(f"\nload {index + 1 if isinstance(index, int) else '?'}  (log lines {load.get('first_line')}–{load.get('last_line')})\n")

@@ -104,6 +104,7 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
     """
 
     channel_class = GuardedChannel
+    next_channel_cleanup: float  # waitress's: when maintenance() runs next (time.time())
 
     def __init__(self, *args: Any, request_deadline_s: float, response_deadline_s: float, per_client_pending: int,
                  pending_grace_s: float, **kw: Any) -> None:
