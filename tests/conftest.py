@@ -33,6 +33,7 @@ SLOW_FILES: frozenset[str] = frozenset({  # seconds in all: the run of 2026-12-0
     "tests/integration/test_log_burst.py",  # 12 s
     "tests/integration/test_log_never_found.py",  # 8 s
     "tests/integration/test_multi_host.py",  # 15 s
+    "tests/integration/test_one_engine.py",  # 5.1 s alone on a quiet machine (newer than the run above)
     "tests/integration/test_one_vocabulary.py",  # 9 s
     "tests/integration/test_plan_cli.py",  # 28 s
     "tests/integration/test_preflight.py",  # 14 s
