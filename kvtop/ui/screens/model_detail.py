@@ -121,12 +121,12 @@ def _local_rows(out: Text, v: ModelView) -> None:
     elif not env.readable:
         _row(out, "server environment", "not readable", "", env.error or "")
     else:
-        shown = dict(env.values)
-        n = sum(1 for k in shown if k.startswith("OLLAMA_"))
+        values = dict(env.values)
+        n = sum(1 for k in values if k.startswith("OLLAMA_"))
         _row(out, "server environment", (f"{n} OLLAMA_* set" if n else "no OLLAMA_* set") + (
-             f", {len(shown) - n} other" if len(shown) > n else ""),
+             f", {len(values) - n} other" if len(values) > n else ""),
              "[service]", (env.source or "") + (f"; {env.error}" if env.error else ""))
-        for key, val in shown.items():
+        for key, val in values.items():
             _row(out, "", f"{safe(key, 40)}={safe(val, 120)}")
 
 

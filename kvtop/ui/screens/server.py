@@ -9,6 +9,7 @@ server or the log (paths, client addresses, model names, settings) goes through 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from rich.text import Text
@@ -210,7 +211,7 @@ class ServerScreen(Screen[None]):
     ServerScreen #server-body { padding: 0 1; }
     """
 
-    def __init__(self, *, clock=time.time) -> None:  # noqa: ANN001 - a () -> float (tests fix it)
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:  # tests fix the clock
         super().__init__()
         self._clock = clock
 
