@@ -127,9 +127,9 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
         pts = _slice(series.vram_bytes, start, end, slots, GiB)
         if not pts:
             continue
-        newest = series.vram_bytes.latest
+        latest = series.vram_bytes.latest
         lines.append(PlotLine(series.name, pts, colors[series.key],
-                              latest=ibytes(int(newest[1])) if newest else "", marker=_marker(len(lines), distinct)))
+                              latest=ibytes(int(latest[1])) if latest else "", marker=_marker(len(lines), distinct)))
     why = history.gpu_note or "GPU telemetry: none yet"
     title = f"Model VRAM, GiB (/api/ps size_vram) · last {span}{cut} · {why}"
     if not lines:

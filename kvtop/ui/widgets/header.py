@@ -124,7 +124,7 @@ class ServerHeader(Static):
             details.append((2, Text(f"every {self.interval_s:g} s")))
         line1 = _fit_line(flags, details, width)
         dated = clock is not None and len(clock.split(" ")) >= 3  # "2026-11-29 17:02:13 ×4"
-        if dated and clock is not None and width > 0 and _dropped(flags, details, width, most=1):
+        if dated and width > 0 and _dropped(flags, details, width, most=1):
             # the date gives way before the host and the latency: REPLAY 17:02:13 ×4
             flags[replay_at] = Text(f"REPLAY {clock.split(' ', 1)[1]}", style=flags[replay_at].style)
             line1 = _fit_line(flags, details, width)

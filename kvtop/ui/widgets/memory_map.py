@@ -497,7 +497,6 @@ class MemoryMapPanel(Widget):
         key = (self._map, self._compact, width, self.app.theme)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1], self._cache[2]
-        hits: list[Hit]
         if self._map is None:
             text, hits = Text("memory map: waiting for the first sample", style=colors.get("kv-muted", "")), []
         else:
