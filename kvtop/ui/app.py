@@ -67,6 +67,7 @@ SIGNAL_EXIT_GRACE_S = 5.0
 from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
 
 if TYPE_CHECKING:
+    from kvtop.engine.fold import Pending
     from kvtop.sources.replay import Recorder, Recording
     from kvtop.ui.replay_worker import ReplayControl
     from kvtop.sources.tail import LogSource
