@@ -46,6 +46,12 @@ Measured (2 shared cores, Python 3.11, log ``none``, 0.25 s, the demo scenario l
 So at these settings the growth is the history window filling (bounded: 3600 points per series,
 reached after one hour), not a leak; the 66 → 143 MiB of the issue was not reproduced.
 
+With 100 models, a busy log, 160x48, ``--keys --prefill-history`` (history at 16 B a point, the
+screens' Textual leaks worked around), 10 minutes: RSS 121.9 → 130.6 MiB at 100 lines/s while the
+log's events fill towards their 20,000 cap (last half 11 MiB/h); 121.0 → 132.2 MiB in two minutes
+then 141.4 MiB flat over the last five at 1,000 lines/s (the cap reached in the first minute; last
+half -2.7 MiB/h). The history held 1,078,800 points in 17.2 MiB throughout.
+
 ``--replay-hours H`` is the time-compressed soak: it writes an H-hour recording at ``--interval``
 (the bundled demo recording's polls and the incident recording's log batches, cycled and re-timed) and replays it headless
 at 16×, so two recorded hours take 7.5 minutes; the history is dated by the recorded time, so its
