@@ -149,6 +149,36 @@ async def test_keys_and_clicks_before_the_arming_do_nothing_and_the_button_says_
             assert server.writes() == [] and _log(app) == [f"keep-alive forever (-1) for {Q4}: cancelled: nothing sent"]
 
 
+async def test_a_key_while_waiting_or_after_the_arming_starts_the_wait_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A word typed into the wrong window at an ordinary pace ("fully" at 3 keys a second: its y
+    came 0.9 s after the u, past the 0.6 s arming) unloaded the model: any key other than y, and a
+    swallowed y, disarm the dialog and start the wait again, so y counts only after ARM_S with no
+    other key."""
+    answers = _answers(monkeypatch)
+    monkeypatch.setattr(ConfirmWrite, "ARM_S", 0.3)
+    with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+        server.goto(step_index("gemma4 loads"))
+        app = _app(server)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _select(pilot, GEMMA)
+            await pilot.press("u")
+            dialog = await armed(pilot)  # the "u" ... "ll" of "fully", at a slow pace
+            monkeypatch.setattr(ConfirmWrite, "ARM_S", 3600.0)  # the wait that starts again lasts the test
+            await pilot.press("l")
+            assert not dialog.armed
+            assert str(dialog.query_one("#yes", Button).label) == "wait… Unload"
+            await pilot.press("y")
+            await wait_for(pilot, lambda: dialog.swallowed == 1)
+            await drained(pilot)
+            assert server.writes() == [] and app.screen is dialog and True not in answers
+            monkeypatch.setattr(ConfirmWrite, "ARM_S", 0.05)
+            await pilot.press("l")  # a last key, then a pause: a deliberate y after it confirms
+            await confirm(pilot)
+            await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")], timeout_s=10)
+            assert answers == [True]
+
+
 async def test_w_a_y_never_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """The what-if's load of a model kept forever sends keep_alive -1: "way" typed on the
     dashboard, or "ay" as soon as the what-if is ready, loads nothing."""

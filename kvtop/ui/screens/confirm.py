@@ -6,8 +6,9 @@ focused and the action button never takes the focus, so Enter, Space or a Tab ty
 only cancel; and the action itself (``y``, or a click on its button) is armed only
 ``ConfirmWrite.ARM_S`` seconds after the dialog has been drawn: a key or a click that arrived
 before then (typed ahead of the dialog: ``u y``, the word "buy" on the dashboard, ``w a y``,
-``Enter y`` in the ``k`` screen) is swallowed, not queued. The button says so: it reads
-``wait…`` (disabled) until it is armed.
+``Enter y`` in the ``k`` screen) is swallowed, not queued, and any other key starts the wait
+again (typing goes on: "fully" typed at 3 keys a second reached its ``y`` 0.9 s after the ``u``).
+The button says so: it reads ``wait…`` (disabled) until it is armed.
 """
 
 from __future__ import annotations
@@ -179,6 +180,10 @@ class ConfirmWrite(OnceModal[bool]):
 
     def on_key(self, event: events.Key) -> None:
         if event.key != self.CONFIRM_KEY:
+            # Typing goes on (a word typed into the wrong window: "fully", "luxury" at 3 keys a
+            # second reach their y after the arming): the wait starts again from this key, so y
+            # counts only after ARM_S with no other key.
+            self._rearm()
             return
         event.stop()
         event.prevent_default()
@@ -186,6 +191,15 @@ class ConfirmWrite(OnceModal[bool]):
             self.answer(True)
         else:
             self.swallow()
+            self._rearm()
+
+    def _rearm(self) -> None:
+        """Disarm, and arm again ``ARM_S`` from now (a key came while waiting, or after the arming)."""
+        if self.answered or not self.is_current:
+            return
+        self._disarm()
+        generation = self._generation
+        self.set_timer(self.ARM_S, lambda: self._arm(generation), name="confirm-arm")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
