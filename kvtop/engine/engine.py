@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kvtop.config import Settings
 from kvtop.engine.fold import LogRun, Pending, fold_pending
 from kvtop.engine.logfeed import LogFeed
-from kvtop.engine.sources import EngineSources
+from kvtop.engine.sources import EngineSources, health_source, pulled_source
 from kvtop.logparse.events import LogEvent
 from kvtop.model.apply import with_alerts
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
@@ -165,6 +165,8 @@ class Engine:
         self._gpu_hosts_arg = tuple(gpu_hosts) if gpu_hosts is not None else None
         self._log_host_arg = log_host
         self.log_feed: LogFeed | None = None
+        self._pulled_sources: dict[str, Any] = {}
+        """The server view's pulled-model readers, one per server asked about (closed by :meth:`aclose`)."""
         tz = naive_tz or datetime.now().astimezone().tzinfo or timezone.utc
         self.warnings: list[str] = []
         self.reset(tuple(hosts or self.sources.servers or settings.host_urls),
@@ -616,6 +618,34 @@ class Engine:
         self._log_events.extend(events)
         self.stage(host, run.fold)
 
+    async def sample_server_info(self, host: str, *, wait_s: float | None = None) -> None:
+        """One round of the server view (``i``) for ``host``, staged for its next apply step: the
+        health of its ``ollama serve`` when it runs on this machine (the demo's stand-in has none)
+        and a read of its pulled models (``/api/tags``, ``/api/show`` a few at a time; a hanging
+        ``/api/show`` holds one of its slots, never the round: ``wait_s``, default the interval)."""
+        from kvtop.model.server import ServerHealth, fold_server
+        from kvtop.sources.ollama import OllamaClient
+
+        state = self.states.get(host)
+        if state is None:
+            return
+        health = None
+        if self.settings.demo:
+            health = ServerHealth(taken_at=time.time(),
+                                  error="the demo's server is a stand-in: there is no ollama serve process to read")
+        elif host in self.gpu_hosts or host in self.machine_hosts:
+            if self.sources.health is None:
+                self.sources.health = health_source()
+            health = await self._guarded("health", host, self.sources.health.sample(state.procs, host))
+        pulled = None
+        if isinstance(self.sources.servers.get(host), OllamaClient):
+            source = self._pulled_sources.get(host)
+            if source is None:
+                source = self._pulled_sources[host] = pulled_source(self.settings, host)
+            pulled = await self._guarded("pulled", host, source.sample_pulled(
+                wait_s=max(0.5, self.interval_s) if wait_s is None else wait_s))
+        self.stage(host, lambda st: fold_server(st, health, pulled))
+
     def follow_log(self) -> None:
         """Between :meth:`step` calls (``--stream``): follow the log; each step applies the batches
         read since the previous one, in order. Needs a running event loop."""
@@ -633,6 +663,12 @@ class Engine:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             self._log_task = None
+        pulled, self._pulled_sources = self._pulled_sources, {}
+        for source in pulled.values():
+            try:
+                await source.aclose()
+            except Exception:  # noqa: BLE001, S110 - closing must never block exiting
+                pass
         await self.sources.aclose()
 
 

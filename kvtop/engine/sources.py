@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kvtop.sources.pulled import PulledSource
     from kvtop.sources.tail import LogSource
 
-__all__ = ["EngineSources", "build_sources", "machine_sources", "ollama_client"]
+__all__ = ["EngineSources", "build_sources", "health_source", "machine_sources", "ollama_client", "pulled_source"]
 
 
 @dataclass(slots=True)
@@ -69,6 +69,22 @@ def ollama_client(settings: Settings, host: str, *, show_timeout_s: float | None
 
     return OllamaClient(host, timeout_s=settings.timeout_s,
                         show_timeout_s=settings.show_timeout_s if show_timeout_s is None else show_timeout_s,
+                        access=settings.access_for(host))
+
+
+def health_source() -> HealthSource:
+    """The reader of an ``ollama serve`` process's health on this machine (restarts, cgroup limits)."""
+    from kvtop.sources.health import HealthSource
+
+    return HealthSource()
+
+
+def pulled_source(settings: Settings, host: str) -> PulledSource:
+    """The reader of one server's pulled models (``/api/tags``, then ``/api/show`` a few at a time),
+    with that server's timeouts and access options."""
+    from kvtop.sources.pulled import PulledSource
+
+    return PulledSource(host, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
                         access=settings.access_for(host))
 
 
@@ -119,12 +135,8 @@ def build_sources(settings: Settings, *, servers: Mapping[str, OllamaSource] | N
         slots = SlotsSource()
     health = pulled = None
     if server_info:
-        from kvtop.sources.health import HealthSource
         from kvtop.sources.hosts import local_host
-        from kvtop.sources.pulled import PulledSource
 
-        local = local_host(tuple(clients) or settings.host_urls)
-        health = HealthSource()
-        pulled = PulledSource(local, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
-                              access=settings.access_for(local))
+        health = health_source()
+        pulled = pulled_source(settings, local_host(tuple(clients) or settings.host_urls))
     return EngineSources(servers=clients, log=log, gpu=gpu, procs=procs, slots=slots, health=health, pulled=pulled)

@@ -156,7 +156,6 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
                  replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
         install_textual_fixes()  # closed screens must not stay in Textual's caches (flat memory over weeks)
         super().__init__()
-        self._init_server_view()
         self._init_operator()
         self._init_panels()
         self.settings = settings
@@ -307,7 +306,6 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         watchdog.start()
 
     async def on_unmount(self) -> None:
-        await self._close_server_view()
         if self.recorder is not None:
             self.recorder.close()
         await self.engine.aclose()  # every source, each once

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from kvtop.config import Settings
 from kvtop.engine import Engine, Step, build_sources
@@ -28,6 +29,18 @@ def test_steps_and_the_loop_read_the_standin_through_one_apply_path() -> None:
 
         counts, applied, evaluated = asyncio.run(steps())
         assert counts == [1, 2, 3] and applied == 2 and evaluated == 2
+
+        async def server_view() -> Any:
+            engine = Engine(s, build_sources(s, machine=False))
+            try:
+                await engine.sample_server_info(server.url, wait_s=5.0)  # the server view's round (i)
+                engine.apply_step()
+            finally:
+                await engine.aclose()
+            return engine.states[server.url].server.pulled
+
+        pulled = asyncio.run(server_view())
+        assert pulled is not None and pulled.tags  # the stand-in's pulled models, read by the engine
 
         async def loop() -> tuple[list[Step], Engine]:
             engine = Engine(s, build_sources(s, machine=False))

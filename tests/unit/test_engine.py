@@ -329,3 +329,16 @@ async def test_a_loop_that_breaks_is_reported_and_the_others_go_on() -> None:
     await engine.aclose()
     assert [n.text for n in notices] == ["a polling loop stopped: KeyError: 'bug'"]
     assert source.calls >= 3 and engine.states[HOST].models  # the server is still polled
+
+
+async def test_a_server_view_round_is_staged_for_that_server() -> None:
+    engine = Engine(settings(demo=True), EngineSources(servers={HOST: FakeSource(snapshot_at(0))}))
+    await engine.sample_server_info(HOST)
+    assert engine.pending[HOST]
+    engine.apply_step()
+    health = engine.states[HOST].server.health
+    assert health is not None and "stand-in" in (health.error or "")
+    assert engine.states[HOST].server.pulled is None  # a fake source is no client: no pulled models read
+    await engine.sample_server_info("http://elsewhere:1")  # not watched: nothing
+    assert not engine.pending
+    await engine.aclose()
