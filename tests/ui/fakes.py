@@ -7,7 +7,7 @@ from datetime import timezone
 from types import MappingProxyType
 
 from kvtop.demo.scenario import Scenario, load_scenario
-from kvtop.demo.server import ps_body, show_body, tags_body
+from kvtop.demo.api_bodies import ps_body, show_body, tags_body
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.sources.ollama import parse_ps, parse_show, parse_tags
 from tests.standin import BUNDLED

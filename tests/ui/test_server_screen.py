@@ -7,7 +7,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from kvtop.config import Settings
-from kvtop.demo.server import show_body, tags_body
+from kvtop.demo.api_bodies import show_body, tags_body
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import PulledSnapshot

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from kvtop.demo.scenario import parse_scenario
-from kvtop.demo.server import model_blob, ps_body, show_body, tags_body
+from kvtop.demo.api_bodies import ps_body, show_body, tags_body
+from kvtop.demo.scenario import model_blob
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
 from kvtop.model.alerts import (

@@ -270,7 +270,7 @@ def test_the_simulated_machine_accounts_for_every_byte() -> None:
 def test_every_model_runs_the_blob_its_modelfile_names(name: str) -> None:
     """The runner's --model, the log's paths and /api/show's FROM line name one blob, so kvtop pairs
     the runner with its row (the incident's embeddinggemma brings a real Modelfile: its blob is that one)."""
-    from kvtop.demo.server import _modelfile
+    from kvtop.demo.api_bodies import _modelfile
 
     sc = load_scenario(SNAPSHOTS / name)
     for model in sc.models.values():

@@ -28,13 +28,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.demo.scenario import CatalogModel, Scenario
-from kvtop.demo.server import (
-    load_default_scenario,
-    model_blob,
-    ps_body,
-    show_body,
-    tags_body,
-)
+from kvtop.demo.api_bodies import ps_body, show_body, tags_body
+from kvtop.demo.scenario import model_blob
+from kvtop.demo.server import load_default_scenario
 from kvtop.sources.hosts import host_is_this_machine
 from kvtop.export.prometheus import (
     LABEL_MAX_CHARS,
