@@ -3,7 +3,10 @@
 - :mod:`kvtop.engine.sources`: :func:`build_sources`, the one factory of a run's sources.
 - :mod:`kvtop.engine.logfeed`: :class:`LogFeed`, the one log-batch parser loop.
 - :mod:`kvtop.engine.fold`: the staged messages and :func:`fold_pending`.
-- :mod:`kvtop.engine.engine`: :class:`Engine` (staging, the apply step, ``run``/``step``/``subscribe``).
+- :mod:`kvtop.engine.core`: :class:`EngineCore` (staging, the apply step, ``run``, ``subscribe``).
+- :mod:`kvtop.engine.engine`: :class:`Engine`, the core with ``step`` and ``sample_server_info``.
+- :mod:`kvtop.engine.once`: what ``Engine.step`` and ``Engine.sample_server_info`` read (one sample of
+  everything; one round of the server view).
 
 asyncio only: nothing here imports Textual or Rich (``tests/unit/test_layering.py``).
 """

@@ -56,7 +56,7 @@ def test_no_import_circles_between_state_and_alerts_nor_app_and_replay_worker() 
 def test_the_engine_imports_neither_textual_nor_rich() -> None:
     """Issue 24: the headless engine every face shares is asyncio only (checked in a fresh interpreter)."""
     code = (
-        "import sys, kvtop.engine, kvtop.engine.engine, kvtop.engine.sources, kvtop.engine.fold, kvtop.engine.logfeed;"
+        "import sys, kvtop.engine, kvtop.engine.engine, kvtop.engine.core, kvtop.engine.once, kvtop.engine.sources, kvtop.engine.fold, kvtop.engine.logfeed;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
