@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvtop.engine.core import EngineCore, Notice, Poll
@@ -53,9 +54,8 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
 
     gpu_call = src.gpu.sample() if src.gpu is not None else nothing()
     backlog_call = read_backlog(engine) if backlog else nothing()
-    *snaps, gpu, read = await asyncio.gather(
-        *(engine._guarded("ollama", h, _sample_server(src.servers[h])) for h in hosts),
-        engine._guarded("gpu", None, gpu_call), backlog_call)
+    polls = asyncio.gather(*(engine._guarded("ollama", h, _sample_server(src.servers[h])) for h in hosts))
+    snaps, gpu, read = await asyncio.gather(polls, engine._guarded("gpu", None, gpu_call), backlog_call)
     procs = ProcSnapshot(taken_at=time.time())
     if src.procs is not None:
         procs = await engine._guarded("procs", None, src.procs.sample(gpu.pids if gpu is not None else ())) or procs
@@ -82,7 +82,7 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
         if snap.host_url != host:
             snap = dataclasses.replace(snap, host_url=host)
         engine._polls.setdefault(host, []).append(Poll(snap, None))
-        engine.stage(host, lambda state, snap=snap: fold(state, snap))
+        engine.stage(host, _folding(snap))
     if gpu is not None:
         engine.gpu = gpu
         for host in engine.hosts:
@@ -94,7 +94,7 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
                     f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
                     f" reported with {engine.local_host})"))
                 theirs = procs if on_machine else ProcSnapshot(taken_at=procs.taken_at)
-                engine.stage(host, lambda state, theirs=theirs, none=none: fold_gpu(state, none, theirs))
+                engine.stage(host, _folding_gpu(none, theirs))
     if slots is not None:
         for host in (*engine.gpu_hosts, *engine.machine_hosts):
             engine.stage(host, lambda state: fold_slots(state, slots))
@@ -106,6 +106,14 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
         engine._pending.setdefault(engine.log_host, []).extend(held)
     engine.apply_step()
     return [engine.states[h] for h in engine.hosts]
+
+
+def _folding(snap: OllamaSnapshot) -> Callable[[AppState], AppState]:
+    return lambda state: fold(state, snap)
+
+
+def _folding_gpu(gpu: GpuSnapshot, procs: ProcSnapshot) -> Callable[[AppState], AppState]:
+    return lambda state: fold_gpu(state, gpu, procs)
 
 
 async def read_backlog(engine: EngineCore) -> Backlog | None:
