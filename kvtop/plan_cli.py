@@ -227,7 +227,7 @@ def _same_model(a: str, b: str) -> bool:
 
 def _show_parts(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Any] | None, str | None, bool]:
     """``model_info``, ``tensors``, weights blob and remote flag of an ``/api/show`` answer."""
-    from kvtop.sources.ollama import parse_show
+    from kvtop.sources.ollama_decode import parse_show
 
     show = parse_show(body, digest="", name="")
     tensors = body.get("tensors")
@@ -302,7 +302,7 @@ def _get(client: httpx.Client, method: str, path: str, body: Any = None) -> Any:
         resp = client.request(method, path, json=body)
     except httpx.ConnectError as exc:
         if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            from kvtop.sources.ollama import tls_message
+            from kvtop.sources.ollama_errors import tls_message
 
             raise PlanError(tls_message(str(client.base_url).rstrip("/"), exc)) from None
         raise PlanError(f"cannot connect to {client.base_url} (is Ollama running? --host, OLLAMA_HOST)") from None
@@ -311,7 +311,7 @@ def _get(client: httpx.Client, method: str, path: str, body: Any = None) -> Any:
     except httpx.HTTPError as exc:
         raise PlanError(f"{path}: {type(exc).__name__}: {exc}") from None
     if resp.status_code in (401, 403):
-        from kvtop.sources.ollama import auth_message
+        from kvtop.sources.ollama_errors import auth_message
 
         access = getattr(client, "kvtop_access", None) or ServerAccess(str(client.base_url))
         raise PlanError(f"{path}: {auth_message(resp.status_code, access)}")
@@ -343,7 +343,7 @@ def fetch_input(base_url: str, name: str, *, timeout: float = 10.0,
     Raises:
         PlanError: Unreachable server, unknown model, or an answer of the wrong shape.
     """
-    from kvtop.sources.ollama import ShapeError, parse_ps
+    from kvtop.sources.ollama_decode import ShapeError, parse_ps
 
     notes: list[str] = []
     with _client(base_url, timeout, transport, access) as client:

@@ -22,16 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvtop.model.snapshots import PsModel, PulledSnapshot, ShowInfo, TagInfo
-from kvtop.sources.ollama import (
-    SHOW_CONCURRENCY,
-    SHOW_RETRY_S,
-    OllamaClient,
-    ShapeError,
-    RequestFailed,
-    parse_ps,
-    parse_show,
-    parse_tags,
-)
+from kvtop.sources.ollama import SHOW_CONCURRENCY, SHOW_RETRY_S, OllamaClient
+from kvtop.sources.ollama_decode import ShapeError, parse_ps, parse_show, parse_tags
+from kvtop.sources.ollama_errors import RequestFailed
 
 TAGS_EVERY_S = 30.0
 """``/api/tags`` is read again at most this often (a pull or a delete shows up within it)."""

@@ -224,7 +224,7 @@ async def test_dashboard_with_a_thousand_models_and_slow_shows_stays_responsive(
 # --- the what-if planner's two requests ----------------------------------------------------------
 
 async def test_planner_requests_read_bounded_bodies() -> None:
-    from kvtop.sources.ollama import fetch_tensors, send_load_request
+    from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
 
     big_error = ErrorBody(500, text="load failed " + ESCAPES + "x" * (8 * MiB))
     with hostile_server({"/api/show": GzipBomb(), "/api/generate": big_error}) as server:

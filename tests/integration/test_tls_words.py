@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvtop.sources.ollama import tls_message
+from kvtop.sources.ollama_errors import tls_message
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import BUNDLED, REPO, running
 

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from kvtop.demo.scenario import Scenario, load_scenario
 from kvtop.demo.api_bodies import ps_body, show_body, tags_body
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.sources.ollama import parse_ps, parse_show, parse_tags
+from kvtop.sources.ollama_decode import parse_ps, parse_show, parse_tags
 from tests.standin import BUNDLED
 
 TAKEN_AT = 1_795_000_000.0

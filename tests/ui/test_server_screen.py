@@ -12,7 +12,7 @@ from kvtop.logparse.parser import parse_lines
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import PulledSnapshot
 from kvtop.model.server import CgroupLimits, ProcessTree, Restarts, ServerHealth
-from kvtop.sources.ollama import parse_show, parse_tags
+from kvtop.sources.ollama_decode import parse_show, parse_tags
 from kvtop.ui.app import make_app
 from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
 from kvtop.ui.screens.server import ServerScreen

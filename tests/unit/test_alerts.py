@@ -43,7 +43,7 @@ from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import AppState, ModelView
 from kvtop.model.apply import apply, apply_gpu, apply_log_events
 from kvtop.sources.gpu import GpuSource
-from kvtop.sources.ollama import parse_ps, parse_show, parse_tags
+from kvtop.sources.ollama_decode import parse_ps, parse_show, parse_tags
 from tests.fakes.nvml import FakeGpu, FakeNvml, GiB, MiB
 from tests.fakes.scenario import (
     GEMMA_PID,

@@ -14,7 +14,8 @@ import pytest
 
 from kvtop.config import ConfigError, parse_host_access, server_accesses
 from kvtop.sources.auth import HeaderError, ServerAccess, parse_header, redact_url, split_userinfo
-from kvtop.sources.ollama import OllamaClient, auth_message
+from kvtop.sources.ollama import OllamaClient
+from kvtop.sources.ollama_errors import auth_message
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cr@t-Pw"

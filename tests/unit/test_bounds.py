@@ -20,7 +20,7 @@ import pytest
 from kvtop.logparse import parse_lines
 from kvtop.logparse.values import mib_bytes, size_bytes, size_list, to_count, to_float, to_int
 from kvtop.core.bounds import INT64_MAX, count_from_text, count_or_none
-from kvtop.sources import ollama
+from kvtop.sources import ollama_decode
 
 REPO = Path(__file__).resolve().parents[2]
 HUGE = "99999999999999999999"  # > 2**63
@@ -37,7 +37,7 @@ VALUES: list[Any] = [0, 1, 4096, INT64_MAX, INT64_MAX + 1, -1, 2**64, True, Fals
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_api_reader_and_bounds_apply_the_same_rule(value: Any) -> None:
-    assert ollama._int_or_none(value) == count_or_none(value)
+    assert ollama_decode._int_or_none(value) == count_or_none(value)
 
 
 def test_count_from_text_bounds() -> None:

@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from kvtop.logparse.parser import LogParser  # noqa: E402
 from kvtop.model.eventtext import describe  # noqa: E402
-from kvtop.sources.ollama import parse_ps, parse_show, parse_tags  # noqa: E402
+from kvtop.sources.ollama_decode import parse_ps, parse_show, parse_tags  # noqa: E402
 from kvtop.sources.slots import parse_metrics, parse_props, parse_slots  # noqa: E402
 from kvtop.ui.format import safe  # noqa: E402
 

@@ -31,7 +31,8 @@ from kvtop.export.prometheus import (
     make_wsgi,
 )
 from kvtop.sources.hosts import httpx_verify
-from kvtop.sources.ollama import SHOW_CONCURRENCY, OllamaClient, parse_ps
+from kvtop.sources.ollama import SHOW_CONCURRENCY, OllamaClient
+from kvtop.sources.ollama_decode import parse_ps
 from tests.hostile import JsonBody, hostile_server, ps_body, show_body
 from tests.unit.test_prometheus import HOST, CountingSource, StandinTransport, state_at
 

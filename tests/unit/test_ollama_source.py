@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from kvtop.model.humanize import human_bytes_decimal
-from kvtop.sources.ollama import OllamaClient, ShapeError, parse_go_time, parse_ps, parse_show
+from kvtop.sources.ollama import OllamaClient
+from kvtop.sources.ollama_decode import ShapeError, parse_go_time, parse_ps, parse_show
 from tests.conftest import FIXTURES, load_json
 
 API = FIXTURES / "api"
@@ -364,7 +365,7 @@ def _ps_only(response: Callable[[], httpx.Response]) -> Callable[[httpx.Request]
 
 
 async def test_an_endless_body_is_cut_at_the_limit_and_not_read_further() -> None:
-    from kvtop.sources.ollama import BODY_LIMIT_BYTES
+    from kvtop.sources.ollama_limits import BODY_LIMIT_BYTES
 
     body = _Chunks(b" " * 65536, count=3200, first=b'{"models":[')  # 200 MiB, no Content-Length
     client = _client(_ps_only(lambda: httpx.Response(200, stream=body)))
@@ -386,7 +387,7 @@ async def test_a_declared_length_over_the_limit_is_refused_before_reading() -> N
 
 
 def test_the_bounded_decoder_inflates_a_bomb_only_as_far_as_asked() -> None:
-    from kvtop.sources.ollama import _BoundedDecoder
+    from kvtop.sources.ollama_limits import _BoundedDecoder
     from tests.hostile import gzip_bomb_bytes
 
     bomb = gzip_bomb_bytes(64 * 1024)  # about 64 MiB once inflated
@@ -588,7 +589,7 @@ async def test_show_cache_keeps_the_loaded_models_and_a_bounded_number_of_others
 def test_json_values_are_bounded_before_decoding() -> None:
     """A small body of many tiny values (``{},{},…``) is refused before it becomes millions of
     Python objects; a real verbose /api/show's arrays stay under the bound."""
-    from kvtop.sources.ollama import JSON_VALUE_LIMIT, json_values_upper_bound
+    from kvtop.sources.ollama_limits import JSON_VALUE_LIMIT, json_values_upper_bound
 
     bomb = b'{"models":[' + b"{}," * 1_000_000 + b"{}]}"
     assert json_values_upper_bound(bomb) > JSON_VALUE_LIMIT["/api/ps"]
@@ -620,7 +621,7 @@ async def test_an_object_bomb_is_refused_with_a_message_and_bounded_memory() -> 
 
 
 def test_model_info_keeps_scalars_and_flat_arrays_only() -> None:
-    from kvtop.sources.ollama import MAX_MODEL_INFO_ARRAY, parse_show
+    from kvtop.sources.ollama_decode import MAX_MODEL_INFO_ARRAY, parse_show
 
     show = parse_show({"model_info": {"general.architecture": "llama", "llama.block_count": 4,
                                       "llama.attention.sliding_window_pattern": [True, False] * 2,

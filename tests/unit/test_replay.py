@@ -23,7 +23,7 @@ from kvtop.model.gpu import (
     SystemMemory,
 )
 from kvtop.model.snapshots import OllamaSnapshot, ShowInfo, TagInfo
-from kvtop.sources.ollama import parse_ps
+from kvtop.sources.ollama_decode import parse_ps
 from kvtop.sources.replay import (
     FORMAT_VERSION,
     MAX_GAP_S,

@@ -11,7 +11,7 @@ from kvtop.model.humanize import human_duration, until_text
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo
 from kvtop.model.state import AppState, filter_views, parse_version, sort_views
 from kvtop.model.apply import apply
-from kvtop.sources.ollama import parse_go_time, parse_ps
+from kvtop.sources.ollama_decode import parse_go_time, parse_ps
 from tests.conftest import load_json
 from tests.ui.fakes import TAKEN_AT, down_snapshot, snapshot_at, step_index
 
