@@ -233,7 +233,8 @@ def synth_recording(path: Path, hours: float, interval_s: float) -> int:
     import dataclasses as dc
 
     from kvtop.model.alerts import Thresholds
-    from kvtop.sources.replay import Recorder, read_recording, recording_header, resolve_recording
+    from kvtop.sources.recorder import Recorder, recording_header
+    from kvtop.sources.recording import read_recording, resolve_recording
 
     demo = read_recording(resolve_recording("demo"))
     polls = [r.ollama for r in demo.records if r.kind == "ollama" and r.ollama is not None]
@@ -267,7 +268,7 @@ async def soak_replay(args: argparse.Namespace) -> dict:
     window (one hour of recorded time) fills and then must stay flat: a time-compressed soak."""
     import tempfile
 
-    from kvtop.sources.replay import open_recording
+    from kvtop.sources.recording import open_recording
 
     me = psutil.Process()
     tmp = Path(tempfile.mkdtemp(prefix="kvtop-soak-"))

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from kvtop.config import Settings
-from kvtop.sources.replay import Recorder, read_recording, recording_header
+from kvtop.sources.recorder import Recorder, recording_header
+from kvtop.sources.recording import read_recording
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
@@ -123,7 +124,7 @@ async def test_a_recording_that_promises_apply_records_but_has_none_still_replay
     the records are applied anyway, at most ``REPLAY_PENDING_MAX`` at a time and at the end;
     nothing piles up."""
     from kvtop.model.alerts import Thresholds
-    from kvtop.sources.replay import resolve_recording
+    from kvtop.sources.recording import resolve_recording
     from kvtop.ui.app import REPLAY_PENDING_MAX
 
     demo = read_recording(resolve_recording("demo"))

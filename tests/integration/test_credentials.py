@@ -34,7 +34,7 @@ import pytest
 from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_json
 from kvtop.sources.ollama import OllamaClient
 from kvtop.sources.procs import ProcSource
-from kvtop.sources.replay import Recorder
+from kvtop.sources.recorder import Recorder
 from kvtop.textsafe import safe_json
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import BUNDLED, REPO, running

@@ -19,12 +19,8 @@ from typing import Any
 from kvtop.config import Settings
 from kvtop.demo.record import restamp
 from kvtop.model.state import AppState
-from kvtop.sources.replay import (
-    Recorder,
-    read_recording,
-    recording_header,
-    resolve_recording,
-)
+from kvtop.sources.recorder import Recorder, recording_header
+from kvtop.sources.recording import read_recording, resolve_recording
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.header import ServerHeader
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource

@@ -15,7 +15,7 @@ from kvtop.config import Settings
 from kvtop.demo.logwriter import LLAMA_SERVER
 from kvtop.demo.machine import DEMO_GPU_STATUS, DemoMachineSource, NoProcSource
 from kvtop.model.memmap import state_memory_map
-from kvtop.sources.replay import read_recording, resolve_recording
+from kvtop.sources.recording import read_recording, resolve_recording
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.models_table import Column, sorted_label
 from tests.standin import BUNDLED, running

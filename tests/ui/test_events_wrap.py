@@ -45,7 +45,7 @@ async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tup
 
 
 async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:
-    from kvtop.sources.replay import read_recording, resolve_recording
+    from kvtop.sources.recording import read_recording, resolve_recording
 
     demo = make_app(Settings(host_url=HOST, interval_s=0.25, demo=True),
                     FakeSource(snapshot_at(step_index("raised to 32768")), hold=True))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvtop.config import Settings
-from kvtop.sources.replay import read_recording, resolve_recording
+from kvtop.sources.recording import read_recording, resolve_recording
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader

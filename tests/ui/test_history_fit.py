@@ -9,7 +9,7 @@ import pytest
 
 from kvtop.config import Settings
 from kvtop.model.history import History
-from kvtop.sources.replay import read_recording, resolve_recording
+from kvtop.sources.recording import read_recording, resolve_recording
 from kvtop.ui.app import make_app
 from kvtop.ui.screens.history import HistoryScreen, gpu_spec, kv_spec, shown_span, tps_spec
 from kvtop.ui.widgets.plot import PlotView, legend_glyph, render_plot

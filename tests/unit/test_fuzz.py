@@ -163,7 +163,7 @@ def _valid_header() -> bytes:
     from datetime import timezone
 
     from kvtop.model.alerts import Thresholds
-    from kvtop.sources.replay import recording_header
+    from kvtop.sources.recorder import recording_header
 
     header = recording_header(hosts=("http://127.0.0.1:11434",), log_spec="none", gpu=False, demo=False,
                               naive_tz=timezone.utc, thresholds=Thresholds(), started_at=1_795_963_473.0)
@@ -184,7 +184,7 @@ RECORD_LINE = st.one_of(
 @FUZZ
 @given(st.booleans(), st.lists(RECORD_LINE, max_size=5))
 def test_recording_reader_never_escapes(header_ok: bool, lines: list[bytes]) -> None:
-    from kvtop.sources.replay import RecordingError, read_recording
+    from kvtop.sources.recording import RecordingError, read_recording
 
     body = (HEADER if header_ok else b"") + b"\n".join(lines)
     path = SCRATCH / "rec.jsonl"

@@ -272,7 +272,7 @@ def test_a_secret_that_looks_like_json_structure_is_masked_in_strings_only(tmp_p
     doc = {"context_length": 2048, "flash": True, "note": "pin 2048 echoed", "2048": [2048, "a2048"]}
     out = json.loads(safe_json(doc))
     assert out == {"context_length": 2048, "flash": True, "note": f"pin {MASK} echoed", MASK: [2048, f"a{MASK}"]}
-    from kvtop.sources.replay import Recorder
+    from kvtop.sources.recorder import Recorder
 
     rec = Recorder.create(tmp_path / "r.jsonl", doc)
     rec.close()

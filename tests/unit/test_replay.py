@@ -24,17 +24,9 @@ from kvtop.model.gpu import (
 )
 from kvtop.model.snapshots import OllamaSnapshot, ShowInfo, TagInfo
 from kvtop.sources.ollama_decode import parse_ps
-from kvtop.sources.replay import (
-    FORMAT_VERSION,
-    MAX_GAP_S,
-    Player,
-    Recorder,
-    RecordingError,
-    read_recording,
-    recording_header,
-    resolve_recording,
-    speed_text,
-)
+from kvtop.sources.recorder import Recorder, recording_header
+from kvtop.sources.recording import FORMAT_VERSION, RecordingError, read_recording, resolve_recording
+from kvtop.sources.replay import MAX_GAP_S, Player, speed_text
 from tests.conftest import FIXTURES, load_json
 
 GEMMA4_PS = "api/011-api-ps-docs-example-gemma4-partial-vram-context_length.json"

@@ -22,15 +22,15 @@ import pytest
 
 from kvtop.config import Settings
 from kvtop.model.codec import MAX_ANY_DEPTH
-from kvtop.sources.replay import (
+from kvtop.sources.recorder import Recorder
+from kvtop.sources.recording import (
     MAX_LINE_BYTES,
-    Player,
-    Recorder,
     RecordingError,
     open_recording,
     read_recording,
     resolve_recording,
 )
+from kvtop.sources.replay import Player
 from kvtop.ui.replay_worker import ReplayControl
 from tests.unit.test_replay import _clock, _header, ollama_snapshot
 
