@@ -7,13 +7,13 @@ file (``--log file:…``) that a thread appends real corpus lines to, far faster
 history is filled to its one-hour cap before the run (an hour of the same models, one sample a
 second, recorded the way the app records them), so every series is at its bound from the start.
 
-Phases are counted in log lines the app has read, not in seconds: a warm-up of 60,000 lines (the
-log state's events fill to their cap and are trimmed once: a saw-tooth of ~53,000 corpus lines),
+Phases are counted in log lines the app has read, not in seconds: a warm-up of 110,000 lines (the
+log state's events fill to their cap and are trimmed twice: a saw-tooth of ~53,000 corpus lines),
 then 100,000 measured lines with the history screen (``h``) and the server view (``i``) opened
 and closed at each of 20 samples. Passing needs RSS's least-squares slope over the measured lines
 under ``MAX_SLOPE_MIB_PER_10K_LINES`` (the ``h`` leak fixed in issue 23 alone gave 1.7 MiB a
-cycle, 3.4 MiB per 10,000 lines here; measured now: 0.2–0.3), the history's series at their cap
-and at most 24 bytes a stored point. ``benchmarks/soak.py`` is the long run (hours).
+cycle, 3.4 MiB per 10,000 lines here; measured now 0.3 at 3 models, 0.6–0.7 at 100 as caches
+warm), the history's series at their cap and at most 24 bytes a stored point. ``benchmarks/soak.py`` is the long run (hours).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from tests.standin import BUNDLED, running
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 MIB = 2**20
 LINES_PER_S = 2000
-WARMUP_LINES = 60_000
+WARMUP_LINES = 110_000
 MEASURED_LINES = 100_000
 SAMPLES = 20
-MAX_SLOPE_MIB_PER_10K_LINES = 1.0
+MAX_SLOPE_MIB_PER_10K_LINES = 1.5
 MAX_BYTES_PER_POINT = 24.0
 
 
