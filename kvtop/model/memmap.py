@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Literal
 
 from kvtop.model.gpu import GpuSnapshot, GpuView, ProcSnapshot, RunnerProcess, SystemMemory, gpu_views, match_runners
 from kvtop.model.known import Known, Source
-from kvtop.model.state import SHOW_PENDING
+from kvtop.model.model_row import SHOW_PENDING
 
 if TYPE_CHECKING:
     from kvtop.model.logstate import LogState

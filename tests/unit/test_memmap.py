@@ -11,7 +11,8 @@ from kvtop.demo.logwriter import load_lines, restamp
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.logstate import LogState, apply_log
 from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
-from kvtop.model.state import SHOW_PENDING, ModelView
+from kvtop.model.model_row import SHOW_PENDING
+from kvtop.model.state import ModelView
 from kvtop.sources.gpu import STATUS_NO_LIBRARY
 from tests.fakes.nvml import GiB, MiB
 from tests.fakes.scenario import Q4_PID, Q8_PID, shared_sample

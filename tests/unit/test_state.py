@@ -9,7 +9,9 @@ import pytest
 
 from kvtop.model.humanize import human_duration, until_text
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo
-from kvtop.model.state import AppState, filter_views, parse_version, sort_views
+from kvtop.model.snapshots import parse_version
+from kvtop.model.state import AppState
+from kvtop.model.view_order import filter_views, sort_views
 from kvtop.model.apply import apply
 from kvtop.sources.ollama_decode import parse_go_time, parse_ps
 from tests.conftest import load_json
