@@ -99,3 +99,31 @@ async def test_a_jump_back_in_a_replay_says_replay_things() -> None:
         await pilot.press("full_stop", "full_stop", "full_stop")  # a few records: a sample arrives
         await wait_for(pilot, lambda: app.state.ollama is not None)
         await screen_when(pilot, lambda lines: "● up" in lines[0])
+
+
+async def test_a_secret_the_server_echoes_in_its_version_is_masked_in_the_header_and_server_view() -> None:
+    """The dashboard's header and the server view (``i``) showed /api/version's text as is: a
+    proxy or server echoing this process's password in it showed the password (``--once``, JSON,
+    recordings and /metrics masked it already)."""
+    import dataclasses
+
+    from kvtop import redact
+
+    secret = "p/a?s#s@W0RDX-hdr"
+    saved = (redact._known, redact._text_ok)  # noqa: SLF001
+    redact.register_secrets([secret])
+    try:
+        snap = dataclasses.replace(snapshot_at(step_index("raised to 32768")), version=f"0.9 {secret}")
+        app = _live(snap)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_for(pilot, lambda: app.state.ollama is not None)
+            line = (await screen_when(pilot, lambda lines: "Ollama 0.9" in lines[0]))[0]
+            assert "W0RDX" not in line and "Ollama 0.9 ***" in line, line
+            await pilot.press("i")
+            lines = await screen_when(pilot, lambda lines: any("Server http" in x for x in lines[:2]))
+            assert not any("W0RDX" in x for x in lines), lines[:2]
+            assert any("Ollama 0.9 ***" in x for x in lines[:2]), lines[:2]
+    finally:
+        redact._known, redact._text_ok = saved  # noqa: SLF001
+        for clear in redact._on_register:  # noqa: SLF001
+            clear()

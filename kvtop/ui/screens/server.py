@@ -24,6 +24,7 @@ from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
 from kvtop.model.server import ServerInfo, state_preflight
 from kvtop.model.views import AppState
+from kvtop.redact import scrub_text
 from kvtop.model.traffic import Traffic
 from kvtop.ui.format import ibytes, safe
 
@@ -191,7 +192,7 @@ def server_text(state: AppState, *, now_s: float, log_now: datetime | None, widt
     snap = state.last_ok
     title = Text(f"Server {safe(state.host_url, 60)}", style="bold")
     if snap is not None and snap.version:
-        title.append(f" · Ollama {safe(snap.version, 20)}")
+        title.append(f" · Ollama {safe(scrub_text(snap.version), 20)}")  # a proxy may echo a secret in it
     parts = [title, Text("")]
     parts += traffic_lines(state.log.traffic, state.log.source, log_now, width) + [Text("")]
     parts += health_lines(state.server, now_s) + [Text("")]

@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from kvtop.config import display_host
 from kvtop.model.state import AppState
+from kvtop.redact import scrub_text
 from kvtop.ui.format import ibytes, safe
 
 
@@ -117,7 +118,7 @@ class ServerHeader(Static):
             details.append((0, Text(safe(display_host(st.host_url), 60))))
             version = (snap.version if snap and snap.version else None) or (st.last_ok.version if st.last_ok else None)
             if version or snap is not None:
-                details.append((3, Text(f"Ollama {safe(version, 24)}" if version else "Ollama ?")))
+                details.append((3, Text(f"Ollama {safe(scrub_text(version), 24)}" if version else "Ollama ?")))
             if snap is not None and snap.reachable and st.latency_s is not None:  # the median of the last polls
                 details.append((1, Text(f"latency {st.latency_s * 1000:.0f} ms")))
         if replay is None:  # a replay polls nothing; its pace is the speed shown after REPLAY
