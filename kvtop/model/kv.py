@@ -1,5 +1,8 @@
 """Exact KV-cache arithmetic for models served by Ollama.
 
+One module over ~600 lines on purpose (issue 24): it is one idea, the KV arithmetic, whose layout,
+allocation rules and their inverse check one another and would only be harder to read apart.
+
 kvtop shows the KV cache a runner *should* have allocated next to what the log says it did
 allocate; this module is the "estimated" side. It is pure: no I/O, no clock, no UI imports.
 Every size is an integer number of bytes and every result is exact (integer arithmetic that

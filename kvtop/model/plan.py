@@ -1,5 +1,8 @@
 """What-if planner: a model's memory at another num_ctx, KV cache type, slot count or flash attention.
 
+One module over ~600 lines on purpose (issue 24): it is one idea, the planner, whose predictions
+(weights, KV, compute buffer, spill, largest fitting num_ctx) share one configuration and one budget.
+
 For a model (its ``/api/show`` layout and its weights) and a launch configuration, predict the
 weights, the KV cache, the compute buffer and the total; whether that fits in a GPU budget and,
 when it does not, which layers would spill to the CPU; and, per cache type, the largest num_ctx
