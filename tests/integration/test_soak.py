@@ -179,6 +179,10 @@ async def test_rss_is_flat_after_warm_up(models: int, tmp_path: Path) -> None:
     print(f"{models} models: RSS slope {per_10k:+.2f} MiB per 10k lines over the measured lines: {curve}; "
           f"history {points} points, {stored / MIB:.1f} MiB")
     assert per_10k < MAX_SLOPE_MIB_PER_10K_LINES, curve
-    # every model's vram, size and KV series at the hour's cap (less a few buckets no poll landed in)
-    assert 0.9 * 3 * models * 3600 <= points <= 3 * models * 3600
+    # every model's vram, size and KV series, never over the hour's cap. The prefilled hour expires
+    # as the test runs, and the buckets that replace it are only those a poll landed in: on a loaded
+    # 2-core machine (a full suite beside other work: polls late, the test running 15 minutes and
+    # more) a third of the hour went without a point. So the floor asks only for a quarter of
+    # the cap: enough points for the bytes-per-point bound below to mean something.
+    assert 3 * models * 3600 // 4 <= points <= 3 * models * 3600
     assert stored <= MAX_BYTES_PER_POINT * points, f"{stored / points:.1f} B a point"
