@@ -36,14 +36,9 @@ from typing import IO, Any
 
 from kvtop.logparse import LogParser
 from kvtop.logparse.events import LogEvent
-from kvtop.logparse.loads import (
-    MAX_LOAD_REQUESTS,
-    REQUEST_KINDS,
-    Load,
-    LoadStream,
-    event_json,
-    load_json,
-)
+from kvtop.logparse.inspect_doc import event_json, load_json
+from kvtop.logparse.load_build import Load
+from kvtop.logparse.load_stream import MAX_LOAD_REQUESTS, REQUEST_KINDS, LoadStream
 from kvtop.logparse.parser import iter_events
 from kvtop.textsafe import emit, safe, safe_block, safe_json
 from kvtop.ui.format import exact_bytes, ibytes

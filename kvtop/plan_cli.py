@@ -436,7 +436,7 @@ def calibration_from_log(path: str, blob: str | None) -> tuple[plan.Calibration 
     Raises:
         PlanError: The file cannot be read.
     """
-    from kvtop.logparse.loads import group_loads
+    from kvtop.logparse.load_grouping import group_loads
     from kvtop.logparse.parser import iter_events
 
     try:

@@ -51,7 +51,9 @@ if TYPE_CHECKING:
         Unload,
         event_to_dict,
     )
-    from kvtop.logparse.loads import Load, group_loads, inspect_events, inspect_lines
+    from kvtop.logparse.inspect_doc import inspect_events, inspect_lines
+    from kvtop.logparse.load_build import Load
+    from kvtop.logparse.load_grouping import group_loads
     from kvtop.logparse.parser import LogParser, iter_events, parse_lines
 
 _LAZY = {

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
 from kvtop.logparse.events import EventCompactor, LogEvent, RequestTiming
-from kvtop.logparse.loads import Load, LoadGrouper, group_loads
+from kvtop.logparse.load_build import Load
+from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.model.traffic import Traffic, add_events
 
 RECENT_EVENTS = 1000

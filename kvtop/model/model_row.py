@@ -14,7 +14,7 @@ from typing import Any
 
 from kvtop.model import kv
 from kvtop.model.humanize import FOREVER_AFTER_S, go_round, until_text
-from kvtop.logparse.loads import Load
+from kvtop.logparse.load_build import Load
 from kvtop.model.gpu_snapshots import ProcSnapshot
 from kvtop.model import ladder
 from kvtop.model.known import Known

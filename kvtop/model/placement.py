@@ -5,7 +5,7 @@ Pure. The table shows both when a model is spilled (``ModelView.spilled``: ``siz
 
 from __future__ import annotations
 
-from kvtop.logparse.loads import COMPONENTS, is_cpu_device
+from kvtop.logparse.load_build import COMPONENTS, is_cpu_device
 from kvtop.model.known import Known
 from kvtop.model.views import ModelView
 

@@ -39,7 +39,7 @@ from kvtop.model.slot_snapshots import (  # re-exported (`X as X`): the /slots d
 from kvtop.model.views import ModelView
 
 if TYPE_CHECKING:
-    from kvtop.logparse.loads import Load
+    from kvtop.logparse.load_build import Load
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 
-from kvtop.logparse.loads import Load
+from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.types import DEFAULT_THRESHOLDS, Alert, Thresholds
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot

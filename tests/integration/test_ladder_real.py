@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kvtop.logparse.loads import group_loads
+from kvtop.logparse.load_grouping import group_loads
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
 from tests.llama_fixture import (

@@ -92,7 +92,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, di
 
 
 def _inspect(lines: list[str]) -> dict[str, Any]:
-    from kvtop.logparse.loads import inspect_lines
+    from kvtop.logparse.inspect_doc import inspect_lines
 
     result = inspect_lines(lines)
     assert isinstance(result, dict), f"inspect_lines returned {type(result).__name__}"

@@ -19,7 +19,8 @@ from kvtop.model.state import AppState
 from kvtop.model.apply import apply, apply_gpu
 from kvtop.model.gpu import ProcSnapshot
 from kvtop.demo.logwriter import script_lines
-from kvtop.logparse.loads import Load, group_loads
+from kvtop.logparse.load_build import Load
+from kvtop.logparse.load_grouping import group_loads
 from kvtop.logparse.parser import parse_lines
 from tests.ui.fakes import HOST, TAKEN_AT, scenario, snapshot_at, step_index
 

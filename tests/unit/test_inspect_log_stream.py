@@ -19,7 +19,7 @@ import pytest
 
 from kvtop.inspect_log import MAX_LINE_BYTES, MAX_SERVER_EVENTS, _inspect, _lines, main_inspect_log, render_report
 from kvtop.logparse import inspect_lines
-from kvtop.logparse.loads import MAX_FINDING_EVENTS, MAX_LOAD_REQUESTS
+from kvtop.logparse.load_stream import MAX_FINDING_EVENTS, MAX_LOAD_REQUESTS
 from kvtop.textsafe import safe_block, safe_json
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

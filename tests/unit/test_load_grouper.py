@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.logparse import loads as loads_mod
-from kvtop.logparse.loads import LoadGrouper, group_loads
+from kvtop.logparse import load_grouping as grouping_mod
+from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import logstate
 from kvtop.model.logstate import LogState, apply_log
@@ -59,14 +59,14 @@ def test_grouping_work_grows_with_new_events_not_with_history(monkeypatch: pytes
     """Counted: events fed to a grouper. Appending 50 batches of one load each feeds each event
     once (a regroup from scratch would feed the whole history every batch)."""
     fed = 0
-    real_feed = loads_mod._Grouper.feed
+    real_feed = grouping_mod._Grouper.feed
 
     def counting_feed(self, e):  # type: ignore[no-untyped-def]
         nonlocal fed
         fed += 1
         return real_feed(self, e)
 
-    monkeypatch.setattr(loads_mod._Grouper, "feed", counting_feed)
+    monkeypatch.setattr(grouping_mod._Grouper, "feed", counting_feed)
     load = _events(LOAD_LOG)
     state = LogState()
     total = 0

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvtop.logparse.events import EVENT_TYPES, EventCompactor, ServerListening, UnknownWarning, event_to_dict
-from kvtop.logparse.loads import LoadGrouper, group_loads
+from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.logparse.parser import LogParser, parse_lines
 from kvtop.model.alerts import context as alert_context
 from kvtop.model.alerts import evaluate_state

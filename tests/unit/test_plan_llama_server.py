@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.logparse.loads import Load, group_loads, inspect_lines
+from kvtop.logparse.inspect_doc import inspect_lines
+from kvtop.logparse.load_build import Load
+from kvtop.logparse.load_grouping import group_loads
 from kvtop.logparse.parser import iter_events
 from kvtop.model import plan
 from tests.unit.test_plan_models import tiny_llama_show

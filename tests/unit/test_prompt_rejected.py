@@ -10,7 +10,7 @@ a 2,104-token prompt (HTTP 400 ``exceed_context_size_error``) and then an 11-tok
 from __future__ import annotations
 
 from kvtop.logparse.events import PromptRejected, UnknownWarning
-from kvtop.logparse.loads import inspect_lines
+from kvtop.logparse.inspect_doc import inspect_lines
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.alerts import KINDS, evaluate, exit_code
 from tests.unit.test_alerts import (

@@ -26,7 +26,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Final
 
 from kvtop.logparse.events import ContextOverTraining, LoadRequest, LogEvent, RunnerStarted, ServerConfig
-from kvtop.logparse.loads import Load
+from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.types import Thresholds
 from kvtop.model.gpu import GpuView, ModelGpu, ServiceEnv, gpu_views, model_gpu_usage

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from kvtop.logparse.events import ContextOverTraining, FlashAttentionForcedOff, KvTypeFallback, LoadRequest, RunnerStarted
-from kvtop.logparse.loads import Load
+from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, Timed, current_types
 from kvtop.model.alerts.spill import context_fix

@@ -31,7 +31,7 @@ from kvtop.logparse.events import (
     Truncation,
     UnknownWarning,
 )
-from kvtop.logparse.loads import Load
+from kvtop.logparse.load_build import Load
 from kvtop.model.alerts.context import Ctx, Timed
 from kvtop.model.alerts.loadstate import fa_forced
 from kvtop.model.alerts.spill import context_fix

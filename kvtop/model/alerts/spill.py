@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvtop.logparse.loads import Load, is_cpu_device
+from kvtop.logparse.load_build import Load, is_cpu_device
 from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, current_types
 from kvtop.model.alerts.text import delta, ib, plural, slots
