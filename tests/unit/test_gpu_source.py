@@ -11,17 +11,10 @@ from typing import Any
 
 import pytest
 
-from kvtop.sources import gpu as gpu_mod
-from kvtop.sources.gpu import (
-    STATUS_NO_LIBRARY,
-    STATUS_NO_PYNVML,
-    GpuLost,
-    GpuSource,
-    NvmlFatal,
-    NvmlUnavailable,
-    nvml_query,
-    read_amd_sysfs,
-)
+from kvtop.sources import gpu_nvml
+from kvtop.sources.gpu import STATUS_NO_PYNVML, GpuSource
+from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY, GpuLost, NvmlFatal, NvmlUnavailable, nvml_query
+from kvtop.sources.gpu_sysfs import read_amd_sysfs
 from tests.fakes.nvml import ERROR_CODES, FakeGpu, FakeNvml, GiB, MiB, missing_library, two_gpus
 from tests.fakes.sysfs import add_amd_card, add_other_card
 
@@ -357,5 +350,5 @@ def test_module_constants_match_pynvml() -> None:
     pynvml = pytest.importorskip("pynvml")
     for name in ("UNINITIALIZED", "NO_PERMISSION", "DRIVER_NOT_LOADED", "LIBRARY_NOT_FOUND", "GPU_IS_LOST",
                  "RESET_REQUIRED", "LIB_RM_VERSION_MISMATCH"):
-        assert getattr(gpu_mod, f"NVML_ERROR_{name}") == getattr(pynvml, f"NVML_ERROR_{name}") == ERROR_CODES[name]
+        assert getattr(gpu_nvml, f"NVML_ERROR_{name}") == getattr(pynvml, f"NVML_ERROR_{name}") == ERROR_CODES[name]
     assert pynvml.nvmlMemory_v2 == FakeNvml().module.nvmlMemory_v2

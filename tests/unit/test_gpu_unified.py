@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from kvtop.model.gpu import gpu_json, gpu_views
-from kvtop.sources.gpu import GpuSource, parse_ioreg, read_intel_sysfs
+from kvtop.sources.gpu import GpuSource
+from kvtop.sources.gpu_apple import parse_ioreg
+from kvtop.sources.gpu_sysfs import read_intel_sysfs
 from tests.fakes.nvml import FakeGpu, FakeNvml, missing_library
 from tests.fakes.sysfs import add_amd_card, add_intel_card
 
