@@ -121,7 +121,8 @@ def toml_loads(text: str) -> dict[str, Any]:
     if deep is not None:
         raise tomllib.TOMLDecodeError(f"arrays or tables nested more than {MAX_TOML_NESTING} deep (at line {deep})")
     try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)  # typed here: on 3.10 tomllib is tomli, unchecked
+        return data
     except RecursionError:  # not expected after the check above; kept so no traceback can escape
         raise tomllib.TOMLDecodeError("nested too deeply to read") from None
 
