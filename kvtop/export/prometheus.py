@@ -117,8 +117,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("kvtop_server_up", "gauge", "1 when the latest GET /api/ps answered with valid data, else 0", _HOST),
     MetricSpec("kvtop_server_info", "gauge", "The server's /api/version (value 1)", ("host", "version")),
     MetricSpec("kvtop_server_tls_verified", "gauge",
-               "https:// servers only: 1 when the server's certificate is verified (the system's CAs, or --cacert), "
-               "0 when it is not checked (--insecure)", _HOST),
+               "https:// servers only: 1 when the server's certificate is checked (the system's CAs, or --cacert), "
+               "0 when it is not checked (--insecure); a certificate that fails the check reads "
+               "kvtop_server_up 0, with the reason on stderr", _HOST),
     MetricSpec("kvtop_server_polls_total", "counter", "Polls of GET /api/ps made (one per interval at most)", _HOST),
     MetricSpec("kvtop_server_poll_failures_total", "counter",
                "Polls whose GET /api/ps failed (refused, timeout, HTTP error, invalid data)", _HOST),
