@@ -89,6 +89,9 @@ def _access_hints(host_url: str, error_kind: str, error: str = "") -> tuple[str,
     if "issued for another name" in error:
         return (f"The TLS certificate of {host_url} names another host: reach the server by a name the"
                 " certificate was issued for (--host).",)
+    if "must be fixed" in error:
+        return (f"The TLS certificate of {host_url} is refused for a reason of its own (revoked, wrong purpose,"
+                " malformed…): fix it on the server (or its proxy); naming a CA does not change that.",)
     return (f"The TLS certificate of {host_url} is not trusted here: --cacert FILE names the CA (PEM) that"
             " signed it.",
             f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".')

@@ -67,6 +67,11 @@ _TLS_UNKNOWN_CA = frozenset({2, 18, 19, 20, 21})
 self-signed, self-signed in the chain, no local issuer, cannot verify the first certificate)."""
 
 
+_TLS_OTHER_NAME = frozenset({62, 63, 64})
+"""OpenSSL verify codes of a certificate issued for other names than the one reached (host name,
+e-mail, IP address mismatch): its CA may be right; the name is not."""
+
+
 def _verify_error(cause: BaseException) -> BaseException:
     """The ``ssl.SSLCertVerificationError`` behind ``cause`` (its ``__cause__``/``__context__``
     chain, as httpx wraps it), else ``cause`` itself."""
@@ -95,7 +100,7 @@ def tls_message(base_url: str, cause: BaseException) -> str:
         return head + ": it has expired: renew the server's certificate"
     if code == 9 or (code is None and "not yet valid" in text):
         return head + ": it is not valid yet: check this machine's clock and the certificate's start date"
-    if code == 62 or (code is None and "mismatch" in text.lower()):
+    if code in _TLS_OTHER_NAME or (code is None and "mismatch" in text.lower()):
         return head + ": it was issued for another name: reach the server by that name (--host)"
     if code in _TLS_UNKNOWN_CA or code is None:
         return head + ": name the CA that signed it with --cacert FILE (PEM)"

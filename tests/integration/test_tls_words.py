@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvtop.model.hints import unreachable_hints
 from kvtop.sources.ollama_errors import tls_message
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import BUNDLED, REPO, running
@@ -50,8 +51,14 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "-subj", "/CN=127.0.0.1")
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", f"{name}.pem", "-days", days, "-extfile", "ext.cnf")
+    # signed by the same CA, valid, but for another name only (neither 127.0.0.1 nor localhost)
+    (d / "other.cnf").write_text("subjectAltName=DNS:gpu-box.example\nbasicConstraints=CA:FALSE\n", encoding="utf-8")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.csr", "-subj", "/CN=gpu-box.example")
+    run("x509", "-req", "-in", "other.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "other.pem", "-days", "2", "-extfile", "other.cnf")
     return {"ca": str(d / "ca.pem"), "cert": str(d / "server.pem"), "key": str(d / "server.key"),
-            "expired": str(d / "expired.pem"), "expired_key": str(d / "expired.key")}
+            "expired": str(d / "expired.pem"), "expired_key": str(d / "expired.key"),
+            "other": str(d / "other.pem"), "other_key": str(d / "other.key")}
 
 
 def _kvtop(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -65,10 +72,12 @@ def _verify(certs: dict[str, str]) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certs["ca"])
 
 
-def _serving(certs: dict[str, str], *, expired: bool = False) -> Any:
+def _serving(certs: dict[str, str], *, expired: bool = False, other_name: bool = False) -> Any:
     cert, key = (certs["expired"], certs["expired_key"]) if expired else (certs["cert"], certs["key"])
+    if other_name:
+        cert, key = certs["other"], certs["other_key"]
     ctx = _verify(certs)
-    if expired:
+    if expired or other_name:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # the test's own control client only
     return running([*ARGS, "--tls-cert", cert, "--tls-key", key], verify=ctx)
@@ -99,6 +108,26 @@ def test_expired_certificate_is_told_to_be_renewed(tmp_path: Path, certs: dict[s
         f"kvtop: {server.url}: TLS certificate checked against the CA in {certs['ca']} (--cacert)",
         f"kvtop: {server.url}: unreachable: TLS certificate of {server.url} not verified (certificate has expired): "
         "it has expired: renew the server's certificate"]
+
+
+def test_certificate_for_another_name_is_answered_with_the_name(tmp_path: Path, certs: dict[str, str]) -> None:
+    """A certificate the CA signed, but not for this address (OpenSSL code 64, IP address mismatch):
+    the fix is the name (--host), never --cacert, which is already given and right."""
+    with _serving(certs, other_name=True) as server:
+        server.goto(1)
+        as_json = _kvtop(tmp_path, "--once", "--json", "--host", server.url, "--cacert", certs["ca"])
+        text = _kvtop(tmp_path, "--once", "--host", server.url, "--cacert", certs["ca"])
+    assert as_json.returncode == 2, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["error"].startswith(f"TLS certificate of {server.url} not verified (")
+    assert doc["error"].endswith(": it was issued for another name: reach the server by that name (--host)")
+    assert doc["hints"] == [f"The TLS certificate of {server.url} names another host: reach the server by a name "
+                            "the certificate was issued for (--host)."]
+    assert text.returncode == 2
+    for proc in (as_json, text):
+        out = proc.stdout + proc.stderr
+        assert "must be fixed" not in out and "--cacert FILE" not in out and "names the CA" not in out, out
+        assert "--insecure" not in out, out
 
 
 def test_unknown_ca_is_answered_with_cacert_only(tmp_path: Path, certs: dict[str, str]) -> None:
@@ -195,10 +224,22 @@ def test_tls_message_by_reason() -> None:
     for code, message in ((20, "unable to get local issuer certificate"), (18, "self-signed certificate"),
                           (19, "self-signed certificate in certificate chain")):
         assert tls_message(url, err(code, message)).endswith(": name the CA that signed it with --cacert FILE (PEM)")
-    assert tls_message(url, err(23, "certificate revoked")).endswith(": the server's certificate must be fixed")
+    for code, message in ((64, "IP address mismatch, certificate is not valid for '10.0.0.5'."),
+                          (63, "email address mismatch")):
+        assert tls_message(url, err(code, message)).endswith(
+            ": it was issued for another name: reach the server by that name (--host)")
+    revoked = tls_message(url, err(23, "certificate revoked"))
+    assert revoked.endswith(": the server's certificate must be fixed")
+    # the hints follow the reason: neither a certificate for another name nor a revoked one is given --cacert
+    assert unreachable_hints(url, error_kind="tls", error=tls_message(url, err(64, "IP address mismatch"))) == (
+        f"The TLS certificate of {url} names another host: reach the server by a name the certificate was issued"
+        " for (--host).",)
+    revoked_hints = unreachable_hints(url, error_kind="tls", error=revoked)
+    assert revoked_hints[0].startswith(f"The TLS certificate of {url} is refused for a reason of its own")
+    assert not any("--cacert" in h or "--insecure" in h for h in revoked_hints)
     # as httpx wraps it: the verify error is found behind the ConnectError
     wrapped = RuntimeError("[SSL: CERTIFICATE_VERIFY_FAILED]")
     wrapped.__cause__ = err(10, "certificate has expired")
     assert "renew the server's certificate" in tls_message(url, wrapped)
-    for code in (9, 10, 18, 19, 20, 23, 62):
+    for code in (9, 10, 18, 19, 20, 23, 62, 63, 64):
         assert "--insecure" not in tls_message(url, err(code, "x"))
