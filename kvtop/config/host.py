@@ -37,6 +37,26 @@ def _split_host_port(hostport: str) -> tuple[str, str] | None:
     return host, port
 
 
+def _bracket_error(hostport: str) -> str | None:
+    """What is wrong with the brackets of ``hostport`` (an IPv6 address is written ``[ADDR]`` or
+    ``[ADDR]:PORT``), else None."""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            return "no closing ']' (an IPv6 address is written [ADDR] or [ADDR]:PORT)"
+        if "[" in hostport[1:end]:
+            return "a '[' inside the host"
+        after = hostport[end + 1 :]
+        if after and (not after.startswith(":") or "[" in after or "]" in after):
+            return "after ']' only ':PORT' may follow"
+        return None
+    if "]" in hostport:
+        return "a ']' with no '[' before it"
+    if "[" in hostport:
+        return "a '[' inside the host"
+    return None
+
+
 def parse_ollama_host(raw: str | None, *, strict: bool = False) -> str:
     """Resolve an ``OLLAMA_HOST`` value to the base URL a client connects to.
 
@@ -57,7 +77,8 @@ def parse_ollama_host(raw: str | None, *, strict: bool = False) -> str:
 
     Raises:
         HostError: The value cannot name a server (e.g. ``::1:8080``, unbracketed IPv6 with a
-            port), or, with ``strict``, its port is not a number in 0–65535.
+            port; ``[::1]x:80``, a bracket out of place), or, with ``strict``, its port is not a
+            number in 0–65535 or an IPv6 address's ``[`` is not closed (``http://[::1``).
     """
     s = _env_var(raw or "")
     if not s:
@@ -74,6 +95,11 @@ def parse_ollama_host(raw: str | None, *, strict: bool = False) -> str:
             default_port = "443"
     hostport, _, path = hostport.partition("/")
     split = _split_host_port(hostport)
+    bracket = _bracket_error(hostport)
+    if bracket is not None and (strict or split is not None or not _is_ip(hostport.strip("[]"))):
+        # OLLAMA_HOST=[::1 reaches ::1 in Ollama (strings.Trim(hostport, "[]")): so here, but not
+        # from --host; anything else with a bracket out of place names no server
+        raise HostError(f"cannot use {s!r} as a server address: {bracket}")
     if split is None:
         host, port = "127.0.0.1", default_port
         bare = hostport.strip("[]")
@@ -104,8 +130,17 @@ def parse_ollama_host(raw: str | None, *, strict: bool = False) -> str:
         if not parsed.host:
             raise ValueError("no host")
     except (httpx.InvalidURL, ValueError) as exc:
-        raise HostError(f"cannot use {s!r} as a server address: {exc}") from None
+        reason = str(exc).partition(": '")[0]  # httpx quotes kvtop's URL, not what was given
+        raise HostError(f"cannot use {s!r} as a server address: {reason}") from None
     return url
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _client_host(host: str) -> str:

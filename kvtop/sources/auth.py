@@ -83,18 +83,20 @@ def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
     password still works. A ``user:password`` whose password holds an unencoded ``/``, ``?`` or
     ``#`` is refused: what precedes that first ``/``, ``?`` or ``#`` (``alice:pa`` of
     ``alice:pa/ss@gpu-box``) is no ``host:port``, and reading it as one would send the password,
-    in the path, to the wrong host. So is one whose user name holds one (``al/ice:pw@gpu-box``:
-    ``al`` is a host name, but a ``:`` before an ``@`` in the path is userinfo, not a path). An
-    ``@`` in the path of an address without userinfo is part of the path (``gpu-box:11434/a@b``). A value without userinfo comes back unchanged with
-    ``(None, None)``. Ollama's own ``envconfig.Host()`` has no userinfo: the rest is then read as Ollama reads it
-    (``config.parse_ollama_host``).
+    in the path, to the wrong host. So is any ``@`` after the first ``/``, ``?`` or ``#`` of an
+    address without userinfo: ``al/ice@gpu-box`` (a user name holding a ``/``, no password) and
+    ``al:1234/x@gpu-box`` (a password starting with digits) read as a host and a path as well as
+    ``gpu-box:11434/a@b`` does, so none is guessed: an ``@`` in a path is written ``%40``. A value
+    without userinfo comes back unchanged with ``(None, None)``. Ollama's own ``envconfig.Host()``
+    has no userinfo: the rest is then read as Ollama reads it (``config.parse_ollama_host``).
 
     Returns:
         ``(value without userinfo, user or None, password or None)``; the password is None when
         the userinfo has no ``:``.
 
     Raises:
-        UserinfoError: A ``user:password`` with an unencoded ``/``, ``?`` or ``#``; the message
+        UserinfoError: A ``user:password`` with an unencoded ``/``, ``?`` or ``#``, or an ``@``
+            after the authority of an address without userinfo; the message
             shows the value with everything before its last ``@`` left out.
     """
     text = raw.strip().strip("\"'")
@@ -104,29 +106,18 @@ def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
     ends = [i for i in (rest.find(ch) for ch in "/?#") if i >= 0]
     cut = min(ends) if ends else len(rest)
     authority, tail = rest[:cut], rest[cut:]
-    if "@" in tail and "@" not in authority and (_not_hostport(authority) or ":" in tail.rpartition("@")[0]):
+    if "@" in tail and "@" not in authority:
         shown = (f"{scheme}://" if sep else "") + "…@" + rest.rpartition("@")[2]
         raise UserinfoError(
             f"cannot tell the user name and password from the server address in {shown!r}: a '/', '?' or '#'"
-            " in them must be percent-encoded (%2F, %3F, %23); better, keep the password off the command line:"
-            " --password-file FILE or --netrc")
+            " in them must be percent-encoded (%2F, %3F, %23), and an '@' after the host written %40;"
+            " better, keep the password off the command line: --password-file FILE or --netrc")
     if "@" not in authority:
         return raw, None, None
     userinfo, _, hostport = authority.rpartition("@")
     user, colon, password = userinfo.partition(":")
     clean = (f"{scheme}://" if sep else "") + hostport + tail
     return clean, unquote(user), (unquote(password) if colon else None)
-
-
-def _not_hostport(authority: str) -> bool:
-    """Whether ``authority`` (no ``@``) cannot be ``host``, ``host:port`` or ``[v6]:port``: it has
-    a ``:`` followed by something other than a port number."""
-    if authority.startswith("["):
-        rest = authority[authority.find("]") + 1:] if "]" in authority else ":x"
-        return bool(rest) and not (rest.startswith(":") and rest[1:].isdigit())
-    if ":" not in authority:
-        return False
-    return not authority.rpartition(":")[2].isdigit()
 
 
 MAX_SECRET_FILE_BYTES = 64 * 1024

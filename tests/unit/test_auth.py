@@ -25,7 +25,7 @@ def test_userinfo_is_taken_out_percent_decoded_and_the_rest_read_as_ollama_host(
     assert split_userinfo("https://alice:s3cr%40t@gpu-box/ollama") == ("https://gpu-box/ollama", "alice", "s3cr@t")
     assert split_userinfo("https://alice:a@b@gpu-box:8443") == ("https://gpu-box:8443", "alice", "a@b")
     assert split_userinfo("bob@gpu-box:11434") == ("gpu-box:11434", "bob", None)
-    assert split_userinfo("gpu-box:11434/a@b") == ("gpu-box:11434/a@b", None, None)  # an @ in the path is no userinfo
+    assert split_userinfo("gpu-box:11434/a%40b") == ("gpu-box:11434/a%40b", None, None)  # an @ in the path: %40
     assert parse_host_access("https://alice:pw@gpu-box/") == ("https://gpu-box:443", "alice", "pw")
     assert parse_host_access("alice:pw@10.0.0.5:11434") == ("http://10.0.0.5:11434", "alice", "pw")
     assert parse_host_access(None) == ("http://127.0.0.1:11434", None, None)

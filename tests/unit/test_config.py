@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtop.config import display_host, host_from_environment, parse_ollama_host
+from kvtop.config import HostError, display_host, host_from_environment, parse_ollama_host
 
 
 @pytest.mark.parametrize(
@@ -34,6 +34,34 @@ from kvtop.config import display_host, host_from_environment, parse_ollama_host
 )
 def test_parse_ollama_host(raw: str | None, expected: str) -> None:
     assert parse_ollama_host(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ("http://[::1", "no closing ']'"),  # was http://[::1]:80
+        ("[::1", "no closing ']'"),
+        ("https://[fe80::1/ollama", "no closing ']'"),
+        ("[::1]x:11500", "after ']' only ':PORT'"),  # was quoted back as '[::1]x:11500]'
+        ("[::1]:11500]", "after ']' only ':PORT'"),
+        ("::1]:11500", "a ']' with no '[' before it"),
+        ("gpu[box:11434", "a '[' inside the host"),
+    ],
+)
+def test_a_bracket_out_of_place_is_refused_quoting_what_was_given(raw: str, words: str) -> None:
+    with pytest.raises(HostError) as info:
+        parse_ollama_host(raw, strict=True)
+    message = str(info.value)
+    assert repr(raw) in message and words in message, message
+    assert f"{raw}]'" not in message and f"'[{raw}" not in message, message  # not kvtop's own form of it
+
+
+def test_an_unclosed_bracket_from_the_environment_is_read_as_ollama_reads_it() -> None:
+    # Ollama's envconfig.Host() trims the brackets (strings.Trim(hostport, "[]")): OLLAMA_HOST=[::1
+    # reaches ::1 there, so it does here; --host (strict) refuses it.
+    assert parse_ollama_host("[::1") == "http://[::1]:11434"
+    with pytest.raises(HostError):
+        parse_ollama_host("[::1]x:11500")
 
 
 def test_host_from_environment() -> None:

@@ -123,11 +123,32 @@ def test_an_unencoded_slash_question_or_hash_in_a_user_name_is_refused_without_p
         parse_host_access(raw, strict=True)
 
 
+@pytest.mark.parametrize("raw", ["http://al/iceW0RDX@gpu-box", "http://al/iceW0RDX@gpu-box:11434/x",
+                                 "al/iceW0RDX@10.0.0.5:11434", "http://al?iceW0RDX@gpu-box/",
+                                 "https://al#iceW0RDX@gpu-box", "http://al:1234/iceW0RDX@gpu-box",
+                                 "gpu-box:11434/a@b"])
+def test_an_at_after_the_host_is_refused_without_printing_what_precedes_it(raw: str) -> None:
+    # a user name with an unencoded "/" and no password: "al" read as the host and "iceW0RDX" sent
+    # in the path; "al:1234/iceW0RDX" may as well be a user and a password starting with digits.
+    # What precedes the "@" cannot be told apart from a path holding one: it is refused, and the
+    # message says how to write either.
+    with pytest.raises(UserinfoError) as info:
+        split_userinfo(raw)
+    message = str(info.value)
+    for piece in ("W0RDX", "al/", "al?", "al#", "al:", "1234", "a@b"):
+        assert piece not in message, message
+    assert "%2F" in message and "%40" in message
+    with pytest.raises(HostError):
+        parse_host_access(raw, strict=True)
+
+
 def test_an_encoded_one_and_at_or_colon_in_a_password_work() -> None:
     assert split_userinfo("https://alice:pa%2Fss%3Fw%23rd@gpu-box/") == ("https://gpu-box/", "alice", PW)
     assert split_userinfo("https://alice:a:b@c@gpu-box/") == ("https://gpu-box/", "alice", "a:b@c")
     assert split_userinfo("https://alice:pw@gpu-box/a@b") == ("https://gpu-box/a@b", "alice", "pw")
     assert parse_host_access("https://al%2Fice:pw@gpu-box/") == ("https://gpu-box:443", "al/ice", "pw")
+    assert parse_host_access("http://al%2Fice@gpu-box") == ("http://gpu-box:80", "al/ice", None)
+    assert parse_host_access("gpu-box:11434/a%40b") == ("http://gpu-box:11434/a%40b", None, None)
 
 
 # --------------------------------------------------------------------------------------------
