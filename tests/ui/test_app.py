@@ -270,7 +270,7 @@ async def test_reverse_sort_events_pane_raw_and_navigation_keys() -> None:
         fixes = [str(pane.get_row_at(i)[2]) for i in range(1, pane.row_count - 1)]
         assert fixes and all(str(pane.get_row_at(i)[1]).strip() == "fix" for i in range(1, pane.row_count - 1))
         assert fixes[0].startswith("num_ctx 21760 for qwen3:1.7b-q8_0 — frees 1.2 GiB of VRAM")
-        assert "no server log" in str(pane.get_row_at(pane.row_count - 1)[2])
+        assert "server log: off (--log none)" in str(pane.get_row_at(pane.row_count - 1)[2])  # Settings' default
         await pilot.press("r")
         assert pane.raw
         await pilot.press("l")

@@ -65,3 +65,18 @@ async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:
             else:
                 assert app.state.log.source == "file:server.log"
             assert not any("--log" in d for d in details)
+
+
+async def test_no_log_chosen_says_the_log_is_off_not_start_with_log() -> None:
+    # --log none (Settings.log_spec "none"): the user chose no log; "start kvtop with --log" would
+    # tell them to undo their choice
+    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
+                   FakeSource(snapshot_at(step_index("raised to 32768")), hold=True))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.state.ollama is not None, timeout_s=10)
+        await pilot.press("l")
+        pane = app.dashboard.query_one(EventsPane)
+        await wait_for(pilot, lambda: pane.row_count >= 1)
+        details = [pane.detail(i) for i in range(pane.row_count)]
+    assert any("server log: off (--log none)" in d for d in details), details
+    assert not any("start kvtop with --log" in d for d in details), details

@@ -200,11 +200,14 @@ class EventsPane(DataTable[Text]):
             rows.append((Text(""), Text("—"), Text(what)))
 
     def _no_log(self) -> str:
-        """Why there is no event, in the mode kvtop runs in (--log is no way forward in a demo or a replay)."""
+        """Why there is no event, in the mode kvtop runs in (--log is no way forward in a demo or a replay,
+        nor after --log none)."""
         if getattr(self.app, "replay", None) is not None:
             return "no server log lines in the recording up to here"
         if getattr(getattr(self.app, "settings", None), "demo", False):
             return "no server log in this demo run (the dashboard demo follows its stand-in's log when no log is chosen)"
+        if getattr(getattr(self.app, "settings", None), "log_spec", None) == "none":
+            return "server log: off (--log none)"  # the user's choice: not a fault to point at --log for
         return "no server log: start kvtop with --log"
 
     def event_count(self) -> int:
