@@ -97,13 +97,27 @@ def _access_hints(host_url: str, error_kind: str, error: str = "") -> tuple[str,
             f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".')
 
 
-def unreachable_hint_line(width: int = 78, *, demo: bool = False, error_kind: str | None = None) -> str:
+def unreachable_hint_line(width: int = 78, *, demo: bool = False, error_kind: str | None = None,
+                          error: str | None = None) -> str:
     """The hints in one line for the dashboard's status line: the long form from 90 cells, else
     one that fits 78 (an 80-column terminal). ``error_kind`` ``auth``/``tls``: the flags that
-    give credentials or trust instead."""
+    give credentials or trust instead; ``error`` (the snapshot's error text), when given, narrows
+    a ``tls`` line to its reason, as :func:`unreachable_hints` does."""
     if error_kind == "auth":
         return ("Credentials: OLLAMA_API_KEY, --password-file FILE, --netrc, or the config file's headers"
                 if width >= 90 else "Credentials: OLLAMA_API_KEY, --password-file, --netrc, config")
+    if error_kind == "tls" and error:
+        if "it has expired" in error or "not valid yet" in error:
+            return ("TLS certificate outside its dates: renew it, or check this machine's clock"
+                    if width >= 90 else "TLS certificate expired: renew it (or check the clock)")
+        if "issued for another name" in error:
+            return ("TLS certificate issued for another name: --host with a name it holds"
+                    if width >= 90 else "TLS cert for another name: --host with its name")
+        if "must be fixed" in error:
+            return ("TLS certificate refused (revoked, malformed…): fix it on the server"
+                    if width >= 90 else "TLS certificate refused: fix it on the server")
+        return ("TLS certificate not trusted here: --cacert FILE names the CA that signed it"
+                if width >= 90 else "TLS not trusted: --cacert FILE (the CA)")
     if error_kind == "tls":
         return ("TLS certificate not verified: renew an expired one; a private CA: --cacert FILE"
                 if width >= 90 else "TLS not verified: renew if expired; private CA: --cacert")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvtop.model.hints import unreachable_hints
+from kvtop.model.hints import unreachable_hint_line, unreachable_hints
 from kvtop.sources.ollama_errors import tls_message
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import BUNDLED, REPO, running
@@ -237,6 +237,14 @@ def test_tls_message_by_reason() -> None:
     revoked_hints = unreachable_hints(url, error_kind="tls", error=revoked)
     assert revoked_hints[0].startswith(f"The TLS certificate of {url} is refused for a reason of its own")
     assert not any("--cacert" in h or "--insecure" in h for h in revoked_hints)
+    # the dashboard's one line too, given the error: --cacert only for an unknown CA
+    for width in (78, 118):
+        lines = {code: unreachable_hint_line(width, error_kind="tls", error=tls_message(url, err(code, message)))
+                 for code, message in ((64, "IP address mismatch"), (10, "certificate has expired"),
+                                       (23, "certificate revoked"), (20, "unable to get local issuer certificate"))}
+        assert all(len(line) <= width and "--insecure" not in line for line in lines.values()), lines
+        assert "--host" in lines[64] and "renew" in lines[10] and "fix it on the server" in lines[23], lines
+        assert [c for c, line in lines.items() if "--cacert" in line] == [20], lines
     # as httpx wraps it: the verify error is found behind the ConnectError
     wrapped = RuntimeError("[SSL: CERTIFICATE_VERIFY_FAILED]")
     wrapped.__cause__ = err(10, "certificate has expired")
