@@ -71,7 +71,7 @@ async def capture(size: tuple[int, int], svg: Path | None = None) -> list[str]:
         RuntimeError: The demo server did not start, or gemma4 had not spilled and been timed
             within a minute.
     """
-    from kvtop.cli import _machine_sources, demo_server
+    from kvtop.cli.demo import _machine_sources, demo_server
     from kvtop.config import Settings
     from kvtop.sources.tail_file import FileTail
     from kvtop.ui.app import make_app

@@ -38,7 +38,7 @@ REPO_SNAPSHOTS = Path(__file__).resolve().parents[2] / "snapshots"
 def standin(scenario: Path, *, manual: bool, log: Path | None = None) -> Iterator[str]:
     """The stand-in server on a free loopback port, playing ``scenario`` once (no loop); with ``log``,
     writing its server log there (``--log-file``)."""
-    from kvtop.cli import demo_server
+    from kvtop.cli.demo import demo_server
 
     extra = ["--scenario", str(scenario), "--no-loop"] + (["--log-file", str(log)] if log is not None else [])
     with demo_server(manual=manual, extra=extra) as url:
@@ -47,7 +47,7 @@ def standin(scenario: Path, *, manual: bool, log: Path | None = None) -> Iterato
 
 async def _record(settings: Settings, out: Path, script: object, *, log_source: object = None) -> int:
     """Run the dashboard headless with a recorder on ``out`` while ``script()`` runs; records written."""
-    from kvtop.cli import _attach_recorder
+    from kvtop.cli.dashboard import _attach_recorder
     from kvtop.demo.machine import DemoMachineSource
     from kvtop.ui.app import make_app
 

@@ -968,7 +968,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="server log of the first --host: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, "
                         "docker:CONTAINER, - (stdin) or none (default: none)")
     p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
-    from kvtop.cli import add_access_arguments
+    from kvtop.cli.access import add_access_arguments
 
     add_access_arguments(p)  # --header, --password-file, --netrc, --cacert, --insecure: as the dashboard's
     return p
@@ -1191,7 +1191,7 @@ def main_export(argv: Sequence[str]) -> int:
     credentials: dict[str, tuple[str | None, str | None]] = {}
     hosts, warnings = _hosts(args, values["host"], origins["host"], fail, credentials)
     try:
-        from kvtop.cli import access_options
+        from kvtop.cli.access import access_options
 
         access, access_warnings = server_accesses(
             [(u, *credentials.get(u, (None, None))) for u in hosts], **access_options(args),

@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="bound on each request (default 10); --all: on each model's /api/show too")
-    from kvtop.cli import add_access_arguments
+    from kvtop.cli.access import add_access_arguments
 
     add_access_arguments(p)  # --header, --password-file, --netrc, --cacert, --insecure: as the dashboard's
     p.add_argument("--log", metavar="FILE", default=None,
@@ -200,7 +200,7 @@ def server_access(raw: str | None, *, strict: bool, args: argparse.Namespace) ->
             servers, file_origin = resolved.values.get("servers"), str(resolved.path)
         except ConfigError:
             servers = None  # a bad setting elsewhere in the environment: plan reads no other
-        from kvtop.cli import access_options
+        from kvtop.cli.access import access_options
 
         access, warnings = server_accesses([(host, user, password)], **access_options(args), servers=servers,
                                            file_origin=file_origin, host_origin="flag" if getattr(args, "host", None) else None)

@@ -17,11 +17,11 @@ from tests.unit.test_plan_models import LLAMA31_8B_WEIGHTS, llama31_8b_info, lla
 MIB = 1024**2
 GIB = 1024**3
 FIXTURES = REPO / "tests" / "fixtures" / "llama_server"
-CLI_WIRED = "main_plan" in (REPO / "kvtop" / "cli.py").read_text(encoding="utf-8")
+CLI_WIRED = "main_plan" in (REPO / "kvtop" / "cli" / "__init__.py").read_text(encoding="utf-8")
 
 
 def plan_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``kvtop plan ARGS`` (through the module until kvtop/cli.py dispatches ``plan``)."""
+    """``kvtop plan ARGS`` (through the module until kvtop/cli/__init__.py dispatches ``plan``)."""
     return subprocess.run([sys.executable, "-m", "kvtop.plan_cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=str(REPO))
 
@@ -273,7 +273,7 @@ def test_gpu_free_auto_reads_nvml(tmp_path: Path) -> None:
     assert doc["rows"][0]["fit"] is not None
 
 
-@pytest.mark.skipif(not CLI_WIRED, reason="kvtop/cli.py does not dispatch `plan` yet")
+@pytest.mark.skipif(not CLI_WIRED, reason="kvtop/cli/__init__.py does not dispatch `plan` yet")
 def test_kvtop_plan_subcommand(tmp_path: Path) -> None:
     show = tmp_path / "s.json"
     show.write_text(json.dumps(llama31_8b_show()), encoding="utf-8")

@@ -53,10 +53,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 only as the package ``kvtop/__init__.py``)."""
 
 CIRCLES_ALLOWED: frozenset[frozenset[str]] = frozenset({
-    # add_access_arguments and the subcommand parsers live in kvtop/cli.py, which dispatches to the
-    # exporter and the planner (function-level imports both ways). Goes with the kvtop/cli/ package
-    # (issue 24: the shared access options in one module the exporter and the planner import from below).
-    frozenset({"kvtop.cli", "kvtop.export.prometheus", "kvtop.plan_cli"}),
     # ui/layout.py and ui/screens/dashboard.py name KvtopApp (annotations, and a function-level
     # import each) while the app imports both. Goes when the dashboard screen draws itself from
     # app.state and the panel layout is a composed part instead of a mixin (issue 24).
