@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kvtop.config import PANELS, save_panels, saved_panels
 from kvtop.model.gpu import GpuPanelData
@@ -27,7 +27,7 @@ from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
 
 if TYPE_CHECKING:
     from kvtop.model.state import AppState
-    from kvtop.ui.app import KvtopApp
+    from kvtop.ui.host import PanelHost
 
 PANEL_MIN_SIZE: dict[str, tuple[int, int]] = {
     "map": (120, 36),
@@ -94,11 +94,9 @@ class PanelLayout:
         """Times the alerts panel's lines were counted (wrapped): once per change of the alerts,
         the colours or the width, not per repaint (the observer-cost tests count them)."""
 
-    def _kv_app(self) -> KvtopApp:
-        from kvtop.ui.app import KvtopApp
-
-        assert isinstance(self, KvtopApp)
-        return self
+    def _kv_app(self) -> PanelHost:
+        """The app this mixin is part of, as the layout uses it (``kvtop.ui.host.PanelHost``)."""
+        return cast("PanelHost", self)
 
     def shown_panels(self) -> dict[str, bool]:
         """Which panels show now."""

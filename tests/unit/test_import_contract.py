@@ -53,10 +53,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 only as the package ``kvtop/__init__.py``)."""
 
 CIRCLES_ALLOWED: frozenset[frozenset[str]] = frozenset({
-    # ui/layout.py and ui/screens/dashboard.py name KvtopApp (annotations, and a function-level
-    # import each) while the app imports both. Goes when the dashboard screen draws itself from
-    # app.state and the panel layout is a composed part instead of a mixin (issue 24).
-    frozenset({"kvtop.ui.app", "kvtop.ui.layout", "kvtop.ui.screens.dashboard"}),
 })
 """Import circles that exist today, each with what removes it. Only ever shrinks."""
 

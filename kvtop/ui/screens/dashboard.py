@@ -3,14 +3,13 @@ events: ``kvtop.ui.layout`` decides which show), GPU strip, status line, filter 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
+from kvtop.ui.host import DashboardHost
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.footer import KvFooter
 from kvtop.ui.widgets.gpu_panel import GpuPanel
@@ -18,9 +17,6 @@ from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
 from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
-
-if TYPE_CHECKING:
-    from kvtop.ui.app import KvtopApp
 
 
 class DashboardScreen(Screen[None]):
@@ -47,10 +43,9 @@ class DashboardScreen(Screen[None]):
         yield Static(id="too-small")
         yield KvFooter()  # its least important keys leave when the row is too narrow
 
-    def _app(self) -> KvtopApp:
-        from kvtop.ui.app import KvtopApp
-
-        assert isinstance(self.app, KvtopApp)
+    def _app(self) -> DashboardHost:
+        """The app as this screen uses it (``kvtop.ui.host.DashboardHost``: no import of the app)."""
+        assert isinstance(self.app, DashboardHost)
         return self.app
 
     def on_mount(self) -> None:
