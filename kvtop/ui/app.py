@@ -36,7 +36,7 @@ from kvtop.model.logstate import LogState
 from kvtop.model.state import SORT_KEYS, AppState, filter_views, sort_views
 from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
 from kvtop.ui.format import legend, safe
-from kvtop.ui.server_view import ServerView
+from kvtop.ui.server_view import ServerSampled, ServerView
 from kvtop.ui.textual_fixes import install_textual_fixes
 from kvtop.ui.layout import PanelLayout
 # Imported where they are used (a dashboard that never replays, opens help or follows a log does
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from kvtop.sources.tail import LogSource
 
 
-class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
+class KvtopApp(OperatorActions, PanelLayout, App[int]):
     """The dashboard.
 
     Data flows one way: the engine (``kvtop.engine.Engine``, run by one worker) polls every
@@ -158,6 +158,8 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
         super().__init__()
         self._init_operator()
         self._init_panels()
+        self.server_view = ServerView(self)
+        """The server view (``i``) and its poller: a part the app owns."""
         self.settings = settings
         self.source = source
         servers: dict[str, OllamaSource] = {settings.host_url: source} if source is not None else {}
@@ -468,6 +470,14 @@ class KvtopApp(OperatorActions, PanelLayout, ServerView, App[int]):
     def watch_interval_s(self) -> None:
         self.engine.interval_s = self.interval_s
         self._refresh_all()
+
+    def action_server_view(self) -> None:
+        """Open the server view of the server on screen (``ServerView.open``)."""
+        self.server_view.open()
+
+    def on_server_sampled(self, message: ServerSampled) -> None:
+        """Stage a server-view sample posted to the app (tests) for the server's next apply step."""
+        self.server_view.stage(message)
 
     def dashboard_mounted(self) -> None:
         """Called by the dashboard screen once its widgets exist."""

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from textual.widgets import Input
 
     from kvtop.config import Settings
+    from kvtop.engine import Engine
+    from kvtop.engine.fold import Pending
     from kvtop.model.history import History
 
 
@@ -69,3 +71,23 @@ class PanelHost(Protocol):
     def refresh_dashboard(self) -> None: ...
 
     def call_after_refresh(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> bool: ...
+
+
+class ServerViewHost(Protocol):
+    """The app as the server view (``server_view.ServerView``, a part the app owns) uses it."""
+
+    engine: Engine
+    replay: object | None
+    current_host: str
+    interval_s: float
+    _poll: bool
+
+    @property
+    def screen_stack(self) -> list[Screen[Any]]: ...
+
+    def push_screen(self, screen: Screen[Any]) -> Any: ...
+
+    def run_worker(self, work: Any, name: str | None = ..., group: str = ..., description: str = ...,
+                   exit_on_error: bool = ..., start: bool = ..., exclusive: bool = ..., thread: bool = ...) -> Any: ...
+
+    def _stage(self, host: str, item: Pending, *, urgent: bool = ...) -> None: ...

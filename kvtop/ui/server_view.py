@@ -4,20 +4,23 @@ for one round per interval (``Engine.sample_server_info``: the health of the loc
 few at a time), staged into the server's state like every other sample (``fold_server``). Nothing
 is read while the view is closed; the restart count and cgroup limits are read at most every
 ``health.SLOW_EVERY_S``.
+
+A part the app owns (``app.server_view``), not a mixin: the app's ``action_server_view`` and
+``on_server_sampled`` hand over to it; it sees the app through ``kvtop.ui.host.ServerViewHost``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from textual import work
 from textual.message import Message
 
 from kvtop.model.server import ServerHealth, fold_server
 
 if TYPE_CHECKING:  # the pre-flight model (and the plan it uses) is imported when the view first opens
     from kvtop.model.snapshots import PulledSnapshot
+    from kvtop.ui.host import ServerViewHost
 
 
 class ServerSampled(Message):
@@ -31,33 +34,39 @@ class ServerSampled(Message):
 
 
 class ServerView:
-    """Mixin of ``KvtopApp``: ``action_server_view`` and its poller."""
+    """The server view's part of the app: opening the screen and its poller."""
 
-    def action_server_view(self) -> None:
-        """Open the server view of the server on screen."""
+    def __init__(self, app: ServerViewHost) -> None:
+        self.app = app
+
+    def open(self) -> None:
+        """Open the server view of the server on screen (the app's ``action_server_view``)."""
         from kvtop.ui.screens.server import ServerScreen
 
-        app: Any = self
+        app = self.app
         app.push_screen(ServerScreen())
         if app._poll and app.replay is None:
-            app.poll_server_view()
+            self.poll()
 
-    def _server_view_open(self) -> bool:
+    def is_open(self) -> bool:
         from kvtop.ui.screens.server import ServerScreen
 
-        return any(isinstance(s, ServerScreen) for s in getattr(self, "screen_stack", ()))
+        return any(isinstance(s, ServerScreen) for s in self.app.screen_stack)
 
-    @work(group="poll-server-view", exclusive=True, exit_on_error=False)
-    async def poll_server_view(self) -> None:
+    def poll(self) -> None:
+        """Start the poller in the app's worker group ``poll-server-view`` (one at a time)."""
+        self.app.run_worker(self.poll_rounds(), name="poll_server_view", group="poll-server-view",
+                            exclusive=True, exit_on_error=False)
+
+    async def poll_rounds(self) -> None:
         """While the view is open: one round of the engine's server-view reads per interval (health:
         this machine's server only; the pulled models), for the server on screen."""
-        app: Any = self
-        while self._server_view_open():
+        app = self.app
+        while self.is_open():
             await app.engine.sample_server_info(app.current_host)
             await asyncio.sleep(app.interval_s)
 
-    def on_server_sampled(self, message: ServerSampled) -> None:
+    def stage(self, message: ServerSampled) -> None:
         """Stage a server-view sample posted to the app (tests) for the server's next apply step."""
-        app: Any = self
         health, pulled = message.health, message.pulled
-        app._stage(message.host, lambda state: fold_server(state, health, pulled))
+        self.app._stage(message.host, lambda state: fold_server(state, health, pulled))
