@@ -191,7 +191,10 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
     snap = dataclasses.replace(snap, shows=MappingProxyType(
         {digest: dataclasses.replace(snap.shows[digest], model_blob=blob)}))
     app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none"), FakeSource(snap),  # type: ignore[arg-type]
-                   gpu_source=GpuSource(), proc_source=ProcSource(), slots_source=SlotsSource())
+                   gpu_source=GpuSource(), proc_source=ProcSource(),
+                   # every poll asks (the idle cadence is tests/unit/test_slots_backoff.py's): a
+                   # completion of the tiny model may be shorter than the 3 s an idle runner waits
+                   slots_source=SlotsSource(idle_every_s=0))
     done = threading.Event()
 
     def complete() -> None:
