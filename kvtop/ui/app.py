@@ -533,7 +533,8 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
             from kvtop.model.hints import unreachable_hint_line  # the way forward, as --once/--check say it
 
             status = Text(unreachable_hint_line(self.size.width - 2, demo=self.settings.demo,
-                                                error_kind=state.ollama.error_kind), no_wrap=True,
+                                                error_kind=state.ollama.error_kind, error=state.ollama.error),
+                          no_wrap=True,
                           overflow="ellipsis", style=dict(self.theme_variables).get("kv-warn", ""))
         if self.replay is not None and self.replay.status_text():
             status = Text(f"{self.replay.status_text()}", no_wrap=True, overflow="ellipsis")
