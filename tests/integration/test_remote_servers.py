@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 from kvtop.config import Settings, server_accesses
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.header import ServerHeader
+from tests.certs import TestCa
 from tests.integration.test_app_live import rows, until
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import BUNDLED, REPO, running
@@ -47,22 +47,9 @@ def _with_userinfo(url: str, userinfo: str) -> str:
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A test CA and a server certificate it signed for 127.0.0.1 (``openssl``, PEM files)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed: the TLS stand-in needs a certificate made by it")
-    d = tmp_path_factory.mktemp("tls")
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], check=True, capture_output=True, cwd=d, timeout=60)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=kvtop test CA")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=127.0.0.1")
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n", encoding="utf-8")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")
-    return {"ca": str(d / "ca.pem"), "cert": str(d / "server.pem"), "key": str(d / "server.key")}
+    ca = TestCa(tmp_path_factory.mktemp("tls"))
+    cert, key = ca.sign("server", "IP:127.0.0.1")
+    return {"ca": ca.pem, "cert": cert, "key": key}
 
 
 # --------------------------------------------------------------------------------------------

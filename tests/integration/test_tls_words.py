@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.model.hints import unreachable_hint_line, unreachable_hints
 from kvtop.sources.ollama_errors import tls_message
+from tests.certs import TestCa
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import BUNDLED, REPO, running
 
@@ -35,30 +35,13 @@ ARGS = ["--manual", "--scenario", str(BUNDLED)]
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A test CA; a server certificate it signed for 127.0.0.1, and an expired one (``-days -1``:
     its notAfter is a day before its notBefore, so it is expired from the start)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed: the TLS stand-in needs a certificate made by it")
-    d = tmp_path_factory.mktemp("tls-words")
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], check=True, capture_output=True, cwd=d, timeout=60)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=kvtop test CA")
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n", encoding="utf-8")
-    for name, days in (("server", "2"), ("expired", "-1")):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-            "-subj", "/CN=127.0.0.1")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", f"{name}.pem", "-days", days, "-extfile", "ext.cnf")
+    ca = TestCa(tmp_path_factory.mktemp("tls-words"))
+    cert, key = ca.sign("server", "IP:127.0.0.1")
+    expired, expired_key = ca.sign("expired", "IP:127.0.0.1", days="-1")
     # signed by the same CA, valid, but for another name only (neither 127.0.0.1 nor localhost)
-    (d / "other.cnf").write_text("subjectAltName=DNS:gpu-box.example\nbasicConstraints=CA:FALSE\n", encoding="utf-8")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.csr", "-subj", "/CN=gpu-box.example")
-    run("x509", "-req", "-in", "other.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "other.pem", "-days", "2", "-extfile", "other.cnf")
-    return {"ca": str(d / "ca.pem"), "cert": str(d / "server.pem"), "key": str(d / "server.key"),
-            "expired": str(d / "expired.pem"), "expired_key": str(d / "expired.key"),
-            "other": str(d / "other.pem"), "other_key": str(d / "other.key")}
+    other, other_key = ca.sign("other", "DNS:gpu-box.example", cn="gpu-box.example")
+    return {"ca": ca.pem, "cert": cert, "key": key, "expired": expired, "expired_key": expired_key,
+            "other": other, "other_key": other_key}
 
 
 def _kvtop(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
