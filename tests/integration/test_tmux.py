@@ -40,7 +40,8 @@ def test_demo_in_tmux_80x24(tmp_path: Path) -> None:
         header = next(line for line in lines if "NAME" in line)
         for column in ("NAME", "SIZE", "MEMORY", "CONTEXT", "PROCESSOR"):
             assert column in header
-        row = next(line for line in lines if "qwen3:1.7b-q8_0" in line)
+        # the models table's row, below its header: the alerts banner above it may name the model too
+        row = next(line for line in lines[lines.index(header) + 1:] if "qwen3:1.7b-q8_0" in line)
         assert "KV 448M" in row and re.search(r"4096(×1| ~▶1)", row) and "100% GPU" in row  # every essential number
         assert "sort:" in screen
         assert all(len(line) <= 80 for line in lines)
