@@ -6,8 +6,12 @@ Method
    jump it to scenario step 4 (``POST /_standin/advance {"to": 4}``: three models loaded), or,
    with ``--models N``, serve a generated one-step scenario of N models
    (``_common.many_models_scenario``; every third one spilled).
-2. ``--runs`` times (default 5), after ``--warmup`` untimed runs (default 1, so the figures
-   do not include writing ``.pyc`` files): launch ``kvtop --host URL`` (the console script of
+2. First, kvtop's bytecode is compiled (``python -m compileall -q kvtop``) and
+   ``PYTHONDONTWRITEBYTECODE`` is removed from the children's environment: an installed kvtop
+   has its ``.pyc`` files (pip compiles them at install), so a tree whose modules are compiled
+   from source at every start (an editable install under ``PYTHONDONTWRITEBYTECODE=1``, as on
+   the CI machines) would measure the compiler, not kvtop. Then ``--runs`` times (default 5),
+   after ``--warmup`` untimed runs (default 1): launch ``kvtop --host URL`` (the console script of
    this interpreter's environment) and then the floor (``benchmarks/floor.py``, a minimal
    Textual app polling ``/api/ps`` into a DataTable), interleaved (kvtop, floor, kvtop, ...) so
    that a machine getting busier weighs on both alike. Each runs as a real subprocess on the
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -137,6 +142,9 @@ def main() -> int:
     args = ap.parse_args()
 
     needle = MANY_NEEDLE if args.models else NEEDLE
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the children start as an installed kvtop does
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "kvtop")], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
     print(f"startup benchmark: {args.runs} launches each of {' '.join(kvtop_command())} and of the floor "
           f"(benchmarks/floor.py), interleaved, in a {args.cols}x{args.rows} pty, TERM=xterm-256color, "
           f"python {sys.version.split()[0]}")

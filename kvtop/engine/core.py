@@ -156,6 +156,10 @@ class EngineCore:
         self._failing: dict[tuple[str, str | None], str] = {}
         self._wake = asyncio.Event()
         self._tick = asyncio.Event()
+        self._first_poll = asyncio.Event()
+        """Set once the local server's first poll has ended (answered or failed): :meth:`run`
+        starts the log, GPU and ``/slots`` loops after it, so the first frame with data waits for
+        one HTTP round trip only, not for the log probes' subprocesses and the process scan."""
         self.scheduled = False
         """Staged messages are applied by a timer (``APPLY_SETTLE_S`` / the log gap): set while
         :meth:`run` runs, and by a live dashboard whatever polls it (False: :meth:`step` or a replay applies)."""
@@ -399,14 +403,19 @@ class EngineCore:
         results come in. Sources stay open (:meth:`aclose` closes them)."""
         src = self.sources
         coros: list[Awaitable[None]] = []
+        later: list[Callable[[], Awaitable[None]]] = []  # started after the local server's first poll
         if self.poll:
             coros += [self._poll_host(host) for host in src.servers if host in self.states]
         if src.log is not None:
-            coros.append(self._follow_log())
+            later.append(self._follow_log)
         if self.poll and src.gpu is not None and src.procs is not None:
-            coros.append(self._poll_gpu())
+            later.append(self._poll_gpu)
             if src.slots is not None:
-                coros.append(self._poll_slots())
+                later.append(self._poll_slots)
+        if self.poll and self.local_host in src.servers and self.local_host in self.states:
+            coros += [self._after_first_poll(start) for start in later]
+        else:
+            coros += [start() for start in later]
         tasks = [asyncio.ensure_future(self._supervised(c)) for c in coros]
         scheduled, self.scheduled = self.scheduled, True
         try:
@@ -416,6 +425,15 @@ class EngineCore:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _after_first_poll(self, start: Callable[[], Awaitable[None]]) -> None:
+        """Run the loop ``start`` makes once the local server's first poll has ended, or after
+        ``interval_s`` when that poll hangs (a dead server's timeout must not delay the log)."""
+        try:
+            await asyncio.wait_for(self._first_poll.wait(), timeout=self.interval_s)
+        except asyncio.TimeoutError:
+            pass
+        await start()
 
     async def _supervised(self, loop: Awaitable[None]) -> None:
         """One of :meth:`run`'s loops; a bug that ends it is reported and the other loops go on."""
@@ -441,6 +459,8 @@ class EngineCore:
                     if snap.host_url != host:  # a source reports the URL it polled; route by ours
                         snap = dataclasses.replace(snap, host_url=host)
                     self.stage_snapshot(snap, duration_s=time.perf_counter() - started)
+                if host == self.local_host:
+                    self._first_poll.set()
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
