@@ -8,6 +8,8 @@ Posted and collected logs wrap Ollama's lines (docs/ollama-internals.md §4.0, �
 - journald/rsyslog ISO: ``2024-06-02T18:43:45.123+02:00 host ollama[123]: ``; ``docker logs
   --timestamps``: ``2024-06-02T18:43:45.633123456Z ``;
 - journald ``short-monotonic``: ``[ 1234.567890] host ollama[123]: ``;
+- a bare syslog identifier with its PID, no date and no host: ``ollama[123]: `` (journal output
+  that keeps only the identifier, some container log drivers; §6);
 - ``docker compose`` service columns: ``llm-api-ollama  | `` (corpus 018, 040);
 - Markdown quotes ``> `` (corpus 012);
 - journald ``-o json`` objects, whose ``MESSAGE`` is a string or, for non-UTF-8 text, an
@@ -34,6 +36,7 @@ _WRAP_RE = re.compile(
     r"(?:(?:<[^>\n]*>|[^\s\[:=]+)[ \t]+(?:[^\s\[:=]*ollama[^\s\[:=]*|[^\s\[:=]+(?=\[))(?:\[\d+\])?:[ \t]?)?"
     r"|\[[ \t]*\d+\.\d+\][ \t]+\S+[ \t]+[^\s\[:]+(?:\[\d+\])?:[ \t]?"
     r"|(?P<dc>[ \t]*\w[\w.@-]*[ \t]+\|[ \t]?)"
+    r"|(?P<ident>[A-Za-z_][\w.@-]{0,63}\[\d{1,10}\]:[ \t]?)"
     r")"
 )
 
@@ -63,7 +66,8 @@ _JOURNAL_RE = re.compile(r"([A-Za-z]{3}) ([0-9 |].) (..:.{5}) ([^:=]*+(?::(?! )[
 """The common journald form ``Jul 24 16:07:51 host ollama[114917]: `` on an ASCII line: the month, day and
 time by position, then text without ``=`` up to the first ``": "`` (which must contain a space)."""
 _MAY_BE_WRAPPED_RE = re.compile(
-    r"[> \t]|[0-9](?!.{3}/)|\[[ 0-9]|(?!time=)[^> \t\[0-9][^ ]{0,46}+(?<![:=]) [0-9 |]", re.DOTALL
+    r"[> \t]|[0-9](?!.{3}/)|\[[ 0-9]|(?!time=)[^> \t\[0-9][^ ]{0,46}+(?<![:=]) [0-9 |]"
+    r"|[A-Za-z_][\w.@-]{0,63}\[\d{1,10}\]:", re.DOTALL
 )
 """:func:`may_be_wrapped` of an ASCII line as one match (possessive: giving back never finds another space)."""
 _CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x20), *range(0x7F, 0xA0))}
@@ -90,8 +94,9 @@ def may_be_wrapped(line: str) -> bool:
 
     Unwrapped lines start with ``time=``, ``level=``, ``[GIN]``, a Go date ``2024/…`` or a
     llama.cpp ``function:`` (a colon before the first space); wrappers start with ``>``, a
-    digit (ISO date, ``3月``), spaces or an opening ``[`` of a monotonic stamp, or a word
-    followed by a space and a digit (journald month) or by spaces and ``|`` (docker compose).
+    digit (ISO date, ``3月``), spaces or an opening ``[`` of a monotonic stamp, a word
+    followed by a space and a digit (journald month) or by spaces and ``|`` (docker compose), or
+    a syslog identifier with its PID (``ollama[123]: ``).
     """
     c = line[:1]
     if c == ">" or c == " " or c == "\t":
@@ -103,6 +108,8 @@ def may_be_wrapped(line: str) -> bool:
     if c == "t" and line.startswith("time="):
         return False
     sp = line.find(" ", 1, 48)
+    if sp > 2 and line[sp - 1] == ":" and line[sp - 2] == "]" and "[" in line[:sp]:
+        return True  # a bare syslog identifier "ollama[123]: "
     if sp < 0 or line[sp - 1] == ":" or line[sp - 1] == "=":
         return False
     nxt = line[sp + 1:sp + 2]
