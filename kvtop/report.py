@@ -160,20 +160,20 @@ def _vram_ram(v: ModelView) -> str:
     """``5.0 GiB+1.2 GiB``: a model's VRAM, then its system RAM (``model.placement.vram_ram``,
     marked by source); ``?`` when not known, empty for a cloud model."""
     from kvtop.model.placement import vram_ram
-    from kvtop.ui.format import mark
+    from kvtop.ui.format import size_text
 
     if v.cloud:
         return ""
     vram, ram = vram_ram(v)
     if vram.value is None or ram.value is None:
         return "?"
-    return f"{mark(vram)}{_bytes(vram.value)}+{mark(ram)}{_bytes(ram.value)}"
+    return f"{size_text(vram)}+{size_text(ram)}"
 
 
 def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     """The models table as plain aligned text, with a header line and a legend; for an
     unreachable server, why and ``hints`` (the way forward, ``model.hints``), one a line."""
-    from kvtop.ui.format import context_text, mark, safe, safe_name
+    from kvtop.ui.format import context_text, safe, safe_name, setting_text, size_text
 
     snap = state.ollama
     lines: list[str] = []
@@ -194,11 +194,8 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
         rows.append([
             safe_name(v.name, 40), safe(v.short_id, 12), _bytes(v.size_bytes), *([_vram_ram(v)] if spill else []),
             "cloud" if v.cloud else v.processor, context_text(v),
-            mark(m.weights) + _bytes(m.weights.value) if m.weights.value is not None else "?",
-            mark(m.kv) + _bytes(m.kv.value) if m.kv.value is not None else "?",
-            mark(m.compute) + _bytes(m.compute.value) if m.compute.value is not None else "?",
-            (v.kv_type.value or "?") + (mark(v.kv_type) if v.kv_type.value else ""),
-            (v.flash_attention.value or "?") + (mark(v.flash_attention) if v.flash_attention.value else ""),
+            size_text(m.weights), size_text(m.kv), size_text(m.compute),
+            setting_text(v.kv_type), setting_text(v.flash_attention),
             v.until,
         ])
     widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]

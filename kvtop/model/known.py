@@ -10,9 +10,11 @@ default, used because nothing readable says otherwise). ``value is None`` means 
 The vocabulary is defined here once and used by every screen, ``--once``, ``--check``, ``plan``,
 ``inspect-log`` and the README:
 
-* marks (:data:`SOURCE_MARK`, :data:`NOT_KNOWN`, :data:`CLAMPED_MARK`), written before the figure:
-  ``~3.5 GiB`` is estimated, ``*4096`` an Ollama default, ``?`` not known; a figure the runner or
-  the API states has no mark;
+* marks (:data:`SOURCE_MARK`, :data:`NOT_KNOWN`, :data:`CLAMPED_MARK`): a size carries its mark
+  before it (``~3.5 GiB`` is estimated), a setting after it (``4096*`` an Ollama default, ``f16*``,
+  ``q8_0=``), ``?`` alone is not known; a figure the runner or the API states has no mark. Every
+  face writes a value and its mark through :func:`marked` (or :func:`size_text`,
+  :func:`setting_text`, :func:`context_pair`, which call it), never by hand;
 * sizes in binary units (:func:`ibytes`): ``3.5 GiB``, ``448 MiB``, ``85.2 MiB`` (one decimal below
   100, none from 100); dense tables drop the space and ``iB`` (``3.5G``, ``448M``: the same binary
   units); an exact figure adds its bytes (:func:`exact_bytes`: ``3.5 GiB (3,758,096,384 B)``).
@@ -21,7 +23,8 @@ The vocabulary is defined here once and used by every screen, ``--once``, ``--ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, Literal, TypeVar
 
 T = TypeVar("T")
 Source = Literal["allocated", "runner", "reported", "estimated", "requested", "service", "default"]
@@ -115,12 +118,50 @@ def source_mark(source: str | None) -> str:
     return SOURCE_MARK.get(source or "", "")
 
 
-def size_text(k: Known[int], *, short: bool = False, exact: bool = False) -> str:
-    """A size with its source mark: ``~3.5 GiB``, ``~3.5G`` (``short``), ``~3.5 GiB
-    (3,758,096,384 B)`` (``exact``), ``2.0 GiB`` (reported); :data:`NOT_KNOWN` when unknown."""
-    if k.value is None:
+def marked(value: object, source: str | None, *, size: bool = False, short: bool = False,
+           exact: bool = False, fmt: str = "{}") -> str:
+    """The one rendering of a value and its source mark, for every face (no Rich, no Textual).
+
+    ``size=True``: ``value`` is an ``int`` of bytes, written in binary units with the mark before
+    it (``~3.5 GiB``; ``short``: ``~3.5G``; ``exact``: ``~3.5 GiB (3,758,096,384 B)``). Otherwise
+    ``value`` is a setting, written with ``fmt`` (``bool`` as ``on``/``off``) and the mark after it
+    (``4096*``, ``q8_0=``, ``on^``, ``32768``). ``None`` -> :data:`NOT_KNOWN` alone (``?``), never a
+    mark with it. ``source`` is one of :data:`Source` or None (no mark)."""
+    if value is None:
         return NOT_KNOWN
-    return source_mark(k.source) + (exact_bytes(k.value) if exact else ibytes(k.value, short=short))
+    sign = source_mark(source)
+    if size:
+        if not isinstance(value, int):
+            raise TypeError(f"a size is an int of bytes, not {type(value).__name__}")
+        return sign + (exact_bytes(value) if exact else ibytes(value, short=short))
+    text = ("on" if value else "off") if isinstance(value, bool) else fmt.format(value)
+    return text + sign
+
+
+def size_text(k: Known[int], *, short: bool = False, exact: bool = False) -> str:
+    """A size with its source mark before it: ``~3.5 GiB``, ``~3.5G`` (``short``), ``~3.5 GiB
+    (3,758,096,384 B)`` (``exact``), ``2.0 GiB`` (reported); :data:`NOT_KNOWN` when unknown."""
+    return marked(k.value, k.source, size=True, short=short, exact=exact)
+
+
+def setting_text(k: Known[Any], fmt: str = "{}") -> str:
+    """A setting with its source mark after it: ``4096*`` (Ollama default), ``q8_0=`` (server
+    env), ``8192^`` (requested), ``on`` (the runner's word); :data:`NOT_KNOWN` when unknown."""
+    return marked(k.value, k.source, fmt=fmt)
+
+
+def context_pair(ctx: Known[int], parallel: Known[int], *, number: Callable[[int], str] = str,
+                 sep: str = "×") -> str:
+    """A context per slot and the slot count, each with its own mark after it: ``4096*×1*``,
+    ``32768×1*`` (num_ctx read, one slot by default), ``8192×4``; ``4096*`` when the slot count is
+    not known, :data:`NOT_KNOWN` when the context is not. ``number`` writes the context
+    (``ui.format.ctx_number``: ``128K``); ``sep`` sits between the two (``" × "`` in sentences)."""
+    if ctx.value is None:
+        return NOT_KNOWN
+    text = marked(number(ctx.value), ctx.source)
+    if parallel.value is None:
+        return text
+    return text + sep + setting_text(parallel)
 
 
 @dataclass(frozen=True, slots=True)

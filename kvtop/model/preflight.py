@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvtop.model import kv, plan
-from kvtop.model.known import NOT_KNOWN, Known, source_mark
+from kvtop.model.known import Known, setting_text
 from kvtop.model.snapshots import PsModel, PulledSnapshot, ShowInfo, TagInfo, parse_version
 
 GiB = 1024**3
@@ -287,12 +287,10 @@ def unread(rows: Sequence[PreflightRow], not_asked: str = "waiting for /api/show
 
 
 def marked(k: Known[Any]) -> str:
-    """A setting with its source mark: ``*4096`` (Ollama default), ``=q8_0`` (server env), ``^8192``
-    (requested), ``~40960`` (lowered to the training context); ``?`` when not known."""
-    if k.value is None:
-        return NOT_KNOWN
-    value = ("on" if k.value else "off") if isinstance(k.value, bool) else str(k.value)
-    return source_mark(k.source) + value
+    """A setting with its source mark after it: ``4096*`` (Ollama default), ``q8_0=`` (server env),
+    ``8192^`` (requested), ``40960~`` (lowered to the training context); ``?`` when not known
+    (``model.known.setting_text``, the one renderer of every face)."""
+    return setting_text(k)
 
 
 def preflight_json(row: PreflightRow) -> dict[str, Any]:

@@ -130,19 +130,20 @@ def all_json(r: AllResult) -> dict[str, Any]:
 
 def all_text(r: AllResult) -> str:
     """The ``kvtop plan --all`` table."""
-    from kvtop.model.preflight import marked as mark
+    from kvtop.model.known import SOURCE_LEGEND, context_pair, setting_text
 
     d = r.defaults
     out = [f"kvtop plan --all — {r.host}" + (f" (Ollama {r.version})" if r.version else ""),
-           f"  each at num_ctx {mark(d.num_ctx)} × {mark(d.parallel)} slot(s), KV {mark(d.cache_type)}, "
-           f"flash attention {mark(d.flash_attention)}; ~ estimated, * Ollama default, ^ requested, = server env",
+           f"  each at num_ctx {context_pair(d.num_ctx, d.parallel, sep=' × ')} slot(s), KV {setting_text(d.cache_type)}, "
+           f"flash attention {setting_text(d.flash_attention)}",
+           f"  {SOURCE_LEGEND}",
            "  GPU free: " + (f"{ibytes(r.free_bytes)} ({r.free_source})" if r.free_bytes is not None
                              else "not given: no fit verdict (--gpu-free BYTES|auto)"), ""]
     table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX"]]
     calibrated: list[str] = []
     for row in r.rows:
         fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")
-        table.append([row.name, ibytes(row.size_bytes), mark(row.num_ctx), _sized(row.kv_bytes, row.kv_source),
+        table.append([row.name, ibytes(row.size_bytes), setting_text(row.num_ctx), _sized(row.kv_bytes, row.kv_source),
                       _sized(row.total_bytes, row.total_source), _est(row.gpu_bytes), fit,
                       NOT_KNOWN if row.max_num_ctx is None else str(row.max_num_ctx)])
         if row.calibration:
@@ -165,6 +166,6 @@ def all_text(r: AllResult) -> str:
 
 def _sized(n: int | None, source: str) -> str:
     """A size with its source's mark: ``~5.7 GiB`` estimated, ``5.9 GiB`` allocated or reported."""
-    from kvtop.model.known import source_mark
+    from kvtop.model.known import marked
 
-    return NOT_KNOWN if n is None else source_mark(source) + ibytes(n)
+    return marked(n, source or None, size=True)

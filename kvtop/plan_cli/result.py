@@ -15,7 +15,7 @@ from typing import Any
 
 from kvtop.model import kv
 from kvtop.model import plan
-from kvtop.model.known import CLAMPED_MARK, NOT_KNOWN, exact_bytes, ibytes
+from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked
 from kvtop.plan_cli.inputs import EXIT_OK, PlanInput
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str
 
 def _est(n: int | None) -> str:
     """An estimated size: ``~5.7 GiB`` (the marks and units of every screen, ``model.known``)."""
-    return NOT_KNOWN if n is None else "~" + ibytes(n)
+    return marked(n, "estimated", size=True)
 
 
 def _signed(n: int) -> str:

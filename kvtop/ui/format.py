@@ -20,8 +20,11 @@ from kvtop.model.known import (  # re-exported: the one vocabulary of units and 
     NOT_KNOWN_WORDS,
     SOURCE_LEGEND_WORDS,
     Known,
+    context_pair,
     exact_bytes,
     ibytes,
+    marked,
+    setting_text,
     size_text,
     source_mark,
 )
@@ -30,7 +33,7 @@ from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used out
 from kvtop.redact import scrub_text
 
 __all__ = ["NOT_KNOWN", "context_text", "ctx_number", "exact_bytes", "ibytes", "known_text", "legend", "mark",
-           "memory_bar", "memory_figures", "safe", "safe_name", "short_until", "size_text"]
+           "marked", "memory_bar", "memory_figures", "safe", "safe_name", "setting_text", "short_until", "size_text"]
 
 
 def safe_name(name: str, limit: int) -> str:
@@ -55,10 +58,9 @@ def mark(k: Known[Any]) -> str:
 
 
 def known_text(k: Known[Any], fmt: str = "{}") -> str:
-    """A value with its source mark, or ``?`` when unknown."""
-    if k.value is None:
-        return NOT_KNOWN
-    return mark(k) + fmt.format(k.value)
+    """A setting with its source mark after it (``f16*``, ``q8_0=``), or ``?`` when unknown
+    (``model.known.setting_text``)."""
+    return setting_text(k, fmt)
 
 
 def ctx_number(n: int) -> str:
@@ -71,16 +73,9 @@ def ctx_number(n: int) -> str:
 
 def context_text(view: ModelView) -> str:
     """CONTEXT column: ``4096×1`` (per slot × slots) or just ``4096`` when slots are unknown;
-    ``128K×1`` from 100000 on (K = 1024, only when exact)."""
-    ctx = view.context
-    if ctx.value is None:
-        return "?"
-    text = mark(ctx) + ctx_number(ctx.value)
-    if view.parallel.value is not None:
-        text += f"×{view.parallel.value}"
-        if mark(view.parallel) != mark(ctx):
-            text += mark(view.parallel)
-    return text
+    ``128K×1`` from 100000 on (K = 1024, only when exact); each number carries its own mark after
+    it (``4096*×1*``, ``32768×1*``: ``model.known.context_pair``)."""
+    return context_pair(view.context, view.parallel, number=ctx_number)
 
 
 def legend(views: Sequence[ModelView], *, short: bool = False) -> str:

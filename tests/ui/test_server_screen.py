@@ -122,7 +122,7 @@ def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None
     for width in (80, 160):
         text = [t.plain for t in preflight_lines(defaults, rows, ServerInfo(pulled=pulled), width)]
         said = [line for line in text if "assumed" in line]
-        assert len(said) == 1 and "~4096" in said[0] and ("VRAM" in said[0] or "total memory" in said[0])
+        assert len(said) == 1 and "4096~" in said[0] and ("VRAM" in said[0] or "total memory" in said[0])
         assert all(len(line) <= width - 2 for line in text), [line for line in text if len(line) > width - 2]
     known = server_defaults("0.22.1", None, 24 * GiB)
     assert not any("assumed" in t.plain for t in preflight_lines(known, preflight(pulled, known, free_bytes=None),

@@ -194,8 +194,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
             out.append(f"  {a.severity.upper()} {a.kind.replace('_', ' ')}: ", style="bold")
             out.append(safe(a.message, 300) + "\n")
             for fix in a.fixes:
-                mark = {True: "✓", False: "✗", None: "?"}[fix.fits]
-                out.append(f"    {mark} {safe(fix.action, 60)}: {safe(fix.detail, 160)}")
+                fits = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
+                out.append(f"    {safe(fix.action, 60)} ({fits}): {safe(fix.detail, 160)}")
                 out.append(f" — {safe(fix.cost, 160)}\n" if fix.cost else "\n", style="dim")
 
     out.append("\nRunner log\n", style="bold underline")

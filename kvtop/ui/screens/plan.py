@@ -37,7 +37,7 @@ from kvtop.model import kv, plan
 from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama import fetch_tensors, send_load_request
-from kvtop.model.known import NOT_KNOWN_WORDS
+from kvtop.model.known import NOT_KNOWN_WORDS, context_pair, setting_text
 from kvtop.ui.format import ibytes, safe
 from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.widgets.hanging import Hanging
@@ -279,8 +279,8 @@ class PlanScreen(Screen[None]):
                        + (f", trained {spec.context_train:,} tokens" if spec.context_train else ""))
         out.append("\n")
         if v is not None:
-            now = (f"loaded now: {v.context.value or '?'} × {v.parallel.value or '?'} slot(s), "
-                   f"{v.kv_type.value or '?'}, flash attention {v.flash_attention.value or 'not known'}; "
+            now = (f"loaded now: {context_pair(v.context, v.parallel, sep=' × ')} slot(s), "
+                   f"{setting_text(v.kv_type)}, flash attention {setting_text(v.flash_attention)}; "
                    f"size {ibytes(v.size_bytes)}, {v.processor}")
             out.append(safe(now, 200) + "\n", style="dim")
         else:

@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from kvtop.model.gpu import NOT_SAMPLED, GpuPanelData, GpuView, ModelGpu, SplitPart, SystemMemory
-from kvtop.model.known import SOURCE_MARK
+from kvtop.model.known import marked
 from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import exact_bytes, ibytes, safe, safe_name
 from kvtop.ui.widgets.memory_map import GLYPHS as MAP_GLYPHS
@@ -219,8 +219,8 @@ def wide_lines(view: GpuView, usable: int, name_width: int, colors: Mapping[str,
         legend.append(GLYPHS[part.kind], style=style)
         label = safe_name(part.label, 32) if part.kind == "model" else part.label
         # unattributed is a difference kvtop computes (total − free − listed): estimated, as in the map
-        mark = SOURCE_MARK["estimated"] if part.kind == "unattributed" else ""
-        legend.append(f" {label} {mark}{ibytes(part.bytes)}   ")
+        source = "estimated" if part.kind == "unattributed" else None
+        legend.append(f" {label} {marked(part.bytes, source, size=True)}   ")
     if not view.models:
         legend.append("no Ollama model on this GPU", style=muted)
     legend.rstrip()

@@ -26,7 +26,7 @@ from textual import events
 from textual.message import Message
 from textual.widget import Widget
 
-from kvtop.model.known import SOURCE_MARK, ibytes
+from kvtop.model.known import ibytes, marked
 from kvtop.model.memmap import MODEL_KINDS, DeviceBar, MemoryMap, ModelKey, Segment
 from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import safe, safe_name
@@ -61,7 +61,7 @@ nothing (``qw…_M``), and the legend names the stretch."""
 
 
 def _size(seg: Segment, *, short: bool = True) -> str:
-    return SOURCE_MARK.get(seg.source, "") + ibytes(seg.bytes, short=short)
+    return marked(seg.bytes, seg.source, size=True, short=short)
 
 
 def _style(kind: str, colors: Mapping[str, str]) -> str:

@@ -18,7 +18,7 @@ from kvtop.ui.format import (
     context_text,
     ctx_number,
     ibytes,
-    mark,
+    setting_text,
     memory_bar,
     memory_figures,
     safe,
@@ -117,8 +117,7 @@ def _known(attr: str) -> Callable[[ModelView, dict[str, str]], Text]:
         k = getattr(v, attr)
         if k.value is None:
             return Text("?", style=colors.get("kv-muted", ""))
-        suffix = mark(k)
-        return Text(f"{k.value}{suffix}", style=colors.get("kv-muted", "") if k.source == "default" else "")
+        return Text(setting_text(k), style=colors.get("kv-muted", "") if k.source == "default" else "")
     return cell
 
 
