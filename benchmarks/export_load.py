@@ -254,7 +254,7 @@ def trickle_phase(host: str, port: int, args: argparse.Namespace) -> dict:
 
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))  # the tests' Trickler
-    from kvtop.export.prometheus import make_wsgi
+    from kvtop.export.http_server import make_wsgi
     from tests.integration.test_exporter_slowloris import Trickler
 
     def attacked(h: str, p: int, needle: bytes) -> tuple[list[tuple[str, float]], float, int]:

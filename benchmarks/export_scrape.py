@@ -246,7 +246,8 @@ def in_process_costs(url: str, repeat: int = 200) -> dict[str, float]:
     import dataclasses
     from datetime import timezone
 
-    from kvtop.export.prometheus import HostView, KvtopCollector, MetricsCache
+    from kvtop.export.metrics import HostView, KvtopCollector
+    from kvtop.export.metrics_cache import MetricsCache
     from kvtop.model.state import initial_state
     from kvtop.model.apply import apply
     from kvtop.sources.ollama import OllamaClient

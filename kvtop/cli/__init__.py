@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return main_plan(argv[1:])
     if argv[:1] == ["export"]:
-        from kvtop.export.prometheus import main_export
+        from kvtop.export.command import main_export
 
         return main_export(argv[1:])
     parser = build_parser()

@@ -23,7 +23,8 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvtop.export.prometheus import METRICS, HostView, KvtopCollector, build_parser, make_registry
+from kvtop.export.command import build_parser
+from kvtop.export.metrics import METRICS, HostView, KvtopCollector, make_registry
 from kvtop.model.alerts.types import KINDS
 from kvtop.model.apply import apply
 from kvtop.model.snapshots import OllamaSnapshot

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.demo.scenario import load_scenario
-from kvtop.export.prometheus import write_atomically
+from kvtop.export.textfile import write_atomically
 from tests.integration.test_export_prometheus import _env, exporter
 from tests.standin import BUNDLED, REPO, running
 from tests.unit.test_prometheus import samples, value

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from kvtop.export.prometheus import CHANNEL_TIMEOUT_S, CLEANUP_INTERVAL_S
+from kvtop.export.http_server import CHANNEL_TIMEOUT_S, CLEANUP_INTERVAL_S
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import running
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from kvtop.export.prometheus import PER_CLIENT_PENDING, REQUEST_DEADLINE_S, MetricsServer
+from kvtop.export.http_server import PER_CLIENT_PENDING, REQUEST_DEADLINE_S, MetricsServer
 from tests.integration.test_export_prometheus import exporter
 from tests.standin import running
 

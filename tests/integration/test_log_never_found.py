@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvtop.config import Settings
-from kvtop.export.prometheus import HostView
+from kvtop.export.metrics import HostView
 from kvtop.model.alerts import evaluate
 from kvtop.model.state import AppState
 from kvtop.model.apply import apply, apply_log_events

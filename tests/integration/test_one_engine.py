@@ -73,7 +73,7 @@ def settle(log: Path) -> int:
 
 async def exporter_face(url: str, spec: str, total: int) -> tuple[dict[str, Any], int, str]:
     from kvtop.engine import build_sources
-    from kvtop.export.prometheus import Exporter, HostPoller
+    from kvtop.export.exporter import Exporter, HostPoller
     from kvtop.report import state_json
 
     settings = Settings(host_url=url, log_spec=spec, interval_s=0.3, timeout_s=3.0)

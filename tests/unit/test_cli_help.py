@@ -9,7 +9,7 @@ import re
 import pytest
 
 from kvtop import cli
-from kvtop.export.prometheus import build_parser as export_parser
+from kvtop.export.command import build_parser as export_parser
 
 
 def _epilog_lines() -> list[str]:

@@ -11,7 +11,7 @@ def test_sources_and_model_do_not_import_textual() -> None:
         "import sys, kvtop.sources.ollama, kvtop.sources.gpu, kvtop.sources.procs, kvtop.model.gpu, kvtop.model.state, kvtop.model.kv, kvtop.report, kvtop.demo.server, "
         "kvtop.sources.slots, kvtop.sources.service_env, kvtop.model.ladder, kvtop.sources.replay, kvtop.sources.protocols, kvtop.sources.hosts, kvtop.sources.tail, kvtop.sources.tail_backlog, "
         "kvtop.model.history, kvtop.model.codec, kvtop.model.slots, kvtop.model.alerts, kvtop.model.plan, kvtop.logparse, "
-        "kvtop.export.prometheus;"
+        "kvtop.export.command;"
         "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

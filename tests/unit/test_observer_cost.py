@@ -20,16 +20,10 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvtop.export.prometheus import (
-    SCRAPED_RECENTLY_S,
-    Exporter,
-    HostPoller,
-    HostView,
-    KvtopCollector,
-    MetricsCache,
-    make_registry,
-    make_wsgi,
-)
+from kvtop.export.exporter import Exporter, HostPoller
+from kvtop.export.http_server import make_wsgi
+from kvtop.export.metrics import HostView, KvtopCollector, make_registry
+from kvtop.export.metrics_cache import SCRAPED_RECENTLY_S, MetricsCache
 from kvtop.sources.hosts import httpx_verify
 from kvtop.sources.ollama import SHOW_CONCURRENCY, OllamaClient
 from kvtop.sources.ollama_decode import parse_ps
@@ -306,7 +300,7 @@ async def test_prerendering_stops_when_the_scraper_leaves() -> None:
 
 
 async def test_the_model_memo_changes_nothing_exported() -> None:
-    from kvtop.export.prometheus import ModelMemo, build_metrics
+    from kvtop.export.metrics import ModelMemo, build_metrics
 
     state = await state_at(4)
     hv = HostView(url=HOST, local=False, log=False, state=state)

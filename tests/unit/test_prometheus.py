@@ -1,5 +1,5 @@
-"""kvtop.export.prometheus without sockets: the collector over real pipeline states, the log
-counters, the run loop's poll pacing, and the argument parsing.
+"""kvtop.export without sockets (metrics, log counters, exporter loop, command line): the
+collector over real pipeline states, the log counters, the run loop's poll pacing, and the argument parsing.
 
 States come from ``OllamaClient`` reading the stand-in's own answers (``kvtop.demo.server``
 ``ps_body`` / ``show_body`` / ``tags_body``) through ``httpx.MockTransport``, then
@@ -32,19 +32,10 @@ from kvtop.demo.api_bodies import ps_body, show_body, tags_body
 from kvtop.demo.scenario import model_blob
 from kvtop.demo.server import load_default_scenario
 from kvtop.sources.hosts import host_is_this_machine
-from kvtop.export.prometheus import (
-    LABEL_MAX_CHARS,
-    METRICS,
-    Exporter,
-    HostPoller,
-    HostView,
-    KvtopCollector,
-    LogCounters,
-    count_log,
-    label_value,
-    make_registry,
-    parse_listen,
-)
+from kvtop.export.command import parse_listen
+from kvtop.export.exporter import Exporter, HostPoller
+from kvtop.export.log_counters import LogCounters, count_log
+from kvtop.export.metrics import LABEL_MAX_CHARS, METRICS, HostView, KvtopCollector, label_value, make_registry
 from kvtop.logparse.parser import LogParser
 from kvtop.model import kv
 from kvtop.model.gpu import GpuDevice, GpuSnapshot, SystemMemory
@@ -451,7 +442,7 @@ def test_which_hosts_are_on_this_machine(url: str, local: bool) -> None:
 
 
 def test_the_exporter_never_imports_textual() -> None:
-    code = ("import sys, kvtop.export.prometheus;"
+    code = ("import sys, kvtop.export.command;"
             "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run(check=False, args=[sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
