@@ -320,7 +320,9 @@ class EngineCore:
 
     def _schedule_apply(self, *, urgent: bool) -> None:
         now = self._clock()
-        due = now + APPLY_SETTLE_S
+        # the first step is applied at once: the other loops start after the first poll (run), so
+        # nothing could join it, and the first frame with data waits for no timer
+        due = now + (APPLY_SETTLE_S if self._last_apply_at > float("-inf") else 0.0)
         if not urgent:
             gap = self.interval_s * (LOG_APPLY_GAP_INTERVALS if self.poll and self.sources.servers else 1.0)
             due = max(due, self._last_apply_at + gap)
