@@ -403,10 +403,18 @@ class Unload(EventBase):
 
 @frozen_event
 class Oom(EventBase):
-    """Out of memory, at load or at run time (corpus 005, 009, 031)."""
+    """Out of memory, at load or at run time (corpus 005, 009, 031).
+
+    ``allocation`` is True on the allocator's own failure line: ggml's ``allocating X MiB on device N:
+    cudaMalloc failed: out of memory`` (``hipMalloc failed`` on ROCm) and ``unable to allocate …``. Each
+    such line is one failed try (a fit/alloc loop that lowers the layers prints one per try, §4.3), so it
+    starts an incident of its own; the lines that report the same try after it (``failed to allocate
+    CUDA0 buffer of size N``, ``failed to allocate compute buffers``) continue it.
+    """
 
     kind: ClassVar[str] = "oom"
     reason: str
+    allocation: bool = False
 
 
 @frozen_event

@@ -84,6 +84,9 @@ _TROUBLE_RE = re.compile(
     r"|error: failed to)"
 )
 
+_ALLOCATOR_FAILURES = frozenset(("cudaMalloc failed", "hipMalloc failed", "Unable to allocate", "unable to allocate"))
+"""The :data:`_TROUBLE_RE` out-of-memory matches that are an allocator's own failure line (``Oom.allocation``)."""
+
 
 def _may_be_trouble(text: str) -> bool:
     """Cheap substring test run before :data:`_TROUBLE_RE` (most free-text lines are harmless).
@@ -376,8 +379,9 @@ def _trouble(rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | Non
         return None
     meta = _meta(n, text, time)
     reason = rest.strip()
-    if m.group("oom") is not None:
-        return [Oom(*meta, reason)]
+    oom = m.group("oom")
+    if oom is not None:
+        return [Oom(*meta, reason, oom in _ALLOCATOR_FAILURES)]
     return [LoadFailed(*meta, reason, blob_of(rest))]
 
 

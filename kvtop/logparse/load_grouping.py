@@ -48,7 +48,7 @@ REPORTED_KINDS = frozenset({
 
 INCIDENT_KINDS = frozenset({"oom", "load_failed", "eviction", "unload", "flash_attention_forced_off",
                             "kv_type_fallback"})
-"""Kinds whose consecutive lines (within one load) are one incident."""
+"""Kinds whose consecutive lines (within one load) are one incident (but for ``Oom.allocation``)."""
 
 INCIDENT_GAP_S = 60.0
 """Two lines of the same kind further apart than this are separate incidents."""
@@ -318,8 +318,10 @@ class _Grouper:
 
 
 def _continues(prev: LogEvent, prev_load: int | None, e: LogEvent, load: int | None) -> bool:
-    """``e`` is another line of the incident ``prev`` (same kind and load, close in time)."""
+    """``e`` is another line of the incident ``prev`` (same kind and load, close in time); an
+    allocator's own failure line (``Oom.allocation``: one try of a fit/alloc loop) always starts one."""
     return (e.kind in INCIDENT_KINDS and prev.kind == e.kind and prev_load == load
+            and not (type(e) is Oom and e.allocation)
             and not _far_apart(prev.time, e.time)
             and getattr(prev, "requested", None) == getattr(e, "requested", None))
 

@@ -29,7 +29,9 @@ The document's shape and the conventions behind it are those of the corpus oracl
   complete A/B1 command line without ``--flash-attn`` means disabled; ``auto`` that is never
   resolved stays None.
 - Events are counted per incident: consecutive OOM, load-failure, eviction, unload,
-  forced-off or fallback lines of one load give one event.
+  forced-off or fallback lines of one load give one event; but every allocator failure line
+  (``cudaMalloc failed``, ``hipMalloc failed``, ``unable to allocate``: one try of a fit/alloc
+  loop) is an OOM of its own, the lines after it that report the same try joining it.
 """
 
 from __future__ import annotations

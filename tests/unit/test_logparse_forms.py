@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kvtop.logparse import RunnerStarted, inspect_lines, parse_lines
+from kvtop.logparse import Oom, RunnerStarted, inspect_lines, parse_lines
 from kvtop.logparse.wrappers import strip_wrappers
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -61,3 +61,36 @@ def test_identifier_needs_its_pid() -> None:
     # a llama.cpp "function: text" line is not a wrapper (009: "llama_new_context_with_model: KV self size …")
     line = corpus_lines("009")[0]
     assert strip_wrappers(line) == (line, None, False)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Every allocator failure is an OOM of its own
+
+
+def test_each_try_of_a_fit_alloc_loop_is_one_oom() -> None:
+    # 009-rocm-oom-compute-buffer-fallback-0.1.33pre.log: one failed try is three lines (cudaMalloc failed, failed
+    # to allocate ROCm0 buffer, failed to allocate compute buffers). The corpus has no log of a loop that fails
+    # more than once; Ollama's fit/alloc loop (llm/server.go (*ollamaServer).Load, v0.12.0; docs/ollama-internals.md
+    # §4.3) tries again with fewer layers after each failed allocation, printing the same three lines per try:
+    # here the real try three times.
+    lines = corpus_lines("009")
+    tried = lines[2:5]
+    assert "cudaMalloc failed: out of memory" in tried[0]
+    log = lines[:2] + tried * 3 + lines[5:]
+    doc = inspect_lines(log)
+    assert [e["kind"] for e in doc["events"]] == ["oom", "oom", "oom", "load_failed"]
+    assert all("cudaMalloc failed" in e["reason"] for e in doc["events"][:3])
+    assert [e["kind"] for e in inspect_lines(lines)["events"]] == ["oom", "load_failed"]  # one try: one OOM
+    ooms = [e for e in parse_lines(log) if isinstance(e, Oom)]
+    assert [e.allocation for e in ooms] == [True, False, False] * 3
+
+
+def test_a_loop_of_allocator_failures_counts_in_the_alert() -> None:
+    from kvtop.model.alerts.logevents import _Incidents
+    from kvtop.model.alerts.context import Timed
+
+    lines = corpus_lines("009")
+    ooms = [e for e in parse_lines(lines[2:5] * 3) if isinstance(e, Oom)]
+    inc = _Incidents("oom", None, items=[Timed(e, 1000.0 + i) for i, e in enumerate(ooms)])
+    assert inc.count() == 3
+    assert inc.latest_first().event is ooms[6]  # the cudaMalloc line of the last try

@@ -210,7 +210,7 @@ class _Incidents:
         n = 0
         last: float | None = None
         for t in self.items:
-            if last is None or t.ts is None or t.ts - last > _INCIDENT_GAP_S:
+            if last is None or t.ts is None or t.ts - last > _INCIDENT_GAP_S or _starts_incident(t.event):
                 n += 1
             last = t.ts if t.ts is not None else last
         return max(1, n)
@@ -219,11 +219,19 @@ class _Incidents:
         """The first line of the latest incident (its most specific reason)."""
         first = self.items[-1]
         for t in reversed(self.items[:-1]):
+            if _starts_incident(first.event):
+                break
             nxt = first.ts
             if t.ts is not None and nxt is not None and nxt - t.ts > _INCIDENT_GAP_S:
                 break
             first = t
         return first
+
+
+def _starts_incident(e: LogEvent) -> bool:
+    """An allocator's own failure line (``Oom.allocation``) is one try of a fit/alloc loop: an incident of its own
+    (as ``logparse.loads`` counts them)."""
+    return type(e) is Oom and e.allocation
 
 
 def _reason(e: LogEvent) -> str:
