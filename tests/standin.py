@@ -133,8 +133,8 @@ def tiny_scenario(tmp_path: Path) -> tuple[Path, str]:
     num_ctx 2048; returns its path and the model's weights blob (``sha256-…``)."""
     import json
 
-    from kvtop.demo.scenario import load_scenario
-    from kvtop.demo.server import model_blob
+    from kvtop.demo.scenario_file import load_scenario
+    from kvtop.demo.scenario import model_blob
 
     data = json.loads(BUNDLED.read_text(encoding="utf-8"))
     template = data["models"]["qwen3:1.7b-q8_0"]

@@ -1,6 +1,6 @@
 """The stand-in's timeline: which scenario step is current, timed or stepped by hand.
 
-Shared by the HTTP stand-in (``demo.server``, which re-exports :class:`ScenarioPlayer`) and the
+Shared by the HTTP stand-in (``demo.server``, ``demo.standin_http``) and the
 runner-log writer (``demo.logwriter``), below both.
 """
 

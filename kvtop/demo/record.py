@@ -28,9 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kvtop.config import Settings
-from kvtop.demo.logwriter import restamp
 
-__all__ = ["REPO_SNAPSHOTS", "main", "record_demo", "record_incident", "restamp", "standin"]
+__all__ = ["REPO_SNAPSHOTS", "main", "record_demo", "record_incident", "standin"]
 
 REPO_SNAPSHOTS = Path(__file__).resolve().parents[2] / "snapshots"
 
@@ -69,7 +68,7 @@ async def _record(settings: Settings, out: Path, script: object, *, log_source: 
 
 async def record_pass(name: str, out: Path) -> int:
     """``<name>.jsonl.gz``: one pass of ``snapshots/<name>-scenario.json`` with the server log it writes."""
-    from kvtop.demo.scenario import load_scenario
+    from kvtop.demo.scenario_file import load_scenario
     from kvtop.sources.tail_file import FileTail
 
     scenario = REPO_SNAPSHOTS / f"{name}-scenario.json"

@@ -62,25 +62,13 @@ from typing import Any
 
 from kvtop.bundled import bundled_dir
 from kvtop.demo.player import ScenarioPlayer
-from kvtop.demo.scenario import Scenario, load_scenario
-
-# Re-exported from where they live now (the API bodies, the HTTP server), for callers of this module.
-from kvtop.demo.api_bodies import BUSY_ERROR as BUSY_ERROR
-from kvtop.demo.api_bodies import GARBAGE_BODY as GARBAGE_BODY
-from kvtop.demo.api_bodies import MAX_DURATION_NS as MAX_DURATION_NS
-from kvtop.demo.api_bodies import format_go_time as format_go_time
-from kvtop.demo.api_bodies import ps_body as ps_body
-from kvtop.demo.api_bodies import show_body as show_body
-from kvtop.demo.api_bodies import tags_body as tags_body
-from kvtop.demo.scenario import model_blob as model_blob
-from kvtop.demo.standin_http import StandinServer as StandinServer
+from kvtop.demo.scenario import Scenario
+from kvtop.demo.scenario_file import load_scenario
+from kvtop.demo.standin_http import StandinServer
 
 __all__ = [
     "DEFAULT_SCENARIO_NAME",
-    "ScenarioPlayer",
-    "StandinServer",
     "default_scenario_path",
-    "format_go_time",
     "main",
     "serve",
 ]

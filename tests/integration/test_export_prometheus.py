@@ -28,7 +28,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvtop.demo.scenario import load_scenario
+from kvtop.demo.scenario_file import load_scenario
 from kvtop.logparse.events import RequestTiming
 from kvtop.logparse.parser import LogParser
 from tests.llama_fixture import ollama_spawn_line

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvtop.demo.scenario import load_scenario
+from kvtop.demo.scenario_file import load_scenario
 from kvtop.export.textfile import write_atomically
 from tests.integration.test_export_prometheus import _env, exporter
 from tests.standin import BUNDLED, REPO, running

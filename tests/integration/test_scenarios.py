@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from kvtop.config import Settings
-from kvtop.demo.scenario import load_scenario
-from kvtop.demo.server import model_blob
+from kvtop.demo.scenario_file import load_scenario
+from kvtop.demo.scenario import model_blob
 from kvtop.model import kv
 from kvtop.model.alerts import Alert
 from kvtop.model.gpu import (

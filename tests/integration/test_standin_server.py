@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from kvtop.demo.scenario import load_scenario, parse_scenario
-from kvtop.demo.server import ScenarioPlayer, format_go_time, serve
+from kvtop.demo.scenario_file import load_scenario, parse_scenario
+from kvtop.demo.api_bodies import format_go_time
+from kvtop.demo.player import ScenarioPlayer
+from kvtop.demo.server import serve
 from kvtop.model.kv import processor_string
 from tests.standin import START_TIMEOUT_S, Standin, _read_line, _spawn, _stop, running
 

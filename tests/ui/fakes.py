@@ -6,7 +6,8 @@ import asyncio
 from datetime import timezone
 from types import MappingProxyType
 
-from kvtop.demo.scenario import Scenario, load_scenario
+from kvtop.demo.scenario import Scenario
+from kvtop.demo.scenario_file import load_scenario
 from kvtop.demo.api_bodies import ps_body, show_body, tags_body
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.sources.ollama_decode import parse_ps, parse_show, parse_tags

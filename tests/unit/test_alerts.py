@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from kvtop.demo.scenario import parse_scenario
+from kvtop.demo.scenario_file import parse_scenario
 from kvtop.demo.api_bodies import ps_body, show_body, tags_body
 from kvtop.demo.scenario import model_blob
 from kvtop.logparse.parser import parse_lines

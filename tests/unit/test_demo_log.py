@@ -21,8 +21,9 @@ from kvtop.demo.logwriter import (
     runner_argv,
     script_lines,
 )
-from kvtop.demo.scenario import load_scenario
-from kvtop.demo.server import ScenarioPlayer, model_blob
+from kvtop.demo.scenario_file import load_scenario
+from kvtop.demo.player import ScenarioPlayer
+from kvtop.demo.scenario import model_blob
 from kvtop.logparse import group_loads, parse_lines
 from kvtop.logparse.events import (
     Eviction,
