@@ -16,6 +16,7 @@ from textual import on
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.binding import Binding
+from textual.filter import LineFilter
 from textual.reactive import var
 from textual.widgets import Input, Static
 
@@ -35,6 +36,7 @@ from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
 from kvtop.model.logstate import LogState
 from kvtop.model.state import SORT_KEYS, AppState, filter_views, sort_views
 from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
+from kvtop.ui.ascii_mode import with_ascii
 from kvtop.ui.format import legend, safe
 from kvtop.ui.server_view import ServerSampled, ServerView
 from kvtop.ui.textual_fixes import install_textual_fixes
@@ -250,6 +252,10 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         """kvtop's semantic colours, so any Textual theme can render the dashboard."""
         return default_variables()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's line filters, and in ASCII mode (``--ascii``, no UTF-8 locale) the ASCII one last."""
+        return with_ascii(super().get_line_filters(), self.settings)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's commands, and the writes (``u``, ``a``, ``k``) unless ``--readonly``."""
