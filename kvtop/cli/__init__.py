@@ -43,6 +43,7 @@ from kvtop.cli.outputs import _sample_states as _sample_states
 from kvtop.cli.outputs import _stream as _stream
 from kvtop.cli.outputs import once_json as once_json
 from kvtop.cli.outputs import sample_engine as sample_engine
+from kvtop.core.glyphs import wants_ascii
 from kvtop.config import (
     ConfigError,
     HostError,
@@ -84,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (every flag is documented in docs/reference.md)."""
     p = argparse.ArgumentParser(
         prog="kvtop",
-        description="top for an Ollama server's memory: weights vs KV cache vs compute per model.",
+        description="top for an Ollama server's memory: weights vs KV cache vs compute per model.\n"
+                    "Sizes are binary: 1 GiB = 2^30 bytes, 1 MiB = 2^20 bytes (ollama ps prints\n"
+                    "decimal GB: its 6.1 GB is kvtop's 5.7 GiB).",
         epilog=SUBCOMMANDS_HELP + "\n" + ACCESS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -121,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="play a recording instead of polling (FILE, or a bundled one: demo, incident)")
     p.add_argument("--readonly", action="store_true", default=None,
                    help="never send a request that changes the server (disables the what-if screen's load action)")
+    p.add_argument("--ascii", action="store_true",
+                   help="draw with ASCII only (bars # %% + . -, x for ×; the marks ~ ^ = * ? unchanged); "
+                        "on by itself when the locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG, e.g. LANG=C)")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
 
@@ -239,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         more_hosts=tuple(host_urls[1:]),
         access=access,
         extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
+               "ascii": "1" if args.ascii or wants_ascii(os.environ, getattr(sys.stdout, "encoding", None)) else "0",
                "warnings": "\n".join(warnings), "log_origin": origins["log"], "host_origin": origins["host"]},
     )
     try:

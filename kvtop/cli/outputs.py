@@ -11,6 +11,7 @@ from typing import Any
 from kvtop.cli.demo import _machine_sources
 from kvtop.cli.exits import EXIT_OK, EXIT_UNREACHABLE
 from kvtop.config import Settings
+from kvtop.core.glyphs import to_ascii
 from kvtop.textsafe import emit, safe_block, safe_json
 
 
@@ -88,7 +89,7 @@ async def _sample_once(settings: Settings) -> int:
                 if several:
                     block = [f"== {st.host_url}"] + [f"  {line}" for line in block]
                 lines.extend(block)
-            sys.stdout.write(safe_block("\n".join(lines) + "\n"))
+            sys.stdout.write(plain_text(safe_block("\n".join(lines) + "\n"), settings))
         return max(codes)
     reachable = all(st.reachable for st in states)
     if settings.extra.get("json") == "1":
@@ -100,9 +101,16 @@ async def _sample_once(settings: Settings) -> int:
             out_stream = sys.stdout if st.reachable else sys.stderr
             tls = settings.access_for(st.host_url).tls_note  # --insecure / --cacert, said whenever in use
             if tls:
-                out_stream.write(safe_block(f"kvtop: {st.host_url}: {tls}\n"))
-            out_stream.write(safe_block(state_text(st, hints=_hints(st, settings))))
+                out_stream.write(plain_text(safe_block(f"kvtop: {st.host_url}: {tls}\n"), settings))
+            out_stream.write(plain_text(safe_block(state_text(st, hints=_hints(st, settings))), settings))
     return EXIT_OK if reachable else EXIT_UNREACHABLE
+
+
+def plain_text(text: str, settings: Settings) -> str:
+    """``text`` as printed: in ASCII (``kvtop.core.glyphs.to_ascii``, the plain-text stand-ins)
+    when ``settings.extra["ascii"]`` is ``"1"`` (``--ascii``, or no UTF-8 locale), else unchanged.
+    JSON is never changed (its strings are escaped)."""
+    return to_ascii(text, keep_cells=False) if settings.extra.get("ascii") == "1" else text
 
 
 def once_json(states: Sequence[Any], settings: Settings) -> dict[str, Any]:

@@ -46,10 +46,10 @@ ASCII_GLYPHS: dict[str, str] = {
 :func:`ascii_char`; anything else not ASCII becomes ``_`` per cell (``é`` -> ``e`` where Unicode
 decomposes it)."""
 
-ASCII_WIDE: dict[str, str] = {"…": "...", "±": "+/-", "≤": "<=", "≥": ">=", "≠": "!=", "→": "->", "←": "<-",
-                              "—": "--", "×": "x", "°": " deg"}
-"""Stand-ins for plain-text output (``--once``, ``plan``), where no layout is in cells: clearer
-than the one-cell ones (:func:`to_ascii` with ``keep_cells=False``)."""
+ASCII_WIDE: dict[str, str] = {"±": "+/-", "≤": "<=", "≥": ">=", "≠": "!=", "→": "->", "←": "<-", "—": "--"}
+"""Stand-ins for plain-text output (``--once``, ``--check``, ``plan``; :func:`to_ascii` with
+``keep_cells=False``), clearer than the one-cell ones; none of these characters sits in a column
+those outputs align (names cut with ``…`` and ``×`` keep one cell)."""
 
 ASCII_BAR_LEGEND = ("ASCII mode (no UTF-8 locale, or --ascii): bars  # weights/runner  % KV  + compute  "
                     ". not known/unattributed  - free  & a model  / runner overhead  \\ other Ollama  "

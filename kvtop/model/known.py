@@ -58,6 +58,10 @@ NOT_KNOWN_WORDS = "? not known"
 SOURCE_LEGEND = "  ".join(SOURCE_LEGEND_WORDS.values()) + "  " + NOT_KNOWN_WORDS
 """The whole legend (``--once`` text); the dashboard lists the marks its rows use (``ui.format.legend``)."""
 
+UNITS_NOTE = "sizes binary: G/GiB = 2^30 B (ollama ps: GB = 10^9 B)"
+"""The unit, said where sizes are printed as text (``--once``'s legend line, ``kvtop --help``):
+``ollama ps`` prints ``6.1 GB`` for the 5.7 GiB kvtop shows."""
+
 SOURCE_WORDS: dict[str, str] = {
     "allocated": "allocated",
     "runner": "runner",

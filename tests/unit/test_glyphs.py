@@ -1,0 +1,99 @@
+"""ASCII mode's glyph table (``kvtop.core.glyphs``): cell for cell, never a source mark, every bar's
+parts still told apart; the locale detection; ``--once`` under ``LC_ALL=C``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvtop.core.glyphs import ASCII_GLYPHS, SOURCE_MARKS, ascii_char, to_ascii, wants_ascii
+from kvtop.model.known import SOURCE_MARK
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BARS = {
+    "model memory bar": "█▓▒·",
+    "memory map": "█▓▒▇▞▚▄·░",
+    "GPU strip": "█▚▄·░",
+    "sparkline": "▁▂▃▄▅▆▇█",
+}
+
+
+def test_the_marks_are_the_source_marks() -> None:
+    assert set(SOURCE_MARKS) == {m for m in SOURCE_MARK.values() if m} | {"?"}
+
+
+def test_no_glyph_becomes_a_source_mark_and_each_keeps_one_cell() -> None:
+    for glyph, stand_in in ASCII_GLYPHS.items():
+        assert stand_in.isascii() and len(stand_in) == 1, glyph
+        assert stand_in not in SOURCE_MARKS, (glyph, stand_in)
+
+
+@pytest.mark.parametrize("name", sorted(BARS))
+def test_each_bar_keeps_its_parts_apart(name: str) -> None:
+    glyphs = BARS[name]
+    assert len({ascii_char(g) for g in glyphs}) == len(glyphs), [ascii_char(g) for g in glyphs]
+
+
+def test_the_unknown_part_is_no_longer_the_estimated_mark() -> None:
+    """Without UTF-8, tmux showed ``·`` as ``~``, kvtop's "estimated"."""
+    assert to_ascii("██▓▓▒··") == "##%%+.."
+    assert to_ascii("4096*×1*") == "4096*x1*"
+
+
+def test_box_lines_braille_and_wide_characters() -> None:
+    assert to_ascii("╭──╮│ │╰──╯┼━┃") == "+--+| |+--++-|"
+    assert to_ascii("⠀⠁⡀⠒⣿") == " '.::"
+    assert to_ascii("模型:latest") == "____:latest"  # two cells each: the layout keeps its width
+    assert to_ascii("café") == "cafe"
+    assert to_ascii("plain ascii") == "plain ascii"
+
+
+def test_plain_text_output_uses_the_clearer_forms() -> None:
+    assert to_ascii("±12 MiB ≥ 4 — x", keep_cells=False) == "+/-12 MiB >= 4 -- x"
+    assert to_ascii("qwen…:q8_0 4096×1", keep_cells=False) == "qwen.:q8_0 4096x1"  # aligned columns keep one cell
+
+
+@pytest.mark.parametrize(("environ", "encoding", "expected"), [
+    ({"LANG": "C.UTF-8"}, "utf-8", False),
+    ({"LANG": "en_US.utf8"}, None, False),
+    ({"LC_ALL": "C", "LANG": "en_US.UTF-8"}, "utf-8", True),  # LC_ALL wins; Python's UTF-8 mode does not count
+    ({"LC_CTYPE": "en_US.UTF-8", "LANG": "C"}, None, False),
+    ({"LANG": "POSIX"}, None, True),
+    ({"LANG": "de_DE.ISO-8859-1"}, None, True),
+    ({}, None, True),  # no locale variable: the C locale
+    ({"LANG": "en_US.UTF-8"}, "ascii", True),
+    ({"LC_ALL": "", "LANG": "en_US.UTF-8"}, "UTF-8", False),  # an empty variable is not set
+])
+def test_wants_ascii(environ: dict[str, str], encoding: str | None, expected: bool) -> None:
+    assert wants_ascii(environ, encoding) is expected
+
+
+def _once(env_extra: dict[str, str], *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-m", "kvtop", "--demo", "--once", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, encoding="utf-8", timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_once_under_the_c_locale_is_ascii_with_every_mark_kept() -> None:
+    text = _once({"LC_ALL": "C"})
+    assert text.isascii()
+    assert "4096x1^" in text and "~448 MiB" in text and "? not known" in text
+    assert "sizes binary: G/GiB = 2^30 B" in text
+
+
+def test_ascii_flag_forces_it_under_utf8() -> None:
+    from kvtop.cli import build_parser
+    from kvtop.cli.outputs import plain_text
+    from kvtop.config import Settings
+
+    assert build_parser().parse_args(["--ascii"]).ascii is True
+    assert plain_text("4096×1* ██·", Settings(extra={"ascii": "1"})) == "4096x1* ##."
+    assert plain_text("4096×1* ██·", Settings(extra={"ascii": "0"})) == "4096×1* ██·"
