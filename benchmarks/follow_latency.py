@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvtop.sources.tail import FileTail
+from kvtop.sources.tail_file import FileTail
 
 WRITER = r"""
 import os, sys, time

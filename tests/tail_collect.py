@@ -6,7 +6,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from kvtop.sources.tail import LogBatch, LogSource
+from kvtop.sources.tail import LogSource
+from kvtop.sources.tail_base import LogBatch
 
 
 class Collector:

@@ -87,7 +87,7 @@ def _stdin_log_with_keys_from_tty() -> Any:
     Raises:
         OSError: stdin is a terminal (nothing is piped in), or there is no terminal for the keys.
     """
-    from kvtop.sources.tail import StdinTail
+    from kvtop.sources.tail_proc import StdinTail
 
     if os.isatty(0):
         raise OSError("nothing is piped into kvtop (stdin is the terminal); "

@@ -6,7 +6,7 @@ in docs/ollama-internals.md §6; what is in it in §4.0.
 
 Public API:
 
-- ``LogBatch``: what every source yields (lines, status, ok, time, dropped lines).
+- ``LogBatch`` (``tail_base``): what every source yields (lines, status, ok, time, dropped lines).
 - ``LogSpec`` / ``parse_log_spec(text)``: the ``--log`` value.
 - ``LogSource``: ``description``, ``batches()`` (an async iterator that runs until cancelled)
   and ``aclose()``.
@@ -32,25 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from kvtop.sources.tail_base import COALESCE_S, LogBatch, decode_line, stop_process
+from kvtop.sources.tail_base import LogBatch, stop_process
 from kvtop.sources.tail_file import FileTail
-from kvtop.sources.tail_proc import DockerTail, JournalTail, StdinTail, journal_message
+from kvtop.sources.tail_proc import DockerTail, JournalTail, StdinTail
 
 __all__ = [
-    "COALESCE_S",
     "AutoTail",
-    "DockerTail",
-    "FileTail",
-    "JournalTail",
-    "LogBatch",
     "LogSource",
     "LogSpec",
     "NOT_FOUND_FIX",
     "NullTail",
-    "StdinTail",
     "auto_file_candidates",
-    "decode_line",
-    "journal_message",
     "open_log_source",
     "parse_log_spec",
     "resolve_auto",

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from kvtop.sources.tail import DEFAULT_CONTAINER, DEFAULT_UNIT, NOT_FOUND_FIX, LogSpec, resolve_auto
 from kvtop.sources.tail_base import LineSplitter, decode_line, stop_process
-from kvtop.sources.tail_file import FileTail, read_tail
+from kvtop.sources.tail_file import FileTail
+from kvtop.sources.tail_file_reader import read_tail
 from kvtop.sources.tail_proc import (
     JOURNAL_PERMISSION,
     DockerTail,
@@ -61,7 +62,7 @@ class Backlog:
         lines: The lines, oldest first (no newline, CR stripped, bad UTF-8 replaced).
         ok: False when the source could not be read (missing file, permission, tool failed).
         status: One plain sentence when something is off or nothing was found, else None.
-        dropped_lines: Older lines left out by the bound (for a file, counted like the dashboard's start: exact up to ``tail_file.COUNT_EXACT_MAX_BYTES``, then estimated).
+        dropped_lines: Older lines left out by the bound (for a file, counted like the dashboard's start: exact up to ``tail_file_reader.COUNT_EXACT_MAX_BYTES``, then estimated).
         reasons: For ``auto``: one line per candidate saying why it was or was not used.
     """
 
@@ -90,7 +91,7 @@ def _bounded(lines: Iterable[str], max_lines: int, max_bytes: int) -> tuple[tupl
 def read_file_tail(path: str | os.PathLike[str], *, backlog_lines: int = BACKLOG_LINES,
                    backlog_bytes: int = BACKLOG_BYTES) -> Backlog:
     """The last ``backlog_lines`` lines of a log file, reading at most ``backlog_bytes`` of its end
-    (``tail_file.read_tail``: the dashboard's own start). Errors (missing, a directory,
+    (``tail_file_reader.read_tail``: the dashboard's own start). Errors (missing, a directory,
     permission) are a status."""
     source = f"file:{os.path.abspath(os.path.expanduser(os.fspath(path)))}"
     lines, dropped, status, ok = read_tail(path, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes)

@@ -1,7 +1,7 @@
 """Shared pieces of the log sources: the ``LogBatch`` they yield and byte-to-line splitting.
 
 Kept apart from ``tail.py`` so the file, process and stdin tails can import it without a
-cycle; ``kvtop.sources.tail`` re-exports everything a caller needs.
+cycle; ``kvtop.sources.tail`` opens the right tail for a ``--log`` value.
 """
 
 from __future__ import annotations

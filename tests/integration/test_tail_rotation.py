@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.sources.tail import FileTail, LogBatch
+from kvtop.sources.tail_base import LogBatch
+from kvtop.sources.tail_file import FileTail
 
 WRITER = r"""
 import os, sys, time

@@ -18,17 +18,9 @@ from pathlib import Path
 import pytest
 
 from kvtop.sources import tail_base, tail_proc
-from kvtop.sources.tail import (
-    AutoTail,
-    DockerTail,
-    FileTail,
-    JournalTail,
-    StdinTail,
-    journal_message,
-    open_log_source,
-    parse_log_spec,
-    resolve_auto,
-)
+from kvtop.sources.tail import AutoTail, open_log_source, parse_log_spec, resolve_auto
+from kvtop.sources.tail_file import FileTail
+from kvtop.sources.tail_proc import DockerTail, JournalTail, StdinTail, journal_message
 from kvtop.sources.tail_proc import JOURNAL_PERMISSION
 from tests.tail_collect import Collector
 

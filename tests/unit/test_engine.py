@@ -86,7 +86,7 @@ def test_the_factory_builds_each_source_once_and_takes_the_ones_given(tmp_path: 
     built = build_sources(s, machine=False)
     assert list(built.servers) == [HOST, "http://10.0.0.9:11434"]
     from kvtop.sources.ollama import OllamaClient
-    from kvtop.sources.tail import FileTail
+    from kvtop.sources.tail_file import FileTail
 
     assert all(isinstance(c, OllamaClient) for c in built.servers.values())
     assert isinstance(built.log, FileTail)

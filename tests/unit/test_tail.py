@@ -13,15 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.sources import tail_file
-from kvtop.sources.tail import (
-    FileTail,
-    LogBatch,
-    LogSpec,
-    NullTail,
-    open_log_source,
-    parse_log_spec,
-)
+from kvtop.sources import tail_file_reader
+from kvtop.sources.tail import LogSpec, NullTail, open_log_source, parse_log_spec
+from kvtop.sources.tail_base import LogBatch
+from kvtop.sources.tail_file import FileTail
 from kvtop.sources.tail_base import LineSplitter
 from tests.tail_collect import Collector
 
@@ -298,7 +293,7 @@ async def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
 
 
 async def test_status_only_batches_on_change_and_notice_expires(log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tail_file, "NOTICE_S", 0.2)
+    monkeypatch.setattr(tail_file_reader, "NOTICE_S", 0.2)
     log.write_text("a\n")
     col = Collector(FileTail(log))
     await col.until(lambda: col.lines == ["a"])
@@ -524,7 +519,7 @@ async def test_falling_far_behind_sheds_noise_but_keeps_event_lines(log: Path) -
 
 
 async def test_stream_buffer_overflow_keeps_event_lines() -> None:
-    from kvtop.sources.tail import StdinTail
+    from kvtop.sources.tail_proc import StdinTail
 
     r, w = os.pipe()
     body = [f"{i} {NOISE[i % len(NOISE)]}" for i in range(5000)]
@@ -546,7 +541,7 @@ async def test_stream_buffer_overflow_keeps_event_lines() -> None:
 
 def test_log_line_shows_dropped_lines() -> None:
     from kvtop.model.logstate import LogState
-    from kvtop.ui.app import log_line
+    from kvtop.ui.dashboard_text import log_line
 
     assert "dropped" not in log_line(LogState(source="file:/x", lines=5), "auto").plain
     assert " · 722,000 dropped" in log_line(LogState(source="file:/x", lines=278_000, dropped_lines=722_000), "auto").plain
