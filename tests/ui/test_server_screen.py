@@ -78,7 +78,7 @@ async def test_i_opens_and_escape_closes() -> None:
         assert "/api/chat" in body and "2m39s" in body  # p50 of the chat latencies
         assert "restarts: 2 (systemd NRestarts (ollama.service))" in body
         assert "OLLAMA_API_KEY=****" in body and "cgroup v2: memory 32.0 GiB (using 7.0 GiB) · CPU 8 cores" in body
-        assert "num_ctx =8192" in body  # the server env's OLLAMA_CONTEXT_LENGTH, marked '='
+        assert "num_ctx 8192=" in body  # the server env's OLLAMA_CONTEXT_LENGTH, its mark '=' after it
         for tag in _pulled().tags.values():  # type: ignore[union-attr]
             assert tag.name in body
         await pilot.press("escape")
