@@ -6,8 +6,8 @@ mode or the arguments are wrong, 1 when the demo server cannot start.
 This module is the parser, ``main`` (which dispatches the subcommands) and ``--print-config``;
 the parts: the access options the exporter and the planner share (``cli.access``, which imports
 neither), ``--once``/``--check``/``--stream`` (``cli.outputs``), the dashboard's runs
-(``cli.dashboard``), ``--demo``'s stand-in (``cli.demo``), the exit codes (``cli.exits``); their
-names are re-exported here.
+(``cli.dashboard``), ``--demo``'s stand-in (``cli.demo``), the exit codes (``cli.exits``); import
+their names from those modules.
 """
 
 from __future__ import annotations
@@ -23,26 +23,11 @@ from typing import Any
 from types import MappingProxyType
 
 from kvtop import __version__
-from kvtop.cli.access import ACCESS_HELP as ACCESS_HELP
-from kvtop.cli.access import access_options as access_options
-from kvtop.cli.access import add_access_arguments as add_access_arguments
-from kvtop.cli.dashboard import _attach_recorder as _attach_recorder
-from kvtop.cli.dashboard import _replay as _replay
-from kvtop.cli.dashboard import _run as _run
-from kvtop.cli.dashboard import _stdin_log_with_keys_from_tty as _stdin_log_with_keys_from_tty
-from kvtop.cli.demo import _machine_sources as _machine_sources
-from kvtop.cli.demo import _show_busiest_step as _show_busiest_step
-from kvtop.cli.demo import demo_server as demo_server
-from kvtop.cli.exits import EXIT_FAILED as EXIT_FAILED
-from kvtop.cli.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from kvtop.cli.exits import EXIT_OK as EXIT_OK
-from kvtop.cli.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
-from kvtop.cli.outputs import _hints as _hints
-from kvtop.cli.outputs import _sample_once as _sample_once
-from kvtop.cli.outputs import _sample_states as _sample_states
-from kvtop.cli.outputs import _stream as _stream
-from kvtop.cli.outputs import once_json as once_json
-from kvtop.cli.outputs import sample_engine as sample_engine
+from kvtop.cli.access import ACCESS_HELP, access_options, add_access_arguments
+from kvtop.cli.dashboard import _replay, _run
+from kvtop.cli.demo import _show_busiest_step, demo_server
+from kvtop.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
+from kvtop.cli.outputs import _stream
 from kvtop.core.glyphs import wants_ascii
 from kvtop.config import (
     ConfigError,

@@ -153,7 +153,7 @@ def _access(url: str, **kw: Any) -> dict[str, Any]:
 
 
 async def test_dashboard_watches_a_basic_auth_server_and_records_no_secret(tmp_path: Path) -> None:
-    from kvtop.cli import _attach_recorder
+    from kvtop.cli.dashboard import _attach_recorder
 
     with running([*ARGS, "--require-basic", f"{USER}:{PASSWORD}"]) as server:
         server.goto(4)

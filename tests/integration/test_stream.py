@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvtop.cli import sample_engine
+from kvtop.cli.outputs import sample_engine
 from kvtop.config import Settings
 from tests.integration.test_cli import free_port, kvtop
 from tests.standin import BUNDLED, REPO, running

@@ -1,7 +1,7 @@
 """``kvtop --demo`` shows everything that makes kvtop different within its first 60 s (issue 17).
 
-The demo is wired as the command line wires it (``kvtop.cli.demo_server`` with the stand-in's
-``--log-file``, ``kvtop.cli._machine_sources``) and played at 6x (``--demo-speed``) headless, for
+The demo is wired as the command line wires it (``kvtop.cli.demo.demo_server`` with the stand-in's
+``--log-file``, ``kvtop.cli.demo._machine_sources``) and played at 6x (``--demo-speed``) headless, for
 60 s of scenario time. Along the way the screen and the state must show: an allocated KV figure,
 a flash attention value the runner resolved, a KV type fallback, a busy slot, a numeric TOK/S, the
 spill alert with a fix and the GPU's memory bar. The host's GPU, RAM and process table must not be
@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from kvtop.cli import _machine_sources, demo_server
+from kvtop.cli.demo import _machine_sources, demo_server
 from kvtop.config import Settings
 from kvtop.ui.app import make_app
 from tests.ui.screen_text import screen_lines
