@@ -145,10 +145,14 @@ class LoadDecision(EventBase):
 
 @frozen_event
 class ModelLoad(EventBase):
-    """A llama.cpp line saying which model file it reads (corpus 010, 037, 038).
+    """A llama.cpp line saying which model file it reads, or that it starts reading one (corpus 010, 037, 038).
 
     ``llama_model_loader: loaded meta data … from PATH``, ``llama.cpp: loading model from
-    PATH`` (2023), llama-server ``srv load_model: loading model 'PATH'``.
+    PATH`` (2023), llama-server ``srv load_model: loading model 'PATH'``. Without a path (``model_blob``
+    and ``path`` None), the first lines of a model read that name no file: ``llama_model_loader: Dumping
+    metadata keys/values…`` / ``- kv   0: …``, ``print_info: file format = …`` / ``arch = …``
+    (``llm_load_print_meta: format = …`` before 2025), ``load_tensors: loading model tensors, …``; so a
+    load that fails before any offload or buffer line is still a load (§4.5).
     """
 
     kind: ClassVar[str] = "model_load"

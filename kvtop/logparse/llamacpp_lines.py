@@ -269,9 +269,13 @@ def _context_param(
 
 
 def _tensors(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
-    """Weights: ``load_tensors:        CUDA0 model buffer size =   577.22 MiB``; ``offloaded 25/25 layers to GPU``."""
+    """Weights: ``load_tensors:        CUDA0 model buffer size =   577.22 MiB``; ``offloaded 25/25 layers to GPU``;
+    ``load_tensors: loading model tensors, this can take a while... (mmap = true)`` starts reading the model
+    (a :class:`ModelLoad` without a path)."""
     if "buffer size" in rest:
         return _buffer(func, rest, n, text, time, "weights")
+    if rest.startswith("loading model tensors"):
+        return [ModelLoad(*_meta(n, text, time), None, None, func)]
     if rest.startswith("offloaded"):
         m = _OFFLOADED_RE.match(rest)
         if m is None:
@@ -296,9 +300,12 @@ def _fused_ops(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Lo
 
 
 def _model_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
-    """``llama_model_loader: loaded meta data with 26 key-value pairs and 995 tensors from PATH (version GGUF V3 (latest))``."""
+    """``llama_model_loader: loaded meta data with 26 key-value pairs and 995 tensors from PATH (version GGUF V3 (latest))``;
+    the first line of its metadata dump (``Dumping metadata keys/values…``, ``- kv   0: …``) without a path."""
     if not rest.startswith("loaded meta data"):
-        if rest.startswith(("-", "Dumping", "file")):
+        if rest.startswith(("Dumping", "- kv   0:")):
+            return [ModelLoad(*_meta(n, text, time), None, None, func)]
+        if rest.startswith(("-", "file")):
             return None
         if "fail" in rest or "error" in rest:
             return _trouble(rest, n, text, time)
@@ -306,6 +313,15 @@ def _model_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> list
     m = _LOADED_FROM_RE.match(rest)
     path = m.group(1) if m else None
     return [ModelLoad(*_meta(n, text, time), blob_of(path), path, func)]
+
+
+def _print_info(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """The model's description, printed once per model read: its first lines (``print_info: file format = GGUF V3
+    (latest)``, ``print_info: arch = llama``; ``llm_load_print_meta: format = …`` before 2025) are a
+    :class:`ModelLoad` without a path; the other lines are no event."""
+    if rest.startswith(("file format", "arch ", "format ")):
+        return [ModelLoad(*_meta(n, text, time), None, None, func)]
+    return None
 
 
 def _ancient_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
@@ -405,6 +421,7 @@ for _names, _handler in (
     ("llm_load_tensors load_tensors", _tensors),
     ("resolve_fused_ops", _fused_ops),
     ("llama_model_loader", _model_loader),
+    ("print_info llm_load_print_meta", _print_info),
     ("llama.cpp", _ancient_loader),
     ("llama_model_load_internal", _ancient_hparams),
     ("llama_model_load_from_file_impl llama_model_load_from_file llama_load_model_from_file", _device),
@@ -419,7 +436,7 @@ for _names, _handler in (
         HANDLERS[_name] = _handler
 
 QUIET = frozenset(
-    ["print_info", "llm_load_print_meta", "llm_load_vocab", "load", "ggml_metal_init", "ggml_metal_device_init", "ggml_metal_library_init", "ggml_cuda_init", "ggml_vulkan", "ggml_backend_metal_log_allocated_size", "ggml_metal_log_allocated_size", "clip_model_loader", "clip_ctx", "llama_model_load_from_file_impl", "set_abort_callback", "create_memory", "init_tokenizer", "validate_override"]
+    ["llm_load_vocab", "load", "ggml_metal_init", "ggml_metal_device_init", "ggml_metal_library_init", "ggml_cuda_init", "ggml_vulkan", "ggml_backend_metal_log_allocated_size", "ggml_metal_log_allocated_size", "clip_model_loader", "clip_ctx", "llama_model_load_from_file_impl", "set_abort_callback", "create_memory", "init_tokenizer", "validate_override"]
 )
 """Chatty prefixes whose lines are never events (skipped without the free-text scan)."""
 

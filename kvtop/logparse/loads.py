@@ -9,8 +9,11 @@ The document's shape and the conventions behind it are those of the corpus oracl
   allocation line. Later lines of the same runner join it: fit/alloc/commit requests,
   repeated identical estimates, ``llama runner started``, ``loaded runners``.
 - A llama.cpp model-load line (``loaded meta data … from``, ``using device``, ``srv
-  load_model: loading``, ``llama.cpp: loading model from``) starts a new load only when the
-  current one already has context/allocation lines or has finished starting.
+  load_model: loading``, ``llama.cpp: loading model from``, and the first lines of a model read
+  that name no file: ``llama_model_loader: Dumping metadata`` / ``- kv   0:``, ``print_info: file
+  format`` / ``arch``, ``load_tensors: loading model tensors``) starts a new load only when the
+  current one already has context/allocation lines or has finished starting; so a load that
+  fails before its first buffer line is a load, with its failure.
 - Allocations: lines for the same component and device add up within one context creation
   (an iSWA model prints two KV lines per device). When an allocation sequence is printed
   again (a fit/probe pass, then the real load: a weights or compute line for a device

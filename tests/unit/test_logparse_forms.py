@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kvtop.logparse import Oom, RunnerStarted, inspect_lines, parse_lines
+from kvtop.logparse import ModelLoad, Oom, RunnerStarted, inspect_lines, parse_lines
 from kvtop.logparse.wrappers import strip_wrappers
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -94,3 +94,52 @@ def test_a_loop_of_allocator_failures_counts_in_the_alert() -> None:
     inc = _Incidents("oom", None, items=[Timed(e, 1000.0 + i) for i, e in enumerate(ooms)])
     assert inc.count() == 3
     assert inc.latest_first().event is ooms[6]  # the cudaMalloc line of the last try
+
+
+# --------------------------------------------------------------------------------------------
+# 3. A load starts at the first llama.cpp model line
+
+LLAMA_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
+
+
+def model_read(stem: str, first: str) -> list[str]:
+    """The real lines of a recorded llama-server run from the first line starting with ``first`` to
+    ``load_tensors: loading model tensors`` (the last line before the first buffer line)."""
+    lines = (LLAMA_SERVER / f"{stem}.log").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith(first))
+    end = next(i for i, x in enumerate(lines) if x.startswith("load_tensors: loading model tensors"))
+    return lines[start:end + 1]
+
+
+def test_model_read_lines_start_a_load() -> None:
+    # excerpts of fixtures/llama_server/f16-fa-on-np1.log that begin after the "loaded meta data … from PATH" line
+    for first in ("llama_model_loader: Dumping metadata", "print_info: file format", "load_tensors: loading model"):
+        excerpt = model_read("f16-fa-on-np1", first)
+        (load,) = inspect_lines(excerpt)["loads"]
+        assert load["model_blob"] is None and load["memory"] == {"weights": {}, "kv": {}, "compute": {}}, first
+    assert [e.grammar for e in parse_lines(model_read("f16-fa-on-np1", "print_info: file format"))
+            if isinstance(e, ModelLoad)] == ["print_info", "print_info", "load_tensors"]  # format, arch, tensors
+
+
+def test_a_load_that_fails_before_any_buffer_line_is_a_load_with_its_failure() -> None:
+    # The corpus has no log of a load that fails before its first buffer line. The model read is real
+    # (fixtures/llama_server/f16-fa-on-np1.log, "Dumping metadata" to "loading model tensors"), the failure is
+    # corpus 009's real try and its end (cudaMalloc failed … error starting llama server): the weights' buffer
+    # is the first allocation a load makes (llama.cpp load_tensors, docs/ollama-internals.md §4.5).
+    failure = corpus_lines("009")[2:]
+    doc = inspect_lines(model_read("f16-fa-on-np1", "llama_model_loader: Dumping metadata") + failure)
+    (load,) = doc["loads"]
+    assert load["model_blob"] == "sha256-e9e56e8bb5f0fcd4860675e6837a8f6a94e659f5fa7dce6a1076279336320f2b"
+    assert [e["kind"] for e in doc["events"]] == ["oom", "load_failed"]
+    assert [e["load"] for e in doc["events"]] == [0, 0]
+    # without the model read there is no load to give the failure to
+    assert inspect_lines(failure)["loads"] == []
+
+
+def test_a_second_model_read_after_allocations_is_a_second_load() -> None:
+    # fixtures/llama_server/f16-fa-on-np1.log read twice (a runner restarted): two loads, not one
+    lines = (LLAMA_SERVER / "f16-fa-on-np1.log").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("llama_model_loader: Dumping metadata"))
+    end = next(i for i, x in enumerate(lines) if "KV buffer size" in x)
+    part = lines[start:end + 1]
+    assert len(inspect_lines(part + part)["loads"]) == 2
