@@ -66,7 +66,7 @@ async def test_opens_on_the_loaded_configuration_without_gpu_telemetry() -> None
         assert screen.config == plan.PlanConfig(32768, "f16", 1, True)
         text = body(screen)
         assert text.startswith("What if: qwen3:1.7b-q8_0")
-        assert "loaded now: 32768 × 1 slot(s), f16" in text
+        assert "loaded now: 32768 × 1* slot(s), f16*" in text  # each mark after its value (model.known.marked)
         assert "GPU free memory not known" in text and "no fit verdict" in text
         assert "KV cache    ~3.5 GiB" in text and "estimated: 28 layers × 8 KV heads" in text
         assert "compute     ~141 MiB" in text  # anchored to /api/ps: size − weights − KV
