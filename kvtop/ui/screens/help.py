@@ -76,9 +76,11 @@ Sources, best first (the detail view names each one)
   ~          estimated (KV math; compute = size − weights − KV)
   *          Ollama's default: nothing readable says otherwise
   ?          not known
-  sizes      binary (GiB = 2³⁰ B): ~3.5 GiB; ~3.5G in the table;
+  sizes      binary (GiB = 2^30 B): ~3.5 GiB; ~3.5G in the table;
              exact bytes in the detail view
   ▼ / ▲      the sorted column (largest first / A to Z)
+  ASCII      in the header: --ascii, or no UTF-8 locale; every glyph in
+             this help is drawn as its ASCII stand-in, the marks unchanged
 
 Width      ID, byte figures, FLASH ATTN, KV TYPE, TOK/S from 160 columns;
            UNTIL from 100; VRAM 1m from 120.
