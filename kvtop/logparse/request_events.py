@@ -53,6 +53,10 @@ class RequestTiming(EventBase):
     second)`` + ``eval time = …`` (also on separate unprefixed lines), A ``[print_timings]``
     (``generation eval time … runs``) and llama.cpp ``llama_print_timings`` /
     ``llama_perf_context_print``. One event per request; ``raw`` is the last line of it.
+
+    Counts are tokens, durations milliseconds, rates tokens per second as printed. A rate printed as
+    ``inf`` or ``nan`` (a duration of ``0.00 ms``, e.g. one token: ``eval time = 0.00 ms / 1 runs ( 0.00 ms per
+    token, inf tokens per second)``) is None: not known, never infinite; the count and duration are kept.
     """
 
     kind: ClassVar[str] = "request_timing"

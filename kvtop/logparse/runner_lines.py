@@ -46,8 +46,11 @@ TimeFn = Callable[[], "datetime | None"]
 
 _TIMING_RE = re.compile(
     r"(prompt eval|generation eval|eval|total|load|sample) time\s*=\s*(\d+(?:\.\d+)?) ms"
-    r"(?:\s*/\s*(\d+) (?:tokens|runs))?(?:\s*\(\s*[\d.]+ ms per token,\s*(\d+(?:\.\d+)?) tokens per second\))?"
+    r"(?:\s*/\s*(\d+) (?:tokens|runs))?(?:\s*\(\s*(?:[\d.]+|[-+]?(?:inf|nan)) ms per token,"
+    r"\s*(\d+(?:\.\d+)?|[-+]?(?:inf|nan)) tokens per second\))?"
 )
+"""A timing line; ``%8.2f`` of a division by a zero duration or count prints ``inf`` / ``nan`` / ``-nan`` (C printf),
+which :func:`~kvtop.logparse.values.to_float` reads as None: the counts stay, the rate is unknown."""
 _SLOT_RE = re.compile(r"id\s+(\d+)\s*\|\s*task\s+(-?\d+)\s*\|\s*")
 _C_LINE_RE = re.compile(r"(srv|slot|que|res|cmn|log)\s+([\w:~<>()]+?):\s")
 _EXT_RE = re.compile(r"(INFO|WARN|WARNING|ERROR|ERR|DEBUG|VERB) \[\s*(\w+)\] (.*?)(?: \| (.*))?$")

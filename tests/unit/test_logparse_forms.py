@@ -8,10 +8,11 @@ real line of a form, the test says so and names the upstream source the form is 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
-from kvtop.logparse import ModelLoad, Oom, RunnerStarted, inspect_lines, parse_lines
+from kvtop.logparse import ModelLoad, Oom, RequestTiming, RunnerStarted, inspect_lines, parse_lines
 from kvtop.logparse.wrappers import strip_wrappers
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -143,3 +144,34 @@ def test_a_second_model_read_after_allocations_is_a_second_load() -> None:
     end = next(i for i, x in enumerate(lines) if "KV buffer size" in x)
     part = lines[start:end + 1]
     assert len(inspect_lines(part + part)["loads"]) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Rates printed as inf
+
+
+def test_inf_rate_keeps_the_counts_and_is_unknown() -> None:
+    # The corpus has no timing line with an infinite rate. The lines follow llama.cpp's
+    # llama_perf_context_print format ("%s:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f
+    # tokens per second)", src/llama-context.cpp; docs/ollama-internals.md §4.10), with the printf text of a
+    # division by a 0.00 ms duration ("inf") and of 0/0 ("-nan").
+    timing = only_timing(
+        "llama_perf_context_print: prompt eval time =      12.00 ms /     4 tokens (    3.00 ms per token,   333.33 tokens per second)",
+        "llama_perf_context_print:        eval time =       0.00 ms /     1 runs   (    0.00 ms per token,      inf tokens per second)",
+        "llama_perf_context_print:       total time =      12.00 ms /     5 tokens",
+    )
+    assert (timing.prompt_tokens, timing.prompt_tps, timing.eval_tokens, timing.eval_ms, timing.eval_tps) == (
+        4, 333.33, 1, 0.0, None)
+    nan = only_timing("slot print_timing: id  0 | task 3 | prompt eval time =       0.00 ms /     0 tokens "
+                      "(    -nan ms per token,     -nan tokens per second)")
+    assert (nan.prompt_tokens, nan.prompt_ms, nan.prompt_tps, nan.task) == (0, 0.0, None, 3)
+    doc = inspect_lines(["llama_perf_context_print:        eval time =       0.00 ms /     1 runs   "
+                         "(    0.00 ms per token,      inf tokens per second)"])
+    (event,) = doc["events"]
+    assert (event["eval_tokens"], event["eval_tps"]) == (1, None)
+    json.dumps(doc, allow_nan=False)  # raises on an infinite or NaN number anywhere in the document
+
+
+def only_timing(*lines: str) -> RequestTiming:
+    (timing,) = [e for e in parse_lines(lines) if isinstance(e, RequestTiming)]
+    return timing
