@@ -36,35 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from kvtop.model.gpu import GpuBackend, GpuDevice, GpuProblem, GpuSnapshot, SystemMemory
-
-# The readers of each kind of GPU (re-exported here for this module's callers): NVIDIA through NVML
-# (gpu_nvml), AMD and Intel through sysfs (gpu_sysfs), Apple Silicon through ioreg (gpu_apple).
-from kvtop.sources.gpu_apple import IOREG_COMMAND as IOREG_COMMAND
-from kvtop.sources.gpu_apple import IOREG_TIMEOUT_S as IOREG_TIMEOUT_S
-from kvtop.sources.gpu_apple import parse_ioreg as parse_ioreg
-from kvtop.sources.gpu_apple import read_apple_ioreg as read_apple_ioreg
-from kvtop.sources.gpu_nvml import LOST_CODES as LOST_CODES
-from kvtop.sources.gpu_nvml import NVML_ERROR_DRIVER_NOT_LOADED as NVML_ERROR_DRIVER_NOT_LOADED
-from kvtop.sources.gpu_nvml import NVML_ERROR_GPU_IS_LOST as NVML_ERROR_GPU_IS_LOST
-from kvtop.sources.gpu_nvml import NVML_ERROR_LIB_RM_VERSION_MISMATCH as NVML_ERROR_LIB_RM_VERSION_MISMATCH
-from kvtop.sources.gpu_nvml import NVML_ERROR_LIBRARY_NOT_FOUND as NVML_ERROR_LIBRARY_NOT_FOUND
-from kvtop.sources.gpu_nvml import NVML_ERROR_NO_PERMISSION as NVML_ERROR_NO_PERMISSION
-from kvtop.sources.gpu_nvml import NVML_ERROR_RESET_REQUIRED as NVML_ERROR_RESET_REQUIRED
-from kvtop.sources.gpu_nvml import NVML_ERROR_UNINITIALIZED as NVML_ERROR_UNINITIALIZED
-from kvtop.sources.gpu_nvml import NVML_TEMPERATURE_GPU as NVML_TEMPERATURE_GPU
-from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY as STATUS_NO_LIBRARY
-from kvtop.sources.gpu_nvml import UNAVAILABLE_CODES as UNAVAILABLE_CODES
-from kvtop.sources.gpu_nvml import GpuLost as GpuLost
-from kvtop.sources.gpu_nvml import NvmlFatal as NvmlFatal
-from kvtop.sources.gpu_nvml import NvmlUnavailable as NvmlUnavailable
-from kvtop.sources.gpu_nvml import init_status as init_status
-from kvtop.sources.gpu_nvml import nvml_query as nvml_query
-from kvtop.sources.gpu_nvml import _int, _merge_processes, _percent, _text
-from kvtop.sources.gpu_sysfs import AMD_VENDOR_ID as AMD_VENDOR_ID
-from kvtop.sources.gpu_sysfs import INTEL_VENDOR_ID as INTEL_VENDOR_ID
-from kvtop.sources.gpu_sysfs import OTHER_VENDORS as OTHER_VENDORS
-from kvtop.sources.gpu_sysfs import read_amd_sysfs as read_amd_sysfs
-from kvtop.sources.gpu_sysfs import read_intel_sysfs as read_intel_sysfs
+from kvtop.sources.gpu_apple import IOREG_COMMAND, IOREG_TIMEOUT_S, read_apple_ioreg
+from kvtop.sources.gpu_nvml import (
+    NVML_TEMPERATURE_GPU,
+    GpuLost,
+    NvmlFatal,
+    _int,
+    _merge_processes,
+    _percent,
+    _text,
+    init_status,
+    nvml_query,
+)
+from kvtop.sources.gpu_sysfs import read_amd_sysfs, read_intel_sysfs
 
 STATUS_NO_PYNVML = "GPU telemetry: not available (the nvidia-ml-py package, module pynvml, is not installed)"
 STATUS_MACOS = "GPU telemetry: not supported on macOS (Apple GPUs have no NVML; kvtop reads NVIDIA and AMD GPUs)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, SystemMemory
-from kvtop.sources.gpu import STATUS_NO_LIBRARY
+from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 
 GiB = 1024**3
 

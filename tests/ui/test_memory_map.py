@@ -14,7 +14,7 @@ from textual.app import App, ComposeResult
 
 from kvtop.model.gpu import GpuSnapshot, SystemMemory
 from kvtop.model.memmap import MemoryMap, memory_map
-from kvtop.sources.gpu import STATUS_NO_LIBRARY
+from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes
 from kvtop.ui.widgets.memory_map import MemoryMapPanel, key_kinds, key_lines, map_text
 from kvtop.ui.widgets.models_table import ModelsTable

@@ -13,7 +13,7 @@ from kvtop.model.logstate import LogState, apply_log
 from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
 from kvtop.model.model_row import SHOW_PENDING
 from kvtop.model.state import ModelView
-from kvtop.sources.gpu import STATUS_NO_LIBRARY
+from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 from tests.fakes.nvml import GiB, MiB
 from tests.fakes.scenario import Q4_PID, Q8_PID, shared_sample
 from tests.ui.fakes import scenario
