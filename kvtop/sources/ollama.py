@@ -25,36 +25,21 @@ import httpx
 
 from kvtop.sources.auth import ServerAccess
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key
-
-# Where the client's parts live (re-exported here for the callers of this module): the answers'
-# decoding, the bounds on a body, the failure messages, the requests outside a poller.
-from kvtop.sources.ollama_decode import MAX_MODEL_INFO_ARRAY as MAX_MODEL_INFO_ARRAY
-from kvtop.sources.ollama_decode import ShapeError as ShapeError
-from kvtop.sources.ollama_decode import _one_line, _str_or_none
-from kvtop.sources.ollama_decode import parse_details as parse_details
-from kvtop.sources.ollama_decode import parse_go_time as parse_go_time
-from kvtop.sources.ollama_decode import parse_ps as parse_ps
-from kvtop.sources.ollama_decode import parse_show as parse_show
-from kvtop.sources.ollama_decode import parse_tags as parse_tags
-from kvtop.sources.ollama_errors import AUTH_FLAGS as AUTH_FLAGS
-from kvtop.sources.ollama_errors import RequestFailed as RequestFailed
-from kvtop.sources.ollama_errors import _mib, _root_os_error, _safe_location
-from kvtop.sources.ollama_errors import auth_message as auth_message
-from kvtop.sources.ollama_errors import tls_message as tls_message
-from kvtop.sources.ollama_limits import BODY_LIMIT_BYTES as BODY_LIMIT_BYTES
-from kvtop.sources.ollama_limits import DEFAULT_BODY_LIMIT_BYTES as DEFAULT_BODY_LIMIT_BYTES
-from kvtop.sources.ollama_limits import DEFAULT_JSON_VALUE_LIMIT as DEFAULT_JSON_VALUE_LIMIT
-from kvtop.sources.ollama_limits import ERROR_BODY_LIMIT_BYTES as ERROR_BODY_LIMIT_BYTES
-from kvtop.sources.ollama_limits import JSON_VALUE_LIMIT as JSON_VALUE_LIMIT
-from kvtop.sources.ollama_limits import LARGE_BODY_BYTES as LARGE_BODY_BYTES
-from kvtop.sources.ollama_limits import MiB as MiB
-from kvtop.sources.ollama_limits import _read_capped, _TooLarge, _Undecodable
-from kvtop.sources.ollama_limits import json_values_upper_bound as json_values_upper_bound
-from kvtop.sources.ollama_writes import LOAD_TIMEOUT_S as LOAD_TIMEOUT_S
-from kvtop.sources.ollama_writes import _write_error, _write_status
-from kvtop.sources.ollama_writes import fetch_tensors as fetch_tensors
-from kvtop.sources.ollama_writes import generate_body as generate_body
-from kvtop.sources.ollama_writes import send_load_request as send_load_request
+from kvtop.sources.ollama_decode import ShapeError, _one_line, _str_or_none, parse_ps, parse_show, parse_tags
+from kvtop.sources.ollama_errors import RequestFailed, _mib, _root_os_error, _safe_location, auth_message, tls_message
+from kvtop.sources.ollama_limits import (
+    BODY_LIMIT_BYTES,
+    DEFAULT_BODY_LIMIT_BYTES,
+    DEFAULT_JSON_VALUE_LIMIT,
+    ERROR_BODY_LIMIT_BYTES,
+    JSON_VALUE_LIMIT,
+    LARGE_BODY_BYTES,
+    _TooLarge,
+    _Undecodable,
+    _read_capped,
+    json_values_upper_bound,
+)
+from kvtop.sources.ollama_writes import LOAD_TIMEOUT_S, _write_error, _write_status, generate_body
 
 TAGS_REFRESH_S = 30.0
 """Minimum seconds between two ``/api/tags`` calls made to learn a new digest's file size."""

@@ -217,7 +217,8 @@ async def test_write_errors_say_the_auth_message_and_hold_no_secret(tls_files: d
     import httpx
 
     from kvtop.sources.auth import ServerAccess
-    from kvtop.sources.ollama import OllamaClient, send_load_request
+    from kvtop.sources.ollama import OllamaClient
+    from kvtop.sources.ollama_writes import send_load_request
 
     model = "qwen3:1.7b-q8_0"
     with running([*ARGS, "--require-basic", f"{USER}:{PASSWORD}"]) as server:

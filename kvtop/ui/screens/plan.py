@@ -36,7 +36,7 @@ from textual.widgets import Footer, Static
 from kvtop.model import kv, plan
 from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
-from kvtop.sources.ollama import fetch_tensors, send_load_request
+from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
 from kvtop.model.known import NOT_KNOWN_WORDS, context_pair, setting_text
 from kvtop.ui.format import ibytes, safe
 from kvtop.ui.screens.confirm import ConfirmWrite
