@@ -18,7 +18,7 @@ from kvtop.textsafe import emit
 
 def _replay(settings: Settings, name: str) -> int:
     """``--replay FILE|NAME``: the dashboard over a recording; exit 2 when it cannot be read."""
-    from kvtop.sources.replay import RecordingError, open_recording, resolve_recording
+    from kvtop.sources.recording import RecordingError, open_recording, resolve_recording
     from kvtop.ui.app import make_app
 
     try:
@@ -38,7 +38,7 @@ def _replay(settings: Settings, name: str) -> int:
 
 def _attach_recorder(app: Any, path: str) -> str | None:
     """``--record FILE``: create FILE with its header and hand it to ``app``; the error text, or None."""
-    from kvtop.sources.replay import Recorder, recording_header
+    from kvtop.sources.recorder import Recorder, recording_header
 
     header = recording_header(
         hosts=app.hosts, log_spec=app.settings.log_spec, gpu=app.gpu_source is not None, demo=app.settings.demo,

@@ -44,7 +44,7 @@ from kvtop.sources.hosts import host_is_this_machine, local_host
 from kvtop.sources.protocols import GpuWithProcs
 
 if TYPE_CHECKING:
-    from kvtop.sources.replay import Recorder
+    from kvtop.sources.recorder import Recorder
 
 __all__ = ["APPLY_SETTLE_S", "LOG_APPLY_GAP_INTERVALS", "REPLAY_PENDING_MAX", "EngineCore", "Notice", "Poll", "Step"]
 

@@ -41,25 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, tzinfo
 
-# A recording's data and reading (recording), its writing (recorder): re-exported for this module's callers.
-from kvtop.sources.recorder import Recorder as Recorder
-from kvtop.sources.recorder import recording_header as recording_header
-from kvtop.sources.recording import BUNDLED as BUNDLED
-from kvtop.sources.recording import FORMAT_VERSION as FORMAT_VERSION
-from kvtop.sources.recording import MAX_HEADER_BYTES as MAX_HEADER_BYTES
-from kvtop.sources.recording import MAX_LINE_BYTES as MAX_LINE_BYTES
-from kvtop.sources.recording import LogRecord as LogRecord
-from kvtop.sources.recording import Record as Record
-from kvtop.sources.recording import RecordingError as RecordingError
-from kvtop.sources.recording import RecordingFile as RecordingFile
-from kvtop.sources.recording import RecordingHeader as RecordingHeader
-from kvtop.sources.recording import Recording as Recording
-from kvtop.sources.recording import RecordKind as RecordKind
-from kvtop.sources.recording import RecordScan as RecordScan
-from kvtop.sources.recording import _MemoryScan
-from kvtop.sources.recording import open_recording as open_recording
-from kvtop.sources.recording import read_recording as read_recording
-from kvtop.sources.recording import resolve_recording as resolve_recording
+from kvtop.sources.recording import Record, RecordScan, Recording, RecordingFile, _MemoryScan
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 """Playback speeds, slowest first (``<`` / ``>`` step through them)."""

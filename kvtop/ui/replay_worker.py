@@ -27,14 +27,8 @@ from typing import TYPE_CHECKING
 
 from kvtop.engine import LogFeed
 from kvtop.logparse.parser import year_at
-from kvtop.sources.replay import (
-    Player,
-    Record,
-    Recording,
-    RecordingFile,
-    clock_text,
-    speed_text,
-)
+from kvtop.sources.recording import Record, Recording, RecordingFile
+from kvtop.sources.replay import Player, clock_text, speed_text
 from kvtop.ui.messages import (
     ApplyStepRecorded,
     GpuSampled,
