@@ -41,7 +41,7 @@ and the list of unread models are printed all the same).
 
 This module is the arguments, the server's access options and the entry points; what a plan works
 from is ``plan_cli.inputs``, the plan and its output ``plan_cli.result``, ``--all``
-``plan_cli.all_models`` (all re-exported here).
+``plan_cli.all_models``.
 """
 
 from __future__ import annotations
@@ -55,35 +55,22 @@ import httpx
 from kvtop.model import kv
 from kvtop.model import plan
 from kvtop.sources.auth import ServerAccess
+from kvtop.plan_cli.all_models import all_json, all_text, fetch_all, make_all, nvml_total_bytes
+from kvtop.plan_cli.inputs import (
+    ALL_BUDGET_MIN_S,
+    EXIT_ERROR,
+    EXIT_INCOMPLETE,
+    EXIT_NOTHING,
+    EXIT_OK,
+    PlanError,
+    PlanInput,
+    calibration_from_log,
+    fetch_input,
+    nvml_free_bytes,
+    read_model_info_file,
+)
+from kvtop.plan_cli.result import PlanResult, _print, make_plan, render_text, result_json
 from kvtop.textsafe import emit, safe_block, safe_json
-
-# The parts of the command (re-exported here for its callers): what a plan works from (inputs), the
-# plan and its output (result), --all (all_models).
-from kvtop.plan_cli.all_models import AllResult as AllResult
-from kvtop.plan_cli.all_models import all_json as all_json
-from kvtop.plan_cli.all_models import all_text as all_text
-from kvtop.plan_cli.all_models import fetch_all as fetch_all
-from kvtop.plan_cli.all_models import make_all as make_all
-from kvtop.plan_cli.all_models import nvml_total_bytes as nvml_total_bytes
-from kvtop.plan_cli.inputs import ALL_BUDGET_MIN_S as ALL_BUDGET_MIN_S
-from kvtop.plan_cli.inputs import EXIT_ERROR as EXIT_ERROR
-from kvtop.plan_cli.inputs import EXIT_INCOMPLETE as EXIT_INCOMPLETE
-from kvtop.plan_cli.inputs import EXIT_NOTHING as EXIT_NOTHING
-from kvtop.plan_cli.inputs import EXIT_OK as EXIT_OK
-from kvtop.plan_cli.inputs import Loaded as Loaded
-from kvtop.plan_cli.inputs import PlanError as PlanError
-from kvtop.plan_cli.inputs import PlanInput as PlanInput
-from kvtop.plan_cli.inputs import all_budget_s as all_budget_s
-from kvtop.plan_cli.inputs import calibration_from_log as calibration_from_log
-from kvtop.plan_cli.inputs import fetch_input as fetch_input
-from kvtop.plan_cli.inputs import nvml_free_bytes as nvml_free_bytes
-from kvtop.plan_cli.inputs import read_model_info_file as read_model_info_file
-from kvtop.plan_cli.result import PlanResult as PlanResult
-from kvtop.plan_cli.result import Row as Row
-from kvtop.plan_cli.result import make_plan as make_plan
-from kvtop.plan_cli.result import render_text as render_text
-from kvtop.plan_cli.result import result_json as result_json
-from kvtop.plan_cli.result import _print
 
 # --------------------------------------------------------------------------------------------
 # Arguments

@@ -223,7 +223,8 @@ def test_plan_all_refuses_garbage_gpu_free_in_one_line(capsys) -> None:  # noqa:
 
 
 def test_plan_all_gpu_free_auto_without_nvml_says_so(capsys) -> None:  # noqa: ANN001
-    from kvtop.plan_cli import main_plan, nvml_total_bytes
+    from kvtop.plan_cli import main_plan
+    from kvtop.plan_cli.all_models import nvml_total_bytes
 
     if nvml_total_bytes() is not None:
         import pytest

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from kvtop.model.preflight import preflight, server_defaults, unread
-from kvtop.plan_cli import EXIT_INCOMPLETE
+from kvtop.plan_cli.inputs import EXIT_INCOMPLETE
 from kvtop.sources.ollama import SHOW_CONCURRENCY
 from kvtop.sources.pulled import PulledSource
 from tests.hostile import Custom, HostileServer, JsonBody, hostile_server, show_body, tags_body
