@@ -34,7 +34,7 @@ def test_compact_is_one_line_per_gpu(tmp_path: Path) -> None:
     assert len(lines) == 3  # two GPUs and RAM/swap
     assert lines[0].startswith("GPU0 RTX A6000 ") and lines[1].startswith("GPU1 RTX 4090 ")
     assert "14G/48G" in lines[0] and "45%" in lines[0] and "61°C" in lines[0] and "250W" in lines[0]
-    assert lines[2] == "RAM 22G/64G · swap 256M/8.0G"
+    assert lines[2] == "RAM 24G/64G · swap 256M/8.0G"  # total − available: the memory map's used
     assert all(cell_len(line) <= 78 for line in lines)
 
 
@@ -48,7 +48,7 @@ def test_wide_has_split_foreign_processes_and_measured_vram(tmp_path: Path) -> N
     assert f"PID {XORG_PID}" in text and "Xorg  (access denied: cmdline and username not readable)" in text
     assert "gemma4:latest  measured 5.2 GiB vs size_vram 5.0 GiB (+290 MiB CUDA context and overhead)" in text
     assert "runner PID 4102" in text
-    assert lines[-1] == "RAM 22.0 GiB/64.0 GiB (40.0 GiB available) · swap 256 MiB/8.0 GiB"
+    assert lines[-1] == "RAM 24.0 GiB/64.0 GiB (40.0 GiB available) · swap 256 MiB/8.0 GiB"
 
 
 def test_colours_come_from_the_theme(tmp_path: Path) -> None:

@@ -49,10 +49,10 @@ def _text(data: GpuPanelData, width: int) -> str:
 def test_gb10_shares_system_ram_at_80_and_160(tmp_path: Path) -> None:
     data = _gb10(tmp_path)
     narrow = _text(data, 80).splitlines()
-    assert narrow[0].startswith("GPU0 GB10 ") and "RAM 36G/128G" in narrow[0]  # RAM in use, as the RAM line
+    assert narrow[0].startswith("GPU0 GB10 ") and "RAM 38G/128G" in narrow[0]  # RAM in use (total − available), as the RAM line and the memory map
     assert all(cell_len(line) <= 78 for line in narrow)
     wide = _text(data, 160)
-    assert "shares system RAM: 36.0 GiB / 128 GiB in use · 90.0 GiB available" in wide
+    assert "shares system RAM: 38.0 GiB / 128 GiB in use · 90.0 GiB available" in wide
     assert "NVML reports no memory for this GPU (Not Supported): it shares system RAM" in wide
     assert "▄ other processes 9.0 GiB   · rest of the RAM in use ~29.0 GiB   ░ free 90.0 GiB" in wide
     assert all(cell_len(line) <= 158 for line in wide.splitlines())

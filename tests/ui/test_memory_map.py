@@ -58,17 +58,17 @@ def no_gpu(tmp: Path) -> MemoryMap:
 def test_wide_text_full_width_with_names_and_marks(tmp_path: Path) -> None:
     text, hits = map_text(two_gpus(tmp_path), 118, COLORS, compact=False)
     lines = text.plain.splitlines()
-    assert lines[0] == "GPU 0 NVIDIA RTX A6000  48.0 GiB total · 33.5 GiB free"
+    assert lines[0] == "GPU 0 NVIDIA RTX A6000  14.5 GiB/48.0 GiB used · 33.5 GiB free"  # used/total, as the GPU strip
     assert cell_len(lines[1]) == 118 and lines[1].endswith("░")  # the bar spans the width
     # the legend wraps at whole entries: nothing is cut (free memory is the title's, not repeated)
     assert lines[2] == ("█▓▒▞ qwen3:1.7b-q4_K_M W 1.3G KV ~448M C ~61M +~242M  ▇ gemma4:latest 3.5G  "
                         "▄ alice python 8.0G  · unattributed ~1.0G")
     assert "gemma4▇" in lines[1]  # a name too long for its stretch loses ":latest" before it is cut
-    assert lines[3] == "GPU 1 NVIDIA GeForce RTX 4090  24.0 GiB total · 15.2 GiB free"
+    assert lines[3] == "GPU 1 NVIDIA GeForce RTX 4090  8.8 GiB/24.0 GiB used · 15.2 GiB free"
     assert "qwen3:1.7b-q8_0" in lines[4]  # the name written over its stretch of GPU 1's bar
     assert lines[5] == "▇ gemma4:latest 1.8G  █▓▒▞ qwen3:1.7b-q8_0 W 2.0G KV ~3.5G C ~141M +~449M  ▄ Xorg 300M  " \
                        "· unattributed ~640M"
-    assert lines[6] == "RAM  64.0 GiB total · 40.0 GiB free"
+    assert lines[6] == "RAM  24.0 GiB/64.0 GiB used · 40.0 GiB free"
     assert lines[8] == "▇ gemma4:latest 1.2G  · OS and other programs ~23G"  # reported, as the table
     # the key: only what the bars draw, every entry whole at 118 cells
     assert lines[9:] == ["~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute "
@@ -104,16 +104,16 @@ def test_compact_is_one_line_per_device(tmp_path: Path) -> None:
     text, hits = map_text(two_gpus(tmp_path), 78, COLORS, compact=True)
     lines = text.plain.splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("GPU0 RTX A6000   ") and lines[0].endswith(" 34G free/48G")
-    assert lines[1].startswith("GPU1 RTX 4090    ") and lines[1].endswith(" 15G free/24G")
-    assert lines[2].startswith("RAM              ") and lines[2].endswith(" 40G free/64G")
+    assert lines[0].startswith("GPU0 RTX A6000   ") and lines[0].endswith(" 14G/48G, 34G free")
+    assert lines[1].startswith("GPU1 RTX 4090    ") and lines[1].endswith(" 8.8G/24G, 15G free")
+    assert lines[2].startswith("RAM              ") and lines[2].endswith(" 24G/64G, 40G free")
     assert all(cell_len(line) == 78 for line in lines)
     assert hits and all(h.x0 >= 17 for h in hits)
 
 
 def test_spill_joins_the_ram_part_by_name(tmp_path: Path) -> None:
     lines = map_text(spill(tmp_path), 118, COLORS, compact=False)[0].plain.splitlines()
-    assert lines[8] == "RAM  64.0 GiB total · 40.0 GiB free"
+    assert lines[8] == "RAM  24.0 GiB/64.0 GiB used · 40.0 GiB free"
     assert lines[10] == "█▓▒ gemma4:latest W 954M KV 8.0M C 20M  · OS and other programs ~23G"
     assert "gemma4:latest W 3.0G KV 64M C 200M +~248M" in lines[2]  # the log's CUDA0 figures, no mark
 
@@ -123,7 +123,7 @@ def test_no_gpu_says_so_and_marks_reported(tmp_path: Path) -> None:
     assert lines[0] == STATUS_NO_LIBRARY
     assert lines[1].startswith("VRAM (/api/ps, no GPU telemetry)  total and free not known")
     assert "▇ gemma4:latest 5.0G" in lines[3]
-    assert lines[4] == "RAM  64.0 GiB total · 48.0 GiB free"
+    assert lines[4] == "RAM  16.0 GiB/64.0 GiB used · 48.0 GiB free"
 
 
 def test_text_from_the_server_is_data(tmp_path: Path) -> None:

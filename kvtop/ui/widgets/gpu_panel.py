@@ -103,8 +103,11 @@ def gpu_bar(view: GpuView, width: int, colors: Mapping[str, str], model_colors: 
 
 
 def _used(view: GpuView) -> int | None:
+    """Memory in use: total − free, as the memory map counts it (a unified-memory GPU's free is
+    the RAM available, so this is the RAM line's figure too); the driver's ``used`` only when free
+    is not known, and on Apple, whose line is the GPU's own allocation (``GPU 325M/128G``). Bytes, or None."""
     d = view.device
-    if d.unified_memory and d.memory_used_bytes is not None:  # RAM in use (NVIDIA) or the GPU's own (Apple)
+    if d.unified_memory and d.vendor == "apple" and d.memory_used_bytes is not None:
         return d.memory_used_bytes
     if d.memory_total_bytes is not None and d.memory_free_bytes is not None:
         return max(0, d.memory_total_bytes - d.memory_free_bytes)
@@ -267,12 +270,21 @@ def model_lines(usages: Sequence[ModelGpu], colors: Mapping[str, str], model_col
     return lines
 
 
+def ram_used(system: SystemMemory) -> int | None:
+    """RAM in use as the memory map counts it: total − available (its free part is psutil's
+    available), so ``RAM 4.2G/32G`` here and the map's bar say the same; psutil's ``used`` only
+    when available is not known. Bytes, or None."""
+    if system.ram_total_bytes is not None and system.ram_available_bytes is not None:
+        return max(0, system.ram_total_bytes - system.ram_available_bytes)
+    return system.ram_in_use_bytes
+
+
 def system_text(system: SystemMemory | None, colors: Mapping[str, str], *, short: bool) -> Text:
     """``RAM 12.3/62.7 GiB · swap 0 B/8.0 GiB``; swap in use is a warning (the second cliff)."""
     out = Text(no_wrap=True, overflow="ellipsis")
     if system is None:
         return out
-    used = system.ram_in_use_bytes
+    used = ram_used(system)
     out.append(f"RAM {ibytes(used, short=short)}/{ibytes(system.ram_total_bytes, short=short)}")
     if not short and system.ram_available_bytes is not None:
         out.append(f" ({ibytes(system.ram_available_bytes)} available)")

@@ -302,14 +302,29 @@ def legend_lines(bar: DeviceBar, width: int, colors: Mapping[str, str]) -> list[
     return wrap_items([_styled(item, colors) for item in legend_plan(bar, width)], width)
 
 
+def compact_tail(bar: DeviceBar, room: int) -> str:
+    """After a one-line bar: ``used/total`` as the GPU strip writes it (``15.6G/16G``), then
+    ``364M free`` where ``room`` cells leave the bar at least 20; `` reported`` without a total."""
+    if bar.total_bytes is None:
+        return " reported"
+    used = bar.used_bytes
+    if used is None:
+        return f" ?/{ibytes(bar.total_bytes, short=True)}"
+    tail = f" {ibytes(used, short=True)}/{ibytes(bar.total_bytes, short=True)}"
+    free = f", {ibytes(bar.free_bytes, short=True)} free" if bar.free_bytes is not None else ""
+    return tail + free if room - len(tail + free) >= 20 else tail
+
+
 def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(safe(bar.title, 60), style="bold")
     if bar.error:
         line.append(f"  ✖ {safe(bar.error, 200)}", style=f"bold {colors.get('kv-crit', '')}")
         return line
-    if bar.total_bytes is not None:
-        line.append(f"  {ibytes(bar.total_bytes)} total")
+    used = bar.used_bytes
+    if bar.total_bytes is not None:  # used/total, the GPU strip's form; free follows in words
+        line.append(f"  {ibytes(used) + '/' if used is not None else ''}{ibytes(bar.total_bytes)}"
+                    + (" used" if used is not None else " total"))
     if bar.free_bytes is not None:
         ratio = bar.free_bytes / bar.total_bytes if bar.total_bytes else 1.0
         style = colors.get("kv-crit", "") if ratio <= 0.05 else colors.get("kv-warn", "") if ratio <= 0.15 else ""
@@ -391,8 +406,7 @@ def map_text(mm: MemoryMap, width: int, colors: Mapping[str, str], *, compact: b
                 line.append(f"✖ {safe(bar.error, 200)}", style=f"bold {colors.get('kv-crit', '')}")
                 lines.append(line)
                 continue
-            tail = f" {ibytes(bar.free_bytes, short=True)} free/{ibytes(bar.total_bytes, short=True)}" \
-                if bar.total_bytes is not None else " reported"
+            tail = compact_tail(bar, width - len(head))
             bar_width = max(8, width - len(head) - len(tail))
             drawn, spans = draw_bar(bar, bar_width, colors)
             line = Text(head, style="bold", no_wrap=True, overflow="ellipsis")
