@@ -6,9 +6,10 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from kvtop.config import display_host
+from kvtop.config.host import display_host
 from kvtop.model.state import AppState
 from kvtop.redact import scrub_text
+from kvtop.ui.ascii_mode import ascii_on
 from kvtop.ui.format import ibytes, safe
 
 
@@ -74,7 +75,7 @@ class ServerHeader(Static):
         """Build both lines from the current state.
 
         Line 1 starts with the state flags (DEMO, REPLAY and its clock, REC, PAUSED, END, up /
-        down / error / auth / TLS, and how TLS is checked when not by default), which are never cut; the details after them (host, version, latency,
+        down / error / auth / TLS, ASCII when the glyphs are ASCII's, and how TLS is checked when not by default), which are never cut; the details after them (host, version, latency,
         interval) are dropped whole, least needed first, when the width runs out.
         """
         v = self.app.theme_variables
@@ -110,6 +111,8 @@ class ServerHeader(Static):
                 flags.append(Text("✖ error", style=f"bold {v.get('kv-crit', '')}"))  # it answers, but not with data
             else:
                 flags.append(Text("✖ down", style=f"bold {v.get('kv-crit', '')}"))
+        if ascii_on(getattr(self.app, "settings", None)):  # said once, so '#' and '.' in the bars are not a fault
+            flags.append(Text("ASCII", style=v.get("kv-muted", "")))
         if self.tls is not None:
             insecure = self.tls.startswith("TLS")
             flags.append(Text(safe(self.tls, 30), style=f"bold reverse {v.get('kv-warn', '')}" if insecure else v.get("kv-muted", "")))
