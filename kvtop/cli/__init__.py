@@ -29,18 +29,11 @@ from kvtop.cli.demo import _show_busiest_step, demo_server
 from kvtop.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from kvtop.cli.outputs import _stream
 from kvtop.core.glyphs import wants_ascii
-from kvtop.config import (
-    ConfigError,
-    HostError,
-    ResolvedConfig,
-    Settings,
-    access_report,
-    parse_host_access,
-    parse_ollama_host,
-    resolve_config,
-    server_accesses,
-    saved_theme,
-)
+from kvtop.config import ResolvedConfig, Settings, resolve_config
+from kvtop.config.files import ConfigError
+from kvtop.config.host import HostError, parse_ollama_host
+from kvtop.config.servers import access_report, parse_host_access, server_accesses
+from kvtop.config.ui_state import saved_theme
 from kvtop.textsafe import emit, safe_block
 
 
@@ -110,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true", default=None,
                    help="never send a request that changes the server (disables the what-if screen's load action)")
     p.add_argument("--ascii", action="store_true",
-                   help="draw with ASCII only (bars # %% + . -, x for ×; the marks ~ ^ = * ? unchanged); "
+                   help="draw with ASCII only (bars # %% + . -, x for the times sign; the marks ~ ^ = * ? unchanged); "
                         "on by itself when the locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG, e.g. LANG=C)")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
@@ -295,7 +288,7 @@ def _unknown_theme(name: str) -> str | None:
         return None
     from textual.theme import BUILTIN_THEMES
 
-    from kvtop.config import config_dir
+    from kvtop.config.files import config_dir
     from kvtop.ui.themes import load_themes_reporting
 
     themes, _ = load_themes_reporting(config_dir() / "themes")

@@ -52,6 +52,7 @@ import sys
 
 import httpx
 
+from kvtop.core.glyphs import to_ascii, wants_ascii
 from kvtop.model import kv
 from kvtop.model import plan
 from kvtop.sources.auth import ServerAccess
@@ -151,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve", type=_gpu_bytes, default=0, metavar="BYTES",
                    help="memory to leave free on the GPU (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--ascii", action="store_true",
+                   help="ASCII only (x for the times sign, v for the lowered mark, +/- for plus-minus); on by itself when the "
+                        "locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG)")
     p.add_argument("--host", metavar="URL", default=None,
                    help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
@@ -177,7 +181,10 @@ def server_access(raw: str | None, *, strict: bool, args: argparse.Namespace) ->
     Raises:
         PlanError: The address, a ``--header`` or the ``--cacert`` file cannot be used.
     """
-    from kvtop.config import ConfigError, HostError, parse_host_access, resolve_config, server_accesses
+    from kvtop.config import resolve_config
+    from kvtop.config.files import ConfigError
+    from kvtop.config.host import HostError
+    from kvtop.config.servers import parse_host_access, server_accesses
 
     try:
         host, user, password = parse_host_access(raw, strict=strict)
@@ -243,8 +250,16 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
         return EXIT_ERROR
     if result is None:
         return EXIT_NOTHING
-    text = safe_json(result_json(result)) + "\n" if args.json else safe_block(render_text(result))
+    text = safe_json(result_json(result)) + "\n" if args.json else _ascii(safe_block(render_text(result)), args)
     return _print(text)
+
+
+def _ascii(text: str, args: argparse.Namespace) -> str:
+    """``text`` as printed: in ASCII (``kvtop.core.glyphs``, as ``kvtop --once``) with ``--ascii`` or
+    without a UTF-8 locale (``wants_ascii``), else unchanged."""
+    if args.ascii or wants_ascii(os.environ, getattr(sys.stdout, "encoding", None)):
+        return to_ascii(text, keep_cells=False)
+    return text
 
 
 def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> PlanResult | None:
@@ -307,7 +322,7 @@ def _main_all(args: argparse.Namespace) -> int:
     except PlanError as exc:
         emit(f"kvtop plan: {exc}")
         return EXIT_ERROR
-    text = safe_json(all_json(result)) + "\n" if args.json else safe_block(all_text(result))
+    text = safe_json(all_json(result)) + "\n" if args.json else _ascii(safe_block(all_text(result)), args)
     done = _print(text)
     if result.unread and done == EXIT_OK:
         emit(f"kvtop plan: incomplete: /api/show of {len(result.unread)} of {len(result.rows)} model(s) not read "

@@ -20,7 +20,9 @@ from textual.filter import LineFilter
 from textual.reactive import var
 from textual.widgets import Input, Static
 
-from kvtop.config import Settings, clamp_interval, config_dir, save_theme
+from kvtop.config import Settings, clamp_interval
+from kvtop.config.files import config_dir
+from kvtop.config.ui_state import save_theme
 from kvtop.engine import (  # noqa: F401 - the apply timing constants and fold_pending, re-exported for the tests
     APPLY_SETTLE_S,
     LOG_APPLY_GAP_INTERVALS,
@@ -809,7 +811,7 @@ def servers_bar(rows: Sequence[ServerOverview], colors: Mapping[str, str], width
     terse form is used (``3m`` models, ``⇣1`` spilled, hosts shortened to what tells them apart)."""
     from urllib.parse import urlsplit
 
-    from kvtop.config import display_host
+    from kvtop.config.host import display_host
 
     def build(verbose: bool) -> Text:
         names = [display_host(r.host) for r in rows]

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
-from kvtop.config import PANELS, save_panels, saved_panels
+from kvtop.config.ui_state import PANELS, save_panels, saved_panels
 from kvtop.model.gpu import GpuPanelData
 from kvtop.model.memmap import MemoryMap, loading_runners, memory_map
 from kvtop.ui.widgets.events_pane import EventsPane

@@ -53,7 +53,7 @@ def theme_from_toml(data: dict[str, Any]) -> Theme:
 def _read_theme(entry: Any) -> dict[str, Any]:
     """A theme file parsed by ``config.toml_loads`` (size- and nesting-bounded: a hostile file is a
     TOMLDecodeError, never a RecursionError); ``entry`` is a Path or a bundled resource."""
-    from kvtop.config import read_toml_file, toml_loads
+    from kvtop.config.files import read_toml_file, toml_loads
 
     if isinstance(entry, Path):
         return read_toml_file(entry)

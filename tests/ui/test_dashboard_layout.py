@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvtop.config import PANELS, saved_panels
+from kvtop.config.ui_state import PANELS, saved_panels
 from kvtop.ui.layout import EVENTS_FILL_ROWS, panels_shown
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.gpu_panel import GpuPanel
@@ -118,7 +118,7 @@ async def test_free_rows_go_to_the_events_pane(tmp_path: Path) -> None:
 async def test_every_panel_on_fits_a_small_terminal(tmp_path: Path) -> None:
     """Every panel switched on by hand at 80×24: no scrollbar (the events pane's 12 rows pushed the
     screen to 28 rows: the GPU line wrapped, the status lines fell off); from 36 rows it keeps 12."""
-    from kvtop.config import save_panels
+    from kvtop.config.ui_state import save_panels
 
     save_panels(dict.fromkeys(PANELS, "on"))
     app = shared_app(tmp_path)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from kvtop.config import Settings, saved_theme
+from kvtop.config import Settings
+from kvtop.config.ui_state import saved_theme
 from kvtop.ui.app import make_app
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from kvtop.ui.themes import KVTOP_THEMES, load_themes, load_themes_reporting

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvtop.config import ConfigError, parse_host_access, server_accesses
+from kvtop.config.files import ConfigError
+from kvtop.config.servers import parse_host_access, server_accesses
 from kvtop.sources.auth import HeaderError, ServerAccess, parse_header, redact_url, split_userinfo
 from kvtop.sources.ollama import OllamaClient
 from kvtop.sources.ollama_errors import auth_message

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtop.config import HostError, display_host, host_from_environment, parse_ollama_host
+from kvtop.config.host import HostError, display_host, host_from_environment, parse_ollama_host
 
 
 @pytest.mark.parametrize(

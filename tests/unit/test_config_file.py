@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.config import ConfigError, config_path, read_config_file, resolve_config, save_theme, saved_theme
+from kvtop.config import resolve_config
+from kvtop.config.files import ConfigError, config_path, read_config_file
+from kvtop.config.ui_state import save_theme, saved_theme
 
 REPO = Path(__file__).resolve().parents[2]
 

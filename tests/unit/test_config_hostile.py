@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.config import (
-    MAX_TOML_NESTING,
-    read_config_file,
-    resolve_config,
-    saved_theme,
-    toml_loads,
-)
+from kvtop.config import resolve_config
+from kvtop.config.files import MAX_TOML_NESTING, read_config_file, toml_loads
+from kvtop.config.ui_state import saved_theme
 from kvtop.ui.themes import load_themes_reporting
 
 REPO = Path(__file__).resolve().parents[2]

@@ -149,7 +149,7 @@ TOML_TEXT = st.one_of(st.text(max_size=200), st.lists(st.one_of(TOML_PIECES, st.
 @FUZZ
 @given(TOML_TEXT)
 def test_config_reader_never_escapes(text: str) -> None:
-    from kvtop.config import read_config_file
+    from kvtop.config.files import read_config_file
 
     path = SCRATCH / "config.toml"
     path.write_text(text, encoding="utf-8", errors="replace")

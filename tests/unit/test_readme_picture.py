@@ -49,7 +49,7 @@ def test_update_readme_replaces_only_the_marked_screen() -> None:
 
 def test_the_picture_is_taken_with_a_new_users_config_and_state(tmp_path: Path) -> None:
     """A panel choice saved on this machine (``m`` pressed once) must not end up in the README."""
-    from kvtop.config import save_panels, saved_panels
+    from kvtop.config.ui_state import save_panels, saved_panels
     from kvtop.demo.picture import _fresh_user_dirs
 
     save_panels({"map": "on"})  # this user's state (the test's XDG_STATE_HOME, see conftest)
