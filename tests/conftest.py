@@ -64,6 +64,7 @@ SLOW_FILES: frozenset[str] = frozenset({  # seconds in all: the run of 2026-12-0
     "tests/ui/test_snapshots.py",  # 10 s
     "tests/ui/test_snapshots_narrow.py",  # 25 s
     "tests/ui/test_table_cost.py",  # 7 s
+    "tests/ui/test_terminals.py",  # 6 s
     "tests/ui/test_themes.py",  # 8 s
     "tests/ui/test_type_ahead.py",  # 46 s
     "tests/ui/test_write_safety.py",  # 17 s

@@ -97,3 +97,25 @@ def test_ascii_flag_forces_it_under_utf8() -> None:
     assert build_parser().parse_args(["--ascii"]).ascii is True
     assert plain_text("4096×1* ██·", Settings(extra={"ascii": "1"})) == "4096x1* ##."
     assert plain_text("4096×1* ██·", Settings(extra={"ascii": "0"})) == "4096×1* ██·"
+
+
+def test_plan_ascii_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kvtop plan --ascii``: the same table, every character ASCII (offline, from a model_info file)."""
+    import json
+
+    from kvtop.plan_cli import main_plan
+    from tests.unit.test_plan_models import llama31_8b_show
+
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_CTYPE", raising=False)
+    show = tmp_path / "llama3.1-8b.json"
+    show.write_text(json.dumps(llama31_8b_show()), encoding="utf-8")
+    args = ["llama3.1:8b", "--model-info", str(show), "--ctx", "32k", "--gpu-free", "24GB"]
+    assert main_plan(args) == 0
+    plain = capsys.readouterr().out
+    assert main_plan([*args, "--ascii"]) == 0
+    ascii_out = capsys.readouterr().out
+    assert not plain.isascii() and ascii_out.isascii()
+    assert ascii_out == to_ascii(plain, keep_cells=False)
+    assert "~" in ascii_out and "+/-" in ascii_out  # estimates keep their mark; ± is spelled out
