@@ -1,4 +1,4 @@
-"""Issue 23, "Credentials", against real components: the stand-in server behind basic auth, the
+"""Credentials (kept off command lines, masked on every output), against real components: the stand-in server behind basic auth, the
 real CLI as a subprocess, the real exporter, real processes read by ``ProcSource`` and a real
 recording.
 

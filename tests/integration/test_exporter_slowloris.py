@@ -1,4 +1,4 @@
-"""Slowloris against the real exporter on 127.0.0.1 (issue 23): hundreds of clients that trickle a
+"""Slowloris against the real exporter on 127.0.0.1: hundreds of clients that trickle a
 request head a byte at a time (each byte used to reset waitress's idle timer, so they held the 512
 connections for ever and an honest scraper got 1 scrape of 7). With the request deadline, the
 per-client cap and eviction at the connection limit (``kvtop.export.httpguard``), an honest scraper

@@ -1,4 +1,4 @@
-"""Issue 14 items 2, 3 and 11(a) against a real hostile server on 127.0.0.1 (``tests/hostile.py``).
+"""Hostile answers (bodies too large or too deep, slow drips, escapes in text) against a real hostile server on 127.0.0.1 (``tests/hostile.py``).
 
 Each attack is driven three ways: against ``OllamaClient.sample()`` directly, against the real
 ``kvtop --once --json`` and ``kvtop --check`` as subprocesses (peak RSS sampled with psutil while
@@ -244,7 +244,7 @@ async def test_planner_requests_read_bounded_bodies() -> None:
 def test_the_exporter_survives_every_attack_and_serves_clean_labels(tmp_path: Path) -> None:
     """``kvtop export prometheus`` polling a hostile server: scrapes keep answering, the up gauge
     says 0 during an attack and 1 after it, no label carries a control character, memory stays
-    bounded (issue 14: the hostile stand-in against the exporter)."""
+    bounded."""
     import psutil
     from prometheus_client.parser import text_string_to_metric_families
 

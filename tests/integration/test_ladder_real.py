@@ -1,4 +1,4 @@
-"""The source ladder against real processes, with NO server log given to kvtop (issue 12).
+"""The source ladder against real processes, with NO server log given to kvtop: each figure comes from the next best source.
 
 The process tree is shaped like a v0.30+ Ollama server on a shared box:
 

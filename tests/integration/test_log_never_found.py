@@ -1,5 +1,5 @@
 """A server log ``--log auto`` never found is a status line with its fix, not an alert; a log that
-was being read and stopped is the ``log_source_lost`` alert (issue 15 item 2). The same in every
+was being read and stopped is the ``log_source_lost`` alert. The same in every
 mode: the dashboard (real ``AutoTail`` and ``FileTail`` under Pilot), ``--check`` and ``--once``
 (real processes), the exporter's ``kvtop_alerts``.
 

@@ -1,4 +1,4 @@
-"""Several servers at once: two stand-in processes, one killed mid-run (issue 8, "Several servers").
+"""Several servers at once: two stand-in processes, one killed mid-run: the other is still watched.
 
 The live one must keep updating while the dead one is down, the switcher keys must put each
 server on screen, and ``--once --json`` / ``--check`` must report both.

@@ -1,4 +1,4 @@
-"""Issue 24, "Behaviour stays": one engine behind every face.
+"""One engine behind every face: the faces show the same things.
 
 One scripted stand-in and one server log give equal models, alerts and figure sources through
 the dashboard (Pilot), ``--once --json``, ``--stream`` and the exporter's samples; a log line that

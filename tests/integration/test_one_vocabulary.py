@@ -1,4 +1,4 @@
-"""One vocabulary of marks and units (issue 15 item 6): the same figure reads the same everywhere.
+"""One vocabulary of marks and units: the same figure reads the same everywhere.
 
 qwen3:1.7b-q8_0 at num_ctx 32768 in the bundled scenario has an estimated KV cache of
 3,758,096,384 B (28 layers × 8 KV heads × 256 × 2 B × 32768, kvtop's arithmetic: no log). It is

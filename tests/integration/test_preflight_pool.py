@@ -1,7 +1,7 @@
 """The pre-flight's ``/api/show`` pool against a real HTTP server whose ``/api/show`` hangs for chosen
 models (``tests.hostile``): a rolling pool (a hanging model holds one slot, not a whole round), at
 most six in flight, a deadline per request, the unread models listed with their reason, and
-``kvtop plan --all`` exiting 3 when its answer is incomplete (issue 23)."""
+``kvtop plan --all`` exiting 3 when its answer is incomplete."""
 
 from __future__ import annotations
 

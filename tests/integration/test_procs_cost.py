@@ -1,4 +1,4 @@
-"""Observer cost of the process table (issue 23), with real processes: between full reads (every
+"""Observer cost of the process table, with real processes: between full reads (every
 ``NAMES_FULL_EVERY_S``) only new PIDs' names are read, and a candidate's command line, user and
 parent are read again only when the candidates' PID set changed or until two reads agreed; the
 runners found stay exactly the same. The process table is the real one, seen through a

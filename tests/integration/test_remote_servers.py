@@ -1,4 +1,4 @@
-"""Servers behind auth and TLS (issue 16, "Remote servers"), against real stand-in processes:
+"""Servers behind auth and TLS, against real stand-in processes:
 one that requires basic auth, one a bearer token, one on TLS with a CA made here by ``openssl``.
 Each is watched with the right options (``--once --json`` and the dashboard) and fails with the
 clear message without them; the password never reaches the screen, JSON, ``/metrics`` or a recording."""
@@ -75,7 +75,7 @@ def test_basic_auth_in_the_url_is_watched_and_never_printed(tmp_path: Path) -> N
     assert bare.returncode == 2
     failed = json.loads(bare.stdout)
     assert failed["reachable"] is False
-    # the ways that keep the secret off the command line (ps) come first (issue 23)
+    # the ways that keep the secret off the command line (ps) come first
     assert failed["error"] == ("authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
                                "--password-file FILE or --netrc (basic auth), or the config file's "
                                '[servers."URL"] headers (sent: no credentials)')
@@ -128,7 +128,7 @@ def test_tls_with_a_private_ca(tmp_path: Path, tls_files: dict[str, str]) -> Non
     assert untrusted.returncode == 2
     failed = json.loads(untrusted.stdout)
     assert failed["error"].startswith(f"TLS certificate of {server.url} not verified (")
-    assert failed["error"].endswith("name the CA that signed it with --cacert FILE (PEM)")  # not --insecure (issue 23)
+    assert failed["error"].endswith("name the CA that signed it with --cacert FILE (PEM)")  # not --insecure: the fix that keeps the check
     assert failed["hints"][0].startswith(f"The TLS certificate of {server.url} is not trusted here: --cacert FILE")
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["model"] == "qwen3:1.7b-q8_0"

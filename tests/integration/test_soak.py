@@ -1,4 +1,4 @@
-"""Time-compressed soak (issue 23: "RSS flat after warm-up at 3 and at 100 models with a busy log").
+"""Time-compressed soak: RSS stays flat after warm-up at 3 and at 100 models with a busy log.
 
 The real dashboard, headless at 160×48, polls the real stand-in Ollama server (``kvtop.demo.server
 --manual``, 3 or 100 models loaded) every 0.25 s through the real client, and follows a real log
@@ -11,7 +11,7 @@ Phases are counted in log lines the app has read, not in seconds: a warm-up of 1
 log state's events fill to their cap and are trimmed twice: a saw-tooth of ~53,000 corpus lines),
 then 100,000 measured lines with the history screen (``h``) and the server view (``i``) opened
 and closed at each of 20 samples. Passing needs RSS's least-squares slope over the measured lines
-under ``MAX_SLOPE_MIB_PER_10K_LINES`` (the ``h`` leak fixed in issue 23 alone gave 1.7 MiB a
+under ``MAX_SLOPE_MIB_PER_10K_LINES`` (the ``h`` leak, since fixed, alone gave 1.7 MiB a
 cycle, 3.4 MiB per 10,000 lines here; measured now 0.3 at 3 models, 0.6–0.7 at 100 as caches
 warm), the history's series at their cap and at most 24 bytes a stored point. ``benchmarks/soak.py`` is the long run (hours).
 """

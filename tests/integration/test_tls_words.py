@@ -1,4 +1,4 @@
-"""What kvtop says about TLS (issue 23, "TLS words"), against stand-in servers on https with a CA and
+"""What kvtop says about TLS (a reason the user can act on), against stand-in servers on https with a CA and
 certificates made here by ``openssl`` (one valid, one expired):
 
 - an expired certificate is answered with "renew it", not with ``--cacert`` or ``--insecure``;

@@ -1,4 +1,4 @@
-"""Issue 23 in a real terminal: kvtop as its own process in tmux, watching the stand-in server.
+"""No write from keys typed ahead, in a real terminal: kvtop as its own process in tmux, watching the stand-in server.
 
 tmux writes ``uy`` (and later ``buy``) to kvtop's terminal in one write, as a fast typist or a
 paste does: the unload's confirmation opens and its ``y`` is ignored, also once the dialog is

@@ -1,4 +1,4 @@
-"""An operator who hits a wall is told the way forward (issue 15 items 12 and 14).
+"""An operator who hits a wall is told the way forward.
 
 * A server that does not answer: the TUI, ``--once`` and ``--check`` (text and JSON) say the same
   three things (``kvtop.model.hints``): is ``ollama serve`` running, ``--host`` / ``OLLAMA_HOST``

@@ -1,4 +1,4 @@
-"""The alerts panel at hundreds of alerts does the work of what changed (issue 23): each alert's
+"""The alerts panel at hundreds of alerts does the work of what changed: each alert's
 blocks are built once per colours and its lines counted once per width, so a poll that changes
 one alert builds and measures that one; the counts and the text are always exactly what drawing
 and wrapping everything gives. Work is counted, never timed."""

@@ -1,4 +1,4 @@
-"""The dashboard's layout from 80×24 to a wall display (issue 17): the table first at 80×24; from
+"""The dashboard's layout from 80×24 to a wall display: the table first at 80×24; from
 120×36 the memory map, then the alerts with their fixes, the history plots and the events, without a
 key press; panels toggled with ``m`` ``f`` ``v`` ``l``, the choice saved in the state file and
 restored at the next start. Snapshots at 80×24, 120×40, 160×48 and 220×55."""
@@ -88,7 +88,7 @@ def test_dashboard_220x55(snap_compare: Any, tmp_path: Path) -> None:
 
 def test_events_fill_the_rows_left_free() -> None:
     """From the map's size on, without the history plots, an auto events pane takes the rows the
-    table and the alerts leave when there are enough of them (issue 17 review: 18 empty rows at 120x40)."""
+    table and the alerts leave when there are enough of them (not 18 empty rows at 120x40)."""
     assert panels_shown(120, 40, AUTO, spare_rows=EVENTS_FILL_ROWS)["events"] is True
     assert panels_shown(120, 40, AUTO, spare_rows=EVENTS_FILL_ROWS - 1)["events"] is False
     assert panels_shown(120, 40, AUTO)["events"] is False  # not measured yet

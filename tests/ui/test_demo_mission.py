@@ -1,4 +1,4 @@
-"""``kvtop --demo`` shows everything that makes kvtop different within its first 60 s (issue 17).
+"""``kvtop --demo`` shows everything that makes kvtop different within its first 60 s.
 
 The demo is wired as the command line wires it (``kvtop.cli.demo.demo_server`` with the stand-in's
 ``--log-file``, ``kvtop.cli.demo._machine_sources``) and played at 6x (``--demo-speed``) headless, for

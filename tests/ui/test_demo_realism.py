@@ -1,6 +1,6 @@
-"""Demo realism (issue 15 item 15).
+"""Demo realism: the demo shows a machine and a server as they would be, never the host's.
 
-* ``--demo`` shows the scenario's machine: its simulated GPU (issue 17), RAM and processes are the
+* ``--demo`` shows the scenario's machine: its simulated GPU, RAM and processes are the
   stand-in's (``GET /_standin/machine``: RAM growing by what a spilled model holds in system RAM,
   one runner per loaded model and another user's job on the GPU), never the host's.
 * The bundled recordings carry neither the recording host's temporary log path nor its RAM.

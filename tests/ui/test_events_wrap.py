@@ -1,4 +1,4 @@
-"""Issue 15 item 4: the events pane shows alert and fix texts in full, wrapped at whole words."""
+"""The events pane shows alert and fix texts in full, wrapped at whole words."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:
     replay = make_app(Settings(host_url="http://unused:1", log_spec="none"),
                       replay=read_recording(resolve_recording("demo")))
     # the demo run without a log (a FakeSource here; --demo --log none), and the bundled demo recording,
-    # which carries the stand-in's log (issue 17): neither points at --log
+    # which carries the stand-in's log: neither points at --log
     for app, said in ((demo, "no server log in this demo run"), (replay, None)):
         async with app.run_test(size=(120, 30)) as pilot:
             await wait_for(pilot, lambda: app.state.ollama is not None, timeout_s=10)

@@ -1,4 +1,4 @@
-"""Issue 15 item 9: keys typed in one burst right after ``/`` land in the filter box."""
+"""Keys typed in one burst right after ``/`` land in the filter box."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def test_colours_come_from_the_theme(tmp_path: Path) -> None:
 
 
 def test_strip_speaks_the_memory_maps_glyphs_and_colours(tmp_path: Path) -> None:
-    """Issue 17: from 120×36 the strip and the map show together; ▓ ▒ are the map's KV and compute,
+    """From 120×36 the strip and the map show together; ▓ ▒ are the map's KV and compute,
     so the strip's other Ollama / other processes take the map's ▚ ▄, in the map's colours."""
     from kvtop.ui.widgets import gpu_panel, memory_map
 

@@ -1,4 +1,4 @@
-"""Issue 15 items 3 and 8: the header's state flags come first and are never cut, and a replay
+"""The header's state flags come first and are never cut, and a replay
 says replay things (no "connecting…" after a jump back)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15 item 10: history plots fit the data there is, tell series apart without colour, and
+"""History plots fit the data there is, tell series apart without colour, and
 give no "--log is off" hint in --demo or --replay."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ async def test_replay_gives_no_log_flag_hint() -> None:
         await pilot.pause(0.2)
         spec = app.screen.query_one("#plot-tps", PlotView).spec
         assert spec is not None and spec.empty is not None
-        # the bundled demo recording carries the stand-in's log (issue 17): the hint names it, not --log
+        # the bundled demo recording carries the stand-in's log: the hint names it, not --log
         assert "--log" not in spec.empty and "file:server.log" in spec.empty
 
 

@@ -1,5 +1,5 @@
 """The memory map widget: its text (full width, labels, marks, one line per device when compact),
-SVG snapshots of the five cases of issue 17 (one GPU and three models, two GPUs with a split model,
+SVG snapshots of five cases (one GPU and three models, two GPUs with a split model,
 a spill, foreign processes, no GPU), and in the dashboard: clicking or hovering a model's stretch
 selects it in the table, the map is computed and drawn only when its inputs change, and a hidden map
 costs nothing."""

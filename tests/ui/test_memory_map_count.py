@@ -1,4 +1,4 @@
-"""The memory map's height is counted without drawing it (issue 23: at 1,000 models the panel laid
+"""The memory map's height is counted without drawing it (at 1,000 models the panel laid
 out its whole legend on every repaint only to count lines): ``map_line_count`` equals the lines
 ``map_text`` draws for every case of tests/ui/test_memory_map.py, a 300-model map, names wider
 than any line, and every width from 10 to 200 cells; the panel counts once per map and width."""

@@ -1,4 +1,4 @@
-"""Issue 15 item 11: at 80 columns the help, detail and what-if screens wrap long lines under their
+"""At 80 columns the help, detail and what-if screens wrap long lines under their
 own column (a hanging indent, never back to column 0), one cell clear of the scrollbar."""
 
 from __future__ import annotations

@@ -255,7 +255,7 @@ async def test_typed_values_in_one_burst_all_apply() -> None:
 
 async def test_spilled_gemma4_without_a_weights_figure_gets_the_spill_alerts_derivation() -> None:
     """gemma4's file size is not in the scenario (its published size exceeds /api/ps's), and it
-    spills: the weights are derived as the spill alert derives weights + compute (issue 15 item 7,
+    spills: the weights are derived as the spill alert derives weights + compute (
     ``plan.beside_kv``: /api/ps size − KV), less the compute estimate, so the total is known, marked
     estimated, and equals the /api/ps size at the loaded configuration."""
     app = app_at("spills")

@@ -1,4 +1,4 @@
-"""The history plots redraw at their resolution (issue 23: at 160×48 idle CPU was 5× the floor,
+"""The history plots redraw at their resolution (at 160×48 idle CPU was once 5× the floor,
 the plots rebuilding every poll though at most one dot per line moved).
 
 A poll that adds a sample to a flat line (or one that moves it by less than a braille dot) must

@@ -1,4 +1,4 @@
-"""Opening and closing a screen gives its memory back (issue 23: ``h``/Esc grew RSS by ~1.4 MB a
+"""Opening and closing a screen gives its memory back (``h``/Esc once grew RSS by ~1.4 MB a
 time, 55 → 164 MB in two minutes; ``i``/Esc by ~0.25 MB).
 
 A counted soak through Pilot: after a warm-up, 30 more open/close cycles must leave as many live

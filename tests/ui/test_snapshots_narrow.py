@@ -1,5 +1,5 @@
-"""Snapshots at 80×24 and 160×48 of the screens issue 15 changed: help, detail, what-if (and its
---readonly form), the events pane, the header with every flag, long model names."""
+"""Snapshots at 80×24 and 160×48 of the screens that must read at 80 columns: help, detail,
+what-if (and its --readonly form), the events pane, the header with every flag, long model names."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_confirmation_opens_on_cancel_80x24(snap_compare: Any) -> None:
 
 
 def test_confirmation_before_arming_80x24(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before the arming (issue 23): the button reads "wait… Load", disabled; a y typed then is
+    """Before the arming (a key typed ahead must not answer it): the button reads "wait… Load", disabled; a y typed then is
     ignored, and the dialog says so."""
     monkeypatch.setattr(ConfirmWrite, "ARM_S", 3600.0)
 

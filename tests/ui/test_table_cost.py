@@ -1,4 +1,4 @@
-"""The models table at 1,000 models does the work of what changed (issue 23): a row is rendered
+"""The models table at 1,000 models does the work of what changed: a row is rendered
 again only when its view or sparkline changed, a new order moves the rows in place (no row added
 again), a model that comes or goes adds or removes its row alone; and the cells shown are always
 exactly a fresh table's. Work is counted (rows rendered, DataTable calls), never timed."""

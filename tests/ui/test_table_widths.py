@@ -1,4 +1,4 @@
-"""Issue 15 item 5: columns share the width by need; a name is cut only when there is no room."""
+"""Columns share the width by need; a name is cut only when there is no room."""
 
 from __future__ import annotations
 

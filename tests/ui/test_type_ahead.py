@@ -1,4 +1,4 @@
-"""Issue 23: no write without a deliberate confirmation.
+"""No write without a deliberate confirmation.
 
 Keys typed ahead of a confirmation never confirm it: ``u y`` and "buy" on the dashboard, ``w a y``
 in the what-if, ``Enter y`` in the ``k`` screen, a click on the action before it is armed, and
@@ -305,7 +305,7 @@ async def _random_runs(monkeypatch: pytest.MonkeyPatch, seeds: range, *, paced: 
 async def test_random_bursts_of_the_dashboards_keys_write_and_signal_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """6 seeded runs of 200 random keys, each run one burst (as a terminal delivers keys typed
-    ahead): no write, no signal. With y live as soon as a dialog opened (before issue 23), the
+    ahead): no write, no signal. With y live as soon as a dialog opened (before the arming delay), the
     first seed already answered a confirmation yes."""
     opened, _ = await _random_runs(monkeypatch, range(6), paced=False)
     assert opened >= 3  # the bursts did open confirmations (11 in a run here)

@@ -1,4 +1,4 @@
-"""Issue 15 item 1: the what-if load never fires by accident.
+"""The what-if load never fires by accident.
 
 The dashboard polls a real stand-in server on 127.0.0.1 (``python -m kvtop.demo.server``); keys
 are pressed in bursts (``pilot.press`` with many keys, no pause between them), and the stand-in's
