@@ -1,4 +1,4 @@
-"""A hostile stand-in Ollama server on 127.0.0.1, for tests and benchmarks (issue 14).
+"""A hostile stand-in Ollama server on 127.0.0.1, for tests and benchmarks.
 
 It is a real HTTP/1.1 server (``http.server.ThreadingHTTPServer`` in a daemon thread) that
 answers every path with an ``Attack``: an object that writes one whole HTTP response. By default

@@ -1,4 +1,4 @@
-"""The operator actions (unload, keep-alive, the what-if load) against a real stand-in (``python -m kvtop.demo.server``).
+"""The operator actions (unload, keep-alive) against a real stand-in (``python -m kvtop.demo.server``).
 
 Pilot presses the keys; the stand-in's own request log (``GET /_standin/requests``) judges what
 was written; the rows follow ``/api/ps`` (the row leaves after an unload, UNTIL changes after a

@@ -1,4 +1,4 @@
-"""The alert engine's cost (issue 13), proved with counters, not clocks: KV computations per
+"""The alert engine's cost, proved with counters, not clocks: KV computations per
 evaluation grow linearly with the models, the log is scanned once per event, a layout is hashed
 once; and the indexes that make it so give the answers the pairwise searches gave.
 

@@ -1,4 +1,4 @@
-"""Servers behind auth and TLS (issue 16, "Remote servers"): one place builds every client's
+"""Servers behind auth and TLS: one place builds every client's
 credentials, headers and TLS trust (``sources.auth``, ``config.server_accesses``), and no secret
 ever reaches a message, ``--print-config`` or ``repr``."""
 
@@ -158,7 +158,7 @@ def test_print_config_masks_every_secret(tmp_path: Path) -> None:
     config.write_text('host = ["https://alice:' + SECRET + '@gpu-box/", "https://other/"]\n'
                       '[servers."https://other"]\nheaders = { Authorization = "Bearer cfg-token-1" }\n',
                       encoding="utf-8")
-    config.chmod(0o600)  # it holds secrets: kvtop refuses it readable by others (issue 23)
+    config.chmod(0o600)  # it holds secrets: kvtop refuses it readable by others
     proc = subprocess.run([sys.executable, "-m", "kvtop", "--config", str(config), "--print-config",
                            "--header", "X-Key: flag-secret-2"], capture_output=True, text=True, timeout=30,
                           cwd=str(REPO), env={"PATH": "/usr/bin:/bin", "OLLAMA_API_KEY": "env-secret-3",

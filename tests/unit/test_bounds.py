@@ -1,4 +1,4 @@
-"""One rule for sizes and counts from the API and from the log (issue 14 item 10).
+"""One rule for sizes and counts from the API and from the log.
 
 The log parser took ``-1.0 GiB``, ``99999999999 GiB`` or a 20-digit token count as they came, and
 they reached inspect-log reports, alerts and JSON, while ``/api/ps``'s reader rejects anything

@@ -1,6 +1,6 @@
 """``ui.format._cells`` (bars split in proportion, every non-zero value at least one cell) gives the
 same cells as the plain rule it replaced (a search for the widest per value: O(n²), seconds per
-repaint for a 1,000-model memory map; issue 23), for any values, and keeps its invariants."""
+repaint for a 1,000-model memory map), for any values, and keeps its invariants."""
 
 from __future__ import annotations
 

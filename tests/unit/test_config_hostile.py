@@ -1,4 +1,4 @@
-"""Hostile or careless config, state and theme files (issue 14 items 8 and 11a).
+"""Hostile or careless config, state and theme files: reported in words, never a traceback.
 
 A deeply nested TOML file made ``tomllib`` raise RecursionError and kvtop exit with a traceback;
 the README promises "a file that does not parse is reported with its line and ignored".

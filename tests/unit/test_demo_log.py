@@ -1,4 +1,4 @@
-"""The stand-in's server log (``kvtop.demo.logwriter``, issue 17): what the parser reads from it is
+"""The stand-in's server log (``kvtop.demo.logwriter``): what the parser reads from it is
 what the scenario says, its lines have the shapes of real lines, and it loops with the scenario."""
 
 from __future__ import annotations

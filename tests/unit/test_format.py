@@ -47,7 +47,7 @@ def test_memory_bar_segments_follow_the_split() -> None:
     [("qwen3:1.7b-q8_0", 20, "qwen3:1.7b-q8_0"),
      ("hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M", 22, "hf.co/unsloth/…:Q4_K_M"),
      ("averyveryverylongnamewithouttag", 12, "averyver…tag"),
-     # issue 23: a credential a server echoes in a name is not shown (the table, --once)
+     # a credential a server echoes in a name is not shown (the table, --once)
      ("mirror:https://bob:pw/9@x.example/m", 40, "mirror:https://x.example/m"),
      ("evil:latest?token=abc123", 40, "evil:latest?token=***")],
 )

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every parser of outside input (issue 14, "Proof, kept in the project").
+"""Property-based fuzzing of every parser of outside input, kept in the project as proof.
 
 Each parser gets arbitrary input (any JSON value, any text with control characters, mutations of
 real corpus lines) and must either return its result or raise its one documented error; no other

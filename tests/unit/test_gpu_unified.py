@@ -1,4 +1,4 @@
-"""More GPUs (issue 18): NVIDIA unified memory (GB10 / DGX Spark, Jetson), Apple Silicon through
+"""More GPUs: NVIDIA unified memory (GB10 / DGX Spark, Jetson), Apple Silicon through
 ``ioreg``, Intel through sysfs; each through ``GpuSource``'s own selection, never a crash."""
 
 from __future__ import annotations

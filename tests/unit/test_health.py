@@ -172,7 +172,7 @@ def test_cgroup_v1_limits(tmp_path: Path) -> None:
 
 
 def test_descendants_listed_again_only_when_the_ollama_processes_change(tree, tmp_path: Path) -> None:
-    """Issue 23: the tree walk (every process's parent read) is redone when the process sample's
+    """The tree walk (every process's parent read) is redone when the process sample's
     Ollama PIDs change, a member goes, or every TREE_WALK_EVERY_S; the members are read each time."""
     from kvtop.model.gpu import RunnerProcess
     from kvtop.sources.health import TREE_WALK_EVERY_S

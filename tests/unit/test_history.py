@@ -152,7 +152,7 @@ def _with_loads(state: AppState, loads: dict[str, int | None], all_loads: list[L
 
 
 def test_a_row_paired_with_its_load_a_poll_late_is_not_a_reload() -> None:
-    """The demo's races (issue 17 review): a new model's /api/show, which pairs it with its runner log
+    """The demo's races: a new model's /api/show, which pairs it with its runner log
     load, arrives a poll after /api/ps lists it; during a reload the log and /api/ps are read at
     different times, so for a poll the row pairs with no load. Each load or reload is one marker."""
     loads = group_loads(parse_lines(script_lines(scenario())))

@@ -1,4 +1,4 @@
-"""The history's compact storage (issue 23): two ``array('d')`` per series as a ring, the same
+"""The history's compact storage: two ``array('d')`` per series as a ring, the same
 answers as the tuple-per-point deque it replaced, and 16–24 bytes a point, not ~128."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ MAX_BYTES_PER_POINT = 24.0
 
 
 class DequeSeries:
-    """The storage kvtop had before issue 23, kept as the reference the ring must agree with."""
+    """The storage kvtop had before the ring, kept as the reference the ring must agree with."""
 
     def __init__(self, bucket_s: float, retention_s: float) -> None:
         self.bucket_s, self.retention_s = bucket_s, retention_s

@@ -1,4 +1,4 @@
-"""The import contract (issue 24; ARCHITECTURE.md "Layers"): read from the source, nothing imported.
+"""The import contract (ARCHITECTURE.md "Layers"): read from the source, nothing imported.
 
 1. **Layers**: no kvtop module imports a layer above its own::
 

@@ -1,5 +1,5 @@
-"""``kvtop inspect-log`` on files that are not a server log, and on excerpts that miss devices
-(issue 15 item 13), with real corpus files (``tests/fixtures``, copied from the corpus).
+"""``kvtop inspect-log`` on files that are not a server log, and on excerpts that miss devices,
+with real corpus files (``tests/fixtures``, copied from the corpus).
 
 * A file without one Ollama server log line (a real ``/api/ps`` answer, real ``ollama ps``
   output, this README) says so, says where the server log usually is, and exits 1 (``--json``

@@ -1,4 +1,4 @@
-"""``kvtop inspect-log`` streams (issue 14, item 5): the same report as the in-memory document,
+"""``kvtop inspect-log`` streams: the same report as the in-memory document,
 memory that does not grow with the lines, bounded lists with their counts stated.
 
 Real corpus lines (``tests/fixtures/logs``) written to real files; ``main_inspect_log`` run as the

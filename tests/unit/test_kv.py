@@ -543,7 +543,7 @@ def test_recurrent_only_allocation_is_zero() -> None:
 
 
 def test_unknown_arch_with_plain_keys_is_plain() -> None:
-    # brief: any arch with block_count + head_count that is not special is plain GQA
+    # docs/ollama-internals.md §2.3: any arch with block_count + head_count that is not special is plain GQA
     layout = layout_of(info("newarch", block_count=4, embedding_length=1024,
                             attention__head_count=8, attention__head_count_kv=2))
     assert bytes_per_token(layout) == 4 * 2 * 128 * 2 * 2

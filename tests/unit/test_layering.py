@@ -1,4 +1,4 @@
-"""sources/, model/, logparse/ and the exporter never import Textual (style guide §5): checked in a fresh interpreter."""
+"""sources/, model/, logparse/ and the exporter never import Textual (CONTRIBUTING.md "Layers"): checked in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _imports(path: "object") -> set[str]:
 
 
 def test_no_import_circles_between_state_and_alerts_nor_app_and_replay_worker() -> None:
-    """Issue 13: state holds data and alert evaluation is a function of it (alerts import state,
+    """State holds data and alert evaluation is a function of it (alerts import state,
     state imports only the alert data types); the replay worker posts messages to the app and
     never imports it (the app imports the worker)."""
     from pathlib import Path
@@ -54,7 +54,7 @@ def test_no_import_circles_between_state_and_alerts_nor_app_and_replay_worker() 
 
 
 def test_the_engine_imports_neither_textual_nor_rich() -> None:
-    """Issue 24: the headless engine every face shares is asyncio only (checked in a fresh interpreter)."""
+    """The headless engine every face shares is asyncio only (checked in a fresh interpreter)."""
     code = (
         "import sys, kvtop.engine, kvtop.engine.engine, kvtop.engine.core, kvtop.engine.once, kvtop.engine.sources, kvtop.engine.fold, kvtop.engine.logfeed;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')];"

@@ -1,4 +1,4 @@
-"""What following a log keeps in memory (issue 23: "the log side adds ~0.8 MiB/min until its cap"),
+"""What following a log keeps in memory (it must stop growing at its cap, not add ~0.8 MiB/min),
 proved with byte and work counts, never clocks.
 
 The log state keeps compact events (``logparse.event_compactor.EventCompactor``: no raw line, one copy of a

@@ -188,7 +188,7 @@ def test_hard_wrap_across_a_blank_line_and_between_keys() -> None:
 
 
 def test_hard_wrap_between_attributes_with_indented_continuation() -> None:
-    # the offload line of corpus 001 as re-posted wrapped in issue #9181 (§4.2 format)
+    # the offload line of corpus 001 as re-posted wrapped in ollama/ollama#9181 (docs/ollama-internals.md §4.2 format)
     lines = [
         ("time=2025-02-18T02:29:51.627Z level=INFO source=server.go:130 msg=offload library=cuda "
         "layers.requested=-1 layers.model=81 "),
@@ -203,7 +203,7 @@ def test_hard_wrap_between_attributes_with_indented_continuation() -> None:
 
 
 def test_wide_record_wrapped_without_trailing_space() -> None:
-    # an offload line re-posted wrapped in issue #8430 (§4.2 format): continuation lines indented by one space
+    # an offload line re-posted wrapped in ollama/ollama#8430 (docs/ollama-internals.md §4.2 format): continuation lines indented by one space
     lines = [
         ("time=2025-05-23T17:16:43.377Z level=INFO source=server.go:168 msg=offload library=cuda "
         "layers.requested=49 layers.model=49"),
@@ -643,7 +643,7 @@ def test_feed_returns_events_as_lines_complete() -> None:
 
 
 def test_logparse_is_pure() -> None:
-    """kvtop.logparse imports no UI, network or I/O-heavy library (style guide §1: pure)."""
+    """kvtop.logparse imports no UI, network or I/O-heavy library (CONTRIBUTING.md "Layers": pure)."""
     import subprocess
 
     code = ("import sys, kvtop.logparse; "

@@ -1,4 +1,4 @@
-"""Log forms of issue 25: a bare syslog identifier, repeated OOMs, loads that fail early, ``inf`` rates,
+"""Log forms real logs show: a bare syslog identifier, repeated OOMs, loads that fail early, ``inf`` rates,
 hard wraps, truncation's other forms.
 
 Lines come from the corpus (tests/fixtures/logs/<file>, named in a comment). Where the corpus has no

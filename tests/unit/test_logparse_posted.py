@@ -1,4 +1,4 @@
-"""Parser gaps of issue 12 ("Parser gaps that real logs expose"), each on real posted lines.
+"""Parser gaps that real logs expose, each on real posted lines.
 
 The logs are in ``tests/fixtures/logs/posted/``; each file's ``#`` header names the GitHub issue the lines
 were copied from and what was left out. ``tests/fixtures/logs/llama-server-runs/`` holds the stderr of a real
@@ -60,7 +60,7 @@ def one_load(lines: list[str]) -> Any:
 
 
 def test_spawn_line_wrapped_before_cmd_keeps_blob_context_slots_and_fa() -> None:
-    """ollama/ollama#8525's spawn record, wrapped after ``msg="starting llama server"`` (issue 12)."""
+    """ollama/ollama#8525's spawn record, wrapped after ``msg="starting llama server"``."""
     lines = posted("ollama-8525")
     started = [e for e in parse_lines(lines) if isinstance(e, RunnerStarted)]
     assert len(started) == 1
@@ -284,8 +284,8 @@ def test_flash_attention_not_supported_before_an_a_era_spawn_keeps_ollamas_reaso
 # No posted log with these lines could be found. Their shape is the code that prints them: Ollama's
 # llm/ext_server/server.cpp (v0.1.2x) `LOG_INFO("initializing slots", {{"n_slots", params.n_parallel}})` and
 # `LOG_INFO("new slot", {{"slot_id", slot.id}, {"n_ctx_slot", slot.n_ctx}})`, written by utils.hpp:server_log as a
-# JSON object with sorted keys (function, level, line, msg, then the extra keys, tid, timestamp), the format the
-# brief of issue 12 quotes. tid and timestamp are those of the same server's posted update_slots lines in
+# JSON object with sorted keys (function, level, line, msg, then the extra keys, tid, timestamp).
+# tid and timestamp are those of the same server's posted update_slots lines in
 # ollama/ollama#2805; the "line" numbers are placeholders (they differ between builds and are not read).
 SLOT_LINES = [
     '{"function":"initialize","level":"INFO","line":433,"msg":"initializing slots","n_slots":4,'

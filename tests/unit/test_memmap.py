@@ -170,8 +170,8 @@ def _waiting_for_show(models: tuple[ModelView, ...], name: str) -> tuple[ModelVi
 
 
 def test_a_runner_not_paired_yet_is_loading_its_model(tmp_path: Path) -> None:
-    """The demo's gemma4 read "other Ollama processes 5.0G" for the poll its /api/show was not read yet
-    (issue 17 review): a runner that a row waiting for /api/show explains is "loading <model>"."""
+    """The demo's gemma4 read "other Ollama processes 5.0G" for the poll its /api/show was not read yet:
+    a runner that a row waiting for /api/show explains is "loading <model>"."""
     gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
     q8 = next(m for m in models if m.name == Q8)
     assert q8.model_blob is not None and q8.context.value == 32768

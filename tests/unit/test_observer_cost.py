@@ -1,4 +1,4 @@
-"""What watching costs, proved with counters, not clocks (issue 13).
+"""What watching costs, proved with counters, not clocks.
 
 - ``/api/show`` requests in flight never exceed ``SHOW_CONCURRENCY`` (counted by a real
   127.0.0.1 server), and an answered digest is not asked again;

@@ -342,7 +342,7 @@ def test_show_reads_the_weights_blob_from_the_modelfile() -> None:
     assert parse_show({"modelfile": "FROM llama3.2\n"}, digest="d", name="n").model_blob is None
 
 
-# --- issue 14: bounded bodies, redirects, hostile text, many models ------------------------------
+# --- bounded bodies, redirects, hostile text, many models -----------------------------------------
 
 class _Chunks(httpx.AsyncByteStream):
     """A response body streamed piece by piece (not built in memory), counting the pieces taken."""

@@ -1,12 +1,12 @@
 """No terminal escape from a server, a log, a file or the environment reaches kvtop's output.
 
-Issue 14 item 1: a hostile server answered ``--check`` with an error body carrying an OSC 52
+A hostile server answered ``--check`` with an error body carrying an OSC 52
 clipboard write and a CSI 2J clear-screen, and both reached the terminal. Here the real CLI runs
 as a subprocess against a real HTTP server on 127.0.0.1 that puts escape sequences (C0 and
 C1 controls, bidi overrides) into its error bodies and into ``/api/show`` fields, and every byte
 of stdout and stderr is checked: no control character but newline and tab. JSON may carry
 the text with every control and format character replaced by U+FFFD — not escaped: ``jq -r``
-would turn ``\\u001b`` back into a raw ESC (issue 23) — in every string and key at any depth.
+would turn ``\\u001b`` back into a raw ESC — in every string and key at any depth.
 """
 
 from __future__ import annotations

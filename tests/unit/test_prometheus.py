@@ -240,7 +240,7 @@ async def test_label_values_from_the_server_are_escaped_not_injected() -> None:
 
 
 async def test_label_values_lose_control_characters_and_keep_printable_text() -> None:
-    """Item 1 of issue 14: ``general.architecture`` from /api/show carried a raw ESC into /metrics."""
+    """A hostile server's ``general.architecture`` (/api/show) must not carry a raw ESC into /metrics."""
     state = await state_at(4)
     arch = "llama\x1b]52;c;SGVsbG8=\x07\x1b[2J\u202e"
     name = "qwen3-日本語-🦙:1.7b"

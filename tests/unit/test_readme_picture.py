@@ -1,5 +1,5 @@
-"""The README's picture of kvtop is regenerated from the demo (``python -m kvtop.demo.picture``,
-issue 17) and must not be older than the layout it shows."""
+"""The README's picture of kvtop is regenerated from the demo (``python -m kvtop.demo.picture``)
+and must not be older than the layout it shows."""
 
 from __future__ import annotations
 

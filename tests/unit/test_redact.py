@@ -1,4 +1,4 @@
-"""Issue 23, "Credentials": one set of masking rules (``kvtop.redact``) for every face, host values
+"""Credentials: one set of masking rules (``kvtop.redact``) for every face, host values
 whose userinfo holds ``/ ? # @ :``, password and netrc files kept private, warnings for a secret
 on the command line, and every JSON string made safe (``textsafe.clean_json``)."""
 

@@ -298,7 +298,7 @@ def test_an_unfinished_gzip_recording_says_so_at_its_end(tmp_path: Path) -> None
 
 
 def test_the_runner_and_service_rungs_are_recorded_and_read_back(tmp_path: Path) -> None:
-    """A ``/props`` + ``/slots`` round and a server environment replay exactly (issue 12's rungs)."""
+    """A ``/props`` + ``/slots`` round and a server environment replay exactly (the source ladder's runner and service rungs)."""
     from types import MappingProxyType
 
     from kvtop.model.gpu import RunnerProcess, ServerProcess, ServiceEnv

@@ -1,4 +1,4 @@
-"""Hostile recordings (issue 14, item 4): every malformed input ends the recording with
+"""Hostile recordings: every malformed input ends the recording with
 ``recording ends at line N: reason`` (or a one-line error for a bad header), never a traceback;
 memory stays bounded (a gzip bomb, a line of 100 MiB) and the first record is played before the
 file is read to its end.

@@ -79,7 +79,7 @@ def test_parsers() -> None:
      f"http://{MASK}@evil.com,http://{MASK}@x.org app://ok"),  # @ and / inside passwords; a list item by item
     ("LLAMA_ARG_HF_TOKEN", "hf_abc", MASK),
     ("OLLAMA_KV_CACHE_TYPE", "q8_0", "q8_0"),
-    # issue 23: the name pattern wanted PASSW, so OLLAMA_PASS was shown; URL query secrets were shown
+    # a name pattern that wanted PASSW showed OLLAMA_PASS; URL query secrets must be masked too
     ("OLLAMA_PASS", "hunter2", MASK),
     ("OLLAMA_PROXY_PASSPHRASE", "x y", MASK),
     ("OLLAMA_REMOTES", "https://hub.example/v2?token=abc123&page=2",

@@ -1,4 +1,4 @@
-"""Observer cost of the runner endpoints (issue 23): an idle runner is asked ``/slots`` every
+"""Observer cost of the runner endpoints: an idle runner is asked ``/slots`` every
 ``IDLE_EVERY_S`` and a busy one every sample; a port that refuses is asked again after a wait that
 doubles each time, afresh for a new PID; an unchanged answer is the same object. Real HTTP servers
 on 127.0.0.1 count the requests they get; a refusing port is a real port nobody listens on (bound,

@@ -2,7 +2,7 @@
 
 Each poll of ``/api/ps`` is a new snapshot (new time, newly parsed rows and ``/api/show``
 answers); the rows derived from it must equal a derivation from scratch, while the source
-ladder runs only for the rows whose inputs changed (issue 13: observer cost).
+ladder runs only for the rows whose inputs changed (the observer's cost).
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def test_log_trim_keeps_traffic() -> None:
 
 
 # A latency no Go program printed (a Go duration is an int64 of nanoseconds, at most about 292 years):
-# issue 23 saw the server view show ``1666666666666666638704h38m``.
+# the server view once showed ``1666666666666666638704h38m``.
 _HUGE = '[GIN] 2026/03/31 - 19:53:57 | 200 | 1666666666666666638704h38m |       127.0.0.1 | POST     "/api/chat"'
 _INF = '[GIN] 2026/03/31 - 19:53:58 | 200 | ' + "9" * 400 + 's |       127.0.0.1 | POST     "/api/chat"'
 _MAX = '[GIN] 2026/03/31 - 19:53:59 | 200 | 2562047h47m16.854775807s |       127.0.0.1 | POST     "/api/chat"'
