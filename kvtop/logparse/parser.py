@@ -11,8 +11,12 @@ included) and returns the events completed so far. It keeps three kinds of state
   held, and the following physical lines that do not start a record are glued to it, until
   it is complete, a record starts, or 8 lines were glued. Blank lines inside such a record
   are skipped. A record cut short and never closed (``systemctl`` cuts, corpus 031) is parsed
-  as far as it goes when the next record starts. A live follower calls :meth:`end_batch`
-  after each batch so that a held last line does not wait for the next batch.
+  as far as it goes when the next record starts. A record cut mid-token by a fixed-width wrap
+  (a terminal or a forum) is held where its first part cannot end a record: a slog record whose
+  last word is no ``key=value`` and no closing quote, a llama.cpp line with a parenthesis still
+  open or ending in ``,``/``=``, a ``[GIN]`` line with its path's quote open; its continuation
+  is glued as it is (a leading space was the character at the wrap). A live follower calls
+  :meth:`end_batch` after each batch so that a held last line does not wait for the next batch.
 - **Timing reports** come in parts (prompt eval / eval / total) and are joined into one
   ``RequestTiming`` per request.
 - **The year** of journald's year-less stamps is taken from the last full timestamp seen
@@ -50,6 +54,9 @@ MAX_RECORD_CHARS = 256 * 1024
 WRAP_WIDTH = 500
 """A slog record at least this long on one physical line is held for a possible continuation."""
 
+MIN_LEARNED_WIDTH = 60
+"""A fixed wrap width is learned from a physical line at least this long (see ``LogParser._width``)."""
+
 _NEW_RECORD_RE = re.compile(
     r"time=|level=|\d{4}[/-]\d\d[/-]\d\d|\[GIN|(?:INFO|WARN|WARNING|ERROR|DEBUG|VERB) \[|\{\"|[a-z_][a-z0-9_.]*: "
     r"|(?:srv|slot|que|res|cmn|log|main)\s|panic:|goroutine |CUDA error|GGML_|\[New |\s*(?:prompt eval|eval|total"
@@ -76,30 +83,59 @@ def _no_time() -> datetime | None:
     return None
 
 
-def _wrap_kind(record: str, last_piece: str) -> str | None:
+def _wrap_kind(record: str, last_piece: str, width: int = 0) -> str | None:
     """How a slog/Go-logger record may continue on the next physical line, or None if it is complete.
 
     - ``"quote"``: a quoted value is still open (corpus 021, 022, 033): any line that does not
       start a record continues it, glued without a separator;
     - ``"width"``: the physical piece is at least :data:`WRAP_WIDTH` long (pasted logs are
-      often wrapped at a fixed width, e.g. 1000): the same, glued without a separator;
+      often wrapped at a fixed width, e.g. 1000), or exactly ``width`` long (the wrap width learned
+      from this log, 0 for none): the same, glued without a separator;
     - ``"attrs"``: the record ends in a space or ``=``, or it is one of the wide records a
       terminal or a post wraps between attributes (``offload`` estimates, spawn lines, load
       requests; Ollama issues #8430, #9181): only an (indented) ``key=value…`` line continues it,
-      glued with one space.
+      glued with one space;
+    - ``"cut"``: the record was cut mid-token, where it cannot end (:func:`_cut_short`): any line
+      that does not start a record continues it, glued as it is.
     """
     if '"' in record and _open_quote(record):
         return "quote"
-    if len(last_piece) >= WRAP_WIDTH:
+    if len(last_piece) >= WRAP_WIDTH or len(last_piece) == width:
         return "width"
     end = record[-1:]
     if end == " " or end == "=":
         return "attrs"
+    if _cut_short(record):
+        return "cut"
     if "offload" in record or "cmd=" in record or "request=" in record:
         return "attrs" if _WIDE_RE.search(record) else None
     if end == '"' and record.endswith(_SPAWN_ENDS):
         return "attrs"
     return None
+
+
+def _cut_short(record: str) -> bool:
+    """Whether ``record`` (a logical line, wrappers included) stops where no record can end.
+
+    A slog text record is ``key=value`` pairs, a value with a space quoted: its last word has an
+    ``=`` or ends in a closing quote, so a last word without either is a key cut by a wrap
+    (``… layers.requested=-1 layers.mo`` | ``del=33 …``). A llama.cpp ``function: text`` line closes its
+    parentheses and never ends in ``,`` or ``=`` (``size = 16384.00 MiB (262144 cells, 16 la`` | ``yers, …)``).
+    """
+    if "level=" in record:
+        if record[-1:] == '"':
+            return False
+        return "=" not in record[record.rfind(" ") + 1:]
+    idx = record.find(": ", 0, 120)
+    return idx > 0 and _llama_cut(record[idx + 2:])
+
+
+def _llama_cut(rest: str) -> bool:
+    """Whether the text of a llama.cpp line (after ``function: ``) was cut: an open ``(``, or a last ``,`` or ``=``."""
+    end = rest[-1:]
+    if end == "," or end == "=":
+        return True
+    return "(" in rest and rest.count("(") > rest.count(")")
 
 
 def _open_quote(text: str) -> bool:
@@ -118,14 +154,17 @@ class LogParser:
     """
 
     __slots__ = (
+        "_last_len",
         "_line_no",
         "_pending",
         "_pending_blank",
         "_pending_env",
         "_pending_kind",
         "_pending_no",
+        "_prev_len",
         "_timing",
         "_timing_slot",
+        "_width",
         "_year",
         "errors",
         "last_error",
@@ -139,6 +178,12 @@ class LogParser:
         self._pending_env = False
         self._pending_blank = 0
         self._year = default_year
+        self._prev_len = 0
+        self._last_len = 0
+        self._width = 0
+        """The width a terminal or a forum wrapped this log at, learned from a line that continued the one
+        before it although that one could end a record (an orphan piece, lost); 0 until then. A physical
+        line exactly this long is held for its continuation."""
         self._timing: TimingPart | None = None
         self._timing_slot: tuple[int | None, int | None] = (None, None)
         self.errors = 0
@@ -162,13 +207,18 @@ class LogParser:
             n = self._line_no = self._line_no + 1
             if line[-1:] in "\r\n":  # (also true for "", which rstrip leaves alone)
                 line = line.rstrip("\r\n")
+            self._prev_len = self._last_len
+            self._last_len = len(line)
             if self._pending is not None:
                 return self._continue(line)
+            width = self._width
             result: list[LogEvent] | None
             if line[:5] == "time=":  # the common case, inlined: an unwrapped slog record that is complete
                 if (
                     len(line) < WRAP_WIDTH
+                    and len(line) != width
                     and line[-1] not in " ="
+                    and (line[-1] == '"' or "=" in line[line.rfind(" ") + 1:])
                     and ((line.count('"') & 1 == 0 and "\\" not in line) or not _open_quote(line))
                     and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
                     and not (line[-1] == '"' and line.endswith(_SPAWN_ENDS))
@@ -182,6 +232,10 @@ class LogParser:
             if sep and 0 < len(func) < 79:  # the other common case: an unwrapped llama.cpp "function: text" line
                 handler = _LLAMA_HANDLERS.get(func)
                 if handler is not None:
+                    if len(line) == width:
+                        return self._hold(line, n, "width")
+                    if (rest[-1:] in ",=" or "(" in rest) and _llama_cut(rest):
+                        return self._hold(line, n, "cut")
                     result = handler(func, rest, n, line, _no_time)
                     if not result:
                         return []
@@ -245,7 +299,7 @@ class LogParser:
             body = " " + body  # a spawn command wrapped before a flag: the space was the line break
         pending.append(body)
         joined += body
-        next_kind = _wrap_kind(joined, body)
+        next_kind = _wrap_kind(joined, line, self._width)
         if next_kind is None or len(pending) >= MAX_GLUED_LINES or len(joined) > MAX_RECORD_CHARS:
             return self._finish_pending()
         self._pending_kind = next_kind
@@ -277,7 +331,7 @@ class LogParser:
         result: list[LogEvent] | TimingPart | None
         if text[:5] == "time=":  # the common case: an unwrapped slog record
             if may_hold:
-                kind = _wrap_kind(text, text)
+                kind = _wrap_kind(text, text, self._width)
                 if kind is not None:
                     return self._hold(text, n, kind)
             result = ollama_lines.parse_slog(text, n, text, _no_time)
@@ -289,6 +343,8 @@ class LogParser:
             func = text[:idx]
             handler = llamacpp_lines.HANDLERS.get(func)
             if handler is not None:
+                if may_hold and (len(text) == self._width or _llama_cut(text[idx + 2:])):
+                    return self._hold(text, n, "cut")
                 result = handler(func, text[idx + 2:], n, text, _no_time)
                 if not result or self._timing is None:
                     return result or []
@@ -303,7 +359,7 @@ class LogParser:
         ``stripped`` is ``strip_wrappers(text)`` when the caller has it already.
         """
         result: list[LogEvent] | TimingPart | None
-        body, stamp, _ = stripped if stripped is not None else strip_wrappers(text)
+        body, stamp, prefixed = stripped if stripped is not None else strip_wrappers(text)
         if not body:
             return []
         if stamp is None:
@@ -318,12 +374,14 @@ class LogParser:
         if (c0 == "t" and body.startswith("time=")) or (c0 == "l" and body.startswith("level=")):
             if may_hold and (  # _wrap_kind(body, text) is not None, its common case inlined
                 len(text) >= WRAP_WIDTH
+                or len(text) == self._width
                 or body[-1] in " ="
+                or not (body[-1] == '"' or "=" in body[body.rfind(" ") + 1:])
                 or not ((body.count('"') & 1 == 0 and "\\" not in body) or not _open_quote(body))
                 or (("offload" in body or "cmd=" in body or "request=" in body) and _WIDE_RE.search(body))
                 or (body[-1] == '"' and body.endswith(_SPAWN_ENDS))
             ):
-                kind = _wrap_kind(body, text)
+                kind = _wrap_kind(body, text, self._width)
                 if kind is not None:
                     return self._hold(text, n, kind)
             result = parse_slog(body, n, text, wtime)
@@ -331,7 +389,7 @@ class LogParser:
             result = None
             if body[4:5] == "/":
                 if may_hold:
-                    kind = _wrap_kind(body, text)
+                    kind = _wrap_kind(body, text, self._width)
                     if kind is not None:
                         return self._hold(text, n, kind)
                 result = ollama_lines.parse_go_log(body, n, text)
@@ -341,6 +399,8 @@ class LogParser:
                 result = llamacpp_lines.free_text(body, n, text, wtime)
         elif c0 == "[":
             if body.startswith("[GIN]"):
+                if may_hold and (body.count('"') == 1 or len(text) == self._width):  # the path's quote open: a wrap
+                    return self._hold(text, n, "quote" if body.count('"') == 1 else "width")
                 result = ollama_lines.parse_gin(body, n, text)
             else:
                 result = llamacpp_lines.free_text(body, n, text, wtime)
@@ -350,8 +410,14 @@ class LogParser:
                 return self._journal_entry(journal[0], journal[1], n, text)
             result = runner_lines.parse_runner_json(body, n, text)
         else:
+            if may_hold:
+                func, sep, rest = body.partition(": ")
+                if sep and func in _LLAMA_HANDLERS and (len(text) == self._width or _llama_cut(rest)):
+                    return self._hold(text, n, "cut")
             result = self._other(body, n, text, wtime)
         if not result:
+            if may_hold and not prefixed and self._prev_len >= MIN_LEARNED_WIDTH and self._orphan(body):
+                self._width = self._prev_len
             return []
         if type(result) is TimingPart:
             return self._timing_part(result)
@@ -363,6 +429,13 @@ class LogParser:
         if self._timing is None:
             return result
         return self._after(result)
+
+    def _orphan(self, body: str) -> bool:
+        """Whether ``body`` (a line that gave no event) is the rest of the line before it: it starts no
+        record and is not a line of its own (progress dots, a shell prompt)."""
+        if _NEW_RECORD_RE.match(body) is not None or not body.strip(". \t"):
+            return False
+        return not body.startswith(("PS ", ">>>", "$ ", "# ", "..."))
 
     def _after(self, result: list[LogEvent]) -> list[LogEvent]:
         """Events of a line that ends a pending timing report: that report comes first."""

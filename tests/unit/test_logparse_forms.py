@@ -12,7 +12,17 @@ import json
 import re
 from pathlib import Path
 
-from kvtop.logparse import ModelLoad, Oom, RequestTiming, RunnerStarted, inspect_lines, parse_lines
+from kvtop.logparse import (
+    GinRequest,
+    KvSummary,
+    ModelLoad,
+    Oom,
+    RequestTiming,
+    RunnerStarted,
+    inspect_lines,
+    parse_lines,
+)
+from kvtop.logparse.values import MIB
 from kvtop.logparse.wrappers import strip_wrappers
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -175,3 +185,78 @@ def test_inf_rate_keeps_the_counts_and_is_unknown() -> None:
 def only_timing(*lines: str) -> RequestTiming:
     (timing,) = [e for e in parse_lines(lines) if isinstance(e, RequestTiming)]
     return timing
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Hard wraps at a fixed width, mid-token
+#
+# The corpus's own wrapped lines (022, 033: a wrap inside the quoted server config) are tested in
+# test_logparse.py. The wraps below are made by the test: a real corpus line cut at a fixed width, as
+# a terminal or a forum does (the posted logs the corpus index lists as hard-wrapped, 020/034/059, are
+# not in tests/fixtures).
+
+
+def cut(line: str, width: int) -> list[str]:
+    """``line`` as a terminal prints it at ``width`` columns: pieces of ``width`` characters, no character lost."""
+    return [line[i:i + width] for i in range(0, len(line), width)]
+
+
+def test_slog_record_cut_inside_a_key_is_joined() -> None:
+    # 051-mllama-…: the scheduler's decision; a wrap inside "gpu=" leaves a last word that is no key=value
+    line = corpus_lines("051")[1]
+    at = line.index(" gpu=") + 3
+    pieces = [line[:at], line[at:]]
+    assert pieces[0].endswith(" gp")
+    (load,) = inspect_lines(pieces)["loads"]
+    assert load["model_blob"] == "sha256-11f274007f093fefeec994a5dbbb33d0733a4feb87f7ab66dcd7c1069fef0068"
+    assert load["parallel"] == 1
+
+
+def test_llama_line_cut_inside_its_parentheses_is_joined() -> None:
+    # 043-llamacpp-hybrid-…: "llama_kv_cache: size = 16384.00 MiB (262144 cells, 16 layers, 4/1 seqs)" cut at "16 la"
+    line = corpus_lines("043")[0]
+    at = line.index("16 layers") + 5
+    (kv,) = [e for e in parse_lines([line[:at], line[at:]]) if isinstance(e, KvSummary)]
+    assert (kv.size_bytes, kv.cells, kv.layers, kv.seqs, kv.streams) == (16384 * MIB, 262144, 16, 4, 1)
+
+
+def test_gin_line_cut_inside_its_path_is_joined() -> None:
+    # fixtures/gin/access-corpus.log line 2 (journald): cut inside "/api/chat"
+    line = (LOGS.parent / "gin" / "access-corpus.log").read_text(encoding="utf-8").splitlines()[1]
+    at = line.index("/api/ch") + 7
+    (gin,) = parse_lines([line[:at], line[at:]])
+    assert isinstance(gin, GinRequest)
+    assert (gin.status, gin.method, gin.path, gin.latency_s) == (200, "POST", "/api/chat", 5079.0)
+
+
+def ends_a_record(piece: str) -> bool:
+    """Whether a slog piece could be a whole record: no quote open, its last word a key=value or a closing quote."""
+    return piece.count('"') % 2 == 0 and (piece.endswith('"') or "=" in piece.rsplit(" ", 1)[-1])
+
+
+def test_a_wrap_width_is_learned_and_a_continuation_may_start_with_a_space() -> None:
+    # A log wrapped at one width: 050's first line (real) teaches the width (its first piece could end a record, so
+    # its second piece is an orphan, lost), then 051's decision line (real), wrapped at the same width where the next
+    # character is a space, so its continuation starts with a space; its first piece could end a record too, only the
+    # learned width joins it.
+    teach = corpus_lines("050")[0]
+    line = corpus_lines("051")[1]
+    width = next(w for w in range(80, min(len(teach), len(line)))
+                 if line[w] == " " and ends_a_record(line[:w]) and ends_a_record(teach[:w]) and teach[w] != " ")
+    pieces = cut(line, width)
+    assert pieces[1].startswith(" ")
+    (load,) = inspect_lines(cut(teach, width) + pieces)["loads"]
+    assert load["model_blob"] == "sha256-11f274007f093fefeec994a5dbbb33d0733a4feb87f7ab66dcd7c1069fef0068"
+    assert load["parallel"] == 1
+    # the same pieces without a width to learn from: the first piece ends the record (nothing is guessed)
+    (alone,) = inspect_lines(pieces)["loads"]
+    assert alone["parallel"] is None
+
+
+def test_a_complete_record_is_not_held() -> None:
+    # 051: every line is complete; each gives its events as it is fed, not one line later
+    from kvtop.logparse import LogParser
+
+    parser = LogParser()
+    events = parser.feed(corpus_lines("051")[1])
+    assert events and events[0].kind == "load_decision"
