@@ -1,51 +1,34 @@
-"""KvtopApp: owns the state, runs the pollers, delegates everything else to ``model/``."""
+"""KvtopApp: the keys, the screens and the engine subscription; the dashboard screen draws itself."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
 from textual import on
 from textual.app import App, SystemCommand
-from textual.screen import Screen
-from textual.binding import Binding
 from textual.filter import LineFilter
 from textual.reactive import var
-from textual.widgets import Input, Static
+from textual.screen import Screen
+from textual.widgets import Input
 
 from kvtop.config import Settings, clamp_interval
 from kvtop.config.files import config_dir
 from kvtop.config.ui_state import save_theme
-from kvtop.engine import (  # noqa: F401 - the apply timing constants and fold_pending, re-exported for the tests
-    APPLY_SETTLE_S,
-    LOG_APPLY_GAP_INTERVALS,
-    REPLAY_PENDING_MAX,
-    Engine,
-    EngineSources,
-    Notice,
-    Step,
-    build_sources,
-    fold_pending,
-)
-from kvtop.model.gpu import GpuPanelData, gpu_free_bytes, gpu_panel_data
-from kvtop.model.logstate import LogState
-from kvtop.model.state import SORT_KEYS, AppState, filter_views, sort_views
-from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions, live_views
+from kvtop.engine import Engine, EngineSources, Notice, Step, build_sources
+from kvtop.model.gpu import gpu_free_bytes
+from kvtop.model.view_order import SORT_KEYS
+from kvtop.model.views import AppState
+from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
+from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions
 from kvtop.ui.ascii_mode import with_ascii
-from kvtop.ui.format import legend, safe
-from kvtop.ui.server_view import ServerSampled, ServerView
-from kvtop.ui.textual_fixes import install_textual_fixes
-from kvtop.ui.layout import PanelLayout
-# Imported where they are used (a dashboard that never replays, opens help or follows a log does
-# not pay for them at startup; benchmarks/startup.py): the log parser, /slots, the replay
-# worker and the recording format, the help and detail screens.
+from kvtop.ui.dashboard_text import ServerOverview, overview_key, server_overview
+from kvtop.ui.format import safe
+from kvtop.ui.keys import BINDINGS, INTERVAL_STEPS_S, LIVE_ACTIONS, MAIN_SCREEN_ACTIONS, REPLAY_ACTIONS, TYPING_HIDES
 from kvtop.ui.messages import (
     ApplyStepRecorded,
     GpuSampled,
@@ -56,102 +39,70 @@ from kvtop.ui.messages import (
     SlotsSampled,
     SnapshotReceived,
 )
-from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.screens.dashboard import DashboardScreen
+from kvtop.ui.server_view import ServerSampled, ServerView
+from kvtop.ui.textual_fixes import install_textual_fixes
 from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load_themes_reporting
-from kvtop.ui.widgets.gpu_panel import GpuPanel
-from kvtop.ui.widgets.header import ServerHeader
-from kvtop.ui.widgets.models_table import SPARK_CELLS, SPARK_MIN_COLUMNS, ModelsTable
+from kvtop.ui.widgets.events_pane import EventsPane
+from kvtop.ui.widgets.models_table import ModelsTable
 
-INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-MIN_WIDTH, MIN_HEIGHT = 70, 12
+# Imported where they are first used (a dashboard that never opens them does not pay for them at
+# startup; benchmarks/startup.py): the pushed screens (plan, history, model detail, server view,
+# help, the write dialogs), the plot widget, the planner, the replay worker, the log parser.
+if TYPE_CHECKING:
+    from kvtop.engine.fold import Pending
+    from kvtop.sources.recorder import Recorder
+    from kvtop.sources.recording import Recording
+    from kvtop.sources.tail import LogSource
+    from kvtop.ui.replay_worker import ReplayControl
+
 SIGNAL_EXIT_GRACE_S = 5.0
 """After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
 
-from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
 
-if TYPE_CHECKING:
-    from kvtop.engine.fold import Pending
-    from kvtop.sources.replay import Recorder, Recording
-    from kvtop.ui.replay_worker import ReplayControl
-    from kvtop.sources.tail import LogSource
-
-
-class KvtopApp(OperatorActions, PanelLayout, App[int]):
+class KvtopApp(App[int]):
     """The dashboard.
 
     Data flows one way: the engine (``kvtop.engine.Engine``, run by one worker) polls every
     source, stages each result for its server and runs one apply step (fold everything staged,
     evaluate the alerts once, record the history once); the app subscribes to it
-    (:meth:`_on_engine_step`) and sets ``state``, and the dashboard repaints once — at most about
-    once per interval however many messages (log batches) arrived. The app keeps the keys, the
-    screens, the recording's attachment and replay (whose worker posts recorded messages that are
-    staged in the same engine).
+    (:meth:`_on_engine_step`) and sets ``state``; the dashboard screen (``screens/dashboard.py``)
+    watches ``state`` and repaints itself once — at most about once per interval however many
+    messages (log batches) arrived. The app keeps the keys, the screens, the recording's
+    attachment and replay (whose worker posts recorded messages that are staged in the same
+    engine); its parts are ``operator`` (the writes, ``actions.py``) and ``server_view``; the
+    dashboard holds the panel layout (``DashboardScreen.panels``, ``layout.py``).
     """
 
     CSS_PATH = "kvtop.tcss"
     TITLE = "kvtop"
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("p", "toggle_pause", "Pause"),
-        Binding("plus,equals_sign", "slower", "Slower", key_display="+", show=False),
-        Binding("minus", "faster", "Faster", key_display="-", show=False),
-        Binding("s", "cycle_sort", "Sort"),
-        Binding("S", "reverse_sort", "Reverse sort", show=False),
-        Binding("t", "cycle_theme", "Theme", show=False),
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("l", "toggle_events", "Log"),
-        Binding("g", "toggle_gpu", "GPU"),
-        Binding("m", "toggle_map", "Map"),
-        Binding("f", "toggle_alerts", "Fixes", show=False),
-        Binding("v", "toggle_history_panel", "VRAM history", show=False),
-        Binding("w", "what_if", "What if"),
-        Binding("i", "server_view", "Server"),
-        Binding("u", "unload", "Unload"),
-        Binding("a", "keep_alive", "Keep-alive"),
-        Binding("k", "signal_process", "Signal", show=False),
-        Binding("h", "history", "History", show=False),
-        Binding("r", "toggle_raw", "Raw lines", show=False),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-        Binding("space", "replay_pause", "Play/pause", key_display="space"),
-        Binding("full_stop", "replay_step", "Step", key_display=".", show=False),
-        Binding("greater_than_sign", "replay_speed(2)", "Faster", key_display=">"),
-        Binding("less_than_sign", "replay_speed(0.5)", "Slower", key_display="<", show=False),
-        Binding("J,ctrl+right", "replay_jump('forward')", "+1 min", key_display="J"),
-        Binding("K,ctrl+left", "replay_jump('back')", "-1 min", key_display="K", show=False),
-        Binding("B", "replay_jump('start')", "Start", show=False),
-        Binding("right_square_bracket", "next_server", "Next server", key_display="]"),
-        Binding("left_square_bracket", "prev_server", "Prev server", key_display="[", show=False),
-        *(Binding(str(n), f"server({n})", f"Server {n}", show=False) for n in range(1, 10)),
-    ]
-    MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
-                                     "server_view",
-                                     "what_if", "toggle_gpu", "next_server", "prev_server", "server",
-                                     "history", "toggle_map", "toggle_alerts", "toggle_history_panel",
-                                     *WRITE_ACTIONS})
+    BINDINGS = BINDINGS
+    MAIN_SCREEN_ACTIONS = MAIN_SCREEN_ACTIONS
     """Actions that only make sense on the dashboard itself (not over the detail view)."""
-    TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
-                              "server_view",
-                              "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu",
-                              "next_server", "prev_server", "server", "history", "toggle_map", "toggle_alerts",
-                              "toggle_history_panel", *WRITE_ACTIONS})
+    TYPING_HIDES = TYPING_HIDES
     """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
-    REPLAY_ACTIONS = frozenset({"replay_pause", "replay_step", "replay_speed", "replay_jump"})
+    REPLAY_ACTIONS = REPLAY_ACTIONS
     """Actions of ``--replay`` only."""
-    LIVE_ACTIONS = frozenset({"slower", "faster", "what_if", *WRITE_ACTIONS})
+    LIVE_ACTIONS = LIVE_ACTIONS
     """Actions that need a live server (hidden in ``--replay``)."""
 
-    # var(): these feed watchers that update only the widgets whose content changed; a plain
-    # reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
+    # var(): the dashboard screen watches these and updates only the widgets whose content
+    # changed; a plain reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
     state: var[AppState | None] = var(None, always_update=True)  # a new state object is a new state: no deep compare
     sort_key: var[str] = var("server")
     sort_reverse: var[bool] = var(False)
     filter_text: var[str] = var("")
     paused: var[bool] = var(False)
     interval_s: var[float] = var(1.0)
+    overview: var[tuple[ServerOverview, ...]] = var(())
+    """The server switcher's rows (two or more servers), built again when a server's summary changes."""
+    recording: var[bool] = var(False)
+    """``--record`` is writing (the header's REC)."""
+    replay_header: var[str | None] = var(None)
+    """``--replay``: the recorded time and speed the header shows (``ReplayControl.header_text``)."""
+    replay_status: var[str | None] = var(None, always_update=True)
+    """``--replay``: set once the recording has been played to its end (its damage, if any)."""
 
     def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True,
                  log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
@@ -160,8 +111,8 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
                  replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
         install_textual_fixes()  # closed screens must not stay in Textual's caches (flat memory over weeks)
         super().__init__()
-        self._init_operator()
-        self._init_panels()
+        self.operator = OperatorActions(self, repaint=self._repaint_dashboard)
+        """The writes (``u``, ``a``, ``k``, an alert's fix) and their log: a part the app owns."""
         self.server_view = ServerView(self)
         """The server view (``i``) and its poller: a part the app owns."""
         self.settings = settings
@@ -178,22 +129,15 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
         self.engine.on_notice(self._on_engine_notice)
         self.engine.on_record_error = self._recording_failed
         self._poll = self.engine.poll
-        self._dashboard_ready = False
-        self._static_cache: dict[str, Text] = {}
-        self._sparks: tuple[object, dict[tuple[str, str], str]] | None = None
-        self._panel: tuple[tuple[object, ...], GpuPanelData] | None = None
-        self.gpu_panel_joins = 0
-        """Times the GPU panel's data was joined (``gpu_panel_data``): per new sample, not per repaint."""
-        self.sparkline_builds = 0
-        """Times the table's VRAM sparklines were built: once per history sample, not per repaint
-        (a key between polls reuses them; observer-cost tests count them)."""
         self._threshold_warnings = list(self.engine.warnings)
         self.current_host = self.hosts[0]
         self.set_reactive(KvtopApp.state, self.states[self.current_host])
         self.set_reactive(KvtopApp.interval_s, clamp_interval(settings.interval_s))
+        self.set_reactive(KvtopApp.overview, self._overview_rows())
         self.replay: ReplayControl | None = None
         """Playback of ``--replay`` (None when live)."""
-        self._replay_quiet = False
+        self.replay_quiet = False
+        """True during a replay jump: the states change without a repaint until its end."""
         if replay is not None:
             from kvtop.ui.replay_worker import ReplayControl
 
@@ -202,6 +146,7 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
             self.engine.replaying = True
             self.engine.apply_each = not replay.header.apply_steps  # a recording without apply records
             self._reset_replay_state(replay)
+            self.set_reactive(KvtopApp.replay_header, self.replay.header_text())
 
     # the engine's view of the servers, read by the screens, the mixins and the tests
     sources = property(lambda self: self.engine.sources.servers,
@@ -240,6 +185,7 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
     @recorder.setter
     def recorder(self, recorder: Recorder | None) -> None:
         self.engine.recorder = recorder
+        self.recording = recorder is not None
 
     def _reset_replay_state(self, recording: Recording) -> None:
         """Replay's initial state: the recorded servers, alert thresholds and log time zone."""
@@ -262,7 +208,7 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's commands, and the writes (``u``, ``a``, ``k``) unless ``--readonly``."""
         yield from super().get_system_commands(screen)
-        yield from self.operator_commands(screen)
+        yield from self.operator.commands(screen)
 
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard is the bottom screen; detail and help screens go on top of it."""
@@ -274,6 +220,11 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
         screen = self.screen_stack[0]
         assert isinstance(screen, DashboardScreen)
         return screen
+
+    def _repaint_dashboard(self) -> None:
+        """The operator part's log changed, or a row counts down: the dashboard repaints."""
+        if self.screen_stack:
+            self.dashboard.repaint()
 
     def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
@@ -355,21 +306,27 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
         self.engine.apply_step()
 
     def _on_engine_step(self, step: Step) -> None:
-        """After each apply step of the engine: the server on screen's new state repaints the
-        dashboard once (``watch_state``); the overview row follows a server's summary; a poll
-        that changed the loaded models lets the unloads in flight end."""
+        """After each apply step of the engine: the server on screen's new state becomes ``state``
+        (the dashboard watches it and repaints once); the switcher's rows follow a server's summary;
+        a poll that changed the loaded models lets the unloads in flight end."""
         if not self.is_running:
             return  # shutting down: a late step must not touch removed widgets
         overview_changed = False
         for host in step.changed:
             old, new = step.previous[host], step.states[host]
             if new.ollama is not old.ollama:
-                self.watch_unloads(host)
+                self.operator.watch_unloads(host)
             if host == self.current_host:
                 self.state = new
-            overview_changed = overview_changed or _overview_key(old) != _overview_key(new)
-        if overview_changed and len(self.hosts) > 1:
-            self._refresh_servers_bar()
+            overview_changed = overview_changed or overview_key(old) != overview_key(new)
+        if overview_changed:
+            self.overview = self._overview_rows()
+
+    def _overview_rows(self) -> tuple[ServerOverview, ...]:
+        """The switcher's rows, one per server (none with one server: the switcher does not show)."""
+        if len(self.hosts) < 2:
+            return ()
+        return tuple(server_overview(self.states[h], h == self.current_host) for h in self.hosts)
 
     def _on_engine_notice(self, notice: Notice) -> None:
         """A source that failed (a log parser error, …), said once by the engine; notes are --once's."""
@@ -378,16 +335,9 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
 
     def _recording_failed(self, recorder: Recorder, exc: Exception) -> None:
         """``--record``: a write failed (disk full, removed disk): the engine stopped recording."""
-        if self._dashboard_ready:
-            self.dashboard.query_one(ServerHeader).recording = False
+        self.recording = False
         self.notify(safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
                     severity="error", timeout=30, markup=False)
-
-    def _refresh_servers_bar(self) -> None:
-        if not self._dashboard_ready or not self.is_running or len(self.hosts) < 2:
-            return
-        rows = [server_overview(self.states[h], h == self.current_host) for h in self.hosts]
-        self._update_static("#servers", servers_bar(rows, dict(self.theme_variables), self.size.width - 2))
 
     def show_server(self, index: int) -> None:
         """Put the ``index``-th server (0-based, in ``--host`` order) on screen."""
@@ -395,7 +345,7 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
             return
         self.current_host = self.hosts[index]
         self.state = self.states[self.current_host]
-        self._refresh_servers_bar()
+        self.overview = self._overview_rows()
 
     def action_next_server(self) -> None:
         self.show_server((self.hosts.index(self.current_host) + 1) % len(self.hosts))
@@ -407,19 +357,16 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
         """Keys ``1``–``9``: the server with that number in the overview row."""
         self.show_server(number - 1)
 
-    def watch_state(self) -> None:
-        if not self._replay_quiet:
-            self._refresh_all()
+    # -- replay ------------------------------------------------------------------------------------
 
     @on(ReplayBurst)
     def _replay_burst(self, message: ReplayBurst) -> None:
         """A replay jump: back to the initial state first when it goes back; one repaint at its end."""
         if message.restart and self.replay is not None:
             self._reset_replay_state(self.replay.recording)
-        self._replay_quiet = message.start
+        self.replay_quiet = message.start
         if not message.start:
-            self.state = self.states[self.current_host]
-            self._refresh_all()
+            self.state = self.states[self.current_host]  # the dashboard repaints once, now
 
     @on(ReplayNotice)
     def _replay_notice(self, message: ReplayNotice) -> None:
@@ -430,9 +377,9 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
         """The replay worker applied a record or reached the end: the header follows; the end of a
         damaged recording is said once."""
         control = self.replay
-        if control is None or not self._dashboard_ready or not self.is_running:
+        if control is None or not self.is_running:
             return
-        self.dashboard.query_one(ServerHeader).replay = control.header_text()
+        self.replay_header = control.header_text()
         if control.player.at_end and self._pending:
             self._apply_pending()  # the last records, if the recording ends without their apply record
         if control.player.at_end and not control.end_reported:
@@ -440,7 +387,7 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
             damage = control.status_text()
             if damage:
                 self.notify(safe(damage, 300), severity="warning", timeout=30, markup=False)
-            self._refresh_all()
+            self.replay_status = damage
 
     def action_replay_pause(self) -> None:
         self.action_toggle_pause()
@@ -457,7 +404,7 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
             player = self.replay.player
             player.faster() if factor > 1 else player.slower()
             self.replay.wake.set()
-            self._refresh_all()
+            self.replay_header = self.replay.header_text()
 
     def action_replay_jump(self, where: str) -> None:
         if self.replay is not None:
@@ -465,19 +412,20 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
 
             self.replay.request(jump=jump_request(where))
 
-    def watch_sort_key(self) -> None:
-        self._refresh_all()
-
-    def watch_filter_text(self) -> None:
-        self._refresh_all()
+    # -- view settings (the dashboard watches them) ------------------------------------------------
 
     def watch_paused(self) -> None:
         self.engine.paused = self.paused
-        self._refresh_all()
 
     def watch_interval_s(self) -> None:
         self.engine.interval_s = self.interval_s
-        self._refresh_all()
+
+    def watch_theme(self, theme: str) -> None:
+        """Remember a theme picked with ``t`` or the command palette for the next start."""
+        if getattr(self, "_theme_loaded", False):
+            problem = save_theme(theme)
+            if problem:
+                self.notify(problem, severity="warning", markup=False)
 
     def action_server_view(self) -> None:
         """Open the server view of the server on screen (``ServerView.open``)."""
@@ -486,112 +434,6 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
     def on_server_sampled(self, message: ServerSampled) -> None:
         """Stage a server-view sample posted to the app (tests) for the server's next apply step."""
         self.server_view.stage(message)
-
-    def dashboard_mounted(self) -> None:
-        """Called by the dashboard screen once its widgets exist."""
-        self.dashboard.query_one(ServerHeader).demo = self.settings.demo
-        self.dashboard.query_one(ServerHeader).recording = self.recorder is not None
-        self.dashboard.query_one("#servers").set_class(len(self.hosts) > 1, "-visible")
-        self._dashboard_ready = True
-        self._refresh_servers_bar()
-        self._refresh_all()
-
-    def refresh_dashboard(self) -> None:
-        """Re-render the dashboard from the current state, size and view settings."""
-        self._refresh_all()
-
-    def _refresh_all(self) -> None:
-        if not self._dashboard_ready or self.state is None or not self.is_running:
-            return  # not up yet, or shutting down: a late GpuSampled must not query removed widgets
-        state = self.state
-        main = self.dashboard
-        too_small = self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
-        main.set_class(too_small, "-too-small")
-        if too_small:
-            self._update_static("#too-small", Text(
-                f"Terminal too small: {self.size.width}×{self.size.height}.\n"
-                f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
-                justify="center",
-            ))
-        header = main.query_one(ServerHeader)
-        header.interval_s = self.interval_s
-        header.paused = self.paused
-        header.replay = self.replay.header_text() if self.replay is not None else None
-        header.tls = self.settings.access_for(state.host_url).tls_flag
-        header.state = state
-        views = filter_views(sort_views(state.models, self.sort_key), self.filter_text)
-        if self.sort_reverse:
-            views = tuple(reversed(views))
-        live = self.replay is None
-        views, ticking = live_views(views, time.time(), self.unloading_keys(self.current_host)) if live else (views, False)
-        self.schedule_until_tick(ticking)
-        table = main.query_one(ModelsTable)
-        table.set_class(state.stale_s is not None, "-stale")
-        sparks = self._sparklines() if self.size.width >= SPARK_MIN_COLUMNS else None  # the column shows from there
-        table.show(views, self.size.width, sparks, sort=(self.sort_key, self.sort_reverse))
-        status = Text(no_wrap=True, overflow="ellipsis")
-        if self.filter_text:
-            status.append(f"filter: {safe(self.filter_text, 20)} ({len(views)} of {len(state.models)})  ")
-        narrow = self.size.width < 100
-        status.append(f"sort: {self.sort_key}{' ↑' if self.sort_reverse else ''}  {legend(state.models, short=narrow)}"
-                      f"  Enter details  ? help")
-        if state.ollama is not None and state.ollama.reachable and not state.models:
-            status = Text("No model loaded: models appear here when a client loads one.")
-        if state.ollama is not None and not state.ollama.reachable and self.replay is None:
-            from kvtop.model.hints import unreachable_hint_line  # the way forward, as --once/--check say it
-
-            status = Text(unreachable_hint_line(self.size.width - 2, demo=self.settings.demo,
-                                                error_kind=state.ollama.error_kind, error=state.ollama.error),
-                          no_wrap=True,
-                          overflow="ellipsis", style=dict(self.theme_variables).get("kv-warn", ""))
-        if self.replay is not None and self.replay.status_text():
-            status = Text(f"{self.replay.status_text()}", no_wrap=True, overflow="ellipsis")
-        self._update_static("#status", status)
-        if state.host_url == self.local_host or self.log_source is None:
-            self._update_static("#logline", log_line(state.log, self.settings.log_spec))
-        else:
-            self._update_static("#logline", Text(
-                f"Server log: none for this server (the log read is server {self.hosts.index(self.local_host) + 1}'s):"
-                " figures are reported or estimated", no_wrap=True, overflow="ellipsis"))
-        main.query_one("#alertbar").set_class(not state.alerts, "-none")
-        self._update_static("#alertbar", alert_bar(state, dict(self.theme_variables), self.size.width - 2))
-        if state.host_url == self.local_host:
-            panel = self._gpu_panel(state)
-        else:  # the GPU sample is this machine's: it belongs to the local server only
-            panel = GpuPanelData(status=f"GPU telemetry: none for this server (this machine's GPUs show with server"
-                                        f" {self.hosts.index(self.local_host) + 1})")
-        shown = self.refresh_panels(state, panel, state.host_url == self.local_host)
-        # with the map on screen the GPU strip keeps what the map lacks, one line per GPU
-        main.query_one(GpuPanel).show_data(panel, self.size.width, compact=True if shown["map"] else None)
-        events = main.query_one(EventsPane)
-        if events.has_class("-visible"):
-            # the alerts panel, when shown, has the alerts and their fixes: the events pane keeps to events
-            events.show(state.log, self.filter_text, () if shown["alerts"] else state.alerts, self.operator_log)
-
-    def _gpu_panel(self, state: AppState) -> GpuPanelData:
-        """``gpu_panel_data`` of the local server's samples and models, joined again only when one
-        of them is a new object (a key between polls reuses it: ~9 ms at 1,000 models)."""
-        key = (state.gpu, state.procs, state.models)
-        if self._panel is None or any(a is not b for a, b in zip(key, self._panel[0])):
-            self.gpu_panel_joins += 1
-            self._panel = (key, gpu_panel_data(state.gpu, state.procs, state.models))
-        return self._panel[1]
-
-    def _sparklines(self) -> dict[tuple[str, str], str]:
-        """The table's VRAM sparklines of the server on screen, built again only when its history
-        stored a sample (issue 23: ~20 ms at 1,000 models, on every key that repaints)."""
-        history = self.histories[self.current_host]
-        key = (self.current_host, id(history), history.version, history.latest_s)
-        if self._sparks is None or self._sparks[0] != key:
-            self.sparkline_builds += 1
-            self._sparks = (key, history.sparklines(cells=SPARK_CELLS))
-        return self._sparks[1]
-
-    def _update_static(self, selector: str, content: Text) -> None:
-        """Update a Static only when its text changed (an update forces a layout pass)."""
-        if self._static_cache.get(selector) != content:
-            self._static_cache[selector] = content
-            self.dashboard.query_one(selector, Static).update(content)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Sorting, filtering and help act on the dashboard, not through the detail view; the
@@ -612,9 +454,11 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
             return False  # these keys are being typed into the filter box: the footer must not offer them
         return True
 
+    # -- the keys ----------------------------------------------------------------------------------
+
     def action_what_if(self) -> None:
         """Open the what-if planner for the selected model."""
-        view = self.dashboard.query_one(ModelsTable).selected_view
+        view = self.dashboard.selected_view
         if view is None or view.cloud:
             self.notify("select a local model first (w plans a loaded model's memory)", markup=False)
             return
@@ -634,17 +478,23 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
         self.exit()
 
     def action_toggle_gpu(self) -> None:
-        self.dashboard.query_one(GpuPanel).toggle_class("-hidden")
+        self.dashboard.toggle_gpu()
 
     def action_toggle_events(self) -> None:
         """``l``: the events panel (the choice is saved like the other panels')."""
-        self.toggle_panel("events")
+        self.dashboard.panels.toggle_panel("events")
+
+    def action_toggle_map(self) -> None:
+        self.dashboard.panels.toggle_panel("map")
+
+    def action_toggle_alerts(self) -> None:
+        self.dashboard.panels.toggle_panel("alerts")
+
+    def action_toggle_history_panel(self) -> None:
+        self.dashboard.panels.toggle_panel("history")
 
     def action_toggle_raw(self) -> None:
-        pane = self.dashboard.query_one(EventsPane)
-        if pane.has_class("-visible"):
-            pane.raw = not pane.raw
-            self._refresh_all()
+        self.dashboard.toggle_raw()
 
     def action_history(self) -> None:
         """Open the history screen (plots) of the server on screen."""
@@ -685,188 +535,45 @@ class KvtopApp(OperatorActions, PanelLayout, App[int]):
     def action_reverse_sort(self) -> None:
         self.sort_reverse = not self.sort_reverse
 
-    def watch_sort_reverse(self) -> None:
-        self._refresh_all()
-
     def action_cycle_theme(self) -> None:
         names = list(self._kvtop_themes) or [DEFAULT_THEME]
         i = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(i + 1) % len(names)]
         self.notify(f"theme: {self.theme}", timeout=1.5, markup=False)
 
-    def watch_theme(self, theme: str) -> None:
-        """Remember a theme picked with ``t`` or the command palette for the next start."""
-        if getattr(self, "_theme_loaded", False):
-            problem = save_theme(theme)
-            if problem:
-                self.notify(problem, severity="warning", markup=False)
-        self._refresh_all()  # the table's cells carry the theme's colours
-
     def action_cycle_sort(self) -> None:
         i = SORT_KEYS.index(self.sort_key)
         self.sort_key = SORT_KEYS[(i + 1) % len(SORT_KEYS)]
 
     def action_filter(self) -> None:
-        box = self.dashboard.query_one("#filter", Input)
-        box.add_class("-visible")
-        box.value = self.filter_text
-        # focus now, not after a refresh: keys typed in the same burst as "/" (a paste, a fast
-        # typist, SSH bundling keystrokes) must land in the box, not act on the dashboard
-        self.dashboard.set_focus(box)
+        self.dashboard.open_filter()
 
     def action_clear_filter(self) -> None:
-        box = self.dashboard.query_one("#filter", Input)
-        self.filter_text = ""
-        box.value = ""
-        box.remove_class("-visible")
-        self.dashboard.query_one(ModelsTable).focus()
+        self.dashboard.clear_filter()
 
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value
+    def action_unload(self) -> None:
+        """``u``: unload the selected model (asks first)."""
+        self.operator.unload_selected()
 
-    @on(Input.Submitted, "#filter")
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        self.filter_text = event.value
-        event.input.remove_class("-visible")
-        self.dashboard.query_one(ModelsTable).focus()
+    def action_keep_alive(self) -> None:
+        """``a``: pick a keep-alive for the selected model, then confirm it."""
+        self.operator.keep_alive_selected()
+
+    def action_signal_process(self, only_pid: int | None = None) -> None:
+        """``k``: signal a GPU process that is not Ollama's (asks first)."""
+        self.operator.signal_process(only_pid)
+
+    def on_events_pane_fix_chosen(self, event: EventsPane.FixChosen) -> None:
+        """Enter on an alert's fix in the events pane (``OperatorActions.fix_chosen``)."""
+        self.operator.fix_chosen(event.fix, event.alert)
 
     @on(ModelsTable.RowSelected)
     def _open_detail(self, event: ModelsTable.RowSelected) -> None:
-        view = self.dashboard.query_one(ModelsTable).selected_view
+        view = self.dashboard.selected_view
         if view is not None:
             from kvtop.ui.screens.model_detail import ModelDetailScreen
 
             self.push_screen(ModelDetailScreen(view.name, view.digest))
-
-
-def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text:
-    """The most severe alert in one line (its first fix that fits in a second), and how many more;
-    each line cut to ``width`` cells."""
-    text = Text()
-    if not state.alerts:
-        return text
-    top = state.alerts[0]
-    style = {"critical": "kv-crit", "warning": "kv-warn"}.get(top.severity, "kv-muted")
-    text.append(f"{'✖' if top.severity == 'critical' else '▲' if top.severity == 'warning' else 'ℹ'} ",
-                style=f"bold {colors.get(style, '')}")
-    text.append(f"{top.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
-    if top.model:
-        text.append(f" {safe(top.model, 40)}", style="bold")
-    text.append(f": {safe(top.message, 200)}")
-    text.truncate(max(10, width), overflow="ellipsis")
-    fix = next((f for f in top.fixes if f.fits), None)
-    more = len(state.alerts) - 1
-    if fix is not None or more:
-        second = Text()
-        if more:
-            second.append(f"+{more} more{' · ' if fix is not None else ' (l: all alerts)'}", style=colors.get("kv-muted", ""))
-        if fix is not None:
-            second.append(f"fix: {safe(fix.action, 60)} — {safe(fix.detail, 100)}", style=colors.get("kv-ok", ""))
-        second.truncate(max(10, width), overflow="ellipsis")
-        text = Text("\n").join([text, second])
-    return text
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ServerOverview:
-    """One server's compact row in the switcher: what an operator scans across boxes."""
-
-    host: str
-    selected: bool
-    status: str
-    """``up``, ``down``, ``error`` or ``connecting``."""
-    models: int
-    spilled: int
-    critical: int
-    warnings: int
-
-
-def _overview_key(state: AppState) -> tuple[object, ...]:
-    snap = state.ollama
-    return (None if snap is None else (snap.reachable, snap.error_kind), len(state.models),
-            sum(1 for m in state.models if m.spilled), tuple((a.kind, a.severity) for a in state.alerts))
-
-
-def server_overview(state: AppState, selected: bool) -> ServerOverview:
-    """The overview row of one server's state."""
-    snap = state.ollama
-    if snap is None:
-        status = "connecting"
-    elif snap.reachable:
-        status = "up"
-    else:
-        status = "error" if snap.error_kind in ("http", "invalid_json", "invalid_shape", "other") else "down"
-    return ServerOverview(
-        host=state.host_url, selected=selected, status=status, models=len(state.models),
-        spilled=sum(1 for m in state.models if m.spilled),
-        critical=sum(1 for a in state.alerts if a.severity == "critical"),
-        warnings=sum(1 for a in state.alerts if a.severity == "warning"),
-    )
-
-
-def servers_bar(rows: Sequence[ServerOverview], colors: Mapping[str, str], width: int = 200) -> Text:
-    """The server switcher: one compact entry per server (number, host, state, models, alerts),
-    the one on screen in reverse video. When the full entries do not fit in ``width`` cells a
-    terse form is used (``3m`` models, ``⇣1`` spilled, hosts shortened to what tells them apart)."""
-    from urllib.parse import urlsplit
-
-    from kvtop.config.host import display_host
-
-    def build(verbose: bool) -> Text:
-        names = [display_host(r.host) for r in rows]
-        if not verbose:
-            parts = [urlsplit(r.host) for r in rows]
-            if len({p.hostname for p in parts}) == 1 and len({p.port for p in parts}) == len(parts):
-                names = [f":{p.port}" for p in parts]  # one machine, several ports
-            elif len({p.hostname for p in parts}) == len(parts):
-                names = [p.hostname or n for p, n in zip(parts, names)]
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for i, (row, name) in enumerate(zip(rows, names), 1):
-            if i > 1:
-                text.append(" │ ", style=colors.get("kv-muted", ""))
-            entry = Text()
-            entry.append(f"{i} " if i <= 9 else "  ", style="bold")
-            entry.append(safe(name, 40 if verbose else 20))
-            mark = {"up": ("●", "kv-ok"), "connecting": ("…", "kv-muted")}.get(row.status, ("✖", "kv-crit"))
-            entry.append(f" {mark[0]}", style=colors.get(mark[1], ""))
-            if row.status == "up":
-                entry.append(f" {row.models} model{'s' if row.models != 1 else ''}" if verbose else f"{row.models}m")
-                if row.spilled:
-                    entry.append(f" {row.spilled} spilled" if verbose else f" ⇣{row.spilled}", style=colors.get("kv-crit", ""))
-            elif row.status != "connecting":
-                entry.append(f" {row.status}", style=colors.get("kv-crit", ""))
-            if row.critical:
-                entry.append(f" ✖{row.critical}", style=f"bold {colors.get('kv-crit', '')}")
-            if row.warnings:
-                entry.append(f" ▲{row.warnings}", style=f"bold {colors.get('kv-warn', '')}")
-            if row.selected:
-                entry.stylize("reverse")
-            text.append_text(entry)
-        return text
-
-    text = build(True)
-    if text.cell_len > width:
-        text = build(False)
-    text.truncate(max(10, width), overflow="ellipsis")
-    return text
-
-
-def log_line(log: LogState, spec: str) -> Text:
-    """The one-line log status under the table."""
-    text = Text(no_wrap=True, overflow="ellipsis")
-    if spec == "none" and log.source is None:
-        text.append("Server log: off (--log none): no figure is allocated; each says its source")
-        return text
-    text.append(f"Server log: {safe(log.source or spec, 60)}")
-    if log.status:
-        text.append(f" — {safe(log.status, 160)}")
-    else:
-        text.append(f" · {log.lines:,} line{'s' if log.lines != 1 else ''} · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''}"
-                    " · l: events")
-    if log.dropped_lines:  # history skipped at start, and noise shed under overload
-        text.append(f" · {log.dropped_lines:,} dropped")
-    return text
 
 
 def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True,

@@ -1,4 +1,5 @@
-"""Which of the dashboard's optional panels show, and feeding them (a mixin of ``KvtopApp``).
+"""Which of the dashboard's optional panels show, and feeding them (``PanelLayout``: a part of the
+dashboard screen, ``DashboardScreen.panels``).
 
 The panels, in priority order (``config.PANELS``): the memory map, the alerts with every fix, the
 VRAM and tok/s history, the recent events. Each is ``auto`` (shown once the terminal reaches its
@@ -14,8 +15,8 @@ only when the map differs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from kvtop.config.ui_state import PANELS, save_panels, saved_panels
 from kvtop.model.gpu import GpuPanelData
@@ -26,7 +27,9 @@ from kvtop.ui.widgets.models_table import ModelsTable
 from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
 
 if TYPE_CHECKING:
-    from kvtop.model.state import AppState
+    from textual.screen import Screen
+
+    from kvtop.model.views import AppState
     from kvtop.ui.host import PanelHost
 
 PANEL_MIN_SIZE: dict[str, tuple[int, int]] = {
@@ -76,9 +79,16 @@ def _untimed(sample: object) -> object:
 
 
 class PanelLayout:
-    """The panels' part of the app: choices, visibility and their data."""
+    """The panels' part of the dashboard screen: choices, visibility and their data.
 
-    def _init_panels(self) -> None:
+    ``app``: the app as the layout reads it (its size, theme, settings, histories); ``screen``: the
+    dashboard whose widgets it lays out; ``repaint``: the screen's one repaint, asked for after a
+    toggle and when a layout could not be measured yet."""
+
+    def __init__(self, app: PanelHost, screen: Screen[None], repaint: Callable[[], None]) -> None:
+        self.app = app
+        self.screen = screen
+        self.repaint = repaint
         self.panel_choices: dict[str, str] = saved_panels()
         """``auto``/``on``/``off`` per panel (saved with each toggle)."""
         self._spare_rows: int | None = None
@@ -94,13 +104,9 @@ class PanelLayout:
         """Times the alerts panel's lines were counted (wrapped): once per change of the alerts,
         the colours or the width, not per repaint (the observer-cost tests count them)."""
 
-    def _kv_app(self) -> PanelHost:
-        """The app this mixin is part of, as the layout uses it (``kvtop.ui.host.PanelHost``)."""
-        return cast("PanelHost", self)
-
     def shown_panels(self) -> dict[str, bool]:
         """Which panels show now."""
-        app = self._kv_app()
+        app = self.app
         return panels_shown(app.size.width, app.size.height, self.panel_choices, self._spare_rows)
 
     def measure_spare_rows(self, alerts_rows: int) -> int | None:
@@ -108,7 +114,7 @@ class PanelLayout:
         does not show), from the last layout: the table, the panel row and the events pane share what
         the header, map, GPU strip and status lines leave, whichever of them fills it. None before the
         first layout."""
-        main = self._kv_app().dashboard
+        main = self.screen
         table = main.query_one(ModelsTable)
         if not table.size.height:
             return None
@@ -122,7 +128,7 @@ class PanelLayout:
 
     def apply_panel_layout(self) -> dict[str, bool]:
         """Set the classes that show or hide the panels; returns :meth:`shown_panels`."""
-        main = self._kv_app().dashboard
+        main = self.screen
         shown = self.shown_panels()
         main.query_one(MemoryMapPanel).set_class(shown["map"], "-shown")
         main.query_one(AlertsPanel).set_class(shown["alerts"], "-shown")
@@ -132,28 +138,19 @@ class PanelLayout:
         main.set_class(shown["events"] and not shown["history"] and shown["map"], "-events-fill")
         # under the map's size, panels switched on by hand share the rows left instead of the
         # events pane's 12 pushing the screen into a scrollbar (80x24 with every panel on)
-        main.set_class(self._kv_app().size.height < PANEL_MIN_SIZE["map"][1], "-short")
+        main.set_class(self.app.size.height < PANEL_MIN_SIZE["map"][1], "-short")
         return shown
 
     def toggle_panel(self, name: str) -> None:
         """Show a panel that is hidden or hide one that shows, and save the choice."""
-        app = self._kv_app()
+        app = self.app
         now = self.shown_panels()[name]
         self.panel_choices[name] = "off" if now else "on"
         problem = save_panels(self.panel_choices)
         if problem:
             app.notify(problem, severity="warning", markup=False)
         app.notify(f"{PANEL_WORDS[name]}: {'hidden' if now else 'shown'} (saved)", timeout=1.5, markup=False)
-        app.refresh_dashboard()
-
-    def action_toggle_map(self) -> None:
-        self.toggle_panel("map")
-
-    def action_toggle_alerts(self) -> None:
-        self.toggle_panel("alerts")
-
-    def action_toggle_history_panel(self) -> None:
-        self.toggle_panel("history")
+        self.repaint()
 
     def current_memory_map(self, state: AppState, gpu_panel: GpuPanelData | None, local: bool) -> MemoryMap:
         """The map of ``state`` (recomputed only when the GPU, process or model samples are new).
@@ -184,15 +181,15 @@ class PanelLayout:
         key = (state.alerts, tuple(sorted(colors.items())), width)
         if key != self._alerts_rows_key:
             self.alerts_measures += 1
-            memo = self._kv_app().dashboard.query_one(AlertsPanel).memo  # each alert measured once per width
-            self._alerts_rows = 1 + memo.line_count(state.alerts, width, self._kv_app().console)
+            memo = self.screen.query_one(AlertsPanel).memo  # each alert measured once per width
+            self._alerts_rows = 1 + memo.line_count(state.alerts, width, self.app.console)
             self._alerts_rows_key = key
         return self._alerts_rows
 
     def refresh_panels(self, state: AppState, gpu_panel: GpuPanelData | None, local: bool) -> dict[str, bool]:
         """Lay the panels out and give the shown ones their data (called by the one repaint)."""
-        app = self._kv_app()
-        main = app.dashboard
+        app = self.app
+        main = self.screen
         colors = dict(app.theme_variables)
         alerts_rows = 0
         if panels_shown(app.size.width, app.size.height, self.panel_choices)["alerts"]:
@@ -202,7 +199,7 @@ class PanelLayout:
             # measured on the layout before this repaint (or none yet): measure again once this one
             # is laid out, so a quiet server (no new sample to repaint for) gets its rows too
             self._remeasures = self._remeasures + 1 if spare is None else 0
-            app.call_after_refresh(app.refresh_dashboard)
+            app.call_after_refresh(self.repaint)
         self._spare_rows = spare
         shown = self.apply_panel_layout()
         if shown["map"]:
@@ -218,7 +215,3 @@ class PanelLayout:
             distinct = bool(getattr(app, "no_color", False)) or app.theme == "kvtop-mono"
             main.query_one(HistoryPanel).show(app.histories[app.current_host], app.interval_s, note, distinct)
         return shown
-
-    def on_memory_map_panel_model_picked(self, message: MemoryMapPanel.ModelPicked) -> None:
-        """A model's stretch of the map was clicked or hovered: select it in the table."""
-        self._kv_app().dashboard.query_one(ModelsTable).select_model(*message.model)

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from kvtop.model.server import ServerHealth, fold_server
-
-if TYPE_CHECKING:  # the pre-flight model (and the plan it uses) is imported when the view first opens
+if TYPE_CHECKING:  # the server model, its pre-flight (and the plan it uses) are imported when first used
+    from kvtop.model.server import ServerHealth
     from kvtop.model.snapshots import PulledSnapshot
     from kvtop.ui.host import ServerViewHost
 
@@ -68,5 +67,7 @@ class ServerView:
 
     def stage(self, message: ServerSampled) -> None:
         """Stage a server-view sample posted to the app (tests) for the server's next apply step."""
+        from kvtop.model.server import fold_server
+
         health, pulled = message.health, message.pulled
         self.app._stage(message.host, lambda state: fold_server(state, health, pulled))

@@ -73,12 +73,12 @@ async def test_polls_of_an_unchanged_server_derive_no_row_again() -> None:
             await pilot.pause(0.6)  # the /api/tags answer may land a poll after the first rows
             memo = state_module.ROW_MEMO
             table = app.query_one(ModelsTable)
-            assert app.shown_panels()["alerts"]
+            assert app.dashboard.panels.shown_panels()["alerts"]
             derived0, reused0, steps0, models = memo.derived, memo.reused, app.apply_steps, app.state.models
-            fits0, measures0 = table.column_fits, app.alerts_measures
+            fits0, measures0 = table.column_fits, app.dashboard.panels.alerts_measures
             await pilot.pause(2.0)
             derived, reused, steps = memo.derived - derived0, memo.reused - reused0, app.apply_steps - steps0
-            fits, measures = table.column_fits - fits0, app.alerts_measures - measures0
+            fits, measures = table.column_fits - fits0, app.dashboard.panels.alerts_measures - measures0
             same_rows = app.state.models is models
     assert steps >= 4, steps
     assert fits <= 1 and measures == 0, (fits, measures, steps)
@@ -125,7 +125,7 @@ async def test_a_recording_that_promises_apply_records_but_has_none_still_replay
     nothing piles up."""
     from kvtop.model.alerts import Thresholds
     from kvtop.sources.recording import resolve_recording
-    from kvtop.ui.app import REPLAY_PENDING_MAX
+    from kvtop.engine import REPLAY_PENDING_MAX
 
     demo = read_recording(resolve_recording("demo"))
     polls = [r.ollama for r in demo.records if r.kind == "ollama" and r.ollama is not None]

@@ -237,7 +237,7 @@ async def test_hidden_map_costs_nothing(tmp_path: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         assert not app.query_one(MemoryMapPanel).display
-        assert app.map_computations == 0 and app.query_one(MemoryMapPanel).renders == 0
+        assert app.dashboard.panels.map_computations == 0 and app.query_one(MemoryMapPanel).renders == 0
 
 
 async def test_map_shows_every_line_it_draws_as_the_width_changes(tmp_path: Path) -> None:

@@ -112,10 +112,10 @@ async def test_samples_that_differ_only_in_time_do_not_join_the_map_again(tmp_pa
     app.gpu_source, app.proc_source = _Timed(app.gpu_source), _Timed(app.proc_source)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
-        computed, steps, gpu0 = app.map_computations, app.apply_steps, app.state.gpu
+        computed, steps, gpu0 = app.dashboard.panels.map_computations, app.apply_steps, app.state.gpu
         for _ in range(100):  # new GPU and process samples every 0.25 s, each a new object
             await pilot.pause(0.05)
             if app.apply_steps >= steps + 3 and app.state.gpu is not gpu0:
                 break
         assert app.apply_steps >= steps + 3 and app.state.gpu is not gpu0
-        assert app.map_computations == computed
+        assert app.dashboard.panels.map_computations == computed

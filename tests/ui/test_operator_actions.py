@@ -16,7 +16,8 @@ from textual.widgets import OptionList
 
 from kvtop.config import Settings
 from kvtop.model.state import ModelView
-from kvtop.ui.actions import FixTextScreen, KeepAliveScreen, countdown_text, fix_operation, live_views
+from kvtop.ui.actions import countdown_text, fix_operation, live_views
+from kvtop.ui.screens.write_dialogs import FixTextScreen, KeepAliveScreen
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.widgets.events_pane import EventsPane
@@ -51,7 +52,7 @@ async def _select(pilot: Any, name: str) -> ModelsTable:
 
 
 def _log(app: KvtopApp) -> list[str]:
-    return [f"{e.what}: {e.outcome}" for e in app.operator_log]
+    return [f"{e.what}: {e.outcome}" for e in app.operator.log]
 
 
 async def test_unload_asks_on_cancel_then_the_row_leaves() -> None:
@@ -84,7 +85,7 @@ async def test_unload_asks_on_cancel_then_the_row_leaves() -> None:
             assert [m["name"] for m in server.ps()] == [Q4, Q8]
             await wait_for(pilot, lambda: any("done: /api/ps no longer lists it" in e for e in _log(app)))
             assert f"unload {GEMMA}: sent; unloading… (the row leaves when /api/ps no longer lists it)" in _log(app)
-            assert app.unloading == {}
+            assert app.operator.unloading == {}
             # the events pane shows each write with its outcome
             await pilot.press("l")
             pane = app.query_one(EventsPane)
@@ -166,7 +167,7 @@ async def test_until_counts_seconds_in_the_last_minute_between_polls() -> None:
         app = _app(server, interval_s=30.0)
         async with app.run_test(size=(100, 30)) as pilot:
             table = await _select(pilot, Q8)
-            assert app._until_timer is None  # no model in its last minute: no per-second repaint
+            assert app.operator._until_timer is None  # no model in its last minute: no per-second repaint
             server.client.post("/api/generate", json={"model": Q8, "prompt": "", "keep_alive": "50s"})
             app.action_faster()  # one poll now
             await wait_for(pilot, lambda: any(v.until.endswith("s") and v.until[:-1].isdigit()
@@ -175,7 +176,7 @@ async def test_until_counts_seconds_in_the_last_minute_between_polls() -> None:
             await wait_for(pilot, lambda: next(v.until for v in table._views if v.name == Q8) != first, timeout_s=3)
             second = next(v.until for v in table._views if v.name == Q8)
             assert 0 < int(first[:-1]) - int(second[:-1]) <= 2 and int(first[:-1]) <= 50
-            assert app._until_timer is not None
+            assert app.operator._until_timer is not None
             lines = await screen_when(pilot, lambda ls: any(Q8 in line and "s " in line for line in ls))
             assert any(Q8 in line and f"{int(second[:-1]) - 1}s" in line or second in line for line in lines)
 
@@ -437,7 +438,7 @@ async def test_readonly_full_session_sends_only_reads() -> None:
                 await pilot.press("ctrl+p")
                 await pilot.press(*"unload", "enter", "y")
                 await pilot.pause(0.5)
-                assert app.operator_log == []
+                assert app.operator.log == []
             requests = server.requests()
             assert ("GET", "/api/ps") in requests and ("POST", "/api/show") in requests
             assert all(m == "GET" or (m, p) == ("POST", "/api/show") for m, p in requests), requests
@@ -464,7 +465,7 @@ async def test_signal_a_foreign_gpu_process_sigterm_then_sigkill_behind_two_conf
     import subprocess
     import sys
 
-    from kvtop.ui.actions import SignalScreen
+    from kvtop.ui.screens.write_dialogs import SignalScreen
 
     term = subprocess.Popen(["sleep", "60"])
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
@@ -478,7 +479,7 @@ async def test_signal_a_foreign_gpu_process_sigterm_then_sigkill_behind_two_conf
             app = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu, proc_source=procs)
             async with app.run_test(size=(120, 40)) as pilot:
                 await _select(pilot, Q8)
-                await wait_for(pilot, lambda: len(app.foreign_processes()) == 2)
+                await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 2)
                 await pilot.press("k")
                 await wait_for(pilot, lambda: isinstance(app.screen, SignalScreen))
                 screen = app.screen
@@ -553,7 +554,7 @@ async def test_the_demo_never_signals_its_simulated_processes() -> None:
     on a "stop PID" fix signal nothing; the fix is shown as text."""
     import subprocess
 
-    from kvtop.ui.actions import SignalScreen
+    from kvtop.ui.screens.write_dialogs import SignalScreen
 
     child = subprocess.Popen(["sleep", "60"])
     try:
@@ -564,7 +565,7 @@ async def test_the_demo_never_signals_its_simulated_processes() -> None:
                            proc_source=procs)
             async with app.run_test(size=(120, 40)) as pilot:
                 await _select(pilot, Q8)
-                await wait_for(pilot, lambda: len(app.foreign_processes()) == 1)
+                await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 1)
                 assert app.check_action("signal_process", ()) is False
                 await pilot.press("k")
                 await pilot.pause(0.3)
@@ -589,7 +590,7 @@ async def test_the_demo_never_signals_its_simulated_processes() -> None:
 
 def test_signal_questions_name_the_owner_and_ask_again_for_another_users_process() -> None:
     from kvtop.sources.signals import SignalTarget
-    from kvtop.ui.actions import signal_questions
+    from kvtop.ui.screens.write_dialogs import signal_questions
 
     mine = SignalTarget(4242, True, "", "alice", "python3", 1.0, mine=True)
     other = SignalTarget(4243, True, "", "bob", "train.py", 1.0, mine=False)
@@ -617,7 +618,7 @@ async def test_as_root_another_users_process_is_named_and_asked_about_twice() ->
     import signal
     import subprocess
 
-    from kvtop.ui.actions import SignalScreen
+    from kvtop.ui.screens.write_dialogs import SignalScreen
 
     if os.geteuid() != 0:
         import pytest
@@ -632,7 +633,7 @@ async def test_as_root_another_users_process_is_named_and_asked_about_twice() ->
             app = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu, proc_source=procs)
             async with app.run_test(size=(120, 40)) as pilot:
                 await _select(pilot, Q8)
-                await wait_for(pilot, lambda: len(app.foreign_processes()) == 1)
+                await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 1)
                 await pilot.press("k")
                 await wait_for(pilot, lambda: isinstance(app.screen, SignalScreen))
                 screen = app.screen

@@ -100,7 +100,7 @@ async def test_flat_polls_do_not_rebuild_the_dashboard_history_panel() -> None:
         history, feed = flat_history()
         app.histories[HOST] = history
         panel = app.query_one(HistoryPanel)
-        app.refresh_dashboard()
+        app.dashboard.repaint()
         for _ in range(100):
             await pilot.pause()
             plots = list(panel.query(PlotView))
@@ -111,7 +111,7 @@ async def test_flat_polls_do_not_rebuild_the_dashboard_history_panel() -> None:
         before = _renders(plots)
         for _ in range(POLLS):
             feed.poll(8 * GiB)
-            app.refresh_dashboard()
+            app.dashboard.repaint()
             await pilot.pause()
         assert _renders(plots) == before
 

@@ -171,11 +171,11 @@ async def test_a_key_between_polls_reuses_the_sparklines(tmp_path) -> None:  # t
         await pilot.press("p")  # paused: no sample is stored while the keys are pressed
         await pilot.pause(0.6)
         table = app.query_one(ModelsTable)
-        builds, joins = app.sparkline_builds, app.gpu_panel_joins
+        builds, joins = app.dashboard.sparkline_builds, app.dashboard.gpu_panel_joins
         assert builds >= 1 and joins >= 1
         for key, arrow in (("s", "▼"), ("S", "▲"), ("S", "▼")):  # by size, then reversed twice
             await pilot.press(key)
             await pilot.pause()
             assert any(arrow in c.label.plain for c in table.columns.values())
-        assert app.sparkline_builds == builds
-        assert app.gpu_panel_joins == joins  # the GPU panel's join too
+        assert app.dashboard.sparkline_builds == builds
+        assert app.dashboard.gpu_panel_joins == joins  # the GPU panel's join too

@@ -21,7 +21,7 @@ from textual import events
 from textual.widgets import Button
 
 from kvtop.config import Settings
-from kvtop.ui.actions import SignalScreen
+from kvtop.ui.screens.write_dialogs import SignalScreen
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.screens.plan import ConfirmLoad, PlanScreen
@@ -218,7 +218,7 @@ async def test_enter_y_in_the_signal_screen_signals_nothing(monkeypatch: pytest.
             app = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu, proc_source=procs)
             async with app.run_test(size=(120, 40)) as pilot:
                 await _select(pilot, Q8)
-                await wait_for(pilot, lambda: len(app.foreign_processes()) == 1)
+                await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 1)
                 await pilot.press("k")
                 await wait_for(pilot, lambda: isinstance(app.screen, SignalScreen))
                 screen = app.screen
@@ -282,7 +282,7 @@ async def _random_runs(monkeypatch: pytest.MonkeyPatch, seeds: range, *, paced: 
                                          proc_source=procs)
                 async with app.run_test(size=(120, 40)) as pilot:
                     await _select(pilot, GEMMA)
-                    await wait_for(pilot, lambda: len(app.foreign_processes()) == 1)
+                    await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 1)
                     if paced:
                         await pilot.press(*keys)
                     else:

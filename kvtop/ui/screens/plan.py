@@ -610,7 +610,7 @@ class PlanScreen(Screen[None]):
 
     def _confirmed(self, yes: bool, num_ctx: int, keep: int | None) -> None:
         if not yes:
-            log = getattr(self.app, "log_operator_action", None)
+            log = getattr(getattr(self.app, "operator", None), "log_action", None)  # the app's write log
             if log is not None:
                 log(f"load {self.model_name} with num_ctx {num_ctx:,}", None, cancelled=True)
             self.status = "load cancelled: nothing was sent"
@@ -638,7 +638,7 @@ class PlanScreen(Screen[None]):
         finally:
             self.loading = False
             self.refresh_bindings()
-        log = getattr(self.app, "log_operator_action", None)
+        log = getattr(getattr(self.app, "operator", None), "log_action", None)  # the app's write log
         if log is not None:
             log(f"load {self.model_name} with num_ctx {num_ctx:,}", error)
         if error is None:
