@@ -24,7 +24,7 @@ For each case (``--cases``, default ``3@80x24,3@160x48,100@80x24``: models @ ter
 Figures, each printed as a ratio (absolute numbers drift on a shared machine; ratios from one
 run do not):
 
-- kvtop / floor CPU per case (target for 3 models at 80x24 and 160x48: <= 1.3x, issue 13);
+- kvtop / floor CPU per case (target for 3 models at 80x24 and 160x48: <= 1.3x);
 - kvtop at N models / kvtop at 3 models at the same size (target for 100 models: <= 3x);
 - kvtop / floor RSS, and bytes written to the terminal per second.
 
@@ -53,10 +53,10 @@ from _common import CpuMeter, PtyApp, StandIn, delta, kvtop_command, many_models
 from floor import floor_command
 
 TARGET_IDLE_VS_FLOOR = 1.3
-"""kvtop's idle CPU at 3 models, as a multiple of the floor's (issue 13)."""
+"""Target: kvtop's idle CPU at 3 models, as a multiple of the floor's."""
 
 TARGET_MODELS_VS_OWN_IDLE = 3.0
-"""kvtop's CPU at 100 models, as a multiple of its own at 3 models (issue 13)."""
+"""Target: kvtop's CPU at 100 models, as a multiple of its own at 3 models."""
 
 BUNDLED_NEEDLE = "qwen3:1.7b-q8_0"
 MANY_NEEDLE = "bench-0"

@@ -16,8 +16,8 @@ Method
 4. Throughout, a thread samples the exporter's thread count (psutil) every 20 ms.
 
 Reports per phase: scrapes, failures, timeouts, scrapes/s, latency p50/p95/p99/max, peak threads
-(and the exporter's threads at rest, the floor). The issue's figures for prometheus-client's own
-server: 200 scrapers → 3.1 % timed out, p99 3.3 s; 303 threads with slowloris sockets.
+(and the exporter's threads at rest, the floor). Figures measured for prometheus-client's own
+server (which kvtop served with before): 200 scrapers → 3.1 % timed out, p99 3.3 s; 303 threads with slowloris sockets.
 Human-readable lines, then one JSON line. Exit code 1 when the exporter did not start.
 
 Measured (2 shared cores, waitress 3.0.2): 200 scrapers x 5 rounds: 1000/1000 ok, 0 timeouts,

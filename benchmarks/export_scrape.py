@@ -27,7 +27,7 @@ For each case (``--models``, default ``3,100``):
    the exporter made.
 
 Targets: polls per interval stay at 1 whatever the number of scrapers (at most
-``seconds / interval + 1`` polls in the window); issue 13: a scrape at 100 models costs < 2 ms of
+``seconds / interval + 1`` polls in the window); a scrape at 100 models costs < 2 ms of
 CPU (sparse, Prometheus-like), and idle CPU at 100 models <= 2x idle at 3 models (the two cases
 of the same run). Prints human-readable lines and, last, one JSON line. Exit code 1 when the
 exporter did not start or a scrape failed; a missed target is reported, not an exit code.

@@ -1,7 +1,7 @@
 """The floor: a minimal Textual app that polls ``GET /api/ps`` and shows a DataTable.
 
 Every CPU, startup and RSS figure the benchmarks print for kvtop is printed beside this app's,
-measured in the same run on the same stand-in server (issue 13): it is what watching an Ollama
+measured in the same run on the same stand-in server: it is what watching an Ollama
 server with Textual and httpx costs at the least, so a ratio to it says what kvtop's own work
 costs, whatever the machine.
 

@@ -55,7 +55,7 @@ os.close(fd)
 
 TARGET_P95_MS = 350.0
 """FileTail delivers at most one batch per ``COALESCE_S`` (0.25 s: the dashboard applies log
-batches about once per interval, issue 13), so 95 % of lines within the coalescing window plus
+batches about once per interval), so 95 % of lines within the coalescing window plus
 one poll is the target."""
 
 

@@ -14,7 +14,7 @@ Method
    lines, read and decoded as inspect-log reads them) on the first 64 MiB, in MiB/s. The ratio
    ``inspect-log seconds / (size / parser MiB/s)`` says how much grouping, spooling and the
    report add on top of parsing (1.0 = nothing; interpreter start not subtracted).
-4. Targets (issue 14, item 5): linear time (MiB/s flat across sizes), RSS < 200 MiB at every size.
+4. Targets: linear time (MiB/s flat across sizes), RSS < 200 MiB at every size.
 
 Usage: ``python benchmarks/inspect_log_scale.py [--sizes 8,64,256] [--big] [--json] [--keep DIR]``.
 Human-readable lines first; the last line is one JSON object.

@@ -1,4 +1,4 @@
-"""What sanitizing every JSON string costs (issue 23): ``textsafe.safe_json`` — one pass over the
+"""What sanitizing every JSON string costs: ``textsafe.safe_json`` — one pass over the
 finished object, every string and key scrubbed of secrets (``kvtop.redact.scrub_text``) and of
 control characters — beside its floor, a plain ``json.dumps`` of the same object, in the same run;
 and ``redact.scrub_json_text`` over the serialized record (what a recording pays per record)

@@ -17,7 +17,7 @@ Method
    needle is the name of the model that comes first after the sort), in the same run.
 
 Reports min / median / p90 / max of each, kvtop's median against the floor's, and whether
-kvtop's p90 is under the target (100 ms at 1,000 models, issue 23). Human-readable lines, then
+kvtop's p90 is under the target (100 ms at 1,000 models). Human-readable lines, then
 one JSON line. Exit code 1 only when an app never showed data or a key was never answered within
 ``--timeout``.
 
@@ -43,7 +43,7 @@ from _common import PtyApp, StandIn, kvtop_command, many_models_scenario, ratio,
 from floor import floor_command
 
 TARGET_P90_S = 0.1
-"""kvtop answers a key within this at 1,000 models (90th percentile; issue 23)."""
+"""Target: kvtop answers a key within this at 1,000 models (90th percentile)."""
 
 SIZE_HEADER = "VRAM+RAM"
 """SIZE's header while a model is spilled (the generated scenario spills every third model)."""

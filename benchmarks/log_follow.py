@@ -13,7 +13,7 @@ Method
    repeated) at the rate, in 20 ms chunks. kvtop's and the floor's CPU over the window
    (``psutil``, user + system), kvtop's RSS at the end, its terminal bytes/s.
 4. Prints % of one core per window, the ratio to kvtop's idle and to the floor, the targets
-   (issue 13: 1,000 lines/s <= 4x idle; 10,000 lines/s <= 15 % of a core) with MEETS / MISSES.
+   (1,000 lines/s <= 4x idle; 10,000 lines/s <= 15 % of a core) with MEETS / MISSES.
    The last line is one JSON object.
 
 Usage: ``python benchmarks/log_follow.py [--seconds 20] [--rates 100,1000,10000]``

@@ -1,6 +1,6 @@
 """What following a busy server log keeps in memory: the dashboard's parse + apply path fed a
 time-compressed log, Python's traced memory and the size of each log store every simulated minute,
-up to and past the 20,000-event cap (issue 23: "the log side adds ~0.8 MiB/min until its cap").
+up to and past the 20,000-event cap (it must stop growing there, not add ~0.8 MiB/min).
 
 Method
 ------

@@ -32,7 +32,7 @@ Method
    fresh interpreter, next to ``python -c pass`` (the interpreter's own start) for reference.
    ``--importtime`` adds the slowest imports reported by ``python -X importtime``.
 
-Targets (issue 13): first data frame <= 1.6x the floor's (medians of the same run); with
+Targets: first data frame <= 1.6x the floor's (medians of the same run); with
 ``--models 1000``, kvtop's first data frame < 5 s. The script prints human-readable lines and,
 last, one JSON line. Exit code 0 when every timed run showed data, 1 otherwise.
 
@@ -59,9 +59,9 @@ from _common import REPO_ROOT, PtyApp, StandIn, kvtop_command, many_models_scena
 from floor import floor_command
 
 TARGET_VS_FLOOR = 1.6
-"""kvtop's first data frame, as a multiple of the floor's (issue 13)."""
+"""Target: kvtop's first data frame, as a multiple of the floor's."""
 TARGET_MANY_MODELS_S = 5.0
-"""kvtop's first data frame with ``--models 1000`` (issue 13), in seconds."""
+"""Target: kvtop's first data frame with ``--models 1000``, in seconds."""
 NEEDLE = "qwen3:1.7b-q8_0"
 MANY_NEEDLE = "bench-0"
 CHROME_NEEDLE = "sort:"
