@@ -60,7 +60,7 @@ def _bracket_error(hostport: str) -> str | None:
 def parse_ollama_host(raw: str | None, *, strict: bool = False) -> str:
     """Resolve an ``OLLAMA_HOST`` value to the base URL a client connects to.
 
-    Follows Ollama's ``envconfig.Host()`` (``envconfig/config.go``): the scheme is optional
+    Follows Ollama's ``envconfig.Host()`` (docs/ollama-internals.md §3.5): the scheme is optional
     (``http`` by default, default port 11434; an explicit ``http://`` defaults to port 80 and
     ``https://`` to 443), IPv6 addresses come in brackets, a path after the host is kept as a
     prefix, and an invalid port falls back to the default. ``0.0.0.0`` / ``::`` are listen
