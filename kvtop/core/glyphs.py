@@ -32,8 +32,8 @@ ASCII_GLYPHS: dict[str, str] = {
     # other block elements (Textual's tall and outer borders, scrollbars, quadrants)
     "▀": "\"", "▔": "-", "▉": "|", "▊": "|", "▋": "|", "▌": "|", "▍": "|", "▎": "|", "▏": "|",
     "▐": "|", "▕": "|", "▖": ".", "▗": ".", "▘": "'", "▝": "'", "▙": "#", "▛": "#", "▜": "#", "▟": "#",
-    # arrows, pointers, sort order
-    "→": ">", "←": "<", "↑": "'", "↓": "v", "↔": "-", "⇣": "v", "▶": ">", "▸": ">", "▲": "A", "▼": "v",
+    # arrows, pointers, sort order (``▲`` is the alerts' warning; the table's A-to-Z sort writes ``A``)
+    "→": ">", "←": "<", "↑": "'", "↓": "v", "↔": "-", "⇣": "v", "▶": ">", "▸": ">", "▲": "!", "▼": "v",
     "⏎": "<",
     # signs and symbols
     "×": "x", "−": "-", "–": "-", "—": "-", "…": ".", "±": "+", "≤": "<", "≥": ">", "≠": "#", "÷": "/",
@@ -50,12 +50,6 @@ ASCII_WIDE: dict[str, str] = {"±": "+/-", "≤": "<=", "≥": ">=", "≠": "!="
 """Stand-ins for plain-text output (``--once``, ``--check``, ``plan``; :func:`to_ascii` with
 ``keep_cells=False``), clearer than the one-cell ones; none of these characters sits in a column
 those outputs align (names cut with ``…`` and ``×`` keep one cell)."""
-
-ASCII_BAR_LEGEND = ("ASCII mode (no UTF-8 locale, or --ascii): bars  # weights/runner  % KV  + compute  "
-                    ". not known/unattributed  - free  & a model  / runner overhead  \\ other Ollama  "
-                    "o other processes;  x times  > busy slots  v lowered (plan)  A/v sort;  "
-                    "marks unchanged: ~ estimated  ^ requested  = server env  * default  ? not known")
-"""What the ASCII glyphs mean, for the help screen and ``--help``."""
 
 
 def _east_asian_cells(ch: str) -> int:

@@ -119,3 +119,15 @@ def test_plan_ascii_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], mon
     assert not plain.isascii() and ascii_out.isascii()
     assert ascii_out == to_ascii(plain, keep_cells=False)
     assert "~" in ascii_out and "+/-" in ascii_out  # estimates keep their mark; ± is spelled out
+
+
+def test_alert_severities_and_sort_arrows_in_ascii() -> None:
+    """``✖``/``▲`` are the alerts' critical and warning: ``x`` and ``!`` (not the article "A");
+    the table's sort arrows are written ``v`` / ``A`` in ASCII mode by the table itself."""
+    from kvtop.ui.widgets.models_table import columns_for, sorted_label
+
+    assert to_ascii("✖ spill") == "x spill" and to_ascii("▲ prompt truncated") == "! prompt truncated"
+    name = next(c for c in columns_for(120) if c.key == "name")
+    assert sorted_label(name, "name", ascii_mode=True).endswith(" A")
+    assert sorted_label(name, "name", True, ascii_mode=True).endswith(" v")
+    assert sorted_label(name, "name").endswith(" ▲")

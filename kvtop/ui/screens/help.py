@@ -22,7 +22,7 @@ Keys
   w          what-if planner           l / r      events pane / raw lines
   g          GPU panel                 Ctrl+C     quit from anywhere
   S          reverse the sort          t          next theme
-  ↑ ↓        move the selection        1–9 ] [    server N / next / previous
+  Up Down    move the selection        1–9 ] [    server N / next / previous
   h          history plots (z or ← → window, Esc back)
   m / f / v  memory map / alerts with fixes / history panels (from 120×36
              they show by themselves; a key's choice is saved; click a
@@ -78,7 +78,8 @@ Sources, best first (the detail view names each one)
   ?          not known
   sizes      binary (GiB = 2^30 B): ~3.5 GiB; ~3.5G in the table;
              exact bytes in the detail view
-  ▼ / ▲      the sorted column (largest first / A to Z)
+  ▼ / ▲      the sorted column (largest first / A to Z; ASCII: v / A)
+  ✖ ▲ ℹ      alerts: critical / warning / info
   ASCII      in the header: --ascii, or no UTF-8 locale; every glyph in
              this help is drawn as its ASCII stand-in, the marks unchanged
 

@@ -14,6 +14,7 @@ from textual.widgets.data_table import ColumnKey
 
 from kvtop.model.placement import vram_ram
 from kvtop.model.state import ModelView
+from kvtop.ui.ascii_mode import ascii_on
 from kvtop.ui.format import (
     context_text,
     ctx_number,
@@ -268,15 +269,16 @@ SORT_COLUMN = {"size": "size", "name": "name", "cpu": "processor", "context": "c
 order) marks none."""
 
 
-def sorted_label(col: Column, sort_key: str, reverse: bool = False) -> str:
+def sorted_label(col: Column, sort_key: str, reverse: bool = False, *, ascii_mode: bool = False) -> str:
     """``col``'s header with the sort mark when the table is sorted by it: ``▼`` largest first
     (sizes, CPU share, context, KV), ``▲`` A to Z (names); flipped when reversed. The KV sort
     marks KV inside the MEMORY header (``MEMORY w|KV▼|c``); a header with no room for the space
-    takes the mark without it (``CONTEXT▼``)."""
+    takes the mark without it (``CONTEXT▼``). ``ascii_mode``: ``v`` and ``A`` (in ASCII ``▲`` is
+    the alerts' warning ``!``, ``kvtop.core.glyphs``)."""
     if SORT_COLUMN.get(sort_key) != col.key:
         return col.label
     down = (sort_key != "name") != reverse
-    arrow = "▼" if down else "▲"
+    arrow = ("v" if down else "A") if ascii_mode else "▼" if down else "▲"
     if sort_key == "kv" and "|KV|" in col.label:
         return col.label.replace("|KV|", f"|KV{arrow}|", 1)
     if cell_len(col.label) + 2 > col.width:  # CONTEXT▼ in 8 cells, VRAM+RAM▼ in 9: the header cuts what overflows
@@ -348,7 +350,7 @@ class ModelsTable(DataTable[Text | str]):
         columns_key = (views, width, sparks, sort)
         if columns_key != self._columns_key:  # fitting NAME renders every cell: only when its inputs changed
             self._columns_key = columns_key
-            self._columns = tuple(Column(c.key, sorted_label(c, *sort), c.width, c.cell)
+            self._columns = tuple(Column(c.key, sorted_label(c, *sort, ascii_mode=ascii_on(getattr(self.app, "settings", None))), c.width, c.cell)
                                   for c in columns_for(width, sparks, views))
             self.column_fits += 1
         cols = self._columns
