@@ -37,9 +37,10 @@ from kvtop.model import kv, plan
 from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
-from kvtop.model.known import NOT_KNOWN_WORDS, context_pair, setting_text
+from kvtop.model.known import context_pair, setting_text
 from kvtop.ui.format import ibytes, safe
 from kvtop.ui.screens.confirm import ConfirmWrite
+from kvtop.ui.screens.plan_text import render_apply, render_bar, render_calibration, render_figures, render_limits
 from kvtop.ui.widgets.hanging import Hanging
 
 if TYPE_CHECKING:
@@ -69,10 +70,6 @@ def next_num_ctx(current: int, direction: int, cap: int | None) -> int:
     if direction > 0:
         return next((v for v in ladder if v > current), ladder[-1])
     return next((v for v in reversed(ladder) if v < current), ladder[0])
-
-
-def _fmt_error(n: int) -> str:
-    return f"±{ibytes(n)}"
 
 
 class ConfirmLoad(ConfirmWrite):
@@ -307,11 +304,13 @@ class PlanScreen(Screen[None]):
             out.append("\nThis configuration cannot be planned.\n")
             return out
         out.append("\n")
-        self._render_bar(out, p, colors)
-        self._render_figures(out, p, colors)
-        self._render_calibration(out, spec)
-        self._render_limits(out, p)
-        self._render_apply(out, p, colors)
+        held = self.view.size_vram_bytes if self.view is not None else None
+        render_bar(out, p, colors, held_bytes=held, gpu_free_bytes=self.gpu_free_bytes, width=self.bar_width())
+        render_figures(out, p, colors, spec)
+        render_calibration(out, spec, self.calibration, self.engine)
+        render_limits(out, p, self.limits())
+        server = self._initial_config(self.view) if self.view is not None else None
+        render_apply(out, p, colors, readonly=self.readonly, typed=self.typed, status=self.status, server=server)
         return out
 
     def bar_width(self) -> int:
@@ -322,150 +321,6 @@ class PlanScreen(Screen[None]):
         except Exception:  # noqa: BLE001 - no app yet (body_text called directly)
             return BAR_WIDTH
         return max(20, min(BAR_WIDTH, columns - 38))
-
-    def _render_bar(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
-        budget = p.fit.budget_bytes if p.fit is not None else None
-        need = p.gpu_bytes
-        if budget is None:
-            held = self.view.size_vram_bytes if self.view is not None else None
-            out.append("GPU free memory not known", style=colors.get("kv-warn", ""))
-            out.append(" (no GPU telemetry): no fit verdict" + (f"; this model holds {ibytes(held)} now" if held else "")
-                       + "\n\n")
-            if need is None:
-                return
-            scale = need
-        else:
-            held = self.view.size_vram_bytes if self.view is not None else 0
-            out.append(f"GPU budget {ibytes(budget)} = {ibytes(self.gpu_free_bytes)} free"
-                       + (f" + {ibytes(held)} held by this model" if held else "") + "\n")
-            if need is None:
-                out.append("\n")
-                return
-            scale = max(budget, need)
-        weights_gpu = need - (p.kv_bytes or 0) - (p.recurrent_bytes or 0) - p.compute_bytes
-        parts = [(weights_gpu, "█", "kv-weights"), ((p.kv_bytes or 0) + (p.recurrent_bytes or 0), "▓", "kv-kv"),
-                 (p.compute_bytes, "▒", "kv-compute")]
-        width = self.bar_width()
-        cells: list[tuple[str, str]] = []
-        acc = 0
-        for value, glyph, var_name in parts:
-            start = acc * width // scale if scale else 0
-            acc += max(0, value)
-            end = acc * width // scale if scale else 0
-            cells += [(glyph, colors.get(var_name, ""))] * (end - start)
-        if budget is not None:
-            edge = budget * width // scale if scale else 0
-            cells = [(g, colors.get("kv-crit", "") if i >= edge else s) for i, (g, s) in enumerate(cells)]
-            cells += [("░", colors.get("kv-free", ""))] * max(0, edge - len(cells))
-        bar = Text("[")
-        for glyph, style in cells:
-            bar.append(glyph, style=style)
-        bar.append("]  █ weights ▓ KV ▒ compute" + (" ░ free" if budget is not None else "") + "\n")
-        out.append_text(bar)
-
-    def _render_figures(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
-        def row(label: str, value: str, note: str = "", style: str = "") -> None:
-            out.append(f"  {label:<12}", style="bold")
-            out.append(value, style=style)
-            if note:
-                out.append(f"\n  {'':<12}{safe(note, 240)}", style="dim")
-            out.append("\n")
-
-        est = "~" if p.weights_estimated else ""  # the marks of every screen (model.known)
-        row("weights", est + ibytes(p.weights_bytes) if p.weights_bytes is not None else NOT_KNOWN_WORDS, p.weights_note)
-        if p.kv is not None:
-            row("KV cache", "~" + ibytes(p.kv_bytes), "estimated: " + p.kv.formula)
-        else:
-            row("KV cache", "unavailable", p.kv_problem or "", colors.get("kv-warn", ""))
-        if p.recurrent_bytes:
-            row("state", "~" + ibytes(p.recurrent_bytes), "recurrent state per sequence × slots")
-        row("compute", f"~{ibytes(p.compute_bytes)} {_fmt_error(p.compute_error_bytes)}", p.compute_note)
-        if p.total_bytes is not None:
-            row("total", f"~{ibytes(p.total_bytes)} {_fmt_error(p.total_error_bytes)}", "weights + KV + compute")
-            row("on GPU", "~" + ibytes(p.gpu_bytes), "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)")
-        else:
-            missing = [what for what, known in (("the weights", p.weights_bytes is not None),
-                                                 ("the KV cache", p.kv is not None)) if not known]
-            row("total", NOT_KNOWN_WORDS, f"needs {' and '.join(missing) or 'the weights and the KV cache'}")
-        f = p.fit
-        if f is not None:
-            if f.verdict == "fits":
-                text, style = f"FITS: 100% GPU, {ibytes(f.headroom_bytes)} to spare", colors.get("kv-ok", "")
-            elif f.verdict == "marginal":
-                text = (f"MARGINAL: {ibytes(abs(f.headroom_bytes))} {'to spare' if f.headroom_bytes >= 0 else 'short'}, "
-                        "within the estimate's error")
-                style = colors.get("kv-warn", "")
-            else:
-                text = f"SPILLS: {ibytes(-f.headroom_bytes)} short; {f.text().removeprefix('spills: ')}, ≈ {f.processor}"
-                style = colors.get("kv-crit", "")
-            out.append("  verdict     ", style="bold")
-            out.append(text + "\n", style=f"bold {style}".strip())
-            if f.verdict != "fits" and not f.layers_exact:
-                out.append("              layer sizes assumed equal (no tensor list)\n", style="dim")
-        for note in p.notes:
-            out.append(f"  ! {safe(note, 200)}\n", style=colors.get("kv-warn", ""))
-        reason = self.spec.kv_reason if self.spec is not None else None
-        if reason:
-            out.append(f"  kvtop cannot do the KV math for this model: {safe(reason, 200)}\n",
-                       style=colors.get("kv-warn", ""))
-
-    def _render_calibration(self, out: Text, spec: plan.ModelSpec) -> None:
-        cal = self.calibration
-        if cal is None:
-            return
-        try:
-            c = plan.compare(spec, cal, engine=self.engine)
-        except ValueError:
-            return
-        what = "the runner's allocation" if cal.source == "allocated" else "/api/ps size (compute derived)"
-        out.append(f"\nPrediction vs reality at {cal.config.label()} ({what}):\n", style="bold")
-        for r in c.rows:
-            if r.predicted is None or r.actual is None or r.error_bytes is None:
-                continue
-            pct = f" ({r.error_percent:+.1f}%)" if r.error_percent is not None else ""
-            mark = "within" if r.within else "OUTSIDE"
-            out.append(f"  {r.component:<10} predicted {ibytes(r.predicted):<10} actual {ibytes(r.actual):<10} "
-                       f"error {r.error_bytes:+,} B{pct}, {mark} ±{ibytes(r.stated_error_bytes)}\n")
-
-    def _render_limits(self, out: Text, p: plan.Prediction) -> None:
-        lim = self.limits()
-        if not lim or all(value is None for value in lim.values()):
-            return
-        out.append("\nLargest num_ctx that stays 100% on the GPU", style="bold")
-        out.append(f" ({p.config.parallel} slot(s), FA {'on' if p.config.flash_attention else 'off'}): ")
-        out.append("  ".join(f"{ct} {'?' if lim.get(ct) is None else f'{lim[ct]:,}'}" for ct in plan.PLAN_CACHE_TYPES))
-        out.append("\n")
-        slots = lim.get("slots")
-        out.append("Largest slot count at this num_ctx: ", style="bold")
-        out.append(f"{'?' if slots is None else slots}\n")
-
-    def _render_apply(self, out: Text, p: plan.Prediction, colors: Mapping[str, str]) -> None:
-        out.append("\nApply\n", style="bold")
-        if self.readonly:
-            out.append("  read-only (--readonly): kvtop sends nothing that changes the server\n", style="dim")
-        elif self.typed:
-            out.append(f"  finish typing first: Enter applies {self.typed}, Esc cancels\n", style="dim")
-        else:
-            out.append(f"  a  load now with num_ctx {p.config.num_ctx:,} (POST /api/generate, empty prompt;"
-                       " asks first, y confirms)\n")
-        if self.status:
-            out.append(f"     {safe(self.status, 200)}\n", style=colors.get("kv-warn", "") if "fail" in self.status
-                       or "cannot" in self.status or "HTTP" in self.status else "")
-        v = self.view
-        server = self._initial_config(v) if v is not None else None
-        cfg = p.config
-        if server is None or (cfg.cache_type, cfg.parallel, cfg.flash_attention) != (
-                server.cache_type, server.parallel, server.flash_attention):
-            s = plan.server_settings(cfg.cache_type, cfg.parallel, cfg.flash_attention)
-            out.append("  KV cache type, slots and flash attention are server-wide (restart; every model unloads):\n")
-            out.append("    systemd  sudo systemctl edit ollama.service, add (one per line, as a drop-in):\n")
-            for line in s.systemd[1:-1]:
-                out.append(f"               {line}\n")
-            out.append("             then " + s.systemd[-1] + "\n")
-            out.append("    macOS    " + "; ".join(s.launchctl[:-1]) + "; then reopen Ollama\n")
-            out.append(f"    docker   {s.docker}\n")
-            for note in s.notes[2:]:
-                out.append(f"    ! {note}\n", style=colors.get("kv-crit", ""))
 
     # -- keys -------------------------------------------------------------------------------
 
