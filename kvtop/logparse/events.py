@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from kvtop.logparse.event_class import EventBase, frozen_event
 from kvtop.logparse.request_events import (
+    ContextOverflow,
     GinRequest,
     PrefillProgress,
     PromptRejected,
@@ -29,7 +30,7 @@ from kvtop.logparse.request_events import (
 )
 
 __all__ = [
-    "EVENT_TYPES", "Allocation", "ContextClamped", "ContextOverTraining", "ContextParams", "DeviceFree",
+    "EVENT_TYPES", "Allocation", "ContextClamped", "ContextOverflow", "ContextOverTraining", "ContextParams", "DeviceFree",
     "Eviction", "FitOverflow", "FlashAttention", "FlashAttentionDecision", "FlashAttentionForcedOff",
     "GinRequest", "KvSummary", "KvTypeFallback", "LoadDecision", "LoadFailed", "LoadRequest", "LogEvent",
     "ModelLoad", "OffloadedLayers", "Oom", "PrefillProgress", "PromptRejected", "RequestTiming",
@@ -470,6 +471,7 @@ LogEvent = (
     | FitOverflow
     | SchedulerEstimate
     | Truncation
+    | ContextOverflow
     | PromptRejected
     | RequestTiming
     | PrefillProgress
@@ -489,7 +491,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     ServerConfig, ServerListening, RunnerStarted, LoadRequest, LoadDecision, ModelLoad,
     Allocation, KvSummary, ContextParams, FlashAttention, FlashAttentionDecision,
     FlashAttentionForcedOff, KvTypeFallback, ContextClamped, ContextOverTraining, OffloadedLayers, FitOverflow,
-    SchedulerEstimate, Truncation, PromptRejected, RequestTiming, PrefillProgress, SlotActivity, RunnerReady, Eviction, Unload, Oom, LoadFailed,
+    SchedulerEstimate, Truncation, ContextOverflow, PromptRejected, RequestTiming, PrefillProgress, SlotActivity, RunnerReady, Eviction, Unload, Oom, LoadFailed,
     GinRequest, DeviceFree, UnknownWarning,
 )
 """Every event class, in catalogue order."""

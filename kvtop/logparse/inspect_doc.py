@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvtop.logparse.events import (
+    ContextOverflow,
     Eviction,
     FlashAttentionForcedOff,
     KvTypeFallback,
@@ -105,6 +106,8 @@ def event_json(event: LogEvent, load: int | None) -> dict[str, Any]:
         out.update(limit=event.limit, prompt=event.prompt, keep=event.keep, new=event.new)
     elif isinstance(event, PromptRejected):
         out.update(prompt=event.n_prompt_tokens, limit=event.n_ctx)
+    elif isinstance(event, ContextOverflow):
+        out.update(form=event.form, path=event.path, messages_kept=event.messages_kept)
     elif isinstance(event, KvTypeFallback):
         out.update(requested=event.requested, reason=event.reason)
     elif isinstance(event, RequestTiming):

@@ -13,6 +13,7 @@ from typing import Any
 from kvtop.logparse.cmdline import era_of_version
 from kvtop.logparse.events import (
     Allocation,
+    ContextOverflow,
     ContextOverTraining,
     ContextParams,
     DeviceFree,
@@ -42,7 +43,7 @@ from kvtop.logparse.load_build import Load, _Builder
 
 REPORTED_KINDS = frozenset({
     "truncation", "kv_type_fallback", "flash_attention_forced_off", "oom", "eviction", "load_failed", "unload",
-    "request_timing", "prompt_rejected",
+    "request_timing", "prompt_rejected", "context_overflow",
 })
 """Event kinds listed in the document's ``events``."""
 
@@ -182,7 +183,7 @@ class _Grouper:
                 target = cur.index
                 if isinstance(e, LoadFailed):
                     cur.set_blob(e.model_blob)
-        elif isinstance(e, (Truncation, PromptRejected, RequestTiming)):
+        elif isinstance(e, (Truncation, ContextOverflow, PromptRejected, RequestTiming)):
             if cur is not None:
                 target = cur.index
         elif isinstance(e, ServerListening):

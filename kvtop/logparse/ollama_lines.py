@@ -23,6 +23,7 @@ from kvtop.logparse.cmdline import parse_cmd
 from kvtop.logparse.events import (
     Allocation,
     ContextClamped,
+    ContextOverflow,
     Eviction,
     FlashAttention,
     FlashAttentionDecision,
@@ -318,6 +319,11 @@ def _truncation(msg: str, rest: str, level: str, n: int, t: datetime | None, raw
                        to_count(slog_get(rest, "new")))]
 
 
+def _messages_truncated(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
+    """§4.7: DEBUG ``truncating input messages which exceed context length truncated=N`` (N messages kept)."""
+    return [ContextOverflow(n, t, raw, "messages", None, to_count(slog_get(rest, "truncated")))]
+
+
 def _clamped(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
     """§3.4, §4.4: ``requested context size too large for model num_ctx=… n_ctx_train=…`` (v0.15.5+)."""
     return [ContextClamped(n, t, raw, to_count(slog_get(rest, "num_ctx")), to_count(slog_get(rest, "n_ctx_train")))]
@@ -361,13 +367,22 @@ def _with_error(msg: str, rest: str) -> str:
     return f"{msg}: {err}" if err else msg
 
 
+_PROMPT_PATHS = ("/api/chat", "/api/generate", "/v1/")
+"""Paths whose HTTP 400 counts as a prompt over the context (``ContextOverflow`` ``http_400``, §4.7)."""
+
+
 def _gin(body: str, n: int, raw: str) -> list[LogEvent]:
     """§4.9 gin access line (colours removed; latency as a Go duration)."""
     m = _GIN_RE.match(strip_ansi(body) if "\x1b" in body else body)
     if m is None:
         return []
     date, hms, status, latency, client, method, path = m.groups()
-    return [GinRequest(n, go_log_time(date, hms), raw, int(status), go_duration_s(latency), method, path, client)]
+    when = go_log_time(date, hms)
+    code = int(status)
+    gin = GinRequest(n, when, raw, code, go_duration_s(latency), method, path, client)
+    if code == 400 and path.startswith(_PROMPT_PATHS):
+        return [gin, ContextOverflow(n, when, raw, "http_400", path.partition("?")[0])]
+    return [gin]
 
 
 EXACT: dict[str, Handler] = {
@@ -393,6 +408,7 @@ EXACT: dict[str, Handler] = {
     "OLLAMA_FLASH_ATTENTION must be enabled to use a quantized OLLAMA_KV_CACHE_TYPE": _kv_fallback,
     "unsupported OLLAMA_KV_CACHE_TYPE": _kv_fallback,
     "truncating input prompt": _truncation,
+    "truncating input messages which exceed context length": _messages_truncated,
     "requested context size too large for model": _clamped,
     "changing loaded model": _unload,
     "gpu VRAM usage didn't recover within timeout": _unload,

@@ -28,6 +28,28 @@ class Truncation(EventBase):
 
 
 @frozen_event
+class ContextOverflow(EventBase):
+    """A request longer than the context, in a form other than the truncation line (§4.7).
+
+    ``form`` says which line showed it:
+
+    - ``"messages"``: Ollama dropped the oldest chat messages to fit the context, logged only at DEBUG:
+      ``msg="truncating input messages which exceed context length" truncated=N`` (``server/prompt.go``
+      ``chatPrompt``, v0.5.0 – HEAD); ``messages_kept`` is N, the messages left (the newest, with the system
+      messages), not the number dropped;
+    - ``"http_400"``: a ``[GIN]`` access line with status 400 on ``/api/chat``, ``/api/generate`` or ``/v1/…``
+      (``path``): the status of Ollama's refusal ``the input length exceeds the context length`` and of
+      llama-server's ``exceed_context_size_error`` passed on (Era C). The line does not carry the reason: a 400
+      also answers a malformed request.
+    """
+
+    kind: ClassVar[str] = "context_overflow"
+    form: str
+    path: str | None = None
+    messages_kept: int | None = None
+
+
+@frozen_event
 class PromptRejected(EventBase):
     """llama-server refused a prompt longer than the slot's context (§4.7; fixtures/llama_server).
 

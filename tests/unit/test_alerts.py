@@ -38,9 +38,9 @@ from kvtop.model.alerts import (
     evaluate,
     exit_code,
 )
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.views import AppState, ModelView
 from kvtop.model.apply import apply, apply_gpu, apply_log_events
 from kvtop.sources.gpu import GpuSource
 from kvtop.sources.ollama_decode import parse_ps, parse_show, parse_tags
@@ -862,3 +862,58 @@ def test_reload_churn_says_its_span_in_whole_seconds(offsets_s: tuple[float, ...
     state = state_of(ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=start + offsets_s[-1] + 5), lines)
     (alert,) = [a for a in evaluate(state) if a.kind == "reload_churn"]
     assert said in alert.message
+
+
+# --------------------------------------------------------------------------------------------
+# Context overflow in its other forms: the DEBUG chat-history cut, HTTP 400 refusals (docs/ollama-internals.md §4.7)
+#
+# The corpus has neither form. The DEBUG line is corpus 015's first line with the message and attribute of
+# server/prompt.go chatPrompt (v0.5.0 - v0.33: slog.Debug("truncating input messages which exceed context length",
+# "truncated", N)); the refusals are corpus 015's own [GIN] lines with the status Ollama answers an over-long
+# prompt with (400: llm/llama_server.go, server/routes.go at v0.30.0, "the input length exceeds the context length").
+
+HISTORY_CUT = ('Jun 11 08:07:59 host ollama[159]: time=2025-06-11T08:07:59.286Z level=DEBUG source=prompt.go:77 '
+               'msg="truncating input messages which exceed context length" truncated=3')
+
+
+def refused(line: str) -> str:
+    assert "| 200 |" in line
+    return line.replace("| 200 |", "| 400 |", 1)
+
+
+def test_chat_history_cut_is_a_context_overflow_with_its_form() -> None:
+    state = state_of(ps_snapshot([row(Q8, 512, 2_300_000_000)], taken_at=_utc(2025, 6, 11, 8, 21)), [HISTORY_CUT])
+    alert = only(evaluate(state), "prompt_truncated")
+    assert alert.model == Q8 and alert.severity == "warning"
+    assert alert.message.startswith("1 prompt over the context in the last 15 min (seen: chat history cut (DEBUG) ×1)")
+    (f,) = alert.fixes
+    assert f.action == "num_ctx 1024"  # no prompt length in the line: twice the running context
+    assert f.detail.startswith("KV ~112 MiB")
+
+
+def test_http_400_on_a_prompt_route_is_a_context_overflow_with_its_form() -> None:
+    gin = [refused(x) for x in corpus_lines("015") if "[GIN]" in x][1:]  # 08:10:38 and 08:18:51
+    state = state_of(ps_snapshot([row(Q8, 512, 2_300_000_000)], taken_at=_utc(2025, 6, 11, 8, 21)), gin)
+    alert = only(evaluate(state), "prompt_truncated")
+    assert alert.model == Q8
+    assert alert.message.startswith("2 requests refused with HTTP 400 in the last 15 min (HTTP 400 refusal on /api/chat"
+                                    " ×2): Ollama's answer to a prompt over the context")
+
+
+def test_truncation_lines_and_refusals_make_one_alert_naming_both_forms() -> None:
+    lines = corpus_lines("015")
+    lines[3] = refused(lines[3])  # 08:10:38
+    state = state_of(ps_snapshot([row(Q8, 512, 2_300_000_000)], taken_at=_utc(2025, 6, 11, 8, 21)), lines)
+    alert = only(evaluate(state), "prompt_truncated")
+    assert alert.message.startswith(
+        "4 prompts over the context in the last 15 min (latest: a 587-token prompt cut to 512, limit 512, keep 4;"
+        " seen: truncation line ×3, HTTP 400 refusal on /api/chat ×1)")
+    assert alert.fixes[0].action == "num_ctx 1024"  # the longest prompt, 617 tokens
+
+
+@pytest.mark.parametrize("status_path", [("| 200 |", '"/api/chat"'), ("| 400 |", '"/api/tags"'), ("| 404 |", '"/api/chat"')])
+def test_other_statuses_and_routes_are_no_overflow(status_path: tuple[str, str]) -> None:
+    status, path = status_path
+    line = [x for x in corpus_lines("015") if "[GIN]" in x][1].replace("| 200 |", status).replace('"/api/chat"', path)
+    state = state_of(ps_snapshot([row(Q8, 512, 2_300_000_000)], taken_at=_utc(2025, 6, 11, 8, 21)), [line])
+    assert [a for a in evaluate(state) if a.kind == "prompt_truncated"] == []

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from kvtop.logparse import (
+    ContextOverflow,
     GinRequest,
     KvSummary,
     ModelLoad,
@@ -260,3 +261,29 @@ def test_a_complete_record_is_not_held() -> None:
     parser = LogParser()
     events = parser.feed(corpus_lines("051")[1])
     assert events and events[0].kind == "load_decision"
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Truncation's other forms (alerts: tests/unit/test_alerts.py)
+
+
+def test_chat_history_cut_and_http_400_are_context_overflow_events() -> None:
+    # The corpus has neither form: the DEBUG line follows server/prompt.go chatPrompt (v0.5.0 - v0.33, "truncating
+    # input messages which exceed context length", "truncated", N) on corpus 015's first line; the refusal is corpus
+    # 015's second line ([GIN] … POST "/api/chat") with status 400 (docs/ollama-internals.md §4.7).
+    first, gin = corpus_lines("015")[:2]
+    debug = first.replace('level=WARN source=runner.go:128 msg="truncating input prompt" limit=512 prompt=617 keep=4 '
+                          'new=512', 'level=DEBUG source=prompt.go:77 msg="truncating input messages which exceed '
+                          'context length" truncated=3')
+    assert debug != first
+    (cut,) = parse_lines([debug])
+    assert isinstance(cut, ContextOverflow) and (cut.form, cut.messages_kept, cut.path) == ("messages", 3, None)
+    access, refused = parse_lines([gin.replace("| 200 |", "| 400 |")])
+    assert isinstance(access, GinRequest) and access.status == 400  # the access line still counts as traffic
+    assert isinstance(refused, ContextOverflow) and (refused.form, refused.path) == ("http_400", "/api/chat")
+    assert [e.kind for e in parse_lines([gin])] == ["gin_request"]
+    v1 = gin.replace("| 200 |", "| 400 |").replace('"/api/chat"', '"/v1/chat/completions?x=1"')
+    assert parse_lines([v1])[1].path == "/v1/chat/completions"
+    doc = inspect_lines([debug, gin.replace("| 200 |", "| 400 |")])
+    assert [(e["kind"], e["form"]) for e in doc["events"]] == [("context_overflow", "messages"),
+                                                               ("context_overflow", "http_400")]

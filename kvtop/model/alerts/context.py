@@ -63,7 +63,7 @@ class Timed:
 
 RECENT_KINDS: Final = frozenset({
     "truncation", "oom", "load_failed", "eviction", "unknown_warning", "flash_attention_forced_off",
-    "kv_type_fallback", "context_clamped", "context_over_training", "prompt_rejected",
+    "kv_type_fallback", "context_clamped", "context_over_training", "prompt_rejected", "context_overflow",
 })
 """Event kinds the event rules read (kept with their effective time by :func:`scan_log`)."""
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from kvtop.logparse.events import (
     ContextClamped,
+    ContextOverflow,
     Eviction,
     LoadFailed,
     LogEvent,
@@ -65,14 +66,41 @@ def _single_model(ctx: Ctx) -> ModelView | None:
     return ctx.views[0] if len(ctx.views) == 1 else None
 
 
+_OVERFLOW_FORMS: Final = {
+    "truncation": "truncation line",
+    "messages": "chat history cut (DEBUG)",
+    "http_400": "HTTP 400 refusal",
+}
+"""How the alert names each form of context overflow it saw (``Truncation``, ``ContextOverflow.form``)."""
+
+
+def _form(e: LogEvent) -> str:
+    return e.form if isinstance(e, ContextOverflow) else "truncation"
+
+
+def _forms_seen(items: list[Timed]) -> str:
+    """``truncation line ×2, HTTP 400 refusal on /api/chat ×1``: each form the items show, in the order first seen."""
+    counts: dict[str, int] = {}
+    for t in items:
+        e = t.event
+        label = _OVERFLOW_FORMS[_form(e)]
+        if isinstance(e, ContextOverflow) and e.path:
+            label += f" on {e.path}"
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{label} ×{n}" for label, n in counts.items())
+
+
 def truncation_alerts(ctx: Ctx) -> list[Alert]:
-    """``prompt_truncated`` from Ollama's and the runners' truncation lines, per model: the only
-    loaded model when the line's load is its own, else none; the fix holds the longest prompt."""
+    """``prompt_truncated`` from every form of a prompt over the context, per model: Ollama's and the
+    runners' truncation lines, the DEBUG chat-history cut and the HTTP 400 refusals on the prompt routes
+    (``ContextOverflow``, docs/ollama-internals.md §4.7); the model is the only loaded model when the line's
+    load is its own, else none. The text says which forms were seen; the fix holds the longest prompt,
+    else twice the limit or the model's context."""
     window = ctx.th.event_window_s
     groups: dict[str | None, list[Timed]] = {}
     for t in ctx.recent:
         e = t.event
-        if not isinstance(e, Truncation):
+        if not isinstance(e, (Truncation, ContextOverflow)):
             continue
         owner = ctx.owner(e.line_no)
         current = owner is not None and ctx.live and ctx.view_for_load(owner) is not None
@@ -81,9 +109,11 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
         single = _single_model(ctx)
         model = None
         if single is not None and (owner is None or owner.model_blob in (None, single.model_blob)):
-            if e.prompt is not None and single.context.value is not None and single.context.value >= e.prompt:
+            if not isinstance(e, Truncation):
+                model = single.name  # the lines name no model and no context: the only model served them
+            elif e.prompt is not None and single.context.value is not None and single.context.value >= e.prompt:
                 continue  # the running context holds that prompt now: from an earlier, smaller load
-            if (owner is None and e.limit is not None and single.context.value is not None
+            elif (owner is None and e.limit is not None and single.context.value is not None
                     and e.limit not in (single.context.value, single.total_ctx_cells)):
                 model = None  # a line that names no model, with another context: not this runner's
             else:
@@ -91,11 +121,24 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
         groups.setdefault(model, []).append(t)
     out: list[Alert] = []
     for model, items in groups.items():
-        last = items[-1].event
-        assert isinstance(last, Truncation)
-        cut = f"a {last.prompt}-token prompt cut to {last.new}, " if last.prompt is not None else ""
-        text = (f"{plural(len(items), 'prompt')} truncated in the last {minutes(window)} (latest: {cut}limit"
-                f" {last.limit}, keep {last.keep}): the replies ignored the start of the prompt")
+        cuts = [i.event for i in items if isinstance(i.event, Truncation)]
+        refused = sum(1 for i in items if _form(i.event) == "http_400")
+        last = cuts[-1] if cuts else None
+        latest = ""
+        if last is not None:
+            cut = f"a {last.prompt}-token prompt cut to {last.new}, " if last.prompt is not None else ""
+            latest = f"latest: {cut}limit {last.limit}, keep {last.keep}; "
+        if len(cuts) == len(items) and last is not None:  # only truncation lines: as the line reads
+            cut = f"a {last.prompt}-token prompt cut to {last.new}, " if last.prompt is not None else ""
+            text = (f"{plural(len(items), 'prompt')} truncated in the last {minutes(window)} (latest: {cut}limit"
+                    f" {last.limit}, keep {last.keep}): the replies ignored the start of the prompt")
+        elif refused == len(items):
+            text = (f"{plural(len(items), 'request')} refused with HTTP 400 in the last {minutes(window)}"
+                    f" ({_forms_seen(items)}): Ollama's answer to a prompt over the context (the log does not print"
+                    f" the reason)")
+        else:
+            text = (f"{plural(len(items), 'prompt')} over the context in the last {minutes(window)} ({latest}seen:"
+                    f" {_forms_seen(items)}): the replies ignored the start of the prompt or were refused")
         fixes: tuple[Fix, ...] = ()
         view = ctx.view_named(model)
         longest = max((i.event.prompt for i in items if isinstance(i.event, Truncation) and i.event.prompt), default=None)
@@ -109,9 +152,17 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
                 fixes = (context_fix(ctx, view, target, cost),)
             else:
                 fixes = (Fix(f"num_ctx {target}", f"holds the longest prompt seen ({longest} tokens)", None, cost),)
-        elif last.limit:
+        elif last is not None and last.limit:
             fixes = (Fix(f"num_ctx {2 * last.limit}", "the log does not print the prompt length: twice the limit",
                          None, "more KV cache memory"),)
+        elif view is not None and view.context.value:
+            target = 2 * view.context.value
+            cap = view.context_train
+            if cap:
+                target = min(target, cap)
+            if target > view.context.value:
+                fixes = (context_fix(ctx, view, target, "more KV cache memory; the log does not print the prompt"
+                                     " length: twice the context"),)
         since = next((i.ts for i in items if i.ts is not None), None)
         out.append(Alert("prompt_truncated", "warning", model, since, text, fixes, f"prompt_truncated:{model or '-'}"))
     return out
