@@ -31,7 +31,7 @@ from kvtop.logparse.parser import parse_lines  # noqa: E402
 from kvtop.model import kv  # noqa: E402
 from kvtop.model.alerts import context as alert_context  # noqa: E402
 from kvtop.model.alerts import evaluate  # noqa: E402
-from kvtop.model.state import AppState  # noqa: E402
+from kvtop.model.views import AppState  # noqa: E402
 from tests.unit.test_alerts import LOGS  # noqa: E402
 from tests.unit.test_alerts_cost import world  # noqa: E402
 

@@ -22,9 +22,9 @@ from types import MappingProxyType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv  # noqa: E402
+from kvtop.model.gpu_snapshots import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv  # noqa: E402
 from kvtop.model.logstate import LogState  # noqa: E402
-from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState  # noqa: E402
+from kvtop.model.slot_snapshots import RunnerProps, RunnerSlots, SlotState, SlotsSnapshot  # noqa: E402
 from kvtop.model import state  # noqa: E402
 from kvtop.model.state import derive_models  # noqa: E402
 from tests.unit.test_alerts import ps_snapshot, row  # noqa: E402

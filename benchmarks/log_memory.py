@@ -47,7 +47,8 @@ sys.path.insert(0, str(REPO_ROOT))
 from kvtop.logparse.parser import LogParser  # noqa: E402
 from kvtop.model.alerts import context as alert_context  # noqa: E402
 from kvtop.model.alerts import evaluate_state  # noqa: E402
-from kvtop.model.state import AppState, fold_log_events  # noqa: E402
+from kvtop.model.state import fold_log_events  # noqa: E402
+from kvtop.model.views import AppState  # noqa: E402
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "logs"
 LOAD_LOG = FIXTURES / "llama-server-runs" / "gemma3-iswa-q8_0-fa-on-np2.log"

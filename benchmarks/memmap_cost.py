@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvtop.model.gpu import GpuProcess, ProcSnapshot, RunnerProcess  # noqa: E402
+from kvtop.model.gpu_snapshots import GpuProcess, ProcSnapshot, RunnerProcess  # noqa: E402
 from kvtop.model.memmap import memory_map  # noqa: E402
 from kvtop.ui.themes import default_variables  # noqa: E402
 from kvtop.ui.widgets.memory_map import map_text  # noqa: E402

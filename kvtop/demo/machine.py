@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx
 
-from kvtop.model.gpu import (
+from kvtop.model.gpu_snapshots import (
     GpuDevice,
     GpuProcess,
     GpuSnapshot,
     PidNamespace,
-    ProcessInfo,
     ProcSnapshot,
+    ProcessInfo,
     RunnerProcess,
     ServerProcess,
     SystemMemory,

@@ -53,6 +53,7 @@ import sys
 import httpx
 
 from kvtop.core.glyphs import to_ascii, wants_ascii
+from kvtop.core.units import parse_bytes
 from kvtop.model import kv
 from kvtop.model import plan
 from kvtop.sources.auth import ServerAccess
@@ -86,7 +87,7 @@ def _num_ctx(text: str) -> int:
 
 def _bytes(text: str) -> int:
     try:
-        return plan.parse_bytes(text)
+        return parse_bytes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

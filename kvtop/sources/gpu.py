@@ -35,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvtop.model.gpu import GpuBackend, GpuDevice, GpuProblem, GpuSnapshot, SystemMemory
+from kvtop.model.gpu_snapshots import GpuBackend, GpuDevice, GpuProblem, GpuSnapshot, SystemMemory
 from kvtop.sources.gpu_apple import IOREG_COMMAND, IOREG_TIMEOUT_S, read_apple_ioreg
 from kvtop.sources.gpu_nvml import (
     NVML_TEMPERATURE_GPU,

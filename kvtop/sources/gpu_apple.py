@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kvtop.model.gpu import GpuDevice, SystemMemory
+from kvtop.model.gpu_snapshots import GpuDevice, SystemMemory
 from kvtop.sources.gpu_nvml import _int, _percent  # the value rules NVML's fields follow (not-available sentinels)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvtop.model.gpu import GpuProblem, GpuProcess
+from kvtop.model.gpu_snapshots import GpuProblem, GpuProcess
 
 
 # NVML return codes (nvml.h; stable across driver releases)

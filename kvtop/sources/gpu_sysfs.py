@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvtop.model.gpu import GpuDevice
+from kvtop.model.gpu_snapshots import GpuDevice
 from kvtop.sources.gpu_nvml import _percent  # the value rules NVML's fields follow (not-available sentinels)
 
 

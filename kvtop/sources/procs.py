@@ -28,7 +28,14 @@ from typing import Any, Literal
 
 from kvtop.logparse.cmdline import parse_cmd
 from kvtop.redact import mask_argv
-from kvtop.model.gpu import PidNamespace, ProcessInfo, ProcSnapshot, RunnerKind, RunnerProcess, ServerProcess
+from kvtop.model.gpu_snapshots import (
+    PidNamespace,
+    ProcSnapshot,
+    ProcessInfo,
+    RunnerKind,
+    RunnerProcess,
+    ServerProcess,
+)
 from kvtop.sources.service_env import ServiceEnvReader
 
 _BLOB = re.compile(r"sha256[-:]([0-9a-f]{64})")

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, RunnerProcess
-from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, RunnerProcess
+from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 
 

@@ -18,8 +18,8 @@ from typing import IO, Any
 
 from kvtop import __version__
 from kvtop.model.codec import encode
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
+from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.redact import json_text_ok, scrub_json_text, scrub_obj
 from kvtop.sources.recording import FORMAT_VERSION

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from kvtop.model.gpu import ServiceEnv
+from kvtop.model.gpu_snapshots import ServiceEnv
 from kvtop.redact import is_secret_name, mask_query
 
 KEEP_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")

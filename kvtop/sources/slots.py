@@ -30,9 +30,9 @@ from typing import Any
 
 import httpx
 
-from kvtop.model.gpu import RunnerProcess
+from kvtop.model.gpu_snapshots import RunnerProcess
 from kvtop.sources.hosts import httpx_verify
-from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState
+from kvtop.model.slot_snapshots import RunnerProps, RunnerSlots, SlotState, SlotsSnapshot
 
 SLOTS_TIMEOUT_S = 0.5
 """Deadline of one ``/slots`` request: a runner busy with a long prefill still answers in

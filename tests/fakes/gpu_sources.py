@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, SystemMemory
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, SystemMemory
 from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 
 GiB = 1024**3

@@ -17,8 +17,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from kvtop.model.gpu import GpuPanelData, GpuSnapshot, ProcSnapshot, gpu_panel_data
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.gpu import GpuPanelData, gpu_panel_data
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
+from kvtop.model.views import AppState, ModelView
 from kvtop.model.apply import apply
 from kvtop.sources.gpu import GpuSource
 from kvtop.sources.procs import ProcSource

@@ -31,7 +31,8 @@ import httpx
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_json
+from kvtop.model.gpu import gpu_json
+from kvtop.model.gpu_snapshots import GpuDevice, GpuProcess, GpuSnapshot
 from kvtop.sources.ollama import OllamaClient
 from kvtop.sources.procs import ProcSource
 from kvtop.sources.recorder import Recorder

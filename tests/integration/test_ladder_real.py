@@ -207,7 +207,7 @@ async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> No
     """A real completion: ``/slots`` rounds every 0.25 s through the app's own functions."""
     from kvtop.model.state import initial_state
     from kvtop.model.apply import apply, apply_gpu, apply_slots
-    from kvtop.model.gpu import GpuSnapshot
+    from kvtop.model.gpu_snapshots import GpuSnapshot
     from kvtop.sources.ollama import OllamaClient
     from kvtop.sources.procs import ProcSource
     from kvtop.sources.slots import SlotsSource, slot_runners

@@ -17,7 +17,7 @@ import pytest
 from kvtop.config import Settings
 from kvtop.export.metrics import HostView
 from kvtop.model.alerts import evaluate
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply, apply_log_events
 from kvtop.sources import tail
 from kvtop.sources.tail import AutoTail

@@ -24,7 +24,8 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot, gpu_views, match_runners
+from kvtop.model.gpu import gpu_views, match_runners
+from kvtop.model.gpu_snapshots import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot
 from kvtop.sources.procs import ProcSource
 from tests.fakes.scenario import demo_models
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvtop.config import Settings
 from kvtop.demo.logwriter import restamp
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.sources.recorder import Recorder, recording_header
 from kvtop.sources.recording import read_recording, resolve_recording
 from kvtop.ui.app import KvtopApp, make_app

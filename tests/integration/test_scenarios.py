@@ -30,14 +30,7 @@ from kvtop.demo.scenario_file import load_scenario
 from kvtop.demo.scenario import model_blob
 from kvtop.model import kv
 from kvtop.model.alerts import Alert
-from kvtop.model.gpu import (
-    GpuDevice,
-    GpuProcess,
-    GpuSnapshot,
-    ProcessInfo,
-    ProcSnapshot,
-    RunnerProcess,
-)
+from kvtop.model.gpu_snapshots import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot, ProcessInfo, RunnerProcess
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.messages import GpuSampled, SnapshotReceived
 from tests.fakes.gpu_sources import FIXED_SYSTEM

@@ -23,7 +23,7 @@ import pytest
 
 from kvtop.logparse.events import PrefillProgress, SlotActivity
 from kvtop.logparse.parser import parse_lines
-from kvtop.model.gpu import RunnerProcess
+from kvtop.model.gpu_snapshots import RunnerProcess
 from kvtop.sources.procs import classify_cmdline
 from kvtop.sources.slots import SlotsSource
 from tests.llama_fixture import (

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kvtop.config import Settings
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-from kvtop.model.state import ModelView
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
+from kvtop.model.views import ModelView
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource

@@ -11,7 +11,8 @@ from typing import Any
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
-from kvtop.model.gpu import GpuPanelData, GpuSnapshot, ProcSnapshot, SystemMemory, gpu_panel_data
+from kvtop.model.gpu import GpuPanelData, gpu_panel_data
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, SystemMemory
 from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes
 from kvtop.ui.widgets.gpu_panel import GpuPanel, gpu_detail_rows, panel_text

@@ -12,7 +12,7 @@ from rich.cells import cell_len
 
 from kvtop.model.gpu import GpuPanelData, gpu_panel_data
 from kvtop.report import gpu_text_lines
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.sources.gpu import GpuSource
 from kvtop.ui.widgets.gpu_panel import GpuPanel, panel_text
 from tests.fakes.nvml import FakeGpu, FakeNvml, GiB, missing_library

@@ -136,7 +136,7 @@ def test_the_panel_plots_the_most_recent_models_and_says_how_many_there_are() ->
     """The history panel draws at most ``PANEL_MAX_MODELS`` models (the history screen all of them):
     without GPU telemetry one VRAM line per model, the title counts the ones left out."""
     from kvtop.model.apply import apply
-    from kvtop.model.state import AppState
+    from kvtop.model.views import AppState
     from kvtop.ui.widgets.panels import PANEL_MAX_MODELS
     from tests.ui.fakes import TAKEN_AT, snapshot_at, step_index
 

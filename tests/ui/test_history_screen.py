@@ -6,10 +6,10 @@ import dataclasses
 from typing import Any
 
 from kvtop.config import Settings
-from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
 from kvtop.model.logstate import Throughput
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply, apply_gpu
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.format import ibytes

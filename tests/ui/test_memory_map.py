@@ -12,7 +12,7 @@ from typing import Any
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
-from kvtop.model.gpu import GpuSnapshot, SystemMemory
+from kvtop.model.gpu_snapshots import GpuSnapshot, SystemMemory
 from kvtop.model.memmap import MemoryMap, memory_map
 from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 from kvtop.ui.themes import DEFAULT_THEME, default_variables, load_themes

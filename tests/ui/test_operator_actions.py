@@ -15,7 +15,7 @@ from typing import Any
 from textual.widgets import OptionList
 
 from kvtop.config import Settings
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 from kvtop.ui.actions import countdown_text, fix_operation, live_views
 from kvtop.ui.screens.write_dialogs import FixTextScreen, KeepAliveScreen
 from kvtop.ui.app import KvtopApp, make_app
@@ -446,7 +446,7 @@ async def test_readonly_full_session_sends_only_reads() -> None:
 
 
 def _gpu_with(*pids: int) -> tuple[Any, Any]:
-    from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, ProcessInfo, ProcSnapshot
+    from kvtop.model.gpu_snapshots import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot, ProcessInfo
     from tests.fakes.gpu_sources import FIXED_SYSTEM
 
     gib = 1024**3

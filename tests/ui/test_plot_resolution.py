@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply
 from kvtop.ui.screens.history import HistoryScreen, gpu_spec
 from kvtop.ui.widgets.panels import HistoryPanel

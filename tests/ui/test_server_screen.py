@@ -9,9 +9,9 @@ from types import MappingProxyType
 from kvtop.config import Settings
 from kvtop.demo.api_bodies import show_body, tags_body
 from kvtop.logparse.parser import parse_lines
-from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import PulledSnapshot
-from kvtop.model.server import CgroupLimits, ProcessTree, Restarts, ServerHealth
+from kvtop.model.server_info import CgroupLimits, ProcessTree, Restarts, ServerHealth
 from kvtop.sources.ollama_decode import parse_show, parse_tags
 from kvtop.ui.app import make_app
 from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
@@ -112,7 +112,7 @@ def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None
     """No GPU telemetry on an Ollama v0.15.5+ server: the rows are at ~4096, and the view says that
     is an assumption (the default follows the total VRAM), within the width (80 and 160)."""
     from kvtop.model.preflight import preflight, server_defaults
-    from kvtop.model.server import ServerInfo
+    from kvtop.model.server_info import ServerInfo
     from kvtop.ui.screens.server import preflight_lines
 
     pulled = _pulled()

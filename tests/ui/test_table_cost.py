@@ -11,7 +11,7 @@ import pytest
 from textual.app import App, ComposeResult
 
 from kvtop.model.apply import apply
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.views import AppState, ModelView
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, snapshot_at, step_index
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from textual.app import App, ComposeResult
 
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, snapshot_at, step_index

@@ -66,7 +66,7 @@ async def test_at_80_columns_a_long_name_is_cut_in_the_middle_keeping_its_tag() 
 
 @pytest.mark.parametrize("width", range(70, 221, 7))
 def test_widened_columns_still_fit(width: int) -> None:
-    from kvtop.model.state import AppState  # noqa: F401 - the views come from the app below
+    from kvtop.model.views import AppState  # noqa: F401 - the views come from the app below
 
     snap = renamed(snapshot_at(step_index("spills")))
     app = make_app(Settings(host_url=HOST), FakeSource(snap))

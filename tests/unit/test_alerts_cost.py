@@ -21,8 +21,16 @@ from kvtop.model import kv
 from kvtop.model.alerts import Alert, Fix, evaluate, evaluate_state
 from kvtop.model.alerts import context as alert_context
 from kvtop.model.alerts.context import current_types, other_kv
-from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot, RunnerProcess, ServerProcess, SystemMemory
-from kvtop.model.state import AppState, ModelView
+from kvtop.model.gpu_snapshots import (
+    GpuDevice,
+    GpuProcess,
+    GpuSnapshot,
+    ProcSnapshot,
+    RunnerProcess,
+    ServerProcess,
+    SystemMemory,
+)
+from kvtop.model.views import AppState, ModelView
 from kvtop.model.apply import apply, apply_gpu, apply_log_events
 from tests.ui.fakes import HOST, TAKEN_AT
 from tests.unit.test_alerts import Q8, ps_snapshot, row

@@ -12,8 +12,8 @@ import pytest
 from kvtop.config import Settings
 from kvtop.engine import Engine, EngineSources, LogFeed, Notice, Step, build_sources
 from kvtop.logparse.parser import LogParser
-from kvtop.model.gpu import ProcSnapshot
-from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.gpu_snapshots import ProcSnapshot
+from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.sources.tail_base import LogBatch
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from tests.ui.fakes import HOST, FakeSource, down_snapshot, snapshot_at, step_index

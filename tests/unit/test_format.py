@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply
 from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe
 from tests.ui.fakes import snapshot_at, step_index

@@ -9,22 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.model.gpu import (
-    NOT_SAMPLED,
+from kvtop.model.gpu import gpu_json, gpu_panel_data, gpu_views, match_runners, model_gpu_json, model_gpu_usage
+from kvtop.model.gpu_snapshots import (
     GpuDevice,
     GpuProcess,
     GpuSnapshot,
+    NOT_SAMPLED,
     PidNamespace,
     ProcSnapshot,
     RunnerProcess,
-    gpu_json,
-    gpu_panel_data,
-    gpu_views,
-    match_runners,
-    model_gpu_json,
-    model_gpu_usage,
 )
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 from tests.fakes.nvml import GiB, MiB
 from tests.fakes.scenario import (
     DISCOVERY_PID,

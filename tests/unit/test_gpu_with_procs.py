@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 
-from kvtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu_snapshots import GpuDevice, GpuProcess, GpuSnapshot, ProcSnapshot
 from kvtop.sources.protocols import PROC_REFRESH_S, GpuWithProcs
 
 

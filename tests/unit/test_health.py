@@ -12,8 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvtop.model.gpu import ProcSnapshot, ServerProcess, ServiceEnv
-from kvtop.model.server import ServerInfo, fold_health, health_json
+from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess, ServiceEnv
+from kvtop.model.server import fold_health, health_json
+from kvtop.model.server_info import ServerInfo
 from kvtop.sources.health import HealthSource
 
 
@@ -174,7 +175,7 @@ def test_cgroup_v1_limits(tmp_path: Path) -> None:
 def test_descendants_listed_again_only_when_the_ollama_processes_change(tree, tmp_path: Path) -> None:
     """The tree walk (every process's parent read) is redone when the process sample's
     Ollama PIDs change, a member goes, or every TREE_WALK_EVERY_S; the members are read each time."""
-    from kvtop.model.gpu import RunnerProcess
+    from kvtop.model.gpu_snapshots import RunnerProcess
     from kvtop.sources.health import TREE_WALK_EVERY_S
 
     now = [0.0]

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from kvtop.model.gpu import GpuDevice, GpuSnapshot
+from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot
 from kvtop.model.history import (
     MAX_MARKERS,
     History,
@@ -15,9 +15,9 @@ from kvtop.model.history import (
     sparkline,
 )
 from kvtop.model.logstate import Throughput
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply, apply_gpu
-from kvtop.model.gpu import ProcSnapshot
+from kvtop.model.gpu_snapshots import ProcSnapshot
 from kvtop.demo.logwriter import script_lines
 from kvtop.logparse.load_build import Load
 from kvtop.logparse.load_grouping import group_loads

@@ -12,8 +12,8 @@ import pytest
 
 from kvtop.model.history import History, Series, downsample
 from kvtop.model.apply import apply
-from kvtop.model.gpu import GpuDevice, GpuSnapshot, ProcSnapshot
-from kvtop.model.state import AppState
+from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
+from kvtop.model.views import AppState
 from tests.ui.fakes import HOST, TAKEN_AT, snapshot_at, step_index
 
 MAX_BYTES_PER_POINT = 24.0

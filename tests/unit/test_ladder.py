@@ -16,12 +16,13 @@ import pytest
 
 from kvtop.model import kv
 from kvtop.model.alerts import evaluate
-from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
+from kvtop.model.gpu_snapshots import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
 from kvtop.model.known import Known
 from kvtop.model import ladder
-from kvtop.model.slots import DecodeRate, RunnerProps, RunnerSlots, SlotsSnapshot, SlotState, decode_rates
+from kvtop.model.slot_snapshots import DecodeRate, RunnerProps, RunnerSlots, SlotState, SlotsSnapshot
+from kvtop.model.slots import decode_rates
 from kvtop.model.apply import apply_gpu, apply_slots
-from kvtop.model.gpu import GpuSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot
 from kvtop.sources.procs import classify_cmdline
 from kvtop.ui.format import context_text
 from tests.unit.test_alerts import TINY, blob, llama_server_run, ps_snapshot, row, state_of

@@ -28,7 +28,8 @@ from kvtop.model.alerts import context as alert_context
 from kvtop.model.alerts import evaluate_state
 from kvtop.model import logstate
 from kvtop.model.logstate import LOAD_EVENTS, LogState, Prefix, apply_log
-from kvtop.model.state import AppState, fold_log_events
+from kvtop.model.state import fold_log_events
+from kvtop.model.views import AppState
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 HOST = "http://127.0.0.1:11434"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from kvtop.model.gpu import GpuSnapshot, SystemMemory
+from kvtop.model.gpu_snapshots import GpuSnapshot, SystemMemory
 from kvtop.demo.logwriter import load_lines, restamp
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.logstate import LogState, apply_log
 from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
 from kvtop.model.model_row import SHOW_PENDING
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 from tests.fakes.nvml import GiB, MiB
 from tests.fakes.scenario import Q4_PID, Q8_PID, shared_sample

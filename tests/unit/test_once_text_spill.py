@@ -4,7 +4,7 @@ first, then system RAM), next to PROCESSOR's CPU-first split as ``ollama ps`` pr
 from __future__ import annotations
 
 from kvtop.model.apply import apply
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.report import state_text
 from tests.ui.fakes import snapshot_at, step_index
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kvtop.core.units import parse_bytes
 from kvtop.model import kv, plan
 from kvtop.model.plan import PlanConfig, model_spec, predict
 from tests.unit.test_plan_models import (
@@ -63,7 +64,7 @@ def test_ggml_type_sizes_match_gguf() -> None:
     ("1.5TiB", 3 * 2**39), ("512MiB", 512 * MIB), ("0", 0), ("100B", 100), ("2.25GB", 2_250_000_000),
 ])
 def test_parse_bytes(text: str, expected: int) -> None:
-    assert plan.parse_bytes(text) == expected
+    assert parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
@@ -71,7 +72,7 @@ def test_parse_bytes(text: str, expected: int) -> None:
 ])
 def test_parse_bytes_rejects(text: str, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
-        plan.parse_bytes(text)
+        parse_bytes(text)
 
 
 @pytest.mark.parametrize(("text", "expected"), [("32768", 32768), ("32k", 32768), ("128K", 131072)])
@@ -440,7 +441,7 @@ def test_compare_derived_has_compute_and_total_only() -> None:
 
 def test_calibration_from_view_of_the_demo() -> None:
     from tests.ui.fakes import snapshot_at, step_index
-    from kvtop.model.state import AppState
+    from kvtop.model.views import AppState
     from kvtop.model.apply import apply
 
     state = apply(AppState(host_url="http://x"), snapshot_at(step_index("raised to 32768")))

@@ -38,9 +38,10 @@ from kvtop.export.log_counters import LogCounters, count_log
 from kvtop.export.metrics import LABEL_MAX_CHARS, METRICS, HostView, KvtopCollector, label_value, make_registry
 from kvtop.logparse.parser import LogParser
 from kvtop.model import kv
-from kvtop.model.gpu import GpuDevice, GpuSnapshot, SystemMemory
+from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, SystemMemory
 from kvtop.model.logstate import LogState, apply_log
-from kvtop.model.state import AppState, initial_state
+from kvtop.model.state import initial_state
+from kvtop.model.views import AppState
 from kvtop.model.apply import apply, apply_gpu, apply_log_events
 from kvtop.sources.ollama import OllamaClient
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource, no_gpu_snapshot
@@ -385,7 +386,7 @@ def test_gpu_samples_join_only_hosts_on_this_machine() -> None:
                         local=False, alerts={})
     exporter = Exporter([local, remote], interval_s=1.0)
     gpu = no_gpu_snapshot(5.0)
-    from kvtop.model.gpu import ProcSnapshot
+    from kvtop.model.gpu_snapshots import ProcSnapshot
 
     procs = ProcSnapshot(taken_at=5.0)
     exporter.engine.stage_gpu(gpu, procs)  # what the engine's GPU poller stages

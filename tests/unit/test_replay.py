@@ -11,13 +11,13 @@ import pytest
 
 from kvtop.model.alerts import Thresholds
 from kvtop.model.codec import CodecError, decode, encode
-from kvtop.model.gpu import (
+from kvtop.model.gpu_snapshots import (
     GpuDevice,
     GpuProcess,
     GpuSnapshot,
     PidNamespace,
-    ProcessInfo,
     ProcSnapshot,
+    ProcessInfo,
     RunnerProcess,
     ServerProcess,
     SystemMemory,
@@ -301,8 +301,8 @@ def test_the_runner_and_service_rungs_are_recorded_and_read_back(tmp_path: Path)
     """A ``/props`` + ``/slots`` round and a server environment replay exactly (the source ladder's runner and service rungs)."""
     from types import MappingProxyType
 
-    from kvtop.model.gpu import RunnerProcess, ServerProcess, ServiceEnv
-    from kvtop.model.slots import RunnerProps, RunnerSlots, SlotsSnapshot, SlotState
+    from kvtop.model.gpu_snapshots import RunnerProcess, ServerProcess, ServiceEnv
+    from kvtop.model.slot_snapshots import RunnerProps, RunnerSlots, SlotState, SlotsSnapshot
 
     env = ServiceEnv(values=MappingProxyType({"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_API_KEY": "••••"}),
                      source="/proc/10/environ")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.model.gpu import RunnerProcess
-from kvtop.model.slots import RunnerSlots, SlotsSnapshot, SlotState, slot_use
-from kvtop.model.state import AppState
+from kvtop.model.gpu_snapshots import RunnerProcess
+from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
+from kvtop.model.slots import slot_use
+from kvtop.model.views import AppState
 from kvtop.sources.slots import SlotsSource, parse_slots, slot_runners
 from kvtop.ui.widgets.models_table import slots_cell
 from tests.unit.test_alerts import TINY, blob, ps_snapshot, row, state_of

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kvtop.model.gpu import RunnerProcess
+from kvtop.model.gpu_snapshots import RunnerProcess
 from kvtop.sources.slots import IDLE_EVERY_S, REFUSED_FIRST_S, REFUSED_MAX_S, SlotsSource
 
 BLOB = "sha256-" + "b" * 64
@@ -203,7 +203,7 @@ async def test_the_app_asks_an_idle_runner_every_idle_period_and_repaints_nothin
     import asyncio
 
     from kvtop.config import Settings
-    from kvtop.model.gpu import ProcSnapshot
+    from kvtop.model.gpu_snapshots import ProcSnapshot
     from kvtop.ui.app import make_app
     from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
     from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvtop.model import kv
 from kvtop.model.alerts import evaluate
-from kvtop.model.slots import RunnerSlots, SlotsSnapshot, SlotState
+from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
 from kvtop.model.apply import apply, apply_slots
 from kvtop.ui.format import context_text
 from kvtop.ui.widgets.models_table import slots_cell

@@ -10,7 +10,7 @@ import pytest
 from kvtop.model.humanize import human_duration, until_text
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo
 from kvtop.model.snapshots import parse_version
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.model.view_order import filter_views, sort_views
 from kvtop.model.apply import apply
 from kvtop.sources.ollama_decode import parse_go_time, parse_ps
@@ -169,7 +169,8 @@ def test_source_strings_lose_control_characters() -> None:
 
 
 def test_header_latency_is_the_median_of_the_last_polls_so_one_slow_answer_does_not_jump() -> None:
-    from kvtop.model.state import LATENCY_WINDOW, AppState, fold
+    from kvtop.model.state import LATENCY_WINDOW, fold
+    from kvtop.model.views import AppState
     from tests.ui.fakes import snapshot_at, step_index
 
     state = AppState(host_url="http://127.0.0.1:11434")
@@ -188,8 +189,9 @@ def test_header_latency_is_the_median_of_the_last_polls_so_one_slow_answer_does_
 
 
 def test_ram_noise_keeps_the_previous_figures_and_a_real_move_shows() -> None:
-    from kvtop.model.gpu import GpuSnapshot, ProcSnapshot, SystemMemory
-    from kvtop.model.state import AppState, fold_gpu
+    from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, SystemMemory
+    from kvtop.model.state import fold_gpu
+    from kvtop.model.views import AppState
 
     def gpu(used: int, swap: int = 0) -> GpuSnapshot:
         return GpuSnapshot(taken_at=1.0, status="GPU telemetry: none", system=SystemMemory(

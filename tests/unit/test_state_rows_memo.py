@@ -13,10 +13,12 @@ from types import MappingProxyType
 import pytest
 
 from kvtop.model import state as state_module
-from kvtop.model.gpu import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
-from kvtop.model.slots import RunnerSlots, SlotsSnapshot, SlotState
+from kvtop.model.gpu_snapshots import ProcSnapshot, RunnerProcess, ServerProcess, ServiceEnv
+from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.state import AppState, RowMemo, fold, fold_procs, fold_slots
+from kvtop.model.model_row import RowMemo
+from kvtop.model.state import fold, fold_procs, fold_slots
+from kvtop.model.views import AppState
 from tests.ui.fakes import TAKEN_AT, snapshot_at, step_index
 
 STEP = step_index("spill")  # three models, one spilled
