@@ -4,7 +4,7 @@ The host is resolved exactly as Ollama's own client resolves ``OLLAMA_HOST`` so 
 watches the server that ``ollama ps`` talks to.
 
 This module resolves the settings (flag > environment > file > saved choice > default) into
-:class:`Settings`; its parts are beside it and re-exported here: the server's address
+:class:`Settings`; its parts are beside it, imported from there: the server's address
 (``config.host``), kvtop's files (``config.files``), the choices the dashboard remembers
 (``config.ui_state``) and how each server is reached (``config.servers``).
 """
@@ -18,37 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from kvtop.config.files import CONFIG_KEYS, ConfigError, config_path, read_config_file
+from kvtop.config.host import DEFAULT_HOST_URL
 from kvtop.sources.auth import ServerAccess, redact_url
-
-# The parts of the settings (re-exported here for this package's callers): the server's address
-# (host), kvtop's files (files), the dashboard's remembered choices (ui_state), how each server is
-# reached (servers).
-from kvtop.config.files import APP_NAME as APP_NAME
-from kvtop.config.files import CONFIG_KEYS as CONFIG_KEYS
-from kvtop.config.files import MAX_TOML_BYTES as MAX_TOML_BYTES
-from kvtop.config.files import MAX_TOML_NESTING as MAX_TOML_NESTING
-from kvtop.config.files import ConfigError as ConfigError
-from kvtop.config.files import config_dir as config_dir
-from kvtop.config.files import config_path as config_path
-from kvtop.config.files import read_config_file as read_config_file
-from kvtop.config.files import read_toml_file as read_toml_file
-from kvtop.config.files import state_dir as state_dir
-from kvtop.config.files import toml_loads as toml_loads
-from kvtop.config.host import DEFAULT_HOST_URL as DEFAULT_HOST_URL
-from kvtop.config.host import HostError as HostError
-from kvtop.config.host import display_host as display_host
-from kvtop.config.host import host_from_environment as host_from_environment
-from kvtop.config.host import parse_ollama_host as parse_ollama_host
-from kvtop.config.servers import SERVER_KEYS as SERVER_KEYS
-from kvtop.config.servers import access_report as access_report
-from kvtop.config.servers import parse_host_access as parse_host_access
-from kvtop.config.servers import server_accesses as server_accesses
-from kvtop.config.ui_state import PANEL_CHOICES as PANEL_CHOICES
-from kvtop.config.ui_state import PANELS as PANELS
-from kvtop.config.ui_state import save_panels as save_panels
-from kvtop.config.ui_state import save_theme as save_theme
-from kvtop.config.ui_state import saved_panels as saved_panels
-from kvtop.config.ui_state import saved_theme as saved_theme
 
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 60.0
