@@ -17,7 +17,6 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from kvtop.config import Settings, clamp_interval
-from kvtop.config.files import config_dir
 from kvtop.config.ui_state import save_theme
 from kvtop.engine import Engine, EngineSources, Notice, Step, build_sources
 from kvtop.model.gpu import gpu_free_bytes
@@ -42,7 +41,8 @@ from kvtop.ui.messages import (
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.server_view import ServerSampled, ServerView
 from kvtop.ui.textual_fixes import install_textual_fixes
-from kvtop.ui.themes import DEFAULT_THEME, KVTOP_THEMES, default_variables, load_themes_reporting
+from kvtop.ui.theme_setup import register_themes
+from kvtop.ui.themes import DEFAULT_THEME, default_variables
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.models_table import ModelsTable
 
@@ -50,7 +50,6 @@ from kvtop.ui.widgets.models_table import ModelsTable
 # startup; benchmarks/startup.py): the pushed screens (plan, history, model detail, server view,
 # help, the write dialogs), the plot widget, the planner, the replay worker, the log parser.
 if TYPE_CHECKING:
-    from kvtop.engine.fold import Pending
     from kvtop.sources.recorder import Recorder
     from kvtop.sources.recording import Recording
     from kvtop.sources.tail import LogSource
@@ -233,15 +232,7 @@ class KvtopApp(App[int]):
                 loop.add_signal_handler(sig, self._exit_on_signal)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests) or not supported (Windows)
-        themes, problems = load_themes_reporting(config_dir() / "themes")
-        for theme in themes.values():
-            self.register_theme(theme)
-        self._kvtop_themes = tuple(n for n in KVTOP_THEMES if n in themes) + tuple(
-            n for n in themes if n not in KVTOP_THEMES)
-        wanted = self.settings.theme
-        if wanted not in self.available_themes:
-            problems.append(f"unknown theme {wanted!r}: using {DEFAULT_THEME} (themes: {', '.join(themes)})")
-            wanted = DEFAULT_THEME
+        self._kvtop_themes, wanted, problems = register_themes(self, self.settings.theme)
         self._theme_loaded = False
         self.theme = wanted
         self._theme_loaded = True
@@ -292,17 +283,9 @@ class KvtopApp(App[int]):
         """A replayed poll (routed to its server by ``host_url``)."""
         self.engine.stage_snapshot(message.snapshot)
 
-    def _stage(self, host: str, item: Pending, *, urgent: bool = True) -> None:
-        """Keep one message for ``host``'s next apply step (``Engine.stage``: the server view's samples)."""
-        self.engine.stage(host, item, urgent=urgent)
-
     @on(ApplyStepRecorded)
     def on_apply_step_recorded(self, message: ApplyStepRecorded) -> None:
-        """``--replay``: the live dashboard applied here."""
-        self._apply_pending()
-
-    def _apply_pending(self) -> None:
-        """Run the engine's apply step now (a replay's apply record; the end of a recording)."""
+        """``--replay``: the live dashboard applied here: the engine's apply step runs now."""
         self.engine.apply_step()
 
     def _on_engine_step(self, step: Step) -> None:
@@ -381,7 +364,7 @@ class KvtopApp(App[int]):
             return
         self.replay_header = control.header_text()
         if control.player.at_end and self._pending:
-            self._apply_pending()  # the last records, if the recording ends without their apply record
+            self.engine.apply_step()  # the last records, if the recording ends without their apply record
         if control.player.at_end and not control.end_reported:
             control.end_reported = True
             damage = control.status_text()

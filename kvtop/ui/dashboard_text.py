@@ -91,7 +91,7 @@ def servers_bar(rows: Sequence[ServerOverview], colors: Mapping[str, str], width
     terse form is used (``3m`` models, ``⇣1`` spilled, hosts shortened to what tells them apart)."""
     from urllib.parse import urlsplit
 
-    from kvtop.config import display_host
+    from kvtop.config.host import display_host
 
     def build(verbose: bool) -> Text:
         names = [display_host(r.host) for r in rows]

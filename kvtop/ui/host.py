@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
     from kvtop.config import Settings
     from kvtop.engine import Engine
-    from kvtop.engine.fold import Pending
     from kvtop.model.history import History
     from kvtop.model.views import AppState, ModelView
     from kvtop.ui.replay_worker import ReplayControl
@@ -154,5 +153,3 @@ class ServerViewHost(Protocol):
 
     def run_worker(self, work: Any, name: str | None = ..., group: str = ..., description: str = ...,
                    exit_on_error: bool = ..., start: bool = ..., exclusive: bool = ..., thread: bool = ...) -> Any: ...
-
-    def _stage(self, host: str, item: Pending, *, urgent: bool = ...) -> None: ...

@@ -70,4 +70,4 @@ class ServerView:
         from kvtop.model.server import fold_server
 
         health, pulled = message.health, message.pulled
-        self.app._stage(message.host, lambda state: fold_server(state, health, pulled))
+        self.app.engine.stage(message.host, lambda state: fold_server(state, health, pulled))
