@@ -111,8 +111,9 @@ def event_json(event: LogEvent, load: int | None) -> dict[str, Any]:
     elif isinstance(event, KvTypeFallback):
         out.update(requested=event.requested, reason=event.reason)
     elif isinstance(event, RequestTiming):
-        out.update(prompt_tokens=event.prompt_tokens, prompt_tps=event.prompt_tps, eval_tokens=event.eval_tokens,
-                   eval_tps=event.eval_tps, slot=event.slot, task=event.task)
+        out.update(prompt_tokens=event.prompt_tokens, prompt_cached_tokens=event.prompt_cached_tokens,
+                   prompt_tps=event.prompt_tps, eval_tokens=event.eval_tokens, eval_tps=event.eval_tps, slot=event.slot,
+                   task=event.task)
     elif isinstance(event, (FlashAttentionForcedOff, Oom, LoadFailed, Eviction, Unload)):
         out["reason"] = event.reason
     out["line"] = event.line_no

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from kvtop.logparse import llamacpp_lines, ollama_lines, runner_lines
-from kvtop.logparse.events import LogEvent, RequestTiming
+from kvtop.logparse.events import LogEvent, PrefillProgress, RequestTiming
 from kvtop.logparse.ollama_lines import parse_slog
 from kvtop.logparse.runner_lines import TimingPart
 from kvtop.logparse.wrappers import (
@@ -53,6 +53,9 @@ MAX_RECORD_CHARS = 256 * 1024
 
 WRAP_WIDTH = 500
 """A slog record at least this long on one physical line is held for a possible continuation."""
+
+MAX_CACHED_TASKS = 64
+"""Prompt-cache reuse counts kept for requests whose timing report has not come yet (then forgotten at once)."""
 
 MIN_LEARNED_WIDTH = 60
 """A fixed wrap width is learned from a physical line at least this long (see ``LogParser._width``)."""
@@ -154,6 +157,7 @@ class LogParser:
     """
 
     __slots__ = (
+        "_cached",
         "_last_len",
         "_line_no",
         "_pending",
@@ -186,6 +190,9 @@ class LogParser:
         line exactly this long is held for its continuation."""
         self._timing: TimingPart | None = None
         self._timing_slot: tuple[int | None, int | None] = (None, None)
+        self._cached: dict[tuple[int | None, int | None], int] = {}
+        """Per ``(slot, task)``: the prompt tokens the slot reused from its cache (the task's first ``cached
+        n_tokens = K`` line), until its timing report takes it (``RequestTiming.prompt_cached_tokens``)."""
         self.errors = 0
         """Lines that raised inside the parser (none expected; see :meth:`feed`)."""
         self.last_error: str | None = None
@@ -422,6 +429,9 @@ class LogParser:
         if type(result) is TimingPart:
             return self._timing_part(result)
         assert isinstance(result, list)
+        first = result[0]
+        if type(first) is PrefillProgress and first.n_tokens is None and first.progress is None:
+            self._note_cached(first)
         if stamp is not None:
             t = result[-1].time
             if t is not None:
@@ -513,12 +523,25 @@ class LogParser:
             out.append(self._emit_timing(pending, None))
         return out
 
-    @staticmethod
-    def _emit_timing(prompt: TimingPart | None, ev: TimingPart | None) -> RequestTiming:
+    def _note_cached(self, e: PrefillProgress) -> None:
+        """A llama-server ``cached n_tokens = K, memory_seq_rm [K, end)`` line (``PrefillProgress`` with only
+        ``n_past``): the first of a task is the prompt prefix reused from the slot's cache; the later ones count
+        the batches done (docs/ollama-internals.md §4.10)."""
+        key = (e.slot, e.task)
+        if e.n_past is None or e.task is None or key in self._cached:
+            return
+        if len(self._cached) >= MAX_CACHED_TASKS:
+            self._cached.clear()
+        self._cached[key] = e.n_past
+
+    def _emit_timing(self, prompt: TimingPart | None, ev: TimingPart | None) -> RequestTiming:
         last = ev if ev is not None else prompt
         assert last is not None
         first = prompt if prompt is not None else ev
         assert first is not None
+        slot = first.slot if first.slot is not None else last.slot
+        task = first.task if first.task is not None else last.task
+        cached = self._cached.pop((slot, task), None) if task is not None and prompt is not None else None
         return RequestTiming(
             first.line_no, first.time if first.time is not None else last.time, last.raw,
             prompt_tokens=prompt.tokens if prompt else None,
@@ -527,8 +550,9 @@ class LogParser:
             eval_tokens=ev.tokens if ev else None,
             eval_ms=ev.ms if ev else None,
             eval_tps=ev.tps if ev else None,
-            slot=first.slot if first.slot is not None else last.slot,
-            task=first.task if first.task is not None else last.task,
+            slot=slot,
+            task=task,
+            prompt_cached_tokens=cached,
         )
 
 

@@ -79,6 +79,11 @@ class RequestTiming(EventBase):
     Counts are tokens, durations milliseconds, rates tokens per second as printed. A rate printed as
     ``inf`` or ``nan`` (a duration of ``0.00 ms``, e.g. one token: ``eval time = 0.00 ms / 1 runs ( 0.00 ms per
     token, inf tokens per second)``) is None: not known, never infinite; the count and duration are kept.
+
+    ``prompt_tokens`` counts the prompt tokens the runner evaluated (llama.cpp ``n_prompt_tokens_processed``),
+    without those reused from the slot's cache, and ``prompt_ms`` is their time: the printed prefill rate is
+    already (prompt − cached) / duration (§4.10, §5). ``prompt_cached_tokens`` is the reused prefix when the log
+    says it (llama-server's first ``cached n_tokens = K`` line of the task, Era C), None when not known.
     """
 
     kind: ClassVar[str] = "request_timing"
@@ -90,6 +95,7 @@ class RequestTiming(EventBase):
     eval_tps: float | None = None
     slot: int | None = None
     task: int | None = None
+    prompt_cached_tokens: int | None = None
 
 
 @frozen_event

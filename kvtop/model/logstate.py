@@ -220,7 +220,10 @@ class Throughput:
 
     Attributes:
         requests: Timed requests in the events kept (``RECENT_EVENTS``).
-        last_prefill_tps / last_decode_tps: The newest request's prompt and generation speed.
+        last_prefill_tps / last_decode_tps: The newest request's prompt and generation speed (tokens per second;
+            the prefill counts only the prompt tokens evaluated, not those reused from the cache).
+        last_prompt_cached_tokens: The newest request's prompt tokens reused from the slot's cache (llama-server's
+            ``cached n_tokens`` line, docs/ollama-internals.md §4.10); None when the log does not say.
         avg_decode_tps: Mean generation speed of the last ``window`` timed requests.
         requests_per_min: Timed requests in the minute before ``now_s`` (None without timestamps).
     """
@@ -230,6 +233,7 @@ class Throughput:
     last_decode_tps: float | None
     avg_decode_tps: float | None
     requests_per_min: int | None
+    last_prompt_cached_tokens: int | None = None
 
 
 def throughput(log: LogState, load: Load, now_s: float, window: int = 10) -> Throughput:
@@ -253,6 +257,7 @@ def throughput(log: LogState, load: Load, now_s: float, window: int = 10) -> Thr
         last_decode_tps=last.eval_tps if last else None,
         avg_decode_tps=sum(decode) / len(decode) if decode else None,
         requests_per_min=per_min,
+        last_prompt_cached_tokens=last.prompt_cached_tokens if last else None,
     )
 
 

@@ -287,3 +287,46 @@ def test_chat_history_cut_and_http_400_are_context_overflow_events() -> None:
     doc = inspect_lines([debug, gin.replace("| 200 |", "| 400 |")])
     assert [(e["kind"], e["form"]) for e in doc["events"]] == [("context_overflow", "messages"),
                                                                ("context_overflow", "http_400")]
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Prompt-cache reuse: the cached tokens are a figure, the prefill rate counts only the evaluated tokens
+
+
+def test_request_timing_carries_the_prompt_tokens_reused_from_the_cache() -> None:
+    # fixtures/llama_server/busy-np2-prefill.log: one cached line per batch (0, 512, 1024, 1536); the first is the
+    # reuse (none: a new prompt), the prefill rate is the one printed for the 1804 evaluated tokens.
+    lines = (LLAMA_SERVER / "busy-np2-prefill.log").read_text(encoding="utf-8").splitlines()
+    (timing,) = [e for e in parse_lines(lines) if isinstance(e, RequestTiming)]
+    assert (timing.task, timing.prompt_tokens, timing.prompt_cached_tokens, timing.prompt_tps) == (1, 1804, 0, 12925.88)
+
+
+def test_a_reused_prefix_is_kept_and_the_printed_rate_stays() -> None:
+    # fixtures/llama_server/default-fa-auto-np1.log task 9 (lines 208-216). The recorded runs never reuse a prefix
+    # (each request is new); the cached line here says 12 of the 16 prompt tokens came from the slot's cache, as
+    # llama.cpp prints it ("cached n_tokens = %d, memory_seq_rm [%d, end)", tools/server/server-context.cpp, §4.10),
+    # and the timing line counts the 4 evaluated tokens: the rate is theirs, (16 - 12) / 1.83 ms.
+    lines = (LLAMA_SERVER / "default-fa-auto-np1.log").read_text(encoding="utf-8").splitlines()[207:216]
+    lines[2] = lines[2].replace("cached n_tokens = 0, memory_seq_rm [0, end)", "cached n_tokens = 12, memory_seq_rm [12, end)")
+    lines[4] = lines[4].replace("7.31 ms /    16 tokens (    0.46 ms per token,  2189.38 tokens per second)",
+                                "1.83 ms /     4 tokens (    0.46 ms per token,  2185.79 tokens per second)")
+    (timing,) = [e for e in parse_lines(lines) if isinstance(e, RequestTiming)]
+    assert (timing.task, timing.prompt_tokens, timing.prompt_cached_tokens, timing.prompt_tps) == (9, 4, 12, 2185.79)
+    (event,) = inspect_lines(lines)["events"]
+    assert (event["prompt_tokens"], event["prompt_cached_tokens"]) == (4, 12)
+    # a report of another task does not take this task's count
+    other = [x.replace("task 9", "task 10") for x in lines[4:7]]
+    (alone,) = [e for e in parse_lines(lines[:3] + other) if isinstance(e, RequestTiming)]
+    assert alone.prompt_cached_tokens is None
+
+
+def test_the_model_state_keeps_the_newest_cached_count() -> None:
+    # the spawn-free llama-server run f16-fa-on-np1 (its load starts at the model loader) with its two requests
+    from kvtop.model.logstate import LogState, apply_log, throughput
+
+    lines = (LLAMA_SERVER / "f16-fa-on-np1.log").read_text(encoding="utf-8").splitlines()
+    events = parse_lines(lines)
+    log = apply_log(LogState(), events, source="s", status=None, ok=True, lines=len(lines))
+    (load,) = log.loads
+    t = throughput(log, load, now_s=0.0)
+    assert (t.requests, t.last_prefill_tps, t.last_prompt_cached_tokens) == (2, 26936.03, 0)
