@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvtop.logparse.parser import parse_lines  # noqa: E402
 from kvtop.model import kv  # noqa: E402
-from kvtop.model.alerts import context as alert_context  # noqa: E402
+from kvtop.model.alerts import log_scan as alert_context  # noqa: E402
 from kvtop.model.alerts import evaluate  # noqa: E402
 from kvtop.model.views import AppState  # noqa: E402
 from tests.unit.test_alerts import LOGS  # noqa: E402

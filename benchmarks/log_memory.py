@@ -45,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from kvtop.logparse.parser import LogParser  # noqa: E402
-from kvtop.model.alerts import context as alert_context  # noqa: E402
+from kvtop.model.alerts import log_scan as alert_context  # noqa: E402
 from kvtop.model.alerts import evaluate_state  # noqa: E402
 from kvtop.model.state import fold_log_events  # noqa: E402
 from kvtop.model.views import AppState  # noqa: E402

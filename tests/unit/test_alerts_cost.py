@@ -19,7 +19,7 @@ import pytest
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
 from kvtop.model.alerts import Alert, Fix, evaluate, evaluate_state
-from kvtop.model.alerts import context as alert_context
+from kvtop.model.alerts import log_scan
 from kvtop.model.alerts.context import current_types, other_kv
 from kvtop.model.gpu_snapshots import (
     GpuDevice,
@@ -217,7 +217,7 @@ def test_a_layout_hashes_its_layers_once(monkeypatch: pytest.MonkeyPatch) -> Non
 def scanned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Events scanned per call of the scan (the memo cleared first)."""
     counts: list[int] = []
-    real = alert_context._scan
+    real = log_scan._scan
 
     def counted(events: Any, start: int, *args: Any) -> Any:
         counts.append(len(events) - start)
@@ -269,11 +269,11 @@ def test_an_extended_scan_equals_a_full_one(monkeypatch: pytest.MonkeyPatch, sca
     alerted = 0
     for batch in _log_batches(41, one_stream=one_stream):
         state = _fold(state, batch)
-        events = alert_context.log_events(state)
-        memo = alert_context.scan_log(events, state.naive_tz)  # extended from the previous state's scan
+        events = log_scan.log_events(state)
+        memo = log_scan.scan_log(events, state.naive_tz)  # extended from the previous state's scan
         with_memo = evaluate(state, state.thresholds, (), naive_tz=state.naive_tz)
         monkeypatch.setattr(alert_context, "_scans", {})
-        fresh = alert_context.scan_log(events, state.naive_tz)  # one pass over the whole tuple
+        fresh = log_scan.scan_log(events, state.naive_tz)  # one pass over the whole tuple
         assert fresh is not memo and memo.ordered is one_stream
         assert (fresh.timed, fresh.configs, fresh.launches, fresh.over_training, fresh.ordered) == (
             memo.timed, memo.configs, memo.launches, memo.over_training, memo.ordered)

@@ -24,7 +24,7 @@ from kvtop.logparse.event_compactor import EventCompactor
 from kvtop.logparse.events import EVENT_TYPES, ServerListening, UnknownWarning, event_to_dict
 from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.logparse.parser import LogParser, parse_lines
-from kvtop.model.alerts import context as alert_context
+from kvtop.model.alerts import log_scan
 from kvtop.model.alerts import evaluate_state
 from kvtop.model import logstate
 from kvtop.model.logstate import LOAD_EVENTS, LogState, Prefix, apply_log
@@ -189,10 +189,10 @@ def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(alert_context, "_scans", {})
     state, more = _history(history)
     tz = timezone.utc
-    first = alert_context.scan_log(alert_context.log_events(state), tz)
+    first = log_scan.scan_log(log_scan.log_events(state), tz)
     assert first.n == len(state.log.load_events) == history
     copied: list[int] = []
-    real_array = alert_context.array
+    real_array = log_scan.array
 
     def counting_array(typecode: str, init: Any = ()) -> Any:
         copied.append(len(init))
@@ -200,14 +200,14 @@ def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(alert_context, "array", counting_array)
     later = fold_log_events(state, more, source="file:/x", status=None, ok=True, lines=1)
-    scan = alert_context.scan_log(alert_context.log_events(later), tz)
+    scan = log_scan.scan_log(log_scan.log_events(later), tz)
     assert scan.n == history + 50 and list(scan.line_nos[-50:]) == [e.line_no for e in more]
     assert sum(copied) == 0  # no column copied: the old scan copied both arrays (2 x history elements)
-    assert list(alert_context._scans.values()) == [scan]  # the extended scan is not kept beside its successor
+    assert list(log_scan._scans.values()) == [scan]  # the extended scan is not kept beside its successor
     assert list(first.line_nos) == [e.line_no for e in state.log.load_events]  # the older scan still sees its prefix
     fresh_memo: dict[int, Any] = {}
     monkeypatch.setattr(alert_context, "_scans", fresh_memo)
-    full = alert_context.scan_log(alert_context.log_events(later), tz)
+    full = log_scan.scan_log(log_scan.log_events(later), tz)
     assert (full.timed, full.configs, full.launches, full.over_training, full.ordered) == (
         scan.timed, scan.configs, scan.launches, scan.over_training, scan.ordered)
     assert str(list(full.times)) == str(list(scan.times))
@@ -217,12 +217,12 @@ def test_an_older_state_extended_again_gets_its_own_columns(monkeypatch: pytest.
     monkeypatch.setattr(alert_context, "_scans", {})
     state, more = _history(1_000)
     tz = timezone.utc
-    base = alert_context.scan_log(alert_context.log_events(state), tz)
+    base = log_scan.scan_log(log_scan.log_events(state), tz)
     one = fold_log_events(state, more[:20], source="file:/x", status=None, ok=True, lines=1)
     other = fold_log_events(state, more[20:], source="file:/x", status=None, ok=True, lines=1)  # a branch
-    a = alert_context.scan_log(alert_context.log_events(one), tz)
-    alert_context._scans[id(base.events)] = base  # as if the older state's scan were still remembered
-    b = alert_context.scan_log(alert_context.log_events(other), tz)
+    a = log_scan.scan_log(log_scan.log_events(one), tz)
+    log_scan._scans[id(base.events)] = base  # as if the older state's scan were still remembered
+    b = log_scan.scan_log(log_scan.log_events(other), tz)
     assert list(a.line_nos) == [e.line_no for e in one.log.load_events]
     assert list(b.line_nos) == [e.line_no for e in other.log.load_events]
     assert list(base.line_nos) == [e.line_no for e in state.log.load_events]
@@ -236,10 +236,10 @@ def test_the_recent_window_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch
     lines = [base.format(h=8 + i // 3600, m=i // 60 % 60, s=i % 60) for i in range(16_000)]
     events = tuple(EventCompactor().compact(parse_lines(lines)))
     monkeypatch.setattr(alert_context, "_scans", {})
-    scan = alert_context.scan_log(events, timezone.utc)
+    scan = log_scan.scan_log(events, timezone.utc)
     assert scan.n_timed == 16_000 and scan.ts_sorted and scan.untimed_head == 0
     calls = [0]
-    real = alert_context._ts_of
+    real = log_scan._ts_of
 
     def counted(t: Any) -> float:
         calls[0] += 1
