@@ -223,8 +223,8 @@ def scanned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         counts.append(len(events) - start)
         return real(events, start, *args)
 
-    monkeypatch.setattr(alert_context, "_scan", counted)
-    monkeypatch.setattr(alert_context, "_scans", {})
+    monkeypatch.setattr(log_scan, "_scan", counted)
+    monkeypatch.setattr(log_scan, "_scans", {})
     yield counts
 
 
@@ -272,7 +272,7 @@ def test_an_extended_scan_equals_a_full_one(monkeypatch: pytest.MonkeyPatch, sca
         events = log_scan.log_events(state)
         memo = log_scan.scan_log(events, state.naive_tz)  # extended from the previous state's scan
         with_memo = evaluate(state, state.thresholds, (), naive_tz=state.naive_tz)
-        monkeypatch.setattr(alert_context, "_scans", {})
+        monkeypatch.setattr(log_scan, "_scans", {})
         fresh = log_scan.scan_log(events, state.naive_tz)  # one pass over the whole tuple
         assert fresh is not memo and memo.ordered is one_stream
         assert (fresh.timed, fresh.configs, fresh.launches, fresh.over_training, fresh.ordered) == (

@@ -145,7 +145,7 @@ def test_a_busy_log_keeps_few_bytes_per_event_and_counts_every_line(monkeypatch:
     lines = corpus_lines()
     warm = fresh_lines(lines)
     follow(AppState(host_url=HOST), LogParser(default_year=2026), warm, len(lines) // 100 * 100 + 100)  # lazy imports, regex caches
-    monkeypatch.setattr(alert_context, "_scans", {})
+    monkeypatch.setattr(log_scan, "_scans", {})
     gc.collect()
     tracemalloc.start()
     try:
@@ -186,7 +186,7 @@ def _history(n_events: int) -> tuple[AppState, list[Any]]:
 
 @pytest.mark.parametrize("history", [1_000, 15_000])
 def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch, history: int) -> None:
-    monkeypatch.setattr(alert_context, "_scans", {})
+    monkeypatch.setattr(log_scan, "_scans", {})
     state, more = _history(history)
     tz = timezone.utc
     first = log_scan.scan_log(log_scan.log_events(state), tz)
@@ -198,7 +198,7 @@ def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch,
         copied.append(len(init))
         return real_array(typecode, init)
 
-    monkeypatch.setattr(alert_context, "array", counting_array)
+    monkeypatch.setattr(log_scan, "array", counting_array)
     later = fold_log_events(state, more, source="file:/x", status=None, ok=True, lines=1)
     scan = log_scan.scan_log(log_scan.log_events(later), tz)
     assert scan.n == history + 50 and list(scan.line_nos[-50:]) == [e.line_no for e in more]
@@ -206,7 +206,7 @@ def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch,
     assert list(log_scan._scans.values()) == [scan]  # the extended scan is not kept beside its successor
     assert list(first.line_nos) == [e.line_no for e in state.log.load_events]  # the older scan still sees its prefix
     fresh_memo: dict[int, Any] = {}
-    monkeypatch.setattr(alert_context, "_scans", fresh_memo)
+    monkeypatch.setattr(log_scan, "_scans", fresh_memo)
     full = log_scan.scan_log(log_scan.log_events(later), tz)
     assert (full.timed, full.configs, full.launches, full.over_training, full.ordered) == (
         scan.timed, scan.configs, scan.launches, scan.over_training, scan.ordered)
@@ -214,7 +214,7 @@ def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_an_older_state_extended_again_gets_its_own_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(alert_context, "_scans", {})
+    monkeypatch.setattr(log_scan, "_scans", {})
     state, more = _history(1_000)
     tz = timezone.utc
     base = log_scan.scan_log(log_scan.log_events(state), tz)
@@ -235,7 +235,7 @@ def test_the_recent_window_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch
             'prompt" limit=2048 prompt=5065 keep=5 new=2048')
     lines = [base.format(h=8 + i // 3600, m=i // 60 % 60, s=i % 60) for i in range(16_000)]
     events = tuple(EventCompactor().compact(parse_lines(lines)))
-    monkeypatch.setattr(alert_context, "_scans", {})
+    monkeypatch.setattr(log_scan, "_scans", {})
     scan = log_scan.scan_log(events, timezone.utc)
     assert scan.n_timed == 16_000 and scan.ts_sorted and scan.untimed_head == 0
     calls = [0]
@@ -245,7 +245,7 @@ def test_the_recent_window_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch
         calls[0] += 1
         return real(t)
 
-    monkeypatch.setattr(alert_context, "_ts_of", counted)
+    monkeypatch.setattr(log_scan, "_ts_of", counted)
     last = scan.timed[-1].ts
     assert last is not None
     window = scan.timed_since(last - 99)
