@@ -59,7 +59,7 @@ async def test_toggle_is_saved_and_restored(tmp_path: Path) -> None:
     async with small.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         lines = await screen_when(pilot, lambda ls: any(line.startswith(" GPU0 RTX A6000   ") for line in ls))
-        assert any(line.startswith(" RAM              ") and "40G free/64G" in line for line in lines)
+        assert any(line.startswith(" RAM              ") and "24G/64G, 40G free" in line for line in lines)
 
 
 def _snap(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> bool:
