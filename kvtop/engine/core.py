@@ -35,11 +35,12 @@ from kvtop.engine.logfeed import LogFeed
 from kvtop.engine.sources import EngineSources
 from kvtop.logparse.events import LogEvent
 from kvtop.model.apply import with_alerts
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
-from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.state import AppState, fold, fold_gpu, fold_procs, fold_slots, initial_state
+from kvtop.model.state import fold, fold_gpu, fold_procs, fold_slots, initial_state
+from kvtop.model.views import AppState
 from kvtop.sources.hosts import host_is_this_machine, local_host
 from kvtop.sources.protocols import GpuWithProcs
 

@@ -18,7 +18,7 @@ from kvtop.engine.core import (
     Step,
 )
 from kvtop.engine.once import sample_everything, sample_server_info
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 
 __all__ = ["APPLY_SETTLE_S", "LOG_APPLY_GAP_INTERVALS", "REPLAY_PENDING_MAX", "Engine", "Notice", "Poll", "Step"]
 

@@ -12,7 +12,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from kvtop.logparse.events import LogEvent
-from kvtop.model.state import AppState, fold_log_events
+from kvtop.model.state import fold_log_events
+from kvtop.model.views import AppState
 
 __all__ = ["LogRun", "Pending", "fold_pending"]
 

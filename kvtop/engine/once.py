@@ -21,8 +21,9 @@ from kvtop.engine.core import EngineCore, Notice, Poll
 from kvtop.engine.fold import LogRun
 from kvtop.engine.logfeed import LogFeed
 from kvtop.engine.sources import health_source, pulled_source
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-from kvtop.model.state import AppState, fold, fold_gpu, fold_slots
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
+from kvtop.model.state import fold, fold_gpu, fold_slots
+from kvtop.model.views import AppState
 
 if TYPE_CHECKING:
     from kvtop.model.snapshots import OllamaSnapshot
@@ -163,7 +164,8 @@ async def sample_server_info(engine: EngineCore, host: str, *, wait_s: float | N
     health of its ``ollama serve`` when it runs on this machine (the demo's stand-in has none)
     and a read of its pulled models (``/api/tags``, ``/api/show`` a few at a time; a hanging
     ``/api/show`` holds one of its slots, never the round: ``wait_s``, default the interval)."""
-    from kvtop.model.server import ServerHealth, fold_server
+    from kvtop.model.server import fold_server
+    from kvtop.model.server_info import ServerHealth
     from kvtop.sources.ollama import OllamaClient
 
     state = engine.states.get(host)

@@ -15,18 +15,11 @@ from typing import Any
 
 from kvtop.logparse.events import LogEvent
 from kvtop.model.alerts import evaluate_state
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
+from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.state import (
-    AppState,
-    runner_facts,
-    fold,
-    fold_gpu,
-    fold_log_events,
-    fold_procs,
-    fold_slots,
-)
+from kvtop.model.state import fold, fold_gpu, fold_log_events, fold_procs, fold_slots, runner_facts
+from kvtop.model.views import AppState
 
 __all__ = ["apply", "apply_gpu", "apply_log_events", "apply_procs", "apply_slots", "with_alerts"]
 

@@ -1,8 +1,8 @@
 """The pure joins that turn GPU and process snapshots into per-GPU and per-model views.
 
 The snapshots themselves (``GpuSnapshot``, ``ProcSnapshot`` and their parts, filled by
-``sources.gpu.GpuSource`` and ``sources.procs.ProcSource``) are in ``model.gpu_snapshots`` and
-re-exported here. The functions here join those two with the loaded models (``views.ModelView``):
+``sources.gpu.GpuSource`` and ``sources.procs.ProcSource``) are in ``model.gpu_snapshots``
+(import them from there). The functions here join those two with the loaded models (``views.ModelView``):
 which runner serves which model (its ``--model`` blob against ``/api/show``'s ``FROM`` blob), how
 much GPU memory each model really holds according to NVML, what else is on each GPU, and what is
 free. No I/O, no clock, no Textual; all sizes are bytes and ``None`` means "not available".
@@ -14,23 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvtop.model.gpu_snapshots import (  # re-exported (`X as X`): the snapshots' old home, imported from here by the faces
-    GpuBackend as GpuBackend,
-    GpuProblem as GpuProblem,
-    RunnerKind as RunnerKind,
-    ProcKind as ProcKind,
-    SplitKind as SplitKind,
-    NOT_SAMPLED as NOT_SAMPLED,
-    GpuProcess as GpuProcess,
-    GpuDevice as GpuDevice,
-    SystemMemory as SystemMemory,
-    GpuSnapshot as GpuSnapshot,
-    ServiceEnv as ServiceEnv,
-    ServerProcess as ServerProcess,
-    RunnerProcess as RunnerProcess,
-    ProcessInfo as ProcessInfo,
-    PidNamespace as PidNamespace,
-    ProcSnapshot as ProcSnapshot,
+from kvtop.model.gpu_snapshots import (
+    NOT_SAMPLED,
+    GpuDevice,
+    GpuProcess,
+    GpuSnapshot,
+    ProcKind,
+    ProcSnapshot,
+    ProcessInfo,
+    RunnerProcess,
+    SplitKind,
+    SystemMemory,
 )
 from kvtop.model.views import ModelView
 

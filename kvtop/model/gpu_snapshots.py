@@ -3,7 +3,7 @@
 ``sources.gpu.GpuSource`` fills a ``GpuSnapshot`` (devices, their processes, system memory) and
 ``sources.procs.ProcSource`` a ``ProcSnapshot`` (the Ollama server, its runners and what is known
 about every PID on a GPU). Frozen data only, below the model's views (``model.views``): the joins
-with the loaded models are in ``model.gpu``, which re-exports every name here. No I/O, no clock;
+with the loaded models are in ``model.gpu``. No I/O, no clock;
 all sizes are bytes and ``None`` means "not available".
 """
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from kvtop.model.gpu import GpuSnapshot, GpuView, ProcSnapshot, RunnerProcess, SystemMemory, gpu_views, match_runners
+from kvtop.model.gpu import GpuView, gpu_views, match_runners
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, RunnerProcess, SystemMemory
 from kvtop.model.known import Known, Source
 from kvtop.model.model_row import SHOW_PENDING
 

@@ -20,7 +20,7 @@ from kvtop.model import ladder
 from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput, throughput
-from kvtop.model.slots import DecodeRate, SlotsSnapshot
+from kvtop.model.slot_snapshots import DecodeRate, SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo, detail_key, parse_version
 from kvtop.model.views import Memory, ModelView
 

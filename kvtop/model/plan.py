@@ -65,7 +65,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from kvtop.core.units import parse_bytes  # re-exported (plan.parse_bytes): the CLI and the what-if screen use it from here
 from kvtop.model import kv
 from kvtop.model.views import ModelView
 
@@ -101,7 +100,6 @@ __all__ = [
     "max_num_ctx_on_gpu",
     "max_parallel_on_gpu",
     "model_spec",
-    "parse_bytes",
     "parse_num_ctx",
     "predict",
     "prediction_json",

@@ -2,8 +2,8 @@
 model rows carry (``ModelView.slots``, ``AppState.slot_rates``).
 
 Frozen data only, below the model's views (``model.views``): the joins with the loaded models
-and the runner log, and the decode-rate measurement, are in ``model.slots``, which re-exports every
-name here. Pure: no I/O, no clock.
+and the runner log, and the decode-rate measurement, are in ``model.slots``.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

@@ -26,16 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvtop.logparse.events import LogEvent, PrefillProgress, RequestTiming, SlotActivity
-from kvtop.model.slot_snapshots import (  # re-exported (`X as X`): the /slots data's old home, imported from here by the sources
-    SlotSource as SlotSource,
-    SlotState as SlotState,
-    RunnerProps as RunnerProps,
-    RunnerSlots as RunnerSlots,
-    SlotsSnapshot as SlotsSnapshot,
-    Prefill as Prefill,
-    SlotUse as SlotUse,
-    DecodeRate as DecodeRate,
-)
+from kvtop.model.slot_snapshots import DecodeRate, Prefill, RunnerSlots, SlotUse, SlotsSnapshot
 from kvtop.model.views import ModelView
 
 if TYPE_CHECKING:

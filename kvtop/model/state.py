@@ -3,10 +3,10 @@
 ``apply(state, snapshot)`` is pure: the same inputs give an equal ``AppState``, so an
 unchanged poll repaints nothing. Everything the dashboard shows about a model is derived here
 into a ``ModelView`` whose every number carries its source (``Known``). The view types
-(``AppState``, ``ModelView``, ``Memory``) are defined in ``model.views`` and re-exported here.
+(``AppState``, ``ModelView``, ``Memory``) are defined in ``model.views``.
 
-This module folds each message into the state; one model's row is derived in ``model.model_row``
-(re-exported here), the table's order and filter are ``model.view_order``.
+This module folds each message into the state; one model's row is derived in ``model.model_row``,
+the table's order and filter are ``model.view_order``.
 """
 
 from __future__ import annotations
@@ -21,26 +21,11 @@ from kvtop.model.alerts.types import Thresholds
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, SystemMemory
 from kvtop.model import ladder
 from kvtop.model.logstate import LogState, apply_log
-from kvtop.model.slots import DecodeRate, SlotsSnapshot, decode_rates, runners_by_pid, slot_use
+from kvtop.model.slot_snapshots import DecodeRate, SlotsSnapshot
+from kvtop.model.slots import decode_rates, runners_by_pid, slot_use
 from kvtop.model.snapshots import OllamaSnapshot
-from kvtop.model.views import (  # re-exported (`X as X`): their old home, imported from here across kvtop
-    AppState as AppState,
-    Memory as Memory,
-    ModelView as ModelView,
-)
-
-# One model's row (model_row) and the table's order (view_order): re-exported for this module's callers.
-from kvtop.model.model_row import ERA_C_SINCE as ERA_C_SINCE
-from kvtop.model.model_row import PARALLEL_DEFAULT_SINCE as PARALLEL_DEFAULT_SINCE
-from kvtop.model.model_row import ROWS_KEPT as ROWS_KEPT
-from kvtop.model.model_row import SHOW_PENDING as SHOW_PENDING
-from kvtop.model.model_row import RowInputs as RowInputs
-from kvtop.model.model_row import RowMemo as RowMemo
-from kvtop.model.model_row import model_view as model_view
-from kvtop.model.model_row import row_inputs as row_inputs
-from kvtop.model.view_order import SORT_KEYS as SORT_KEYS
-from kvtop.model.view_order import filter_views as filter_views
-from kvtop.model.view_order import sort_views as sort_views
+from kvtop.model.model_row import RowMemo
+from kvtop.model.views import AppState, ModelView
 
 
 def initial_state(host_url: str, alert_settings: Mapping[str, Any], naive_tz: tzinfo) -> tuple[AppState, list[str]]:

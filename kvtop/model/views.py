@@ -1,7 +1,7 @@
 """The views every face renders: ``AppState`` (one server's whole state) and its ``ModelView`` rows.
 
-Frozen data only, below everything that reads it: the folds that build them (``model.state``,
-which re-exports these names), the joins (``model.gpu``, ``model.slots``), the planner, the alerts
+Frozen data only, below everything that reads it: the folds that build them (``model.state``),
+the joins (``model.gpu``, ``model.slots``), the planner, the alerts
 and the faces. Their parts are data modules below this one (``gpu_snapshots``, ``slot_snapshots``,
 ``server_info``, ``logstate``, ``alerts.types``, ``snapshots``). No I/O, no clock.
 """

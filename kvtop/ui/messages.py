@@ -6,8 +6,8 @@ from __future__ import annotations
 from textual.message import Message
 
 from kvtop.logparse.events import LogEvent
-from kvtop.model.gpu import GpuSnapshot, ProcSnapshot
-from kvtop.model.slots import SlotsSnapshot
+from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
+from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 
 

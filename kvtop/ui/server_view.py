@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # the server model, its pre-flight (and the plan it uses) are imported when first used
-    from kvtop.model.server import ServerHealth
+    from kvtop.model.server_info import ServerHealth
     from kvtop.model.snapshots import PulledSnapshot
     from kvtop.ui.host import ServerViewHost
 

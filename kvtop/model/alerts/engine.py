@@ -16,7 +16,7 @@ from kvtop.model.alerts.logevents import churn_alerts, clamp_alerts, incident_al
 from kvtop.model.alerts.server import server_alerts
 from kvtop.model.alerts.spill import spill
 from kvtop.model.alerts.types import DEFAULT_THRESHOLDS, KIND_RANK, SEVERITY_RANK, Alert, Thresholds
-from kvtop.model.gpu import ServiceEnv
+from kvtop.model.gpu_snapshots import ServiceEnv
 from kvtop.model.ladder import setting_in_force
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules

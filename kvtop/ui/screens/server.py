@@ -22,7 +22,8 @@ from textual.widgets import Footer, Static
 from kvtop.core.bounds import GO_DURATION_MAX_S
 from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
-from kvtop.model.server import ServerInfo, state_preflight
+from kvtop.model.server import state_preflight
+from kvtop.model.server_info import ServerInfo
 from kvtop.model.views import AppState
 from kvtop.redact import scrub_text
 from kvtop.model.traffic import Traffic

@@ -16,7 +16,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from kvtop.model.gpu import NOT_SAMPLED, GpuPanelData, GpuView, ModelGpu, SplitPart, SystemMemory
+from kvtop.model.gpu import GpuPanelData, GpuView, ModelGpu, SplitPart
+from kvtop.model.gpu_snapshots import NOT_SAMPLED, SystemMemory
 from kvtop.model.known import marked
 from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import exact_bytes, ibytes, safe, safe_name

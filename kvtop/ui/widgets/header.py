@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from kvtop.config.host import display_host
-from kvtop.model.state import AppState
+from kvtop.model.views import AppState
 from kvtop.redact import scrub_text
 from kvtop.ui.ascii_mode import ascii_on
 from kvtop.ui.format import ibytes, safe

@@ -13,7 +13,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from kvtop.model.placement import vram_ram
-from kvtop.model.state import ModelView
+from kvtop.model.views import ModelView
 from kvtop.ui.ascii_mode import ascii_on
 from kvtop.ui.format import (
     context_text,
