@@ -122,6 +122,7 @@ def state_json(state: AppState) -> dict[str, Any]:
         "models": [model_json(v, usage.get((v.name, v.digest))) for v in state.models] if snap and snap.reachable else [],
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
+        "past_alerts": [alert_json(a) for a in state.past_alerts],
         "service": service_json(state),
         "server": server_json(state, _log_now(state)),
     }
@@ -144,12 +145,16 @@ def _bytes(n: int | None) -> str:
 
 
 def alert_lines(state: AppState) -> list[str]:
-    """``ALERT <severity> <kind> <model>: <message>`` and its fixes, most severe first."""
+    """``ALERT <severity> <kind> <model>: <message>`` and its fixes, most severe first; then the
+    alerts about a model no longer loaded (``state.past_alerts``), their model followed by
+    ``(no longer loaded)``."""
     from kvtop.ui.format import safe
 
     out: list[str] = []
-    for a in state.alerts:
-        out.append(f"ALERT {a.severity} {a.kind}{' ' + safe(a.model, 60) if a.model else ''}: {safe(a.message, 1000)}")
+    past = set(state.past_alerts)
+    for a in (*state.alerts, *state.past_alerts):
+        model = f" {safe(a.model, 60)}{' (no longer loaded)' if a in past else ''}" if a.model else ""
+        out.append(f"ALERT {a.severity} {a.kind}{model}: {safe(a.message, 1000)}")
         for fix in a.fixes:
             verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
             out.append(f"  fix: {safe(fix.action, 200)} — {safe(fix.detail, 400)} ({verdict}; {safe(fix.cost, 400)})")

@@ -64,12 +64,14 @@ async def _sample_once(settings: Settings) -> int:
         from kvtop.model.alerts import alert_json, exit_code
         from kvtop.report import alert_lines
 
-        codes = [exit_code(st.alerts, bool(st.reachable)) for st in states]
+        # alerts about a model since unloaded still count: --check reports the events of its window
+        codes = [exit_code(st.alerts + st.past_alerts, bool(st.reachable)) for st in states]
         if settings.extra.get("json") == "1":
             objs = [{"host": st.host_url, "reachable": bool(st.reachable),
                      "error": st.ollama.error if st.ollama else "no poll made",
                      "hints": list(_hints(st, settings)),
                      "alerts": [alert_json(a) for a in st.alerts],
+                     "past_alerts": [alert_json(a) for a in st.past_alerts],
                      **({"tls": tls} if (tls := settings.access_for(st.host_url).tls_json()) is not None else {}),
                      "log": ({"source": st.log.source, "lines": st.log.lines, "ok": st.log.ok, "status": st.log.status}
                              if st.log.source is not None else None)} for st in states]

@@ -299,7 +299,7 @@ def _host_metrics(fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | No
         for blob, n in sorted(hv.counters.reloads.items()):
             _add(fams, "kvtop_model_reloads_total", (host, blob), n)
     active: dict[tuple[str, str, str], int] = {}
-    for a in state.alerts:
+    for a in (*state.alerts, *state.past_alerts):  # as --check counts them: every alert of the window
         key = (a.kind, a.severity, a.model or "")
         active[key] = active.get(key, 0) + 1
     for (kind, severity, model), n in sorted(active.items()):

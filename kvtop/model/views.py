@@ -149,6 +149,10 @@ class AppState:
     procs: ProcSnapshot | None = None
     slots: SlotsSnapshot | None = None
     alerts: tuple[Alert, ...] = ()
+    past_alerts: tuple[Alert, ...] = ()
+    """Alerts about a model that is no longer loaded (``model.alerts.current``): still within
+    their window, kept out of ``alerts`` so the banner shows what is true now; the events pane,
+    ``--once``, JSON and ``--check`` still report them, with their age."""
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     naive_tz: tzinfo = timezone.utc
     slot_rates: Mapping[int, DecodeRate] = dataclasses.field(default_factory=dict)

@@ -10,6 +10,7 @@ from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from kvtop.model.alerts import context
+from kvtop.model.alerts.current import split_current
 from kvtop.model.alerts.gpus import gpu_alerts
 from kvtop.model.alerts.loadstate import context_over_training, load_alerts, runner_over_training_alerts
 from kvtop.model.alerts.logevents import churn_alerts, clamp_alerts, incident_alerts, rejection_alerts, truncation_alerts
@@ -95,10 +96,15 @@ def evaluate_state(state: AppState) -> AppState:
 
     Returns:
         ``state`` itself when the alerts did not change (so nothing repaints), else a copy with
-        the new alerts.
+        the new alerts: those true now in ``alerts``, those about a model no longer loaded in
+        ``past_alerts`` (:func:`kvtop.model.alerts.current.split_current`).
     """
-    alerts = evaluate(state, state.thresholds, state.alerts, naive_tz=state.naive_tz)
-    return state if alerts == state.alerts else dataclasses.replace(state, alerts=alerts)
+    found = evaluate(state, state.thresholds, state.alerts + state.past_alerts, naive_tz=state.naive_tz)
+    loaded = {m.name for m in state.models} if state.reachable else None
+    alerts, past = split_current(found, loaded)
+    if alerts == state.alerts and past == state.past_alerts:
+        return state
+    return dataclasses.replace(state, alerts=alerts, past_alerts=past)
 
 
 _SETTING_RE = re.compile(r"(OLLAMA_[A-Z_]+)=(\S+)")
