@@ -11,7 +11,8 @@
 asyncio only: nothing here imports Textual or Rich (``tests/unit/test_layering.py``).
 """
 
-from kvtop.engine.engine import APPLY_SETTLE_S, LOG_APPLY_GAP_INTERVALS, REPLAY_PENDING_MAX, Engine, Notice, Poll, Step
+from kvtop.engine.core import APPLY_SETTLE_S, LOG_APPLY_GAP_INTERVALS, REPLAY_PENDING_MAX, Notice, Poll, Step
+from kvtop.engine.engine import Engine
 from kvtop.engine.fold import LogRun, Pending, fold_pending
 from kvtop.engine.logfeed import LogFeed
 from kvtop.engine.sources import EngineSources, build_sources, machine_sources, ollama_client

@@ -8,19 +8,11 @@ through an ``EngineCore``, this module joins the two. Nothing here imports Textu
 
 from __future__ import annotations
 
-from kvtop.engine.core import (
-    APPLY_SETTLE_S,
-    LOG_APPLY_GAP_INTERVALS,
-    REPLAY_PENDING_MAX,
-    EngineCore,
-    Notice,
-    Poll,
-    Step,
-)
+from kvtop.engine.core import EngineCore
 from kvtop.engine.once import sample_everything, sample_server_info
 from kvtop.model.views import AppState
 
-__all__ = ["APPLY_SETTLE_S", "LOG_APPLY_GAP_INTERVALS", "REPLAY_PENDING_MAX", "Engine", "Notice", "Poll", "Step"]
+__all__ = ["Engine"]
 
 
 class Engine(EngineCore):
