@@ -1,4 +1,4 @@
-"""Host selection exactly as Ollama's envconfig.Host() reads OLLAMA_HOST (envconfig/config.go)."""
+"""Host selection exactly as Ollama's envconfig.Host() reads OLLAMA_HOST (docs/ollama-internals.md §3.5)."""
 
 from __future__ import annotations
 
