@@ -191,16 +191,17 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     # while a model is spilled, VRAM+RAM after SIZE: its VRAM, then its system RAM (PROCESSOR gives
     # the same split CPU first, as `ollama ps` prints it)
     spill = any(v.spilled for v in state.models)
-    header = ["NAME", "ID", "SIZE", *(["VRAM+RAM"] if spill else []), "PROCESSOR", "CONTEXT", "WEIGHTS", "KV", "COMPUTE",
-              "KV TYPE", "FLASH ATTN", "UNTIL"]
+    # the dashboard's column order (its MEMORY column is WEIGHTS KV COMPUTE here), ollama ps's words
+    header = ["NAME", "ID", "SIZE", *(["VRAM+RAM"] if spill else []), "WEIGHTS", "KV", "COMPUTE", "CONTEXT", "PROCESSOR",
+              "FLASH ATTN", "KV TYPE", "UNTIL"]
     rows = [header]
     for v in state.models:
         m = v.memory
         rows.append([
             safe_name(v.name, 40), safe(v.short_id, 12), _bytes(v.size_bytes), *([_vram_ram(v)] if spill else []),
-            "cloud" if v.cloud else v.processor, context_text(v),
             size_text(m.weights), size_text(m.kv), size_text(m.compute),
-            setting_text(v.kv_type), setting_text(v.flash_attention),
+            context_text(v), "cloud" if v.cloud else v.processor,
+            setting_text(v.flash_attention), setting_text(v.kv_type),
             v.until,
         ])
     widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]
