@@ -59,7 +59,7 @@ MODEL_KINDS = frozenset({"weights", "kv", "compute", "model", "overhead"})
 ModelKey = tuple[str, str]
 """``(name, digest)``, as the table keys a model."""
 
-_PARTS = ("weights", "kv", "compute")
+_PARTS: tuple[SegmentKind, ...] = ("weights", "kv", "compute")
 _GPU_DEVICE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|MTL)(\d*)$", re.IGNORECASE)
 _OVERHEAD_MIN_BYTES = 1024 * 1024
 """A model's measured bytes beyond its listed parts form a segment from this size on; less is the
@@ -196,17 +196,17 @@ def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_d
         parts = _log_parts(view.devices, log_device)
         for p in _PARTS:
             if parts.get(p):
-                out.append(Segment(p, parts[p], "allocated", view.name, key,  # type: ignore[arg-type]
+                out.append(Segment(p, parts[p], "allocated", view.name, key,
                                    f"the runner log's {log_device} {p} buffers"))
     else:
         m = view.memory
-        known: list[tuple[str, Known[int]]] = [(p, k) for p, k in zip(_PARTS, (m.weights, m.kv, m.compute))
+        known: list[tuple[SegmentKind, Known[int]]] = [(p, k) for p, k in zip(_PARTS, (m.weights, m.kv, m.compute))
                                                if k.value is not None and k.source is not None]
         whole = sum(k.value or 0 for _, k in known)
         if alone and len(known) == 3 and whole <= budget:
             for p, k in known:
                 if k.value:
-                    out.append(Segment(p, k.value, k.source or "estimated", view.name, key,  # type: ignore[arg-type]
+                    out.append(Segment(p, k.value, k.source or "estimated", view.name, key,
                                        k.note))
         elif len(known) == 3 and whole > 0:
             # the log does not say what is where: the parts in proportion to the whole model's
@@ -215,7 +215,7 @@ def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_d
                 n = budget - placed if i == len(known) - 1 else (k.value or 0) * budget // whole
                 placed += n
                 if n:
-                    out.append(Segment(p, n, "estimated", view.name, key,  # type: ignore[arg-type]
+                    out.append(Segment(p, n, "estimated", view.name, key,
                                        f"{where}: in proportion to the model's weights, KV and compute "
                                        "(the log gives no per-device figures)"))
             return out
@@ -307,7 +307,7 @@ def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> Device
         if cpu:
             for p in _PARTS:
                 if cpu.get(p):
-                    segments.append(Segment(p, cpu[p], "allocated", m.name, key,  # type: ignore[arg-type]
+                    segments.append(Segment(p, cpu[p], "allocated", m.name, key,
                                             f"the runner log's CPU-side {p} buffers (CPU, CPU_Mapped, *_Host)"))
         else:
             # both /api/ps figures, as the table's VRAM+RAM (model.placement.vram_ram) and ollama ps's split
