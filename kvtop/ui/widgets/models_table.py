@@ -26,6 +26,7 @@ from kvtop.ui.format import (
     safe_name,
     short_until,
     size_text,
+    source_mark,
 )
 
 WIDE_MIN_COLUMNS = 160
@@ -73,7 +74,7 @@ def slots_cell(v: ModelView, width: int) -> str:
         return f"pf {use.prefill.percent}%"
     if not use.busy:
         return ctx
-    busy = f"{'~' if use.source == 'estimated' else ''}▶{use.busy}"
+    busy = f"{source_mark(use.source)}▶{use.busy}"  # a count: its mark before it, as a size's
     candidates = [f"{ctx} {busy}"]
     if v.context.value is not None:
         candidates.append(f"{ctx_number(v.context.value)} {busy}")
