@@ -31,7 +31,7 @@ from kvtop.logparse.request_events import (
 
 __all__ = [
     "EVENT_TYPES", "Allocation", "ContextClamped", "ContextOverflow", "ContextOverTraining", "ContextParams", "DeviceFree",
-    "Eviction", "FitOverflow", "FlashAttention", "FlashAttentionDecision", "FlashAttentionForcedOff",
+    "Eviction", "FitOverflow", "FitPlan", "FlashAttention", "FlashAttentionDecision", "FlashAttentionForcedOff",
     "GinRequest", "KvSummary", "KvTypeFallback", "LoadDecision", "LoadFailed", "LoadRequest", "LogEvent",
     "ModelLoad", "OffloadedLayers", "Oom", "PrefillProgress", "PromptRejected", "RequestTiming",
     "RunnerReady", "RunnerStarted", "SchedulerEstimate", "ServerConfig", "ServerListening", "SlotActivity",
@@ -342,12 +342,45 @@ class OffloadedLayers(EventBase):
 
 @frozen_event
 class FitOverflow(EventBase):
-    """C ``common_params_fit_impl:   - ROCm0 (…): 25 layers ( 5 overflowing), …`` (§1.2, §4.5)."""
+    """C ``common_params_fit_impl:   - ROCm0 (…): 25 layers ( 5 overflowing), 11065 MiB used, 1036 MiB free``
+    (§1.2, §4.4, §4.5): the layers the fit put on a device, how many of them overflow it, and the memory the
+    device is then projected to use and to keep free (None when the line stops before them)."""
 
     kind: ClassVar[str] = "fit_overflow"
     device: str
     layers: int
     overflowing: int
+    used_bytes: int | None = None
+    free_bytes: int | None = None
+
+
+@frozen_event
+class FitPlan(EventBase):
+    """One summary line of llama.cpp's fit pass, which sizes a llama-server load to the free memory before it
+    loads (Era C, ``common_params_fit_impl``; §4.4). Each line sets its own fields:
+
+    - ``projected to use P MiB of device memory vs. F MiB of free device memory``: ``projected_bytes``,
+      ``free_bytes`` (CPU only: ``… of host memory vs. F MiB of total host memory``, ``memory`` ``"host"``);
+    - ``will leave L >= T MiB of free device memory, no changes needed`` (``will leave at least L >= T MiB of free
+      memory on all devices``; ``of system memory`` for the host): ``left_bytes``, ``target_bytes``;
+    - ``cannot fulfill margin of T MiB, need to reduce device memory by R MiB`` (several devices: ``… on all
+      devices, need to use R MiB less in total``): ``target_bytes``, ``shortfall_bytes``;
+    - with several devices, ``  - DEV (name): N total, U used, M surplus|deficit``: ``device`` and
+      ``margin_bytes`` (negative for a deficit).
+
+    ``T`` is the margin the fit keeps free on each device: ``LLAMA_ARG_FIT_TARGET`` in MiB (default 1024), which
+    Ollama passes to llama-server, raised by the projector's size (§3.5).
+    """
+
+    kind: ClassVar[str] = "fit_plan"
+    memory: str = "device"
+    projected_bytes: int | None = None
+    free_bytes: int | None = None
+    left_bytes: int | None = None
+    target_bytes: int | None = None
+    shortfall_bytes: int | None = None
+    device: str | None = None
+    margin_bytes: int | None = None
 
 
 @frozen_event
@@ -469,6 +502,7 @@ LogEvent = (
     | ContextOverTraining
     | OffloadedLayers
     | FitOverflow
+    | FitPlan
     | SchedulerEstimate
     | Truncation
     | ContextOverflow
@@ -490,7 +524,7 @@ LogEvent = (
 EVENT_TYPES: tuple[type[EventBase], ...] = (
     ServerConfig, ServerListening, RunnerStarted, LoadRequest, LoadDecision, ModelLoad,
     Allocation, KvSummary, ContextParams, FlashAttention, FlashAttentionDecision,
-    FlashAttentionForcedOff, KvTypeFallback, ContextClamped, ContextOverTraining, OffloadedLayers, FitOverflow,
+    FlashAttentionForcedOff, KvTypeFallback, ContextClamped, ContextOverTraining, OffloadedLayers, FitOverflow, FitPlan,
     SchedulerEstimate, Truncation, ContextOverflow, PromptRejected, RequestTiming, PrefillProgress, SlotActivity, RunnerReady, Eviction, Unload, Oom, LoadFailed,
     GinRequest, DeviceFree, UnknownWarning,
 )

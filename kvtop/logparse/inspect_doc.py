@@ -89,6 +89,7 @@ def load_json(load: Load) -> dict[str, Any]:
         "mmproj_blob": load.mmproj_blob,
         "port": load.port,
         "n_ctx_train": load.n_ctx_train,
+        "fit": load.fit.to_json() if load.fit is not None else None,
         "first_line": load.first_line,
         "last_line": load.last_line,
         "findings": load.findings(),

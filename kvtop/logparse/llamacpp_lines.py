@@ -32,6 +32,7 @@ from kvtop.logparse.events import (
     ContextParams,
     DeviceFree,
     FitOverflow,
+    FitPlan,
     FlashAttention,
     FlashAttentionForcedOff,
     KvSummary,
@@ -74,7 +75,16 @@ _OVER_TRAIN_RE = re.compile(r"n_ctx_(?:pre_seq|per_seq|seq) \((\d+)\) ([<>]) n_c
 _FA_RESOLVED_RE = re.compile(r"Flash Attention (?:was auto, set to )?(enabled|disabled)")
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _DEVICE_FREE_RE = re.compile(r"using device (\S+)\s+\((.*?)\)(?:\s*\([^)]*\))*\s+-\s+(\d+)\s+MiB free")
-_FIT_RE = re.compile(r"-\s+(\S+)\s+\((.*)\):\s+(\d+)\s+layers\s+\(\s*(\d+)\s+overflowing\)")
+_FIT_RE = re.compile(
+    r"-\s+(\S+)\s+\((.*)\):\s+(\d+)\s+layers\s+\(\s*(\d+)\s+overflowing\)(?:,\s*(\d+) MiB used,\s*(\d+) MiB free)?"
+)
+_FIT_PROJECTED_RE = re.compile(r"projected to use (\d+) MiB of (device|host) memory vs\. (\d+) MiB of")
+_FIT_LEAVE_RE = re.compile(r"will leave (?:at least )?(-?\d+) >= (\d+) MiB of (free device|free|system) memory")
+_FIT_SHORT_RE = re.compile(
+    r"cannot (?:fulfill margin|meet free memory target) of (\d+) MiB(?: on all devices)?, need to"
+    r" (?:reduce device memory by (\d+) MiB|use (\d+) MiB less)"
+)
+_FIT_DEVICE_RE = re.compile(r"-\s+(\S+)(?:\s+\((.*)\))?:\s+(\d+) total,\s+(\d+) used,\s+(\d+) (surplus|deficit)")
 _LOADED_FROM_RE = re.compile(r"loaded meta data with .* from (.+?)(?: \(version [^)]*\))?\s*$")
 _TROUBLE_RE = re.compile(
     r"(?P<oom>[Oo]ut of memory|OutOf(?:Device|Host)?Memory|cudaMalloc failed|hipMalloc failed|[Ff]ailed to allocate"
@@ -361,16 +371,51 @@ def _device(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEv
 
 
 def _fit(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
-    """Era C: ``common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing), 11065 MiB used, 1036 MiB free``."""
-    if "overflowing" not in rest:
+    """Era C fit pass: ``common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing), 11065 MiB used,
+    1036 MiB free`` (:class:`FitOverflow`) and the summary lines of :class:`FitPlan`."""
+    if "overflowing" in rest:
+        m = _FIT_RE.search(rest)
+        if m is None:
+            return None
+        layers, overflowing = to_count(m.group(3)), to_count(m.group(4))
+        if layers is None or overflowing is None:
+            return None
+        used, free = m.group(5), m.group(6)
+        return [FitOverflow(*_meta(n, text, time), m.group(1), layers, overflowing,
+                            mib_bytes(used) if used else None, mib_bytes(free) if free else None)]
+    if rest.startswith("projected to use"):
+        pm = _FIT_PROJECTED_RE.match(rest)
+        if pm is None:
+            return None
+        return [FitPlan(*_meta(n, text, time), pm.group(2), projected_bytes=mib_bytes(pm.group(1)),
+                        free_bytes=mib_bytes(pm.group(3)))]
+    if rest.startswith("will leave"):
+        lm = _FIT_LEAVE_RE.match(rest)
+        if lm is None:
+            return None
+        left = int(lm.group(1))
+        return [FitPlan(*_meta(n, text, time), "host" if lm.group(3) == "system" else "device",
+                        left_bytes=_signed_mib(left), target_bytes=mib_bytes(lm.group(2)))]
+    if rest.startswith("cannot"):
+        sm = _FIT_SHORT_RE.match(rest)
+        if sm is None:
+            return None
+        return [FitPlan(*_meta(n, text, time), target_bytes=mib_bytes(sm.group(1)),
+                        shortfall_bytes=mib_bytes(sm.group(2) or sm.group(3)))]
+    if "surplus" in rest or "deficit" in rest:
+        dm = _FIT_DEVICE_RE.search(rest)
+        if dm is None:
+            return None
+        margin = _signed_mib(int(dm.group(5)) * (-1 if dm.group(6) == "deficit" else 1))
+        return [FitPlan(*_meta(n, text, time), device=dm.group(1), margin_bytes=margin)]
+    return None
+
+
+def _signed_mib(mib: int) -> int | None:
+    """``mib`` MiB in bytes, negative allowed; None beyond a 64-bit byte count."""
+    if abs(mib) > INT64_MAX // MIB:
         return None
-    m = _FIT_RE.search(rest)
-    if m is None:
-        return None
-    layers, overflowing = to_count(m.group(3)), to_count(m.group(4))
-    if layers is None or overflowing is None:
-        return None
-    return [FitOverflow(*_meta(n, text, time), m.group(1), layers, overflowing)]
+    return mib * MIB
 
 
 def _errors_only(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:

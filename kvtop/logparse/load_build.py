@@ -6,12 +6,14 @@ and resolves flash attention. The rules are listed in :mod:`kvtop.logparse.loads
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kvtop.logparse.events import (
     ContextOverTraining,
+    FitOverflow,
+    FitPlan,
     FlashAttentionForcedOff,
     KvTypeFallback,
     LoadFailed,
@@ -27,6 +29,42 @@ _ROUNDING_SLACK = 64 * 1024
 """KV buffer lines and size lines both print MiB with two decimals: sums may differ by this much."""
 
 _ORDER = {"weights": 0, "kv": 1, "recurrent": 1, "compute": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class FitFacts:
+    """What llama.cpp's fit pass said about a load before it was loaded (Era C, ``common_params_fit_impl``;
+    docs/ollama-internals.md §4.4): sizes in bytes, None where no line said it; the last line of each kind wins.
+
+    Attributes:
+        memory: ``device`` (GPU memory) or ``host`` (a CPU-only runner).
+        target_bytes: The margin the fit keeps free on each device (``LLAMA_ARG_FIT_TARGET``, default 1024 MiB,
+            plus Ollama's projector pad).
+        projected_bytes / free_bytes: The memory the load was projected to use, and the memory free then.
+        left_bytes: The least memory the fit leaves free on a device (``will leave L >= T MiB``).
+        shortfall_bytes: How much memory the fit had to cut to keep the margin (``need to reduce … by R MiB``).
+        overflowing_layers: Layers that overflow the devices after the fit (sum of the per-device lines).
+        devices: Per device as printed (``ROCm0``): ``margin_bytes`` (free after the fit, negative for a
+            deficit), ``used_bytes``, ``layers`` and ``overflowing``, each only when printed.
+    """
+
+    memory: str = "device"
+    target_bytes: int | None = None
+    projected_bytes: int | None = None
+    free_bytes: int | None = None
+    left_bytes: int | None = None
+    shortfall_bytes: int | None = None
+    overflowing_layers: int | None = None
+    devices: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The facts as a JSON-ready dict (``devices`` copied)."""
+        return {
+            "memory": self.memory, "target_bytes": self.target_bytes, "projected_bytes": self.projected_bytes,
+            "free_bytes": self.free_bytes, "left_bytes": self.left_bytes, "shortfall_bytes": self.shortfall_bytes,
+            "overflowing_layers": self.overflowing_layers,
+            "devices": {d: dict(v) for d, v in self.devices.items()},
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +111,8 @@ class Load:
     """Incidents per kind when ``events`` keeps only some of them (:class:`LoadStream`); None: ``events`` is all."""
     events_left_out: int = 0
     """Incidents that give a finding line each but are not in ``events`` (:data:`MAX_FINDING_EVENTS` reached)."""
+    fit: FitFacts | None = None
+    """llama.cpp's fit pass for this load (Era C), when the log has its lines."""
 
     @property
     def estimates(self) -> dict[str, int | None]:
@@ -130,6 +170,8 @@ class Load:
             counts = dict(self.event_counts)
         if counts.get("truncation"):
             out.append(f"{counts['truncation']} prompt truncation(s)")
+        if counts.get("context_overflow"):
+            out.append(f"{counts['context_overflow']} prompt(s) over the context (chat history cut or HTTP 400)")
         if counts.get("prompt_rejected"):
             out.append(f"{counts['prompt_rejected']} prompt(s) rejected: longer than the context")
         if counts.get("eviction"):
@@ -149,7 +191,7 @@ class _Builder:
 
     __slots__ = (
         "alloc", "device_free", "engine", "era", "era_rank", "estimate", "events", "fa_ollama_off", "fa_requested",
-        "fa_strong", "fa_weak", "first_line", "fit_overflowing", "has_alloc", "has_request", "has_spawn", "index",
+        "fa_strong", "fa_weak", "first_line", "fit", "fit_devices", "fit_overflowing", "has_alloc", "has_request", "has_spawn", "index",
         "kv_ctx_set", "kv_sizes", "kv_swa", "last_line", "max_order", "mmproj_blob", "model_blob", "model_name",
         "over_training", "pid", "port", "ready", "time", "touched", "values",
     )
@@ -183,6 +225,9 @@ class _Builder:
         self.over_training: ContextOverTraining | None = None
         self.estimate: SchedulerEstimate | None = None
         self.fit_overflowing: int | None = None
+        self.fit: dict[str, Any] | None = None
+        """The fit pass's facts so far (:class:`FitFacts` fields but ``devices``); None: no fit line."""
+        self.fit_devices: dict[str, dict[str, int]] = {}
         self.device_free: dict[str, int] = {}
         self.has_spawn = False
         self.has_request = False
@@ -303,4 +348,33 @@ class _Builder:
             events=tuple(self.events),
             n_ctx_train=self.get("n_ctx_train"),
             over_training=self.over_training,
+            fit=self.fit_facts(),
         )
+
+    def add_fit(self, e: FitPlan | FitOverflow) -> None:
+        """One line of the fit pass: its facts replace the same facts of an earlier line."""
+        facts = self.fit if self.fit is not None else {}
+        self.fit = facts
+        if isinstance(e, FitOverflow):
+            self.fit_overflowing = (self.fit_overflowing or 0) + e.overflowing
+            dev = self.fit_devices.setdefault(e.device, {})
+            dev["layers"], dev["overflowing"] = e.layers, e.overflowing
+            if e.used_bytes is not None:
+                dev["used_bytes"] = e.used_bytes
+            if e.free_bytes is not None:
+                dev["margin_bytes"] = e.free_bytes
+            return
+        facts["memory"] = e.memory if e.device is None else facts.get("memory", "device")
+        for name in ("projected_bytes", "free_bytes", "left_bytes", "target_bytes", "shortfall_bytes"):
+            value = getattr(e, name)
+            if value is not None:
+                facts[name] = value
+        if e.device is not None and e.margin_bytes is not None:
+            self.fit_devices.setdefault(e.device, {})["margin_bytes"] = e.margin_bytes
+
+    def fit_facts(self) -> FitFacts | None:
+        """The :class:`FitFacts` of the lines so far; None when the load has no fit line."""
+        if self.fit is None:
+            return None
+        return FitFacts(devices={d: dict(v) for d, v in self.fit_devices.items()},
+                        overflowing_layers=self.fit_overflowing, **self.fit)

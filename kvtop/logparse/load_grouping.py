@@ -18,6 +18,7 @@ from kvtop.logparse.events import (
     ContextParams,
     DeviceFree,
     FitOverflow,
+    FitPlan,
     FlashAttention,
     FlashAttentionDecision,
     FlashAttentionForcedOff,
@@ -155,7 +156,7 @@ class _Grouper:
             else:
                 target = len(self.loads)  # Ollama decides before it spawns the runner
                 self.pending.append(e)
-        elif isinstance(e, (Allocation, KvSummary, ContextParams, OffloadedLayers, FitOverflow, FlashAttention,
+        elif isinstance(e, (Allocation, KvSummary, ContextParams, OffloadedLayers, FitOverflow, FitPlan, FlashAttention,
                             FlashAttentionForcedOff, ContextOverTraining)):
             b = self.current_or_new(e)
             self.runner_line(b, e)
@@ -266,7 +267,7 @@ class _Grouper:
     def runner_line(b: _Builder, e: LogEvent) -> None:
         # a fit pass (``N layers (M overflowing)``) runs before the runner loads the model, so it does not
         # end the load's spawn phase: the ``llama_model_loader`` line that follows is the same load
-        b.has_alloc = b.has_alloc or not isinstance(e, (FlashAttention, FlashAttentionForcedOff, FitOverflow))
+        b.has_alloc = b.has_alloc or not isinstance(e, (FlashAttention, FlashAttentionForcedOff, FitOverflow, FitPlan))
         if isinstance(e, Allocation):
             b.add_alloc(e.component, e.device, e.bytes)
             b.set_era("B2" if e.grammar == "ollama" else _GRAMMAR_ERA.get(e.grammar), 1)
@@ -303,8 +304,8 @@ class _Grouper:
         elif isinstance(e, OffloadedLayers):
             b.put("layers_offloaded", e.n, 3)
             b.put("layers_total", e.total, 3)
-        elif isinstance(e, FitOverflow):
-            b.fit_overflowing = (b.fit_overflowing or 0) + e.overflowing
+        elif isinstance(e, (FitOverflow, FitPlan)):
+            b.add_fit(e)
             b.set_era("C", 1)
         elif isinstance(e, ContextOverTraining):
             b.over_training = e

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kvtop.logparse import (
     ContextOverflow,
+    FitPlan,
     GinRequest,
     KvSummary,
     ModelLoad,
@@ -330,3 +331,53 @@ def test_the_model_state_keeps_the_newest_cached_count() -> None:
     (load,) = log.loads
     t = throughput(log, load, now_s=0.0)
     assert (t.requests, t.last_prefill_tps, t.last_prompt_cached_tokens) == (2, 26936.03, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# 8. llama.cpp's fit pass as facts of the load
+
+POSTED = LOGS / "posted"
+
+
+def test_fit_pass_summary_is_a_fact_of_the_load() -> None:
+    # fixtures/logs/posted/ollama-16416-…: "projected to use 71326 MiB of device memory vs. 120459 MiB of free device
+    # memory", "will leave 49133 >= 1024 MiB of free device memory, no changes needed" (one ROCm device)
+    (path,) = POSTED.glob("ollama-16416-*.log")
+    (load,) = inspect_lines(path.read_text(encoding="utf-8").splitlines())["loads"]
+    assert load["fit"] == {
+        "memory": "device", "target_bytes": 1024 * MIB, "projected_bytes": 71326 * MIB, "free_bytes": 120459 * MIB,
+        "left_bytes": 49133 * MIB, "shortfall_bytes": None, "overflowing_layers": None, "devices": {},
+    }
+
+
+def test_fit_pass_of_a_cpu_only_runner_is_host_memory() -> None:
+    # fixtures/llama_server/f16-fa-on-np1.log: "projected to use 9 MiB of host memory vs. 24105 MiB of total host
+    # memory", "will leave 24096 >= 1024 MiB of system memory, no changes needed"
+    lines = (LLAMA_SERVER / "f16-fa-on-np1.log").read_text(encoding="utf-8").splitlines()
+    (load,) = inspect_lines(lines)["loads"]
+    fit = load["fit"]
+    assert (fit["memory"], fit["projected_bytes"], fit["free_bytes"], fit["left_bytes"], fit["target_bytes"]) == (
+        "host", 9 * MIB, 24105 * MIB, 24096 * MIB, 1024 * MIB)
+
+
+def test_fit_overflow_and_device_margins() -> None:
+    # The overflow line as docs/ollama-internals.md §4.5 quotes it (tests/unit/test_logparse_posted.py FIT_LINE; no
+    # posted log has one) after #16416's real fit pass; the cut and per-device lines have no real example either:
+    # they follow llama.cpp's format strings in common_params_fit_impl ("cannot fulfill margin of %d MiB, need to
+    # reduce device memory by %d MiB", "  - %s: %6d total, %6d used, %6d %s" with surplus/deficit; §4.4).
+    (path,) = POSTED.glob("ollama-16416-*.log")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = next(i for i, x in enumerate(lines) if "will leave" in x)
+    lines[at + 1:at + 1] = [
+        "common_params_fit_impl: cannot fulfill margin of 1024 MiB, need to reduce device memory by 6210 MiB",
+        "common_params_fit_impl:   - ROCm0 (8060S Graphics): 120459 total, 121669 used,   1210 deficit",
+        "common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing),  11065 MiB used,   1036 MiB free",
+    ]
+    (load,) = inspect_lines(lines)["loads"]
+    fit = load["fit"]
+    assert (fit["shortfall_bytes"], fit["target_bytes"], fit["overflowing_layers"]) == (6210 * MIB, 1024 * MIB, 5)
+    assert fit["devices"] == {"ROCm0": {"margin_bytes": 1036 * MIB, "layers": 25, "overflowing": 5,
+                                        "used_bytes": 11065 * MIB}}  # the overflow line comes last: its margin wins
+    assert "spill: 5 layers overflow the GPU (llama-server fit)" in load["findings"]
+    deficit = [e for e in parse_lines(lines) if isinstance(e, FitPlan) and e.device is not None]
+    assert [(e.device, e.margin_bytes) for e in deficit] == [("ROCm0", -1210 * MIB)]
