@@ -196,9 +196,13 @@ class KvtopApp(App[int]):
         self.current_host = self.hosts[0]
         self.set_reactive(KvtopApp.state, self.states[self.current_host])
 
+    _variable_defaults: dict[str, str] | None = None
+
     def get_theme_variable_defaults(self) -> dict[str, str]:
-        """kvtop's semantic colours, so any Textual theme can render the dashboard."""
-        return default_variables()
+        """kvtop's semantic colours, so any Textual theme can render the dashboard (read once)."""
+        if self._variable_defaults is None:
+            self._variable_defaults = default_variables()
+        return dict(self._variable_defaults)
 
     def get_line_filters(self) -> Sequence[LineFilter]:
         """Textual's line filters, and in ASCII mode (``--ascii``, no UTF-8 locale) the ASCII one last."""

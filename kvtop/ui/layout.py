@@ -134,12 +134,19 @@ class PanelLayout:
         main.query_one(AlertsPanel).set_class(shown["alerts"], "-shown")
         main.query_one(HistoryPanel).set_class(shown["history"], "-shown")
         main.query_one(EventsPane).set_class(shown["events"], "-visible")
-        main.set_class(shown["alerts"] or shown["history"], "-panel-row")
-        main.set_class(shown["events"] and not shown["history"] and shown["map"], "-events-fill")
-        # under the map's size, panels switched on by hand share the rows left instead of the
-        # events pane's 12 pushing the screen into a scrollbar (80x24 with every panel on)
-        main.set_class(self.app.size.height < PANEL_MIN_SIZE["map"][1], "-short")
+        for name, add in self.screen_classes(shown).items():
+            main.set_class(add, name)
         return shown
+
+    def screen_classes(self, shown: Mapping[str, bool]) -> dict[str, bool]:
+        """The dashboard screen's layout classes for the panels ``shown`` (class name → set)."""
+        return {
+            "-panel-row": shown["alerts"] or shown["history"],
+            "-events-fill": shown["events"] and not shown["history"] and shown["map"],
+            # under the map's size, panels switched on by hand share the rows left instead of the
+            # events pane's 12 pushing the screen into a scrollbar (80x24 with every panel on)
+            "-short": self.app.size.height < PANEL_MIN_SIZE["map"][1],
+        }
 
     def toggle_panel(self, name: str) -> None:
         """Show a panel that is hidden or hide one that shows, and save the choice."""

@@ -66,15 +66,22 @@ class DashboardScreen(Screen[None]):
         (a key between polls reuses them; observer-cost tests count them)."""
 
     def compose(self) -> ComposeResult:
+        # the panels' classes for the terminal's size from the start: set later by the first
+        # repaint, each would style the whole screen again (~20 ms before the first frame)
+        shown = self.panels.shown_panels()
+        for name, add in self.panels.screen_classes(shown).items():
+            self.set_class(add, name)
+        size = self._app().size
+        self.set_class(size.width < MIN_WIDTH or size.height < MIN_HEIGHT, "-too-small")
         yield ServerHeader(id="header")
-        yield Static(id="servers")
+        yield Static(id="servers", classes="-visible" if len(self._app().hosts) > 1 else "")
         yield Static(id="alertbar")
         yield ModelsTable(id="models")
-        yield MemoryMapPanel(id="memmap")
+        yield MemoryMapPanel(id="memmap", classes="-shown" if shown["map"] else "")
         with Horizontal(id="panel-row"):
-            yield AlertsPanel(id="alerts-panel")
-            yield HistoryPanel(id="history-panel")
-        yield EventsPane(id="events")
+            yield AlertsPanel(id="alerts-panel", classes="-shown" if shown["alerts"] else "")
+            yield HistoryPanel(id="history-panel", classes="-shown" if shown["history"] else "")
+        yield EventsPane(id="events", classes="-visible" if shown["events"] else "")
         yield GpuPanel(id="gpu")
         yield Static(id="logline")
         yield Static(id="status")
@@ -93,7 +100,6 @@ class DashboardScreen(Screen[None]):
         header = self.query_one(ServerHeader)
         header.demo = app.settings.demo
         header.recording = app.recording
-        self.query_one("#servers").set_class(len(app.hosts) > 1, "-visible")
         self.watch(self.app, "state", self._state_changed, init=False)
         for name in REPAINT_ON:
             self.watch(self.app, name, self.repaint, init=False)
