@@ -14,10 +14,16 @@ A *fact* is one leaf of the oracle's ``server``, ``loads`` and ``events`` (an em
 one fact; a ``memory`` component's device set is one more). A fact is matched when its comparison
 finds no error; a list entry the parser did not produce misses all its facts.
 
+Two transformations measure how the parser stands the forms real posts take, on the same facts:
+``--wrap N`` cuts every line into pieces of N characters (a terminal or a forum that hard-wraps at a
+fixed width, mid-token; a piece may start with a space), ``--identifier-only`` removes the date and
+host of journald lines (``Jul 24 16:07:51 host ollama[1]: `` becomes ``ollama[1]: ``).
+
 Usage::
 
     python benchmarks/corpus_facts.py --corpus /path/to/corpus          # logs/ and expected/ inside
     python benchmarks/corpus_facts.py --logs tests/fixtures/logs --expected tests/fixtures/logs/expected
+    python benchmarks/corpus_facts.py --wrap 120                        # the fixtures, hard-wrapped at 120
 
 Prints one line per log that misses a fact (with the misses), then ``matched N of M facts (P %)``;
 the last line is one JSON object.
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -87,6 +94,16 @@ def score(actual: Any, expected: Any, path: str, tolerance: dict[str, int], miss
 
 
 _MISSING = object()
+_JOURNAL_DATE_HOST = re.compile(r"^\S+\s+\d+ \d\d:\d\d:\d\d (?:<[^>]*>|\S+) (?=\S+\[\d+\]: )")
+
+
+def transform(lines: list[str], wrap: int, identifier_only: bool) -> list[str]:
+    """``lines`` as ``--identifier-only`` and ``--wrap`` make them (in that order)."""
+    if identifier_only:
+        lines = [_JOURNAL_DATE_HOST.sub("", line) for line in lines]
+    if wrap > 0:
+        lines = [line[i:i + wrap] for line in lines for i in range(0, max(len(line), 1), wrap)]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, help="a folder with logs/ and expected/")
     parser.add_argument("--logs", type=Path, default=REPO_ROOT / "tests" / "fixtures" / "logs")
     parser.add_argument("--expected", type=Path)
+    parser.add_argument("--wrap", type=int, default=0, help="cut every line into pieces of this many characters")
+    parser.add_argument("--identifier-only", action="store_true", help="drop journald's date and host")
     args = parser.parse_args(argv)
     logs: Path = args.corpus / "logs" if args.corpus else args.logs
     expected_dir: Path = args.corpus / "expected" if args.corpus else (args.expected or logs / "expected")
@@ -105,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         oracle = json.loads(oracle_path.read_text(encoding="utf-8"))
         with log.open(encoding="utf-8", errors="replace", newline="") as fh:
-            actual = inspect_lines(fh)
+            text = fh.read().splitlines()
+        actual = inspect_lines(transform(text, args.wrap, args.identifier_only))
         tolerance = oracle.get("tolerance_bytes", {})
         misses: list[str] = []
         facts = 0
