@@ -15,7 +15,7 @@ from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
 from kvtop.model.server import server_json
-from kvtop.model.known import SOURCE_LEGEND, UNITS_NOTE
+from kvtop.model.known import SOURCE_LEGEND, units_note
 from kvtop.model.views import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
@@ -207,7 +207,7 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
         lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
-    lines.append(f"{SOURCE_LEGEND}  {UNITS_NOTE}")
+    lines.append(f"{SOURCE_LEGEND}  {units_note()}")
     for v in state.models:
         for d in v.differences:
             lines.append(f"NOTE {safe_name(v.name, 40)}: {safe(d, 300)}")

@@ -29,6 +29,7 @@ from kvtop.cli.demo import _show_busiest_step, demo_server
 from kvtop.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from kvtop.cli.outputs import _stream
 from kvtop.core.glyphs import wants_ascii
+from kvtop.model.known import use_si_units
 from kvtop.config import ResolvedConfig, Settings, resolve_config
 from kvtop.config.files import ConfigError
 from kvtop.config.host import HostError, parse_ollama_host
@@ -105,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ascii", action="store_true",
                    help="draw with ASCII only (bars # %% + . -, x for the times sign; the marks ~ ^ = * ? unchanged); "
                         "on by itself when the locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG, e.g. LANG=C)")
+    p.add_argument("--si", action="store_true",
+                   help="write sizes in decimal units, as ollama ps (6.1 GB; default binary: 5.7 GiB); "
+                        "the history plots keep GiB, and JSON is bytes either way")
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
 
@@ -126,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_export(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    use_si_units(args.si)  # before anything is written: every face's sizes
     for stream in (sys.stdout, sys.stderr):  # a terminal without UTF-8 gets "?" instead of a traceback
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -22,8 +22,10 @@ The vocabulary is defined here once and used by every screen, ``--once``, ``--ch
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any, Generic, Literal, TypeVar
 
 T = TypeVar("T")
@@ -62,6 +64,9 @@ UNITS_NOTE = "sizes binary: G/GiB = 2^30 B (ollama ps: GB = 10^9 B)"
 """The unit, said where sizes are printed as text (``--once``'s legend line, ``kvtop --help``):
 ``ollama ps`` prints ``6.1 GB`` for the 5.7 GiB kvtop shows."""
 
+UNITS_NOTE_SI = "sizes decimal (--si): G/GB = 10^9 B, as ollama ps"
+""":data:`UNITS_NOTE` under ``--si``."""
+
 SOURCE_WORDS: dict[str, str] = {
     "allocated": "allocated",
     "runner": "runner",
@@ -78,22 +83,58 @@ CLAMPED_MARK = "↓"
 after the number: ``40960↓``). Not ``*``, which means an Ollama default everywhere."""
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_SI_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
+
+_SI: ContextVar[bool] = ContextVar("kvtop_si_units", default=False)
+"""Whether sizes are written in decimal units (``kvtop --si``): a display choice made once per
+run, before anything is rendered (:func:`use_si_units`); the sizes themselves stay bytes."""
+
+
+def use_si_units(si: bool) -> None:
+    """Write every size of this run (this context and the tasks started from it) in decimal
+    units, as ``ollama ps`` does (``6.1 GB``), when ``si``; else binary (the default, ``5.7 GiB``).
+    Called once by ``kvtop --si`` / ``kvtop plan --si`` before any output."""
+    _SI.set(si)
+
+
+@contextmanager
+def si_units(si: bool = True) -> Iterator[None]:
+    """:func:`use_si_units` for the length of a ``with`` block (tests, one rendering)."""
+    token = _SI.set(si)
+    try:
+        yield
+    finally:
+        _SI.reset(token)
+
+
+def si_on() -> bool:
+    """Whether sizes are written in decimal units in this run (``--si``, :func:`use_si_units`)."""
+    return _SI.get()
+
+
+def units_note() -> str:
+    """The unit, in words, for the legend lines (``--once``): :data:`UNITS_NOTE`, or its decimal
+    twin under ``--si``."""
+    return UNITS_NOTE_SI if _SI.get() else UNITS_NOTE
 
 
 def ibytes(n: int | None, *, short: bool = False) -> str:
     """A size in binary units, the one way kvtop writes sizes: ``4.0 GiB``, ``448 MiB``,
     ``85.2 MiB``, ``512 B`` (one decimal below 100, none from 100); ``short`` for dense tables:
     ``4.0G``, ``448M``, ``12G`` (the same binary units, one decimal below 10 only). None ->
-    ``?``; a negative size has a real minus sign (``−2.0 GiB``)."""
+    ``?``; a negative size has a real minus sign (``−2.0 GiB``). Under ``--si``
+    (:func:`use_si_units`) the units are decimal: ``4.3 GB``, ``470 MB``; ``short`` ``4.3G``."""
     if n is None:
         return NOT_KNOWN
     if abs(n) >= 2**63:  # no real size; never let a float overflow take the screen down
         return "huge"
+    si = _SI.get()
+    base, names = (1000, _SI_UNITS) if si else (1024, _UNITS)
     sign = "−" if n < 0 else ""
     value = float(abs(n))
     unit = 0
-    while value >= 1024 and unit < len(_UNITS) - 1:
-        value /= 1024
+    while value >= base and unit < len(names) - 1:
+        value /= base
         unit += 1
     if unit == 0:
         text = f"{int(value)}"
@@ -101,9 +142,9 @@ def ibytes(n: int | None, *, short: bool = False) -> str:
         text = f"{value:.0f}"
     else:
         text = f"{value:.1f}"
-    name = _UNITS[unit]
+    name = names[unit]
     if short:
-        return sign + text + (name[0] if unit else "B")
+        return sign + text + (name[0].upper() if unit else "B")
     return f"{sign}{text} {name}"
 
 

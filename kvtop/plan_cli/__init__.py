@@ -53,6 +53,7 @@ import sys
 import httpx
 
 from kvtop.core.glyphs import to_ascii, wants_ascii
+from kvtop.model.known import use_si_units
 from kvtop.core.units import parse_bytes
 from kvtop.model import kv
 from kvtop.model import plan
@@ -153,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve", type=_gpu_bytes, default=0, metavar="BYTES",
                    help="memory to leave free on the GPU (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--si", action="store_true",
+                   help="write sizes in decimal units, as ollama ps (6.1 GB; default binary: 5.7 GiB)")
     p.add_argument("--ascii", action="store_true",
                    help="ASCII only (x for the times sign, v for the lowered mark, +/- for plus-minus); on by itself when the "
                         "locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG)")
@@ -224,6 +227,7 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed its message
         return EXIT_OK if exc.code == 0 else EXIT_ERROR
+    use_si_units(args.si)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

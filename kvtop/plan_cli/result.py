@@ -15,7 +15,7 @@ from typing import Any
 
 from kvtop.model import kv
 from kvtop.model import plan
-from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked
+from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked, units_note
 from kvtop.plan_cli.inputs import EXIT_OK, PlanInput
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +146,7 @@ def render_text(r: PlanResult) -> str:
             text += f" − {ibytes(r.reserve_bytes)} reserve"
         w(f"  GPU       {text}\n")
     w(f"  runner    {r.engine}" + (" (Ollama v0.30+)" if r.engine == "llama-server" else " (Ollama before v0.30)")
-      + "; sizes in binary units (1 GiB = 1024 MiB; exact bytes with --json); ~ estimated\n")
+      + f"; {units_note()}; exact bytes with --json; ~ estimated\n")
     if r.inp.loaded is not None:
         lo = r.inp.loaded
         w(f"  loaded    num_ctx {lo.context_length or '?'}, size {ibytes(lo.size_bytes)}, "

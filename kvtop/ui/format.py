@@ -25,6 +25,7 @@ from kvtop.model.known import (  # re-exported: the one vocabulary of units and 
     ibytes,
     marked,
     setting_text,
+    si_on,
     size_text,
     source_mark,
 )
@@ -90,7 +91,8 @@ def legend(views: Sequence[ModelView], *, short: bool = False) -> str:
     if short:
         words["default"] = "* default"
     marks = [words[s] for s in ("estimated", "requested", "service", "default") if s in used]
-    return ("  " if not short else " ").join([*marks, NOT_KNOWN_WORDS])
+    units = ["G = GB (--si)"] if si_on() else []  # binary, the default, is said in help and --help
+    return ("  " if not short else " ").join([*marks, NOT_KNOWN_WORDS, *units])
 
 
 def _cells(values: list[int], total: int, width: int) -> list[int]:
