@@ -14,6 +14,7 @@ from rich.cells import cell_len
 from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
+from kvtop.model.queue import queue_json
 from kvtop.model.server import server_json
 from kvtop.model.known import SOURCE_LEGEND, units_note
 from kvtop.model.views import AppState, ModelView
@@ -123,6 +124,7 @@ def state_json(state: AppState) -> dict[str, Any]:
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
         "past_alerts": [alert_json(a) for a in state.past_alerts],
+        "queue": queue_json(state.queue),
         "service": service_json(state),
         "server": server_json(state, _log_now(state)),
     }

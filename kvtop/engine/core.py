@@ -37,6 +37,9 @@ from kvtop.logparse.events import LogEvent
 from kvtop.model.apply import with_alerts
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
+from kvtop.model.ladder import url_port
+from kvtop.model.queue import fold_queue
+from kvtop.model.queue_snapshots import ConnSnapshot
 from kvtop.model.slot_snapshots import SlotsSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import fold, fold_gpu, fold_procs, fold_slots, initial_state
@@ -278,6 +281,10 @@ class EngineCore:
         for host in self.machine_hosts:  # runners and environment only: the GPU panel is the first server's
             self.stage(host, lambda state: fold_procs(state, procs))
 
+    def stage_connections(self, snap: ConnSnapshot) -> None:
+        """A read of the connections to the local server's API port (the queue, ``model.queue``)."""
+        self.stage(self.local_host, lambda state: fold_queue(state, snap))
+
     def stage_slots(self, snap: SlotsSnapshot) -> None:
         """A ``/props`` + ``/slots`` round of this machine's runners (the runner rung)."""
         self._record(lambda r: r.slots(snap))
@@ -415,6 +422,8 @@ class EngineCore:
             later.append(self._poll_gpu)
             if src.slots is not None:
                 later.append(self._poll_slots)
+        if self.poll and src.conns is not None and self.queue_port() is not None:
+            later.append(self._poll_connections)
         if self.poll and self.local_host in src.servers and self.local_host in self.states:
             coros += [self._after_first_poll(start) for start in later]
         else:
@@ -506,6 +515,24 @@ class EngineCore:
                 if snap is not None:
                     self.stage_slots(snap)
                 asked = bool(runners)
+            await self._next_tick()
+
+    def queue_port(self) -> int | None:
+        """The API port whose connections make the local server's queue: the port of its URL when
+        it is on this machine, else None (a remote server's connections are not visible here)."""
+        if not host_is_this_machine(self.local_host):
+            return None
+        return url_port(self.local_host)
+
+    async def _poll_connections(self) -> None:
+        """Read the connections to the local server's API port each tick (two small kernel tables)."""
+        assert self.sources.conns is not None
+        port = self.queue_port()
+        while port is not None:
+            if not self.paused:
+                snap = await self._guarded("connections", self.local_host, self.sources.conns.sample(port))
+                if snap is not None:
+                    self.stage_connections(snap)
             await self._next_tick()
 
     async def _follow_log(self) -> None:

@@ -63,6 +63,10 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
     slots = None
     if src.slots is not None:  # the runner rung: each local llama-server's /props and /slots
         slots = await engine._guarded("slots", None, src.slots.sample(slot_runners(procs.runners)))
+    conns = None
+    port = engine.queue_port() if src.conns is not None else None
+    if src.conns is not None and port is not None:  # the queue: the connections to the local API port
+        conns = await engine._guarded("connections", engine.local_host, src.conns.sample(port))
     health = pulled = None
     if src.health is not None or src.pulled is not None:
         # the pre-flight's pulled models (--once: every one; --stream: a few per sample) within
@@ -99,6 +103,8 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
     if slots is not None:
         for host in (*engine.gpu_hosts, *engine.machine_hosts):
             engine.stage(host, lambda state: fold_slots(state, slots))
+    if conns is not None:
+        engine.stage_connections(conns)
     if health is not None or pulled is not None:
         engine.stage(engine.local_host, lambda state: fold_server(state, health, pulled))
     if read is not None:

@@ -18,6 +18,7 @@ from kvtop.config import Settings
 from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
 
 if TYPE_CHECKING:
+    from kvtop.sources.connections import ConnectionSource
     from kvtop.sources.health import HealthSource
     from kvtop.sources.pulled import PulledSource
     from kvtop.sources.tail import LogSource
@@ -36,6 +37,7 @@ class EngineSources:
         slots: The local llama-server runners' ``/props`` + ``/slots``, or None.
         health: The local server's health (``--once``/``--stream``), or None.
         pulled: The local server's pulled models for the pre-flight (``--once``/``--stream``), or None.
+        conns: The TCP connections to the local server's API port (the queue), or None.
     """
 
     servers: dict[str, OllamaSource] = field(default_factory=dict)
@@ -45,11 +47,13 @@ class EngineSources:
     slots: SlotsSourceLike | None = None
     health: HealthSource | None = None
     pulled: PulledSource | None = None
+    conns: ConnectionSource | None = None
 
     def closables(self) -> list[Any]:
         """Every source, each once (a source given twice is closed once)."""
         out: list[Any] = []
-        for src in (*self.servers.values(), self.log, self.gpu, self.procs, self.slots, self.health, self.pulled):
+        for src in (*self.servers.values(), self.log, self.gpu, self.procs, self.slots, self.health, self.pulled,
+                    self.conns):
             if src is not None and not any(src is seen for seen in out):
                 out.append(src)
         return out
@@ -139,4 +143,10 @@ def build_sources(settings: Settings, *, servers: Mapping[str, OllamaSource] | N
 
         health = health_source()
         pulled = pulled_source(settings, local_host(tuple(clients) or settings.host_urls))
-    return EngineSources(servers=clients, log=log, gpu=gpu, procs=procs, slots=slots, health=health, pulled=pulled)
+    conns = None
+    if own:  # the queue: this machine's sockets (the demo's simulated machine has none)
+        from kvtop.sources.connections import ConnectionSource
+
+        conns = ConnectionSource()
+    return EngineSources(servers=clients, log=log, gpu=gpu, procs=procs, slots=slots, health=health, pulled=pulled,
+                         conns=conns)

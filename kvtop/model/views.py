@@ -21,6 +21,7 @@ from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput
 from kvtop.model.server_info import ServerInfo
+from kvtop.model.queue_snapshots import QueueView
 from kvtop.model.slot_snapshots import DecodeRate, SlotsSnapshot, SlotUse
 from kvtop.model.snapshots import OllamaSnapshot
 
@@ -155,6 +156,9 @@ class AppState:
     ``--once``, JSON and ``--check`` still report them, with their age."""
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     naive_tz: tzinfo = timezone.utc
+    queue: QueueView | None = None
+    """Requests in flight and waiting for a slot (``model.queue``): a local server only, None
+    until its connections are read."""
     slot_rates: Mapping[int, DecodeRate] = dataclasses.field(default_factory=dict)
     """Decode speed per runner PID from consecutive ``/slots`` rounds (``model.slots.decode_rates``)."""
     blob_names: Mapping[str, str] = dataclasses.field(default_factory=dict)

@@ -1,0 +1,40 @@
+"""The queue on a real server: the stand-in Ollama server as a process on 127.0.0.1, another process
+that holds three connections open to it (a client's keep-alive pool), and ``kvtop --once --json``:
+the three are in flight, kvtop's own connections are counted apart, and nothing waits while no
+model is loaded (a request for a model starts its load)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+from tests.standin import running
+
+HOLD = """
+import socket, sys, time
+port = int(sys.argv[1])
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_connections_of_another_process_are_in_flight_and_kvtops_own_are_left_out() -> None:
+    with running(["--manual"]) as server:
+        port = urlsplit(server.url).port
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(port)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            out = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--host", server.url,
+                                  "--log", "none"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            queue = json.loads(out.stdout)["queue"]
+            assert queue["port"] == port and queue["in_flight"] == 3
+            assert queue["clients"] == [{"address": "127.0.0.1", "connections": 3}]
+            assert queue["own_connections_left_out"] >= 1  # --once's own requests to the same port
+            assert queue["waiting"] == 0 and queue["source"] == "estimated" and queue["error"] is None
+        finally:
+            holder.kill()
+            holder.wait(timeout=10)
