@@ -126,7 +126,8 @@ class DashboardScreen(Screen[None]):
         self._update_static("#servers", servers_bar(rows, dict(app.theme_variables), app.size.width - 2))
 
     def _recording_changed(self, recording: bool) -> None:
-        self.query_one(ServerHeader).recording = recording
+        if self._ready and self._app().is_running:  # a recording may fail while kvtop shuts down
+            self.query_one(ServerHeader).recording = recording
 
     def _replay_header_changed(self, text: str | None) -> None:
         if self._ready and self._app().is_running:
