@@ -106,6 +106,15 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("kvtop_model_reloads_total", "counter",
                "Loads of a weights blob the log had already shown loading (0 from its first load on)",
                ("host", "blob")),
+    MetricSpec("kvtop_requests_in_flight", "gauge",
+               "TCP connections established to a local server's API port, kvtop's own left out (estimated: "
+               "idle keep-alive connections count too)", _HOST),
+    MetricSpec("kvtop_requests_waiting", "gauge",
+               "Requests waiting for a slot (estimated: connections beyond the busy slots while a model has every "
+               "slot busy; 0 while every model has a free slot)", _HOST),
+    MetricSpec("kvtop_request_oldest_wait_seconds", "gauge",
+               "How long the oldest waiting request has waited (estimated from when kvtop first saw its connection)",
+               _HOST),
     MetricSpec("kvtop_alerts", "gauge", "Active alerts (kvtop's alert rules), by kind, severity and model ('' = none)",
                ("host", "kind", "severity", "model")),
     MetricSpec("kvtop_gpu_telemetry_up", "gauge",
@@ -298,6 +307,12 @@ def _host_metrics(fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | No
             _add(fams, "kvtop_prompt_truncations_total", (host, blob), n)
         for blob, n in sorted(hv.counters.reloads.items()):
             _add(fams, "kvtop_model_reloads_total", (host, blob), n)
+    queue = state.queue
+    if queue is not None and queue.error is None:
+        _add(fams, "kvtop_requests_in_flight", (host,), queue.in_flight)
+        _add(fams, "kvtop_requests_waiting", (host,), queue.waiting)
+        if queue.waiting:
+            _add(fams, "kvtop_request_oldest_wait_seconds", (host,), queue.oldest_wait_s)
     active: dict[tuple[str, str, str], int] = {}
     for a in (*state.alerts, *state.past_alerts):  # as --check counts them: every alert of the window
         key = (a.kind, a.severity, a.model or "")

@@ -82,3 +82,31 @@ def test_slots_not_known_leave_waiting_unknown_and_a_failed_read_says_why() -> N
         "oldest_wait_s": None, "full_models": [], "clients": [{"address": "10.0.0.7", "connections": 1}],
         "own_connections_left_out": 0, "source": "estimated", "error": None,
     }
+
+
+def test_the_exporter_gives_the_queue_as_gauges_and_leaves_out_a_failed_read() -> None:
+    import dataclasses
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvtop.export.metrics import HostView, KvtopCollector, make_registry
+    from kvtop.model.state import initial_state
+
+    host = "http://127.0.0.1:41434"
+    state, _ = initial_state(host, {}, __import__("datetime").timezone.utc)
+    clients = tuple(("10.0.0.7", 50000 + i) for i in range(3))
+    # two at t=100 (one served, one waiting), a third at t=130: two wait, the older since t=100
+    first = fold_connections(None, ConnSnapshot(100.0, PORT, clients[:2]), [_model("qwen3", 1, 1)])  # type: ignore[list-item]
+    queue = fold_connections(first, ConnSnapshot(130.0, PORT, clients), [_model("qwen3", 1, 1)])  # type: ignore[list-item]
+
+    def scrape(q: object) -> dict[str, float]:
+        view = HostView(url=host, local=True, log=False, state=dataclasses.replace(state, queue=q))
+        text = generate_latest(make_registry(KvtopCollector(lambda: [view], lambda: None))).decode("utf-8")
+        return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                if s.name.startswith("kvtop_request")}
+
+    assert scrape(queue) == {"kvtop_requests_in_flight": 3.0, "kvtop_requests_waiting": 2.0,
+                             "kvtop_request_oldest_wait_seconds": 30.0}
+    failed = fold_connections(queue, ConnSnapshot(131.0, PORT, error="connections not readable: AccessDenied"), [])
+    assert scrape(failed) == {}
