@@ -51,8 +51,6 @@ from kvtop.sources.gpu_nvml import (
 from kvtop.sources.gpu_sysfs import read_amd_sysfs, read_intel_sysfs
 
 STATUS_NO_PYNVML = "GPU telemetry: not available (the nvidia-ml-py package, module pynvml, is not installed)"
-STATUS_MACOS = "GPU telemetry: not supported on macOS (Apple GPUs have no NVML; kvtop reads NVIDIA and AMD GPUs)"
-"""Kept for callers that name it; macOS is now read through ``ioreg`` (:func:`read_apple_ioreg`)."""
 
 
 UNIFIED_NVML_NOTE = ("NVML reports no memory for this GPU (Not Supported): it shares system RAM (unified memory,"
