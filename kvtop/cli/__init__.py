@@ -28,7 +28,7 @@ from kvtop.cli.dashboard import _replay, _run
 from kvtop.cli.demo import _show_busiest_step, demo_server
 from kvtop.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from kvtop.cli.outputs import _stream
-from kvtop.core.glyphs import wants_ascii
+from kvtop.core.glyphs import output_wants_ascii
 from kvtop.model.known import use_si_units
 from kvtop.config import ResolvedConfig, Settings, resolve_config
 from kvtop.config.files import ConfigError
@@ -228,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         more_hosts=tuple(host_urls[1:]),
         access=access,
         extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
-               "ascii": "1" if args.ascii or wants_ascii(os.environ, getattr(sys.stdout, "encoding", None)) else "0",
+               "ascii": "1" if args.ascii or output_wants_ascii(os.environ, getattr(sys.stdout, "encoding", None),
+                                                                 sys.flags.utf8_mode, sys._xoptions) else "0",
                "warnings": "\n".join(warnings), "log_origin": origins["log"], "host_origin": origins["host"]},
     )
     try:

@@ -131,15 +131,39 @@ def is_utf8_locale(value: str) -> bool:
     return charset == "utf8"
 
 
-def wants_ascii(environ: Mapping[str, str], encoding: str | None = None) -> bool:
+COERCED_CTYPES = frozenset({"C.UTF-8", "C.utf8", "UTF-8"})
+"""The ``LC_CTYPE`` values Python itself sets when it starts in the C locale (PEP 538 locale
+coercion), so that ``LANG=C kvtop`` finds ``LC_CTYPE=C.UTF-8`` in its own environment."""
+
+
+def started_in_c_locale(utf8_mode: int, environ: Mapping[str, str], xoptions: Mapping[str, object]) -> bool:
+    """Whether Python started in the C (or POSIX) locale: its UTF-8 mode came on by itself
+    (``sys.flags.utf8_mode`` without ``PYTHONUTF8`` or ``-X utf8``, PEP 540); pass
+    ``sys.flags.utf8_mode``, ``os.environ`` and ``sys._xoptions``."""
+    return bool(utf8_mode) and "PYTHONUTF8" not in environ and "utf8" not in xoptions
+
+
+def wants_ascii(environ: Mapping[str, str], encoding: str | None = None, *, c_locale_start: bool = False) -> bool:
     """True when the output cannot be trusted with UTF-8: the locale that sets the character type
     (``LC_ALL``, else ``LC_CTYPE``, else ``LANG``; none set means ``C``) is not UTF-8, or
     ``encoding`` (the stream's, e.g. ``sys.stdout.encoding``) is given and is not a UTF one.
-    Python's own UTF-8 mode under a C locale still counts as ASCII: the terminal is what decodes."""
+
+    ``c_locale_start`` (:func:`started_in_c_locale`): an ``LC_CTYPE`` of :data:`COERCED_CTYPES` is
+    then Python's own coercion, not the user's, and is passed over (``LANG=C`` stays ASCII).
+    Python writing UTF-8 under a C locale does not count: the terminal is what decodes."""
     if encoding and not encoding.lower().replace("-", "").replace("_", "").startswith("utf"):
         return True
     for key in ("LC_ALL", "LC_CTYPE", "LANG"):
         value = environ.get(key)
+        if key == "LC_CTYPE" and c_locale_start and value in COERCED_CTYPES:
+            continue
         if value:
             return not is_utf8_locale(value)
     return True
+
+
+def output_wants_ascii(environ: Mapping[str, str], encoding: str | None, utf8_mode: int,
+                       xoptions: Mapping[str, object]) -> bool:
+    """:func:`wants_ascii` for this process: ``os.environ``, ``sys.stdout.encoding``,
+    ``sys.flags.utf8_mode``, ``sys._xoptions`` (what ``--ascii``'s automatic choice reads)."""
+    return wants_ascii(environ, encoding, c_locale_start=started_in_c_locale(utf8_mode, environ, xoptions))

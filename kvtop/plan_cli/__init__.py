@@ -52,7 +52,7 @@ import sys
 
 import httpx
 
-from kvtop.core.glyphs import to_ascii, wants_ascii
+from kvtop.core.glyphs import output_wants_ascii, to_ascii
 from kvtop.model.known import use_si_units
 from kvtop.core.units import parse_bytes
 from kvtop.model import kv
@@ -261,8 +261,9 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
 
 def _ascii(text: str, args: argparse.Namespace) -> str:
     """``text`` as printed: in ASCII (``kvtop.core.glyphs``, as ``kvtop --once``) with ``--ascii`` or
-    without a UTF-8 locale (``wants_ascii``), else unchanged."""
-    if args.ascii or wants_ascii(os.environ, getattr(sys.stdout, "encoding", None)):
+    without a UTF-8 locale (``output_wants_ascii``), else unchanged."""
+    if args.ascii or output_wants_ascii(os.environ, getattr(sys.stdout, "encoding", None), sys.flags.utf8_mode,
+                                        sys._xoptions):
         return to_ascii(text, keep_cells=False)
     return text
 

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.core.glyphs import ASCII_GLYPHS, SOURCE_MARKS, ascii_char, to_ascii, wants_ascii
+from kvtop.core.glyphs import (
+    ASCII_GLYPHS,
+    SOURCE_MARKS,
+    ascii_char,
+    output_wants_ascii,
+    started_in_c_locale,
+    to_ascii,
+    wants_ascii,
+)
 from kvtop.model.known import SOURCE_MARK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +81,19 @@ def test_wants_ascii(environ: dict[str, str], encoding: str | None, expected: bo
     assert wants_ascii(environ, encoding) is expected
 
 
+def test_pythons_own_locale_coercion_is_not_the_users() -> None:
+    """``LANG=C kvtop``: Python starts in the C locale, turns its UTF-8 mode on and sets
+    ``LC_CTYPE=C.UTF-8`` in its own environment (PEP 538/540); the terminal still is not UTF-8."""
+    coerced = {"LANG": "C", "LC_CTYPE": "C.UTF-8"}
+    assert started_in_c_locale(1, coerced, {}) and not started_in_c_locale(0, coerced, {})
+    assert not started_in_c_locale(1, {**coerced, "PYTHONUTF8": "1"}, {}) and not started_in_c_locale(1, coerced, {"utf8": True})
+    assert wants_ascii(coerced, "utf-8", c_locale_start=True)
+    assert wants_ascii({"LC_CTYPE": "C.UTF-8"}, "utf-8", c_locale_start=True)  # no LANG at all
+    assert not wants_ascii({"LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"}, "utf-8", c_locale_start=True)  # not installed here
+    assert not wants_ascii(coerced, "utf-8")  # a user's own LC_CTYPE=C.UTF-8 counts
+    assert output_wants_ascii(coerced, "utf-8", 1, {}) and not output_wants_ascii({"LANG": "C.UTF-8"}, "utf-8", 0, {})
+
+
 def _once(env_extra: dict[str, str], *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
     env.update(env_extra)
@@ -83,7 +104,7 @@ def _once(env_extra: dict[str, str], *args: str) -> str:
 
 
 def test_once_under_the_c_locale_is_ascii_with_every_mark_kept() -> None:
-    text = _once({"LC_ALL": "C"})
+    text = _once({"LANG": "C"})  # the issue's case: Python coerces its own LC_CTYPE to C.UTF-8
     assert text.isascii()
     assert "4096x1^" in text and "~448 MiB" in text and "? not known" in text
     assert "sizes binary: G/GiB = 2^30 B" in text
