@@ -14,7 +14,7 @@ from rich.cells import cell_len
 from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
-from kvtop.model.queue import queue_json
+from kvtop.model.queue import queue_json, queue_summary
 from kvtop.model.server import server_json
 from kvtop.model.known import SOURCE_LEGEND, units_note
 from kvtop.model.views import AppState, ModelView
@@ -210,6 +210,9 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
         lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
     lines.append(f"{SOURCE_LEGEND}  {units_note()}")
+    queue = queue_summary(state.queue)
+    if queue is not None:
+        lines.append(f"QUEUE {safe(queue, 400)}")
     for v in state.models:
         for d in v.differences:
             lines.append(f"NOTE {safe_name(v.name, 40)}: {safe(d, 300)}")

@@ -25,10 +25,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from kvtop.model.known import marked
 from kvtop.model.queue_snapshots import ConnSnapshot, QueueView
 from kvtop.model.views import AppState, ModelView
 
-__all__ = ["fold_connections", "fold_queue", "queue_json"]
+__all__ = ["fold_connections", "fold_queue", "queue_json", "queue_summary"]
 
 def _slots(models: Sequence[ModelView]) -> tuple[int | None, int | None, tuple[str, ...]]:
     busy = total = None
@@ -102,3 +103,27 @@ def queue_json(queue: QueueView | None) -> dict[str, Any] | None:
         "source": queue.source,
         "error": queue.error,
     }
+
+
+def queue_summary(queue: QueueView | None, *, clients: int = 3) -> str | None:
+    """The queue in one line, the same on every face: ``in flight 3~ · waiting 2~ (oldest 30 s) ·
+    slots busy 2/2 · full: qwen3 · clients 10.0.0.7 ×3``; the counts carry the estimated mark.
+    None when the connections were never read; the reason when they could not be."""
+    if queue is None:
+        return None
+    if queue.error is not None:
+        return queue.error
+    parts = [f"in flight {marked(queue.in_flight, queue.source)}"]
+    waiting = f"waiting {marked(queue.waiting, queue.source)}"
+    if queue.waiting and queue.oldest_wait_s is not None:
+        waiting += f" (oldest {queue.oldest_wait_s:.0f} s)"
+    parts.append(waiting)
+    if queue.busy_slots is not None and queue.total_slots is not None:
+        parts.append(f"slots busy {queue.busy_slots}/{queue.total_slots}")
+    if queue.full_models:
+        parts.append("full: " + ", ".join(queue.full_models))
+    if queue.clients:
+        shown = ", ".join(f"{addr} ×{n}" for addr, n in queue.clients[:clients])
+        more = len(queue.clients) - clients
+        parts.append(f"clients {shown}{f' +{more}' if more > 0 else ''}")
+    return " · ".join(parts)

@@ -110,3 +110,16 @@ def test_the_exporter_gives_the_queue_as_gauges_and_leaves_out_a_failed_read() -
                              "kvtop_request_oldest_wait_seconds": 30.0}
     failed = fold_connections(queue, ConnSnapshot(131.0, PORT, error="connections not readable: AccessDenied"), [])
     assert scrape(failed) == {}
+
+
+def test_one_line_for_every_face_with_the_estimated_mark() -> None:
+    from kvtop.model.queue import queue_summary
+
+    clients = tuple(("10.0.0.7", 50000 + i) for i in range(3)) + (("10.0.0.9", 1),)
+    first = fold_connections(None, ConnSnapshot(100.0, PORT, clients[:2]), [_model("qwen3", 1, 1)])  # type: ignore[list-item]
+    queue = fold_connections(first, ConnSnapshot(130.0, PORT, clients), [_model("qwen3", 1, 1)])  # type: ignore[list-item]
+    assert queue_summary(queue) == ("in flight 4~ · waiting 3~ (oldest 30 s) · slots busy 1/1 · full: qwen3"
+                                    " · clients 10.0.0.7 ×3, 10.0.0.9 ×1")
+    assert queue_summary(None) is None
+    failed = ConnSnapshot(1.0, PORT, error="connections not readable: AccessDenied")
+    assert queue_summary(fold_connections(None, failed, [])) == "connections not readable: AccessDenied"
