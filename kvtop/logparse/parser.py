@@ -45,7 +45,7 @@ from kvtop.logparse.wrappers import (
     wrapper_time,
 )
 
-MAX_GLUED_LINES = 8
+MAX_GLUED_LINES = 32
 """A record is glued from at most this many physical lines (plus blank ones)."""
 
 MAX_RECORD_CHARS = 256 * 1024
@@ -94,7 +94,9 @@ def _wrap_kind(record: str, last_piece: str, width: int = 0) -> str | None:
     - ``"width"``: the physical piece is at least :data:`WRAP_WIDTH` long (pasted logs are
       often wrapped at a fixed width, e.g. 1000), or exactly ``width`` long (the wrap width learned
       from this log, 0 for none): the same, glued without a separator;
-    - ``"attrs"``: the record ends in a space or ``=``, or it is one of the wide records a
+    - ``"value"``: the record ends in ``=``: the next line that does not start a record is the value,
+      glued without its indentation;
+    - ``"attrs"``: the record ends in a space, or it is one of the wide records a
       terminal or a post wraps between attributes (``offload`` estimates, spawn lines, load
       requests; Ollama issues #8430, #9181): only an (indented) ``key=value…`` line continues it,
       glued with one space;
@@ -106,8 +108,10 @@ def _wrap_kind(record: str, last_piece: str, width: int = 0) -> str | None:
     if len(last_piece) >= WRAP_WIDTH or len(last_piece) == width:
         return "width"
     end = record[-1:]
-    if end == " " or end == "=":
+    if end == " ":
         return "attrs"
+    if end == "=":
+        return "value"
     if _cut_short(record):
         return "cut"
     if "offload" in record or "cmd=" in record or "request=" in record:
@@ -117,18 +121,37 @@ def _wrap_kind(record: str, last_piece: str, width: int = 0) -> str | None:
     return None
 
 
+_CONFIG_START = 'server config env="'
+_CUT_HASH_RE = re.compile(r"sha256(?:[-:][0-9a-f]{0,63})?$")
+"""A line that ends inside a model blob's name (``sha256-`` and fewer than its 64 hex digits): cut by a wrap."""
+
+
+def _cut_hash(text: str) -> bool:
+    """Whether ``text`` ends inside a ``sha256-<64 hex>`` blob name (:data:`_CUT_HASH_RE`)."""
+    tail = text[-71:]
+    return "sha256" in tail and _CUT_HASH_RE.search(tail) is not None
+
+
 def _cut_short(record: str) -> bool:
     """Whether ``record`` (a logical line, wrappers included) stops where no record can end.
 
-    A slog text record is ``key=value`` pairs, a value with a space quoted: its last word has an
-    ``=`` or ends in a closing quote, so a last word without either is a key cut by a wrap
+    A slog text record is ``key=value`` pairs, a value with a space quoted, and Ollama's always has a
+    ``msg=`` (after ``time=``, ``level=``, ``source=``): one without ``msg=`` was cut before it; its last
+    word has an ``=`` or ends in a closing quote, so a last word without either is a key cut by a wrap
     (``… layers.requested=-1 layers.mo`` | ``del=33 …``). A llama.cpp ``function: text`` line closes its
     parentheses and never ends in ``,`` or ``=`` (``size = 16384.00 MiB (262144 cells, 16 la`` | ``yers, …)``).
     """
+    if _cut_hash(record):
+        return True
     if "level=" in record:
+        if " msg=" not in record:
+            return True  # Ollama's records always carry time=, level=, source= and msg=, in that order
         if record[-1:] == '"':
             return False
         return "=" not in record[record.rfind(" ") + 1:]
+    info = record.find(": INFO ")
+    if info > 0 and len(record) - info < 26 and _CONFIG_START.startswith(record[info + 7:]):
+        return True  # the Go logger's "routes.go:N: INFO server config env=…" cut before its map
     idx = record.find(": ", 0, 120)
     return idx > 0 and _llama_cut(record[idx + 2:])
 
@@ -158,6 +181,8 @@ class LogParser:
 
     __slots__ = (
         "_cached",
+        "_quiet_no",
+        "_quiet_text",
         "_last_len",
         "_line_no",
         "_pending",
@@ -184,6 +209,10 @@ class LogParser:
         self._year = default_year
         self._prev_len = 0
         self._last_len = 0
+        self._quiet_text = ""
+        self._quiet_no = 0
+        """The last record that gave no event, and its line: a line after it that continues it (an orphan piece
+        of a hard wrap) is joined to it and the whole read again; nothing was emitted for it, so nothing twice."""
         self._width = 0
         """The width a terminal or a forum wrapped this log at, learned from a line that continued the one
         before it although that one could end a record (an orphan piece, lost); 0 until then. A physical
@@ -226,12 +255,17 @@ class LogParser:
                     and len(line) != width
                     and line[-1] not in " ="
                     and (line[-1] == '"' or "=" in line[line.rfind(" ") + 1:])
+                    and " msg=" in line
+                    and not _cut_hash(line)
                     and ((line.count('"') & 1 == 0 and "\\" not in line) or not _open_quote(line))
                     and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
                     and not (line[-1] == '"' and line.endswith(_SPAWN_ENDS))
                 ):
                     result = parse_slog(line, n, line, _no_time)
-                    if result and self._timing is not None:
+                    if not result:
+                        self._quiet_text, self._quiet_no = line, n
+                        return []
+                    if self._timing is not None:
                         return self._after(result)
                     return result
                 return self._logical(line, n, True)
@@ -241,15 +275,17 @@ class LogParser:
                 if handler is not None:
                     if len(line) == width:
                         return self._hold(line, n, "width")
-                    if (rest[-1:] in ",=" or "(" in rest) and _llama_cut(rest):
+                    if ((rest[-1:] in ",=" or "(" in rest) and _llama_cut(rest)) or _cut_hash(rest):
                         return self._hold(line, n, "cut")
                     result = handler(func, rest, n, line, _no_time)
                     if not result:
+                        self._quiet_text, self._quiet_no = line, n
                         return []
                     if self._timing is None:
                         return result
                     return self._after(result)
                 if func in _QUIET:
+                    self._quiet_text, self._quiet_no = line, n
                     return []
             return self._wrapped(line, n, True)
         except Exception as exc:  # noqa: BLE001 - counted and kept in last_error, never silent
@@ -298,7 +334,9 @@ class LogParser:
             out.extend(self._logical(line, self._line_no, True, stripped))
             return out
         joined = "".join(pending)
-        if kind == "attrs" or (kind == "width" and body[:1] in (" ", "\t")):
+        if kind == "value":
+            body = body.lstrip()
+        elif kind == "attrs" or (kind == "width" and body[:1] in (" ", "\t")):
             body = body.lstrip()
             if not joined.endswith(" "):
                 body = " " + body
@@ -342,7 +380,10 @@ class LogParser:
                 if kind is not None:
                     return self._hold(text, n, kind)
             result = ollama_lines.parse_slog(text, n, text, _no_time)
-            if not result or self._timing is None:
+            if not result:
+                self._quiet_text, self._quiet_no = text, n
+                return []
+            if self._timing is None:
                 return result
             return self._after(result)
         idx = text.find(": ", 0, 80)
@@ -350,13 +391,17 @@ class LogParser:
             func = text[:idx]
             handler = llamacpp_lines.HANDLERS.get(func)
             if handler is not None:
-                if may_hold and (len(text) == self._width or _llama_cut(text[idx + 2:])):
+                if may_hold and (len(text) == self._width or _llama_cut(text[idx + 2:]) or _cut_hash(text)):
                     return self._hold(text, n, "cut")
                 result = handler(func, text[idx + 2:], n, text, _no_time)
-                if not result or self._timing is None:
-                    return result or []
+                if not result:
+                    self._quiet_text, self._quiet_no = text, n
+                    return []
+                if self._timing is None:
+                    return result
                 return self._after(result)
             if func in llamacpp_lines.QUIET:
+                self._quiet_text, self._quiet_no = text, n
                 return []
         return self._wrapped(text, n, may_hold, stripped)
 
@@ -384,6 +429,8 @@ class LogParser:
                 or len(text) == self._width
                 or body[-1] in " ="
                 or not (body[-1] == '"' or "=" in body[body.rfind(" ") + 1:])
+                or " msg=" not in body
+                or _cut_hash(body)
                 or not ((body.count('"') & 1 == 0 and "\\" not in body) or not _open_quote(body))
                 or (("offload" in body or "cmd=" in body or "request=" in body) and _WIDE_RE.search(body))
                 or (body[-1] == '"' and body.endswith(_SPAWN_ENDS))
@@ -419,12 +466,19 @@ class LogParser:
         else:
             if may_hold:
                 func, sep, rest = body.partition(": ")
-                if sep and func in _LLAMA_HANDLERS and (len(text) == self._width or _llama_cut(rest)):
+                if sep and func in _LLAMA_HANDLERS and (len(text) == self._width or _llama_cut(rest) or _cut_hash(rest)):
                     return self._hold(text, n, "cut")
             result = self._other(body, n, text, wtime)
         if not result:
-            if may_hold and not prefixed and self._prev_len >= MIN_LEARNED_WIDTH and self._orphan(body):
-                self._width = self._prev_len
+            if may_hold and not prefixed and self._orphan(body):
+                if self._prev_len >= MIN_LEARNED_WIDTH:
+                    self._width = self._prev_len
+                if self._quiet_no == n - 1 and self._quiet_text:
+                    # the record before gave no event: it may be this line's first part, read again whole
+                    joined, self._quiet_text = self._quiet_text + text, ""
+                    return self._logical(joined, n - 1, True)
+                return []
+            self._quiet_text, self._quiet_no = text, n
             return []
         if type(result) is TimingPart:
             return self._timing_part(result)

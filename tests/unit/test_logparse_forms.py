@@ -381,3 +381,28 @@ def test_fit_overflow_and_device_margins() -> None:
     assert "spill: 5 layers overflow the GPU (llama-server fit)" in load["findings"]
     deficit = [e for e in parse_lines(lines) if isinstance(e, FitPlan) and e.device is not None]
     assert [(e.device, e.margin_bytes) for e in deficit] == [("ROCm0", -1210 * MIB)]
+
+
+def test_wrap_rules_on_real_lines_cut_at_a_fixed_width() -> None:
+    # Each real corpus line below, cut where a terminal of that width cuts it, gives what the whole line gives.
+    cases = [
+        ("004", 80, "starting llama server"),  # "… level=IN" | "FO source=…": no msg= yet
+        ("014", 120, "truncating input prompt"),  # "… keep=" | "5 new=2048": a value after its "="
+        ("035", 200, "finished setting up runner"),  # "…sha256-667b…2842" | "84a6f4416b06a29": a blob cut short
+        ("047", 80, "server config"),  # "… routes.go:1125: INFO serv" | "er config env=…": the Go logger's config line
+        ("026", 80, "forcing off"),  # an 80-character llama.cpp line that gave no event, and its " - forcing off"
+    ]
+    for stem, width, contains in cases:
+        (line,) = [x for x in corpus_lines(stem) if contains in x][:1]
+        whole = parse_lines([line])
+        assert whole, stem
+        pieces = cut(line, width)
+        assert len(pieces) > 1, stem
+        assert [(type(e), e.line_no) for e in parse_lines(pieces)] == [(type(e), 1) for e in whole], stem
+        assert [e for e in parse_lines(pieces)][0].raw == whole[0].raw, stem
+
+
+def test_a_line_after_a_record_that_gave_events_is_not_glued_to_it() -> None:
+    # 051's decision line gives an event at once; the line after it (its real successor) is a record of its own
+    lines = corpus_lines("051")[1:3]
+    assert [e.kind for e in parse_lines(lines)] == [e.kind for e in parse_lines(lines[:1]) + parse_lines(lines[1:])]
