@@ -14,6 +14,10 @@ Requests (docs/ollama-internals.md §1.4, §3.5 ``keep_alive``): unload is ``POS
 {"model": name, "keep_alive": 0}`` as ``ollama stop`` sends it; a keep-alive is an empty
 generate with ``keep_alive`` (``"5m"``, ``"1h"``, ``-1`` forever, ``0`` release now) as
 ``ollama run --keepalive`` sends it. Signals: ``kvtop.sources.signals``.
+
+``OperatorActions`` is a part the app owns (``app.operator``); its dialogs (keep-alive choice, a
+fix's text, the GPU processes to signal) are in ``kvtop.ui.screens.write_dialogs``, imported when
+the first of them opens.
 """
 
 from __future__ import annotations
