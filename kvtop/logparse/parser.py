@@ -4,7 +4,7 @@
 included) and returns the events completed so far. It keeps three kinds of state:
 
 - **Hard wraps.** Pasted logs are often hard-wrapped. A slog or Go-logger record that may
-  continue (see :func:`_wrap_kind`: a quoted value still open, ``env="map[… OLLAM`` |
+  continue (see :func:`~kvtop.logparse.hard_wraps.wrap_kind`: a quoted value still open, ``env="map[… OLLAM`` |
   ``A_SCHED_SPREAD:false …]"`` in corpus 021/022/033; a piece of a fixed-width wrap; a wide
   record such as the ``offload`` estimate wrapped between attributes, Ollama issues #8430/#9181, or a
   spawn line ``msg="starting llama server"`` wrapped before its ``cmd=…`` and between flags) is
@@ -30,12 +30,24 @@ event models cost a few string operations (see ``benchmarks/parse_throughput.py`
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from kvtop.logparse import llamacpp_lines, ollama_lines, runner_lines
 from kvtop.logparse.events import LogEvent, PrefillProgress, RequestTiming
+from kvtop.logparse.hard_wraps import (
+    ATTR_START_RE,
+    ENV_CONTINUATION_RE,
+    MIN_LEARNED_WIDTH,
+    NEW_RECORD_RE,
+    SPAWN_ENDS,
+    WIDE_RE,
+    WRAP_WIDTH,
+    cut_hash,
+    llama_cut,
+    open_quote,
+    wrap_kind,
+)
 from kvtop.logparse.ollama_lines import parse_slog
 from kvtop.logparse.runner_lines import TimingPart
 from kvtop.logparse.wrappers import (
@@ -51,26 +63,9 @@ MAX_GLUED_LINES = 32
 MAX_RECORD_CHARS = 256 * 1024
 """…and at most this many characters."""
 
-WRAP_WIDTH = 500
-"""A slog record at least this long on one physical line is held for a possible continuation."""
-
 MAX_CACHED_TASKS = 64
 """Prompt-cache reuse counts kept for requests whose timing report has not come yet (then forgotten at once)."""
 
-MIN_LEARNED_WIDTH = 60
-"""A fixed wrap width is learned from a physical line at least this long (see ``LogParser._width``)."""
-
-_NEW_RECORD_RE = re.compile(
-    r"time=|level=|\d{4}[/-]\d\d[/-]\d\d|\[GIN|(?:INFO|WARN|WARNING|ERROR|DEBUG|VERB) \[|\{\"|[a-z_][a-z0-9_.]*: "
-    r"|(?:srv|slot|que|res|cmn|log|main)\s|panic:|goroutine |CUDA error|GGML_|\[New |\s*(?:prompt eval|eval|total"
-    r"|generation eval) time|\d+\.\d+\.\d+\.\d+ [IWED] "
-)
-_WIDE_RE = re.compile(r'msg=(?:offload |"offload to )|msg="starting [^"]*" cmd=|msg=load request=')
-_SPAWN_ENDS = ('msg="starting llama server"', 'msg="starting runner"', 'msg="starting llama-server"')
-"""A spawn record that ends right after its message: a post wrapped it before ``cmd=…``, which follows on
-the next (indented) lines; it is held like the other wide records."""
-_ATTR_START_RE = re.compile(r'\s*(?:"[^"]*"|[\w.]+)=')
-_ENV_CONTINUATION_RE = re.compile(r"[A-Z][A-Z0-9_]*:|[a-z]+_proxy:")
 _TIMING_FUNCS = frozenset(("llama_print_timings", "llama_perf_context_print", "print_timings"))
 _C_TAGS = frozenset(("srv ", "slot", "que ", "res ", "cmn ", "log "))
 _EXT_LEVELS = ("INFO [", "WARN [", "WARNING [", "ERROR [", "DEBUG [", "VERB [", "ERR [")
@@ -84,91 +79,6 @@ Stripped = tuple[str, Stamp | None, bool]
 
 def _no_time() -> datetime | None:
     return None
-
-
-def _wrap_kind(record: str, last_piece: str, width: int = 0) -> str | None:
-    """How a slog/Go-logger record may continue on the next physical line, or None if it is complete.
-
-    - ``"quote"``: a quoted value is still open (corpus 021, 022, 033): any line that does not
-      start a record continues it, glued without a separator;
-    - ``"width"``: the physical piece is at least :data:`WRAP_WIDTH` long (pasted logs are
-      often wrapped at a fixed width, e.g. 1000), or exactly ``width`` long (the wrap width learned
-      from this log, 0 for none): the same, glued without a separator;
-    - ``"value"``: the record ends in ``=``: the next line that does not start a record is the value,
-      glued without its indentation;
-    - ``"attrs"``: the record ends in a space, or it is one of the wide records a
-      terminal or a post wraps between attributes (``offload`` estimates, spawn lines, load
-      requests; Ollama issues #8430, #9181): only an (indented) ``key=value…`` line continues it,
-      glued with one space;
-    - ``"cut"``: the record was cut mid-token, where it cannot end (:func:`_cut_short`): any line
-      that does not start a record continues it, glued as it is.
-    """
-    if '"' in record and _open_quote(record):
-        return "quote"
-    if len(last_piece) >= WRAP_WIDTH or len(last_piece) == width:
-        return "width"
-    end = record[-1:]
-    if end == " ":
-        return "attrs"
-    if end == "=":
-        return "value"
-    if _cut_short(record):
-        return "cut"
-    if "offload" in record or "cmd=" in record or "request=" in record:
-        return "attrs" if _WIDE_RE.search(record) else None
-    if end == '"' and record.endswith(_SPAWN_ENDS):
-        return "attrs"
-    return None
-
-
-_CONFIG_START = 'server config env="'
-_CUT_HASH_RE = re.compile(r"sha256(?:[-:][0-9a-f]{0,63})?$")
-"""A line that ends inside a model blob's name (``sha256-`` and fewer than its 64 hex digits): cut by a wrap."""
-
-
-def _cut_hash(text: str) -> bool:
-    """Whether ``text`` ends inside a ``sha256-<64 hex>`` blob name (:data:`_CUT_HASH_RE`)."""
-    tail = text[-71:]
-    return "sha256" in tail and _CUT_HASH_RE.search(tail) is not None
-
-
-def _cut_short(record: str) -> bool:
-    """Whether ``record`` (a logical line, wrappers included) stops where no record can end.
-
-    A slog text record is ``key=value`` pairs, a value with a space quoted, and Ollama's always has a
-    ``msg=`` (after ``time=``, ``level=``, ``source=``): one without ``msg=`` was cut before it; its last
-    word has an ``=`` or ends in a closing quote, so a last word without either is a key cut by a wrap
-    (``… layers.requested=-1 layers.mo`` | ``del=33 …``). A llama.cpp ``function: text`` line closes its
-    parentheses and never ends in ``,`` or ``=`` (``size = 16384.00 MiB (262144 cells, 16 la`` | ``yers, …)``).
-    """
-    if _cut_hash(record):
-        return True
-    if "level=" in record:
-        if " msg=" not in record:
-            return True  # Ollama's records always carry time=, level=, source= and msg=, in that order
-        if record[-1:] == '"':
-            return False
-        return "=" not in record[record.rfind(" ") + 1:]
-    info = record.find(": INFO ")
-    if info > 0 and len(record) - info < 26 and _CONFIG_START.startswith(record[info + 7:]):
-        return True  # the Go logger's "routes.go:N: INFO server config env=…" cut before its map
-    idx = record.find(": ", 0, 120)
-    return idx > 0 and _llama_cut(record[idx + 2:])
-
-
-def _llama_cut(rest: str) -> bool:
-    """Whether the text of a llama.cpp line (after ``function: ``) was cut: an open ``(``, or a last ``,`` or ``=``."""
-    end = rest[-1:]
-    if end == "," or end == "=":
-        return True
-    return "(" in rest and rest.count("(") > rest.count(")")
-
-
-def _open_quote(text: str) -> bool:
-    """Whether ``text`` ends inside a double-quoted value (an odd number of unescaped quotes)."""
-    if text.count('"') % 2 == 0 and "\\" not in text:
-        return False
-    return (text.count('"') - text.count('\\"')) % 2 == 1
 
 
 class LogParser:
@@ -256,10 +166,10 @@ class LogParser:
                     and line[-1] not in " ="
                     and (line[-1] == '"' or "=" in line[line.rfind(" ") + 1:])
                     and " msg=" in line
-                    and not _cut_hash(line)
-                    and ((line.count('"') & 1 == 0 and "\\" not in line) or not _open_quote(line))
-                    and not (("offload" in line or "cmd=" in line or "request=" in line) and _WIDE_RE.search(line))
-                    and not (line[-1] == '"' and line.endswith(_SPAWN_ENDS))
+                    and not cut_hash(line)
+                    and ((line.count('"') & 1 == 0 and "\\" not in line) or not open_quote(line))
+                    and not (("offload" in line or "cmd=" in line or "request=" in line) and WIDE_RE.search(line))
+                    and not (line[-1] == '"' and line.endswith(SPAWN_ENDS))
                 ):
                     result = parse_slog(line, n, line, _no_time)
                     if not result:
@@ -275,7 +185,7 @@ class LogParser:
                 if handler is not None:
                     if len(line) == width:
                         return self._hold(line, n, "width")
-                    if ((rest[-1:] in ",=" or "(" in rest) and _llama_cut(rest)) or _cut_hash(rest):
+                    if ((rest[-1:] in ",=" or "(" in rest) and llama_cut(rest)) or cut_hash(rest):
                         return self._hold(line, n, "cut")
                     result = handler(func, rest, n, line, _no_time)
                     if not result:
@@ -329,7 +239,7 @@ class LogParser:
         stripped = strip_wrappers(line)
         body, _, prefixed = stripped
         kind = self._pending_kind
-        if prefixed or self._starts_record(body) or (kind == "attrs" and not _ATTR_START_RE.match(body)):
+        if prefixed or self._starts_record(body) or (kind == "attrs" and not ATTR_START_RE.match(body)):
             out = self._finish_pending()
             out.extend(self._logical(line, self._line_no, True, stripped))
             return out
@@ -344,16 +254,16 @@ class LogParser:
             body = " " + body  # a spawn command wrapped before a flag: the space was the line break
         pending.append(body)
         joined += body
-        next_kind = _wrap_kind(joined, line, self._width)
+        next_kind = wrap_kind(joined, line, self._width)
         if next_kind is None or len(pending) >= MAX_GLUED_LINES or len(joined) > MAX_RECORD_CHARS:
             return self._finish_pending()
         self._pending_kind = next_kind
         return []
 
     def _starts_record(self, body: str) -> bool:
-        if self._pending_env and _ENV_CONTINUATION_RE.match(body):
+        if self._pending_env and ENV_CONTINUATION_RE.match(body):
             return False
-        return _NEW_RECORD_RE.match(body) is not None
+        return NEW_RECORD_RE.match(body) is not None
 
     def _finish_pending(self) -> list[LogEvent]:
         pending = self._pending
@@ -376,7 +286,7 @@ class LogParser:
         result: list[LogEvent] | TimingPart | None
         if text[:5] == "time=":  # the common case: an unwrapped slog record
             if may_hold:
-                kind = _wrap_kind(text, text, self._width)
+                kind = wrap_kind(text, text, self._width)
                 if kind is not None:
                     return self._hold(text, n, kind)
             result = ollama_lines.parse_slog(text, n, text, _no_time)
@@ -391,7 +301,7 @@ class LogParser:
             func = text[:idx]
             handler = llamacpp_lines.HANDLERS.get(func)
             if handler is not None:
-                if may_hold and (len(text) == self._width or _llama_cut(text[idx + 2:]) or _cut_hash(text)):
+                if may_hold and (len(text) == self._width or llama_cut(text[idx + 2:]) or cut_hash(text)):
                     return self._hold(text, n, "cut")
                 result = handler(func, text[idx + 2:], n, text, _no_time)
                 if not result:
@@ -424,18 +334,18 @@ class LogParser:
 
         c0 = body[0]
         if (c0 == "t" and body.startswith("time=")) or (c0 == "l" and body.startswith("level=")):
-            if may_hold and (  # _wrap_kind(body, text) is not None, its common case inlined
+            if may_hold and (  # wrap_kind(body, text) is not None, its common case inlined
                 len(text) >= WRAP_WIDTH
                 or len(text) == self._width
                 or body[-1] in " ="
                 or not (body[-1] == '"' or "=" in body[body.rfind(" ") + 1:])
                 or " msg=" not in body
-                or _cut_hash(body)
-                or not ((body.count('"') & 1 == 0 and "\\" not in body) or not _open_quote(body))
-                or (("offload" in body or "cmd=" in body or "request=" in body) and _WIDE_RE.search(body))
-                or (body[-1] == '"' and body.endswith(_SPAWN_ENDS))
+                or cut_hash(body)
+                or not ((body.count('"') & 1 == 0 and "\\" not in body) or not open_quote(body))
+                or (("offload" in body or "cmd=" in body or "request=" in body) and WIDE_RE.search(body))
+                or (body[-1] == '"' and body.endswith(SPAWN_ENDS))
             ):
-                kind = _wrap_kind(body, text, self._width)
+                kind = wrap_kind(body, text, self._width)
                 if kind is not None:
                     return self._hold(text, n, kind)
             result = parse_slog(body, n, text, wtime)
@@ -443,7 +353,7 @@ class LogParser:
             result = None
             if body[4:5] == "/":
                 if may_hold:
-                    kind = _wrap_kind(body, text, self._width)
+                    kind = wrap_kind(body, text, self._width)
                     if kind is not None:
                         return self._hold(text, n, kind)
                 result = ollama_lines.parse_go_log(body, n, text)
@@ -466,7 +376,7 @@ class LogParser:
         else:
             if may_hold:
                 func, sep, rest = body.partition(": ")
-                if sep and func in _LLAMA_HANDLERS and (len(text) == self._width or _llama_cut(rest) or _cut_hash(rest)):
+                if sep and func in _LLAMA_HANDLERS and (len(text) == self._width or llama_cut(rest) or cut_hash(rest)):
                     return self._hold(text, n, "cut")
             result = self._other(body, n, text, wtime)
         if not result:
@@ -497,7 +407,7 @@ class LogParser:
     def _orphan(self, body: str) -> bool:
         """Whether ``body`` (a line that gave no event) is the rest of the line before it: it starts no
         record and is not a line of its own (progress dots, a shell prompt)."""
-        if _NEW_RECORD_RE.match(body) is not None or not body.strip(". \t"):
+        if NEW_RECORD_RE.match(body) is not None or not body.strip(". \t"):
             return False
         return not body.startswith(("PS ", ">>>", "$ ", "# ", "..."))
 
