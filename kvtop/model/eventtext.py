@@ -60,6 +60,26 @@ def describe(event: LogEvent) -> str:
         return ", ".join(out) or "timing"
     if kind == "truncation":
         return f"prompt {get('prompt')} tokens > limit {get('limit')}: kept {get('keep')}, new {get('new')}"
+    if kind == "context_overflow":
+        if get("form") == "messages":
+            kept = get("messages_kept")
+            return "chat history cut to fit the context" + (f": {kept} message(s) kept" if kept is not None else "")
+        return sanitize(f"HTTP 400 on {get('path')} (Ollama's answer to a prompt over the context; the line does not say why)")
+    if kind == "fit_plan":
+        parts = []
+        if get("device") is not None and get("margin_bytes") is not None:
+            m = get("margin_bytes")
+            parts.append(f"{get('device')} {'surplus' if m >= 0 else 'deficit'} {_mib(abs(m))}")
+        if get("projected_bytes") is not None:
+            parts.append(f"projected {_mib(get('projected_bytes'))} of {_mib(get('free_bytes'))} free"
+                         if get("free_bytes") is not None else f"projected {_mib(get('projected_bytes'))}")
+        if get("left_bytes") is not None:
+            parts.append(f"leaves {_mib(get('left_bytes'))} free")
+        if get("shortfall_bytes") is not None:
+            parts.append(f"must cut {_mib(get('shortfall_bytes'))}")
+        if get("target_bytes") is not None:
+            parts.append(f"margin {_mib(get('target_bytes'))}")
+        return sanitize(f"llama.cpp fit ({get('memory')} memory): " + ", ".join(parts))
     if kind == "offloaded_layers":
         return f"{get('n')}/{get('total')} layers on the GPU"
     if kind == "server_config":

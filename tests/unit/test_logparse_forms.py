@@ -406,3 +406,18 @@ def test_a_line_after_a_record_that_gave_events_is_not_glued_to_it() -> None:
     # 051's decision line gives an event at once; the line after it (its real successor) is a record of its own
     lines = corpus_lines("051")[1:3]
     assert [e.kind for e in parse_lines(lines)] == [e.kind for e in parse_lines(lines[:1]) + parse_lines(lines[1:])]
+
+
+def test_events_pane_describes_the_new_events() -> None:
+    # the events of the tests above, as the events pane words them (kvtop/model/eventtext.py)
+    from kvtop.model.eventtext import describe
+
+    first, gin = corpus_lines("015")[:2]
+    refused = parse_lines([gin.replace("| 200 |", "| 400 |")])[1]
+    assert describe(refused) == "HTTP 400 on /api/chat (Ollama's answer to a prompt over the context; the line does not say why)"
+    (path,) = POSTED.glob("ollama-16416-*.log")
+    plans = [e for e in parse_lines(path.read_text(encoding="utf-8").splitlines()) if isinstance(e, FitPlan)]
+    assert [describe(e) for e in plans] == [
+        "llama.cpp fit (device memory): projected 69.7 GiB (74,790,731,776 B) of 118 GiB (126,310,416,384 B) free",
+        "llama.cpp fit (device memory): leaves 48.0 GiB (51,519,684,608 B) free, margin 1.0 GiB (1,073,741,824 B)",
+    ]
