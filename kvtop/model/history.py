@@ -383,8 +383,10 @@ class History:
         gpu = state.gpu
         if gpu is not None and (self._gpu_t is None or gpu.taken_at > self._gpu_t):
             self._gpu_t = gpu.taken_at
-            self.gpu_note = None if gpu.ok else gpu.status
-            self.gpu_source = gpu_source_label(gpu.backend, gpu.status)
+            note, source = None if gpu.ok else gpu.status, gpu_source_label(gpu.backend, gpu.status)
+            if (note, source) != (self.gpu_note, self.gpu_source):
+                changed = True  # the plots' titles say these: a GPU sample that only changes them is news
+            self.gpu_note, self.gpu_source = note, source
             for dev in gpu.devices:
                 if dev.memory_used_bytes is None or dev.error:
                     continue

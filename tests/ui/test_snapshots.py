@@ -8,6 +8,7 @@ from kvtop.config import Settings
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
+from tests.ui.settle import settle
 from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
 
 
@@ -17,16 +18,7 @@ def _app(*snaps: Any, demo: bool = False) -> KvtopApp:
 
 
 async def _settle(pilot: Any, rows: int | None = None) -> None:
-    app = pilot.app
-    for _ in range(100):
-        await pilot.pause(0.05)
-        if app.state is not None and app.state.ollama is not None and (
-            rows is None or app.query_one(ModelsTable).row_count == rows
-        ):
-            break
-    else:
-        raise AssertionError("the screen did not settle")
-    await pilot.pause(0.1)
+    await settle(pilot, rows)
 
 
 def test_main_80x24(snap_compare: Any) -> None:

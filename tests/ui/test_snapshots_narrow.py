@@ -13,6 +13,7 @@ from kvtop.ui.screens.confirm import ConfirmWrite
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
+from tests.ui.settle import settle
 from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_at, step_index
 from tests.ui.confirming import armed
 from tests.ui.test_table_widths import renamed
@@ -25,15 +26,8 @@ def _app(*snaps: Any, **settings: Any) -> KvtopApp:
                     gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
 
 
-async def _settle(pilot: Any, rows: int) -> None:
-    app = pilot.app
-    for _ in range(100):
-        await pilot.pause(0.05)
-        if app.state is not None and app.state.ollama is not None and app.query_one(ModelsTable).row_count == rows:
-            break
-    else:
-        raise AssertionError("the screen did not settle")
-    await pilot.pause(0.1)
+async def _settle(pilot: Any, rows: int | None = None) -> None:
+    await settle(pilot, rows)
 
 
 async def _select(pilot: Any, name: str) -> None:

@@ -15,8 +15,8 @@ import pytest
 from kvtop.config import Settings
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.widgets.header import ServerHeader
-from kvtop.ui.widgets.models_table import ModelsTable
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
+from tests.ui.settle import settle
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 
 
@@ -26,15 +26,8 @@ def _app(*, ascii_mode: bool) -> KvtopApp:
                     gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
 
 
-async def _settle(pilot: Any, rows: int = 3) -> None:
-    app = pilot.app
-    for _ in range(200):
-        await pilot.pause(0.05)
-        if app.state is not None and app.state.ollama is not None and app.query_one(ModelsTable).row_count == rows:
-            break
-    else:
-        raise AssertionError("the screen did not settle")
-    await pilot.pause(0.1)
+async def _settle(pilot: Any, rows: int | None = None) -> None:
+    await settle(pilot, rows)
 
 
 def _screen_text(app: KvtopApp) -> list[str]:

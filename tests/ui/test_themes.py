@@ -12,7 +12,7 @@ from kvtop.config.ui_state import saved_theme
 from kvtop.ui.app import make_app
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 from kvtop.ui.themes import KVTOP_THEMES, load_themes, load_themes_reporting
-from kvtop.ui.widgets.models_table import ModelsTable
+from tests.ui.settle import settle
 from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 
 
@@ -24,12 +24,8 @@ def test_theme_snapshot(snap_compare: Any, theme: str, size: tuple[int, int]) ->
                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
 
     async def run_before(pilot: Any) -> None:
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if pilot.app.query_one(ModelsTable).row_count == 3:
-                break
+        await settle(pilot, 3)
         assert pilot.app.theme == theme
-        await pilot.pause(0.1)
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
