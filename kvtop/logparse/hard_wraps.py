@@ -101,11 +101,17 @@ def cut_short(record: str) -> bool:
 
 
 def llama_cut(rest: str) -> bool:
-    """Whether the text of a llama.cpp line (after ``function: ``) was cut: an open ``(``, or a last ``,`` or ``=``."""
+    """Whether the text of a llama.cpp line (after ``function: ``) was cut: an open ``(``, a last ``,`` or ``=``, or
+    a size line that stops in a number or before its unit (``KV self size = 7168.00 MiB, …, V (f16): 358`` |
+    ``4.00 MiB``: llama.cpp prints every size with its unit, ``MiB``)."""
     end = rest[-1:]
     if end == "," or end == "=":
         return True
-    return "(" in rest and rest.count("(") > rest.count(")")
+    if "(" in rest and rest.count("(") > rest.count(")"):
+        return True
+    if end.isdigit() or end == "." or rest.endswith((" M", " Mi")):
+        return "size" in rest or " MiB" in rest
+    return False
 
 
 def open_quote(text: str) -> bool:

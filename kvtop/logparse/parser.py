@@ -185,7 +185,7 @@ class LogParser:
                 if handler is not None:
                     if len(line) == width:
                         return self._hold(line, n, "width")
-                    if ((rest[-1:] in ",=" or "(" in rest) and llama_cut(rest)) or cut_hash(rest):
+                    if ((rest[-1:] in ",=.0123456789Mi" or "(" in rest) and llama_cut(rest)) or cut_hash(rest):
                         return self._hold(line, n, "cut")
                     result = handler(func, rest, n, line, _no_time)
                     if not result:
@@ -239,12 +239,17 @@ class LogParser:
         stripped = strip_wrappers(line)
         body, _, prefixed = stripped
         kind = self._pending_kind
-        if prefixed or self._starts_record(body) or (kind == "attrs" and not ATTR_START_RE.match(body)):
+        if prefixed or self._starts_record(body) or (
+            kind == "attrs" and not ATTR_START_RE.match(body)
+            and (body[:1] in (" ", "\t") or pending[-1][-1:] in (" ", "="))  # else a fixed-width piece: glued
+        ):
             out = self._finish_pending()
             out.extend(self._logical(line, self._line_no, True, stripped))
             return out
         joined = "".join(pending)
-        if kind == "value":
+        if kind == "attrs" and body[:1] not in (" ", "\t") and not ATTR_START_RE.match(body):
+            pass  # the rest of a token cut at a fixed width (``… layers.split=11,11,`` | ``11,11 memory…``): as it is
+        elif kind == "value":
             body = body.lstrip()
         elif kind == "attrs" or (kind == "width" and body[:1] in (" ", "\t")):
             body = body.lstrip()

@@ -421,3 +421,15 @@ def test_events_pane_describes_the_new_events() -> None:
         "llama.cpp fit (device memory): projected 69.7 GiB (74,790,731,776 B) of 118 GiB (126,310,416,384 B) free",
         "llama.cpp fit (device memory): leaves 48.0 GiB (51,519,684,608 B) free, margin 1.0 GiB (1,073,741,824 B)",
     ]
+
+
+def test_wide_and_size_lines_cut_at_a_fixed_width() -> None:
+    # 001's offload estimate at 80 columns ("… layers.split=11,11," | "11,11 memory.available=…": a wide record's
+    # piece that is no key=value goes on as it is) and 002's "KV self size" line at 100 ("…, V (f16): 3584.00 Mi" |
+    # "B": a size line that stops before its unit)
+    for stem, width, contains in (("001", 80, "msg=offload"), ("002", 100, "KV self size")):
+        (line,) = [x for x in corpus_lines(stem) if contains in x][:1]
+        whole = parse_lines([line])
+        pieces = cut(line, width)
+        assert len(pieces) > 2 or stem == "002", stem
+        assert [(type(e), e.raw) for e in parse_lines(pieces)] == [(type(e), e.raw) for e in whole], stem
