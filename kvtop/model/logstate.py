@@ -55,7 +55,7 @@ PER_REQUEST_KINDS = frozenset({"gin_request", "request_timing", "prefill_progres
 
 WARNING_KINDS = frozenset({
     "oom", "load_failed", "eviction", "kv_type_fallback", "flash_attention_forced_off", "truncation",
-    "fit_overflow", "unknown_warning", "context_clamped", "context_over_training", "prompt_rejected",
+    "fit_overflow", "unknown_warning", "context_clamped", "context_over_training", "prompt_rejected", "context_overflow",
 })
 """Kinds the events pane highlights."""
 

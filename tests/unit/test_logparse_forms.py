@@ -433,3 +433,10 @@ def test_wide_and_size_lines_cut_at_a_fixed_width() -> None:
         pieces = cut(line, width)
         assert len(pieces) > 2 or stem == "002", stem
         assert [(type(e), e.raw) for e in parse_lines(pieces)] == [(type(e), e.raw) for e in whole], stem
+
+
+def test_context_overflow_is_highlighted_in_the_events_pane() -> None:
+    from kvtop.model.logstate import WARNING_KINDS
+
+    first, gin = corpus_lines("015")[:2]
+    assert parse_lines([gin.replace("| 200 |", "| 400 |")])[1].kind in WARNING_KINDS
