@@ -100,7 +100,7 @@ def test_each_try_of_a_fit_alloc_loop_is_one_oom() -> None:
 
 def test_a_loop_of_allocator_failures_counts_in_the_alert() -> None:
     from kvtop.model.alerts.logevents import _Incidents
-    from kvtop.model.alerts.context import Timed
+    from kvtop.model.alerts.log_scan import Timed
 
     lines = corpus_lines("009")
     ooms = [e for e in parse_lines(lines[2:5] * 3) if isinstance(e, Oom)]

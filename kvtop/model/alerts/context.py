@@ -5,7 +5,7 @@ answered from an index made once per evaluation (a model by weights blob, a load
 newest load of a blob, the GPUs of a model, each model's KV layout keyed by digest), so the
 cost of an evaluation grows linearly with the models, loads and log events. The one pass over
 the server log it starts from (:class:`~kvtop.model.alerts.log_scan.LogScan`, kept between
-evaluations) is :mod:`kvtop.model.alerts.log_scan`; its names are re-exported here.
+evaluations) is :mod:`kvtop.model.alerts.log_scan`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from kvtop.logparse.events import ContextOverTraining, LoadRequest, LogEvent, Ru
 from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.log_scan import (
-    RECENT_KINDS,
     LogScan,
-    Prefix,
     Timed,
     log_events,
     reference_time,
@@ -37,21 +35,7 @@ from kvtop.model.gpu_snapshots import ServiceEnv
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
     from kvtop.model.views import AppState, ModelView
 
-__all__ = [
-    "RECENT_KINDS",
-    "Ctx",
-    "LogScan",
-    "OtherKv",
-    "Prefix",
-    "Timed",
-    "build",
-    "current_types",
-    "log_events",
-    "other_kv",
-    "reference_time",
-    "scan_log",
-    "service_env",
-]
+__all__ = ["Ctx", "OtherKv", "build", "current_types", "other_kv"]
 
 
 # --------------------------------------------------------------------------------------------

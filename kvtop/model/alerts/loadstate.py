@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Final
 from kvtop.logparse.events import ContextOverTraining, FlashAttentionForcedOff, KvTypeFallback, LoadRequest, RunnerStarted
 from kvtop.logparse.load_build import Load
 from kvtop.model import kv
-from kvtop.model.alerts.context import Ctx, Timed, current_types
+from kvtop.model.alerts.context import Ctx, current_types
+from kvtop.model.alerts.log_scan import Timed
 from kvtop.model.alerts.spill import context_fix
 from kvtop.model.alerts.text import delta, ib, short_blob
 from kvtop.model.alerts.types import Alert, Fix

@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # annotations only: the rules read the state, the state never
 __all__ = [
     "RECENT_KINDS",
     "LogScan",
-    "Prefix",
     "Timed",
     "log_events",
     "reference_time",

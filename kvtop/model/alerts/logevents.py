@@ -33,7 +33,8 @@ from kvtop.logparse.events import (
     UnknownWarning,
 )
 from kvtop.logparse.load_build import Load
-from kvtop.model.alerts.context import Ctx, Timed
+from kvtop.model.alerts.context import Ctx
+from kvtop.model.alerts.log_scan import Timed
 from kvtop.model.alerts.loadstate import fa_forced
 from kvtop.model.alerts.spill import context_fix
 from kvtop.model.alerts.text import minutes, plural, short_blob, span_text
@@ -94,7 +95,7 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
     """``prompt_truncated`` from every form of a prompt over the context, per model: Ollama's and the
     runners' truncation lines, the DEBUG chat-history cut and the HTTP 400 refusals on the prompt routes
     (``ContextOverflow``, docs/ollama-internals.md §4.7); the model is the only loaded model when the line's
-    load is its own, else none. The text says which forms were seen; the fix holds the longest prompt,
+    load is its own, the model of the line's load when that model is no longer loaded, else none. The text says which forms were seen; the fix holds the longest prompt,
     else twice the limit or the model's context."""
     window = ctx.th.event_window_s
     groups: dict[str | None, list[Timed]] = {}
@@ -118,6 +119,10 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
                 model = None  # a line that names no model, with another context: not this runner's
             else:
                 model = single.name
+        elif owner is not None and owner.model_blob is not None and not current and ctx.view_for_blob(owner.model_blob) is None:
+            # the load that printed it is of a model no longer loaded: name it (a past alert,
+            # model.alerts.current), not none, so it leaves the banner with its model
+            model = ctx.name_for_blob(owner.model_blob)
         groups.setdefault(model, []).append(t)
     out: list[Alert] = []
     for model, items in groups.items():
