@@ -46,14 +46,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvtop.demo.scenario import RUNNER_KEYS, STEP_LOG_KEYS, LoadedModel, Scenario, model_blob
+from kvtop.demo.scenario import LoadedModel, Scenario, model_blob
 
 if TYPE_CHECKING:
     from kvtop.demo.player import ScenarioPlayer
 
 __all__ = [
-    "RUNNER_KEYS",
-    "STEP_LOG_KEYS",
     "CLIENTS",
     "LogWriter",
     "Request",
