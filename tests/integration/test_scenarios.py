@@ -209,6 +209,30 @@ async def test_truncation_from_real_lines(tmp_path: Path, log: Path) -> None:
             assert [f.action for f in alert.fixes] == ["num_ctx 1024"]  # the longest, 617 tokens, to a power of two
 
 
+async def test_a_truncation_alert_leaves_the_banner_when_its_model_unloads(tmp_path: Path, log: Path) -> None:
+    """Calm: corpus 015's truncations printed by the model's own runner (its spawn line first) raise
+    ``prompt_truncated``; once the model is unloaded (``keep_alive: 0``, as ``ollama stop``), the
+    alert keeps its model's name (the runner's weights blob, last seen in ``/api/ps``) and moves to
+    ``past_alerts``: ``--once`` and JSON keep it, ``--check`` counts it, the banner no longer shows it."""
+    from kvtop.ui.dashboard_text import alert_bar
+
+    path, blob = scenario(tmp_path, 512, 2_300_000_000)
+    with running(["--manual", "--scenario", str(path)]) as server:
+        app = app_for(server, log)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await until(pilot, lambda: len(app.state.models) == 1 and app.state.log.source is not None)
+            append(log, [spawn_line(blob, 512), *restamped("015")])
+            await until(pilot, lambda: bool(alerts_of(app, "prompt_truncated")))
+            assert alerts_of(app, "prompt_truncated")[0].model == Q8
+            assert "prompt truncated" in alert_bar(app.state, {}).plain
+            httpx.post(f"{server.url}/api/generate", json={"model": Q8, "keep_alive": 0}, timeout=5).raise_for_status()
+            await until(pilot, lambda: not app.state.models and bool(app.state.past_alerts))
+            assert alerts_of(app, "prompt_truncated") == []
+            (past,) = app.state.past_alerts
+            assert past.kind == "prompt_truncated" and past.model == Q8
+            assert "prompt truncated" not in alert_bar(app.state, {}).plain
+
+
 async def test_kv_type_fallback_from_real_lines(tmp_path: Path, log: Path) -> None:
     path, blob = scenario(tmp_path, 2048, SIZE_4096 - 2048 * 114_688)
     with running(["--manual", "--scenario", str(path)]) as server:
