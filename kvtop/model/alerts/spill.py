@@ -29,7 +29,6 @@ from kvtop.model.alerts.text import delta, ib, plural, slots
 from kvtop.model.alerts.types import Alert, Fix
 from kvtop.model.known import source_mark
 from kvtop.model.ladder import setting_in_force
-from kvtop.model.plan import gpu_budget, kv_now
 
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
     from kvtop.model.views import ModelView
@@ -92,6 +91,9 @@ def fix_budget(ctx: Ctx, view: ModelView, deficit: int) -> Budget:
     """The budget: free memory on the model's GPUs + its ``size_vram``, else its ``size_vram``."""
     held = max(0, view.size_vram_bytes or 0)
     reserve = ctx.th.fix_reserve_bytes
+    # the planner only for a spilled model: loaded here, not at startup (kvtop.model.plan is large)
+    from kvtop.model.plan import gpu_budget, kv_now
+
     free: int | None = None
     where = ""
     usage = ctx.usage.get((view.name, view.digest))
