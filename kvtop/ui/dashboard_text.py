@@ -14,14 +14,16 @@ from rich.text import Text
 
 from kvtop.model.logstate import LogState
 from kvtop.model.views import AppState
+from kvtop.ui.alert_age import alert_age, state_clock
 from kvtop.ui.format import safe
 
 __all__ = ["ServerOverview", "alert_bar", "log_line", "overview_key", "server_overview", "servers_bar"]
 
 
 def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text:
-    """The most severe alert in one line (its first fix that fits in a second), and how many more;
-    each line cut to ``width`` cells."""
+    """The most severe alert in one line with its age (``▲ prompt truncated qwen3:1.7b · 3 min: …``;
+    the age on the state's clock, ``alert_age.state_clock``), its first fix that fits in a second
+    line, and how many more; each line cut to ``width`` cells."""
     text = Text()
     if not state.alerts:
         return text
@@ -32,6 +34,9 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
     text.append(f"{top.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
     if top.model:
         text.append(f" {safe(top.model, 40)}", style="bold")
+    age = alert_age(top, state_clock(state))
+    if age is not None:
+        text.append(f" · {age}")
     text.append(f": {safe(top.message, 200)}")
     text.truncate(max(10, width), overflow="ellipsis")
     fix = next((f for f in top.fixes if f.fits), None)

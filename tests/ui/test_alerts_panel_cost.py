@@ -28,8 +28,9 @@ def test_blocks_and_lines_are_built_once_per_alert_and_equal_a_full_draw() -> No
     colors = default_variables()
     alerts = many(333)
     memo = AlertBlocks()
+    widest = 1.0 + 59 * 60  # each heading measured with the widest age: "59 min"
     for width in (118, 78):
-        assert memo.line_count(alerts, width, console) == len(alerts_text(alerts, colors).wrap(console, width))
+        assert memo.line_count(alerts, width, console) == len(alerts_text(alerts, colors, widest).wrap(console, width))
     blocks = memo.blocks(alerts, colors)
     assert [(b.plain, b.spans, r) for b, r in blocks] == [(b.plain, b.spans, r) for b, r in alert_blocks(alerts, colors)]
     assert (memo.built, memo.measured) == (333, 666)
@@ -37,7 +38,7 @@ def test_blocks_and_lines_are_built_once_per_alert_and_equal_a_full_draw() -> No
     nxt = list(dataclasses.replace(a) for a in alerts)
     nxt[100] = dataclasses.replace(alerts[100], message="now 30% of 6.1 GiB in system RAM")
     nxt_t = tuple(nxt)
-    assert memo.line_count(nxt_t, 118, console) == len(alerts_text(nxt_t, colors).wrap(console, 118))
+    assert memo.line_count(nxt_t, 118, console) == len(alerts_text(nxt_t, colors, widest).wrap(console, 118))
     memo.blocks(nxt_t, colors)
     assert (memo.built, memo.measured) == (334, 667)
     # other colours: every alert built again (their styles changed), none measured again

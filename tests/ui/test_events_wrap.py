@@ -6,6 +6,7 @@ import pytest
 from rich.text import Text
 
 from kvtop.config import Settings
+from kvtop.ui.alert_age import alert_age, state_clock
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.models_table import ModelsTable
@@ -25,7 +26,9 @@ async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tup
         pane = app.dashboard.query_one(EventsPane)
         await wait_for(pilot, lambda: pane.row_count >= 2)
         spill = next(a for a in app.state.alerts if a.kind == "spill")
-        wanted = [f"{spill.model}: {spill.message}",
+        age = alert_age(spill, state_clock(app.state))  # the same snapshot polled again: its age stays
+        assert age is not None
+        wanted = [f"{spill.model} · {age}: {spill.message}",
                   *(f"{f.action} — {f.detail}" for f in spill.fixes)]
         details: list[str] = []
         for i in range(pane.row_count):

@@ -1,5 +1,6 @@
-"""Events pane (toggle ``l``): the active alerts with every fix, then the parsed log events,
-newest first, warnings highlighted. Each row's detail wraps at whole words in the DETAIL column
+"""Events pane (toggle ``l``): the active alerts with every fix, then the past ones (about a model no
+longer loaded, ``AppState.past_alerts``), then the parsed log events, newest first, warnings
+highlighted; each alert with its age on the state's clock (``ui.alert_age``). Each row's detail wraps at whole words in the DETAIL column
 (the row grows), so an alert and its fixes are read in full at any width."""
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from kvtop.model.alerts import Alert, Fix
-
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
+from kvtop.ui.alert_age import alert_age
 from kvtop.ui.format import safe
 from kvtop.ui.widgets.hanging import hang_wrap
 
@@ -93,21 +94,26 @@ class EventsPane(DataTable[Text]):
             return 120
 
     def show(self, log: LogState, needle: str = "", alerts: Sequence[Alert] = (),
-             actions: Sequence[OperatorEntry] = ()) -> None:
+             actions: Sequence[OperatorEntry] = (), *, past: Sequence[Alert] = (), now: float | None = None) -> None:
         """Render kvtop's own writes (``actions``, newest first), the active ``alerts`` (each with
-        every fix), then the newest events; filtered by ``needle`` (kind or text,
-        case-insensitive). Alerts about the whole server (no model) are read here in full; the
-        alert bar has room for one."""
+        every fix), the ``past`` alerts (about a model no longer loaded: ``(no longer loaded)``,
+        with every fix), then the newest events; filtered by ``needle`` (kind or text,
+        case-insensitive). Each alert says its age at ``now`` (Unix seconds, the state's clock:
+        ``alert_age.state_clock``; none when None). Alerts about the whole server (no model) are
+        read here in full; the alert bar has room for one."""
         width = self._width()
+        ages = tuple(alert_age(a, now) for a in (*alerts, *past))
         key = (log.recent[-1].line_no if log.recent else None, len(log.recent), log.lines, needle, self.raw,
-               log.source, log.status, tuple(alerts), width, tuple(actions))
+               log.source, log.status, tuple(alerts), tuple(past), ages, width, tuple(actions))
         if key == self._shown:
             return
         self._shown = key
         rows: list[tuple[Text, Text, Text]] = []
         self._row_fixes = []
         self._collect_actions(rows, actions, needle)
-        self._collect(rows, log, needle, alerts)
+        self._collect_alerts(rows, alerts, needle, now, past=False)
+        self._collect_alerts(rows, past, needle, now, past=True)
+        self._collect(rows, log, needle)
         self._fixes = self._row_fixes + [None] * (len(rows) - len(self._row_fixes))
         # EVENT as wide as its widest cell (up to KIND_WIDTH); DETAIL takes the rest and its text
         # wraps there, whole words on each line, so an alert and its fixes are read in full
@@ -150,27 +156,38 @@ class EventsPane(DataTable[Text]):
                          Text("kvtop action", style=style), Text(safe(text, 400), style=style)))
             self._row_fixes.append(None)
 
-    def _collect(self, rows: list[tuple[Text, Text, Text]], log: LogState, needle: str,
-                 alerts: Sequence[Alert]) -> None:
-        """The pane's rows (time, event, detail) before wrapping: the alerts with their fixes,
-        then the newest events (or raw lines), filtered by ``needle``."""
+    def _collect_alerts(self, rows: list[tuple[Text, Text, Text]], alerts: Sequence[Alert], needle: str,
+                        now: float | None, *, past: bool) -> None:
+        """One row per alert (``qwen3:1.7b · 3 min: …``; a past one ``qwen3:1.7b (no longer
+        loaded) · 3 min: …``, muted), then a row per fix, filtered by ``needle``."""
         colors = self.app.theme_variables
-        n = 0
         needle = needle.strip().lower()
         for alert in alerts:
-            text = f"{alert.model + ': ' if alert.model else ''}{alert.message}"
+            age = alert_age(alert, now)
+            model = f"{alert.model}{' (no longer loaded)' if past else ''}" if alert.model else ""
+            head = " · ".join(p for p in (model, age) if p)
+            text = f"{head + ': ' if head else ''}{alert.message}"
             if needle and needle not in alert.kind and needle not in text.lower():
                 continue
-            style = f"bold {colors.get('kv-crit' if alert.severity == 'critical' else 'kv-warn', '')}"
+            tone = colors.get('kv-crit' if alert.severity == 'critical' else 'kv-warn', '')
+            style = colors.get("kv-muted", "") if past else f"bold {tone}"
             mark = {"critical": "✖", "warning": "▲"}.get(alert.severity, "ℹ")
             since = datetime.fromtimestamp(alert.since).strftime("%H:%M:%S") if alert.since else ""
-            rows.append((Text(since), Text(f"{mark} {alert.kind}", style=style), Text(safe(text, 400))))
+            rows.append((Text(since), Text(f"{mark} {alert.kind}", style=style),
+                         Text(safe(text, 400), style=colors.get("kv-muted", "") if past else "")))
             self._row_fixes.append(None)
             for fix in alert.fixes:
                 verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
-                rows.append((Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits else ""),
+                rows.append((Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits and not past else ""),
                              Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400))))
                 self._row_fixes.append((fix, alert))
+
+    def _collect(self, rows: list[tuple[Text, Text, Text]], log: LogState, needle: str) -> None:
+        """The pane's event rows (time, event, detail) before wrapping: the newest events (or raw
+        lines), filtered by ``needle``."""
+        colors = self.app.theme_variables
+        n = 0
+        needle = needle.strip().lower()
         if self.raw:  # every line as read, parsed or not, newest first
             for i, line in enumerate(reversed(log.raw)):
                 if needle and needle not in line.lower():
