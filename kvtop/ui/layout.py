@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kvtop.config.ui_state import PANELS, save_panels, saved_panels
 from kvtop.model.gpu import GpuPanelData
 from kvtop.model.memmap import MemoryMap, loading_runners, memory_map
+from kvtop.ui.alert_age import state_clock
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
@@ -214,7 +215,7 @@ class PanelLayout:
             compact = app.size.width < w or app.size.height < h
             main.query_one(MemoryMapPanel).show(self.current_memory_map(state, gpu_panel, local), compact=compact)
         if shown["alerts"]:
-            main.query_one(AlertsPanel).show(state.alerts, colors)
+            main.query_one(AlertsPanel).show(state.alerts, colors, now=state_clock(state))  # ages on the state's clock
         if shown["history"]:
             from kvtop.ui.screens.history import _log_note
 

@@ -23,6 +23,7 @@ from textual.widgets import Input, Static
 from kvtop.model.gpu import GpuPanelData, gpu_panel_data
 from kvtop.model.view_order import filter_views, sort_views
 from kvtop.ui.actions import live_views
+from kvtop.ui.alert_age import state_clock
 from kvtop.ui.dashboard_text import ServerOverview, alert_bar, log_line, servers_bar
 from kvtop.ui.format import legend, safe
 from kvtop.ui.layout import PanelLayout
@@ -279,7 +280,9 @@ class DashboardScreen(Screen[None]):
         events_pane = self.query_one(EventsPane)
         if events_pane.has_class("-visible"):
             # the alerts panel, when shown, has the alerts and their fixes: the events pane keeps to events
-            events_pane.show(state.log, app.filter_text, () if shown["alerts"] else state.alerts, app.operator.log)
+            # the past alerts (a model no longer loaded) are only here, with their age
+            events_pane.show(state.log, app.filter_text, () if shown["alerts"] else state.alerts, app.operator.log,
+                             past=state.past_alerts, now=state_clock(state))
 
     def _status_line(self, state: AppState, shown_models: int) -> Text:
         """The line under the table: filter, sort and the legend; or why there is nothing to show."""
