@@ -29,7 +29,7 @@ from kvtop.model.known import marked
 from kvtop.model.queue_snapshots import ConnSnapshot, QueueView
 from kvtop.model.views import AppState, ModelView
 
-__all__ = ["fold_connections", "fold_queue", "queue_json", "queue_summary"]
+__all__ = ["fold_connections", "fold_queue", "queue_json", "queue_short", "queue_summary"]
 
 def _slots(models: Sequence[ModelView]) -> tuple[int | None, int | None, tuple[str, ...]]:
     busy = total = None
@@ -127,3 +127,16 @@ def queue_summary(queue: QueueView | None, *, clients: int = 3) -> str | None:
         more = len(queue.clients) - clients
         parts.append(f"clients {shown}{f' +{more}' if more > 0 else ''}")
     return " · ".join(parts)
+
+
+def queue_short(queue: QueueView | None) -> str | None:
+    """The dashboard header's form of :func:`queue_summary`: ``queue 2~ waiting (oldest 30 s)``
+    while requests wait (the count marked estimated); None while none waits, while the waiting
+    count is not known, and when the connections were not read or could not be (the server view
+    says why)."""
+    if queue is None or queue.error is not None or not queue.waiting:
+        return None
+    text = f"queue {marked(queue.waiting, queue.source)} waiting"
+    if queue.oldest_wait_s is not None:
+        text += f" (oldest {queue.oldest_wait_s:.0f} s)"
+    return text

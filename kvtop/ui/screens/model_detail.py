@@ -66,6 +66,18 @@ def _slot_rows(out: Text, v: ModelView) -> None:
                  f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}")
 
 
+def _queue_row(out: Text, v: ModelView, state: AppState) -> None:
+    """For a model whose every slot is busy (``QueueView.full_models``): a new request would wait,
+    with the server's queue (``model.queue.queue_short``) when requests wait already."""
+    from kvtop.model.queue import queue_short
+
+    queue = state.queue
+    if queue is None or v.name not in queue.full_models:
+        return
+    _row(out, "queue", "every slot busy: a new request would wait", "",
+         f"on this server: {queue_short(queue)}" if queue_short(queue) else "")
+
+
 def _local_rows(out: Text, v: ModelView) -> None:
     """The runner process (requested), its endpoints (runner) and the server environment (service)."""
     if v.cloud:
@@ -164,6 +176,7 @@ def detail_text(v: ModelView, state: AppState) -> Text:
              " run past what the model was trained for")
     _row(out, "slots (parallel)", str(v.parallel.value) if v.parallel.value else "?", _src(v.parallel), v.parallel.note)
     _slot_rows(out, v)
+    _queue_row(out, v, state)
     if v.total_ctx_cells is not None:
         _row(out, "cells (ctx × slots)", f"{v.total_ctx_cells:,}")
     _row(out, "KV type", v.kv_type.value or "?", _src(v.kv_type), v.kv_type.note)
@@ -189,9 +202,13 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         _row(out, "estimate", "unavailable", "", v.kv_unavailable)
     mine = [a for a in state.alerts if a.model == v.name]
     if mine:
+        from kvtop.ui.alert_age import alert_age, state_clock
+
+        now = state_clock(state)  # each alert's age on the state's clock, as on the dashboard
         out.append("\nAlerts\n", style="bold underline")
         for a in mine:
-            out.append(f"  {a.severity.upper()} {a.kind.replace('_', ' ')}: ", style="bold")
+            age = alert_age(a, now)
+            out.append(f"  {a.severity.upper()} {a.kind.replace('_', ' ')}{f' · {age}' if age else ''}: ", style="bold")
             out.append(safe(a.message, 300) + "\n")
             for fix in a.fixes:
                 fits = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]

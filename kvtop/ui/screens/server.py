@@ -1,5 +1,6 @@
-"""The server view (``i``): traffic from the access log, health of ``ollama serve`` and its
-runners, its settings (secrets masked), and the pre-flight of every pulled model.
+"""The server view (``i``): traffic from the access log, the queue (requests in flight and waiting
+for a slot, ``model.queue``), health of ``ollama serve`` and its runners, its settings (secrets
+masked), and the pre-flight of every pulled model.
 
 Renders the state only (``model.traffic``, ``model.server``, ``model.preflight``); the app's
 ``ServerView`` worker reads health and the pulled models while this screen is open. Text from the
@@ -89,6 +90,38 @@ def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, widt
     if t.other_clients:
         busiest += f", others {t.other_clients:,}"
     out.append(Text(f"  clients: {busiest}"))
+    return out
+
+
+def queue_lines(state: AppState) -> list[Text]:
+    """The queue section of ``state.queue``: :func:`~kvtop.model.queue.queue_summary` (the line
+    every face prints), then every client with its connections, kvtop's own left out; or why there
+    is no figure (not read: a remote server, or before the first read; the reason when it could not
+    be read)."""
+    from kvtop.model.queue import queue_summary
+
+    queue = state.queue
+    out = [Text("Queue", style="bold")]
+    summary = queue_summary(queue)
+    if queue is None or summary is None:
+        out.append(Text("  not read: the connections to a server's API port are read on this machine only"))
+        return out
+    if queue.error is not None:
+        out.append(Text(f"  {safe(summary, 200)}"))
+        return out
+    out.append(Text(f"  {safe(summary, 400)}"))
+    if queue.waiting is None:
+        out.append(Text("  waiting not known: no loaded model's slots are known (its runner's /slots, or the log)"))
+    own = f"; kvtop's own {queue.own} left out" if queue.own else ""
+    if queue.clients:
+        shown = ", ".join(f"{safe(addr, 48)} ×{n}" for addr, n in queue.clients[:CLIENTS_SHOWN])
+        more = len(queue.clients) - CLIENTS_SHOWN
+        out.append(Text(f"  clients (connections to port {queue.port}{own}): {shown}"
+                        + (f", {more} more" if more > 0 else "")))
+    else:
+        out.append(Text(f"  no client connected to port {queue.port}{own}"))
+    out.append(Text(f"  {source_mark(queue.source)} estimated: an idle keep-alive connection counts as in flight",
+                    style="dim"))
     return out
 
 
@@ -196,6 +229,7 @@ def server_text(state: AppState, *, now_s: float, log_now: datetime | None, widt
         title.append(f" · Ollama {safe(scrub_text(snap.version), 20)}")  # a proxy may echo a secret in it
     parts = [title, Text("")]
     parts += traffic_lines(state.log.traffic, state.log.source, log_now, width) + [Text("")]
+    parts += queue_lines(state) + [Text("")]
     parts += health_lines(state.server, now_s) + [Text("")]
     parts += preflight_lines(defaults, rows, state.server, width)
     return Text("\n").join(parts)

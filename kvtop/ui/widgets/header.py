@@ -1,4 +1,5 @@
-"""The header: server, version, reachability, latency, interval, paused, DEMO or REPLAY."""
+"""The header: server, version, reachability, latency, interval, paused, DEMO or REPLAY; what the
+server holds, and the requests waiting for a slot while some wait (``model.queue.queue_short``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from kvtop.config.host import display_host
+from kvtop.model.queue import queue_short
 from kvtop.model.views import AppState
 from kvtop.redact import scrub_text
 from kvtop.ui.ascii_mode import ascii_on
@@ -156,6 +158,10 @@ class ServerHeader(Static):
             vram = sum(m.size_vram_bytes or 0 for m in st.models)
             spilled = sum(1 for m in st.models if m.spilled)
             line2.append(f"{n} model{'s' if n != 1 else ''} loaded")
+            waiting = queue_short(st.queue)  # the local server's only: another server's state has none
+            if waiting is not None:  # the news: before the sizes, so a narrow terminal keeps it
+                line2.append(" · ")
+                line2.append(waiting, style=f"bold {v.get('kv-warn', '')}")
             if n:
                 line2.append(f" · {ibytes(total)} total · {ibytes(vram)} in VRAM")
                 if spilled:

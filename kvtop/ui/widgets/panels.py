@@ -167,8 +167,7 @@ def enter_does(fix: Fix, loaded: Sequence[str], *, readonly: bool, replay: bool,
     if op is not None and not (readonly or replay or (demo and op[0] == "signal")):
         what = f"unload {', '.join(op[1])}" if op[0] == "unload" and isinstance(op[1], tuple) else f"stop PID {op[1]}"
         return "act", f"{safe(what, 80)} (asks first)"
-    why = ("read-only: " if readonly else "a recording: " if replay else
-           "simulated process: " if op is not None else "")
+    why = "" if op is None else ("read-only: " if readonly else "a recording: " if replay else "simulated process: ")
     return "text", f"{why}show {safe(fix.action, 60)} as text to copy"
 
 
