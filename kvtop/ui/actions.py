@@ -5,7 +5,7 @@ Every write asks first on a ``ConfirmWrite`` dialog (``kvtop.ui.screens.confirm`
 only ``y`` or a click on the action writes, and only once the dialog has been shown for
 ``ConfirmWrite.ARM_S``: keys typed ahead are swallowed), is logged in the events pane with its
 outcome (``OperatorEntry``), and does not exist with ``--readonly`` (no key, no footer entry, no
-help line, no palette command: the app's ``check_action`` refuses ``WRITE_ACTIONS``). A signal to
+help line, no palette command: ``kvtop.ui.commands.refusal`` refuses ``WRITE_ACTIONS``). A signal to
 another user's process (kvtop runs as root) names its owner and asks a second time. Writes to a
 server go through the app's own polling client of that server (``OllamaClient.generate``), so its
 headers and TLS settings apply.
@@ -29,8 +29,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from textual.app import SystemCommand
-
 from kvtop.model.alerts import Alert, Fix
 from kvtop.model.gpu import GpuProcessView
 from kvtop.model.views import ModelView
@@ -38,8 +36,6 @@ from kvtop.ui.format import exact_bytes, ibytes, safe
 from kvtop.ui.widgets.events_pane import OperatorEntry
 
 if TYPE_CHECKING:
-    from textual.screen import Screen
-
     from kvtop.ui.host import OperatorHost
 
 __all__ = ["UNLOAD_WATCH_POLLS", "WRITE_ACTIONS", "OperatorActions", "countdown_text", "fix_operation", "live_views"]
@@ -370,15 +366,3 @@ class OperatorActions:
         else:
             assert isinstance(arg, int)
             self.signal_process(arg)
-
-    def commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """The command palette's write commands (none with ``--readonly`` or in a replay)."""
-        app = self.app
-        if app.settings.readonly or app.replay is not None or len(app.screen_stack) > 1:
-            return
-        yield SystemCommand("Unload model", "Unload the selected model (u; asks first)", self.unload_selected)
-        yield SystemCommand("Keep-alive", "Set the selected model's keep-alive (a; asks first)",
-                            self.keep_alive_selected)
-        if not app.settings.demo:  # the demo's processes are simulated
-            yield SystemCommand("Signal GPU process", "SIGTERM / SIGKILL a process outside Ollama on the GPU (k)",
-                                self.signal_process)

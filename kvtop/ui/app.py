@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from textual import on
+from textual import events, on
 from textual.app import App, SystemCommand
 from textual.filter import LineFilter
 from textual.reactive import var
@@ -23,11 +23,12 @@ from kvtop.model.gpu import gpu_free_bytes
 from kvtop.model.view_order import SORT_KEYS
 from kvtop.model.views import AppState
 from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
-from kvtop.ui.actions import WRITE_ACTIONS, OperatorActions
+from kvtop.ui.actions import OperatorActions
 from kvtop.ui.ascii_mode import with_ascii
+from kvtop.ui.commands import TEXTUAL_REPLACED, dead_key_reason, front_is_dashboard, palette_commands, refusal
 from kvtop.ui.dashboard_text import ServerOverview, overview_key, server_overview
 from kvtop.ui.format import safe
-from kvtop.ui.keys import BINDINGS, INTERVAL_STEPS_S, LIVE_ACTIONS, MAIN_SCREEN_ACTIONS, REPLAY_ACTIONS, TYPING_HIDES
+from kvtop.ui.keys import BINDINGS, INTERVAL_STEPS_S
 from kvtop.ui.messages import (
     ApplyStepRecorded,
     GpuSampled,
@@ -77,14 +78,6 @@ class KvtopApp(App[int]):
     TITLE = "kvtop"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = BINDINGS
-    MAIN_SCREEN_ACTIONS = MAIN_SCREEN_ACTIONS
-    """Actions that only make sense on the dashboard itself (not over the detail view)."""
-    TYPING_HIDES = TYPING_HIDES
-    """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
-    REPLAY_ACTIONS = REPLAY_ACTIONS
-    """Actions of ``--replay`` only."""
-    LIVE_ACTIONS = LIVE_ACTIONS
-    """Actions that need a live server (hidden in ``--replay``)."""
 
     # var(): the dashboard screen watches these and updates only the widgets whose content
     # changed; a plain reactive would repaint the whole screen on every poll (benchmarks/cpu_idle.py).
@@ -209,9 +202,16 @@ class KvtopApp(App[int]):
         return with_ascii(super().get_line_filters(), self.settings)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Textual's commands, and the writes (``u``, ``a``, ``k``) unless ``--readonly``."""
-        yield from super().get_system_commands(screen)
-        yield from self.operator.commands(screen)
+        """kvtop's actions allowed over ``screen`` (the one the palette opened over), each with its
+        key (``commands.palette_commands``), then Textual's theme picker, keys panel, screenshot."""
+        yield from palette_commands(self, screen)
+        yield from (c for c in super().get_system_commands(screen) if c.title not in TEXTUAL_REPLACED)
+
+    def on_key(self, event: events.Key) -> None:
+        """A key that nothing will act on says why (``commands.dead_key_reason``), never nothing."""
+        reason = dead_key_reason(self, event.key)
+        if reason is not None:
+            self.notify(reason, timeout=4, markup=False)
 
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard is the bottom screen; detail and help screens go on top of it."""
@@ -423,23 +423,11 @@ class KvtopApp(App[int]):
         self.server_view.stage(message)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Sorting, filtering and help act on the dashboard, not through the detail view; the
-        writes (``WRITE_ACTIONS``) do not exist with ``--readonly``."""
-        if action in WRITE_ACTIONS and self.settings.readonly:
-            return False
-        if action == "signal_process" and (self.proc_source is None or self.settings.demo):
-            return False  # no process table read here, or the demo's simulated one: its PIDs are not this machine's
-        if action in self.REPLAY_ACTIONS and self.replay is None:
-            return False  # replay keys exist only in --replay
-        if action in self.LIVE_ACTIONS and self.replay is not None:
-            return False  # no server to poll faster or to plan against in a replay
-        if action in ("next_server", "prev_server", "server") and len(self.hosts) < 2:
-            return False  # one server: the switcher keys do nothing and the footer leaves them out
-        if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
-            return False
-        if isinstance(self.focused, Input) and action in self.TYPING_HIDES:
-            return False  # these keys are being typed into the filter box: the footer must not offer them
-        return True
+        """Whether ``action`` exists now (``commands.refusal``: no writes with ``--readonly``, no
+        signal in the demo, sorting and filtering on the dashboard only, plain keys typed into the
+        filter box …); a refused key's binding leaves the footer."""
+        return refusal(self, action, over_dashboard=front_is_dashboard(self),
+                       typing=isinstance(self.focused, Input)) is None
 
     # -- the keys ----------------------------------------------------------------------------------
 
@@ -488,6 +476,15 @@ class KvtopApp(App[int]):
         from kvtop.ui.screens.history import HistoryScreen
 
         self.push_screen(HistoryScreen(self.histories[self.current_host]))
+
+    def action_cursor_down(self) -> None:
+        """``j``: the selection one row down in the focused table or list (its ``↓``), else a scroll."""
+        target = self.focused
+        move = getattr(target, "action_cursor_down", None) or getattr(target, "action_scroll_down", None)
+        if move is None:
+            self.notify("j: nothing here to move in (Tab focuses the table or a panel)", timeout=3, markup=False)
+        else:
+            move()
 
     def action_help(self) -> None:
         from kvtop.ui.screens.help import HelpScreen

@@ -1,6 +1,8 @@
 """The dashboard's keys: every binding of the app, and which actions each situation leaves out
 (``KvtopApp.check_action``: over a pushed screen, while typing a filter, in ``--replay``, live only).
-``docs/reference.md`` ("Keys") and the help screen describe them."""
+``docs/reference.md`` ("Keys") and the help screen describe them. The function keys are
+``htop``'s (F1 help, F4 filter, F6 sort, F9 signal, F10 quit); ``j`` moves the selection down as
+in ``less`` and vi, but ``k`` stays ``signal`` as in ``top`` and ``htop`` (↑ moves up)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,16 @@ INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """The poll intervals ``+`` and ``-`` step through, in seconds."""
 
 BINDINGS: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
-    Binding("q", "quit", "Quit"),
+    Binding("q,f10", "quit", "Quit", key_display="q"),
     Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
-    Binding("question_mark", "help", "Help", key_display="?"),
+    Binding("question_mark,f1", "help", "Help", key_display="?"),
     Binding("p", "toggle_pause", "Pause"),
     Binding("plus,equals_sign", "slower", "Slower", key_display="+", show=False),
     Binding("minus", "faster", "Faster", key_display="-", show=False),
-    Binding("s", "cycle_sort", "Sort"),
+    Binding("s,f6", "cycle_sort", "Sort", key_display="s"),
     Binding("S", "reverse_sort", "Reverse sort", show=False),
     Binding("t", "cycle_theme", "Theme", show=False),
-    Binding("slash", "filter", "Filter", key_display="/"),
+    Binding("slash,f4", "filter", "Filter", key_display="/"),
     Binding("l", "toggle_events", "Log"),
     Binding("g", "toggle_gpu", "GPU"),
     Binding("m", "toggle_map", "Map"),
@@ -33,7 +35,8 @@ BINDINGS: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
     Binding("i", "server_view", "Server"),
     Binding("u", "unload", "Unload"),
     Binding("a", "keep_alive", "Keep-alive"),
-    Binding("k", "signal_process", "Signal", show=False),
+    Binding("k,f9", "signal_process", "Signal", key_display="k", show=False),
+    Binding("j", "cursor_down", "Down", show=False),
     Binding("h", "history", "History", show=False),
     Binding("r", "toggle_raw", "Raw lines", show=False),
     Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -58,7 +61,7 @@ TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "c
                           "server_view",
                           "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu",
                           "next_server", "prev_server", "server", "history", "toggle_map", "toggle_alerts",
-                          "toggle_history_panel", *WRITE_ACTIONS})
+                          "toggle_history_panel", "cursor_down", *WRITE_ACTIONS})
 """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
 REPLAY_ACTIONS = frozenset({"replay_pause", "replay_step", "replay_speed", "replay_jump"})
 """Actions of ``--replay`` only."""
