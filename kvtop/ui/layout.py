@@ -127,6 +127,18 @@ class PanelLayout:
             shared -= mmap.line_count()
         return shared - table.virtual_size.height - alerts_rows
 
+    def settled(self) -> bool:
+        """Whether the layout on screen is final: measured (not waiting for a re-measure after a
+        repaint) and every panel shown or hidden as :meth:`shown_panels` says. Tests wait for it."""
+        shown = self.shown_panels()
+        spare = self.measure_spare_rows(self._alerts_rows if shown["alerts"] else 0)
+        if spare is None or spare != self._spare_rows:
+            return False
+        main = self.screen
+        return all(w.has_class(cls) == shown[name] for name, w, cls in (
+            ("map", main.query_one(MemoryMapPanel), "-shown"), ("alerts", main.query_one(AlertsPanel), "-shown"),
+            ("history", main.query_one(HistoryPanel), "-shown"), ("events", main.query_one(EventsPane), "-visible")))
+
     def apply_panel_layout(self) -> dict[str, bool]:
         """Set the classes that show or hide the panels; returns :meth:`shown_panels`."""
         main = self.screen

@@ -30,12 +30,13 @@ def shared_app(tmp_root: Path, *, gpu: bool = True) -> KvtopApp:
 
 
 async def settle(pilot: Any, rows: int = 3) -> None:
-    """Wait until the poll, the GPU sample and the first repaint have landed."""
+    """Wait until the poll, the GPU sample and the repaints that lay the panels out have landed
+    (the layout measures the rows left free after a repaint and may show the events pane then)."""
     app = pilot.app
     for _ in range(200):
         await pilot.pause(0.05)
         if (app.state is not None and app.state.ollama is not None and app.state.gpu is not None
-                and app.query_one(ModelsTable).row_count == rows):
+                and app.query_one(ModelsTable).row_count == rows and app.dashboard.panels.settled()):
             break
     else:
         raise AssertionError("the screen did not settle")
