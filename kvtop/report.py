@@ -14,6 +14,7 @@ from rich.cells import cell_len
 from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
+from kvtop.model.ctx_advice import advice_for, advice_json, advice_line
 from kvtop.model.queue import queue_json, queue_summary
 from kvtop.model.server import server_json
 from kvtop.model.known import SOURCE_LEGEND, units_note
@@ -22,8 +23,9 @@ from kvtop.model.views import AppState, ModelView
 JSON_SCHEMA_VERSION = 1
 
 
-def model_json(v: ModelView, usage: ModelGpu | None = None) -> dict[str, Any]:
-    """One model as the ``--once --json`` schema describes it (bytes as integers, null when unknown)."""
+def model_json(v: ModelView, usage: ModelGpu | None = None, state: AppState | None = None) -> dict[str, Any]:
+    """One model as the ``--once --json`` schema describes it (bytes as integers, null when unknown); with
+    ``state``, its ``ctx_advice`` (``model.ctx_advice``: what num_ctx the traffic needs), else null."""
     m = v.memory
     return {
         "name": v.name,
@@ -63,6 +65,7 @@ def model_json(v: ModelView, usage: ModelGpu | None = None) -> dict[str, Any]:
         "decode_tokens_per_second_source": v.decode_tps.source,
         "differences": list(v.differences),
         "runner": _runner_json(v),
+        "ctx_advice": advice_json(advice_for(state, v)) if state is not None else None,
     }
 
 
@@ -120,7 +123,7 @@ def state_json(state: AppState) -> dict[str, Any]:
         "error": snap.error if snap else "no poll made",
         "version": snap.version if snap else None,
         "taken_at": snap.taken_at if snap else None,
-        "models": [model_json(v, usage.get((v.name, v.digest))) for v in state.models] if snap and snap.reachable else [],
+        "models": [model_json(v, usage.get((v.name, v.digest)), state) for v in state.models] if snap and snap.reachable else [],
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
         "past_alerts": [alert_json(a) for a in state.past_alerts],
@@ -216,9 +219,23 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     for v in state.models:
         for d in v.differences:
             lines.append(f"NOTE {safe_name(v.name, 40)}: {safe(d, 300)}")
+    lines.extend(ctx_advice_lines(state))
     lines.extend(alert_lines(state))
     lines.extend(gpu_text_lines(state))
     return "\n".join(lines) + "\n"
+
+
+def ctx_advice_lines(state: AppState) -> list[str]:
+    """``NUM_CTX <model>: …``: what num_ctx the traffic needs (``model.ctx_advice.advice_line``), one line per
+    loaded model whose log shows requests or cut prompts."""
+    from kvtop.ui.format import safe, safe_name
+
+    out: list[str] = []
+    for v in state.models:
+        a = advice_for(state, v)
+        if a is not None and (a.distribution is not None or a.cuts):
+            out.append(f"NUM_CTX {safe_name(v.name, 40)}: {safe(advice_line(a), 1000)}")
+    return out
 
 
 def gpu_text_lines(state: AppState) -> list[str]:

@@ -245,3 +245,20 @@ def test_the_training_context_caps_the_recommendation() -> None:
     assert capped.recommendation is not None
     assert (capped.recommendation.config.num_ctx, capped.recommendation.capped) == (2048, True)
     assert any("longer than the training context (2,048)" in n for n in capped.notes)
+
+
+def test_once_text_and_json_render_the_same_advice() -> None:
+    from kvtop.report import state_json, state_text
+
+    state = state_of(ps_snapshot([row(TINY, 4096, 5_000_000, 0)], taken_at=RUN_TIME + 60), traffic_log())
+    a = advice_for(state, view(state, TINY))
+    assert a is not None
+    (model,) = state_json(state)["models"]
+    assert model["ctx_advice"] == advice_json(a)
+    assert model["ctx_advice"]["recommendation"]["num_ctx"] == 3072
+    lines = [x for x in state_text(state).splitlines() if x.startswith("NUM_CTX ")]
+    assert lines == [f"NUM_CTX {TINY}: {advice_line(a)}"]
+    quiet = state_of(ps_snapshot([row(TINY, 4096, 5_000_000, 0)], taken_at=RUN_TIME + 60))
+    assert not [x for x in state_text(quiet).splitlines() if x.startswith("NUM_CTX ")]  # no traffic: no line
+    (bare,) = state_json(quiet)["models"]
+    assert bare["ctx_advice"]["requests"] == 0 and bare["ctx_advice"]["recommendation"] is None
