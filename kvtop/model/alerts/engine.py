@@ -14,6 +14,7 @@ from kvtop.model.alerts.current import split_current
 from kvtop.model.alerts.gpus import gpu_alerts
 from kvtop.model.alerts.loadstate import context_over_training, load_alerts, runner_over_training_alerts
 from kvtop.model.alerts.logevents import churn_alerts, clamp_alerts, incident_alerts, rejection_alerts, truncation_alerts
+from kvtop.model.alerts.queue import queue_alerts
 from kvtop.model.alerts.server import server_alerts
 from kvtop.model.alerts.spill import spill
 from kvtop.model.alerts.types import DEFAULT_THRESHOLDS, KIND_RANK, SEVERITY_RANK, Alert, Thresholds
@@ -69,6 +70,7 @@ def evaluate(
     found.extend(incident_alerts(ctx, current))
     found.extend(churn_alerts(ctx))
     found.extend(gpu_alerts(ctx))
+    found.extend(queue_alerts(ctx))
 
     env = ctx.service_env()
     before = {a.key: a for a in previous}

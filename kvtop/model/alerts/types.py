@@ -34,6 +34,7 @@ KINDS: Final[Mapping[str, tuple[Severity, str]]] = {
     "prompt_rejected": ("warning", "llama-server refused prompts longer than the context (HTTP 400)"),
     "reload_churn": ("warning", "the same weights were loaded again and again"),
     "eviction": ("warning", "the scheduler unloaded a model to make room"),
+    "queue_wait": ("warning", "requests wait for a slot longer than the threshold while every slot is busy"),
     "context_over_training": ("warning", "num_ctx is above the model's training context"),
     "foreign_vram": ("warning", "processes outside Ollama hold memory on a GPU Ollama uses"),
     "gpu_nearly_full": ("warning", "a GPU Ollama uses has less free memory than the headroom"),
@@ -115,6 +116,10 @@ class Thresholds:
             enough that ``--check`` in a cron job does not report yesterday.
         swap_used_bytes: ``swap_in_use`` fires when more swap than this is used while a model is
             spilled. 256 MiB: a long-running Linux box keeps some pages in swap anyway.
+        queue_wait_s: ``queue_wait`` fires when the oldest request waiting for a slot has waited
+            longer than this (``model.queue``, estimated from the connections to the API port).
+            10 s: longer than the prefill of a long prompt, so a burst that drains at once does
+            not fire.
         fix_reserve_bytes: GPU memory a spill fix leaves free on top of what it needs. 0: the
             budget is what Ollama itself gave the model (``size_vram``) or the free memory
             NVML reports, which is net of the driver's reserve already.
@@ -126,6 +131,7 @@ class Thresholds:
     churn_window_s: float = 600.0
     event_window_s: float = 900.0
     swap_used_bytes: int = 256 * MIB
+    queue_wait_s: float = 10.0
     fix_reserve_bytes: int = 0
 
     @classmethod
