@@ -53,6 +53,13 @@ KNOWN_ENDPOINTS = ("/api/generate", "/api/chat", "/v1/chat/completions", "/v1/co
                    "/api/version", "/v1/models", "/v1/responses", "/")
 """Ollama's routes (``server/routes.go:GenerateRoutes``): always kept as rows of their own."""
 
+STATUS_POLLS = frozenset({("GET", "/api/ps"), ("GET", "/api/version"), ("GET", "/api/tags"), ("POST", "/api/show"),
+                          ("GET", "/"), ("HEAD", "/")})
+"""Requests that read the server's status and do no model work: what monitors send (kvtop polls
+``/api/ps`` every interval, ``/api/version`` and ``/api/tags`` now and then, ``/api/show`` once per
+model). Counted apart (``Traffic.polls_per_min``, ``client_polls``), so a monitor's polling does not
+read as traffic."""
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q``-th percentile (0 < q ≤ 100) of ``values`` by the nearest-rank method.
@@ -114,6 +121,8 @@ class Traffic:
         other_clients: Requests from addresses past ``MAX_CLIENTS``.
         max_queue: ``OLLAMA_MAX_QUEUE`` from the newest ``server config`` line (Ollama's
             default 512 when that line does not set it), None before such a line.
+        poll_seconds: Like ``seconds``, the :data:`STATUS_POLLS` requests only.
+        client_polls: ``(address, status polls)`` per client address among ``clients``.
     """
 
     requests: int = 0
@@ -127,6 +136,16 @@ class Traffic:
     clients: tuple[tuple[str, int], ...] = ()
     other_clients: int = 0
     max_queue: int | None = None
+    poll_seconds: tuple[tuple[int, int], ...] = ()
+    client_polls: tuple[tuple[str, int], ...] = ()
+
+    def polls_per_min(self, now: datetime | None = None) -> int | None:
+        """:data:`STATUS_POLLS` requests logged in the 60 seconds up to ``now`` (as
+        :meth:`requests_per_min`); None before any access line."""
+        if self.newest is None:
+            return None
+        end = _epoch(now if now is not None else self.newest)
+        return sum(n for s, n in self.poll_seconds if end - 60 < s <= end)
 
     def requests_per_min(self, now: datetime | None = None) -> int | None:
         """Requests logged in the 60 seconds up to ``now`` (naive local time, as the log's), or up
@@ -184,9 +203,12 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
     rows: dict[str, list[Any]] = {e.path: [e.requests, e.client_errors, e.server_errors, list(e.latencies_s)]
                              for e in traffic.endpoints}
     clients = dict(traffic.clients)
+    client_polls = dict(traffic.client_polls)
+    poll_seconds = dict(traffic.poll_seconds)
     other_clients = traffic.other_clients
     for g in gins:
         requests += 1
+        poll = (g.method.upper(), _path(g.path)) in STATUS_POLLS
         status = g.status
         if 400 <= status < 500:
             c4 += 1
@@ -201,6 +223,8 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
                 newest = g.time
             sec = _epoch(g.time)
             seconds[sec] = seconds.get(sec, 0) + 1
+            if poll:
+                poll_seconds[sec] = poll_seconds.get(sec, 0) + 1
         path = _path(g.path)
         row = rows.get(path)
         if row is None:
@@ -222,13 +246,19 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
             clients[addr] = 1
         else:
             other_clients += 1
+            continue
+        if poll:
+            client_polls[addr] = client_polls.get(addr, 0) + 1
     kept = sorted(seconds.items())
+    kept_polls = sorted(poll_seconds.items())
     if newest is not None:
         cut = _epoch(newest) - SECONDS_KEPT
         kept = [(s, n) for s, n in kept if s > cut]
+        kept_polls = [(s, n) for s, n in kept_polls if s > cut]
     endpoints = tuple(EndpointTraffic(p, r[0], r[1], r[2], tuple(r[3][-LATENCY_WINDOW:])) for p, r in rows.items())
     return Traffic(requests, c4, c5, busy, last_busy, newest, tuple(kept[-SECONDS_KEPT:]), endpoints,
-                   tuple(clients.items()), other_clients, max_queue)
+                   tuple(clients.items()), other_clients, max_queue, tuple(kept_polls[-SECONDS_KEPT:]),
+                   tuple(client_polls.items()))
 
 
 def _replace(t: Traffic, **kw: object) -> Traffic:
@@ -239,9 +269,11 @@ def _replace(t: Traffic, **kw: object) -> Traffic:
 
 def traffic_json(t: Traffic, now: datetime | None = None) -> dict[str, object]:
     """The ``server.traffic`` object of ``--once --json`` (docs/json.md); latencies in seconds."""
+    polls = dict(t.client_polls)
     return {
         "requests": t.requests,
         "requests_last_min": t.requests_per_min(now),
+        "status_polls_last_min": t.polls_per_min(now),
         "client_errors": t.client_errors,
         "server_errors": t.server_errors,
         "busy_503": t.busy,
@@ -251,6 +283,7 @@ def traffic_json(t: Traffic, now: datetime | None = None) -> dict[str, object]:
         "endpoints": [{"path": e.path, "requests": e.requests, "client_errors": e.client_errors,
                        "server_errors": e.server_errors, "latency_samples": len(e.latencies_s),
                        "p50_s": e.p50_s, "p95_s": e.p95_s} for e in t.endpoints],
-        "busiest_clients": [{"address": a, "requests": n} for a, n in t.busiest_clients(5)],
+        "busiest_clients": [{"address": a, "requests": n, "status_polls": polls.get(a, 0)}
+                            for a, n in t.busiest_clients(5)],
         "other_clients": t.other_clients,
     }

@@ -191,3 +191,24 @@ def test_server_view_never_renders_a_giant_latency() -> None:
         t = tr.add_events(tr.Traffic(), parse_lines([line], default_year=2026))
         row = next(x.plain for x in traffic_lines(t, "file:server.log", None) if "/api/chat" in x.plain)
         assert row.endswith(f" {said}"), (latency, row)
+
+
+def test_status_polls_are_counted_apart_from_the_work() -> None:
+    """A monitor's polling (kvtop's own GET /api/ps every interval among it) is not traffic: the
+    corpus's HEAD / and POST /api/show (an `ollama run` reading the server) count as status polls,
+    per minute and per client, beside the requests that did model work."""
+    lines = (FIXTURES.parent / "gin" / "access-corpus.log").read_text().splitlines()
+    t = tr.add_events(tr.Traffic(), parse_lines(lines, default_year=2025))
+    assert dict(t.client_polls) == {"127.0.0.1": 2}  # HEAD "/" and POST "/api/show" of 2025-10-30
+    assert dict(t.clients)["127.0.0.1"] == 3  # the 503 on /api/chat is work
+    polls = tr.traffic_json(t)["busiest_clients"]
+    assert {"address": "127.0.0.1", "requests": 3, "status_polls": 2} in polls  # type: ignore[operator]
+    # a minute of kvtop polling /api/ps each second beside 4 chats: 4 requests of work, 60 polls
+    start = datetime(2026, 12, 2, 6, 0, 0)
+    burst = [GinRequest(i + 1, start + timedelta(seconds=i), "", 200, 0.001, "GET", "/api/ps", "127.0.0.1")
+             for i in range(60)]
+    burst += [_gin(start + timedelta(seconds=10 * i), 200, 2.5, "10.0.0.7", "/api/chat", 100 + i) for i in range(4)]
+    busy = tr.add_events(tr.Traffic(), burst)
+    now = start + timedelta(seconds=59)
+    assert busy.requests_per_min(now) == 64 and busy.polls_per_min(now) == 60
+    assert tr.traffic_json(busy, now)["status_polls_last_min"] == 60
