@@ -27,7 +27,10 @@ is sent. Offline: ``--model-info FILE`` reads a saved ``/api/show`` answer (or a
 
 ``--log FILE`` reads an Ollama server log (or llama-server stderr) and, when it has a load of
 this model with allocations, prints the prediction next to the allocation and the error, and
-anchors the compute estimate to the real figure.
+anchors the compute estimate to the real figure; and, from the requests of this model it logs,
+what num_ctx the traffic needs (``kvtop.model.ctx_advice``: the sizes' p50/p95/p99/max, the prompts
+cut, the smallest num_ctx × KV type × slots that holds the p99 request and fits, and the
+``PARAMETER num_ctx`` / ``OLLAMA_CONTEXT_LENGTH`` lines to copy; nothing is applied).
 
 ``--all`` reads ``/api/show`` through a rolling pool: six in flight, the next one starting as soon
 as one answers, each under ``--timeout``, all of them within ``all_budget_s`` (60 s, or 3 ×
@@ -71,6 +74,7 @@ from kvtop.plan_cli.inputs import (
     fetch_input,
     nvml_free_bytes,
     read_model_info_file,
+    served_from_log,
 )
 from kvtop.plan_cli.result import PlanResult, _print, make_plan, render_text, result_json
 from kvtop.textsafe import emit, safe_block, safe_json
@@ -294,11 +298,14 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
         free, free_source = args.gpu_free, "--gpu-free"
     calibration: plan.Calibration | None = None
     calibration_note = ""
+    served, log_config = None, None
     if args.log:
         calibration, calibration_note = calibration_from_log(args.log, inp.blob)
+        served, log_config = served_from_log(args.log, inp.blob)
     return make_plan(inp, args.ctx, args.kv, args.parallel, args.flash_attention == "on",
                      free_bytes=free, free_source=free_source, reserve_bytes=args.reserve,
-                     calibration=calibration, calibration_note=calibration_note)
+                     calibration=calibration, calibration_note=calibration_note, served=served,
+                     log_config=log_config)
 
 
 def _main_all(args: argparse.Namespace) -> int:

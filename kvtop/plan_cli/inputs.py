@@ -16,7 +16,8 @@ import httpx
 
 from kvtop.sources.auth import ServerAccess
 
-from kvtop.model import plan
+from kvtop.model import kv, plan
+from kvtop.model.ctx_served import ServedRequests
 
 
 EXIT_OK = 0
@@ -278,3 +279,34 @@ def calibration_from_log(path: str, blob: str | None) -> tuple[plan.Calibration 
                 else " (the load names no blob)")
             return cal, f"{path}: load #{load.index + 1}{why}"
     return None, f"{path}: no load{' of ' + blob[:19] + '…' if blob else ''} with compute allocations"
+
+
+def served_from_log(path: str, blob: str | None) -> tuple[ServedRequests, plan.PlanConfig | None]:
+    """The requests the model of weights ``blob`` served, as the server log at ``path`` tells them
+    (``model.ctx_served``: every load of that blob; with ``blob`` None, the lines of loads that name none),
+    and the configuration of the log's newest load of it (per-slot num_ctx, KV type, slots, flash attention as
+    the runner resolved it; None without a load that gives its context).
+
+    Raises:
+        PlanError: The file cannot be read.
+    """
+    from kvtop.logparse.load_grouping import group_loads
+    from kvtop.logparse.parser import iter_events
+    from kvtop.model.ctx_served import served_requests
+
+    try:
+        with open(path, "rb") as fh:
+            lines = [raw.decode("utf-8", "replace") for raw in fh]
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror or exc}") from None
+    events = list(iter_events(lines))
+    loads = group_loads(events)
+    config: plan.PlanConfig | None = None
+    for load in reversed(loads):
+        if (blob is None or load.model_blob == blob) and load.num_ctx_per_seq:
+            kv_type = kv.normalize_cache_type(load.kv_type_k or "f16") or "f16"
+            config = plan.PlanConfig(load.num_ctx_per_seq, kv_type if kv_type in plan.PLAN_CACHE_TYPES else "f16",
+                                     max(1, min(plan.MAX_SLOTS, load.parallel or 1)),
+                                     load.flash_attention != "disabled")
+            break
+    return served_requests(events, loads, model_blob=blob, only_model=blob is None), config

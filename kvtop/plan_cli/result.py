@@ -15,6 +15,8 @@ from typing import Any
 
 from kvtop.model import kv
 from kvtop.model import plan
+from kvtop.model.ctx_advice import CtxAdvice, advice_json, advice_line, advise
+from kvtop.model.ctx_served import ServedRequests
 from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked, units_note
 from kvtop.plan_cli.inputs import EXIT_OK, PlanInput
 
@@ -43,12 +45,19 @@ class PlanResult:
     comparison: plan.Comparison | None
     settings: tuple[plan.ServerSettings, ...]
     notes: tuple[str, ...]
+    ctx_advice: CtxAdvice | None = None
+    """What num_ctx the traffic of ``--log`` needs (``model.ctx_advice``); None without ``--log``."""
 
 
 def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str] | None, parallel: int,
               flash_attention: bool, *, free_bytes: int | None, free_source: str, reserve_bytes: int = 0,
-              calibration: plan.Calibration | None = None, calibration_note: str = "") -> PlanResult:
-    """Predict every ``ctx`` x ``kv`` configuration (pure given its inputs)."""
+              calibration: plan.Calibration | None = None, calibration_note: str = "",
+              served: ServedRequests | None = None, log_config: plan.PlanConfig | None = None) -> PlanResult:
+    """Predict every ``ctx`` x ``kv`` configuration (pure given its inputs); with ``served`` (the requests of
+    ``--log``), the num_ctx that traffic needs (``model.ctx_advice.advise``), from the configuration the log's
+    load ran with (``log_config``), else the loaded context at the first ``--kv`` and ``parallel``.
+    ``log_config`` also sets the configuration a calibration derived from ``/api/ps`` assumes (as the
+    dashboard's row does), instead of Ollama's defaults."""
     notes = list(inp.notes) + list(inp.spec.notes)
     engine = plan.engine_for_version(inp.version)
     loaded = inp.loaded
@@ -64,12 +73,14 @@ def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str
     budget = plan.gpu_budget(free_bytes, held, reserve_bytes)
     if calibration is None and loaded is not None and loaded.size_bytes and loaded.context_length \
             and inp.spec.weights_bytes is not None:
-        base = plan.predict(inp.spec, plan.PlanConfig(loaded.context_length), engine=engine)
+        assumed = log_config if log_config is not None and log_config.num_ctx == loaded.context_length else None
+        base = plan.predict(inp.spec, assumed or plan.PlanConfig(loaded.context_length), engine=engine)
         if base.kv_bytes is not None:
             derived = loaded.size_bytes - inp.spec.weights_bytes - base.kv_bytes - (base.recurrent_bytes or 0)
             if derived >= 0:
                 calibration = plan.Calibration(
                     base.config, derived, "derived",
+                    "/api/ps size − weights − KV, at the settings of the log's load" if assumed is not None else
                     "/api/ps size − weights − KV, assuming Ollama's defaults (f16, 1 slot, flash attention on); "
                     "--log gives the runner's real settings",
                     weights_bytes=inp.spec.weights_bytes, kv_bytes=base.kv_bytes, total_bytes=loaded.size_bytes)
@@ -93,8 +104,15 @@ def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str
                 seen.append(key)
     comparison = plan.compare(inp.spec, calibration, engine=engine) if calibration is not None else None
     settings = tuple(plan.server_settings(*key) for key in seen)
+    advice: CtxAdvice | None = None
+    if served is not None:
+        now = log_config or (calibration.config if calibration is not None else None) or (
+            plan.PlanConfig(loaded.context_length, kv_types[0], parallel, flash_attention)
+            if loaded is not None and loaded.context_length else None)
+        advice = advise(inp.spec.name, served, now, spec=inp.spec, budget_bytes=budget, calibration=calibration,
+                        engine=engine, notes=() if budget is not None else ("free GPU memory not given: no fit verdict",))
     return PlanResult(inp, engine, free_bytes, free_source, budget, reserve_bytes, tuple(rows), calibration,
-                      calibration_note, comparison, settings, tuple(dict.fromkeys(notes)))
+                      calibration_note, comparison, settings, tuple(dict.fromkeys(notes)), advice)
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,6 +223,8 @@ def render_text(r: PlanResult) -> str:
         w("  Later rows anchor the compute estimate to the real figure (calibrated).\n")
     elif r.calibration_note:
         w(f"\n  log       {r.calibration_note}\n")
+    if r.ctx_advice is not None:
+        _render_ctx_advice(w, r.ctx_advice)
     w("\nApply: num_ctx is per request (options.num_ctx; OLLAMA_CONTEXT_LENGTH sets the server's default).\n")
     if r.settings:
         example = next((x for x in r.settings if dict(x.env)["OLLAMA_KV_CACHE_TYPE"] != "f16"), r.settings[0])
@@ -223,6 +243,19 @@ def render_text(r: PlanResult) -> str:
         for note in example.notes[2:]:
             w(f"  ! {note}\n")
     return out.getvalue()
+
+
+def _render_ctx_advice(w: Any, a: CtxAdvice) -> None:
+    """The section "What num_ctx the traffic needs (--log)": the line every face prints, then the copyable text."""
+    w("\nWhat num_ctx the traffic needs (--log):\n")
+    w(f"  {advice_line(a)}\n")
+    for note in a.notes:
+        w(f"  note      {note}\n")
+    rec = a.recommendation
+    if rec is not None:
+        w(f"  Modelfile {rec.modelfile}    (this model: FROM {a.model}, then ollama create)\n")
+        w(f"  server    {rec.env}    (every model's default; read at server start)\n")
+        w("  kvtop applies nothing: copy the line you want\n")
 
 
 def result_json(r: PlanResult) -> dict[str, Any]:
@@ -261,6 +294,7 @@ def result_json(r: PlanResult) -> dict[str, Any]:
             for s in r.settings
         ],
         "notes": list(r.notes),
+        "ctx_advice": advice_json(r.ctx_advice),
     }
 
 

@@ -34,13 +34,21 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from kvtop.model import kv, plan
+from kvtop.model.ctx_advice import CtxAdvice, advice_for
 from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
 from kvtop.model.known import context_pair, setting_text
 from kvtop.ui.format import ibytes, safe
 from kvtop.ui.screens.confirm import ConfirmWrite
-from kvtop.ui.screens.plan_text import render_apply, render_bar, render_calibration, render_figures, render_limits
+from kvtop.ui.screens.plan_text import (
+    render_apply,
+    render_bar,
+    render_calibration,
+    render_ctx_advice,
+    render_figures,
+    render_limits,
+)
 from kvtop.ui.widgets.hanging import Hanging
 
 if TYPE_CHECKING:
@@ -142,6 +150,8 @@ class PlanScreen(Screen[None]):
         self._show_key: tuple[Any, ...] | None = None
         self._tensors: list[Any] | None = None
         self._limits_cache: dict[tuple[Any, ...], dict[str, int | None]] = {}
+        self.advice: CtxAdvice | None = None
+        self._advice_of: tuple[Any, ...] = ()
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -177,6 +187,10 @@ class PlanScreen(Screen[None]):
                     plan.model_spec(view.name, info, tensors=self._tensors, file_size=tag.size_bytes if tag else None),
                     view, engine=self.engine)
             self.calibration = plan.calibration_from_view(view)
+            inputs = (state.log, view, state.gpu, snap)  # what the advice reads: recomputed when one changes
+            if len(inputs) != len(self._advice_of) or any(a is not b for a, b in zip(inputs, self._advice_of)):
+                self._advice_of = inputs
+                self.advice = advice_for(state, view)  # model.ctx_advice: the figure every face shows
             if self.config is None:
                 self.config = self._initial_config(view)
         self._refresh()
@@ -309,6 +323,7 @@ class PlanScreen(Screen[None]):
         render_figures(out, p, colors, spec)
         render_calibration(out, spec, self.calibration, self.engine)
         render_limits(out, p, self.limits())
+        render_ctx_advice(out, self.advice if self.view is not None else None)
         server = self._initial_config(self.view) if self.view is not None else None
         render_apply(out, p, colors, readonly=self.readonly, typed=self.typed, status=self.status, server=server)
         return out

@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from rich.text import Text
 
 from kvtop.model import plan
+from kvtop.model.ctx_advice import CtxAdvice, advice_line
 from kvtop.model.known import NOT_KNOWN_WORDS
 from kvtop.ui.format import ibytes, safe
 
-__all__ = ["render_apply", "render_bar", "render_calibration", "render_figures", "render_limits"]
+__all__ = ["render_apply", "render_bar", "render_calibration", "render_ctx_advice", "render_figures", "render_limits"]
 
 
 def _fmt_error(n: int) -> str:
@@ -141,6 +142,19 @@ def render_limits(out: Text, p: plan.Prediction, lim: Mapping[str, int | None]) 
     slots = lim.get("slots")
     out.append("Largest slot count at this num_ctx: ", style="bold")
     out.append(f"{'?' if slots is None else slots}\n")
+
+
+def render_ctx_advice(out: Text, advice: CtxAdvice | None) -> None:
+    """What num_ctx the traffic needs (``model.ctx_advice.advice_line``, the line ``--once`` prints), and
+    ``a`` as the way to try its num_ctx; nothing for a model whose log shows no request and no cut prompt."""
+    if advice is None or (advice.distribution is None and not advice.cuts):
+        return
+    out.append("\nThe traffic needs", style="bold")
+    out.append(f" (from the log): {safe(advice_line(advice), 1000)}\n")
+    r = advice.recommendation
+    if r is not None:
+        out.append(f"  type {r.config.num_ctx} + Enter on num_ctx to see it here; nothing is applied by itself\n",
+                   style="dim")
 
 
 def render_apply(out: Text, p: plan.Prediction, colors: Mapping[str, str], *, readonly: bool, typed: str,
