@@ -37,6 +37,7 @@ from kvtop.model import kv, plan
 from kvtop.model.ctx_served import Cut, RequestSize, ServedRequests, served_requests
 from kvtop.model.gpu import gpu_free_bytes
 from kvtop.model.known import marked
+from kvtop.model.slots import runner_for
 from kvtop.model.views import AppState, ModelView
 
 __all__ = [
@@ -169,6 +170,8 @@ class CtxAdvice:
         recommendation: None when there are too few requests or nothing to plan; ``reason`` says why.
         reason: Why there is no recommendation, "" when there is one.
         notes: What the figures rest on.
+        in_flight_tokens: The most tokens a busy slot of the model's runner holds now (``/slots`` ``n_tokens``:
+            prompt and generated so far, a request not yet in the log), None when no runner answered or none is busy.
     """
 
     model: str
@@ -178,6 +181,7 @@ class CtxAdvice:
     recommendation: Recommendation | None
     reason: str = ""
     notes: tuple[str, ...] = ()
+    in_flight_tokens: int | None = None
 
     @property
     def cuts(self) -> tuple[Cut, ...]:
@@ -347,10 +351,21 @@ def advice_for(state: AppState, view: ModelView) -> CtxAdvice | None:
             spec = plan.derive_weights(plan.model_spec(view.name, show.model_info,
                                                        file_size=tag.size_bytes if tag else None), view, engine=engine)
     budget = plan.gpu_budget(gpu_free_bytes(state.gpu), view.size_vram_bytes)
-    notes = () if budget is not None else ("free GPU memory not known: no fit verdict",)
-    return advise(view.name, served, config_now(view), spec=spec, budget_bytes=budget,
-                  calibration=plan.calibration_from_view(view), engine=engine,
-                  context_train=view.context_train, notes=notes)
+    notes = [] if budget is not None else ["free GPU memory not known: no fit verdict"]
+    runner = runner_for(view, state.slots)
+    busy = [s.n_tokens for s in runner.slots if s.is_processing and s.n_tokens is not None] if runner else []
+    in_flight = max(busy, default=None)
+    advice = advise(view.name, served, config_now(view), spec=spec, budget_bytes=budget,
+                    calibration=plan.calibration_from_view(view), engine=engine,
+                    context_train=view.context_train, notes=notes)
+    if in_flight is None:
+        return advice
+    more: tuple[str, ...] = ()
+    rec = advice.recommendation
+    if rec is not None and in_flight > rec.config.num_ctx:
+        more = (f"a request in flight now already holds {in_flight:,} tokens of its slot (/slots), more than "
+                f"num_ctx {rec.config.num_ctx}",)
+    return dataclasses.replace(advice, in_flight_tokens=in_flight, notes=advice.notes + more)
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,6 +395,7 @@ def advice_json(a: CtxAdvice | None) -> dict[str, Any] | None:
         "cuts": {"total": len(a.cuts), "by_form": _cut_counts(a.cuts), "sized": len(sized),
                  "longest_prompt_tokens": max(sized, default=None),
                  "limits": sorted({c.limit for c in a.cuts if c.limit is not None})},
+        "in_flight_tokens": a.in_flight_tokens,
         "min_requests": MIN_REQUESTS,
         "recommendation": None if r is None else {
             "num_ctx": r.config.num_ctx, "rounding": ROUNDING, "holds_tokens": r.holds_tokens,
