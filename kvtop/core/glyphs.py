@@ -40,6 +40,9 @@ ASCII_GLYPHS: dict[str, str] = {
     "°": "o", "µ": "u", "μ": "u", "²": "2", "³": "3", "⁰": "0", "Σ": "E", "§": "S",
     "•": ".", "●": "o", "◆": "@", "▪": "%", "✖": "x", "✗": "x", "✓": "v", "✔": "v", "ℹ": "i", "⚠": "!",
     "‘": "'", "’": "'", "“": "\"", "”": "\"", "\u00a0": " ",
+    # the history plots' load / unload / reload markers (``│ ┆ ║``), told apart without colour too
+    # (by rule all three would be ``|``); the map's overhead ``▐`` is ``|`` above, its other Ollama ``▚`` ``\``
+    "┆": ":", "║": "H",
 }
 """Each glyph kvtop draws and the ASCII it becomes in ASCII mode (one cell each). Box-drawing lines
 (U+2500–U+257F) and Braille cells (the plots, U+2800–U+28FF) are mapped by rule in

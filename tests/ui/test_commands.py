@@ -162,3 +162,27 @@ def test_every_binding_has_a_key_text_and_the_refusals_read_as_sentences() -> No
     assert key_text("replay_jump('forward')") == "J / Ctrl+→"
     assert key_text("quit") == "q / F10"
     assert key_text("nothing") == ""
+
+
+def test_the_help_explains_every_glyph_the_dashboard_draws_with_its_ascii_form() -> None:
+    import re
+
+    from kvtop.core.glyphs import to_ascii
+    from kvtop.ui.screens.help import glyph_text, help_text
+    from kvtop.ui.widgets.gpu_panel import GLYPHS as STRIP
+    from kvtop.ui.widgets.memory_map import GLYPHS as MAP
+    from kvtop.ui.widgets.panels import CURSOR_GLYPH
+
+    rows = [re.split(r"\s{2,}", line.strip()) for line in glyph_text().splitlines() if line.startswith("  ")]
+    assert all(len(r) == 3 for r in rows), [r for r in rows if len(r) != 3]
+    for glyph, stand_in, _meaning in rows:  # the second column is ASCII mode's form of the first
+        assert stand_in.isascii()
+        assert stand_in == "same" and glyph.isascii() or stand_in in (to_ascii(glyph), "v A")
+    drawn = {*MAP.values(), *STRIP.values(), CURSOR_GLYPH, "▶", "–", "…", "●", "⇣", "✖", "▲", "ℹ", "▼", "−", "×",
+             "▁", "+~", "pf", "dropped", "?"}
+    listed = " ".join(r[0] for r in rows)
+    assert {g for g in drawn if g not in listed} == set()
+    assert "▞" not in listed and MAP["overhead"] != MAP["ollama"]  # told apart at a glance
+    map_rows = [r for r in rows if r[0] in MAP.values()]
+    assert len({r[1] for r in map_rows}) == len(map_rows)  # and in ASCII
+    assert glyph_text() in help_text() and "j is down; k is signal" in help_text()

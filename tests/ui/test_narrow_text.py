@@ -47,9 +47,11 @@ async def test_help_at_80_columns_hangs_and_keeps_clear_of_the_scrollbar() -> No
             await pilot.press("pagedown")
             lines = await screen_after(pilot, lines)
         text = [line[1:76] for line in seen]
-        at = next(i for i, line in enumerate(text) if "server N / next /" in line)
-        assert text[at + 1].strip() == "previous"
-        assert _indent(text[at + 1]) == text[at].index("server N")  # under its own column
+        at = next(i for i, line in enumerate(text) if "move the selection (j is down;" in line)
+        assert text[at + 1].strip() == "htop)"
+        assert _indent(text[at + 1]) == text[at].index("move the")  # under its own column
+        at = next(i for i, line in enumerate(text) if "CONTEXT: requests being answered now" in line)
+        assert _indent(text[at + 1]) == text[at].index("CONTEXT")  # a glyph's meaning under its column
         for line in text:  # no line wraps back to column 0 in the middle of a key table
             assert not line.startswith(" line") and not line.startswith(" unloading")
 

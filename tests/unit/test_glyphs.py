@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BARS = {
     "model memory bar": "█▓▒·",
-    "memory map": "█▓▒▇▞▚▄·░",
+    "memory map": "█▓▒▇▐▚▄·░",
     "GPU strip": "█▚▄·░",
     "sparkline": "▁▂▃▄▅▆▇█",
+    "plot markers": "│┆║",
 }
 
 

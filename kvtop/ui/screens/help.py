@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -9,20 +10,24 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from kvtop.core.glyphs import to_ascii
 from kvtop.ui.widgets.hanging import Hanging
+from kvtop.ui.widgets.memory_map import GLYPHS as MAP_GLYPHS
+from kvtop.ui.widgets.panels import CURSOR_GLYPH
 
 HELP = """\
 kvtop — top for an Ollama server's memory
 
-Keys
-  q          quit                      ?          this help
+Keys (and htop's F1 help, F4 filter, F6 sort, F9 signal, F10 quit)
+  q / F10    quit                      ? / F1     this help
   p          pause / resume polling    + / -      slower / faster refresh
-  s          cycle sort order          /          filter (Esc clears it)
+  s / F6     cycle sort order          / / F4     filter (Esc clears it)
   Enter      details of the model      Esc        back / close
   w          what-if planner           l / r      events pane / raw lines
   g          GPU panel                 Ctrl+C     quit from anywhere
   S          reverse the sort          t          next theme
-  Up Down    move the selection        1–9 ] [    server N / next / previous
+  ↑ ↓ / j    move the selection (j is down; k is signal, as in top and htop)
+  1–9 ] [    server N / next / previous (with two servers or more)
   h          history plots (z or ← → window, Esc back)
   m / f / v  memory map / alerts with fixes / history panels (from 120×36
              they show by themselves; a key's choice is saved; click a
@@ -55,19 +60,7 @@ Columns
   UNTIL      keep-alive left (42s in its last minute; "unloading…" after u);
              "Stopping..." = busy past keep_alive or unloading
 
-GPU panel (one line per GPU under 100 columns; the map's glyphs, colours)
-  █          a loaded model's runner (NVML per-process memory), in the
-             weights colour, every other model dim, its name over its part
-  ▚          other Ollama processes    ▄          other processes
-  ·          driver, reserved, unlisted ░          free
-
-Memory map (m; one bar per GPU and RAM, a model's name over its part)
-  █ ▓ ▒      a model's weights / KV cache / compute
-  ▇          a model, not broken down  ▚          other Ollama processes
-  ▞          runner overhead (measured − listed)
-  ▄          a process outside Ollama (its user and program in the legend)
-  ·          unattributed (driver, OS) ░          free
-
+{glyphs}
 Sources, best first (the detail view names each one)
   plain      allocated (runner log), runner (its /props, /slots)
              or reported (the API)
@@ -78,17 +71,83 @@ Sources, best first (the detail view names each one)
   ?          not known
   sizes      binary (GiB = 2^30 B): ~3.5 GiB; ~3.5G in the table;
              exact bytes in the detail view
-  ▼ / ▲      the sorted column (largest first / A to Z; ASCII: v / A)
-  ✖ ▲ ℹ      alerts: critical / warning / info
   ASCII      in the header: --ascii, or no UTF-8 locale; every glyph in
              this help is drawn as its ASCII stand-in, the marks unchanged
 
 Width      ID, byte figures, FLASH ATTN, KV TYPE, TOK/S from 160 columns;
            UNTIL from 100; VRAM 1m from 120.
-Ctrl+P opens the command palette (themes, keys).
+Ctrl+P opens the command palette: every action above with its key (type a
+few letters: unl finds Unload), and Textual's theme picker. A key that does
+nothing here says why at the bottom right.
 
-Esc or ? closes this help.
+Esc, ? or F1 closes this help; ↓ / j and PgDn scroll it.
 """
+
+
+GLYPHS_HEAD = "Glyphs on screen (each with its ASCII mode stand-in; ~ * ? stay marks)"
+
+GLYPH_ROWS: tuple[tuple[str, tuple[tuple[str, str, str | None], ...]], ...] = (
+    ("The table", (
+        ("▶1", "CONTEXT: requests being answered now, in 1 slot (the runner's /slots)", None),
+        ("~▶1", "the same, estimated from the log (no /slots to read)", None),
+        ("pf 43%", "CONTEXT: a prompt being read (prefill, runner log), 43% done; pf 0%: under 1% yet", None),
+        ("4096×2", "CONTEXT: num_ctx per slot × slots (4096×1*: both Ollama's defaults)", None),
+        ("5.0G+1.2G", "SIZE of a spilled model: VRAM + system RAM (header VRAM+RAM)", None),
+        ("▁▂▃▄▅▆▇█", "VRAM 1m: size_vram over the last minute, 0 to its peak", None),
+        ("…", "VRAM 1m not sampled yet; in a name: cut to fit", None),
+        ("–", "TOK/S: kvtop measures the next request that ends (none yet)", None),
+        ("?", "not known: nothing kvtop can read says it (no log, no /slots)", None),
+        ("▼ ▲", "the sorted column: largest first / A to Z (S reverses)", "v A"),
+    )),
+    ("Memory map (m) and GPU strip (g): one cell per share of the device", ()),
+    ("Header, switcher, alerts, log line", (
+        ("● up", "the server answers (… connecting, ✖ down); ● REC: --record writes", None),
+        ("⇣2", "server switcher: 2 models spilled to system RAM", None),
+        ("✖ ▲ ℹ", "alerts: critical / warning / info", None),
+        (CURSOR_GLYPH, "alerts panel (Tab): the fix Enter acts on (↑ ↓ move)", None),
+        ("N dropped", "log line: lines not read (the history before kvtop started, noise shed under load)",
+         None),
+        ("−", "a real minus: measured below what is listed", None),
+    )),
+    ("History plots (h)", (
+        ("━ •", "a series (its legend names each one)", None),
+        ("│ ┆ ║", "a model loaded / unloaded / reloaded (the legend names each)", None),
+        ("┄", "a limit (the device's total)", None),
+    )),
+)
+"""The glyph sections of the help: (title, rows of (glyph as drawn, meaning, ASCII stand-in when
+kvtop writes its own rather than :func:`kvtop.core.glyphs.to_ascii`'s)). The map's rows come from
+:func:`map_rows` (the widget's own table)."""
+
+
+def map_rows() -> tuple[tuple[str, str, str | None], ...]:
+    """The memory map's and the GPU strip's glyphs, from their widgets' tables, with their meaning."""
+    g = MAP_GLYPHS
+    return (
+        (f"{g['weights']} {g['kv']} {g['compute']}", "a model's weights / KV cache / compute (the strip: █ a runner)",
+         None),
+        (g["model"], "a model, not broken down", None),
+        (g["overhead"], "runner overhead: NVML's measure − the parts listed (CUDA context, buffers)", None),
+        (g["ollama"], "other Ollama processes (a runner not paired yet: loading <model>)", None),
+        (g["other"], "a process outside Ollama (its user and program in the legend)", None),
+        (g["unattributed"], "unattributed (driver, OS)", None),
+        (g["free"], "free", None),
+        ("+~242M", "legend: the runner overhead, estimated (after W, KV, C)", None),
+        ("?°C", "GPU temperature not known", None),
+    )
+
+
+def glyph_text() -> str:
+    """The help's glyph sections as text: ``  glyph  ascii  meaning`` in three columns."""
+    lines = [GLYPHS_HEAD]
+    for title, rows in GLYPH_ROWS:
+        lines.append(title)
+        for glyph, meaning, stand_in in rows or map_rows():
+            ascii_form = stand_in if stand_in is not None else to_ascii(glyph)
+            shown = "same" if ascii_form == glyph else ascii_form
+            lines.append(f"  {glyph}{' ' * max(2, 11 - cell_len(glyph))}{shown}{' ' * max(2, 10 - len(shown))}"
+                         f"{meaning}")
+    return "\n".join(lines) + "\n\n"
 
 
 LOAD_HELP = "  a          load with the num_ctx on screen (asks first; y confirms)\n"
@@ -142,10 +201,10 @@ def help_text(readonly: bool = False, *, signals: bool = True, replay: bool = Fa
     anchor = "  k / f      KV cache type / flash attention"
     head, sep, tail = HELP.partition(anchor)
     if not sep:
-        return HELP
+        return HELP.replace("{glyphs}\n", glyph_text())
     line_end = tail.index("\n") + 1
     planner = REPLAY_HELP if replay else READONLY_HELP if readonly else LOAD_HELP
-    text = head + sep + tail[:line_end] + planner + tail[line_end:]
+    text = (head + sep + tail[:line_end] + planner + tail[line_end:]).replace("{glyphs}\n", glyph_text())
     actions = (REPLAY_ACTIONS_HELP if replay else READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP if signals
                else ACTIONS_HELP.replace(SIGNAL_HELP, ""))
     return text.replace("What-if planner (w on a model)\n", actions + "What-if planner (w on a model)\n", 1)
@@ -160,7 +219,8 @@ class HelpScreen(ModalScreen[None]):
         border: round $primary; background: $surface; padding: 0 0 0 1; }
     HelpScreen Static { padding-right: 1; }
     """
-    BINDINGS = [Binding("escape,question_mark", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,question_mark,f1", "dismiss", "Close"),
+                Binding("j", "scroll_down", "Down", show=False)]
 
     def __init__(self, readonly: bool | None = None) -> None:
         """``readonly``: leave the write keys out; None: ask the app (``settings.readonly``)."""
@@ -176,3 +236,7 @@ class HelpScreen(ModalScreen[None]):
         signals = not getattr(settings, "demo", False) and not replay
         with VerticalScroll():
             yield Static(Hanging(Text(help_text(self.readonly, signals=signals, replay=replay))), id="help-body")
+
+    def action_scroll_down(self) -> None:
+        """``j`` (as ``↓``): the help one line down."""
+        self.query_one(VerticalScroll).scroll_down()

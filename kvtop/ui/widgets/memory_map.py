@@ -32,10 +32,11 @@ from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import safe, safe_name
 
 GLYPHS: dict[str, str] = {
-    "weights": "█", "kv": "▓", "compute": "▒", "model": "▇", "overhead": "▞",
+    "weights": "█", "kv": "▓", "compute": "▒", "model": "▇", "overhead": "▐",
     "ollama": "▚", "other": "▄", "unattributed": "·", "free": "░",
 }
-"""One glyph per kind, so the bar reads without colour (the mono theme, NO_COLOR)."""
+"""One glyph per kind, so the bar reads without colour (the mono theme, NO_COLOR); overhead ``▐``
+and other Ollama ``▚`` differ at a glance (``▞`` beside ``▚`` did not), and so do their ASCII ``|``, ``\\``."""
 
 KIND_VARS: dict[str, str] = {
     "weights": "kv-weights", "kv": "kv-kv", "compute": "kv-compute", "model": "kv-weights",
