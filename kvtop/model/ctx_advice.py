@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -233,20 +233,20 @@ def _most_slots(spec: plan.ModelSpec, config: plan.PlanConfig, budget: int, cali
 
 
 def _candidates(spec: plan.ModelSpec | None, base: plan.PlanConfig, budget: int | None,
-                calibration: plan.Calibration | None, engine: plan.Engine) -> list[plan.PlanConfig]:
+                calibration: plan.Calibration | None, engine: plan.Engine) -> Iterator[plan.PlanConfig]:
     """Configurations in the order of preference (module docstring): the model's own, compact cache types at
-    the same slots, then the most slots that fit at each cache type."""
+    the same slots, then the most slots that fit at each cache type (searched only when asked for)."""
     types = list(plan.PLAN_CACHE_TYPES)
     start = types.index(base.cache_type) if base.cache_type in types else 0
     kinds = [base.cache_type] + (types[start + 1:] if base.flash_attention else [])
-    out = [dataclasses.replace(base, cache_type=t) for t in kinds]
+    for t in kinds:
+        yield dataclasses.replace(base, cache_type=t)
     if spec is not None and budget is not None and base.parallel > 1:
         for t in kinds:
             cfg = dataclasses.replace(base, cache_type=t)
             most = _most_slots(spec, cfg, budget, calibration, engine)
             if most >= 1:
-                out.append(dataclasses.replace(cfg, parallel=most))
-    return out
+                yield dataclasses.replace(cfg, parallel=most)
 
 
 def _changes(config: plan.PlanConfig, now: plan.PlanConfig) -> tuple[str, ...]:
@@ -297,12 +297,15 @@ def advise(model: str, served: ServedRequests, now: plan.PlanConfig | None, *, s
         target = train
     base = now if now is not None else plan.PlanConfig(target)
     base = dataclasses.replace(base, num_ctx=target)
-    tried = [(c, _predict(spec, c, budget_bytes, calibration, engine))
-             for c in _candidates(spec, base, budget_bytes, calibration, engine)]
-    verdicts = [p.fit.verdict if p is not None and p.fit is not None else None for _, p in tried]
+    tried: list[tuple[plan.PlanConfig, plan.Prediction | None, str | None]] = []
+    for c in _candidates(spec, base, budget_bytes, calibration, engine):
+        pred = _predict(spec, c, budget_bytes, calibration, engine)
+        tried.append((c, pred, pred.fit.verdict if pred is not None and pred.fit is not None else None))
+        if tried[-1][2] in ("fits", None):
+            break  # fits, or no verdict to improve on (no budget, no memory figures)
     # the first that fits; else the first within the stated error; else the model's own settings
-    pick = next((i for want in ("fits", "marginal") for i, v in enumerate(verdicts) if v == want), 0)
-    cfg, p = tried[pick]
+    pick = next((i for want in ("fits", "marginal") for i, t in enumerate(tried) if t[2] == want), 0)
+    cfg, p, _ = tried[pick]
     p_now = _predict(spec, now, None, calibration, engine) if now is not None else None
     gpu = p.gpu_bytes if p is not None else None
     gpu_now = p_now.gpu_bytes if p_now is not None else None
