@@ -151,7 +151,8 @@ def enter_does(fix: Fix, loaded: Sequence[str], *, readonly: bool, replay: bool,
     """What Enter on ``fix`` does, as ``OperatorActions.fix_chosen`` decides it: ``("act", hint)``
     when kvtop performs it behind its confirmation (``unload qwen3:8b (asks first)``, ``stop PID
     4242 (asks first)``), else ``("text", hint)``: the fix shown as text to copy (a setting; any fix
-    with ``--readonly``, in a replay, and the demo's simulated processes).
+    with ``--readonly``, in a replay, and the demo's simulated processes: ``read-only: show it as
+    text to copy``). The hint is short: the panel's title holds it beside the selected fix's ``▶``.
 
     Args:
         fix: The selected fix.
@@ -168,7 +169,7 @@ def enter_does(fix: Fix, loaded: Sequence[str], *, readonly: bool, replay: bool,
         what = f"unload {', '.join(op[1])}" if op[0] == "unload" and isinstance(op[1], tuple) else f"stop PID {op[1]}"
         return "act", f"{safe(what, 80)} (asks first)"
     why = "" if op is None else ("read-only: " if readonly else "a recording: " if replay else "simulated process: ")
-    return "text", f"{why}show {safe(fix.action, 60)} as text to copy"
+    return "text", f"{why}show it as text to copy"
 
 
 CURSOR_GLYPH = "▶"
@@ -279,7 +280,7 @@ class AlertsPanel(Static, can_focus=True):
         title = f"Alerts ({self._count})" if self._count else "Alerts"
         hint = self.enter_hint() if cursor is not None else None
         if hint is not None:
-            title += f" · fix {cursor + 1}/{len(self.fixes)} · ↑↓ · Enter: {hint[1]}"
+            title += f" · fix {cursor + 1}/{len(self.fixes)} ↑↓ · Enter: {hint[1]}"
         self.border_title = title
         self.update(Text("\n").join(parts))
 
