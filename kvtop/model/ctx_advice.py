@@ -43,6 +43,8 @@ from kvtop.model.views import AppState, ModelView
 __all__ = [
     "CTX_STEP",
     "MIN_REQUESTS",
+    "ROUNDING",
+    "ROUNDING_WHY",
     "CtxAdvice",
     "Distribution",
     "Recommendation",
@@ -401,7 +403,7 @@ def advice_json(a: CtxAdvice | None) -> dict[str, Any] | None:
         "in_flight_tokens": a.in_flight_tokens,
         "min_requests": MIN_REQUESTS,
         "recommendation": None if r is None else {
-            "num_ctx": r.config.num_ctx, "rounding": ROUNDING, "holds_tokens": r.holds_tokens,
+            "num_ctx": r.config.num_ctx, "rounding": ROUNDING, "rounding_why": ROUNDING_WHY, "holds_tokens": r.holds_tokens,
             "capped_at_training_context": r.capped,
             "kv_type": r.config.cache_type, "parallel": r.config.parallel,
             "flash_attention": r.config.flash_attention,

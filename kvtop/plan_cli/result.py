@@ -15,7 +15,7 @@ from typing import Any
 
 from kvtop.model import kv
 from kvtop.model import plan
-from kvtop.model.ctx_advice import CtxAdvice, advice_json, advice_line, advise
+from kvtop.model.ctx_advice import ROUNDING, ROUNDING_WHY, CtxAdvice, advice_json, advice_line, advise
 from kvtop.model.ctx_served import ServedRequests
 from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked, units_note
 from kvtop.plan_cli.inputs import EXIT_OK, PlanInput
@@ -253,6 +253,7 @@ def _render_ctx_advice(w: Any, a: CtxAdvice) -> None:
         w(f"  note      {note}\n")
     rec = a.recommendation
     if rec is not None:
+        w(f"  rounding  {ROUNDING}: {ROUNDING_WHY}\n")
         w(f"  Modelfile {rec.modelfile}    (this model: FROM {a.model}, then ollama create)\n")
         w(f"  server    {rec.env}    (every model's default; read at server start)\n")
         w("  kvtop applies nothing: copy the line you want\n")
