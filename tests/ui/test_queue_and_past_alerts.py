@@ -203,11 +203,11 @@ async def test_the_focused_alerts_panel_marks_the_fix_and_says_what_enter_does()
                 assert panel.border_title.endswith("Enter: read-only: show it as text to copy")
                 footer = (await screen_when(pilot, lambda ls: "Show fix as text" in ls[-1]))[-1]
             else:
-                assert panel.border_title == f"Alerts (1) · fix 1/2 ↑↓ · Enter: unload {FREE} (asks first)"
+                assert panel.border_title == f"Alerts (1) · fix 1/2 · Enter: unload {FREE} (asks first)"
                 footer = (await screen_when(pilot, lambda ls: "Perform fix" in ls[-1]))[-1]
                 assert "Show fix as text" not in footer
             await pilot.press("down")
             assert panel.content.plain.split("\n")[2].startswith("▶ fix: OLLAMA_KV_CACHE_TYPE=q8_0")
-            assert panel.border_title == "Alerts (1) · fix 2/2 ↑↓ · Enter: show it as text to copy"
+            assert panel.border_title == "Alerts (1) · fix 2/2 · Enter: show it as text to copy"
             footer = (await screen_when(pilot, lambda ls: "Show fix as text" in ls[-1]))[-1]
             assert "Perform fix" not in footer

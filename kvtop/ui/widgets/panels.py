@@ -280,7 +280,7 @@ class AlertsPanel(Static, can_focus=True):
         title = f"Alerts ({self._count})" if self._count else "Alerts"
         hint = self.enter_hint() if cursor is not None else None
         if hint is not None:
-            title += f" · fix {cursor + 1}/{len(self.fixes)} ↑↓ · Enter: {hint[1]}"
+            title += f" · fix {cursor + 1}/{len(self.fixes)} · Enter: {hint[1]}"
         self.border_title = title
         self.update(Text("\n").join(parts))
 
