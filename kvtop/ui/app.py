@@ -478,13 +478,8 @@ class KvtopApp(App[int]):
         self.push_screen(HistoryScreen(self.histories[self.current_host]))
 
     def action_cursor_down(self) -> None:
-        """``j``: the selection one row down in the focused table or list (its ``↓``), else a scroll."""
-        target = self.focused
-        move = getattr(target, "action_cursor_down", None) or getattr(target, "action_scroll_down", None)
-        if move is None:
-            self.notify("j: nothing here to move in (Tab focuses the table or a panel)", timeout=3, markup=False)
-        else:
-            move()
+        """``j``: what ``↓`` does where the focus is (the table's next row, a panel's next fix, a scroll)."""
+        self.simulate_key("down")
 
     def action_help(self) -> None:
         from kvtop.ui.screens.help import HelpScreen

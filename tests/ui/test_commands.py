@@ -162,6 +162,18 @@ def test_every_binding_has_a_key_text_and_the_refusals_read_as_sentences() -> No
     assert key_text("replay_jump('forward')") == "J / Ctrl+→"
     assert key_text("quit") == "q / F10"
     assert key_text("nothing") == ""
+    from types import SimpleNamespace
+
+    replay = SimpleNamespace(settings=SimpleNamespace(readonly=False, demo=False), replay=object(), proc_source=None,
+                             hosts=("http://a:11434",))
+    assert refusal(replay, "replay_pause", over_dashboard=True, typing=False) is None
+    assert refusal(replay, "faster", over_dashboard=True, typing=False) == (
+        "a replay has no live server: nothing is polled, planned or written (> and < set its speed)")
+    assert refusal(replay, "next_server", over_dashboard=True, typing=False) == (
+        "one server is watched (--host twice or more to switch between servers)")
+    assert refusal(replay, "cycle_sort", over_dashboard=False, typing=False) == (
+        "it acts on the dashboard: Esc goes back to it first")
+    assert refusal(replay, "toggle_pause", over_dashboard=False, typing=False) is None  # anywhere
 
 
 def test_the_help_explains_every_glyph_the_dashboard_draws_with_its_ascii_form() -> None:
@@ -186,3 +198,18 @@ def test_the_help_explains_every_glyph_the_dashboard_draws_with_its_ascii_form()
     map_rows = [r for r in rows if r[0] in MAP.values()]
     assert len({r[1] for r in map_rows}) == len(map_rows)  # and in ASCII
     assert glyph_text() in help_text() and "j is down; k is signal" in help_text()
+
+
+async def test_j_moves_the_alerts_panels_fix_cursor_as_down_does() -> None:
+    from kvtop.ui.widgets.panels import AlertsPanel
+
+    app = _app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, 3)
+        panel = app.query_one(AlertsPanel)
+        await wait_for(pilot, lambda: len(panel.fixes) > 1)
+        panel.focus()
+        await wait_for(pilot, lambda: app.focused is panel)
+        start = panel.cursor
+        await pilot.press("j")
+        await wait_for(pilot, lambda: panel.cursor == start + 1)
