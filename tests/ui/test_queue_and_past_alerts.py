@@ -91,7 +91,7 @@ async def test_the_server_view_has_a_queue_section_with_the_summary_and_the_clie
         await pilot.press("i")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerScreen))
         body = lambda: str(app.screen.query_one("#server-body", Static).render())  # noqa: E731
-        assert "Queue\n  not read: the connections to a server's API port are read on this machine only" in body()
+        assert "Queue\n  not read: kvtop counts the connections to a server on this machine (not in the demo or a replay)" in body()
         app.state = _queued(state)
         await wait_for(pilot, lambda: "waiting 4~" in body())
         text = body()

@@ -104,7 +104,7 @@ def queue_lines(state: AppState) -> list[Text]:
     out = [Text("Queue", style="bold")]
     summary = queue_summary(queue)
     if queue is None or summary is None:
-        out.append(Text("  not read: the connections to a server's API port are read on this machine only"))
+        out.append(Text("  not read: kvtop counts the connections to a server on this machine (not in the demo or a replay)"))
         return out
     if queue.error is not None:
         out.append(Text(f"  {safe(summary, 200)}"))
