@@ -87,6 +87,8 @@ def _pretty(key: str) -> str:
     shown = _KEY_NAMES.get(name) or (name.upper() if len(name) > 1 and name[0] == "f" and name[1:].isdigit()
                                       else name)
     mods = [m.capitalize() for m in parts[:-1]]
+    if mods and len(shown) == 1:
+        shown = shown.upper()  # ctrl+c -> Ctrl+C, as the help writes it
     return "+".join([*mods, shown])
 
 

@@ -213,3 +213,23 @@ async def test_j_moves_the_alerts_panels_fix_cursor_as_down_does() -> None:
         start = panel.cursor
         await pilot.press("j")
         await wait_for(pilot, lambda: panel.cursor == start + 1)
+
+
+def test_the_readme_and_the_reference_list_every_binding() -> None:
+    """Every key of ``kvtop/ui/keys.py`` is in README's and docs/reference.md's keys tables."""
+    from pathlib import Path
+
+    from textual.binding import Binding
+
+    repo = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/reference.md"):
+        text = (repo / doc).read_text(encoding="utf-8")
+        start = text.index("## Keys")
+        table = text[start:text.index("\n## ", start + 1)]
+        missing = []
+        for b in BINDINGS:
+            assert isinstance(b, Binding)
+            if b.action.startswith("server(") and b.action not in ("server(1)", "server(9)"):
+                continue  # written 1–9
+            missing += [k for k in key_text(b.action).split(" / ") if f"`{k}`" not in table]
+        assert missing == [], doc
