@@ -218,9 +218,8 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
         elif best == 0:
             from kvtop.model.plan import beside_kv  # the what-if derives the weights the same way
 
-            fixes.append(Fix("lower num_ctx", f"not enough: weights and compute alone need "
-                             f"{ib(beside_kv(view, b.need))} of {ib(b.budget)}", False,
-                             "the context is not what overflows"))
+            fixes.append(Fix("lower num_ctx", f"weights and compute alone need {ib(beside_kv(view, b.need))}"
+                             f" of {ib(b.budget)}: no num_ctx fits", False, "the context is not what overflows"))
     current_bpe = _bytes_per_element(type_k) + _bytes_per_element(type_v)
     for cache_type in ("q8_0", "q4_0"):
         if 2 * _bytes_per_element(cache_type) >= current_bpe or b.need <= b.budget:
