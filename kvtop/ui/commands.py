@@ -211,10 +211,17 @@ def palette_commands(app: Any, screen: Screen[Any]) -> Iterator[SystemCommand]:
     in front of its help (``u · unload the selected model (asks first)``). Choosing one runs
     ``app.run_action`` once the palette has closed: the same check, the same confirmation."""
     over = front_is_dashboard(app, screen)
-    typing = isinstance(screen.focused, Input)
-    for entry in PALETTE:
-        if refusal(app, entry.action.partition("(")[0], over_dashboard=over, typing=typing) is not None:
+    for entry in PALETTE:  # not typing: a command chosen by name is not a key typed into the filter box
+        if refusal(app, entry.action.partition("(")[0], over_dashboard=over, typing=False) is not None:
             continue
         keys = key_text(entry.action)
         help_text = f"{keys} · {entry.help}" if keys else entry.help
-        yield SystemCommand(entry.title, help_text, partial(app.run_action, entry.action))
+        yield SystemCommand(entry.title, help_text, partial(_run_chosen, app, entry.action))
+
+
+async def _run_chosen(app: Any, action: str) -> None:
+    """Run a command chosen in the palette, which has closed: the filter box, if it had the focus
+    back, gives it up first (its keys are typed, not actions; a chosen command is neither)."""
+    if isinstance(app.focused, Input):
+        app.screen.set_focus(None)
+    await app.run_action(action)

@@ -233,3 +233,16 @@ def test_the_readme_and_the_reference_list_every_binding() -> None:
                 continue  # written 1–9
             missing += [k for k in key_text(b.action).split(" / ") if f"`{k}`" not in table]
         assert missing == [], doc
+
+
+async def test_the_palette_opened_from_the_filter_box_still_offers_and_runs_the_actions() -> None:
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, 3)
+        await pilot.press("slash", "q", "w")
+        await wait_for(pilot, lambda: app.filter_text == "qw")
+        listed = await _palette(pilot, "reverse")
+        assert listed[0].startswith("Reverse the sort")
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: app.sort_reverse)
+        assert app.filter_text == "qw"  # the filter stays
