@@ -77,3 +77,18 @@ def _ib(n: int) -> str:
     from kvtop.model.alerts.text import ib
 
     return ib(n)
+
+
+def test_no_quantized_cache_fix_for_a_model_that_cannot_use_flash_attention() -> None:
+    """Issue 26's wording rule: a spilled model whose runner forced flash attention off (corpus 025's
+    real line, 'flash_attn requires n_embd_head_k == n_embd_head_v - forcing off') is never offered
+    OLLAMA_KV_CACHE_TYPE=q8_0/q4_0 (a quantized cache needs flash attention), nor flash attention;
+    the same spill without that line is offered the q8_0 cache."""
+    from tests.unit.test_alerts import corpus_line
+
+    spilled = ps_snapshot([row(Q8, 32768, 6_100_000_000, 5_300_000_000)])  # KV 3.5 GiB, 763 MiB in RAM
+    plain = only(evaluate(state_of(spilled, [spawn_line(blob(Q8), 32768)])), "spill", Q8)
+    assert [f.action for f in plain.fixes] == ["num_ctx 25600", "OLLAMA_KV_CACHE_TYPE=q8_0", "OLLAMA_KV_CACHE_TYPE=q4_0"]
+    forced = corpus_line("025", "forcing off")
+    alert = only(evaluate(state_of(spilled, [spawn_line(blob(Q8), 32768), forced])), "spill", Q8)
+    assert [f.action for f in alert.fixes] == ["num_ctx 25600"]

@@ -13,7 +13,6 @@ Current loads are judged from their rows; other loads count while recent
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -22,6 +21,7 @@ from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, current_types
 from kvtop.model.alerts.log_scan import Timed
+from kvtop.model.alerts.fa import fa_forced
 from kvtop.model.alerts.spill import context_fix
 from kvtop.model.alerts.text import delta, ib, short_blob
 from kvtop.model.alerts.types import Alert, Fix
@@ -30,10 +30,9 @@ from kvtop.model.ladder import go_bool
 if TYPE_CHECKING:  # annotations only: the rules read the state, the state never imports the rules
     from kvtop.model.views import ModelView
 
-__all__ = ["context_over_training", "fa_forced", "load_alerts", "runner_over_training_alerts"]
+__all__ = ["context_over_training", "load_alerts", "runner_over_training_alerts"]
 
 _FA_ON: Final = frozenset({"on", "true", "1", "enabled", "t", "yes"})
-_FA_FORCED_RE: Final = re.compile(r"forcing off|not supported|not compatible|pre-Turing", re.IGNORECASE)
 _UNQUANTIZED: Final = frozenset({"f16", "f32", "bf16"})
 _BOOL_FALSE: Final = frozenset({"0", "f", "false"})
 
@@ -142,12 +141,6 @@ def _fa_requested(ctx: Ctx, load: Load) -> str | None:
     if service is not None and go_bool(service.get("OLLAMA_FLASH_ATTENTION")):
         return f"OLLAMA_FLASH_ATTENTION={service.get('OLLAMA_FLASH_ATTENTION')} ({service.source})"
     return None
-
-
-def fa_forced(load: Load) -> bool:
-    """The runner or Ollama turned flash attention off because the model or GPU cannot use it."""
-    return (any(isinstance(e, FlashAttentionForcedOff) for e in load.events)
-            or _FA_FORCED_RE.search(load.flash_attention_reason or "") is not None)
 
 
 def _fa_fix(ctx: Ctx, load: Load, needs: str | None) -> Fix | None:

@@ -35,7 +35,7 @@ from kvtop.logparse.events import (
 from kvtop.logparse.load_build import Load
 from kvtop.model.alerts.context import Ctx
 from kvtop.model.alerts.log_scan import Timed
-from kvtop.model.alerts.loadstate import fa_forced
+from kvtop.model.alerts.fa import fa_forced
 from kvtop.model.alerts.spill import context_fix
 from kvtop.model.alerts.text import minutes, plural, short_blob, span_text
 from kvtop.model.alerts.types import KINDS, Alert, Fix
@@ -359,10 +359,10 @@ def incident_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
             fixes = (
                 Fix("OLLAMA_KV_CACHE_TYPE=f16", "the load then succeeds without flash attention", None,
                     "f16 cache: about twice the KV memory of q8_0; server-wide, restart Ollama"),
-                Fix("OLLAMA_FLASH_ATTENTION=1", "the model or GPU cannot use flash attention" if forced
-                    else "lets llama.cpp use the quantized V cache", False if forced else None,
-                    "server-wide, restart Ollama"),
             )
+            if not forced:  # never offered where the model or GPU cannot use flash attention
+                fixes += (Fix("OLLAMA_FLASH_ATTENTION=1", "lets llama.cpp use the quantized V cache", None,
+                              "server-wide, restart Ollama"),)
         elif kind == "runner_crash":
             text = f"{who}a runner aborted {when}: {reason}"
         else:

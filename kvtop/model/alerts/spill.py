@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from kvtop.logparse.load_build import Load, is_cpu_device
 from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, current_types
+from kvtop.model.alerts.fa import fa_forced
 from kvtop.model.alerts.text import delta, ib, plural, slots
 from kvtop.model.alerts.types import Alert, Fix
 from kvtop.model.known import source_mark
@@ -221,8 +222,11 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
             fixes.append(Fix("lower num_ctx", f"weights and compute alone need {ib(beside_kv(view, b.need))}"
                              f" of {ib(b.budget)}: no num_ctx fits", False, "the context is not what overflows"))
     current_bpe = _bytes_per_element(type_k) + _bytes_per_element(type_v)
+    # a quantized cache needs flash attention (docs/ollama-internals.md §3.2): never offered for a
+    # model whose runner turned it off because the model or GPU cannot use it
+    fa_impossible = view.load is not None and fa_forced(view.load)
     for cache_type in ("q8_0", "q4_0"):
-        if 2 * _bytes_per_element(cache_type) >= current_bpe or b.need <= b.budget:
+        if fa_impossible or 2 * _bytes_per_element(cache_type) >= current_bpe or b.need <= b.budget:
             continue
         if setting_in_force(view.local.env, "OLLAMA_KV_CACHE_TYPE", cache_type):
             continue  # already set and still not in effect: the kv_type_not_applied alert says why
