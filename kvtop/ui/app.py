@@ -584,5 +584,7 @@ def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bo
         built.servers = {settings.host_url: ollama_client(settings, settings.host_url), **built.servers}
     first = built.servers.get(settings.host_url)
     more = {h: src for h, src in built.servers.items() if h != settings.host_url}
-    return KvtopApp(settings, first, poll=poll, log_source=built.log, gpu_source=built.gpu,
-                    proc_source=built.procs, more_sources=more, slots_source=built.slots)
+    app = KvtopApp(settings, first, poll=poll, log_source=built.log, gpu_source=built.gpu,
+                   proc_source=built.procs, more_sources=more, slots_source=built.slots)
+    app.engine.sources.conns = built.conns  # the queue (this machine's sockets): the header, i and Enter show it
+    return app

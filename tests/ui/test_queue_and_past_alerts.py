@@ -211,3 +211,12 @@ async def test_the_focused_alerts_panel_marks_the_fix_and_says_what_enter_does()
             assert panel.border_title == "Alerts (1) · fix 2/2 · Enter: show it as text to copy"
             footer = (await screen_when(pilot, lambda ls: "Show fix as text" in ls[-1]))[-1]
             assert "Perform fix" not in footer
+
+
+def test_the_dashboard_reads_the_connections_of_a_server_on_this_machine() -> None:
+    """make_app gave the engine every source build_sources made but the connections: the queue
+    never reached the dashboard of a real run (the header, the server view, the detail view)."""
+    from kvtop.sources.connections import ConnectionSource
+
+    app = make_app(Settings(host_url="http://127.0.0.1:11434", log_spec="none"))  # nothing runs: no sample is taken
+    assert isinstance(app.engine.sources.conns, ConnectionSource) and app.engine.queue_port() == 11434
