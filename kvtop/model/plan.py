@@ -98,6 +98,8 @@ __all__ = [
     "engine_for_version",
     "gpu_budget",
     "max_num_ctx_on_gpu",
+    "num_ctx_bound",
+    "num_ctx_limit_text",
     "max_parallel_on_gpu",
     "model_spec",
     "parse_num_ctx",
@@ -1075,6 +1077,29 @@ def max_num_ctx_on_gpu(
     return lo * 256
 
 
+def num_ctx_bound(spec: ModelSpec, config: PlanConfig, value: int | None) -> str | None:
+    """Which limit a :func:`max_num_ctx_on_gpu` result ``value`` is: ``"memory"`` (the GPU budget),
+    ``"training context"`` (the model's: Ollama clamps num_ctx to it, docs/ollama-internals.md §3.4)
+    or ``"cell limit"`` (llama.cpp's ``uint32`` of cells, when no training context is known); None
+    when ``value`` is None."""
+    if value is None:
+        return None
+    if spec.context_train and value >= spec.context_train:
+        return "training context"
+    if not spec.context_train and value >= kv.MAX_CONTEXT_CELLS // max(1, config.parallel):
+        return "cell limit"
+    return "memory"
+
+
+def num_ctx_limit_text(spec: ModelSpec, config: PlanConfig, value: int | None) -> str:
+    """``24,576 (memory)``, ``40,960 (training context)``, ``0 (memory: not even 256 fit)`` or ``?``:
+    the largest num_ctx on the GPU with the limit that binds, the same on every face."""
+    bound = num_ctx_bound(spec, config, value)
+    if value is None or bound is None:
+        return "?"
+    return f"{value:,} ({bound}{': not even 256 fit' if value == 0 else ''})"
+
+
 def max_parallel_on_gpu(
     spec: ModelSpec,
     config: PlanConfig,
@@ -1257,8 +1282,8 @@ def server_settings(cache_type: str, parallel: int, flash_attention: bool) -> Se
 # JSON
 
 
-def prediction_json(p: Prediction, *, max_num_ctx: int | None = None,
-                    max_parallel: int | None = None) -> dict[str, Any]:
+def prediction_json(p: Prediction, *, max_num_ctx: int | None = None, max_parallel: int | None = None,
+                    max_num_ctx_bound: str | None = None) -> dict[str, Any]:
     """One prediction as JSON-ready data (exact bytes; the compute figure flagged as estimated)."""
     fit: dict[str, Any] | None = None
     if p.fit is not None:
@@ -1298,6 +1323,7 @@ def prediction_json(p: Prediction, *, max_num_ctx: int | None = None,
         "gpu_bytes": p.gpu_bytes,
         "fit": fit,
         "max_num_ctx_on_gpu": max_num_ctx,
+        "max_num_ctx_on_gpu_bound": max_num_ctx_bound,
         "max_parallel_on_gpu": max_parallel,
         "engine": p.engine,
         "notes": list(p.notes),

@@ -152,6 +152,15 @@ class PreflightRow:
     kv_source: str = "estimated"
     total_source: str = "estimated"
     calibration: str = ""
+    max_num_ctx_bound: str | None = None
+    """Which limit ``max_num_ctx`` is (``plan.num_ctx_bound``: memory, training context, cell limit)."""
+
+    @property
+    def max_num_ctx_text(self) -> str:
+        """``24,576 (memory)`` / ``40,960 (training context)`` / ``?``: the one form on every face."""
+        if self.max_num_ctx is None or self.max_num_ctx_bound is None:
+            return "?"
+        return f"{self.max_num_ctx:,} ({self.max_num_ctx_bound})"
 
 
 def _parameter_num_ctx(parameters: str) -> int | None:
@@ -260,7 +269,8 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
         note = (p.kv_problem or spec.kv_reason or "weights not known") if p.total_bytes is None else \
             "free GPU memory not known"
     return PreflightRow(tag.name, tag.digest, tag.size_bytes, loaded_vram_bytes, num_ctx, kv_bytes, total_bytes,
-                        gpu_bytes, budget, verdict, headroom, best, note, kv_source, total_source, calibration)
+                        gpu_bytes, budget, verdict, headroom, best, note, kv_source, total_source, calibration,
+                        plan.num_ctx_bound(spec, config, best))
 
 
 def preflight(pulled: PulledSnapshot | None, defaults: ServerDefaults, *, free_bytes: int | None,
@@ -299,7 +309,8 @@ def preflight_json(row: PreflightRow) -> dict[str, Any]:
         "name": row.name, "digest": row.digest, "size": row.size_bytes, "loaded_vram": row.loaded_vram_bytes,
         "num_ctx": row.num_ctx.value, "num_ctx_source": row.num_ctx.source, "kv": row.kv_bytes,
         "total": row.total_bytes, "gpu_need": row.gpu_bytes, "budget": row.budget_bytes, "verdict": row.verdict,
-        "headroom": row.headroom_bytes, "max_num_ctx": row.max_num_ctx, "note": row.note or None,
+        "headroom": row.headroom_bytes, "max_num_ctx": row.max_num_ctx, "max_num_ctx_bound": row.max_num_ctx_bound,
+        "note": row.note or None,
         "kv_source": row.kv_source, "total_source": row.total_source, "calibration": row.calibration or None,
     }
 

@@ -145,7 +145,7 @@ def all_text(r: AllResult) -> str:
         fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")
         table.append([row.name, ibytes(row.size_bytes), setting_text(row.num_ctx), _sized(row.kv_bytes, row.kv_source),
                       _sized(row.total_bytes, row.total_source), _est(row.gpu_bytes), fit,
-                      NOT_KNOWN if row.max_num_ctx is None else str(row.max_num_ctx)])
+                      NOT_KNOWN if row.max_num_ctx is None else row.max_num_ctx_text])
         if row.calibration:
             calibrated.append(f"{row.name}: {row.calibration}")
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]

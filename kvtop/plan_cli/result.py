@@ -184,7 +184,7 @@ def render_text(r: PlanResult) -> str:
             (_est if p.weights_estimated else ibytes)(p.weights_bytes), _est(p.kv_bytes) if p.kv is not None else "n/a",
             f"{_est(p.compute_bytes)} ±{ibytes(p.compute_error_bytes)}",
             _est(p.total_bytes), _est(p.gpu_bytes), fit,
-            "?" if row.max_num_ctx is None else str(row.max_num_ctx),
+            plan.num_ctx_limit_text(r.inp.spec, p.config, row.max_num_ctx),
             "?" if row.max_parallel is None else str(row.max_parallel),
         ])
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
@@ -285,7 +285,9 @@ def result_json(r: PlanResult) -> dict[str, Any]:
             "held_bytes": loaded.size_vram_bytes if loaded is not None else None,
             "reserve_bytes": r.reserve_bytes, "budget_bytes": r.budget_bytes,
         },
-        "rows": [plan.prediction_json(row.prediction, max_num_ctx=row.max_num_ctx, max_parallel=row.max_parallel)
+        "rows": [plan.prediction_json(row.prediction, max_num_ctx=row.max_num_ctx, max_parallel=row.max_parallel,
+                                      max_num_ctx_bound=plan.num_ctx_bound(r.inp.spec, row.prediction.config,
+                                                                           row.max_num_ctx))
                  for row in r.rows],
         "comparison": plan.comparison_json(r.comparison) if r.comparison is not None else None,
         "calibration_note": r.calibration_note or None,

@@ -137,6 +137,13 @@ async def test_gpu_free_memory_follows_the_app() -> None:
         screen.gpu_free_bytes = 2 * GIB
         await pilot.pause()
         assert "FITS: 100% GPU" in body(screen)
+        # with room to spare each cache type's largest num_ctx says which limit binds
+        screen.gpu_free_bytes = 64 * GIB
+        await pilot.pause()
+        assert "f16 40,960 (training context)  q8_0 40,960 (training context)" in body(screen)
+        screen.gpu_free_bytes = 0
+        await pilot.pause()
+        assert "(memory)" in next(line for line in body(screen).splitlines() if line.startswith("Largest num_ctx"))
 
 
 async def test_model_unloaded_while_open_keeps_planning() -> None:

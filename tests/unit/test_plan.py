@@ -202,6 +202,23 @@ def test_max_num_ctx_is_the_training_context_when_everything_fits() -> None:
     assert plan.max_num_ctx_on_gpu(llama(), PlanConfig(4096), None) is None
 
 
+def test_the_largest_num_ctx_says_which_limit_binds() -> None:
+    """The what-if printed 40,960 for f16, q8_0 and q4_0 alike: the training context, not memory.
+    Every face now says which limit binds (plan.num_ctx_limit_text)."""
+    spec = llama()
+    trained = plan.max_num_ctx_on_gpu(spec, PlanConfig(4096, "q4_0"), 200 * GIB)
+    assert plan.num_ctx_bound(spec, PlanConfig(4096, "q4_0"), trained) == "training context"
+    assert plan.num_ctx_limit_text(spec, PlanConfig(4096, "q4_0"), trained) == "131,072 (training context)"
+    tight = plan.max_num_ctx_on_gpu(spec, PlanConfig(4096), 8 * GIB)
+    assert tight is not None and 0 < tight < 131072
+    assert plan.num_ctx_limit_text(spec, PlanConfig(4096), tight) == f"{tight:,} (memory)"
+    assert plan.num_ctx_limit_text(spec, PlanConfig(4096), 0) == "0 (memory: not even 256 fit)"
+    assert plan.num_ctx_limit_text(spec, PlanConfig(4096), None) == "?"
+    untrained = dataclasses.replace(spec, context_train=None)
+    cells = plan.kv.MAX_CONTEXT_CELLS // 2
+    assert plan.num_ctx_bound(untrained, PlanConfig(4096, "f16", 2), cells) == "cell limit"
+
+
 @pytest.mark.parametrize("num_ctx", [2048, 8192, 32768])
 @pytest.mark.parametrize("budget_gib", [8, 24, 80])
 def test_max_parallel_by_recomputation(num_ctx: int, budget_gib: int) -> None:

@@ -322,7 +322,7 @@ class PlanScreen(Screen[None]):
         render_bar(out, p, colors, held_bytes=held, gpu_free_bytes=self.gpu_free_bytes, width=self.bar_width())
         render_figures(out, p, colors, spec)
         render_calibration(out, spec, self.calibration, self.engine)
-        render_limits(out, p, self.limits())
+        render_limits(out, p, self.limits(), spec)
         render_ctx_advice(out, self.advice if self.view is not None else None)
         server = self._initial_config(self.view) if self.view is not None else None
         render_apply(out, p, colors, readonly=self.readonly, typed=self.typed, status=self.status, server=server)

@@ -131,13 +131,14 @@ def render_calibration(out: Text, spec: plan.ModelSpec, cal: plan.Calibration | 
                    f"error {r.error_bytes:+,} B{pct}, {mark} ±{ibytes(r.stated_error_bytes)}\n")
 
 
-def render_limits(out: Text, p: plan.Prediction, lim: Mapping[str, int | None]) -> None:
-    """The largest num_ctx per cache type and the largest slot count that stay on the GPU (``lim``)."""
+def render_limits(out: Text, p: plan.Prediction, lim: Mapping[str, int | None], spec: plan.ModelSpec) -> None:
+    """The largest num_ctx per cache type and the largest slot count that stay on the GPU (``lim``),
+    each with the limit that binds (memory, the training context or llama.cpp's cell limit)."""
     if not lim or all(value is None for value in lim.values()):
         return
     out.append("\nLargest num_ctx that stays 100% on the GPU", style="bold")
     out.append(f" ({p.config.parallel} slot(s), FA {'on' if p.config.flash_attention else 'off'}): ")
-    out.append("  ".join(f"{ct} {'?' if lim.get(ct) is None else f'{lim[ct]:,}'}" for ct in plan.PLAN_CACHE_TYPES))
+    out.append("  ".join(f"{ct} {plan.num_ctx_limit_text(spec, p.config, lim.get(ct))}" for ct in plan.PLAN_CACHE_TYPES))
     out.append("\n")
     slots = lim.get("slots")
     out.append("Largest slot count at this num_ctx: ", style="bold")
