@@ -90,7 +90,7 @@ def test_plan_and_once() -> None:
     (clamped,) = [line for line in planned.stdout.splitlines() if line.strip().startswith("40960")]
     assert clamped.strip().startswith(f"40960{CLAMPED_MARK}") and "40960*" not in planned.stdout
     assert f"  {CLAMPED_MARK}         num_ctx lowered to the training context" in planned.stdout
-    assert "sizes in binary units" in planned.stdout and "MiB (1 MiB" not in planned.stdout
+    assert "sizes binary: G/GiB = 2^30 B" in planned.stdout and "MiB (1 MiB" not in planned.stdout  # model.known.UNITS_NOTE
     assert once.returncode == 0, once.stderr
     (line,) = [x for x in once.stdout.splitlines() if x.startswith("qwen3:1.7b-q8_0")]
     assert f"  {LONG}  " in line and "32768×1*" in line and "f16*" in line
