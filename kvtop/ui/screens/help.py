@@ -97,7 +97,8 @@ GLYPH_ROWS: tuple[tuple[str, tuple[tuple[str, str, str | None], ...]], ...] = (
         ("…", "VRAM 1m not sampled yet; in a name: cut to fit", None),
         ("–", "TOK/S: kvtop measures the next request that ends (none yet)", None),
         ("?", "not known: nothing kvtop can read says it (no log, no /slots)", None),
-        ("▼ ▲", "the sorted column: largest first / A to Z (S reverses)", "v A"),
+        ("▼", "the sorted column, largest first (S reverses)", None),
+        ("▲", "the sorted column, A to Z (ASCII mode writes A there: its ! is a warning)", "A"),
     )),
     ("Memory map (m) and GPU strip (g): one cell per share of the device", ()),
     ("Header, switcher, alerts, log line", (
