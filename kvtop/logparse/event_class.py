@@ -31,7 +31,29 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     descriptors' ``__set__`` directly does the same thing (the instance stays frozen:
     assignment still raises ``FrozenInstanceError``) in about half the time, which matters
     because the parser creates an event for almost every interesting log line.
+
+    The code is generated when the class is first used (its first instance or compaction), not
+    at import: a run that reads no log, and the first frame of every run, do not pay for it.
     """
+
+    def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if cls.__init__ is first_init:
+            _build_fast_init(cls)
+        cls.__init__(self, *args, **kwargs)
+
+    def first_lean(self: Any, compactor: Any, get: Any, share: Any) -> Any:
+        if cls._lean is first_lean:  # type: ignore[attr-defined]
+            _build_fast_init(cls)
+        return cls._lean(self, compactor, get, share)  # type: ignore[attr-defined]
+
+    first_init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = first_init  # type: ignore[method-assign]
+    cls._lean = first_lean  # type: ignore[attr-defined]
+    return cls
+
+
+def _build_fast_init(cls: type[Any]) -> None:
+    """Generate and install ``cls``'s ``__init__`` and ``_lean`` (see :func:`_fast_init`)."""
     params: list[str] = []
     body: list[str] = []
     lean: list[str] = []
@@ -62,10 +84,8 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = getattr(cls.__init__, "__doc__", None)
-    cls.__init__ = init  # type: ignore[method-assign]
-    cls._lean = env["_lean"]  # type: ignore[attr-defined]
-    return cls
+    cls.__init__ = init
+    cls._lean = env["_lean"]
 
 
 @dataclass(frozen=True, slots=True, repr=False)
