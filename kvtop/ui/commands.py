@@ -106,13 +106,18 @@ def key_text(action: str, bindings: Iterable[Binding | tuple[str, ...]] = BINDIN
     return " / ".join(keys)
 
 
-def _bound_actions(key: str, bindings: Iterable[Binding | tuple[str, ...]] = BINDINGS) -> list[str]:
-    """The app's actions bound to ``key`` (Textual's key name: ``k``, ``f1``, ``question_mark``)."""
-    out: list[str] = []
+def _key_actions(bindings: Iterable[Binding | tuple[str, ...]] = BINDINGS) -> dict[str, tuple[str, ...]]:
+    """Each key (Textual's name: ``k``, ``f1``, ``question_mark``) and the app's actions bound to it."""
+    out: dict[str, tuple[str, ...]] = {}
     for b in bindings:
-        if isinstance(b, Binding) and key in (k.strip() for k in b.key.split(",")):
-            out.append(b.action)
+        if isinstance(b, Binding):
+            for key in b.key.split(","):
+                out[key.strip()] = (*out.get(key.strip(), ()), b.action)
     return out
+
+
+KEY_ACTIONS = _key_actions()
+"""The app's bindings by key, read once (a key press looks its key up here)."""
 
 
 UNBOUND_KEYS: dict[str, str] = {
@@ -129,26 +134,29 @@ help, filter, sort, signal, quit)."""
 
 def dead_key_reason(app: Any, key: str) -> str | None:
     """What to say when ``key`` (Textual's key name) is pressed and nothing will act on it, or
-    None (a binding in front takes it, or the key is not one of kvtop's). Over a dialog
-    (a ``ModalScreen`` other than the help) nothing is said: its keys are its own."""
+    None (an allowed binding or one of the screen or widget in front takes it, or the key is not
+    one of kvtop's). Over a dialog (a ``ModalScreen`` other than the help) nothing is said: its
+    keys are its own. Cheap for the keys that act: the bindings in front are looked at only once
+    every app action of the key is refused."""
+    actions = KEY_ACTIONS.get(key, ())
+    if not actions and key not in UNBOUND_KEYS:
+        return None
     screen = app.screen
     if isinstance(screen, ModalScreen) and type(screen).__name__ != "HelpScreen":
         return None
-    active = app.active_bindings.get(key)
-    if active is not None and active.enabled:
-        return None
-    actions = _bound_actions(key)
-    if not actions:
-        return UNBOUND_KEYS.get(key)
     over = front_is_dashboard(app)
     typing = isinstance(app.focused, Input)
-    for action in actions:
-        reason = refusal(app, action.partition("(")[0], over_dashboard=over, typing=typing)
-        if reason is None:
-            return None  # allowed: it acts (or a widget in front took the key)
-        if not typing:
-            return f"{key_text(action) or _pretty(key)}: {reason}"
-    return None
+    reasons = [refusal(app, a.partition("(")[0], over_dashboard=over, typing=typing) for a in actions]
+    if any(r is None for r in reasons):
+        return None  # allowed: it acts
+    active = app.active_bindings.get(key)
+    if active is not None and active.enabled:
+        return None  # the screen or widget in front has a binding of its own for the key
+    if not actions:
+        return UNBOUND_KEYS[key]
+    if typing:
+        return None  # typed into the filter box
+    return f"{key_text(actions[0]) or _pretty(key)}: {reasons[0]}"
 
 
 # -- the command palette --------------------------------------------------------------------------
