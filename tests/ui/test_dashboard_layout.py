@@ -14,6 +14,7 @@ from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
 from kvtop.ui.widgets.models_table import ModelsTable
+from kvtop.ui.alert_age import state_clock
 from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel, alerts_text
 from tests.ui.mapfakes import settle, shared_app
 from tests.ui.screen_text import screen_when
@@ -105,9 +106,13 @@ async def test_free_rows_go_to_the_events_pane(tmp_path: Path) -> None:
         table, alerts, events = app.query_one(ModelsTable), app.query_one(AlertsPanel), app.query_one(EventsPane)
         assert _shown(app) == {"map": True, "alerts": True, "history": False, "events": True}
         assert table.outer_size.height == table.virtual_size.height == 4  # the header and 3 models, no empty rows
-        lines = alerts_text(app.state.alerts, dict(app.theme_variables)).wrap(app.console, alerts.content_size.width)
+        # each heading is measured with the widest age ("59 min"), so the rows hold it at any age
+        widest = max(a.since or 0.0 for a in app.state.alerts) + 59 * 60
+        lines = alerts_text(app.state.alerts, dict(app.theme_variables), widest).wrap(app.console, alerts.content_size.width)
         assert len(app.state.alerts) >= 2 and len(lines) > len(app.state.alerts)
-        assert alerts.outer_size.height == 1 + len(lines)  # its border and every line, none empty
+        assert alerts.outer_size.height == 1 + len(lines)  # its border and every line
+        now = alerts_text(app.state.alerts, dict(app.theme_variables), state_clock(app.state))
+        assert len(now.wrap(app.console, alerts.content_size.width)) <= len(lines)  # nothing cut at today's ages
         assert events.region.bottom == app.query_one(GpuPanel).region.y  # the rest, down to the GPU strip
         assert events.outer_size.height >= EVENTS_FILL_ROWS
         await pilot.press("l")  # hidden by hand: the alerts take the rows again
