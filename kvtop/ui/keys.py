@@ -16,16 +16,20 @@ INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """The poll intervals ``+`` and ``-`` step through, in seconds."""
 
 BINDINGS: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
-    Binding("q,f10", "quit", "Quit", key_display="q"),
+    Binding("q", "quit", "Quit"),
+    Binding("f10", "quit", "Quit", show=False),  # htop's; shown apart it doubled "q Quit" beside a screen's own q
     Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
-    Binding("question_mark,f1", "help", "Help", key_display="?"),
+    Binding("question_mark", "help", "Help", key_display="?"),
+    Binding("f1", "help", "Help", show=False),
     Binding("p", "toggle_pause", "Pause"),
     Binding("plus,equals_sign", "slower", "Slower", key_display="+", show=False),
     Binding("minus", "faster", "Faster", key_display="-", show=False),
-    Binding("s,f6", "cycle_sort", "Sort", key_display="s"),
+    Binding("s", "cycle_sort", "Sort"),
+    Binding("f6", "cycle_sort", "Sort", show=False),
     Binding("S", "reverse_sort", "Reverse sort", show=False),
     Binding("t", "cycle_theme", "Theme", show=False),
-    Binding("slash,f4", "filter", "Filter", key_display="/"),
+    Binding("slash", "filter", "Filter", key_display="/"),
+    Binding("f4", "filter", "Filter", show=False),
     Binding("l", "toggle_events", "Log"),
     Binding("g", "toggle_gpu", "GPU"),
     Binding("m", "toggle_map", "Map"),

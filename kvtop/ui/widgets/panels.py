@@ -131,7 +131,7 @@ def _one_alert_blocks(a: Alert, colors: Mapping[str, str], age: str | None = Non
     out.append((head, None))
     for fix in a.fixes:
         line = Text()
-        fits = {True: " (fits)", False: " (not enough)", None: ""}[fix.fits]
+        fits = {True: " (fits)", False: " (does not fit)", None: ""}[fix.fits]
         line.append("  fix: ", style=colors.get("kv-ok", "") if fix.fits else colors.get("kv-muted", ""))
         line.append(safe(fix.action, 120), style="bold")
         line.append(f" — {safe(fix.detail, 200)}{fits}")
