@@ -185,6 +185,11 @@ def _max_queue(env: Mapping[str, str]) -> int | None:
         return None
 
 
+def is_status_poll(event: LogEvent) -> bool:
+    """An access line of one of the :data:`STATUS_POLLS` (a monitor's read of the server)."""
+    return isinstance(event, GinRequest) and (event.method.upper(), _path(event.path)) in STATUS_POLLS
+
+
 def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
     """``traffic`` with one batch of parsed events counted (only ``GinRequest`` and
     ``ServerConfig`` matter; others are skipped). The same object when the batch has none."""

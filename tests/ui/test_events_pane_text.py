@@ -56,3 +56,23 @@ async def test_ggml_assert_with_escapes_and_markup_is_made_safe() -> None:
     assert kind == "unknown_warning"
     assert "\x1b" not in detail and "\x07" not in detail
     assert detail.endswith('ggml-cuda.cu:101: \ufffd[2J\ufffd]0;pwned\ufffd[bold red]!"CUDA error"[/]')  # markup shown as text
+
+
+async def test_status_polls_are_left_out_and_counted_until_asked_for() -> None:
+    """kvtop's own polling (GET /api/ps each interval) flooded the pane: the corpus's access lines
+    plus three polls show the work requests and one muted line counting the polls; `/ gin` lists all."""
+    corpus = (LOGS.parent / "gin" / "access-corpus.log").read_text(encoding="utf-8").splitlines()
+    polls = [f'[GIN] 2026/03/31 - 19:54:0{i} | 200 |    1.2ms |       127.0.0.1 | GET      "/api/ps"' for i in range(3)]
+    events = tuple(parse_lines(corpus + polls, default_year=2026))
+    app = _PaneApp()
+    async with app.run_test(size=(160, 30)) as pilot:
+        pane = app.query_one(EventsPane)
+        pane.show(LogState(source="file:test", lines=len(events), recent=events))
+        await pilot.pause()
+        details = [pane.detail(i) for i in range(pane.row_count)]
+        assert not any("path=/api/ps" in d or "path=/api/show" in d for d in details)
+        assert any("path=/api/chat" in d for d in details)
+        assert details[-1].startswith("5 status polls left out")  # 3 /api/ps, the corpus's HEAD / and /api/show
+        pane.show(LogState(source="file:test", lines=len(events), recent=events), "gin")
+        await pilot.pause()
+        assert sum("path=/api/ps" in pane.detail(i) for i in range(pane.row_count)) == 3

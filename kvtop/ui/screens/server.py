@@ -72,9 +72,12 @@ def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, widt
         out.append(Text("  no access lines yet: kvtop is still looking for the server log (--log names it)"
                         if log_source == "auto" else f"  no access lines yet in {safe(log_source, 60)}"))
         return out
-    rpm = t.requests_per_min(now)
-    out.append(Text(f"  {rpm if rpm is not None else NOT_KNOWN} req/min · {t.requests:,} requests read · "
-                    f"4xx {t.client_errors:,} · 5xx {t.server_errors:,}"))
+    rpm, polls = t.requests_per_min(now), t.polls_per_min(now)
+    work = None if rpm is None else rpm - (polls or 0)
+    out.append(Text(f"  {work if work is not None else NOT_KNOWN} req/min"
+                    f" (+ {polls if polls is not None else NOT_KNOWN} status polls/min: /api/ps, /api/version,"
+                    f" /api/tags, /api/show — monitors, kvtop's own among them)"))
+    out.append(Text(f"  {t.requests:,} requests read · 4xx {t.client_errors:,} · 5xx {t.server_errors:,}"))
     queue = f"  queue: {t.busy:,} answered 503 (server busy)"
     if t.last_busy is not None:
         queue += f", last {t.last_busy:%Y-%m-%d %H:%M:%S}"
@@ -86,7 +89,9 @@ def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, widt
     for e in sorted(t.endpoints, key=lambda e: -e.requests)[:ENDPOINTS_SHOWN]:
         out.append(Text(f"  {safe(e.path, w):<{w}} {e.requests:>7,} {e.client_errors:>5,} {e.server_errors:>5,} "
                         f"{_seconds(e.p50_s):>9} {_seconds(e.p95_s):>9}", no_wrap=True, overflow="ellipsis"))
-    busiest = ", ".join(f"{safe(a, 40)} {n:,}" for a, n in t.busiest_clients(CLIENTS_SHOWN))
+    polled = dict(t.client_polls)
+    busiest = ", ".join(f"{safe(a, 40)} {n - polled.get(a, 0):,}" + (f" (+{polled[a]:,} polls)" if polled.get(a) else "")
+                        for a, n in t.busiest_clients(CLIENTS_SHOWN))
     if t.other_clients:
         busiest += f", others {t.other_clients:,}"
     out.append(Text(f"  clients: {busiest}"))

@@ -16,6 +16,7 @@ from textual.widgets import DataTable
 from kvtop.model.alerts import Alert, Fix
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
+from kvtop.model.traffic import is_status_poll
 from kvtop.ui.alert_age import alert_age
 from kvtop.ui.format import safe
 from kvtop.ui.widgets.hanging import hang_wrap
@@ -199,7 +200,11 @@ class EventsPane(DataTable[Text]):
             if n == 0:
                 rows.append((Text(""), Text("—"), Text("no raw lines yet")))
             return
+        polls = 0
         for event in reversed(log.recent):
+            if not needle and is_status_poll(event):
+                polls += 1  # a monitor's polling (kvtop's own among it) is not news: / gin shows it
+                continue
             text = event.raw if self.raw else describe(event)
             if needle and needle not in event.kind and needle not in text.lower():
                 continue
@@ -212,7 +217,11 @@ class EventsPane(DataTable[Text]):
             n += 1
             if n >= MAX_ROWS:
                 break
-        if n == 0:
+        if polls:
+            rows.append((Text(""), Text("—", style="dim"), Text(
+                f"{polls:,} status poll{'s' if polls != 1 else ''} left out (GET /api/ps … from monitors, kvtop's own"
+                " among them): / gin shows them", style="dim")))
+        elif n == 0:
             what = safe(log.status or ("no events yet" if log.source else self._no_log()), 200)
             rows.append((Text(""), Text("—"), Text(what)))
 
