@@ -229,6 +229,12 @@ class KvtopApp(App[int]):
         if self.screen_stack:
             self.dashboard.repaint()
 
+    def on_load(self) -> None:
+        # the engine polls the servers and this machine and follows the log (kvtop.engine); started
+        # before the terminal and the first compose, so the first poll's round trip overlaps them
+        if self.replay is None and (self._poll or self.log_source is not None):
+            self.run_worker(self.engine.run(), group="engine", exclusive=True, exit_on_error=False, name="engine")
+
     def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -248,9 +254,6 @@ class KvtopApp(App[int]):
             from kvtop.ui.replay_worker import play
 
             self.run_worker(play(self, self.replay), group="replay", exclusive=True, exit_on_error=False)
-        elif self._poll or self.log_source is not None:
-            # the engine polls the servers and this machine and follows the log (kvtop.engine)
-            self.run_worker(self.engine.run(), group="engine", exclusive=True, exit_on_error=False, name="engine")
 
     def _exit_on_signal(self) -> None:
         """SIGTERM / SIGHUP: quit cleanly; if the shutdown hangs (seen once after the terminal
