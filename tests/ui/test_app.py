@@ -266,7 +266,7 @@ async def test_reverse_sort_events_pane_raw_and_navigation_keys() -> None:
         await wait_for(pilot, lambda: pane.has_class("-visible") and pane.row_count > 0)
         # the active alerts come first, each with every fix; then the events (none: it says why)
         assert str(pane.get_row_at(0)[1]) == "✖ spill"
-        assert str(pane.get_row_at(0)[2]).startswith("gemma4:latest · 0 s: 19% of 6.1 GiB in system RAM (1.2 GiB)")
+        assert str(pane.get_row_at(0)[2]).startswith("gemma4:latest · <1 min: 19% of 6.1 GiB in system RAM (1.2 GiB)")
         fixes = [str(pane.get_row_at(i)[2]) for i in range(1, pane.row_count - 1)]
         assert fixes and all(str(pane.get_row_at(i)[1]).strip() == "fix" for i in range(1, pane.row_count - 1))
         assert fixes[0].startswith("num_ctx 21760 for qwen3:1.7b-q8_0 — frees 1.2 GiB of VRAM")
