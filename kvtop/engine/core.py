@@ -50,7 +50,7 @@ from kvtop.sources.protocols import GpuWithProcs
 if TYPE_CHECKING:
     from kvtop.sources.recorder import Recorder
 
-__all__ = ["APPLY_SETTLE_S", "LOG_APPLY_GAP_INTERVALS", "REPLAY_PENDING_MAX", "EngineCore", "Notice", "Poll", "Step"]
+__all__ = ["APPLY_SETTLE_S", "LOG_APPLY_GAP_INTERVALS", "QUEUE_EVERY_S", "REPLAY_PENDING_MAX", "EngineCore", "Notice", "Poll", "Step"]
 
 APPLY_SETTLE_S = 0.05
 """A poll result waits this long for the other samples of its tick (the GPU sample and
@@ -58,6 +58,9 @@ APPLY_SETTLE_S = 0.05
 LOG_APPLY_GAP_INTERVALS = 1.5
 """While the servers are polled, log batches alone are applied at most every this many
 intervals: the next poll's apply step normally takes them first (one apply per interval)."""
+QUEUE_EVERY_S = 5.0
+"""Seconds between two reads of the connections to the local API port (the queue): each read of
+the kernel's socket tables costs about 5 ms of system time (``EngineCore._poll_connections``)."""
 REPLAY_PENDING_MAX = 64
 """A replay: records a server may have waiting for the recording's next ``apply`` record; past
 it they are applied anyway (a recording whose header promises apply records but holds none)."""
@@ -525,11 +528,16 @@ class EngineCore:
         return url_port(self.local_host)
 
     async def _poll_connections(self) -> None:
-        """Read the connections to the local server's API port each tick (two small kernel tables)."""
+        """Read the connections to the local server's API port every :data:`QUEUE_EVERY_S` (with the
+        tick that follows): the kernel walks its whole TCP hash table for ``/proc/net/tcp``, about
+        5 ms of system time a read however few sockets there are, and a wait worth an alert lasts
+        longer than that (``Thresholds.queue_wait_s``)."""
         assert self.sources.conns is not None
         port = self.queue_port()
+        last = float("-inf")
         while port is not None:
-            if not self.paused:
+            if not self.paused and self._clock() - last >= QUEUE_EVERY_S - 0.05 * self.interval_s:
+                last = self._clock()
                 snap = await self._guarded("connections", self.local_host, self.sources.conns.sample(port))
                 if snap is not None:
                     self.stage_connections(snap)
