@@ -249,7 +249,7 @@ def in_process_costs(url: str, repeat: int = 200) -> dict[str, float]:
     from kvtop.export.metrics import HostView, KvtopCollector
     from kvtop.export.metrics_cache import MetricsCache
     from kvtop.model.state import initial_state
-    from kvtop.model.apply import apply
+    from kvtop.model.fold_alerts import fold_with_alerts
     from kvtop.sources.ollama import OllamaClient
 
     async def states() -> tuple[Any, Any]:
@@ -260,8 +260,8 @@ def in_process_costs(url: str, repeat: int = 200) -> dict[str, float]:
         finally:
             await client.aclose()
         state, _ = initial_state(url, {}, timezone.utc)
-        a = apply(state, first)
-        return a, apply(a, second)
+        a = fold_with_alerts(state, first)
+        return a, fold_with_alerts(a, second)
 
     a, b = asyncio.run(states())
     views = [HostView(url=url, local=False, log=False, state=a)]

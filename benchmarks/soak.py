@@ -134,7 +134,7 @@ async def open_and_close(pilot, app) -> None:  # type: ignore[no-untyped-def]
     """``--keys``: open the history screen (h) and the server view (i) and close each (Esc)."""
     from kvtop.ui.screens.dashboard import DashboardScreen
     from kvtop.ui.screens.history import HistoryScreen
-    from kvtop.ui.screens.server import ServerScreen
+    from kvtop.ui.screens.server_view import ServerScreen
 
     for key, screen in (("h", HistoryScreen), ("i", ServerScreen)):
         await pilot.press(key)

@@ -16,7 +16,7 @@ from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json,
 from kvtop.model.alerts import alert_json
 from kvtop.model.ctx_advice import advice_for, advice_json, advice_line
 from kvtop.model.queue import queue_json, queue_summary
-from kvtop.model.server import server_json
+from kvtop.model.server_view import server_json
 from kvtop.model.known import SOURCE_LEGEND, units_note
 from kvtop.model.views import AppState, ModelView
 

@@ -33,7 +33,7 @@ from kvtop.model.known import use_si_units
 from kvtop.config import ResolvedConfig, Settings, resolve_config
 from kvtop.config.files import ConfigError
 from kvtop.config.host import HostError, parse_ollama_host
-from kvtop.config.servers import access_report, parse_host_access, server_accesses
+from kvtop.config.server_access import access_report, parse_host_access, server_accesses
 from kvtop.config.ui_state import saved_theme
 from kvtop.textsafe import emit, safe_block
 

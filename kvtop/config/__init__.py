@@ -6,7 +6,7 @@ watches the server that ``ollama ps`` talks to.
 This module resolves the settings (flag > environment > file > saved choice > default) into
 :class:`Settings`; its parts are beside it, imported from there: the server's address
 (``config.host``), kvtop's files (``config.files``), the choices the dashboard remembers
-(``config.ui_state``) and how each server is reached (``config.servers``).
+(``config.ui_state``) and how each server is reached (``config.server_access``).
 """
 
 from __future__ import annotations

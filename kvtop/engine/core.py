@@ -7,7 +7,7 @@ Every face runs the same path (``ARCHITECTURE.md``, "The one data path"):
   ``Recorder`` is attached;
 - **one apply step** (:meth:`Engine.apply_step`) folds every staged message of each server
   (:func:`kvtop.engine.fold.fold_pending`), evaluates that server's alerts once when its state
-  changed (``model.apply.with_alerts``), records its history once, and calls the subscribers with
+  changed (``model.fold_alerts.with_alerts``), records its history once, and calls the subscribers with
   a :class:`Step` (the new immutable ``AppState`` of each server);
 - a source that raises (they should not: failures are data) or a parser bug is caught and
   reported the same way for every source (:class:`Notice` to the reporters), and the engine goes on.
@@ -34,7 +34,7 @@ from kvtop.engine.fold import LogRun, Pending, fold_pending
 from kvtop.engine.logfeed import LogFeed
 from kvtop.engine.sources import EngineSources
 from kvtop.logparse.events import LogEvent
-from kvtop.model.apply import with_alerts
+from kvtop.model.fold_alerts import with_alerts
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
 from kvtop.model.ladder import url_port

@@ -42,7 +42,7 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
     followed since the last step (``Engine.follow_log``), and one apply step folds them all with
     one alert evaluation per server (``--once``, ``--check``, each line of ``--stream``).
     """
-    from kvtop.model.server import fold_server
+    from kvtop.model.server_view import fold_server
     from kvtop.sources.slots import slot_runners
 
     src, settings = engine.sources, engine.settings
@@ -170,8 +170,8 @@ async def sample_server_info(engine: EngineCore, host: str, *, wait_s: float | N
     health of its ``ollama serve`` when it runs on this machine (the demo's stand-in has none)
     and a read of its pulled models (``/api/tags``, ``/api/show`` a few at a time; a hanging
     ``/api/show`` holds one of its slots, never the round: ``wait_s``, default the interval)."""
-    from kvtop.model.server import fold_server
-    from kvtop.model.server_info import ServerHealth
+    from kvtop.model.server_view import fold_server
+    from kvtop.model.server_health import ServerHealth
     from kvtop.sources.ollama import OllamaClient
 
     state = engine.states.get(host)

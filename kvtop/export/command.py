@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 from kvtop.config import resolve_config
 from kvtop.config.files import ConfigError
 from kvtop.config.host import HostError, parse_ollama_host
-from kvtop.config.servers import parse_host_access, server_accesses
+from kvtop.config.server_access import parse_host_access, server_accesses
 from kvtop.export.exporter import Exporter, HostPoller, say
 from kvtop.export.http_server import MetricsServer
 from kvtop.export.metrics import make_registry

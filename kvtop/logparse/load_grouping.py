@@ -371,7 +371,7 @@ class LoadGrouper(_Grouper):
         """Per load: ``(key, load, own_era)``, ``key`` = ``(touched, incidents, server era)`` when it was
         built, ``own_era`` whether its own lines gave its era (else the server's version does)."""
         self.mark: object = None
-        """Set by the owner after each use (``model.logstate.apply_log``) to tell whether it moved on."""
+        """Set by the owner after each use (``model.logstate.fold_events``) to tell whether it moved on."""
 
     def extend(self, events: Iterable[LogEvent]) -> None:
         """Group ``events`` (the next ones in log order)."""

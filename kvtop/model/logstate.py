@@ -1,6 +1,6 @@
 """What the server log has told kvtop so far: parsed events and the model loads they form.
 
-Pure: ``apply_log`` takes the events a worker parsed from one batch of lines and returns a new
+Pure: ``fold_events`` takes the events a worker parsed from one batch of lines and returns a new
 ``LogState``. Loads are regrouped only when a batch carries an event that can change a load, so
 a busy server's per-request lines cost almost nothing; and then incrementally
 (``logparse.loads.LoadGrouper``: the events since the last grouping are fed to the grouper the
@@ -158,7 +158,7 @@ class LogState:
         return None
 
 
-def apply_log(
+def fold_events(
     state: LogState,
     events: Sequence[LogEvent],
     *,

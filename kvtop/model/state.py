@@ -1,6 +1,6 @@
-"""Application state and the one function that applies a snapshot to it.
+"""Application state and the pure folds of every message into it.
 
-``apply(state, snapshot)`` is pure: the same inputs give an equal ``AppState``, so an
+``fold(state, snapshot)`` is pure: the same inputs give an equal ``AppState``, so an
 unchanged poll repaints nothing. Everything the dashboard shows about a model is derived here
 into a ``ModelView`` whose every number carries its source (``Known``). The view types
 (``AppState``, ``ModelView``, ``Memory``) are defined in ``model.views``.
@@ -20,7 +20,7 @@ from kvtop.logparse.events import LogEvent
 from kvtop.model.alerts.types import Thresholds
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, SystemMemory
 from kvtop.model import ladder
-from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.logstate import LogState, fold_events
 from kvtop.model.slot_snapshots import DecodeRate, SlotsSnapshot
 from kvtop.model.slots import decode_rates, runners_by_pid, slot_use
 from kvtop.model.snapshots import OllamaSnapshot
@@ -45,7 +45,7 @@ def initial_state(host_url: str, alert_settings: Mapping[str, Any], naive_tz: tz
 
 # Each ``fold_*`` is one message folded into the state, alerts left as they were: the engine
 # (``kvtop.engine.Engine.apply_step``, behind every face) folds every message of a step, then
-# evaluates the alerts once. ``kvtop.model.apply`` has each fold with the alerts evaluated, for
+# evaluates the alerts once. ``kvtop.model.fold_alerts`` has each fold with the alerts evaluated, for
 # tests and tools that take one message at a time: state holds data, evaluation reads it.
 
 
@@ -185,9 +185,9 @@ def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState
 
 
 def fold_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
-    """The state after one batch of parsed log events (``batch``: ``logstate.apply_log``
+    """The state after one batch of parsed log events (``batch``: ``logstate.fold_events``
     keywords), alerts not re-evaluated; the model rows are re-derived when the loads changed."""
-    log = apply_log(state.log, events, **batch)
+    log = fold_events(state.log, events, **batch)
     if state.last_ok is None:
         return dataclasses.replace(state, log=log)
     if log.loads is state.log.loads:  # per-request lines only: the slots may have changed

@@ -20,7 +20,7 @@ from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
 from kvtop.model.logstate import LogState, Throughput
-from kvtop.model.server_info import ServerInfo
+from kvtop.model.server_health import ServerInfo
 from kvtop.model.queue_snapshots import QueueView
 from kvtop.model.slot_snapshots import DecodeRate, SlotsSnapshot, SlotUse
 from kvtop.model.snapshots import OllamaSnapshot
@@ -168,7 +168,7 @@ class AppState:
     """Round-trip times of the last ``model.state.LATENCY_WINDOW`` answered polls, oldest first (display
     only: not part of the state's equality, so an unchanged poll still gives an equal state)."""
     server: ServerInfo = ServerInfo()
-    """The server view's health and pulled models (``model.server``; traffic is in ``log``)."""
+    """The server view's health and pulled models (``model.server_view``; traffic is in ``log``)."""
     latency_s: float | None = dataclasses.field(default=None, compare=False)
     """The latency the header shows: the median of ``latencies_s``, moved only when the median
     moves by more than ``model.state.LATENCY_STEADY`` (a quarter, at least 2 ms), so jitter of a

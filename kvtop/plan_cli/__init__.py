@@ -192,7 +192,7 @@ def server_access(raw: str | None, *, strict: bool, args: argparse.Namespace) ->
     from kvtop.config import resolve_config
     from kvtop.config.files import ConfigError
     from kvtop.config.host import HostError
-    from kvtop.config.servers import parse_host_access, server_accesses
+    from kvtop.config.server_access import parse_host_access, server_accesses
 
     try:
         host, user, password = parse_host_access(raw, strict=strict)

@@ -24,8 +24,8 @@ from types import MappingProxyType
 from typing import Any
 
 from kvtop.model.gpu_snapshots import ProcSnapshot
-from kvtop.model.server import server_for
-from kvtop.model.server_info import CgroupLimits, ProcessTree, Restarts, ServerHealth
+from kvtop.model.server_view import server_for
+from kvtop.model.server_health import CgroupLimits, ProcessTree, Restarts, ServerHealth
 from kvtop.sources.service_env import Runner, _run
 
 TREE_WALK_EVERY_S = 10.0

@@ -40,7 +40,7 @@ from kvtop.ui.messages import (
     SnapshotReceived,
 )
 from kvtop.ui.screens.dashboard import DashboardScreen
-from kvtop.ui.server_view import ServerSampled, ServerView
+from kvtop.ui.server_rounds import ServerSampled, ServerView
 from kvtop.ui.textual_fixes import install_textual_fixes
 from kvtop.ui.theme_setup import register_themes
 from kvtop.ui.themes import DEFAULT_THEME, default_variables

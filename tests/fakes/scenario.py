@@ -20,7 +20,7 @@ from typing import Any
 from kvtop.model.gpu import GpuPanelData, gpu_panel_data
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.views import AppState, ModelView
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.sources.gpu import GpuSource
 from kvtop.sources.procs import ProcSource
 from tests.fakes.nvml import FakeGpu, FakeNvml, GiB, MiB
@@ -37,7 +37,7 @@ def demo_models() -> tuple[ModelView, ...]:
     """The three models of the demo scenario's "spills" step (with their ``/api/show`` blobs)."""
     from tests.ui.fakes import snapshot_at, step_index
 
-    return apply(AppState(host_url="http://127.0.0.1:11434"), snapshot_at(step_index("spills"))).models
+    return fold_with_alerts(AppState(host_url="http://127.0.0.1:11434"), snapshot_at(step_index("spills"))).models
 
 
 def _blob(models: tuple[ModelView, ...], name: str) -> str:

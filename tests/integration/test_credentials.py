@@ -332,7 +332,7 @@ async def test_gpu_process_command_lines_are_masked(tmp_path: Path) -> None:
 
 async def test_dashboard_warns_about_a_password_on_the_command_line(basic_server: object) -> None:
     from kvtop.config import Settings
-    from kvtop.config.servers import server_accesses
+    from kvtop.config.server_access import server_accesses
     from kvtop.ui.app import make_app
     from tests.integration.test_app_live import rows, until
     from tests.ui.screen_text import screen_text

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvtop.export.command import build_parser
 from kvtop.export.metrics import METRICS, HostView, KvtopCollector, make_registry
 from kvtop.model.alerts.types import KINDS
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import initial_state
 from kvtop.sources.gpu import GpuSource
@@ -111,7 +111,7 @@ def exported_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     gpu = GpuSource(nvml=fake.module, sysfs_root=tmp_path / "no-sysfs", platform="linux").sample_sync()
     assert gpu.ok
     state, _ = initial_state("http://127.0.0.1:11434", {}, __import__("datetime").timezone.utc)
-    state = apply(state, OllamaSnapshot(taken_at=1.0, host_url="http://127.0.0.1:11434", reachable=False,
+    state = fold_with_alerts(state, OllamaSnapshot(taken_at=1.0, host_url="http://127.0.0.1:11434", reachable=False,
                                         error="refused"))
     view = HostView(url="http://127.0.0.1:11434", local=True, log=False, state=state)
     text = generate_latest(make_registry(KvtopCollector(lambda: [view], lambda: gpu))).decode()

@@ -206,7 +206,7 @@ def test_once_without_a_log_reads_every_rung(tree: Tree) -> None:
 async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> None:
     """A real completion: ``/slots`` rounds every 0.25 s through the app's own functions."""
     from kvtop.model.state import initial_state
-    from kvtop.model.apply import apply, apply_gpu, apply_slots
+    from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts, fold_slots_with_alerts
     from kvtop.model.gpu_snapshots import GpuSnapshot
     from kvtop.sources.ollama import OllamaClient
     from kvtop.sources.procs import ProcSource
@@ -219,9 +219,9 @@ async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> No
     slots_source = SlotsSource(idle_every_s=0)
     try:
         state, _ = initial_state(tree.url, {}, None)  # type: ignore[arg-type]
-        state = apply(state, await client.sample(wait_details=True))
+        state = fold_with_alerts(state, await client.sample(wait_details=True))
         procs = await ProcSource().sample()
-        state = apply_gpu(state, GpuSnapshot(taken_at=time.time(), status="none"), procs)
+        state = fold_gpu_with_alerts(state, GpuSnapshot(taken_at=time.time(), status="none"), procs)
         runners = tuple(r for r in slot_runners(procs.runners) if r.blob == tree.blob)
         assert [r.port for r in runners] == [tree.runner_port]
 
@@ -237,7 +237,7 @@ async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> No
         busy: list[tuple[int, float | None, float | None]] = []
         try:
             while worker.is_alive():
-                state = apply_slots(state, await slots_source.sample(runners))
+                state = fold_slots_with_alerts(state, await slots_source.sample(runners))
                 (v,) = state.models
                 if v.slots is not None and v.slots.busy:
                     ep = v.local.endpoints
@@ -246,7 +246,7 @@ async def test_busy_slot_fill_and_decode_speed_from_the_runner(tree: Tree) -> No
                 time.sleep(0.25)
         finally:
             worker.join(timeout=120)
-        state = apply_slots(state, await slots_source.sample(runners))
+        state = fold_slots_with_alerts(state, await slots_source.sample(runners))
     finally:
         await client.aclose()
         await slots_source.aclose()

@@ -18,7 +18,7 @@ from kvtop.config import Settings
 from kvtop.export.metrics import HostView
 from kvtop.model.alerts import evaluate
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply, apply_log_events
+from kvtop.model.fold_alerts import fold_with_alerts, fold_log_with_alerts
 from kvtop.sources import tail
 from kvtop.sources.tail import AutoTail
 from kvtop.ui.app import KvtopApp, make_app
@@ -40,33 +40,33 @@ def _kinds(state: AppState) -> list[str]:
 
 
 def test_auto_still_looking_is_no_alert_a_lost_log_is() -> None:
-    state = apply(AppState(HOST), snapshot_at(1))
-    looking = apply_log_events(state, [], source="auto", status=NEVER_FOUND, ok=False, lines=0)
+    state = fold_with_alerts(AppState(HOST), snapshot_at(1))
+    looking = fold_log_with_alerts(state, [], source="auto", status=NEVER_FOUND, ok=False, lines=0)
     assert "log_source_lost" not in [a.kind for a in evaluate(looking)]
-    read = apply_log_events(state, [], source="file:/var/log/ollama.log", status=None, ok=True, lines=12)
+    read = fold_log_with_alerts(state, [], source="file:/var/log/ollama.log", status=None, ok=True, lines=12)
     assert "log_source_lost" not in [a.kind for a in evaluate(read)]
-    lost = apply_log_events(read, [], source="file:/var/log/ollama.log",
+    lost = fold_log_with_alerts(read, [], source="file:/var/log/ollama.log",
                             status="/var/log/ollama.log was deleted — waiting for it to be re-created", ok=False,
                             lines=0)
     (alert,) = [a for a in evaluate(lost) if a.kind == "log_source_lost"]
     assert alert.severity == "warning" and "was deleted" in alert.message
     # a log named with --log that cannot be read is the user's problem to know: an alert from the start
-    named = apply_log_events(state, [], source="file:/nope.log", status="/nope.log not found", ok=False, lines=0)
+    named = fold_log_with_alerts(state, [], source="file:/nope.log", status="/nope.log not found", ok=False, lines=0)
     assert "log_source_lost" in [a.kind for a in evaluate(named)]
 
 
 def test_the_exporter_counts_the_lost_log_only() -> None:
-    state = apply(AppState(HOST), snapshot_at(1))
+    state = fold_with_alerts(AppState(HOST), snapshot_at(1))
 
     def alert_kinds(st: AppState) -> set[str]:
         fams = scrape([HostView(url=HOST, local=True, log=True, state=st)])
         fam = fams.get("kvtop_alerts")
         return {s.labels["kind"] for s in fam.samples if s.value} if fam is not None else set()
 
-    looking = apply_log_events(state, [], source="auto", status=NEVER_FOUND, ok=False, lines=0)
+    looking = fold_log_with_alerts(state, [], source="auto", status=NEVER_FOUND, ok=False, lines=0)
     assert "log_source_lost" not in alert_kinds(looking)
-    read = apply_log_events(state, [], source="file:/x", status=None, ok=True, lines=3)
-    lost = apply_log_events(read, [], source="file:/x", status="/x was deleted", ok=False, lines=0)
+    read = fold_log_with_alerts(state, [], source="file:/x", status=None, ok=True, lines=3)
+    lost = fold_log_with_alerts(read, [], source="file:/x", status="/x was deleted", ok=False, lines=0)
     assert "log_source_lost" in alert_kinds(lost)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kvtop.config import Settings
-from kvtop.config.servers import server_accesses
+from kvtop.config.server_access import server_accesses
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.header import ServerHeader
 from tests.certs import TestCa

@@ -36,7 +36,7 @@ from kvtop.model.history import History
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.history import HistoryScreen
-from kvtop.ui.screens.server import ServerScreen
+from kvtop.ui.screens.server_view import ServerScreen
 from tests.standin import BUNDLED, running
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

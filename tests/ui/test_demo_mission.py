@@ -123,7 +123,7 @@ async def test_the_demo_gpu_is_the_scenarios_and_labelled_demo(no_host_machine: 
 async def test_the_demo_server_view_shows_traffic_from_the_access_lines(no_host_machine: None) -> None:
     """The demo's log carries gin's access lines (the scenario's chat/generate requests and kvtop's own
     polls), so the server view (``i``) shows requests per minute, p50/p95 per endpoint and the clients."""
-    from kvtop.ui.screens.server import ServerScreen
+    from kvtop.ui.screens.server_view import ServerScreen
 
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"

@@ -135,7 +135,7 @@ def test_history_mono_80x24(snap_compare: Any) -> None:
 def test_the_panel_plots_the_most_recent_models_and_says_how_many_there_are() -> None:
     """The history panel draws at most ``PANEL_MAX_MODELS`` models (the history screen all of them):
     without GPU telemetry one VRAM line per model, the title counts the ones left out."""
-    from kvtop.model.apply import apply
+    from kvtop.model.fold_alerts import fold_with_alerts
     from kvtop.model.views import AppState
     from kvtop.ui.widgets.panels import PANEL_MAX_MODELS
     from tests.ui.fakes import TAKEN_AT, snapshot_at, step_index
@@ -143,7 +143,7 @@ def test_the_panel_plots_the_most_recent_models_and_says_how_many_there_are() ->
     h = History()
     state = AppState(host_url=HOST)
     for t in range(0, 20, 2):  # three models loaded, no GPU sample
-        state = apply(state, snapshot_at(step_index("spills"), taken_at=TAKEN_AT + t))
+        state = fold_with_alerts(state, snapshot_at(step_index("spills"), taken_at=TAKEN_AT + t))
         h.record(state, TAKEN_AT + t)
     every = gpu_spec(h, 600.0, 200, 5.0)
     assert len(every.lines) == 3 and "most recent" not in every.title

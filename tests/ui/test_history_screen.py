@@ -10,7 +10,7 @@ from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
 from kvtop.model.logstate import Throughput
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply, apply_gpu
+from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.format import ibytes
 from kvtop.ui.screens.dashboard import DashboardScreen
@@ -30,18 +30,18 @@ def scripted_history() -> History:
     plan = [(0, "loads at num_ctx 4096"), (120, "raised to 32768"), (240, "A second model"),
             (330, "gemma4 loads"), (450, "gemma4 finished")]
     start = TAKEN_AT - 540
-    state = apply(AppState(host_url=HOST), snapshot_at(0, taken_at=start - 2))
+    state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(0, taken_at=start - 2))
     h.record(state, start - 2)
     requests = 0
     for t in range(0, 541, 2):
         step = max(step_index(label) for at, label in plan if at <= t)
         now = start + t
-        state = apply(state, snapshot_at(step, taken_at=now))
+        state = fold_with_alerts(state, snapshot_at(step, taken_at=now))
         vram = sum(m.size_vram_bytes or 0 for m in state.models)
         gpu = GpuSnapshot(taken_at=now, status="GPU telemetry: NVML", ok=True, backend="nvml",
                           devices=(GpuDevice(index=0, name="NVIDIA RTX 4090", memory_total_bytes=24 * GiB,
                                              memory_used_bytes=vram + GiB // 2),))
-        state = apply_gpu(state, gpu, ProcSnapshot(taken_at=now))
+        state = fold_gpu_with_alerts(state, gpu, ProcSnapshot(taken_at=now))
         if t % 30 == 0:
             requests += 1
         views = tuple(
@@ -100,8 +100,8 @@ def test_empty_history_says_so_in_words() -> None:
 
 def test_no_gpu_telemetry_plots_model_vram_and_says_why() -> None:
     h = History()
-    state = apply(AppState(host_url=HOST), snapshot_at(step_index("raised to 32768"), taken_at=TAKEN_AT))
-    state = apply_gpu(state, GpuSnapshot(taken_at=TAKEN_AT, status="GPU telemetry: no NVIDIA driver"),
+    state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("raised to 32768"), taken_at=TAKEN_AT))
+    state = fold_gpu_with_alerts(state, GpuSnapshot(taken_at=TAKEN_AT, status="GPU telemetry: no NVIDIA driver"),
                       ProcSnapshot(taken_at=TAKEN_AT))
     h.record(state, TAKEN_AT)
     spec = gpu_spec(h, 60.0, 100, 5.0)
@@ -200,9 +200,9 @@ def test_the_gpu_plot_names_where_its_figures_come_from() -> None:
     for backend, status, label in (("nvml", "GPU telemetry: NVML", "NVML"), ("amd-sysfs", "", "amdgpu sysfs"),
                                    ("ioreg", "", "ioreg"), ("nvml", DEMO_GPU_STATUS, "DEMO, simulated")):
         h = History()
-        state = apply(AppState(host_url=HOST), snapshot_at(step_index("spills"), taken_at=TAKEN_AT))
+        state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("spills"), taken_at=TAKEN_AT))
         gpu = GpuSnapshot(taken_at=TAKEN_AT, status=status, ok=True, backend=backend,  # type: ignore[arg-type]
                           devices=(GpuDevice(index=0, name="a GPU", memory_total_bytes=24 * 2**30,
                                              memory_used_bytes=8 * 2**30),))
-        h.record(apply_gpu(state, gpu, ProcSnapshot(taken_at=TAKEN_AT)), TAKEN_AT)
+        h.record(fold_gpu_with_alerts(state, gpu, ProcSnapshot(taken_at=TAKEN_AT)), TAKEN_AT)
         assert gpu_spec(h, 600.0, 200, 5.0).title.startswith(f"GPU memory, GiB ({label}) · last"), label

@@ -14,7 +14,7 @@ from typing import Any
 from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.history import History
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.ui.screens.history import HistoryScreen, gpu_spec
 from kvtop.ui.widgets.panels import HistoryPanel
 from kvtop.ui.widgets.plot import PlotLine, PlotMarker, PlotSpec, PlotView, area_key, picture_key, render_plot
@@ -31,7 +31,7 @@ class Feed:
     def __init__(self, history: History, start_s: float) -> None:
         self.history = history
         self.t = start_s
-        self.base = apply(AppState(host_url=HOST), snapshot_at(step_index("A second model"), taken_at=start_s))
+        self.base = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("A second model"), taken_at=start_s))
         self.proc = ProcSnapshot(taken_at=0.0)
 
     def poll(self, used_bytes: int, vram_extra_bytes: int = 0) -> None:

@@ -23,7 +23,7 @@ from kvtop.model.views import AppState
 from kvtop.ui.app import KvtopApp, make_app
 from kvtop.ui.messages import SnapshotReceived
 from kvtop.ui.screens.model_detail import ModelDetailScreen
-from kvtop.ui.screens.server import ServerScreen
+from kvtop.ui.screens.server_view import ServerScreen
 from kvtop.ui.widgets.events_pane import EventsPane
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.panels import AlertsPanel

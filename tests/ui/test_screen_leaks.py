@@ -22,7 +22,7 @@ from textual.widgets._footer import FooterKey
 
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.screens.history import HistoryScreen
-from kvtop.ui.screens.server import ServerScreen
+from kvtop.ui.screens.server_view import ServerScreen
 from kvtop.ui.textual_fixes import install_textual_fixes, prune_closed_watchers
 from kvtop.ui.widgets.plot import PlotView
 from tests.ui.fakes import HOST

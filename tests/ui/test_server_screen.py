@@ -11,12 +11,12 @@ from kvtop.demo.api_bodies import show_body, tags_body
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import PulledSnapshot
-from kvtop.model.server_info import CgroupLimits, ProcessTree, Restarts, ServerHealth
+from kvtop.model.server_health import CgroupLimits, ProcessTree, Restarts, ServerHealth
 from kvtop.sources.ollama_decode import parse_show, parse_tags
 from kvtop.ui.app import make_app
 from kvtop.ui.messages import GpuSampled, LogEventsReceived, SnapshotReceived
-from kvtop.ui.screens.server import ServerScreen
-from kvtop.ui.server_view import ServerSampled
+from kvtop.ui.screens.server_view import ServerScreen
+from kvtop.ui.server_rounds import ServerSampled
 from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, scenario, snapshot_at, step_index
 
 GiB = 1024**3
@@ -112,8 +112,8 @@ def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None
     """No GPU telemetry on an Ollama v0.15.5+ server: the rows are at ~4096, and the view says that
     is an assumption (the default follows the total VRAM), within the width (80 and 160)."""
     from kvtop.model.preflight import preflight, server_defaults
-    from kvtop.model.server_info import ServerInfo
-    from kvtop.ui.screens.server import preflight_lines
+    from kvtop.model.server_health import ServerInfo
+    from kvtop.ui.screens.server_view import preflight_lines
 
     pulled = _pulled()
     defaults = server_defaults("0.22.1", None, None)
@@ -131,7 +131,7 @@ def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None
 
 def test_traffic_without_access_lines_says_where_it_looks() -> None:
     from kvtop.model.traffic import Traffic
-    from kvtop.ui.screens.server import traffic_lines
+    from kvtop.ui.screens.server_view import traffic_lines
 
     def text(source: str | None) -> str:
         return "\n".join(line.plain for line in traffic_lines(Traffic(), source, None, 80))

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 from textual.app import App, ComposeResult
 
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.model.views import AppState, ModelView
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, snapshot_at, step_index
@@ -25,7 +25,7 @@ class TableApp(App[None]):
 
 
 def thousand() -> tuple[ModelView, ...]:
-    base = apply(AppState(host_url=HOST), snapshot_at(step_index("spill"))).models
+    base = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("spill"))).models
     return tuple(dataclasses.replace(base[i % len(base)], name=f"m{i:04d}-{base[i % len(base)].name}",
                                      digest=f"{i:064x}") for i in range(N))
 

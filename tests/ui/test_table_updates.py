@@ -9,7 +9,7 @@ import pytest
 from textual.app import App, ComposeResult
 
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.ui.widgets.models_table import ModelsTable
 from tests.ui.fakes import HOST, snapshot_at, step_index
 
@@ -24,7 +24,7 @@ def _cells(table: ModelsTable) -> list[list[str]]:
 
 
 async def test_one_changed_row_updates_only_its_changed_cells(monkeypatch: pytest.MonkeyPatch) -> None:
-    state = apply(AppState(host_url=HOST), snapshot_at(step_index("spill")))
+    state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("spill")))
     views = state.models
     assert len(views) == 3
     changed = dataclasses.replace(views[1], name=views[1].name)  # equal view, new object: nothing to do

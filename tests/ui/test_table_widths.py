@@ -70,9 +70,9 @@ def test_widened_columns_still_fit(width: int) -> None:
 
     snap = renamed(snapshot_at(step_index("spills")))
     app = make_app(Settings(host_url=HOST), FakeSource(snap))
-    from kvtop.model.apply import apply
+    from kvtop.model.fold_alerts import fold_with_alerts
 
-    views = apply(app.states[HOST], snap).models
+    views = fold_with_alerts(app.states[HOST], snap).models
     cols = columns_for(width, None, views)
     assert sum(c.width + 2 for c in cols) + 2 <= width
     plain = columns_for(width)

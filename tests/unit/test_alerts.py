@@ -3,9 +3,9 @@ re-checked with the KV arithmetic; since, ordering, JSON, exit codes and thresho
 
 State is built the way the app builds it: /api/ps and /api/show bodies of the bundled demo
 scenario (or of a variant with other loaded rows) through the real client parsers and
-``model.apply.apply``; server log lines from the corpus (tests/fixtures/logs) and real llama-server
+``model.fold_alerts.apply``; server log lines from the corpus (tests/fixtures/logs) and real llama-server
 stderr (tests/fixtures/llama_server) through ``logparse.parser.parse_lines`` and
-``state.apply_log_events``; GPU and process samples through the real sources with fakes at their
+``state.fold_log_with_alerts``; GPU and process samples through the real sources with fakes at their
 boundaries (tests/fakes/scenario.py). Where the corpus has no line for a rule, the line is
 written in the exact slog format docs/ollama-internals.md quotes, and the test says so.
 """
@@ -41,7 +41,7 @@ from kvtop.model.alerts import (
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.views import AppState, ModelView
-from kvtop.model.apply import apply, apply_gpu, apply_log_events
+from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts, fold_log_with_alerts
 from kvtop.sources.gpu import GpuSource
 from kvtop.sources.ollama_decode import parse_ps, parse_show, parse_tags
 from tests.fakes.nvml import FakeGpu, FakeNvml, GiB, MiB
@@ -152,12 +152,12 @@ def llama_server_run(name: str, model_blob_name: str, when: str = "2026-11-29T12
 def with_log(state: AppState, lines: Sequence[str], *, ok: bool = True, status: str | None = None,
              default_year: int | None = None) -> AppState:
     events = parse_lines(lines, default_year=default_year)
-    return apply_log_events(state, events, source="file:/var/log/ollama/server.log", status=status, ok=ok,
+    return fold_log_with_alerts(state, events, source="file:/var/log/ollama/server.log", status=status, ok=ok,
                             lines=len(lines))
 
 
 def state_of(snap: OllamaSnapshot, lines: Sequence[str] = (), **kw: Any) -> AppState:
-    state = apply(AppState(HOST), snap)
+    state = fold_with_alerts(AppState(HOST), snap)
     return with_log(state, lines, **kw) if lines or kw else state
 
 
@@ -210,7 +210,7 @@ def gpu_state(state: AppState, tmp_path: Path, nvml: FakeNvml | None = None, *, 
                                swap_memory=lambda: SimpleNamespace(total=8 * GiB, used=swap_used)))
     gpu: GpuSnapshot = gpu_source.sample_sync()
     procs: ProcSnapshot = proc_source.sample_sync(gpu.pids)
-    return apply_gpu(state, gpu, procs)
+    return fold_gpu_with_alerts(state, gpu, procs)
 
 
 SPILLS = step_index("spills")
@@ -373,7 +373,7 @@ def test_a_model_all_in_ram_on_a_gpu_machine_is_a_spill(tmp_path: Path) -> None:
 
 def test_unreachable_server_hides_stale_model_alerts() -> None:
     ok = state_of(snapshot_at(SPILLS))
-    down = apply(apply(ok, down_snapshot(TAKEN_AT + 5)), down_snapshot(TAKEN_AT + 10))
+    down = fold_with_alerts(fold_with_alerts(ok, down_snapshot(TAKEN_AT + 5)), down_snapshot(TAKEN_AT + 10))
     alerts = evaluate(down)
     assert kinds(alerts) == [("server_unreachable", None)]
     assert alerts[0].message == ("Ollama at http://127.0.0.1:11434 does not answer: connection refused"
@@ -640,7 +640,7 @@ def test_eviction_names_a_model_that_has_since_unloaded() -> None:
     showed earlier for its blob is kept (AppState.blob_names), so the alert keeps its key."""
     lines = [re.sub(r"sha256-[0-9a-f]{64}", blob(Q8), line) for line in corpus_lines("050")]
     t = _utc(2026, 8, 29, 8, 50)
-    state = apply(AppState(HOST), ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=t - 5))
+    state = fold_with_alerts(AppState(HOST), ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=t - 5))
     assert state.blob_names == {blob(Q8): Q8}
     state = state_of_next(state, ps_snapshot([], taken_at=t), lines)
     alert = only(evaluate(state), "eviction")
@@ -650,7 +650,7 @@ def test_eviction_names_a_model_that_has_since_unloaded() -> None:
 
 
 def state_of_next(state: AppState, snap: OllamaSnapshot, lines: Sequence[str]) -> AppState:
-    return with_log(apply(state, snap), lines)
+    return with_log(fold_with_alerts(state, snap), lines)
 
 
 def test_a_failure_replaced_by_a_newer_load_is_not_an_alert() -> None:

@@ -31,7 +31,7 @@ from kvtop.model.gpu_snapshots import (
     SystemMemory,
 )
 from kvtop.model.views import AppState, ModelView
-from kvtop.model.apply import apply, apply_gpu, apply_log_events
+from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts, fold_log_with_alerts
 from tests.ui.fakes import HOST, TAKEN_AT
 from tests.unit.test_alerts import Q8, ps_snapshot, row
 
@@ -56,7 +56,7 @@ def world(n: int, *, gpu: bool = True, short_bytes: int = 300_000_000, free_byte
         shows[m.digest] = dataclasses.replace(show0, digest=m.digest, name=m.name, model_blob=f"sha256-{i + 1:064x}",
                                               model_info=MappingProxyType(dict(show0.model_info)))
     snap = dataclasses.replace(base, models=tuple(models), shows=MappingProxyType(shows))
-    state = apply(AppState(HOST), snap)
+    state = fold_with_alerts(AppState(HOST), snap)
     if gpu:
         runners = tuple(RunnerProcess(pid=1000 + i, kind="llama-server", era="v0.30+", blob=f"sha256-{i + 1:064x}",
                                       ppid=1, server_pid=1) for i in range(n))
@@ -69,7 +69,7 @@ def world(n: int, *, gpu: bool = True, short_bytes: int = 300_000_000, free_byte
         sample = GpuSnapshot(taken_at=TAKEN_AT, status="ok", ok=True, devices=(dev,),
                              system=SystemMemory(ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB,
                                                  swap_total_bytes=0, swap_used_bytes=0))
-        state = apply_gpu(state, sample, procs)
+        state = fold_gpu_with_alerts(state, sample, procs)
     return state
 
 
@@ -245,11 +245,11 @@ def _log_batches(size: int, *, one_stream: bool = True) -> list[list[Any]]:
 
 def _fold(state: AppState, batch: list[Any]) -> AppState:
     """One batch applied and the alerts evaluated (as the app's apply step)."""
-    return evaluate_state(apply_log_events(state, batch, source="file:/x", status=None, ok=True, lines=len(batch)))
+    return evaluate_state(fold_log_with_alerts(state, batch, source="file:/x", status=None, ok=True, lines=len(batch)))
 
 
 def test_each_log_event_is_scanned_once(scanned: list[int]) -> None:
-    state = apply(AppState(HOST), ps_snapshot([row(Q8, 512, 2 * GIB)], taken_at=1_749_630_000.0))
+    state = fold_with_alerts(AppState(HOST), ps_snapshot([row(Q8, 512, 2 * GIB)], taken_at=1_749_630_000.0))
     batches = _log_batches(37)
     for batch in batches:
         state = _fold(state, batch)
@@ -265,7 +265,7 @@ def test_each_log_event_is_scanned_once(scanned: list[int]) -> None:
 @pytest.mark.parametrize("one_stream", [True, False], ids=["ordered-lines", "parser-reset"])
 def test_an_extended_scan_equals_a_full_one(monkeypatch: pytest.MonkeyPatch, scanned: list[int],
                                             one_stream: bool) -> None:
-    state = apply(AppState(HOST), ps_snapshot([row(Q8, 512, 2 * GIB)], taken_at=1_749_630_000.0))
+    state = fold_with_alerts(AppState(HOST), ps_snapshot([row(Q8, 512, 2 * GIB)], taken_at=1_749_630_000.0))
     alerted = 0
     for batch in _log_batches(41, one_stream=one_stream):
         state = _fold(state, batch)

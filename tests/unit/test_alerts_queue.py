@@ -10,7 +10,7 @@ import dataclasses
 from types import SimpleNamespace
 
 from kvtop.model.alerts import Thresholds, evaluate
-from kvtop.model.apply import apply_gpu
+from kvtop.model.fold_alerts import fold_gpu_with_alerts
 from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.queue import fold_connections
 from kvtop.model.queue_snapshots import ConnSnapshot
@@ -38,7 +38,7 @@ def _state(free_bytes: int = 10 * GiB) -> AppState:
     gpu = GpuSnapshot(taken_at=1030.0, status="GPU telemetry: NVML", ok=True, backend="nvml", devices=(
         GpuDevice(0, name="NVIDIA RTX A4000", memory_total_bytes=16 * GiB, memory_used_bytes=16 * GiB - free_bytes,
                   memory_free_bytes=free_bytes),))
-    return apply_gpu(state, gpu, ProcSnapshot(taken_at=1030.0))
+    return fold_gpu_with_alerts(state, gpu, ProcSnapshot(taken_at=1030.0))
 
 
 def test_requests_waiting_past_the_threshold_raise_queue_wait_with_the_slots_fix() -> None:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from kvtop.config.files import ConfigError
-from kvtop.config.servers import parse_host_access, server_accesses
+from kvtop.config.server_access import parse_host_access, server_accesses
 from kvtop.sources.auth import HeaderError, ServerAccess, parse_header, redact_url, split_userinfo
 from kvtop.sources.ollama import OllamaClient
 from kvtop.sources.ollama_errors import auth_message

@@ -266,13 +266,13 @@ def test_once_text_and_json_render_the_same_advice() -> None:
 
 def test_a_busy_slot_of_the_runner_is_the_request_in_flight() -> None:
     """``/slots``: a busy slot holding 3,500 tokens (more than the recommended 3072) is said; an idle one is not."""
-    from kvtop.model.apply import apply_slots
+    from kvtop.model.fold_alerts import fold_slots_with_alerts
     from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
 
     state = state_of(ps_snapshot([row(TINY, 4096, 5_000_000, 0)], taken_at=RUN_TIME + 60), traffic_log())
     slots = (SlotState(0, 4096, True, id_task=300, n_tokens=3500, n_decoded=120),
              SlotState(1, 4096, False, id_task=299, n_tokens=3900, n_decoded=8))
-    state = apply_slots(state, SlotsSnapshot(RUN_TIME + 61, (RunnerSlots(4242, 40123, blob(TINY), 8192, slots),)))
+    state = fold_slots_with_alerts(state, SlotsSnapshot(RUN_TIME + 61, (RunnerSlots(4242, 40123, blob(TINY), 8192, slots),)))
     a = advice_for(state, view(state, TINY))
     assert a is not None and a.in_flight_tokens == 3500
     assert "a request in flight now already holds 3,500 tokens of its slot (/slots), more than num_ctx 3072" in a.notes

@@ -102,7 +102,7 @@ def test_the_factory_builds_each_source_once_and_takes_the_ones_given(tmp_path: 
 
 
 def test_the_factory_gives_each_client_its_access_options() -> None:
-    from kvtop.config.servers import parse_host_access
+    from kvtop.config.server_access import parse_host_access
 
     s = Settings(host_url="https://a.example:11434")
     built = build_sources(s, machine=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.ui.format import context_text, ibytes, memory_bar, memory_figures, safe
 from tests.ui.fakes import snapshot_at, step_index
 
@@ -32,7 +32,7 @@ def test_safe_truncates_with_ellipsis() -> None:
 
 
 def test_memory_bar_segments_follow_the_split() -> None:
-    views = {v.name: v for v in apply(AppState("h"), snapshot_at(step_index("spills"))).models}
+    views = {v.name: v for v in fold_with_alerts(AppState("h"), snapshot_at(step_index("spills"))).models}
     q8 = views["qwen3:1.7b-q8_0"]  # 2.2 GB weights, 3.5 GiB KV, 141 MiB compute of 6.1 GB
     bar = memory_bar(q8, 20, {}).plain
     assert bar == "███████▓▓▓▓▓▓▓▓▓▓▓▓▒"
@@ -87,7 +87,7 @@ def test_short_until_keeps_stopping_within_the_narrow_column() -> None:
 
     from kvtop.ui.format import short_until
 
-    (v, *_) = apply(AppState(host_url="http://127.0.0.1:11434"), snapshot_at(step_index("spills"))).models
+    (v, *_) = fold_with_alerts(AppState(host_url="http://127.0.0.1:11434"), snapshot_at(step_index("spills"))).models
     assert short_until(dataclasses.replace(v, until="Stopping...")) == "Stopping"
     assert short_until(dataclasses.replace(v, until="4 minutes from now")) == "4 min"
     assert len("Stopping") <= 9  # the UNTIL column's width below 160 columns

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess, ServiceEnv
-from kvtop.model.server import fold_health, health_json
-from kvtop.model.server_info import ServerInfo
+from kvtop.model.server_view import fold_health, health_json
+from kvtop.model.server_health import ServerInfo
 from kvtop.sources.health import HealthSource
 
 

@@ -16,7 +16,7 @@ from kvtop.model.history import (
 )
 from kvtop.model.logstate import Throughput
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply, apply_gpu
+from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts
 from kvtop.model.gpu_snapshots import ProcSnapshot
 from kvtop.demo.logwriter import script_lines
 from kvtop.logparse.load_build import Load
@@ -28,7 +28,7 @@ GiB = 1024**3
 
 
 def _state_at(step: int, t: float, prev: AppState | None = None) -> AppState:
-    return apply(prev or AppState(host_url=HOST), snapshot_at(step, taken_at=t))
+    return fold_with_alerts(prev or AppState(host_url=HOST), snapshot_at(step, taken_at=t))
 
 
 def _gpu(t: float, used: int, total: int = 24 * GiB, index: int = 0) -> GpuSnapshot:
@@ -196,13 +196,13 @@ def test_models_loaded_before_the_first_sample_are_not_loads() -> None:
 
 def test_gpu_devices_are_recorded_from_their_own_sample_time() -> None:
     h = History()
-    state = apply_gpu(AppState(host_url=HOST), _gpu(500.0, 3 * GiB), ProcSnapshot(taken_at=500.0))
+    state = fold_gpu_with_alerts(AppState(host_url=HOST), _gpu(500.0, 3 * GiB), ProcSnapshot(taken_at=500.0))
     h.record(state, 900.0)
     dev = h.devices[0]
     assert dev.used_bytes.latest == (500.0, 3.0 * GiB)
     assert dev.total_bytes.latest == (500.0, 24.0 * GiB)
     assert h.latest_s == 500.0 and h.gpu_note is None
-    failed = apply_gpu(state, GpuSnapshot(taken_at=501.0, status="GPU telemetry: no NVIDIA driver"),
+    failed = fold_gpu_with_alerts(state, GpuSnapshot(taken_at=501.0, status="GPU telemetry: no NVIDIA driver"),
                        ProcSnapshot(taken_at=501.0))
     h.record(failed, 901.0)
     assert h.gpu_note == "GPU telemetry: no NVIDIA driver" and len(dev.used_bytes) == 1

@@ -11,7 +11,7 @@ from collections import deque
 import pytest
 
 from kvtop.model.history import History, Series, downsample
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, ProcSnapshot
 from kvtop.model.views import AppState
 from tests.ui.fakes import HOST, TAKEN_AT, snapshot_at, step_index
@@ -111,7 +111,7 @@ def test_the_history_of_100_models_for_an_hour_stays_small() -> None:
     """100 loaded models and a GPU sampled every second for an hour (the issue's case): 3 series a
     model are filled (``size_vram``, ``size``, KV) plus the GPU's used and total: 302 × 3,600 points.
     The deque held ~128 bytes a point (~133 MiB); the arrays hold at most 24."""
-    base = apply(AppState(host_url=HOST), snapshot_at(step_index("raised to 32768"), taken_at=TAKEN_AT))
+    base = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("raised to 32768"), taken_at=TAKEN_AT))
     view = base.models[0]
     views = tuple(dataclasses.replace(view, name=f"model-{i:03d}:latest") for i in range(100))
     h = History()

@@ -21,7 +21,7 @@ from kvtop.model.known import Known
 from kvtop.model import ladder
 from kvtop.model.slot_snapshots import DecodeRate, RunnerProps, RunnerSlots, SlotState, SlotsSnapshot
 from kvtop.model.slots import decode_rates
-from kvtop.model.apply import apply_gpu, apply_slots
+from kvtop.model.fold_alerts import fold_gpu_with_alerts, fold_slots_with_alerts
 from kvtop.model.gpu_snapshots import GpuSnapshot
 from kvtop.sources.procs import classify_cmdline
 from kvtop.ui.format import context_text
@@ -159,7 +159,7 @@ def procs(argv: list[str] = ISSUE_ARGV, **environment: str) -> ProcSnapshot:
 
 
 def with_procs(state, p: ProcSnapshot):  # type: ignore[no-untyped-def]
-    return apply_gpu(state, GpuSnapshot(taken_at=1.0, status="GPU telemetry: none"), p)
+    return fold_gpu_with_alerts(state, GpuSnapshot(taken_at=1.0, status="GPU telemetry: none"), p)
 
 
 def test_no_log_the_runner_command_line_and_the_environment_win_over_defaults() -> None:
@@ -186,7 +186,7 @@ def test_the_runner_endpoints_outrank_the_command_line_and_differences_are_kept(
     state = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000)])), procs(argv))
     slots = SlotsSnapshot(2.0, (RunnerSlots(77, 40123, blob(TINY), 8192, (SlotState(0, 8192, False),),
                                             props=RunnerProps(8192, 1, None, "b10488")),))
-    (v,) = apply_slots(state, slots).models
+    (v,) = fold_slots_with_alerts(state, slots).models
     assert (v.parallel.value, v.parallel.source) == (1, "runner")
     assert v.parallel.note == "GET http://127.0.0.1:40123/props total_slots"
     assert v.differences == (
@@ -242,7 +242,7 @@ def test_decode_rate_counts_from_the_first_round_that_saw_the_task_decoding() ->
 def test_decode_speed_reaches_the_row_as_runner_sourced() -> None:
     state = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
     for t, n in ((10.0, 10), (11.0, 160)):
-        state = apply_slots(state, _round(t, n))
+        state = fold_slots_with_alerts(state, _round(t, n))
     (v,) = state.models
     assert (v.decode_tps.value, v.decode_tps.source) == (pytest.approx(150.0), "runner")
     assert v.slots is not None and v.slots.busy == 1
@@ -250,12 +250,12 @@ def test_decode_speed_reaches_the_row_as_runner_sourced() -> None:
 
 def test_a_busy_slot_that_has_generated_nothing_is_prefilling_runner_sourced() -> None:
     state = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
-    state = apply_slots(state, _round(10.0, 0))  # busy, task 5, 900 tokens in its cache, nothing decoded
+    state = fold_slots_with_alerts(state, _round(10.0, 0))  # busy, task 5, 900 tokens in its cache, nothing decoded
     (v,) = state.models
     assert v.slots is not None and v.slots.prefill is not None
     p = v.slots.prefill
     assert (p.slot, p.done_tokens, p.total_tokens, p.percent, p.source) == (0, 900, None, None, "runner")
-    (v,) = apply_slots(state, _round(11.0, 12)).models  # decoding: the prefill is over
+    (v,) = fold_slots_with_alerts(state, _round(11.0, 12)).models  # decoding: the prefill is over
     assert v.slots is not None and v.slots.prefill is None
 
 
@@ -291,13 +291,13 @@ def test_the_hosts_server_is_found_by_its_listen_port_and_only_its_runners_count
 
 
 def test_another_server_on_this_machine_takes_the_process_sample_without_the_gpu() -> None:
-    from kvtop.model.apply import apply_procs
+    from kvtop.model.fold_alerts import fold_procs_with_alerts
 
     state = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
-    new = apply_procs(state, procs())
+    new = fold_procs_with_alerts(state, procs())
     (v,) = new.models
     assert new.gpu is None and (v.kv_type.value, v.kv_type.source) == ("q8_0", "requested")
-    assert apply_procs(new, procs()) is new  # the same sample again changes nothing
+    assert fold_procs_with_alerts(new, procs()) is new  # the same sample again changes nothing
 
 
 def test_flash_attention_auto_is_not_called_on_in_a_fix() -> None:
@@ -319,8 +319,8 @@ def test_the_detail_views_slot_fill_follows_every_round() -> None:
                                              (SlotState(0, 8192, True, 5, tokens, 0), SlotState(1, 8192, False)),
                                              props=RunnerProps(8192, 2, None, "b1")),))
 
-    state = apply_slots(state, rnd(1.0, 512))
-    state = apply_slots(state, rnd(2.0, 2048))  # a prefill: nothing decoded, only the fill moves
+    state = fold_slots_with_alerts(state, rnd(1.0, 512))
+    state = fold_slots_with_alerts(state, rnd(2.0, 2048))  # a prefill: nothing decoded, only the fill moves
     (v,) = state.models
     assert v.local.endpoints is not None and v.local.endpoints.slots[0].n_tokens == 2048
     assert v.slots is not None and v.slots.prefill is not None and v.slots.prefill.done_tokens == 2048

@@ -1,4 +1,4 @@
-"""The incremental load grouping (``LoadGrouper``, ``logstate.apply_log``) gives exactly what
+"""The incremental load grouping (``LoadGrouper``, ``logstate.fold_events``) gives exactly what
 grouping every event from scratch gives, on every real log in the fixtures, however the lines
 are cut into batches; and its work grows with the new events, not with the history (counted)."""
 
@@ -13,7 +13,7 @@ from kvtop.logparse import load_grouping as grouping_mod
 from kvtop.logparse.load_grouping import LoadGrouper, group_loads
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import logstate
-from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.logstate import LogState, fold_events
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 REAL_LOGS = sorted(p for p in LOGS.rglob("*.log"))
@@ -41,17 +41,17 @@ def test_incremental_grouping_equals_grouping_from_scratch(path: Path) -> None:
 
 def test_apply_log_in_batches_equals_one_batch_and_an_older_state_regroups() -> None:
     events = _events(LOAD_LOG) * 3
-    one = apply_log(LogState(), events, source="s", status=None, ok=True, lines=len(events))
+    one = fold_events(LogState(), events, source="s", status=None, ok=True, lines=len(events))
     state = LogState()
     states = []
     for k in range(0, len(events), 13):
-        state = apply_log(state, events[k:k + 13], source="s", status=None, ok=True, lines=len(events[k:k + 13]))
+        state = fold_events(state, events[k:k + 13], source="s", status=None, ok=True, lines=len(events[k:k + 13]))
         states.append(state)
     assert state.loads == one.loads and len(state.loads) == 3
     # an older state applied again (its grouper has moved on) is regrouped: the same answer
     old = states[len(states) // 2]
     rest = events[(len(states) // 2 + 1) * 13:]
-    again = apply_log(old, rest, source="s", status=None, ok=True, lines=len(rest))
+    again = fold_events(old, rest, source="s", status=None, ok=True, lines=len(rest))
     assert again.loads == one.loads
 
 
@@ -71,7 +71,7 @@ def test_grouping_work_grows_with_new_events_not_with_history(monkeypatch: pytes
     state = LogState()
     total = 0
     for _ in range(50):
-        state = apply_log(state, load, source="s", status=None, ok=True, lines=len(load))
+        state = fold_events(state, load, source="s", status=None, ok=True, lines=len(load))
         total += len(load)
     assert len(state.loads) == 50
     assert total <= logstate.LOAD_EVENTS  # no trim in this test
@@ -83,10 +83,10 @@ def test_request_noise_never_pushes_an_oom_out_and_the_history_stays_bounded() -
     gin = next(e for e in parse_lines(
         ['[GIN] 2026/11/29 - 12:00:00 | 200 |  1.234567ms |       127.0.0.1 | POST     "/api/chat"'], default_year=2026))
     assert gin.kind in logstate.PER_REQUEST_KINDS
-    state = apply_log(LogState(), events, source="s", status=None, ok=True, lines=len(events))
+    state = fold_events(LogState(), events, source="s", status=None, ok=True, lines=len(events))
     important = [e for e in state.load_events if e.kind not in logstate.PER_REQUEST_KINDS]
     for _ in range(100):  # 100 × 1,000 request lines
-        state = apply_log(state, [gin] * 1000, source="s", status=None, ok=True, lines=1000)
+        state = fold_events(state, [gin] * 1000, source="s", status=None, ok=True, lines=1000)
         assert len(state.load_events) <= logstate.LOAD_EVENTS
     kept = [e for e in state.load_events if e.kind not in logstate.PER_REQUEST_KINDS]
     assert kept == important

@@ -27,7 +27,7 @@ from kvtop.logparse.parser import LogParser, parse_lines
 from kvtop.model.alerts import log_scan
 from kvtop.model.alerts import evaluate_state
 from kvtop.model import logstate
-from kvtop.model.logstate import LOAD_EVENTS, LogState, Prefix, apply_log
+from kvtop.model.logstate import LOAD_EVENTS, LogState, Prefix, fold_events
 from kvtop.model.state import fold_log_events
 from kvtop.model.views import AppState
 
@@ -271,13 +271,13 @@ def test_a_batch_appends_to_the_history_without_copying_it(monkeypatch: pytest.M
     events = parse_lines([x for _ in range(60) for x in corpus_lines()], default_year=2026)[:15_050]
     state = LogState()
     for i in range(0, 15_000, 500):
-        state = apply_log(state, events[i:i + 500], source="s", status=None, ok=True, lines=500)
+        state = fold_events(state, events[i:i + 500], source="s", status=None, ok=True, lines=500)
     assert copied == [0]  # the first batch's list; every later batch appended to it
     before = state
-    later = apply_log(before, events[15_000:], source="s", status=None, ok=True, lines=50)
+    later = fold_events(before, events[15_000:], source="s", status=None, ok=True, lines=50)
     assert copied == [0] and len(later.load_events) == 15_050 and len(before.load_events) == 15_000
     # an older state extended again (a branch) copies its own history: the newer one is untouched
-    other = apply_log(before, events[15_000:15_010], source="s", status=None, ok=True, lines=10)
+    other = fold_events(before, events[15_000:15_010], source="s", status=None, ok=True, lines=10)
     assert copied == [0, 15_000]
     assert len(other.load_events) == 15_010 and len(later.load_events) == 15_050
     assert [e.line_no for e in later.load_events[-50:]] == [e.line_no for e in events[15_000:]]

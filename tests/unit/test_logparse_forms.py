@@ -323,11 +323,11 @@ def test_a_reused_prefix_is_kept_and_the_printed_rate_stays() -> None:
 
 def test_the_model_state_keeps_the_newest_cached_count() -> None:
     # the spawn-free llama-server run f16-fa-on-np1 (its load starts at the model loader) with its two requests
-    from kvtop.model.logstate import LogState, apply_log, throughput
+    from kvtop.model.logstate import LogState, fold_events, throughput
 
     lines = (LLAMA_SERVER / "f16-fa-on-np1.log").read_text(encoding="utf-8").splitlines()
     events = parse_lines(lines)
-    log = apply_log(LogState(), events, source="s", status=None, ok=True, lines=len(lines))
+    log = fold_events(LogState(), events, source="s", status=None, ok=True, lines=len(lines))
     (load,) = log.loads
     t = throughput(log, load, now_s=0.0)
     assert (t.requests, t.last_prefill_tps, t.last_prompt_cached_tokens) == (2, 26936.03, 0)

@@ -9,7 +9,7 @@ from pathlib import Path
 from kvtop.model.gpu_snapshots import GpuSnapshot, SystemMemory
 from kvtop.demo.logwriter import load_lines, restamp
 from kvtop.logparse.parser import parse_lines
-from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.logstate import LogState, fold_events
 from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
 from kvtop.model.model_row import SHOW_PENDING
 from kvtop.model.views import ModelView
@@ -202,7 +202,7 @@ def test_a_runner_no_waiting_row_explains_is_not_loading(tmp_path: Path) -> None
 
 def _log_of(lines: list[str]) -> LogState:
     events = parse_lines(lines)
-    return apply_log(LogState(), events, source="file:server.log", status=None, ok=True, lines=len(lines))
+    return fold_events(LogState(), events, source="file:server.log", status=None, ok=True, lines=len(lines))
 
 
 def test_a_runner_the_log_is_loading_is_loading(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ first, then system RAM), next to PROCESSOR's CPU-first split as ``ollama ps`` pr
 
 from __future__ import annotations
 
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.model.views import AppState
 from kvtop.report import state_text
 from tests.ui.fakes import snapshot_at, step_index
@@ -11,7 +11,7 @@ from tests.ui.fakes import snapshot_at, step_index
 
 def _table(step: str) -> list[str]:
     snap = snapshot_at(step_index(step))
-    lines = state_text(apply(AppState(snap.host_url), snap)).splitlines()
+    lines = state_text(fold_with_alerts(AppState(snap.host_url), snap)).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("NAME"))
     return lines[start:start + 4]
 

@@ -459,9 +459,9 @@ def test_compare_derived_has_compute_and_total_only() -> None:
 def test_calibration_from_view_of_the_demo() -> None:
     from tests.ui.fakes import snapshot_at, step_index
     from kvtop.model.views import AppState
-    from kvtop.model.apply import apply
+    from kvtop.model.fold_alerts import fold_with_alerts
 
-    state = apply(AppState(host_url="http://x"), snapshot_at(step_index("raised to 32768")))
+    state = fold_with_alerts(AppState(host_url="http://x"), snapshot_at(step_index("raised to 32768")))
     view = state.models[0]
     cal = plan.calibration_from_view(view)
     assert cal is not None and cal.source == "derived"

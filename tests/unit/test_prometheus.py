@@ -3,7 +3,7 @@ collector over real pipeline states, the log counters, the run loop's poll pacin
 
 States come from ``OllamaClient`` reading the stand-in's own answers (``kvtop.demo.server``
 ``ps_body`` / ``show_body`` / ``tags_body``) through ``httpx.MockTransport``, then
-``model.apply.apply``: the same path the exporter takes. The text a scrape would return is
+``model.fold_alerts.apply``: the same path the exporter takes. The text a scrape would return is
 parsed back with prometheus-client's own parser, and values are checked against the scenario's
 numbers and kvtop's KV arithmetic.
 """
@@ -39,10 +39,10 @@ from kvtop.export.metrics import LABEL_MAX_CHARS, METRICS, HostView, KvtopCollec
 from kvtop.logparse.parser import LogParser
 from kvtop.model import kv
 from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot, SystemMemory
-from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.logstate import LogState, fold_events
 from kvtop.model.state import initial_state
 from kvtop.model.views import AppState
-from kvtop.model.apply import apply, apply_gpu, apply_log_events
+from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts, fold_log_with_alerts
 from kvtop.sources.ollama import OllamaClient
 from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource, no_gpu_snapshot
 from tests.llama_fixture import ollama_spawn_line
@@ -91,7 +91,7 @@ async def state_at(step: int) -> AppState:
     finally:
         await client.aclose()
     first, _ = initial_state(HOST, {}, timezone.utc)
-    return apply(first, snap)
+    return fold_with_alerts(first, snap)
 
 
 def scrape(views: Sequence[HostView], gpu: GpuSnapshot | None = None) -> dict[str, Any]:
@@ -186,7 +186,7 @@ async def test_metric_names_follow_prometheus_conventions() -> None:
 
 async def test_an_unreachable_host_exports_up_0_and_no_stale_models() -> None:
     live = await state_at(4)
-    down = apply(live, dataclass_replace_snapshot(live))
+    down = fold_with_alerts(live, dataclass_replace_snapshot(live))
     assert down.models  # the dashboard keeps the last rows (dimmed) ...
     fams = scrape([HostView(url=HOST, local=False, log=False, state=down, polls=2, poll_failures=1)])
     assert value(fams, "kvtop_server_up", host=HOST) == 0
@@ -276,7 +276,7 @@ BLOB_B = "sha256-" + "b" * 64
 
 def _feed(parser: LogParser, log: LogState, counters: LogCounters, lines: list[str]) -> tuple[LogState, LogCounters]:
     events = [e for line in lines for e in parser.feed(line)] + parser.end_batch()
-    log = apply_log(log, events, source="file:test", status=None, ok=True, lines=len(lines))
+    log = fold_events(log, events, source="file:test", status=None, ok=True, lines=len(lines))
     return log, count_log(counters, events, log.loads)
 
 
@@ -306,13 +306,13 @@ def test_a_truncation_before_any_load_has_an_empty_blob() -> None:
 
 
 async def test_log_counters_reach_the_scrape() -> None:
-    """The poller's log path: events → apply_log_events → counters → the families."""
+    """The poller's log path: events → fold_log_with_alerts → counters → the families."""
     scenario = load_default_scenario()
     blob = model_blob(scenario.models["qwen3:1.7b-q8_0"])
     parser = LogParser()
     lines = _runner_lines("f16-fa-on-np1", blob) + [TRUNCATION]
     events = [e for line in lines for e in parser.feed(line)] + parser.end_batch()
-    state = apply_log_events(await state_at(1), events, source="file:x", status=None, ok=True, lines=len(lines))
+    state = fold_log_with_alerts(await state_at(1), events, source="file:x", status=None, ok=True, lines=len(lines))
     view = HostView(url=HOST, local=False, log=True, state=state,
                     counters=count_log(LogCounters(), events, state.log.loads))
     fams = scrape([view])
@@ -391,7 +391,7 @@ def test_gpu_samples_join_only_hosts_on_this_machine() -> None:
     procs = ProcSnapshot(taken_at=5.0)
     exporter.engine.stage_gpu(gpu, procs)  # what the engine's GPU poller stages
     exporter.engine.apply_step()
-    assert local.view.state == apply_gpu(first, gpu, procs)
+    assert local.view.state == fold_gpu_with_alerts(first, gpu, procs)
     assert remote.view.state.gpu is None and exporter.gpu is gpu
 
 

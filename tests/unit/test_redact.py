@@ -15,7 +15,7 @@ import pytest
 from kvtop import redact
 from kvtop.config.files import ConfigError
 from kvtop.config.host import HostError
-from kvtop.config.servers import parse_host_access, server_accesses
+from kvtop.config.server_access import parse_host_access, server_accesses
 from kvtop.redact import MASK, known_secrets, mask_argv, register_secrets, scrub_obj, scrub_text
 from kvtop.sources.auth import SecretFileError, UserinfoError, netrc_login, read_password_file, split_userinfo
 from kvtop.textsafe import clean_json, safe_block, safe_json

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kvtop.model import kv
 from kvtop.model.alerts import evaluate
 from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
-from kvtop.model.apply import apply, apply_slots
+from kvtop.model.fold_alerts import fold_with_alerts, fold_slots_with_alerts
 from kvtop.ui.format import context_text
 from kvtop.ui.widgets.models_table import slots_cell
 from tests.unit.test_alerts import (
@@ -42,7 +42,7 @@ def test_reported_slot_count_replaces_the_default() -> None:
     lay = layout(state, TINY)
     assert before.memory.kv.value == kv.kv_allocation(lay, 4096, 1, "f16").total_bytes
 
-    state = apply_slots(state, two_slots())
+    state = fold_slots_with_alerts(state, two_slots())
     (v,) = state.models
     assert (v.parallel.value, v.parallel.source) == (2, "runner")
     assert v.parallel.note == "2 slots listed by GET http://127.0.0.1:40123/slots"
@@ -55,23 +55,23 @@ def test_reported_slot_count_replaces_the_default() -> None:
     assert v.slots is not None and (v.slots.source, v.slots.total, v.slots.busy) == ("runner", 2, 0)
 
     # the next /api/ps poll keeps the reported count (the /slots round is still the latest)
-    again = apply(state, ps_snapshot([row(TINY, 4096, SIZE)], taken_at=state.ollama.taken_at + 1))  # type: ignore[union-attr]
+    again = fold_with_alerts(state, ps_snapshot([row(TINY, 4096, SIZE)], taken_at=state.ollama.taken_at + 1))  # type: ignore[union-attr]
     assert again.models[0].parallel == v.parallel
     # a busy slot shows after the count
-    busy = apply_slots(again, two_slots(busy=True))
+    busy = fold_slots_with_alerts(again, two_slots(busy=True))
     assert slots_cell(busy.models[0], 9) == "4096×2 ▶1"
 
 
 def test_back_to_the_default_when_the_runner_stops_answering() -> None:
-    state = apply_slots(state_of(ps_snapshot([row(TINY, 4096, SIZE)])), two_slots())
+    state = fold_slots_with_alerts(state_of(ps_snapshot([row(TINY, 4096, SIZE)])), two_slots())
     failed = SlotsSnapshot(2.0, (RunnerSlots(4242, 40123, blob(TINY), 8192, error="connection refused"),))
-    (v,) = apply_slots(state, failed).models
+    (v,) = fold_slots_with_alerts(state, failed).models
     assert (v.parallel.value, v.parallel.source) == (1, "default")
     assert context_text(v) == "4096×1*"
 
 
 def test_another_models_runner_changes_nothing() -> None:
-    state = apply_slots(state_of(ps_snapshot([row(TINY, 4096, SIZE)])), two_slots(blob_name="sha256-" + "cd" * 32))
+    state = fold_slots_with_alerts(state_of(ps_snapshot([row(TINY, 4096, SIZE)])), two_slots(blob_name="sha256-" + "cd" * 32))
     assert state.models[0].parallel.source == "default"
 
 
@@ -81,14 +81,14 @@ def test_a_count_the_log_allocated_is_kept() -> None:
     assert (state.models[0].parallel.value, state.models[0].parallel.source) == (2, "allocated")
     three = SlotsSnapshot(1.0, (RunnerSlots(4242, 40123, blob(TINY), 12288,
                                             tuple(SlotState(i, 4096, False) for i in range(3))),))
-    (v,) = apply_slots(state, three).models
+    (v,) = fold_slots_with_alerts(state, three).models
     assert (v.parallel.value, v.parallel.source) == (2, "allocated")
 
 
 def test_alerts_use_the_reported_count() -> None:
     # a spilled row: the spill message states the KV cache at the reported slot count
     spilled = row(TINY, 4096, SIZE, SIZE - 10_000_000)
-    state = apply_slots(state_of(ps_snapshot([spilled])), two_slots())
+    state = fold_slots_with_alerts(state_of(ps_snapshot([spilled])), two_slots())
     (alert,) = [a for a in state.alerts if a.kind == "spill"]
     assert "at num_ctx 4096 × 2 slots" in alert.message
     assert alert == next(a for a in evaluate(state) if a.kind == "spill")

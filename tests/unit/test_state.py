@@ -12,7 +12,7 @@ from kvtop.model.snapshots import OllamaSnapshot, PsModel, ShowInfo, TagInfo
 from kvtop.model.snapshots import parse_version
 from kvtop.model.views import AppState
 from kvtop.model.view_order import filter_views, sort_views
-from kvtop.model.apply import apply
+from kvtop.model.fold_alerts import fold_with_alerts
 from kvtop.sources.ollama_decode import parse_go_time, parse_ps
 from tests.conftest import load_json
 from tests.ui.fakes import TAKEN_AT, down_snapshot, snapshot_at, step_index
@@ -45,7 +45,7 @@ def _model(**kw: object) -> PsModel:
     [(2048, 224 * 2**20), (4096, 448 * 2**20), (8192, 896 * 2**20), (40960, int(4.375 * 2**30))],  # seeds table
 )
 def test_kv_estimate_matches_seed_measurements(num_ctx: int, kv_bytes: int) -> None:
-    state = apply(AppState("h"), _snap(_model(context_length=num_ctx), info=QWEN3_1_7B))
+    state = fold_with_alerts(AppState("h"), _snap(_model(context_length=num_ctx), info=QWEN3_1_7B))
     v = state.models[0]
     assert v.memory.kv.value == kv_bytes and v.memory.kv.source == "estimated"
     assert v.kv_bytes_per_token == 114_688
@@ -54,20 +54,20 @@ def test_kv_estimate_matches_seed_measurements(num_ctx: int, kv_bytes: int) -> N
 
 
 def test_compute_is_size_minus_weights_minus_kv() -> None:
-    v = apply(AppState("h"), _snap(_model(), info=QWEN3_1_7B, file_size=2_200_000_000)).models[0]
+    v = fold_with_alerts(AppState("h"), _snap(_model(), info=QWEN3_1_7B, file_size=2_200_000_000)).models[0]
     assert v.memory.weights.value == 2_200_000_000 and v.memory.weights.source == "reported"
     assert v.memory.compute.value == 2_754_892_672 - 2_200_000_000 - 448 * 2**20
     assert v.memory.source == "estimated"
 
 
 def test_inconsistent_sizes_leave_compute_unknown_with_reason() -> None:
-    v = apply(AppState("h"), _snap(_model(), info=QWEN3_1_7B, file_size=9_000_000_000)).models[0]
+    v = fold_with_alerts(AppState("h"), _snap(_model(), info=QWEN3_1_7B, file_size=9_000_000_000)).models[0]
     assert v.memory.compute.value is None
     assert "below weights + KV estimate" in v.memory.compute.note
 
 
 def test_pre_0_10_server_has_no_context_length_and_unknown_slots() -> None:
-    v = apply(AppState("h"), _snap(_model(context_length=None), version="0.3.14", info=QWEN3_1_7B)).models[0]
+    v = fold_with_alerts(AppState("h"), _snap(_model(context_length=None), version="0.3.14", info=QWEN3_1_7B)).models[0]
     assert v.context.value is None and v.parallel.value is None
     assert v.memory.kv.value is None and v.kv_unavailable == "num_ctx or slot count unknown"
     assert v.kv_bytes_per_token == 114_688  # per token is still known
@@ -75,47 +75,47 @@ def test_pre_0_10_server_has_no_context_length_and_unknown_slots() -> None:
 
 def test_modelfile_num_ctx_is_requested_when_ps_has_none() -> None:
     params = 'temperature 0.6\nnum_ctx                        16384\nstop "<|im_end|>"'  # corpus api/010
-    v = apply(AppState("h"), _snap(_model(context_length=None), version="0.9.0", info=QWEN3_1_7B, params=params)).models[0]
+    v = fold_with_alerts(AppState("h"), _snap(_model(context_length=None), version="0.9.0", info=QWEN3_1_7B, params=params)).models[0]
     assert v.context.value == 16384 and v.context.source == "requested"
 
 
 def test_cloud_model_has_no_local_memory() -> None:
     info = load_json("api/007-api-show-deepseek-v4-flash-cloud-compact.json")["model_info"]
-    v = apply(AppState("h"), _snap(_model(name="deepseek-v4-flash:cloud", size_bytes=0, size_vram_bytes=0),
+    v = fold_with_alerts(AppState("h"), _snap(_model(name="deepseek-v4-flash:cloud", size_bytes=0, size_vram_bytes=0),
                                    info=info, remote=True)).models[0]
     assert v.cloud and v.kv_unavailable == "cloud model: runs remotely, no local memory"
     assert v.processor == "100% CPU"  # exactly what `ollama ps` prints for size_vram == 0
 
 
 def test_unavailable_architecture_says_so() -> None:
-    v = apply(AppState("h"), _snap(_model(), info={"general.architecture": "bert", "bert.block_count": 12})).models[0]
+    v = fold_with_alerts(AppState("h"), _snap(_model(), info={"general.architecture": "bert", "bert.block_count": 12})).models[0]
     assert v.memory.kv.value is None and v.kv_unavailable and "bert" in v.kv_unavailable
 
 
 def test_corpus_ps_gemma4_spill_row() -> None:
     body = load_json("api/011-api-ps-docs-example-gemma4-partial-vram-context_length.json")
     snap = OllamaSnapshot(host_url="h", taken_at=TAKEN_AT, reachable=True, version="0.12.0", models=parse_ps(body))
-    v = apply(AppState("h"), snap).models[0]
+    v = fold_with_alerts(AppState("h"), snap).models[0]
     assert v.processor == "19%/81% CPU/GPU" and v.cpu_percent == 19 and v.spilled
     assert v.kv_unavailable == "waiting for /api/show"
 
 
 def test_failed_poll_keeps_models_and_counts_failures() -> None:
-    ok = apply(AppState("h"), snapshot_at(step_index("spills")))
-    down = apply(apply(ok, down_snapshot(TAKEN_AT + 5)), down_snapshot(TAKEN_AT + 10))
+    ok = fold_with_alerts(AppState("h"), snapshot_at(step_index("spills")))
+    down = fold_with_alerts(fold_with_alerts(ok, down_snapshot(TAKEN_AT + 5)), down_snapshot(TAKEN_AT + 10))
     assert down.reachable is False and down.failures == 2 and down.models == ok.models
     assert down.stale_s == 10
-    back = apply(down, snapshot_at(0, taken_at=TAKEN_AT + 20))
+    back = fold_with_alerts(down, snapshot_at(0, taken_at=TAKEN_AT + 20))
     assert back.failures == 0 and back.models == () and back.stale_s is None
 
 
 def test_unchanged_poll_gives_an_equal_state() -> None:
-    s1 = apply(AppState("h"), snapshot_at(1))
-    assert apply(s1, snapshot_at(1)) == s1
+    s1 = fold_with_alerts(AppState("h"), snapshot_at(1))
+    assert fold_with_alerts(s1, snapshot_at(1)) == s1
 
 
 def test_sort_and_filter() -> None:
-    views = apply(AppState("h"), snapshot_at(step_index("spills"))).models
+    views = fold_with_alerts(AppState("h"), snapshot_at(step_index("spills"))).models
     assert [v.name for v in sort_views(views, "size")] == ["gemma4:latest", "qwen3:1.7b-q8_0", "qwen3:1.7b-q4_K_M"]
     assert [v.name for v in sort_views(views, "name")] == ["gemma4:latest", "qwen3:1.7b-q4_K_M", "qwen3:1.7b-q8_0"]
     assert [v.name for v in sort_views(views, "kv")][0] == "qwen3:1.7b-q8_0"
@@ -153,7 +153,7 @@ def test_absurd_model_info_never_crashes_the_view() -> None:
     from kvtop.report import state_json, state_text
 
     info = dict(QWEN3_1_7B, **{"qwen3.attention.key_length": 10**400, "qwen3.attention.value_length": 1e308})
-    state = apply(AppState("h"), _snap(_model(), info=info))
+    state = fold_with_alerts(AppState("h"), _snap(_model(), info=info))
     v = state.models[0]
     assert v.memory.kv.value is None and v.kv_unavailable
     assert "qwen3:1.7b" in state_text(state) and state_json(state)["models"][0]["memory"]["kv"] is None

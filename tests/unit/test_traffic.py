@@ -11,7 +11,7 @@ from pathlib import Path
 from kvtop.logparse.events import GinRequest, ServerConfig
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import traffic as tr
-from kvtop.model.logstate import LogState, apply_log
+from kvtop.model.logstate import LogState, fold_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -57,7 +57,7 @@ def test_corpus_lines() -> None:
 
 def test_corpus_file_with_server_busy_503() -> None:
     lines = (FIXTURES / "053-newengine-windows-low-ram-gpu-memory-503-busy-2026.log").read_text().splitlines()
-    log = apply_log(LogState(), parse_lines(lines, default_year=2026), source="file", status=None, ok=True,
+    log = fold_events(LogState(), parse_lines(lines, default_year=2026), source="file", status=None, ok=True,
                     lines=len(lines))
     assert log.traffic.requests == 1 and log.traffic.busy == 1
     assert log.traffic.endpoint("/api/chat").latencies_s == (5.8114756,)  # type: ignore[union-attr]
@@ -137,7 +137,7 @@ def test_log_trim_keeps_traffic() -> None:
     for b in range(30):
         batch = [_gin(start + timedelta(seconds=b), 200, 0.01, "127.0.0.1", "/api/generate", b * 1000 + i)
                  for i in range(1000)]
-        log = apply_log(log, batch, source="f", status=None, ok=True, lines=1000)
+        log = fold_events(log, batch, source="f", status=None, ok=True, lines=1000)
     assert len(log.load_events) < 30_000  # the per-request events were trimmed
     assert log.traffic.requests == 30_000
 
@@ -174,7 +174,7 @@ def test_absurd_latency_from_elsewhere_is_not_counted() -> None:
 
 
 def test_server_view_never_renders_a_giant_latency() -> None:
-    from kvtop.ui.screens.server import traffic_lines
+    from kvtop.ui.screens.server_view import traffic_lines
 
     t = tr.add_events(tr.Traffic(), parse_lines([_HUGE, _INF, _OVER], default_year=2026))
     body = "\n".join(line.plain for line in traffic_lines(t, "file:server.log", None))

@@ -5,7 +5,7 @@
 recent events the rules read (:data:`RECENT_KINDS`, as :class:`Timed`), the server configs and the
 runner launches. It depends only on the events and the zone of unstamped times, so it is kept for
 the events tuple it scanned and extended, not repeated, when the next state's tuple only adds
-events at the end (``logstate.apply_log`` appends). Its columns only grow and are shared with the
+events at the end (``logstate.fold_events`` appends). Its columns only grow and are shared with the
 scan that extends it (each scan sees its own prefix), so a batch costs its new events, never a copy
 of the log kept. That memo is the only state the alerts package keeps between evaluations; it never
 changes a result. Also here: :func:`log_events`, :func:`reference_time` and :func:`service_env`, the
@@ -268,7 +268,7 @@ _scans_lock = threading.Lock()
 
 def _extends(new: Sequence[LogEvent], old: Sequence[LogEvent]) -> bool:
     """Whether ``new`` is ``old`` with events appended (checked by identity at both ends of
-    ``old``: ``logstate.apply_log`` only appends, or trims the oldest, which this rejects)."""
+    ``old``: ``logstate.fold_events`` only appends, or trims the oldest, which this rejects)."""
     n = len(old)
     return 0 < n < len(new) and new[0] is old[0] and new[n - 1] is old[n - 1]
 

@@ -2,7 +2,7 @@
 
 Frozen data only, below the model's views (``AppState.server``, ``model.views``); filled by
 ``sources.health.HealthSource`` and ``sources.pulled.PulledSource``. The folds and the JSON are in
-``model.server``. Pure: no I/O.
+``model.server_view``. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One message applied to a server's state, with its alerts evaluated.
+"""One message folded into a server's state, with its alerts evaluated (``fold_*_with_alerts``).
 
 ``kvtop.model.state`` folds messages into the state (``fold_*``: pure data, no alert
 evaluation); ``kvtop.model.alerts`` evaluates the alerts of a state. This module joins them for
@@ -21,7 +21,7 @@ from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import fold, fold_gpu, fold_log_events, fold_procs, fold_slots, runner_facts
 from kvtop.model.views import AppState
 
-__all__ = ["apply", "apply_gpu", "apply_log_events", "apply_procs", "apply_slots", "with_alerts"]
+__all__ = ["fold_with_alerts", "fold_gpu_with_alerts", "fold_log_with_alerts", "fold_procs_with_alerts", "fold_slots_with_alerts", "with_alerts"]
 
 
 def with_alerts(state: AppState) -> AppState:
@@ -30,12 +30,12 @@ def with_alerts(state: AppState) -> AppState:
     return evaluate_state(state)
 
 
-def apply(state: AppState, snap: OllamaSnapshot) -> AppState:
+def fold_with_alerts(state: AppState, snap: OllamaSnapshot) -> AppState:
     """Return the state after ``snap`` (``fold``) with its alerts evaluated."""
     return with_alerts(fold(state, snap))
 
 
-def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
+def fold_procs_with_alerts(state: AppState, procs: ProcSnapshot) -> AppState:
     """Return the state after a process sample alone (``fold_procs``), alerts evaluated when the
     runners or environments changed."""
     if runner_facts(procs) == runner_facts(state.procs):
@@ -43,18 +43,18 @@ def apply_procs(state: AppState, procs: ProcSnapshot) -> AppState:
     return with_alerts(fold_procs(state, procs))
 
 
-def apply_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
+def fold_gpu_with_alerts(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState:
     """Return the state after one GPU + process sample (``fold_gpu``) with its alerts evaluated."""
     return with_alerts(fold_gpu(state, gpu, procs))
 
 
-def apply_log_events(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
+def fold_log_with_alerts(state: AppState, events: Sequence[LogEvent], **batch: Any) -> AppState:
     """Return the state after one batch of parsed log events (``fold_log_events``) with its
     alerts evaluated."""
     return with_alerts(fold_log_events(state, events, **batch))
 
 
-def apply_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
+def fold_slots_with_alerts(state: AppState, snap: SlotsSnapshot) -> AppState:
     """Return the state after one ``/slots`` round (``fold_slots``); the alerts are evaluated
     when a row's slots or context changed (the KV estimate covers another slot count: fixes change)."""
     new = fold_slots(state, snap)

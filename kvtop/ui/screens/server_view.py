@@ -2,7 +2,7 @@
 for a slot, ``model.queue``), health of ``ollama serve`` and its runners, its settings (secrets
 masked), and the pre-flight of every pulled model.
 
-Renders the state only (``model.traffic``, ``model.server``, ``model.preflight``); the app's
+Renders the state only (``model.traffic``, ``model.server_view``, ``model.preflight``); the app's
 ``ServerView`` worker reads health and the pulled models while this screen is open. Text from the
 server or the log (paths, client addresses, model names, settings) goes through ``safe``.
 """
@@ -23,8 +23,8 @@ from textual.widgets import Footer, Static
 from kvtop.core.bounds import GO_DURATION_MAX_S
 from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
-from kvtop.model.server import state_preflight
-from kvtop.model.server_info import ServerInfo
+from kvtop.model.server_view import state_preflight
+from kvtop.model.server_health import ServerInfo
 from kvtop.model.views import AppState
 from kvtop.redact import scrub_text
 from kvtop.model.traffic import Traffic

@@ -1,7 +1,7 @@
 """The server view (``i``): health of ``ollama serve`` and its runners, its limits and restarts,
 next to the traffic (``model.traffic``) and the pre-flight (``model.preflight``).
 
-The data (``ServerInfo`` and its parts, in ``model.server_info``) is filled by
+The data (``ServerInfo`` and its parts, in ``model.server_health``) is filled by
 ``sources.health.HealthSource`` and ``sources.pulled.PulledSource``; ``fold_server`` keeps it in
 the state and counts a changed ``ollama serve`` PID as a restart; ``state_preflight`` and
 ``server_json`` read a state. Pure: no I/O.
@@ -17,7 +17,7 @@ from kvtop.model.gpu import gpu_free_bytes
 from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess
 from kvtop.model.ladder import RunnerIndex
 from kvtop.model.preflight import PreflightRow, ServerDefaults, defaults_json, preflight, preflight_json, server_defaults
-from kvtop.model.server_info import ServerHealth, ServerInfo
+from kvtop.model.server_health import ServerHealth, ServerInfo
 from kvtop.model.snapshots import PulledSnapshot
 from kvtop.model.traffic import traffic_json
 from kvtop.model.views import AppState

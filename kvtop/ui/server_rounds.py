@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # the server model, its pre-flight (and the plan it uses) are imported when first used
-    from kvtop.model.server_info import ServerHealth
+    from kvtop.model.server_health import ServerHealth
     from kvtop.model.snapshots import PulledSnapshot
     from kvtop.ui.host import ServerViewHost
 
@@ -40,7 +40,7 @@ class ServerView:
 
     def open(self) -> None:
         """Open the server view of the server on screen (the app's ``action_server_view``)."""
-        from kvtop.ui.screens.server import ServerScreen
+        from kvtop.ui.screens.server_view import ServerScreen
 
         app = self.app
         app.push_screen(ServerScreen())
@@ -48,7 +48,7 @@ class ServerView:
             self.poll()
 
     def is_open(self) -> bool:
-        from kvtop.ui.screens.server import ServerScreen
+        from kvtop.ui.screens.server_view import ServerScreen
 
         return any(isinstance(s, ServerScreen) for s in self.app.screen_stack)
 
@@ -67,7 +67,7 @@ class ServerView:
 
     def stage(self, message: ServerSampled) -> None:
         """Stage a server-view sample posted to the app (tests) for the server's next apply step."""
-        from kvtop.model.server import fold_server
+        from kvtop.model.server_view import fold_server
 
         health, pulled = message.health, message.pulled
         self.app.engine.stage(message.host, lambda state: fold_server(state, health, pulled))
