@@ -123,8 +123,12 @@ class CpuMeter:
             except psutil.Error:
                 continue
             live += ct.user + ct.system
-        return {"user": own_user, "system": own_sys, "children": reaped + live,
-                "total": own_user + own_sys + reaped + live}
+        return {
+            "user": own_user,
+            "system": own_sys,
+            "children": reaped + live,
+            "total": own_user + own_sys + reaped + live,
+        }
 
     def rss(self) -> int:
         """Resident set size in bytes of the process (not its children), 0 once it is gone."""
@@ -166,11 +170,22 @@ def many_models_scenario(n: int, path: Path, *, spilled_every: int = 3, name_pre
         models[name] = entry
         size = int(sized[base]["size"])
         spilled = spilled_every > 0 and i % spilled_every == spilled_every - 1
-        loaded.append({"model": name, "context_length": sized[base]["context_length"], "size": size,
-                       "size_vram": int(size * 0.8) if spilled else size, "expires_in_s": 300})
-    doc = {"format": 1, "version": bundled["version"], "description": f"{n} models loaded (benchmark)",
-           "models": models, "steps": [{"at_s": 0, "label": f"{n} models, 1 in {spilled_every} spilled",
-                                        "loaded": loaded}]}
+        loaded.append(
+            {
+                "model": name,
+                "context_length": sized[base]["context_length"],
+                "size": size,
+                "size_vram": int(size * 0.8) if spilled else size,
+                "expires_in_s": 300,
+            }
+        )
+    doc = {
+        "format": 1,
+        "version": bundled["version"],
+        "description": f"{n} models loaded (benchmark)",
+        "models": models,
+        "steps": [{"at_s": 0, "label": f"{n} models, 1 in {spilled_every} spilled", "loaded": loaded}],
+    }
     path.write_text(json.dumps(doc), encoding="utf-8")
     return path
 
@@ -194,7 +209,7 @@ class StandIn:
         if self.scenario:
             argv += ["--scenario", self.scenario]
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, text=True
         )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 15)
@@ -257,8 +272,9 @@ class PtyApp:
     a full pty buffer); not both at once.
     """
 
-    def __init__(self, argv: Sequence[str], *, cols: int = 80, rows: int = 24,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, cols: int = 80, rows: int = 24, env: dict[str, str] | None = None
+    ) -> None:
         self.argv = list(argv)
         self.cols, self.rows = cols, rows
         self.env = dict(os.environ if env is None else env)
@@ -288,10 +304,15 @@ class PtyApp:
 
         self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(
-            self.argv, stdin=slave, stdout=slave, stderr=slave, env=self.env,
+            self.argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=self.env,
             # preexec_fn: setsid + TIOCSCTTY (no Popen option makes the pty the controlling
             # terminal); the benchmarks start their threads only after this fork.
-            preexec_fn=child_setup, close_fds=True,  # noqa: PLW1509
+            preexec_fn=child_setup,
+            close_fds=True,  # noqa: PLW1509
         )
         os.close(slave)
         self.master = master
@@ -348,7 +369,7 @@ class PtyApp:
             with self._lock:
                 # Re-scan a margin before the new bytes: a needle or an escape sequence may
                 # have been split between two reads.
-                tail = bytes(self.raw[max(0, scanned - 4096):])
+                tail = bytes(self.raw[max(0, scanned - 4096) :])
                 scanned = len(self.raw)
                 have_bytes = self.bytes_read > 0
             now = time.perf_counter()

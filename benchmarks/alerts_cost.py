@@ -76,6 +76,7 @@ def count_kv(fn: Callable[[], object]) -> int:
             nonlocal calls
             calls += 1
             return real(*args, **kwargs)
+
         return counted
 
     for name, real in originals.items():
@@ -95,8 +96,11 @@ def clear_kv_caches() -> None:
 
 def log_events(n: int) -> tuple[Any, ...]:
     """``n`` events: the corpus logs, parsed as one stream, repeated."""
-    lines = [line for p in sorted(LOGS.glob("*.log")) for line in p.read_text(encoding="utf-8",
-                                                                               errors="replace").splitlines()]
+    lines = [
+        line
+        for p in sorted(LOGS.glob("*.log"))
+        for line in p.read_text(encoding="utf-8", errors="replace").splitlines()
+    ]
     out: list[Any] = []
     while len(out) < n:
         out.extend(parse_lines(lines * 10))
@@ -108,8 +112,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     rows: dict[int, dict[str, float]] = {}
-    print(f"{'models':>7} {'spilled':>7} {'per poll ms':>11} {'same ms':>8} {'cold ms':>8} {'µs/model':>9}"
-          f" {'vs 100':>7} {'no-GC µs/m':>10} {'vs 100':>7} {'KV calls':>9} {'KV/model':>9}")
+    print(
+        f"{'models':>7} {'spilled':>7} {'per poll ms':>11} {'same ms':>8} {'cold ms':>8} {'µs/model':>9}"
+        f" {'vs 100':>7} {'no-GC µs/m':>10} {'vs 100':>7} {'KV calls':>9} {'KV/model':>9}"
+    )
     for n in (3, 100, 1000):
         state = world(n)
         repeat = max(3, args.repeat // (5 if n >= 1000 else 1))
@@ -127,21 +133,33 @@ def main() -> None:
 
         cold_ms = median_ms(cold, max(3, repeat // 4))
         calls = count_kv(lambda: evaluate(with_free(state, base_free + 1), state.thresholds))
-        rows[n] = {"models": n, "spilled": spilled, "per_poll_ms": round(per_poll, 3), "same_state_ms": round(same, 3),
-                   "cold_ms": round(cold_ms, 3), "us_per_model": round(per_poll * 1000 / n, 1), "kv_calls": calls,
-                   "per_poll_gc_paused_ms": round(no_gc, 3), "us_per_model_gc_paused": round(no_gc * 1000 / n, 1)}
+        rows[n] = {
+            "models": n,
+            "spilled": spilled,
+            "per_poll_ms": round(per_poll, 3),
+            "same_state_ms": round(same, 3),
+            "cold_ms": round(cold_ms, 3),
+            "us_per_model": round(per_poll * 1000 / n, 1),
+            "kv_calls": calls,
+            "per_poll_gc_paused_ms": round(no_gc, 3),
+            "us_per_model_gc_paused": round(no_gc * 1000 / n, 1),
+        }
     for n, r in rows.items():
         vs = r["us_per_model"] / rows[100]["us_per_model"]
         vs_work = r["us_per_model_gc_paused"] / rows[100]["us_per_model_gc_paused"]
         r["per_model_vs_100"], r["per_model_gc_paused_vs_100"] = round(vs, 2), round(vs_work, 2)
-        print(f"{n:>7} {int(r['spilled']):>7} {r['per_poll_ms']:>11.2f} {r['same_state_ms']:>8.2f} {r['cold_ms']:>8.2f}"
-              f" {r['us_per_model']:>9.1f} {vs:>7.2f} {r['us_per_model_gc_paused']:>10.1f} {vs_work:>7.2f}"
-              f" {int(r['kv_calls']):>9} {r['kv_calls'] / n:>9.1f}")
+        print(
+            f"{n:>7} {int(r['spilled']):>7} {r['per_poll_ms']:>11.2f} {r['same_state_ms']:>8.2f} {r['cold_ms']:>8.2f}"
+            f" {r['us_per_model']:>9.1f} {vs:>7.2f} {r['us_per_model_gc_paused']:>10.1f} {vs_work:>7.2f}"
+            f" {int(r['kv_calls']):>9} {r['kv_calls'] / n:>9.1f}"
+        )
     kv_ratio = (rows[1000]["kv_calls"] / 1000) / (rows[100]["kv_calls"] / 100)
     linear = rows[1000]["per_model_gc_paused_vs_100"] <= TARGET_PER_MODEL_RATIO and kv_ratio <= TARGET_PER_MODEL_RATIO
-    print(f"per model at 1,000 models vs 100: KV computations {kv_ratio:.2f}x, CPU {rows[1000]['per_model_vs_100']:.2f}x"
-          f" ({rows[1000]['per_model_gc_paused_vs_100']:.2f}x with the garbage collector paused):"
-          f" {'MEETS' if linear else 'MISSES'} (target <= {TARGET_PER_MODEL_RATIO:g}x: linear work)")
+    print(
+        f"per model at 1,000 models vs 100: KV computations {kv_ratio:.2f}x, CPU {rows[1000]['per_model_vs_100']:.2f}x"
+        f" ({rows[1000]['per_model_gc_paused_vs_100']:.2f}x with the garbage collector paused):"
+        f" {'MEETS' if linear else 'MISSES'} (target <= {TARGET_PER_MODEL_RATIO:g}x: linear work)"
+    )
 
     events = log_events(20_050)
     head, whole = events[:20_000], events
@@ -162,12 +180,21 @@ def main() -> None:
     for i in range(5):
         extend(i)
     ext_ms = statistics.median(extended) * 1000
-    print(f"log scan of 20,000 events: full {full:.2f} ms, the same log again {memo:.3f} ms,"
-          f" 50 events appended {ext_ms:.2f} ms")
-    print(json.dumps({"benchmark": "alerts_cost", "repeat": args.repeat, "models": list(rows.values()),
-                      "per_model_verdict": "MEETS" if linear else "MISSES",
-                      "log_scan_ms": {"full_20000": round(full, 3), "memo": round(memo, 4),
-                                      "append_50": round(ext_ms, 3)}}))
+    print(
+        f"log scan of 20,000 events: full {full:.2f} ms, the same log again {memo:.3f} ms,"
+        f" 50 events appended {ext_ms:.2f} ms"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "alerts_cost",
+                "repeat": args.repeat,
+                "models": list(rows.values()),
+                "per_model_verdict": "MEETS" if linear else "MISSES",
+                "log_scan_ms": {"full_20000": round(full, 3), "memo": round(memo, 4), "append_50": round(ext_ms, 3)},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def transform(lines: list[str], wrap: int, identifier_only: bool) -> list[str]:
     if identifier_only:
         lines = [_JOURNAL_DATE_HOST.sub("", line) for line in lines]
     if wrap > 0:
-        lines = [line[i:i + wrap] for line in lines for i in range(0, max(len(line), 1), wrap)]
+        lines = [line[i : i + wrap] for line in lines for i in range(0, max(len(line), 1), wrap)]
     return lines
 
 

@@ -100,8 +100,11 @@ def measure_case(case: Case, args: argparse.Namespace, tmp: Path) -> dict[str, A
     with StandIn(**standin_args) as standin:
         assert standin.proc is not None
         apps = {
-            "kvtop": PtyApp([*kvtop_command(), "--host", standin.url, "--interval", f"{args.interval:g}"],
-                            cols=case.cols, rows=case.rows),
+            "kvtop": PtyApp(
+                [*kvtop_command(), "--host", standin.url, "--interval", f"{args.interval:g}"],
+                cols=case.cols,
+                rows=case.rows,
+            ),
             "floor": PtyApp(floor_command(standin.url, args.interval), cols=case.cols, rows=case.rows),
         }
         try:
@@ -164,14 +167,22 @@ def report_case(r: dict[str, Any]) -> None:
         return
     target = TARGET_IDLE_VS_FLOOR if r["models"] == 3 else None
     print(f"  {r['case']} ({r['window_s']:.0f} s window):")
-    print(f"    CPU   kvtop {r['kvtop_pct_of_one_core']:6.2f} %   floor {r['floor_pct_of_one_core']:6.2f} % of one core"
-          f"   -> {ratio_text(r['kvtop_pct_of_one_core'], r['floor_pct_of_one_core'], target)}")
-    print(f"    RSS   kvtop {r['kvtop_rss_bytes'] / 2**20:6.1f} MiB floor {r['floor_rss_bytes'] / 2**20:6.1f} MiB"
-          f"         -> {ratio_text(r['kvtop_rss_bytes'], r['floor_rss_bytes'])}")
-    print(f"    tty   kvtop {r['kvtop_bytes_per_s']:6.0f} B/s floor {r['floor_bytes_per_s']:6.0f} B/s"
-          f"         -> {ratio_text(r['kvtop_bytes_per_s'], r['floor_bytes_per_s'])}")
-    print(f"    first data frame: kvtop {r['kvtop_first_data_frame_s']:.2f} s, floor {r['floor_first_data_frame_s']:.2f} s;"
-          f" stand-in server {r['standin_pct_of_one_core']:.2f} % (not either app's cost)")
+    print(
+        f"    CPU   kvtop {r['kvtop_pct_of_one_core']:6.2f} %   floor {r['floor_pct_of_one_core']:6.2f} % of one core"
+        f"   -> {ratio_text(r['kvtop_pct_of_one_core'], r['floor_pct_of_one_core'], target)}"
+    )
+    print(
+        f"    RSS   kvtop {r['kvtop_rss_bytes'] / 2**20:6.1f} MiB floor {r['floor_rss_bytes'] / 2**20:6.1f} MiB"
+        f"         -> {ratio_text(r['kvtop_rss_bytes'], r['floor_rss_bytes'])}"
+    )
+    print(
+        f"    tty   kvtop {r['kvtop_bytes_per_s']:6.0f} B/s floor {r['floor_bytes_per_s']:6.0f} B/s"
+        f"         -> {ratio_text(r['kvtop_bytes_per_s'], r['floor_bytes_per_s'])}"
+    )
+    print(
+        f"    first data frame: kvtop {r['kvtop_first_data_frame_s']:.2f} s, floor {r['floor_first_data_frame_s']:.2f} s;"
+        f" stand-in server {r['standin_pct_of_one_core']:.2f} % (not either app's cost)"
+    )
 
 
 def main() -> int:
@@ -180,15 +191,20 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=1.0, help="polling interval of both apps (default 1)")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds after the first data frame (default 2)")
     ap.add_argument("--timeout", type=float, default=30.0, help="give up waiting for data after S s (default 30)")
-    ap.add_argument("--cases", default="3@80x24,3@160x48,100@80x24",
-                    help="MODELS@COLSxROWS,... (default 3@80x24,3@160x48,100@80x24; 3 = the bundled scenario)")
+    ap.add_argument(
+        "--cases",
+        default="3@80x24,3@160x48,100@80x24",
+        help="MODELS@COLSxROWS,... (default 3@80x24,3@160x48,100@80x24; 3 = the bundled scenario)",
+    )
     args = ap.parse_args()
     cases = parse_cases(args.cases)
 
     cores = psutil.cpu_count(logical=True) or 1
-    print(f"idle CPU: {' '.join(kvtop_command())} vs the floor (benchmarks/floor.py), both --interval "
-          f"{args.interval:g}, measured side by side; {args.seconds:g} s per case, {cores} logical CPUs, "
-          f"python {sys.version.split()[0]}")
+    print(
+        f"idle CPU: {' '.join(kvtop_command())} vs the floor (benchmarks/floor.py), both --interval "
+        f"{args.interval:g}, measured side by side; {args.seconds:g} s per case, {cores} logical CPUs, "
+        f"python {sys.version.split()[0]}"
+    )
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
@@ -205,26 +221,48 @@ def main() -> int:
             continue
         if r["models"] == 3:
             verdicts[f"idle {r['terminal']} vs floor"] = {
-                "ratio": r["cpu_vs_floor"], "target": TARGET_IDLE_VS_FLOOR,
-                "meets": r["cpu_vs_floor"] is not None and r["cpu_vs_floor"] <= TARGET_IDLE_VS_FLOOR}
-            print(f"  idle, 3 models, {r['terminal']}: kvtop = "
-                  f"{ratio_text(r['kvtop_pct_of_one_core'], r['floor_pct_of_one_core'], TARGET_IDLE_VS_FLOOR)}")
+                "ratio": r["cpu_vs_floor"],
+                "target": TARGET_IDLE_VS_FLOOR,
+                "meets": r["cpu_vs_floor"] is not None and r["cpu_vs_floor"] <= TARGET_IDLE_VS_FLOOR,
+            }
+            print(
+                f"  idle, 3 models, {r['terminal']}: kvtop = "
+                f"{ratio_text(r['kvtop_pct_of_one_core'], r['floor_pct_of_one_core'], TARGET_IDLE_VS_FLOOR)}"
+            )
         else:
-            own = next((o for o in results if o["models"] == 3 and o["terminal"] == r["terminal"] and "error" not in o),
-                       None)
+            own = next(
+                (o for o in results if o["models"] == 3 and o["terminal"] == r["terminal"] and "error" not in o), None
+            )
             if own is not None:
                 x = ratio(r["kvtop_pct_of_one_core"], own["kvtop_pct_of_one_core"])
                 meets = x is not None and x <= TARGET_MODELS_VS_OWN_IDLE
                 verdicts[f"{r['models']} models vs own 3-model idle {r['terminal']}"] = {
-                    "ratio": x, "target": TARGET_MODELS_VS_OWN_IDLE if r["models"] == 100 else None, "meets": meets}
-                tail = (f": {'MEETS' if meets else 'MISSES'} (target <= {TARGET_MODELS_VS_OWN_IDLE:g}x)"
-                        if r["models"] == 100 else "")
-                print(f"  {r['models']} models, {r['terminal']}: kvtop = {x}x its own 3-model idle{tail}; "
-                      f"{ratio_text(r['kvtop_pct_of_one_core'], r['floor_pct_of_one_core'])} "
-                      f"(the floor itself: {ratio(r['floor_pct_of_one_core'], own['floor_pct_of_one_core'])}x its 3-model idle)")
+                    "ratio": x,
+                    "target": TARGET_MODELS_VS_OWN_IDLE if r["models"] == 100 else None,
+                    "meets": meets,
+                }
+                tail = (
+                    f": {'MEETS' if meets else 'MISSES'} (target <= {TARGET_MODELS_VS_OWN_IDLE:g}x)"
+                    if r["models"] == 100
+                    else ""
+                )
+                print(
+                    f"  {r['models']} models, {r['terminal']}: kvtop = {x}x its own 3-model idle{tail}; "
+                    f"{ratio_text(r['kvtop_pct_of_one_core'], r['floor_pct_of_one_core'])} "
+                    f"(the floor itself: {ratio(r['floor_pct_of_one_core'], own['floor_pct_of_one_core'])}x its 3-model idle)"
+                )
         print(f"  RSS, {r['case']}: kvtop = {ratio_text(r['kvtop_rss_bytes'], r['floor_rss_bytes'])}")
-    print(json.dumps({"benchmark": "cpu_idle", "window_s": args.seconds, "interval_s": args.interval,
-                      "cases": results, "verdicts": verdicts}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "cpu_idle",
+                "window_s": args.seconds,
+                "interval_s": args.interval,
+                "cases": results,
+                "verdicts": verdicts,
+            }
+        )
+    )
     return 1 if any("error" in r for r in results) else 0
 
 

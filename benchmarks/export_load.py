@@ -76,13 +76,13 @@ def pct(values: list[float], q: float) -> float:
     return round(1000 * s[min(len(s) - 1, max(0, round(q * len(s)) - 1))], 2)
 
 
-def scrape(host: str, port: int, timeout_s: float, *, source: str | None = None,
-           needle: bytes = MODEL_NEEDLE) -> tuple[str, float]:
+def scrape(
+    host: str, port: int, timeout_s: float, *, source: str | None = None, needle: bytes = MODEL_NEEDLE
+) -> tuple[str, float]:
     """One scrape on a new connection (from ``source`` when given): (``ok`` / ``timeout`` /
     ``error: …``, seconds)."""
     t0 = time.perf_counter()
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s,
-                                      source_address=(source, 0) if source else None)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s, source_address=(source, 0) if source else None)
     try:
         conn.request("GET", "/metrics")
         r = conn.getresponse()
@@ -97,8 +97,9 @@ def scrape(host: str, port: int, timeout_s: float, *, source: str | None = None,
         conn.close()
 
 
-def phase_report(name: str, results: list[tuple[str, float]], wall_s: float, peak: int | None,
-                 floor: int | None) -> dict:
+def phase_report(
+    name: str, results: list[tuple[str, float]], wall_s: float, peak: int | None, floor: int | None
+) -> dict:
     """Counts and latencies of one phase (printed and returned); ``peak``/``floor`` threads, None: not sampled."""
     lat = [s for r, s in results if r == "ok"]
     out = {
@@ -107,14 +108,19 @@ def phase_report(name: str, results: list[tuple[str, float]], wall_s: float, pea
         "timeouts": sum(r == "timeout" for r, _ in results),
         "errors": sum(r.startswith("error") for r, _ in results),
         "scrapes_per_s": round(len(lat) / wall_s, 1) if wall_s > 0 else None,
-        "p50_ms": pct(lat, 0.50), "p95_ms": pct(lat, 0.95), "p99_ms": pct(lat, 0.99),
+        "p50_ms": pct(lat, 0.50),
+        "p95_ms": pct(lat, 0.95),
+        "p99_ms": pct(lat, 0.99),
         "max_ms": round(1000 * max(lat), 2) if lat else None,
-        "threads_peak": peak, "threads_at_rest": floor,
+        "threads_peak": peak,
+        "threads_at_rest": floor,
     }
-    print(f"{name}: {out['ok']}/{out['scrapes']} ok, {out['timeouts']} timed out, {out['errors']} errors; "
-          f"{out['scrapes_per_s']} scrapes/s; p50 {out['p50_ms']} ms, p95 {out['p95_ms']} ms, "
-          f"p99 {out['p99_ms']} ms, max {out['max_ms']} ms"
-          + (f"; threads {floor} at rest, peak {peak}" if peak is not None else ""))
+    print(
+        f"{name}: {out['ok']}/{out['scrapes']} ok, {out['timeouts']} timed out, {out['errors']} errors; "
+        f"{out['scrapes_per_s']} scrapes/s; p50 {out['p50_ms']} ms, p95 {out['p95_ms']} ms, "
+        f"p99 {out['p99_ms']} ms, max {out['max_ms']} ms"
+        + (f"; threads {floor} at rest, peak {peak}" if peak is not None else "")
+    )
     return out
 
 
@@ -125,16 +131,33 @@ def main() -> int:
     p.add_argument("--slowloris", type=int, default=100)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--timeout", type=float, default=5.0)
-    p.add_argument("--tricklers", type=int, default=600,
-                   help="slow clients trickling a request head from 127.0.0.1 (0: skip; Linux loopback)")
+    p.add_argument(
+        "--tricklers",
+        type=int,
+        default=600,
+        help="slow clients trickling a request head from 127.0.0.1 (0: skip; Linux loopback)",
+    )
     args = p.parse_args()
 
     with StandIn(step=4) as standin:
         exporter = subprocess.Popen(
-            [*kvtop_command(), "export", "prometheus", "--listen", "127.0.0.1:0", "--host", standin.url,
-             "--interval", "1"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            cwd=str(REPO_ROOT))
+            [
+                *kvtop_command(),
+                "export",
+                "prometheus",
+                "--listen",
+                "127.0.0.1:0",
+                "--host",
+                standin.url,
+                "--interval",
+                "1",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(REPO_ROOT),
+        )
         try:
             lines: queue.Queue[str] = queue.Queue()
             assert exporter.stderr is not None
@@ -189,8 +212,11 @@ def main() -> int:
             burst_wall = time.perf_counter() - t0
             watching.set()
             time.sleep(0.05)
-            report = {"burst": phase_report(f"{args.scrapers} concurrent scrapers x {args.rounds}", burst, burst_wall,
-                                            peak[0], floor)}
+            report = {
+                "burst": phase_report(
+                    f"{args.scrapers} concurrent scrapers x {args.rounds}", burst, burst_wall, peak[0], floor
+                )
+            }
 
             # -- slowloris -----------------------------------------------------------------------
             time.sleep(1.0)
@@ -210,8 +236,9 @@ def main() -> int:
                 results.append(scrape(host, port, args.timeout))
             loris_wall = time.perf_counter() - t0
             threads_with = proc.num_threads()
-            report["slowloris"] = phase_report(f"one scraper while {args.slowloris} slowloris sockets are held",
-                                               results, loris_wall, peak[0], floor2)
+            report["slowloris"] = phase_report(
+                f"one scraper while {args.slowloris} slowloris sockets are held", results, loris_wall, peak[0], floor2
+            )
             closed: list[float] = []
             for s in held:
                 s.settimeout(max(0.1, t_held + 60 - time.monotonic()))
@@ -224,13 +251,17 @@ def main() -> int:
                     closed.append(time.monotonic() - t_held)
                 s.close()
             watching.set()
-            report["slowloris"].update({
-                "threads_while_held": threads_with,
-                "closed_by_server": len(closed),
-                "closed_after_s": round(statistics.median(closed), 1) if closed else None,
-            })
-            print(f"slowloris: {len(closed)}/{len(held)} sockets closed by the server, median after "
-                  f"{report['slowloris']['closed_after_s']} s; {threads_with} threads while they were held")
+            report["slowloris"].update(
+                {
+                    "threads_while_held": threads_with,
+                    "closed_by_server": len(closed),
+                    "closed_after_s": round(statistics.median(closed), 1) if closed else None,
+                }
+            )
+            print(
+                f"slowloris: {len(closed)}/{len(held)} sockets closed by the server, median after "
+                f"{report['slowloris']['closed_after_s']} s; {threads_with} threads while they were held"
+            )
             if args.tricklers and sys.platform.startswith("linux"):
                 report["trickle"] = trickle_phase(host, port, args)
             print(json.dumps(report))
@@ -269,20 +300,33 @@ def trickle_phase(host: str, port: int, args: argparse.Namespace) -> dict:
 
     out: dict = {}
     results, wall, closed = attacked(host, port, MODEL_NEEDLE)
-    out["exporter"] = phase_report(f"scraper from 127.0.0.2 while {args.tricklers} clients trickle (exporter)",
-                                   results, wall, None, None)
+    out["exporter"] = phase_report(
+        f"scraper from 127.0.0.2 while {args.tricklers} clients trickle (exporter)", results, wall, None, None
+    )
     out["exporter"]["tricklers_closed"] = closed
     registry = CollectorRegistry()
     Gauge("kvtop_floor_up", "floor", registry=registry).set(1)
-    plain = create_server(make_wsgi(registry), listen="127.0.0.1:0", threads=8, backlog=1024, channel_timeout=10,
-                          cleanup_interval=2, connection_limit=512, max_request_header_size=16 * 1024,
-                          asyncore_use_poll=True)
+    plain = create_server(
+        make_wsgi(registry),
+        listen="127.0.0.1:0",
+        threads=8,
+        backlog=1024,
+        channel_timeout=10,
+        cleanup_interval=2,
+        connection_limit=512,
+        max_request_header_size=16 * 1024,
+        asyncore_use_poll=True,
+    )
     threading.Thread(target=plain.run, daemon=True).start()
     # left serving until the benchmark exits (closing its socket under its running loop only adds a traceback)
     results, wall, closed = attacked("127.0.0.1", int(plain.effective_port), b"kvtop_floor_up 1.0")
     out["unguarded_waitress"] = phase_report(
         f"scraper from 127.0.0.2 while {args.tricklers} clients trickle (waitress without the rules)",
-        results, wall, None, None)
+        results,
+        wall,
+        None,
+        None,
+    )
     out["unguarded_waitress"]["tricklers_closed"] = closed
     return out
 

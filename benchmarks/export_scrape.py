@@ -64,7 +64,7 @@ MODEL_NEEDLE = 'model="gemma4:latest"'
 MANY_NEEDLE = 'model="bench-0000-'
 PROMETHEUS_HEADERS = {
     "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
     "Accept-Encoding": "gzip",
 }
 """What Prometheus 2.x/3.x sends with a scrape."""
@@ -91,8 +91,9 @@ def run_case(models: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]
     needle = MODEL_NEEDLE if models == 3 else MANY_NEEDLE
     out: dict[str, Any] = {"models": models}
     with standin_log.open("w") as log_file:
-        standin = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file,
-                                   text=True, cwd=str(REPO_ROOT))
+        standin = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=str(REPO_ROOT)
+        )
     exporter: subprocess.Popen[str] | None = None
     try:
         assert standin.stdout is not None
@@ -106,10 +107,25 @@ def run_case(models: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]
             httpx.post(f"{url}/_standin/advance", json={"to": 4}, timeout=5, trust_env=False)
 
         exporter = subprocess.Popen(
-            [*kvtop_command(), "export", "prometheus", "--listen", "127.0.0.1:0", "--host", url,
-             "--interval", str(args.interval), "--log", "none"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            cwd=str(REPO_ROOT))
+            [
+                *kvtop_command(),
+                "export",
+                "prometheus",
+                "--listen",
+                "127.0.0.1:0",
+                "--host",
+                url,
+                "--interval",
+                str(args.interval),
+                "--log",
+                "none",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(REPO_ROOT),
+        )
         lines: queue.Queue[str] = queue.Queue()
         assert exporter.stderr is not None
         stderr = exporter.stderr
@@ -209,14 +225,21 @@ def run_case(models: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]
         cpu = cpu_s(proc) - cpu0
         every = [x for per in latencies for x in per]
         allowed = math.floor(window / args.interval) + 1
-        out.update({
-            "scrapers": args.scrapers, "window_s": round(window, 2), "scrapes": len(every),
-            "scrapes_per_s": round(len(every) / window, 1), "failures": len(failures),
-            "concurrent_s": summary(every) if every else None, "polls": polls, "polls_allowed": allowed,
-            "polls_per_interval": round(polls / (window / args.interval), 3),
-            "polls_verdict": "MEETS" if polls <= allowed else "MISSES",
-            "concurrent_cpu_pct_of_one_core": round(cpu / window * 100, 1),
-        })
+        out.update(
+            {
+                "scrapers": args.scrapers,
+                "window_s": round(window, 2),
+                "scrapes": len(every),
+                "scrapes_per_s": round(len(every) / window, 1),
+                "failures": len(failures),
+                "concurrent_s": summary(every) if every else None,
+                "polls": polls,
+                "polls_allowed": allowed,
+                "polls_per_interval": round(polls / (window / args.interval), 3),
+                "polls_verdict": "MEETS" if polls <= allowed else "MISSES",
+                "concurrent_cpu_pct_of_one_core": round(cpu / window * 100, 1),
+            }
+        )
         try:
             out["rss_bytes"] = proc.memory_info().rss
         except psutil.Error:
@@ -283,31 +306,44 @@ def in_process_costs(url: str, repeat: int = 200) -> dict[str, float]:
     t0 = time.process_time()
     cold.body(accept, encoding)
     first = time.process_time() - t0
-    return {"cache_hit_ms": round(hit * 1000, 3), "after_poll_ms": round(render * 1000, 3),
-            "first_render_ms": round(first * 1000, 3)}
+    return {
+        "cache_hit_ms": round(hit * 1000, 3),
+        "after_poll_ms": round(render * 1000, 3),
+        "first_render_ms": round(first * 1000, 3),
+    }
 
 
 def report(r: dict[str, Any]) -> None:
     if "error" in r:
         print(f"{r['models']} models: {r['error']}")
         return
-    print(f"{r['models']} models: first scrape with the models {r['first_scrape_with_models_s']:.2f} s after start; "
-          f"body {r['body_bytes_text']:,} B (text)")
+    print(
+        f"{r['models']} models: first scrape with the models {r['first_scrape_with_models_s']:.2f} s after start; "
+        f"body {r['body_bytes_text']:,} B (text)"
+    )
     print(f"  idle (no scrapes): {r['idle_pct_of_one_core']:.2f} % of one core")
     c = r["in_process"]
-    print(f"  in process, Prometheus headers: a scrape served from cache {c['cache_hit_ms']:.3f} ms CPU; the first "
-          f"scrape after a poll (renders) {c['after_poll_ms']:.2f} ms; a first render from nothing "
-          f"{c['first_render_ms']:.2f} ms")
-    print(f"  sparse scrapes (Prometheus headers, {r['sparse_scrapes']}): "
-          f"{r['sparse_cpu_ms_per_scrape']:.2f} ms CPU per scrape, median latency "
-          f"{r['sparse_latency_s']['median'] * 1000:.2f} ms")
-    print(f"  sequential scrapes: {r['sequential_cpu_ms_per_scrape']:.2f} ms CPU per scrape, median "
-          f"{r['sequential_s']['median'] * 1000:.2f} ms, max {r['sequential_s']['max'] * 1000:.2f} ms")
-    print(f"  {r['scrapers']} concurrent scrapers for {r['window_s']:.1f} s: {r['scrapes']} scrapes "
-          f"({r['scrapes_per_s']:.0f}/s), median {r['concurrent_s']['median'] * 1000:.2f} ms, failures "
-          f"{r['failures']}; GET /api/ps {r['polls']} = {r['polls_per_interval']:.2f} per interval "
-          f"(allowed <= {r['polls_allowed']}): {r['polls_verdict']}; exporter CPU "
-          f"{r['concurrent_cpu_pct_of_one_core']:.1f} % of one core")
+    print(
+        f"  in process, Prometheus headers: a scrape served from cache {c['cache_hit_ms']:.3f} ms CPU; the first "
+        f"scrape after a poll (renders) {c['after_poll_ms']:.2f} ms; a first render from nothing "
+        f"{c['first_render_ms']:.2f} ms"
+    )
+    print(
+        f"  sparse scrapes (Prometheus headers, {r['sparse_scrapes']}): "
+        f"{r['sparse_cpu_ms_per_scrape']:.2f} ms CPU per scrape, median latency "
+        f"{r['sparse_latency_s']['median'] * 1000:.2f} ms"
+    )
+    print(
+        f"  sequential scrapes: {r['sequential_cpu_ms_per_scrape']:.2f} ms CPU per scrape, median "
+        f"{r['sequential_s']['median'] * 1000:.2f} ms, max {r['sequential_s']['max'] * 1000:.2f} ms"
+    )
+    print(
+        f"  {r['scrapers']} concurrent scrapers for {r['window_s']:.1f} s: {r['scrapes']} scrapes "
+        f"({r['scrapes_per_s']:.0f}/s), median {r['concurrent_s']['median'] * 1000:.2f} ms, failures "
+        f"{r['failures']}; GET /api/ps {r['polls']} = {r['polls_per_interval']:.2f} per interval "
+        f"(allowed <= {r['polls_allowed']}): {r['polls_verdict']}; exporter CPU "
+        f"{r['concurrent_cpu_pct_of_one_core']:.1f} % of one core"
+    )
 
 
 def main() -> int:
@@ -322,8 +358,10 @@ def main() -> int:
     p.add_argument("--sequential", type=int, default=200)
     args = p.parse_args()
     cases = [int(x) for x in args.models.split(",")]
-    print(f"exporter benchmark: {' '.join(kvtop_command())} export prometheus --interval {args.interval:g}; "
-          f"cases {cases} models")
+    print(
+        f"exporter benchmark: {' '.join(kvtop_command())} export prometheus --interval {args.interval:g}; "
+        f"cases {cases} models"
+    )
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in cases:
@@ -337,23 +375,31 @@ def main() -> int:
         if r["models"] >= 100:
             worst = r["in_process"]["after_poll_ms"]
             meets = worst < TARGET_SCRAPE_CPU_MS
-            verdicts[f"scrape cpu {r['models']} models"] = {"ms": worst, "meets": meets,
-                                                            "end_to_end_ms": r["sparse_cpu_ms_per_scrape"]}
-            print(f"scrape at {r['models']} models: {worst:.2f} ms CPU when it renders (once per poll at most), "
-                  f"{r['in_process']['cache_hit_ms']:.3f} ms from cache: {'MEETS' if meets else 'MISSES'} "
-                  f"(target < {TARGET_SCRAPE_CPU_MS:g} ms); end to end, one every {args.scrape_every:g} s, "
-                  f"HTTP included: {r['sparse_cpu_ms_per_scrape']:.2f} ms (less the idle rate: noisy)")
+            verdicts[f"scrape cpu {r['models']} models"] = {
+                "ms": worst,
+                "meets": meets,
+                "end_to_end_ms": r["sparse_cpu_ms_per_scrape"],
+            }
+            print(
+                f"scrape at {r['models']} models: {worst:.2f} ms CPU when it renders (once per poll at most), "
+                f"{r['in_process']['cache_hit_ms']:.3f} ms from cache: {'MEETS' if meets else 'MISSES'} "
+                f"(target < {TARGET_SCRAPE_CPU_MS:g} ms); end to end, one every {args.scrape_every:g} s, "
+                f"HTTP included: {r['sparse_cpu_ms_per_scrape']:.2f} ms (less the idle rate: noisy)"
+            )
     base = next((r for r in ok if r["models"] == 3), None)
     for r in ok:
         if base is not None and r is not base:
             x = ratio(r["idle_pct_of_one_core"], base["idle_pct_of_one_core"])
             meets = x is not None and x <= TARGET_IDLE_RATIO
             verdicts[f"idle {r['models']} vs 3 models"] = {"ratio": x, "meets": meets}
-            print(f"idle at {r['models']} models = {x}x idle at 3 models "
-                  f"({r['idle_pct_of_one_core']:.2f} % vs {base['idle_pct_of_one_core']:.2f} % of one core): "
-                  f"{'MEETS' if meets else 'MISSES'} (target <= {TARGET_IDLE_RATIO:g}x)")
-    print(json.dumps({"benchmark": "export_scrape", "interval_s": args.interval, "cases": results,
-                      "verdicts": verdicts}))
+            print(
+                f"idle at {r['models']} models = {x}x idle at 3 models "
+                f"({r['idle_pct_of_one_core']:.2f} % vs {base['idle_pct_of_one_core']:.2f} % of one core): "
+                f"{'MEETS' if meets else 'MISSES'} (target <= {TARGET_IDLE_RATIO:g}x)"
+            )
+    print(
+        json.dumps({"benchmark": "export_scrape", "interval_s": args.interval, "cases": results, "verdicts": verdicts})
+    )
     return 1 if len(ok) < len(results) or any(r["failures"] for r in ok) else 0
 
 

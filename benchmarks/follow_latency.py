@@ -81,7 +81,16 @@ async def _follow(path: Path, args: argparse.Namespace) -> tuple[dict[str, list[
     lat: dict[str, list[float]] = {"flowing": [], "idle": []}
     batches = 0
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path), str(args.lines), str(args.gap_ms / 1000), str(args.idle_lines), "1.25"]
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            str(path),
+            str(args.lines),
+            str(args.gap_ms / 1000),
+            str(args.idle_lines),
+            "1.25",
+        ]
     )
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -131,7 +140,9 @@ def main() -> int:
     for name in ("flowing", "idle"):
         s = result[name]
         assert isinstance(s, dict)
-        print(f"{name:8s} n={s['n']:4d}  p50 {s['p50_ms']:7.1f} ms  p95 {s['p95_ms']:7.1f} ms  max {s['max_ms']:7.1f} ms")
+        print(
+            f"{name:8s} n={s['n']:4d}  p50 {s['p50_ms']:7.1f} ms  p95 {s['p95_ms']:7.1f} ms  max {s['max_ms']:7.1f} ms"
+        )
     print(
         f"all      n={result['n']:4d}  p50 {result['p50_ms']:7.1f} ms  p95 {result['p95_ms']:7.1f} ms"
         f"  max {result['max_ms']:7.1f} ms  ({batches} batches, {result['cpu_percent_of_one_core']} % CPU)"

@@ -27,16 +27,31 @@ def main() -> int:
     parser.add_argument("-k", default=None, help="pytest -k expression (one target)")
     args = parser.parse_args()
     env = {**os.environ, "KVTOP_FUZZ_EXAMPLES": str(args.examples)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::FutureWarning",
-           "--timeout=0", "--hypothesis-show-statistics", *TESTS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore::FutureWarning",
+        "--timeout=0",
+        "--hypothesis-show-statistics",
+        *TESTS,
+    ]
     if args.k:
         cmd += ["-k", args.k]
     t0 = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     took = time.monotonic() - t0
     out = done.stdout + done.stderr
-    targets = re.findall(r"(tests/\S+::\S+):\s*\n\s*- during (?:reuse|generate) phase.*?\n(?:.*\n)*?\s*- Stopped because", out)
-    passed = re.findall(r"- during generate phase \([\d.]+ seconds\):\s*\n\s*- Typical runtimes: .*\n\s*- (\d+) passing", out)
+    targets = re.findall(
+        r"(tests/\S+::\S+):\s*\n\s*- during (?:reuse|generate) phase.*?\n(?:.*\n)*?\s*- Stopped because", out
+    )
+    passed = re.findall(
+        r"- during generate phase \([\d.]+ seconds\):\s*\n\s*- Typical runtimes: .*\n\s*- (\d+) passing", out
+    )
     failed = re.findall(r"^FAILED (\S+)", out, flags=re.M)
     print(f"examples per target asked: {args.examples:,}")
     for name, count in zip(targets or [f"target {i + 1}" for i in range(len(passed))], passed):

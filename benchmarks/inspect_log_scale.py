@@ -138,17 +138,37 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = seconds / (actual / MIB / floor_mib_s)
                 label = "json" if mode else "text"
                 verdict = "MEETS" if peak < RSS_TARGET_BYTES and rc == 0 else "MISSES"
-                print(f"{size:>5} MiB {label}: {lines:>11,} lines  {seconds:7.2f} s  {rate:6.1f} MiB/s  "
-                      f"peak RSS {peak / MIB:6.1f} MiB  ratio to parser {ratio:4.2f}  rc {rc}  -> {verdict} RSS < 200 MiB")
-                results.append({"size_mib": size, "bytes": actual, "lines": lines, "mode": label, "seconds": round(seconds, 3),
-                                "mib_per_s": round(rate, 2), "peak_rss_mib": round(peak / MIB, 1),
-                                "ratio_to_parser": round(ratio, 3), "rc": rc})
+                print(
+                    f"{size:>5} MiB {label}: {lines:>11,} lines  {seconds:7.2f} s  {rate:6.1f} MiB/s  "
+                    f"peak RSS {peak / MIB:6.1f} MiB  ratio to parser {ratio:4.2f}  rc {rc}  -> {verdict} RSS < 200 MiB"
+                )
+                results.append(
+                    {
+                        "size_mib": size,
+                        "bytes": actual,
+                        "lines": lines,
+                        "mode": label,
+                        "seconds": round(seconds, 3),
+                        "mib_per_s": round(rate, 2),
+                        "peak_rss_mib": round(peak / MIB, 1),
+                        "ratio_to_parser": round(ratio, 3),
+                        "rc": rc,
+                    }
+                )
             if not args.keep:
                 path.unlink()
-    print(json.dumps({"benchmark": "inspect_log_scale", "parser_mib_per_s": round(floor_mib_s or 0, 2),
-                      "rss_target_mib": RSS_TARGET_BYTES // MIB, "runs": results,
-                      "meets_rss": all(r["peak_rss_mib"] < RSS_TARGET_BYTES / MIB for r in results),
-                      "python": sys.version.split()[0]}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "inspect_log_scale",
+                "parser_mib_per_s": round(floor_mib_s or 0, 2),
+                "rss_target_mib": RSS_TARGET_BYTES // MIB,
+                "runs": results,
+                "meets_rss": all(r["peak_rss_mib"] < RSS_TARGET_BYTES / MIB for r in results),
+                "python": sys.version.split()[0],
+            }
+        )
+    )
     return 0
 
 

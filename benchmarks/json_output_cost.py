@@ -41,8 +41,13 @@ def _median_ms(fn: Callable[[], object], repeat: int) -> float:
 
 
 def _once_json(url: str) -> Any:
-    done = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--host", url, "--timeout", "30"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--once", "--json", "--host", url, "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"kvtop --once --json failed ({done.returncode}): {done.stderr[-500:]}")
     return json.loads(done.stdout)
@@ -52,9 +57,13 @@ def _measure(doc: Any, repeat: int) -> dict[str, float]:
     floor = _median_ms(lambda: json.dumps(doc, indent=None, ensure_ascii=False), repeat)
     safe = _median_ms(lambda: safe_json(doc, indent=None), repeat)
     scrub = _median_ms(lambda: scrub_json_text(json.dumps(doc, separators=(",", ":"), ensure_ascii=False)), repeat)
-    return {"json_dumps_ms": round(floor, 3), "safe_json_ms": round(safe, 3), "recording_ms": round(scrub, 3),
-            "safe_json_ratio": round(safe / floor, 2) if floor else None,
-            "recording_ratio": round(scrub / floor, 2) if floor else None}
+    return {
+        "json_dumps_ms": round(floor, 3),
+        "safe_json_ms": round(safe, 3),
+        "recording_ms": round(scrub, 3),
+        "safe_json_ratio": round(safe / floor, 2) if floor else None,
+        "recording_ratio": round(scrub / floor, 2) if floor else None,
+    }
 
 
 def main() -> None:
@@ -71,9 +80,11 @@ def main() -> None:
             figures = _measure(doc, args.repeat)
             figures["strings"] = len(json.dumps(doc))
             out[label] = figures
-            print(f"{label:>5} models: json.dumps {figures['json_dumps_ms']:8.2f} ms   safe_json "
-                  f"{figures['safe_json_ms']:8.2f} ms ({figures['safe_json_ratio']}x)   recording scrub+dumps "
-                  f"{figures['recording_ms']:8.2f} ms ({figures['recording_ratio']}x)   {figures['strings']:,} bytes")
+            print(
+                f"{label:>5} models: json.dumps {figures['json_dumps_ms']:8.2f} ms   safe_json "
+                f"{figures['safe_json_ms']:8.2f} ms ({figures['safe_json_ratio']}x)   recording scrub+dumps "
+                f"{figures['recording_ms']:8.2f} ms ({figures['recording_ratio']}x)   {figures['strings']:,} bytes"
+            )
     print(json.dumps(out))
 
 

@@ -62,8 +62,14 @@ def _wait_new(app: PtyApp, offset: int, needle: str, timeout_s: float) -> float 
             return None
 
 
-def measure(argv: list[str], needles: list[str], args: argparse.Namespace, first: str, key: bytes = b"s",
-            before: tuple[bytes, str] | None = None) -> dict[str, Any]:
+def measure(
+    argv: list[str],
+    needles: list[str],
+    args: argparse.Namespace,
+    first: str,
+    key: bytes = b"s",
+    before: tuple[bytes, str] | None = None,
+) -> dict[str, Any]:
     """Launch ``argv`` in a pty, wait for ``first``, send ``before`` (a key and what shows its
     effect, timed as ``first_sort_s``), then time ``len(needles)`` presses of ``key``."""
     app = PtyApp(argv, cols=args.cols, rows=args.rows)
@@ -129,15 +135,23 @@ def main() -> int:
     ap.add_argument("--no-floor", action="store_true", help="time kvtop alone")
     args = ap.parse_args()
 
-    print(f"key latency: {' '.join(kvtop_command())} at {args.models} models, {args.cols}x{args.rows}, "
-          f"--interval {args.interval:g}; {args.keys} presses of a sort key each (kvtop 'S', the floor 's'); {psutil.cpu_count() or 1} logical CPUs")
+    print(
+        f"key latency: {' '.join(kvtop_command())} at {args.models} models, {args.cols}x{args.rows}, "
+        f"--interval {args.interval:g}; {args.keys} presses of a sort key each (kvtop 'S', the floor 's'); {psutil.cpu_count() or 1} logical CPUs"
+    )
     result: dict[str, Any] = {"benchmark": "key_latency", "models": args.models, "terminal": f"{args.cols}x{args.rows}"}
     with tempfile.TemporaryDirectory() as tmp:
         path = many_models_scenario(args.models, Path(tmp) / "models.json")
         with StandIn(step=0, scenario=str(path)) as standin:
             kv_needles = [f"{SIZE_HEADER}{'▲' if i % 2 == 0 else '▼'}" for i in range(args.keys)]
-            result["kvtop"] = measure([*kvtop_command(), "--host", standin.url, "--interval", f"{args.interval:g}"],
-                                      kv_needles, args, "bench-0", key=b"S", before=(b"s", f"{SIZE_HEADER}▼"))
+            result["kvtop"] = measure(
+                [*kvtop_command(), "--host", standin.url, "--interval", f"{args.interval:g}"],
+                kv_needles,
+                args,
+                "bench-0",
+                key=b"S",
+                before=(b"s", f"{SIZE_HEADER}▼"),
+            )
             if not args.no_floor:
                 last = f"bench-{args.models - 1:04d}"
                 floor_needles = [last if i % 2 == 0 else "bench-0000" for i in range(args.keys)]
@@ -151,9 +165,11 @@ def main() -> int:
             failed = True
             print(f"  {name}: {r['error']}")
         if "median" in r:
-            print(f"  {name:5}: min {r['min'] * 1000:7.1f} ms  median {r['median'] * 1000:7.1f} ms  "
-                  f"p90 {r['p90'] * 1000:7.1f} ms  max {r['max'] * 1000:7.1f} ms  "
-                  f"(CPU {r['cpu_s_during_keys']:.2f} s while timing; first data frame {r['first_data_frame_s']:.2f} s)")
+            print(
+                f"  {name:5}: min {r['min'] * 1000:7.1f} ms  median {r['median'] * 1000:7.1f} ms  "
+                f"p90 {r['p90'] * 1000:7.1f} ms  max {r['max'] * 1000:7.1f} ms  "
+                f"(CPU {r['cpu_s_during_keys']:.2f} s while timing; first data frame {r['first_data_frame_s']:.2f} s)"
+            )
         if "first_sort_s" in r:
             print(f"  {name:5}: first 's' (server order -> by size) {r['first_sort_s'] * 1000:.1f} ms")
     kv = result.get("kvtop", {})
@@ -163,8 +179,10 @@ def main() -> int:
         print(f"  kvtop's median = {result['median_vs_floor']}x the floor's")
     if "p90" in kv:
         result["meets"] = kv["p90"] <= TARGET_P90_S
-        print(f"  kvtop p90 {kv['p90'] * 1000:.1f} ms: {'MEETS' if result['meets'] else 'MISSES'}"
-              f" (target <= {TARGET_P90_S * 1000:g} ms)")
+        print(
+            f"  kvtop p90 {kv['p90'] * 1000:.1f} ms: {'MEETS' if result['meets'] else 'MISSES'}"
+            f" (target <= {TARGET_P90_S * 1000:g} ms)"
+        )
     print(json.dumps(result))
     return 1 if failed else 0
 

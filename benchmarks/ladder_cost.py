@@ -34,20 +34,52 @@ def world(n: int) -> tuple[object, ProcSnapshot, SlotsSnapshot]:
     base = ps_snapshot([row("tiny:latest", 8192, 60_000_000, 50_000_000)])
     (m0,) = base.models
     show0 = base.shows[m0.digest]
-    models = tuple(dataclasses.replace(m0, name=f"tiny:m{i}", digest=f"{i:064x}",
-                                       size_vram_bytes=50_000_000 if i % 3 == 0 else 60_000_000) for i in range(n))
+    models = tuple(
+        dataclasses.replace(
+            m0, name=f"tiny:m{i}", digest=f"{i:064x}", size_vram_bytes=50_000_000 if i % 3 == 0 else 60_000_000
+        )
+        for i in range(n)
+    )
     blobs = [f"sha256-{i + 1:064x}" for i in range(n)]
-    shows = {m.digest: dataclasses.replace(show0, digest=m.digest, name=m.name, model_blob=b) for m, b in zip(models, blobs)}
+    shows = {
+        m.digest: dataclasses.replace(show0, digest=m.digest, name=m.name, model_blob=b) for m, b in zip(models, blobs)
+    }
     snap = dataclasses.replace(base, models=models, shows=MappingProxyType(shows))
-    env = ServiceEnv(values=MappingProxyType({"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_NUM_PARALLEL": "2"}),
-                     source="/proc/1/environ")
-    runners = tuple(RunnerProcess(pid=100 + i, kind="llama-server", era="v0.30+", blob=b, port=40000 + i,
-                                  ctx_size=16384, parallel=2, cache_type_k="q8_0", cache_type_v="q8_0",
-                                  flash_attn="on", ppid=1, server_pid=1) for i, b in enumerate(blobs))
+    env = ServiceEnv(
+        values=MappingProxyType({"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_NUM_PARALLEL": "2"}), source="/proc/1/environ"
+    )
+    runners = tuple(
+        RunnerProcess(
+            pid=100 + i,
+            kind="llama-server",
+            era="v0.30+",
+            blob=b,
+            port=40000 + i,
+            ctx_size=16384,
+            parallel=2,
+            cache_type_k="q8_0",
+            cache_type_v="q8_0",
+            flash_attn="on",
+            ppid=1,
+            server_pid=1,
+        )
+        for i, b in enumerate(blobs)
+    )
     procs = ProcSnapshot(taken_at=1.0, servers=(ServerProcess(1, "ollama", ("ollama", "serve"), env),), runners=runners)
-    slots = SlotsSnapshot(2.0, tuple(RunnerSlots(r.pid, r.port or 0, r.blob, 16384,
-                                                 (SlotState(0, 8192, False), SlotState(1, 8192, False)),
-                                                 props=RunnerProps(8192, 2, None, "b10488")) for r in runners))
+    slots = SlotsSnapshot(
+        2.0,
+        tuple(
+            RunnerSlots(
+                r.pid,
+                r.port or 0,
+                r.blob,
+                16384,
+                (SlotState(0, 8192, False), SlotState(1, 8192, False)),
+                props=RunnerProps(8192, 2, None, "b10488"),
+            )
+            for r in runners
+        ),
+    )
     return snap, procs, slots
 
 
@@ -68,7 +100,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     log = LogState()
-    print(f"{'models':>7} {'floor ms':>9} {'ladder ms':>10} {'ratio':>6} {'µs/model':>9} {'unchanged ms':>13} {'share':>6}")
+    print(
+        f"{'models':>7} {'floor ms':>9} {'ladder ms':>10} {'ratio':>6} {'µs/model':>9} {'unchanged ms':>13} {'share':>6}"
+    )
     for n in (3, 100, 1000):
         snap, procs, slots = world(n)
         floor = median_ms(lambda: derive_models(snap, log, None, None, {}), args.repeat)  # type: ignore[arg-type]
@@ -77,11 +111,23 @@ def main() -> None:
         assert all(v.kv_type.source == "requested" and v.parallel.source == "runner" for v in rows)
         polls = iter(range(1, 10**9))  # each poll a new snapshot time, the same rows, runners and answers
         derived0 = state.ROW_MEMO.derived
-        same = median_ms(lambda: derive_models(dataclasses.replace(snap, taken_at=snap.taken_at + next(polls)),  # type: ignore[arg-type]
-                                               log, procs, slots, {}, rows), args.repeat, memo=True)
+        same = median_ms(
+            lambda: derive_models(
+                dataclasses.replace(snap, taken_at=snap.taken_at + next(polls)),  # type: ignore[arg-type]
+                log,
+                procs,
+                slots,
+                {},
+                rows,
+            ),
+            args.repeat,
+            memo=True,
+        )
         assert state.ROW_MEMO.derived == derived0, "an unchanged poll derived rows again"
-        print(f"{n:>7} {floor:>9.2f} {full:>10.2f} {full / floor:>6.2f} {full * 1000 / n:>9.1f} {same:>13.2f}"
-              f" {same / full:>6.2f}")
+        print(
+            f"{n:>7} {floor:>9.2f} {full:>10.2f} {full / floor:>6.2f} {full * 1000 / n:>9.1f} {same:>13.2f}"
+            f" {same / full:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

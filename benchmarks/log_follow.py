@@ -118,8 +118,10 @@ def main() -> int:
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
     lines = real_lines()
-    print(f"log following: {' '.join(kvtop_command())} --log file:LOG vs a stdlib watcher; "
-          f"{args.seconds:g} s per window, {psutil.cpu_count()} logical CPUs, python {sys.version.split()[0]}")
+    print(
+        f"log following: {' '.join(kvtop_command())} --log file:LOG vs a stdlib watcher; "
+        f"{args.seconds:g} s per window, {psutil.cpu_count()} logical CPUs, python {sys.version.split()[0]}"
+    )
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, StandIn(step=4) as standin:
         log = Path(tmp) / "server.log"
@@ -136,8 +138,10 @@ def main() -> int:
             meters = {"kvtop": CpuMeter(app.pid), "floor": CpuMeter(floor.pid)}
             idle = window("idle", args.seconds, meters, app)
             results.append(idle)
-            print(f"  idle        kvtop {idle['kvtop_pct_of_one_core']:6.2f} %  floor "
-                  f"{idle['floor_pct_of_one_core']:5.2f} %  RSS {idle['kvtop_rss_bytes'] / 2**20:.1f} MiB")
+            print(
+                f"  idle        kvtop {idle['kvtop_pct_of_one_core']:6.2f} %  floor "
+                f"{idle['floor_pct_of_one_core']:5.2f} %  RSS {idle['kvtop_rss_bytes'] / 2**20:.1f} MiB"
+            )
             for rate in rates:
                 writer = Writer(log, rate, lines)
                 writer.start()
@@ -150,13 +154,17 @@ def main() -> int:
                 verdict = ""
                 if rate == 1000:
                     verdict = f"  target <= {TARGET_1000_VS_IDLE:g}x idle: " + (
-                        "MEETS" if r["vs_idle"] <= TARGET_1000_VS_IDLE else "MISSES")
+                        "MEETS" if r["vs_idle"] <= TARGET_1000_VS_IDLE else "MISSES"
+                    )
                 if rate == 10000:
                     verdict = f"  target <= {TARGET_10000_PCT:g} % of a core: " + (
-                        "MEETS" if r["kvtop_pct_of_one_core"] <= TARGET_10000_PCT else "MISSES")
-                print(f"  {rate:>6g}/s    kvtop {r['kvtop_pct_of_one_core']:6.2f} %  floor {r['floor_pct_of_one_core']:5.2f} %"
-                      f"  {r['vs_idle']:5.2f}x idle  {r['vs_floor']:6.2f}x floor  RSS {r['kvtop_rss_bytes'] / 2**20:.1f} MiB"
-                      f"  tty {r['kvtop_tty_bytes_per_s']:.0f} B/s{verdict}")
+                        "MEETS" if r["kvtop_pct_of_one_core"] <= TARGET_10000_PCT else "MISSES"
+                    )
+                print(
+                    f"  {rate:>6g}/s    kvtop {r['kvtop_pct_of_one_core']:6.2f} %  floor {r['floor_pct_of_one_core']:5.2f} %"
+                    f"  {r['vs_idle']:5.2f}x idle  {r['vs_floor']:6.2f}x floor  RSS {r['kvtop_rss_bytes'] / 2**20:.1f} MiB"
+                    f"  tty {r['kvtop_tty_bytes_per_s']:.0f} B/s{verdict}"
+                )
                 results.append(r)
                 time.sleep(2)  # let the last batch settle
             app.quit()

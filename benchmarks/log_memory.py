@@ -76,8 +76,10 @@ def traffic_lines() -> list[str]:
         "       eval time =     512.55 ms /    64 tokens (    8.01 ms per token,   124.87 tokens per second)",
         "      total time =     546.67 ms /    76 tokens",
     ]
-    gin = ['[GIN] 2026/12/01 - 12:00:00 | 200 |  1.234567ms |       127.0.0.1 | POST     "/api/chat"',
-           '[GIN] 2026/12/01 - 12:00:00 | 200 |     52.1µs |      10.0.0.7 | GET      "/api/ps"']
+    gin = [
+        '[GIN] 2026/12/01 - 12:00:00 | 200 |  1.234567ms |       127.0.0.1 | POST     "/api/chat"',
+        '[GIN] 2026/12/01 - 12:00:00 | 200 |     52.1µs |      10.0.0.7 | GET      "/api/ps"',
+    ]
     return load + (timing + gin) * 200
 
 
@@ -87,8 +89,7 @@ def retimed(template: list[str], rate: int) -> Iterator[str]:
     while True:
         for line in template:
             t = START + timedelta(seconds=n / rate)
-            iso, go, journal = (t.strftime("%Y-%m-%dT%H:%M:%S"), t.strftime("%Y/%m/%d"),
-                                t.strftime("%b %d %H:%M:%S"))
+            iso, go, journal = (t.strftime("%Y-%m-%dT%H:%M:%S"), t.strftime("%Y/%m/%d"), t.strftime("%b %d %H:%M:%S"))
             hms = t.strftime("%H:%M:%S")
             if "T" in line and _ISO_RE.search(line):
                 line = _ISO_RE.sub(iso, line, count=1)
@@ -151,12 +152,21 @@ def report(minute: float, state: AppState, baseline: int) -> dict[str, Any]:
     scans = list(alert_context._scans.values())  # noqa: SLF001 - the memo is what is measured
     scan_b = deep_bytes([(s.timed, s.configs, s.launches, s.over_training, s.line_nos, s.times) for s in scans], seen)
     return {
-        "minute": minute, "lines": log.lines, "traced_mib": traced / 2**20,
-        "load_events": len(log.load_events), "recent": len(log.recent), "raw": len(log.raw), "loads": len(log.loads),
-        "scans": len(scans), "events_mib": events_b / 2**20,
+        "minute": minute,
+        "lines": log.lines,
+        "traced_mib": traced / 2**20,
+        "load_events": len(log.load_events),
+        "recent": len(log.recent),
+        "raw": len(log.raw),
+        "loads": len(log.loads),
+        "scans": len(scans),
+        "events_mib": events_b / 2**20,
         "bytes_per_event": events_b / len(log.load_events) if log.load_events else 0.0,
-        "recent_extra_mib": recent_b / 2**20, "raw_mib": raw_b / 2**20,
-        "loads_extra_mib": loads_b / 2**20, "grouper_extra_mib": grouper_b / 2**20, "scans_mib": scan_b / 2**20,
+        "recent_extra_mib": recent_b / 2**20,
+        "raw_mib": raw_b / 2**20,
+        "loads_extra_mib": loads_b / 2**20,
+        "grouper_extra_mib": grouper_b / 2**20,
+        "scans_mib": scan_b / 2**20,
     }
 
 
@@ -182,16 +192,20 @@ def run(minutes: float, rate: int, batch: int, every: float, mix: str) -> list[d
                 events.extend(parser.feed(line))
             events.extend(parser.end_batch())
             raw.extend(chunk)
-        state = fold_log_events(state, events, source="file:bench.log", status=None, ok=True,
-                                lines=len(raw), dropped_lines=0, raw_lines=raw)
+        state = fold_log_events(
+            state, events, source="file:bench.log", status=None, ok=True, lines=len(raw), dropped_lines=0, raw_lines=raw
+        )
         state = evaluate_state(state)
         if sec >= next_report:
             row = report(sec / 60, state, baseline)
             rows.append(row)
-            print(f"{row['minute']:5.1f} min  {row['lines']:>7,} lines  traced {row['traced_mib']:6.2f} MiB  "
-                  f"events {row['load_events']:>6,} ({row['events_mib']:5.2f} MiB, {row['bytes_per_event']:4.0f} B each)  "
-                  f"recent {row['recent']:>5,}  raw {row['raw']:>4} ({row['raw_mib']:4.2f} MiB)  "
-                  f"loads {row['loads']:>3} (+{row['loads_extra_mib']:4.2f} MiB, grouper +{row['grouper_extra_mib']:4.2f})  scans {row['scans']} ({row['scans_mib']:4.2f} MiB)", flush=True)
+            print(
+                f"{row['minute']:5.1f} min  {row['lines']:>7,} lines  traced {row['traced_mib']:6.2f} MiB  "
+                f"events {row['load_events']:>6,} ({row['events_mib']:5.2f} MiB, {row['bytes_per_event']:4.0f} B each)  "
+                f"recent {row['recent']:>5,}  raw {row['raw']:>4} ({row['raw_mib']:4.2f} MiB)  "
+                f"loads {row['loads']:>3} (+{row['loads_extra_mib']:4.2f} MiB, grouper +{row['grouper_extra_mib']:4.2f})  scans {row['scans']} ({row['scans_mib']:4.2f} MiB)",
+                flush=True,
+            )
             next_report += every * 60
     tracemalloc.stop()
     return rows
@@ -206,8 +220,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     while k < len(rows) and rows[k]["traced_mib"] >= rows[k - 1]["traced_mib"]:
         k += 1
     top = rows[k - 1]
-    growth = ((top["traced_mib"] - rows[0]["traced_mib"]) / (top["minute"] - rows[0]["minute"])
-              if k > 1 else None)
+    growth = (top["traced_mib"] - rows[0]["traced_mib"]) / (top["minute"] - rows[0]["minute"]) if k > 1 else None
     return {
         "traced_mib_at": at,
         "peak_traced_mib": round(max(r["traced_mib"] for r in rows), 2),
@@ -230,12 +243,17 @@ def main() -> int:
     rows = run(args.minutes, args.rate, args.batch, args.every, args.mix)
     cpu_s = time.process_time() - t0
     fig = summarize(rows)
-    print(f"traced MiB at 5/10/20/30 min: {[fig['traced_mib_at'].get(m) for m in (5, 10, 20, 30)]}; "
-          f"peak {fig['peak_traced_mib']} MiB; growth {fig['mib_per_min']} MiB/min until the first trim "
-          f"(minute {fig['growth_until_minute']:g}); bytes per kept event there: {fig['bytes_per_event']} "
-          f"(events alone), {fig['traced_bytes_per_event']} (all traced); CPU {cpu_s:.1f} s")
-    print(json.dumps({"mix": args.mix, "rate": args.rate, "minutes": args.minutes, "cpu_s": round(cpu_s, 1), **fig,
-                      "rows": rows}))
+    print(
+        f"traced MiB at 5/10/20/30 min: {[fig['traced_mib_at'].get(m) for m in (5, 10, 20, 30)]}; "
+        f"peak {fig['peak_traced_mib']} MiB; growth {fig['mib_per_min']} MiB/min until the first trim "
+        f"(minute {fig['growth_until_minute']:g}); bytes per kept event there: {fig['bytes_per_event']} "
+        f"(events alone), {fig['traced_bytes_per_event']} (all traced); CPU {cpu_s:.1f} s"
+    )
+    print(
+        json.dumps(
+            {"mix": args.mix, "rate": args.rate, "minutes": args.minutes, "cpu_s": round(cpu_s, 1), **fig, "rows": rows}
+        )
+    )
     return 0
 
 

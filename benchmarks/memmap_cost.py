@@ -51,10 +51,15 @@ def _hundred(gpu, procs, models):  # type: ignore[no-untyped-def]
         extra_runners.append(dataclasses.replace(template, pid=50_000 + i, blob=blob, model_arg=blob, ctx_size=None))
         extra_procs.append(GpuProcess(pid=50_000 + i, used_memory_bytes=40 * 1024**2))
     dev0 = gpu.devices[0]
-    devices = (dataclasses.replace(dev0, processes=tuple(dev0.processes or ()) + tuple(extra_procs)),
-               *gpu.devices[1:])
-    procs = ProcSnapshot(taken_at=procs.taken_at, servers=procs.servers, runners=tuple(runners + extra_runners),
-                         discovery_pids=procs.discovery_pids, processes=procs.processes, namespace=procs.namespace)
+    devices = (dataclasses.replace(dev0, processes=tuple(dev0.processes or ()) + tuple(extra_procs)), *gpu.devices[1:])
+    procs = ProcSnapshot(
+        taken_at=procs.taken_at,
+        servers=procs.servers,
+        runners=tuple(runners + extra_runners),
+        discovery_pids=procs.discovery_pids,
+        processes=procs.processes,
+        namespace=procs.namespace,
+    )
     assert all(isinstance(r, RunnerProcess) for r in procs.runners)
     return dataclasses.replace(gpu, devices=devices), procs, tuple(many)
 

@@ -106,13 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     repeats = -(-args.lines // len(base))
     lines = base * repeats
-    print(f"corpus: {len(base)} lines from {len(list(CORPUS_DIR.glob('*.log')))} logs, "
-          f"repeated {repeats}x = {len(lines):,} lines")
+    print(
+        f"corpus: {len(base)} lines from {len(list(CORPUS_DIR.glob('*.log')))} logs, "
+        f"repeated {repeats}x = {len(lines):,} lines"
+    )
 
     model, load = machine()
     pace = loop_ns()
-    print(f"machine: {model}, {os.cpu_count()} CPUs, load average {load if load is not None else '?'}, "
-          f"trivial Python loop {pace:.0f} ns/iteration")
+    print(
+        f"machine: {model}, {os.cpu_count()} CPUs, load average {load if load is not None else '?'}, "
+        f"trivial Python loop {pace:.0f} ns/iteration"
+    )
     time_parse(base)  # warm-up
     rates: list[float] = []
     cpu_rates: list[float] = []
@@ -122,37 +126,46 @@ def main(argv: list[str] | None = None) -> int:
         rate = len(lines) / seconds
         rates.append(rate)
         cpu_rates.append(len(lines) / cpu_s if cpu_s > 0 else rate)
-        print(f"run {run + 1}: {seconds:.2f} s, {rate:,.0f} lines/s (CPU time: {cpu_rates[-1]:,.0f} lines/s), "
-              f"{events:,} events")
+        print(
+            f"run {run + 1}: {seconds:.2f} s, {rate:,.0f} lines/s (CPU time: {cpu_rates[-1]:,.0f} lines/s), "
+            f"{events:,} events"
+        )
 
     start = time.perf_counter()
     doc = inspect_lines(lines)
     inspect_s = time.perf_counter() - start
     inspect_rate = len(lines) / inspect_s
-    print(f"inspect_lines (parse + grouping): {inspect_s:.2f} s, {inspect_rate:,.0f} lines/s, "
-          f"{len(doc['loads']):,} loads")
+    print(
+        f"inspect_lines (parse + grouping): {inspect_s:.2f} s, {inspect_rate:,.0f} lines/s, {len(doc['loads']):,} loads"
+    )
 
     best = max(rates)
     verdict = "MEETS" if best >= TARGET_LINES_PER_S else "MISSES"
-    print(f"parse: best {best:,.0f} lines/s, median {statistics.median(rates):,.0f} lines/s "
-          f"-> {verdict} target {TARGET_LINES_PER_S:,} lines/s")
-    print(json.dumps({
-        "benchmark": "parse_throughput",
-        "lines": len(lines),
-        "runs": len(rates),
-        "lines_per_s_best": round(best),
-        "lines_per_s_median": round(statistics.median(rates)),
-        "lines_per_s_cpu_best": round(max(cpu_rates)),
-        "us_per_line_best": round(1e6 / best, 3),
-        "events": events,
-        "inspect_lines_per_s": round(inspect_rate),
-        "loop_ns_per_iteration": round(pace, 1),
-        "load_average_1m": load,
-        "cpu": model,
-        "target_lines_per_s": TARGET_LINES_PER_S,
-        "meets_target": best >= TARGET_LINES_PER_S,
-        "python": sys.version.split()[0],
-    }))
+    print(
+        f"parse: best {best:,.0f} lines/s, median {statistics.median(rates):,.0f} lines/s "
+        f"-> {verdict} target {TARGET_LINES_PER_S:,} lines/s"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "parse_throughput",
+                "lines": len(lines),
+                "runs": len(rates),
+                "lines_per_s_best": round(best),
+                "lines_per_s_median": round(statistics.median(rates)),
+                "lines_per_s_cpu_best": round(max(cpu_rates)),
+                "us_per_line_best": round(1e6 / best, 3),
+                "events": events,
+                "inspect_lines_per_s": round(inspect_rate),
+                "loop_ns_per_iteration": round(pace, 1),
+                "load_average_1m": load,
+                "cpu": model,
+                "target_lines_per_s": TARGET_LINES_PER_S,
+                "meets_target": best >= TARGET_LINES_PER_S,
+                "python": sys.version.split()[0],
+            }
+        )
+    )
     return 0
 
 

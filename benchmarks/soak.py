@@ -100,8 +100,13 @@ def slope_mib_per_h(samples: list[tuple[float, float]]) -> float | None:
 
 
 def start_standin() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--loop"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvtop.demo.server", "--port", "0", "--loop"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 15)
     line = proc.stdout.readline() if ready else ""
@@ -186,11 +191,13 @@ async def soak(args: argparse.Namespace, url: str, log_spec: str) -> dict:
                 if args.tracemalloc:
                     row["traced_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
                 rows.append(row)
-                print(f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
-                      f"threads {row['threads']:3d}  history {row['history_points']:8d} points "
-                      f"{row['history_mib']:6.2f} MiB  log {row['log_lines']:9d} lines {row['log_events']:6d} events  "
-                      f"models {row['models']}" + (f"  traced {row['traced_mib']} MiB" if args.tracemalloc else ""),
-                      flush=True)
+                print(
+                    f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
+                    f"threads {row['threads']:3d}  history {row['history_points']:8d} points "
+                    f"{row['history_mib']:6.2f} MiB  log {row['log_lines']:9d} lines {row['log_events']:6d} events  "
+                    f"models {row['models']}" + (f"  traced {row['traced_mib']} MiB" if args.tracemalloc else ""),
+                    flush=True,
+                )
                 next_report += args.every
                 if args.tracemalloc and half_snapshot is None and elapsed >= total_s / 2:
                     half_snapshot = tracemalloc.take_snapshot()
@@ -206,22 +213,34 @@ async def soak(args: argparse.Namespace, url: str, log_spec: str) -> dict:
             print("top growers between half time and the end (tracemalloc, by source line):")
             for s in stats[:15]:
                 frame = s.traceback[0]
-                growers.append(f"{frame.filename}:{frame.lineno} {s.size_diff / 1024:+.1f} KiB ({s.count_diff:+d} blocks)")
+                growers.append(
+                    f"{frame.filename}:{frame.lineno} {s.size_diff / 1024:+.1f} KiB ({s.count_diff:+d} blocks)"
+                )
                 print("  " + growers[-1])
     half = [(r["t_s"], r["rss_mib"]) for r in rows if r["t_s"] >= total_s / 2]
     result = {
-        "minutes": args.minutes, "interval_s": args.interval, "log": log_spec, "models_arg": args.models,
-        "size": args.size, "log_rate": args.log_rate, "keys": args.keys, "prefill_history": args.prefill_history,
-        "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
+        "minutes": args.minutes,
+        "interval_s": args.interval,
+        "log": log_spec,
+        "models_arg": args.models,
+        "size": args.size,
+        "log_rate": args.log_rate,
+        "keys": args.keys,
+        "prefill_history": args.prefill_history,
+        "rss_first_mib": rows[0]["rss_mib"],
+        "rss_last_mib": rows[-1]["rss_mib"],
         "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
         "slope_last_half_mib_per_h": slope_mib_per_h(half),
         "history_points_half": next((r["history_points"] for r in rows if r["t_s"] >= total_s / 2), None),
         "history_points_end": rows[-1]["history_points"],
-        "top_growers": growers, "samples": rows,
+        "top_growers": growers,
+        "samples": rows,
     }
-    print(f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; slope {result['slope_mib_per_h']} MiB/h overall, "
-          f"{result['slope_last_half_mib_per_h']} MiB/h over the last half; history points "
-          f"{result['history_points_half']} -> {result['history_points_end']} over that half")
+    print(
+        f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; slope {result['slope_mib_per_h']} MiB/h overall, "
+        f"{result['slope_last_half_mib_per_h']} MiB/h over the last half; history points "
+        f"{result['history_points_half']} -> {result['history_points_end']} over that half"
+    )
     return result
 
 
@@ -243,8 +262,15 @@ def synth_recording(path: Path, hours: float, interval_s: float) -> int:
     start = time.time() - hours * 3600
     n = int(hours * 3600 / interval_s)
     now = [start]
-    header = recording_header(hosts=(demo.header.host_url,), log_spec="file:/soak.log", gpu=False, demo=False,
-                              naive_tz=demo.header.naive_tz, thresholds=Thresholds(), started_at=start)
+    header = recording_header(
+        hosts=(demo.header.host_url,),
+        log_spec="file:/soak.log",
+        gpu=False,
+        demo=False,
+        naive_tz=demo.header.naive_tz,
+        thresholds=Thresholds(),
+        started_at=start,
+    )
     rec = Recorder.create(path, header, clock=lambda: now[0])
     written = 0
     for i in range(n):
@@ -254,8 +280,14 @@ def synth_recording(path: Path, hours: float, interval_s: float) -> int:
         written += 1
         if logs and i % 240 == 0:  # a log batch a minute
             b = logs[(i // 240) % len(logs)]
-            rec.log(source=b.source, status=b.status, ok=b.ok, lines=b.lines, dropped_lines=b.dropped_lines,
-                    raw_lines=b.raw_lines)
+            rec.log(
+                source=b.source,
+                status=b.status,
+                ok=b.ok,
+                lines=b.lines,
+                dropped_lines=b.dropped_lines,
+                raw_lines=b.raw_lines,
+            )
             written += 1
         rec.apply()  # one apply step per poll, as the live dashboard records it
         written += 1
@@ -274,11 +306,18 @@ async def soak_replay(args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="kvtop-soak-"))
     path = tmp / "soak.jsonl.gz"
     records = synth_recording(path, args.replay_hours, args.interval)
-    print(f"recording: {args.replay_hours:g} h at {args.interval:g} s = {records:,} records, "
-          f"{path.stat().st_size / MIB:.1f} MiB; replaying at 16x", flush=True)
+    print(
+        f"recording: {args.replay_hours:g} h at {args.interval:g} s = {records:,} records, "
+        f"{path.stat().st_size / MIB:.1f} MiB; replaying at 16x",
+        flush=True,
+    )
     recording = open_recording(path)
-    app = make_app(Settings(host_url=recording.header.host_url, interval_s=args.interval, timeout_s=3.0,
-                            log_spec="none", readonly=True), replay=recording)
+    app = make_app(
+        Settings(
+            host_url=recording.header.host_url, interval_s=args.interval, timeout_s=3.0, log_spec="none", readonly=True
+        ),
+        replay=recording,
+    )
     rows: list[dict] = []
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(6):
@@ -291,25 +330,41 @@ async def soak_replay(args: argparse.Namespace) -> dict:
             if elapsed >= next_report or done:
                 gc.collect()
                 snap = app.state.ollama
-                row = {"t_s": round(elapsed, 1), "recorded_h": round((snap.taken_at - recording.header.started_at) / 3600, 2)
-                       if snap is not None else 0.0,
-                       "rss_mib": round(me.memory_info().rss / MIB, 1), "fds": me.num_fds(), "threads": me.num_threads(),
-                       "history_points": sum(h.point_count() for h in app.histories.values())}
+                row = {
+                    "t_s": round(elapsed, 1),
+                    "recorded_h": round((snap.taken_at - recording.header.started_at) / 3600, 2)
+                    if snap is not None
+                    else 0.0,
+                    "rss_mib": round(me.memory_info().rss / MIB, 1),
+                    "fds": me.num_fds(),
+                    "threads": me.num_threads(),
+                    "history_points": sum(h.point_count() for h in app.histories.values()),
+                }
                 rows.append(row)
-                print(f"{elapsed / 60:6.1f} min  recorded {row['recorded_h']:5.2f} h  RSS {row['rss_mib']:7.1f} MiB  "
-                      f"fds {row['fds']:3d}  threads {row['threads']:3d}  history points {row['history_points']:7d}",
-                      flush=True)
+                print(
+                    f"{elapsed / 60:6.1f} min  recorded {row['recorded_h']:5.2f} h  RSS {row['rss_mib']:7.1f} MiB  "
+                    f"fds {row['fds']:3d}  threads {row['threads']:3d}  history points {row['history_points']:7d}",
+                    flush=True,
+                )
                 next_report += args.every
             if done or row["recorded_h"] >= args.replay_hours - 0.01 or elapsed > args.replay_hours * 3600 / 8:
                 break
             await asyncio.sleep(1.0)
     after_window = [(r["recorded_h"] * 3600, r["rss_mib"]) for r in rows if r["recorded_h"] >= 1.2]
-    result = {"mode": "replay", "hours": args.replay_hours, "interval_s": args.interval, "records": records,
-              "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
-              "slope_after_first_hour_mib_per_recorded_h": slope_mib_per_h(after_window),
-              "samples": rows}
-    print(f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; after the first recorded hour "
-          f"(history window full) the RSS slope is {slope_mib_per_h(after_window)} MiB per recorded hour")
+    result = {
+        "mode": "replay",
+        "hours": args.replay_hours,
+        "interval_s": args.interval,
+        "records": records,
+        "rss_first_mib": rows[0]["rss_mib"],
+        "rss_last_mib": rows[-1]["rss_mib"],
+        "slope_after_first_hour_mib_per_recorded_h": slope_mib_per_h(after_window),
+        "samples": rows,
+    }
+    print(
+        f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; after the first recorded hour "
+        f"(history window full) the RSS slope is {slope_mib_per_h(after_window)} MiB per recorded hour"
+    )
     return result
 
 
@@ -318,8 +373,9 @@ def soak_pty(args: argparse.Namespace, url: str, log_spec: str) -> dict:
     from _common import PtyApp, kvtop_command
 
     cols, rows_ = (int(x) for x in args.size.lower().split("x"))
-    app = PtyApp([*kvtop_command(), "--host", url, "--interval", str(args.interval), "--log", log_spec],
-                 cols=cols, rows=rows_)
+    app = PtyApp(
+        [*kvtop_command(), "--host", url, "--interval", str(args.interval), "--log", log_spec], cols=cols, rows=rows_
+    )
     app.start()
     app.start_drain()
     proc = psutil.Process(app.pid)
@@ -329,11 +385,18 @@ def soak_pty(args: argparse.Namespace, url: str, log_spec: str) -> dict:
     try:
         while True:
             elapsed = time.monotonic() - t0
-            row = {"t_s": round(elapsed, 1), "rss_mib": round(proc.memory_info().rss / MIB, 1),
-                   "fds": proc.num_fds(), "threads": proc.num_threads()}
+            row = {
+                "t_s": round(elapsed, 1),
+                "rss_mib": round(proc.memory_info().rss / MIB, 1),
+                "fds": proc.num_fds(),
+                "threads": proc.num_threads(),
+            }
             rows.append(row)
-            print(f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
-                  f"threads {row['threads']:3d}", flush=True)
+            print(
+                f"{elapsed / 60:6.1f} min  RSS {row['rss_mib']:7.1f} MiB  fds {row['fds']:3d}  "
+                f"threads {row['threads']:3d}",
+                flush=True,
+            )
             if elapsed >= total_s:
                 break
             time.sleep(min(args.every, max(0.0, total_s - elapsed)))
@@ -345,13 +408,24 @@ def soak_pty(args: argparse.Namespace, url: str, log_spec: str) -> dict:
         except subprocess.TimeoutExpired:
             app.proc.kill()
     half = [(r["t_s"], r["rss_mib"]) for r in rows if r["t_s"] >= total_s / 2]
-    result = {"mode": "pty", "minutes": args.minutes, "interval_s": args.interval, "log": log_spec,
-              "models_arg": args.models, "size": args.size, "log_rate": args.log_rate,
-              "rss_first_mib": rows[0]["rss_mib"], "rss_last_mib": rows[-1]["rss_mib"],
-              "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
-              "slope_last_half_mib_per_h": slope_mib_per_h(half), "samples": rows}
-    print(f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; slope {result['slope_mib_per_h']} MiB/h "
-          f"overall, {result['slope_last_half_mib_per_h']} MiB/h over the last half")
+    result = {
+        "mode": "pty",
+        "minutes": args.minutes,
+        "interval_s": args.interval,
+        "log": log_spec,
+        "models_arg": args.models,
+        "size": args.size,
+        "log_rate": args.log_rate,
+        "rss_first_mib": rows[0]["rss_mib"],
+        "rss_last_mib": rows[-1]["rss_mib"],
+        "slope_mib_per_h": slope_mib_per_h([(r["t_s"], r["rss_mib"]) for r in rows]),
+        "slope_last_half_mib_per_h": slope_mib_per_h(half),
+        "samples": rows,
+    }
+    print(
+        f"RSS {result['rss_first_mib']} -> {result['rss_last_mib']} MiB; slope {result['slope_mib_per_h']} MiB/h "
+        f"overall, {result['slope_last_half_mib_per_h']} MiB/h over the last half"
+    )
     return result
 
 
@@ -362,18 +436,40 @@ def main() -> int:
     p.add_argument("--every", type=float, default=60.0, help="seconds between samples")
     p.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slower) and name the growers")
     p.add_argument("--log", default="none", help="log source, as kvtop --log (default none)")
-    p.add_argument("--models", type=int, default=0,
-                   help="N models loaded at once, unchanging (default 0: the demo scenario in a loop)")
-    p.add_argument("--size", default="120x40", help="terminal size COLSxROWS (default 120x40; 160x48 shows the history panel)")
-    p.add_argument("--log-rate", type=float, default=0.0,
-                   help="follow a log file that real runner lines are appended to at this many lines/s (overrides --log)")
-    p.add_argument("--keys", action="store_true", help="at each sample open and close the history screen and the server view")
-    p.add_argument("--prefill-history", action="store_true",
-                   help="start with the history at its one-hour cap (an hour of the first poll's models)")
-    p.add_argument("--replay-hours", type=float, default=None,
-                   help="time-compressed soak: replay an H-hour recording at 16x (no stand-in)")
-    p.add_argument("--pty", action="store_true",
-                   help="run the kvtop console script in a pseudo-terminal instead (RSS, fds, threads only)")
+    p.add_argument(
+        "--models",
+        type=int,
+        default=0,
+        help="N models loaded at once, unchanging (default 0: the demo scenario in a loop)",
+    )
+    p.add_argument(
+        "--size", default="120x40", help="terminal size COLSxROWS (default 120x40; 160x48 shows the history panel)"
+    )
+    p.add_argument(
+        "--log-rate",
+        type=float,
+        default=0.0,
+        help="follow a log file that real runner lines are appended to at this many lines/s (overrides --log)",
+    )
+    p.add_argument(
+        "--keys", action="store_true", help="at each sample open and close the history screen and the server view"
+    )
+    p.add_argument(
+        "--prefill-history",
+        action="store_true",
+        help="start with the history at its one-hour cap (an hour of the first poll's models)",
+    )
+    p.add_argument(
+        "--replay-hours",
+        type=float,
+        default=None,
+        help="time-compressed soak: replay an H-hour recording at 16x (no stand-in)",
+    )
+    p.add_argument(
+        "--pty",
+        action="store_true",
+        help="run the kvtop console script in a pseudo-terminal instead (RSS, fds, threads only)",
+    )
     args = p.parse_args()
     if args.tracemalloc:
         tracemalloc.start(1)

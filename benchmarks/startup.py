@@ -67,8 +67,9 @@ MANY_NEEDLE = "bench-0"
 CHROME_NEEDLE = "sort:"
 
 
-def one_launch(argv: list[str], needle: str, timeout: float, cols: int, rows: int,
-               chrome: str | None = CHROME_NEEDLE) -> dict[str, object]:
+def one_launch(
+    argv: list[str], needle: str, timeout: float, cols: int, rows: int, chrome: str | None = CHROME_NEEDLE
+) -> dict[str, object]:
     """Launch ``argv`` once in a pty; return its timings (seconds from the fork), RSS and exit info."""
     app = PtyApp(argv, cols=cols, rows=rows)
     try:
@@ -110,8 +111,13 @@ def time_command(argv: list[str], runs: int) -> list[float]:
 
 def slowest_imports(module: str, top: int = 12) -> list[tuple[float, str]]:
     """(cumulative seconds, module) of the slowest imports under ``python -X importtime``."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"],
-                          capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
     rows = []
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:"):
@@ -135,19 +141,30 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=20.0, help="give up on one launch after S s (default 20)")
     ap.add_argument("--cols", type=int, default=80)
     ap.add_argument("--rows", type=int, default=24)
-    ap.add_argument("--models", type=int, default=0,
-                    help="serve N generated models instead of the bundled scenario's step 4 (e.g. 1000)")
+    ap.add_argument(
+        "--models",
+        type=int,
+        default=0,
+        help="serve N generated models instead of the bundled scenario's step 4 (e.g. 1000)",
+    )
     ap.add_argument("--no-floor", action="store_true", help="launch kvtop only (no ratio)")
     ap.add_argument("--importtime", action="store_true", help="also list the slowest imports (-X importtime)")
     args = ap.parse_args()
 
     needle = MANY_NEEDLE if args.models else NEEDLE
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the children start as an installed kvtop does
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "kvtop")], check=True,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
-    print(f"startup benchmark: {args.runs} launches each of {' '.join(kvtop_command())} and of the floor "
-          f"(benchmarks/floor.py), interleaved, in a {args.cols}x{args.rows} pty, TERM=xterm-256color, "
-          f"python {sys.version.split()[0]}")
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "kvtop")],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+    )
+    print(
+        f"startup benchmark: {args.runs} launches each of {' '.join(kvtop_command())} and of the floor "
+        f"(benchmarks/floor.py), interleaved, in a {args.cols}x{args.rows} pty, TERM=xterm-256color, "
+        f"python {sys.version.split()[0]}"
+    )
     apps = ["kvtop"] if args.no_floor else ["kvtop", "floor"]
     launches: dict[str, list[dict[str, object]]] = {a: [] for a in apps}
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,15 +178,18 @@ def main() -> int:
 
             def launch(app: str) -> dict[str, object]:
                 if app == "kvtop":
-                    return one_launch([*kvtop_command(), "--host", standin.url], needle, args.timeout,
-                                      args.cols, args.rows)
+                    return one_launch(
+                        [*kvtop_command(), "--host", standin.url], needle, args.timeout, args.cols, args.rows
+                    )
                 return one_launch(floor_command(standin.url), needle, args.timeout, args.cols, args.rows, chrome=None)
 
             for i in range(args.warmup):
                 for app in apps:
                     d = launch(app)["first_data_frame_s"]
-                    print(f"  warm-up {i + 1} {app}: first data frame "
-                          f"{'never' if d is None else f'{d * 1000:.1f} ms'} (not counted)")
+                    print(
+                        f"  warm-up {i + 1} {app}: first data frame "
+                        f"{'never' if d is None else f'{d * 1000:.1f} ms'} (not counted)"
+                    )
             for i in range(args.runs):
                 for app in apps:
                     r = launch(app)
@@ -180,9 +200,11 @@ def main() -> int:
                         return "   never" if v is None else f"{v * 1000:7.1f} ms"  # type: ignore[operator]
 
                     chrome = f", first frame {ms('first_frame_s')}" if app == "kvtop" else ""
-                    print(f"  run {i + 1} {app:5}: first byte {ms('first_byte_s')}{chrome}, "
-                          f"first data frame {ms('first_data_frame_s')}; RSS {int(r['rss_bytes']) / 2**20:.1f} MiB; quit "  # type: ignore[call-overload]
-                          f"{'clean, exit ' + str(r['exit_code']) if r['quit_clean'] else 'did NOT exit in 5 s (killed)'}")
+                    print(
+                        f"  run {i + 1} {app:5}: first byte {ms('first_byte_s')}{chrome}, "
+                        f"first data frame {ms('first_data_frame_s')}; RSS {int(r['rss_bytes']) / 2**20:.1f} MiB; quit "  # type: ignore[call-overload]
+                        f"{'clean, exit ' + str(r['exit_code']) if r['quit_clean'] else 'did NOT exit in 5 s (killed)'}"
+                    )
                     if r["first_data_frame_s"] is None:
                         print("    screen at the end (escapes stripped):")
                         for line in str(r.get("screen_tail", "")).splitlines()[-40:]:
@@ -191,8 +213,11 @@ def main() -> int:
     def values(app: str, key: str) -> list[float]:
         return [float(r[key]) for r in launches.get(app, []) if r[key] is not None]  # type: ignore[arg-type]
 
-    data, chrome, first_byte = values("kvtop", "first_data_frame_s"), values("kvtop", "first_frame_s"), \
-        values("kvtop", "first_byte_s")
+    data, chrome, first_byte = (
+        values("kvtop", "first_data_frame_s"),
+        values("kvtop", "first_frame_s"),
+        values("kvtop", "first_byte_s"),
+    )
     floor_data = values("floor", "first_data_frame_s")
     rss, floor_rss = values("kvtop", "rss_bytes"), values("floor", "rss_bytes")
     cpu, floor_cpu = values("kvtop", "cpu_s"), values("floor", "cpu_s")
@@ -217,11 +242,14 @@ def main() -> int:
         "first_data_frame_vs_floor": ratio(med, floor_med),
         "rss_bytes_median": int(statistics.median(rss)) if rss else None,
         "floor_rss_bytes_median": int(statistics.median(floor_rss)) if floor_rss else None,
-        "rss_vs_floor": ratio(statistics.median(rss) if rss else None, statistics.median(floor_rss) if floor_rss else None),
+        "rss_vs_floor": ratio(
+            statistics.median(rss) if rss else None, statistics.median(floor_rss) if floor_rss else None
+        ),
         "cpu_s_to_first_data_frame": summary(cpu) if cpu else None,
         "floor_cpu_s_to_first_data_frame": summary(floor_cpu) if floor_cpu else None,
-        "cpu_to_first_data_frame_vs_floor": ratio(statistics.median(cpu) if cpu else None,
-                                                  statistics.median(floor_cpu) if floor_cpu else None),
+        "cpu_to_first_data_frame_vs_floor": ratio(
+            statistics.median(cpu) if cpu else None, statistics.median(floor_cpu) if floor_cpu else None
+        ),
         "failed_runs": failed,
         "unclean_quits": sum(1 for rs in launches.values() for r in rs if not r["quit_clean"]),
         "import_kvtop_ui_app_s": summary(t_import),
@@ -243,14 +271,18 @@ def main() -> int:
     print(f"  python -c 'import kvtop.ui.app'      {fmt(summary(t_import))}")
     print(f"  python -c pass                       {fmt(summary(t_pass))}")
     if rss:
-        print(f"  RSS at the first data frame: kvtop {statistics.median(rss) / 2**20:.1f} MiB, floor "
-              f"{(statistics.median(floor_rss) / 2**20) if floor_rss else float('nan'):.1f} MiB -> "
-              f"{ratio_text(statistics.median(rss), statistics.median(floor_rss) if floor_rss else None)}")
+        print(
+            f"  RSS at the first data frame: kvtop {statistics.median(rss) / 2**20:.1f} MiB, floor "
+            f"{(statistics.median(floor_rss) / 2**20) if floor_rss else float('nan'):.1f} MiB -> "
+            f"{ratio_text(statistics.median(rss), statistics.median(floor_rss) if floor_rss else None)}"
+        )
     if cpu:
-        print(f"  CPU (user + system) to the first data frame: kvtop {statistics.median(cpu) * 1000:.0f} ms, floor "
-              f"{(statistics.median(floor_cpu) * 1000) if floor_cpu else float('nan'):.0f} ms (medians) -> "
-              f"{ratio_text(statistics.median(cpu), statistics.median(floor_cpu) if floor_cpu else None)} "
-              "(less sensitive than wall time to a busy machine)")
+        print(
+            f"  CPU (user + system) to the first data frame: kvtop {statistics.median(cpu) * 1000:.0f} ms, floor "
+            f"{(statistics.median(floor_cpu) * 1000) if floor_cpu else float('nan'):.0f} ms (medians) -> "
+            f"{ratio_text(statistics.median(cpu), statistics.median(floor_cpu) if floor_cpu else None)} "
+            "(less sensitive than wall time to a busy machine)"
+        )
     if med is not None:
         target = None if args.models else TARGET_VS_FLOOR  # the ratio target is the 3-model case's
         print(f"  first data frame (medians): kvtop = {ratio_text(med, floor_med, target)}")
@@ -258,8 +290,10 @@ def main() -> int:
         if args.models:
             many = med < TARGET_MANY_MODELS_S and failed == 0
             out["meets_many_models_target"] = many
-            print(f"  {args.models} models: kvtop's first data frame {med:.2f} s (median), worst {max(data):.2f} s: "
-                  f"{'MEETS' if many else 'MISSES'} (target < {TARGET_MANY_MODELS_S:g} s)")
+            print(
+                f"  {args.models} models: kvtop's first data frame {med:.2f} s (median), worst {max(data):.2f} s: "
+                f"{'MEETS' if many else 'MISSES'} (target < {TARGET_MANY_MODELS_S:g} s)"
+            )
         out["meets_target"] = meets if not args.models else out["meets_many_models_target"]
     else:
         out["meets_target"] = False

@@ -47,8 +47,10 @@ EXIT_OK = 0
 EXIT_NOT_A_LOG = 1
 EXIT_UNREADABLE = 2
 
-WHERE_THE_LOG_IS = ("journalctl -u ollama (systemd), ~/.ollama/logs/server.log (macOS app), "
-                    "docker logs CONTAINER, or the output of `ollama serve`")
+WHERE_THE_LOG_IS = (
+    "journalctl -u ollama (systemd), ~/.ollama/logs/server.log (macOS app), "
+    "docker logs CONTAINER, or the output of `ollama serve`"
+)
 """Where an Ollama server log is usually found (said when a file holds no Ollama line)."""
 
 MAX_LINE_BYTES = 1024 * 1024
@@ -71,9 +73,18 @@ ERA_RELEASES = {
 """Runner eras (docs/ollama-internals.md §0)."""
 
 CONFIG_KEYS = (
-    "OLLAMA_CONTEXT_LENGTH", "OLLAMA_NUM_PARALLEL", "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE",
-    "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_KEEP_ALIVE", "OLLAMA_GPU_OVERHEAD", "OLLAMA_SCHED_SPREAD",
-    "OLLAMA_NEW_ENGINE", "OLLAMA_DEBUG", "OLLAMA_HOST", "OLLAMA_MODELS",
+    "OLLAMA_CONTEXT_LENGTH",
+    "OLLAMA_NUM_PARALLEL",
+    "OLLAMA_FLASH_ATTENTION",
+    "OLLAMA_KV_CACHE_TYPE",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_GPU_OVERHEAD",
+    "OLLAMA_SCHED_SPREAD",
+    "OLLAMA_NEW_ENGINE",
+    "OLLAMA_DEBUG",
+    "OLLAMA_HOST",
+    "OLLAMA_MODELS",
 )
 """Config keys shown first (the ones that decide memory use); the rest follow in map order."""
 
@@ -84,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvtop inspect-log",
         description="Read an Ollama server log and report, per model load, where its memory went.",
     )
-    p.add_argument("path", metavar="PATH|-", help="server log file (server.log, journalctl or docker output); - for stdin")
+    p.add_argument(
+        "path", metavar="PATH|-", help="server log file (server.log, journalctl or docker output); - for stdin"
+    )
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the report")
     return p
 
@@ -142,9 +155,11 @@ def main_inspect_log(argv: list[str]) -> int:
         except OSError:
             pass
     if not_a_log:
-        emit(f"kvtop inspect-log: {safe(name)}: no Ollama server log line in its {result.lines:,} line(s) "
-             f"(nothing about model loads, memory, requests or the server config). Is it the server log? "
-             f"It is usually at: {WHERE_THE_LOG_IS}.")
+        emit(
+            f"kvtop inspect-log: {safe(name)}: no Ollama server log line in its {result.lines:,} line(s) "
+            f"(nothing about model loads, memory, requests or the server config). Is it the server log? "
+            f"It is usually at: {WHERE_THE_LOG_IS}."
+        )
         return EXIT_NOT_A_LOG
     return EXIT_OK
 
@@ -187,8 +202,10 @@ class Inspection:
         """Events the parser read from the lines (0: no line is an Ollama server log line kvtop knows)."""
         self.server: dict[str, Any] = {}
         if stream.version is not None or stream.config is not None:
-            self.server = {"version": stream.version,
-                           "config": dict(stream.config) if stream.config is not None else None}
+            self.server = {
+                "version": stream.version,
+                "config": dict(stream.config) if stream.config is not None else None,
+            }
 
     def __enter__(self) -> Inspection:
         return self
@@ -224,9 +241,16 @@ class Inspection:
 
     def write_report(self, write: Callable[[str], None], *, source: str = "") -> None:
         """Write the human report (as :func:`render_report`), one load at a time."""
-        _write_report(write, source=source, lines=self.lines, load_count=self._loads.count,
-                      event_count=self._events.count, loads=self.loads(),
-                      server_events=(e for e in self.events() if e.get("load") is None), server=self.server)
+        _write_report(
+            write,
+            source=source,
+            lines=self.lines,
+            load_count=self._loads.count,
+            event_count=self._events.count,
+            loads=self.loads(),
+            server_events=(e for e in self.events() if e.get("load") is None),
+            server=self.server,
+        )
 
 
 def _indented(text: str, prefix: str, *, first: bool) -> str:
@@ -252,6 +276,7 @@ def _inspect(stream: IO[bytes]) -> Inspection:
     parser = LogParser()
     loads, events = _Spool(), _Spool()
     try:
+
         def on_load(load: Load, requests: list[LogEvent], total: int) -> None:
             loads.add([load_json(load), [event_json(e, load.index) for e in requests], total])
 
@@ -270,8 +295,10 @@ def _inspect(stream: IO[bytes]) -> Inspection:
         events.close()
         raise
     if parser.errors:
-        emit(f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
-             f"(last: {safe(parser.last_error or '', 200)})")
+        emit(
+            f"kvtop inspect-log: {parser.errors} line(s) could not be parsed and were skipped "
+            f"(last: {safe(parser.last_error or '', 200)})"
+        )
     return Inspection(grouper, loads, events, parser.line_no, parsed)
 
 
@@ -302,12 +329,16 @@ def _kv_total(load: Mapping[str, Any]) -> str:
     elsewhere = cover["other_devices"]
     also = f" (this load also used {', '.join(safe(d) for d in elsewhere)})" if elsewhere else ""
     if cover["unlisted_bytes"]:
-        return (f"{text}: includes {ibytes(cover['unlisted_bytes'])} on devices whose KV lines are not in this "
-                f"excerpt; the KV lines here ({listed}) add up to {ibytes(cover['listed_bytes'])}{also}")
+        return (
+            f"{text}: includes {ibytes(cover['unlisted_bytes'])} on devices whose KV lines are not in this "
+            f"excerpt; the KV lines here ({listed}) add up to {ibytes(cover['listed_bytes'])}{also}"
+        )
     offloaded = load.get("layers_offloaded")
     layers = f" {offloaded}/{_value(load.get('layers_total'))} layers are on the GPU" if offloaded else " it used a GPU"
-    return (f"{text}: counts {listed} only; no GPU KV line is in the log, although"
-            f"{layers}{also} (missing from the excerpt?)")
+    return (
+        f"{text}: counts {listed} only; no GPU KV line is in the log, although"
+        f"{layers}{also} (missing from the excerpt?)"
+    )
 
 
 def _value(v: object, unit: str = "") -> str:
@@ -324,15 +355,30 @@ def render_report(doc: Mapping[str, Any], *, source: str = "", lines: int | None
         if e.get("load") is not None and e.get("kind") in REQUEST_KINDS:
             requests.setdefault(e.get("load"), []).append(e)
     per_load = ((load, requests.get(load.get("index"), [])) for load in loads)
-    _write_report(out.write, source=source, lines=lines, load_count=len(loads), event_count=len(events),
-                  loads=((load, mine[:MAX_LOAD_REQUESTS], len(mine)) for load, mine in per_load),
-                  server_events=(e for e in events if e.get("load") is None), server=doc.get("server") or {})
+    _write_report(
+        out.write,
+        source=source,
+        lines=lines,
+        load_count=len(loads),
+        event_count=len(events),
+        loads=((load, mine[:MAX_LOAD_REQUESTS], len(mine)) for load, mine in per_load),
+        server_events=(e for e in events if e.get("load") is None),
+        server=doc.get("server") or {},
+    )
     return out.getvalue()
 
 
-def _write_report(w: Callable[[str], object], *, source: str, lines: int | None, load_count: int, event_count: int,
-                  loads: Iterable[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], int]],
-                  server_events: Iterable[Mapping[str, Any]], server: Mapping[str, Any]) -> None:
+def _write_report(
+    w: Callable[[str], object],
+    *,
+    source: str,
+    lines: int | None,
+    load_count: int,
+    event_count: int,
+    loads: Iterable[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], int]],
+    server_events: Iterable[Mapping[str, Any]],
+    server: Mapping[str, Any],
+) -> None:
     header = f"kvtop inspect-log: {safe(source)}" if source else "kvtop inspect-log"
     w(header + "\n")
     counts = f"{load_count} model load(s), {event_count} event(s)"
@@ -359,7 +405,9 @@ def _write_report(w: Callable[[str], object], *, source: str, lines: int | None,
 def _render_load(w: Any, load: Mapping[str, Any], requests: Sequence[Mapping[str, Any]], requests_total: int) -> None:
     """One load's section; ``requests``: its first truncations / request timings, of ``requests_total``."""
     index = load.get("index")
-    w(f"\nload {index + 1 if isinstance(index, int) else '?'}  (log lines {load.get('first_line')}–{load.get('last_line')})\n")
+    w(
+        f"\nload {index + 1 if isinstance(index, int) else '?'}  (log lines {load.get('first_line')}–{load.get('last_line')})\n"
+    )
     rows: list[tuple[str, str]] = []
     blob = load.get("model_blob") or load.get("model_name")
     model = safe(blob) if blob else "not named in the log"
@@ -397,8 +445,15 @@ def _render_load(w: Any, load: Mapping[str, Any], requests: Sequence[Mapping[str
     rows.append(("KV total", _kv_total(load)))
     est = load.get("estimates") or {}
     if any(est.get(key) is not None for key in ("kv", "full", "partial")):
-        rows.append(("estimates", "scheduler, not allocations: " + ", ".join(
-            f"{key} ~{ibytes(est[key])}" for key in ("kv", "full", "partial") if est.get(key) is not None)))
+        rows.append(
+            (
+                "estimates",
+                "scheduler, not allocations: "
+                + ", ".join(
+                    f"{key} ~{ibytes(est[key])}" for key in ("kv", "full", "partial") if est.get(key) is not None
+                ),
+            )
+        )
     for label, text in rows:
         w(f"  {label:<16} {text}\n")
     findings = load.get("findings") or []
@@ -420,8 +475,10 @@ def _event_text(e: Mapping[str, Any]) -> str:
     if kind == "truncation":
         detail = f"prompt {_value(e.get('prompt'))} tokens cut to {_value(e.get('new'))} (limit {_value(e.get('limit'))}, keep {_value(e.get('keep'))})"
     elif kind == "request_timing":
-        detail = (f"prompt {_value(e.get('prompt_tokens'))} tokens at {_value(e.get('prompt_tps'))} t/s, "
-                  f"generated {_value(e.get('eval_tokens'))} at {_value(e.get('eval_tps'))} t/s")
+        detail = (
+            f"prompt {_value(e.get('prompt_tokens'))} tokens at {_value(e.get('prompt_tps'))} t/s, "
+            f"generated {_value(e.get('eval_tokens'))} at {_value(e.get('eval_tps'))} t/s"
+        )
     elif kind == "kv_type_fallback":
         detail = f"requested {safe(str(e.get('requested') or '?'))}: {safe(str(e.get('reason') or ''))}"
     else:

@@ -37,8 +37,20 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["MASK", "drop_userinfo", "is_secret_name", "json_text_ok", "known_secrets", "mask_argv", "mask_query", "on_register",
-           "register_secrets", "scrub_json_text", "scrub_obj", "scrub_text"]
+__all__ = [
+    "MASK",
+    "drop_userinfo",
+    "is_secret_name",
+    "json_text_ok",
+    "known_secrets",
+    "mask_argv",
+    "mask_query",
+    "on_register",
+    "register_secrets",
+    "scrub_json_text",
+    "scrub_obj",
+    "scrub_text",
+]
 
 MASK = "***"
 """What a masked value becomes."""
@@ -58,8 +70,10 @@ _SCHEME_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 _QUERY = re.compile(r"(?i)([?&;][\w.-]*(?:" + _SECRET_WORDS + r"|sig|pw|pwd)[\w.-]*=)[^&;#\s'\"<>]+")
 """A query parameter whose name says secret, and its value."""
 
-_AUTH_VALUE = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*(?:(?:bearer|basic|token|digest)\s+)?|"
-                         r"bearer\s+)([A-Za-z0-9._~+/=-]{8,})")
+_AUTH_VALUE = re.compile(
+    r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*(?:(?:bearer|basic|token|digest)\s+)?|"
+    r"bearer\s+)([A-Za-z0-9._~+/=-]{8,})"
+)
 """An ``Authorization`` header's value (8 characters or more), or ``Bearer <token>`` anywhere."""
 
 _FLAG = re.compile(r"(--?[A-Za-z0-9][\w.-]*)(=|\s+)(?!-)(\S+)")
@@ -81,7 +95,7 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
-_JSON_STRUCTURE = frozenset("0123456789.eE+-truefalsn:,[]{} \n\t\"\\")
+_JSON_STRUCTURE = frozenset('0123456789.eE+-truefalsn:,[]{} \n\t"\\')
 """Characters JSON text has outside its strings (numbers, literals, punctuation, white space)."""
 
 _text_ok = True
@@ -215,8 +229,9 @@ def _mask_word(word: str) -> str:
             return f"{m.group(1)}={MASK}"
     if " " in word:  # a title rewritten into one string: "llama-server --api-key X --port 1"
         word = _FLAG.sub(lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0), word)
-        word = _ASSIGN.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret_name(m.group(1)) and m.group(2)
-                           else m.group(0), word)
+        word = _ASSIGN.sub(
+            lambda m: f"{m.group(1)}={MASK}" if is_secret_name(m.group(1)) and m.group(2) else m.group(0), word
+        )
     return scrub_text(word)
 
 

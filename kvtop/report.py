@@ -37,12 +37,7 @@ def model_json(v: ModelView, usage: ModelGpu | None = None, state: AppState | No
         "parallel": v.parallel.value,
         "kv_type": v.kv_type.value,
         "flash_attention": v.flash_attention.value,
-        "memory": {
-            "weights": m.weights.value,
-            "kv": m.kv.value,
-            "compute": m.compute.value,
-            "source": m.source,
-        },
+        "memory": {"weights": m.weights.value, "kv": m.kv.value, "compute": m.compute.value, "source": m.source},
         "kv_bytes_per_token": v.kv_bytes_per_token,
         "expires_at": v.expires_at.isoformat() if v.expires_at else None,
         "until": v.until,
@@ -79,10 +74,19 @@ def _runner_json(v: ModelView) -> dict[str, Any] | None:
         out.update({"kind": r.kind, "era": r.era, "port": r.port, "requested": r.flags or None})
     if ep is not None:
         props = ep.props
-        out["props"] = None if props is None else {
-            "n_ctx_per_slot": props.n_ctx_per_slot, "total_slots": props.total_slots, "build_info": props.build_info}
-        out["slots"] = [{"id": s.id, "n_ctx": s.n_ctx, "busy": s.is_processing, "n_tokens": s.n_tokens,
-                         "n_decoded": s.n_decoded} for s in ep.slots]
+        out["props"] = (
+            None
+            if props is None
+            else {
+                "n_ctx_per_slot": props.n_ctx_per_slot,
+                "total_slots": props.total_slots,
+                "build_info": props.build_info,
+            }
+        )
+        out["slots"] = [
+            {"id": s.id, "n_ctx": s.n_ctx, "busy": s.is_processing, "n_tokens": s.n_tokens, "n_decoded": s.n_decoded}
+            for s in ep.slots
+        ]
         out["error"] = ep.error
     return out
 
@@ -105,9 +109,15 @@ def service_json(state: AppState) -> dict[str, Any] | None:
     servers = []
     for srv in chosen:
         env = srv.env
-        servers.append({"pid": srv.pid, "listen_port": listen_port(env) if env is not None and env.readable else None,
-                        "source": env.source if env else None, "error": env.error if env else "not read",
-                        "env": dict(env.values) if env is not None else {}})
+        servers.append(
+            {
+                "pid": srv.pid,
+                "listen_port": listen_port(env) if env is not None and env.readable else None,
+                "source": env.source if env else None,
+                "error": env.error if env else "not read",
+                "env": dict(env.values) if env is not None else {},
+            }
+        )
     return {"servers": servers, "identified": index.server is not None}
 
 
@@ -123,7 +133,9 @@ def state_json(state: AppState) -> dict[str, Any]:
         "error": snap.error if snap else "no poll made",
         "version": snap.version if snap else None,
         "taken_at": snap.taken_at if snap else None,
-        "models": [model_json(v, usage.get((v.name, v.digest)), state) for v in state.models] if snap and snap.reachable else [],
+        "models": [model_json(v, usage.get((v.name, v.digest)), state) for v in state.models]
+        if snap and snap.reachable
+        else [],
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
         "past_alerts": [alert_json(a) for a in state.past_alerts],
@@ -191,24 +203,47 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
         lines.append(f"kvtop: {state.host_url}: unreachable: {safe((snap.error if snap else None) or 'no poll made')}")
         lines.extend(f"  {hint}" for hint in hints)
         return "\n".join(lines) + "\n"
-    lines.append(f"kvtop {__version__} — {state.host_url} — Ollama {safe(snap.version or '?')}"
-                 f" — {len(state.models)} model{'s' if len(state.models) != 1 else ''} loaded")
+    lines.append(
+        f"kvtop {__version__} — {state.host_url} — Ollama {safe(snap.version or '?')}"
+        f" — {len(state.models)} model{'s' if len(state.models) != 1 else ''} loaded"
+    )
     # while a model is spilled, VRAM+RAM after SIZE: its VRAM, then its system RAM (PROCESSOR gives
     # the same split CPU first, as `ollama ps` prints it)
     spill = any(v.spilled for v in state.models)
     # the dashboard's column order (its MEMORY column is WEIGHTS KV COMPUTE here), ollama ps's words
-    header = ["NAME", "ID", "SIZE", *(["VRAM+RAM"] if spill else []), "WEIGHTS", "KV", "COMPUTE", "CONTEXT", "PROCESSOR",
-              "FLASH ATTN", "KV TYPE", "UNTIL"]
+    header = [
+        "NAME",
+        "ID",
+        "SIZE",
+        *(["VRAM+RAM"] if spill else []),
+        "WEIGHTS",
+        "KV",
+        "COMPUTE",
+        "CONTEXT",
+        "PROCESSOR",
+        "FLASH ATTN",
+        "KV TYPE",
+        "UNTIL",
+    ]
     rows = [header]
     for v in state.models:
         m = v.memory
-        rows.append([
-            safe_name(v.name, 40), safe(v.short_id, 12), _bytes(v.size_bytes), *([_vram_ram(v)] if spill else []),
-            size_text(m.weights), size_text(m.kv), size_text(m.compute),
-            context_text(v), "cloud" if v.cloud else v.processor,
-            setting_text(v.flash_attention), setting_text(v.kv_type),
-            v.until,
-        ])
+        rows.append(
+            [
+                safe_name(v.name, 40),
+                safe(v.short_id, 12),
+                _bytes(v.size_bytes),
+                *([_vram_ram(v)] if spill else []),
+                size_text(m.weights),
+                size_text(m.kv),
+                size_text(m.compute),
+                context_text(v),
+                "cloud" if v.cloud else v.processor,
+                setting_text(v.flash_attention),
+                setting_text(v.kv_type),
+                v.until,
+            ]
+        )
     widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:  # pad by terminal cells, so CJK and emoji names keep the columns aligned
         lines.append("  ".join(cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(r)).rstrip())
@@ -250,16 +285,24 @@ def gpu_text_lines(state: AppState) -> list[str]:
         if d.error:
             lines.append(f"{name}: {safe(d.error, 200)}")
             continue
-        used = d.memory_total_bytes - d.memory_free_bytes if d.memory_total_bytes is not None and d.memory_free_bytes is not None else d.memory_used_bytes
+        used = (
+            d.memory_total_bytes - d.memory_free_bytes
+            if d.memory_total_bytes is not None and d.memory_free_bytes is not None
+            else d.memory_used_bytes
+        )
         shared = " (shares system RAM)" if d.unified_memory else ""
-        lines.append(f"{name}{shared}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
-                     f", util {d.gpu_util_percent if d.gpu_util_percent is not None else '?'}%"
-                     f", {d.temperature_c if d.temperature_c is not None else '?'}°C"
-                     f", {d.power_draw_mw // 1000 if d.power_draw_mw is not None else '?'} W")
+        lines.append(
+            f"{name}{shared}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
+            f", util {d.gpu_util_percent if d.gpu_util_percent is not None else '?'}%"
+            f", {d.temperature_c if d.temperature_c is not None else '?'}°C"
+            f", {d.power_draw_mw // 1000 if d.power_draw_mw is not None else '?'} W"
+        )
         for p in v.processes:
             what = p.model or p.command or p.name or "?"
-            lines.append(f"  PID {p.pid:<8} {ibytes(p.gpu_memory_bytes):>10}  {p.kind:<7} {safe(p.user or '?', 16):<8} "
-                         f"{safe(what, 80)}" + (f"  ({safe(p.note, 80)})" if p.note else ""))
+            lines.append(
+                f"  PID {p.pid:<8} {ibytes(p.gpu_memory_bytes):>10}  {p.kind:<7} {safe(p.user or '?', 16):<8} "
+                f"{safe(what, 80)}" + (f"  ({safe(p.note, 80)})" if p.note else "")
+            )
         if d.memory_note:
             lines.append(f"  {safe(d.memory_note, 200)}")
         if v.note:

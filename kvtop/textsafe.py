@@ -45,9 +45,7 @@ def safe(text: str, limit: int | None = None) -> str:
     if text.isascii() and text.isprintable():
         out = text  # fast path: printable ASCII has no Cc/Cf/Cs/Co character (most text, every poll)
     else:
-        out = "".join(
-            REPLACEMENT if unicodedata.category(ch) in _UNSAFE and ch != " " else ch for ch in text
-        )
+        out = "".join(REPLACEMENT if unicodedata.category(ch) in _UNSAFE and ch != " " else ch for ch in text)
     if limit is not None and len(out) > limit:
         out = out[: max(0, limit - 1)] + "…"
     return out

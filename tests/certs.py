@@ -25,8 +25,21 @@ class TestCa:
         if openssl is None:
             pytest.skip("openssl is not installed: the TLS stand-in needs a certificate made by it")
         self.openssl, self.folder = openssl, folder
-        self.run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-                 "-subj", "/CN=kvtop test CA")
+        self.run(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=kvtop test CA",
+        )
         self.pem = str(folder / "ca.pem")
 
     def run(self, *args: str) -> None:
@@ -35,8 +48,33 @@ class TestCa:
     def sign(self, name: str, san: str, *, days: str = "2", cn: str = "127.0.0.1") -> tuple[str, str]:
         """A server certificate signed by this CA: its ``(cert path, key path)``."""
         (self.folder / f"{name}.cnf").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n", encoding="utf-8")
-        self.run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN={cn}")
-        self.run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.pem", "-days", days, "-extfile", f"{name}.cnf")
+        self.run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={cn}",
+        )
+        self.run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            days,
+            "-extfile",
+            f"{name}.cnf",
+        )
         return str(self.folder / f"{name}.pem"), str(self.folder / f"{name}.key")

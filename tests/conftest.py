@@ -18,62 +18,64 @@ then the inner loop (under 2 minutes on 2 cores); the whole suite (no ``-m``) is
 README run. A file that grows past the bound goes on the list; ``tests/unit/test_slow_files.py``
 checks that every entry still names a file."""
 
-SLOW_FILES: frozenset[str] = frozenset({  # seconds in all: the run of 2026-12-02 on 2 busy cores (25 min in all)
-    "tests/integration/test_apply_step.py",  # 11 s
-    "tests/integration/test_check_log.py",  # 16 s
-    "tests/integration/test_cli.py",  # 18 s
-    "tests/integration/test_credentials.py",  # 25 s
-    "tests/integration/test_export_prometheus.py",  # 28 s
-    "tests/integration/test_export_textfile.py",  # 29 s
-    "tests/integration/test_exporter_load.py",  # 14 s
-    "tests/integration/test_exporter_slowloris.py",  # 10 s
-    "tests/integration/test_hostile_server.py",  # 58 s
-    "tests/integration/test_ladder_real.py",  # 88 s
-    "tests/integration/test_llama_server.py",  # 7 s
-    "tests/integration/test_log_burst.py",  # 12 s
-    "tests/integration/test_log_never_found.py",  # 8 s
-    "tests/integration/test_multi_host.py",  # 15 s
-    "tests/integration/test_one_engine.py",  # 5.1 s alone on a quiet machine (newer than the run above)
-    "tests/integration/test_one_vocabulary.py",  # 9 s
-    "tests/integration/test_plan_cli.py",  # 28 s
-    "tests/integration/test_preflight.py",  # 14 s
-    "tests/integration/test_preflight_pool.py",  # 37 s
-    "tests/integration/test_process.py",  # 10 s
-    "tests/integration/test_record_replay.py",  # 17 s
-    "tests/integration/test_remote_servers.py",  # 16 s
-    "tests/integration/test_slots_llama_server.py",  # 224 s
-    "tests/integration/test_soak.py",  # 218 s
-    "tests/integration/test_stream.py",  # 7 s
-    "tests/integration/test_tail_rotation.py",  # 6 s
-    "tests/integration/test_tls_words.py",  # 9 s
-    "tests/integration/test_tmux.py",  # 9 s
-    "tests/integration/test_type_ahead_tmux.py",  # 5 s
-    "tests/integration/test_way_forward.py",  # 9 s
-    "tests/ui/test_app.py",  # 11 s
-    "tests/ui/test_dashboard_layout.py",  # 9 s
-    "tests/ui/test_demo_mission.py",  # 11 s
-    "tests/ui/test_header_flags.py",  # 11 s
-    "tests/ui/test_history_fit.py",  # 17 s
-    "tests/ui/test_history_screen.py",  # 12 s
-    "tests/ui/test_memory_map.py",  # 10 s
-    "tests/ui/test_narrow_text.py",  # 10 s
-    "tests/ui/test_operator_actions.py",  # 71 s
-    "tests/ui/test_plan_screen.py",  # 16 s
-    "tests/ui/test_plot_resolution.py",  # 6 s
-    "tests/ui/test_screen_leaks.py",  # 56 s
-    "tests/ui/test_snapshots.py",  # 10 s
-    "tests/ui/test_snapshots_narrow.py",  # 25 s
-    "tests/ui/test_table_cost.py",  # 7 s
-    "tests/ui/test_terminals.py",  # 6 s
-    "tests/ui/test_themes.py",  # 8 s
-    "tests/ui/test_type_ahead.py",  # 46 s
-    "tests/ui/test_write_safety.py",  # 17 s
-    "tests/unit/test_fuzz.py",  # 52 s
-    "tests/unit/test_inspect_log_stream.py",  # 11 s
-    "tests/unit/test_output_safety.py",  # 10 s
-    "tests/unit/test_replay_hostile.py",  # 10 s
-    "tests/unit/test_tail.py",  # 6 s
-})
+SLOW_FILES: frozenset[str] = frozenset(
+    {  # seconds in all: the run of 2026-12-02 on 2 busy cores (25 min in all)
+        "tests/integration/test_apply_step.py",  # 11 s
+        "tests/integration/test_check_log.py",  # 16 s
+        "tests/integration/test_cli.py",  # 18 s
+        "tests/integration/test_credentials.py",  # 25 s
+        "tests/integration/test_export_prometheus.py",  # 28 s
+        "tests/integration/test_export_textfile.py",  # 29 s
+        "tests/integration/test_exporter_load.py",  # 14 s
+        "tests/integration/test_exporter_slowloris.py",  # 10 s
+        "tests/integration/test_hostile_server.py",  # 58 s
+        "tests/integration/test_ladder_real.py",  # 88 s
+        "tests/integration/test_llama_server.py",  # 7 s
+        "tests/integration/test_log_burst.py",  # 12 s
+        "tests/integration/test_log_never_found.py",  # 8 s
+        "tests/integration/test_multi_host.py",  # 15 s
+        "tests/integration/test_one_engine.py",  # 5.1 s alone on a quiet machine (newer than the run above)
+        "tests/integration/test_one_vocabulary.py",  # 9 s
+        "tests/integration/test_plan_cli.py",  # 28 s
+        "tests/integration/test_preflight.py",  # 14 s
+        "tests/integration/test_preflight_pool.py",  # 37 s
+        "tests/integration/test_process.py",  # 10 s
+        "tests/integration/test_record_replay.py",  # 17 s
+        "tests/integration/test_remote_servers.py",  # 16 s
+        "tests/integration/test_slots_llama_server.py",  # 224 s
+        "tests/integration/test_soak.py",  # 218 s
+        "tests/integration/test_stream.py",  # 7 s
+        "tests/integration/test_tail_rotation.py",  # 6 s
+        "tests/integration/test_tls_words.py",  # 9 s
+        "tests/integration/test_tmux.py",  # 9 s
+        "tests/integration/test_type_ahead_tmux.py",  # 5 s
+        "tests/integration/test_way_forward.py",  # 9 s
+        "tests/ui/test_app.py",  # 11 s
+        "tests/ui/test_dashboard_layout.py",  # 9 s
+        "tests/ui/test_demo_mission.py",  # 11 s
+        "tests/ui/test_header_flags.py",  # 11 s
+        "tests/ui/test_history_fit.py",  # 17 s
+        "tests/ui/test_history_screen.py",  # 12 s
+        "tests/ui/test_memory_map.py",  # 10 s
+        "tests/ui/test_narrow_text.py",  # 10 s
+        "tests/ui/test_operator_actions.py",  # 71 s
+        "tests/ui/test_plan_screen.py",  # 16 s
+        "tests/ui/test_plot_resolution.py",  # 6 s
+        "tests/ui/test_screen_leaks.py",  # 56 s
+        "tests/ui/test_snapshots.py",  # 10 s
+        "tests/ui/test_snapshots_narrow.py",  # 25 s
+        "tests/ui/test_table_cost.py",  # 7 s
+        "tests/ui/test_terminals.py",  # 6 s
+        "tests/ui/test_themes.py",  # 8 s
+        "tests/ui/test_type_ahead.py",  # 46 s
+        "tests/ui/test_write_safety.py",  # 17 s
+        "tests/unit/test_fuzz.py",  # 52 s
+        "tests/unit/test_inspect_log_stream.py",  # 11 s
+        "tests/unit/test_output_safety.py",  # 10 s
+        "tests/unit/test_replay_hostile.py",  # 10 s
+        "tests/unit/test_tail.py",  # 6 s
+    }
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

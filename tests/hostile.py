@@ -63,14 +63,27 @@ DIGEST = "a2af6cc3eb7fa8be8504abaf9b04e88f17a119ec3f04a3addf55f92841195f5a"
 
 # --- bodies of a healthy server ------------------------------------------------------------------
 
-def ps_entry(name: str = "llama3.2:latest", digest: str = DIGEST, *, size_bytes: int = 3_000_000_000,
-             context_length: int = 4096) -> dict[str, Any]:
+
+def ps_entry(
+    name: str = "llama3.2:latest", digest: str = DIGEST, *, size_bytes: int = 3_000_000_000, context_length: int = 4096
+) -> dict[str, Any]:
     """One ``/api/ps`` model entry, fully on the GPU, with Ollama's real field names."""
     return {
-        "name": name, "model": name, "size": size_bytes, "digest": digest,
-        "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
-                    "parameter_size": "3.2B", "quantization_level": "Q4_K_M"},
-        "expires_at": "2099-01-01T00:00:00Z", "size_vram": size_bytes, "context_length": context_length,
+        "name": name,
+        "model": name,
+        "size": size_bytes,
+        "digest": digest,
+        "details": {
+            "parent_model": "",
+            "format": "gguf",
+            "family": "llama",
+            "families": ["llama"],
+            "parameter_size": "3.2B",
+            "quantization_level": "Q4_K_M",
+        },
+        "expires_at": "2099-01-01T00:00:00Z",
+        "size_vram": size_bytes,
+        "context_length": context_length,
     }
 
 
@@ -86,12 +99,18 @@ def show_body(architecture: str = "llama") -> dict[str, Any]:
     a = architecture
     return {
         "modelfile": "FROM /root/.ollama/models/blobs/sha256-" + "ab" * 32 + "\n",
-        "parameters": "", "template": "{{ .Prompt }}", "capabilities": ["completion"],
+        "parameters": "",
+        "template": "{{ .Prompt }}",
+        "capabilities": ["completion"],
         "details": {"format": "gguf", "family": a},
         "model_info": {
-            "general.architecture": a, f"{a}.block_count": 28, f"{a}.context_length": 131072,
-            f"{a}.embedding_length": 3072, f"{a}.attention.head_count": 24,
-            f"{a}.attention.head_count_kv": 8, f"{a}.attention.key_length": 128,
+            "general.architecture": a,
+            f"{a}.block_count": 28,
+            f"{a}.context_length": 131072,
+            f"{a}.embedding_length": 3072,
+            f"{a}.attention.head_count": 24,
+            f"{a}.attention.head_count_kv": 8,
+            f"{a}.attention.key_length": 128,
             f"{a}.attention.value_length": 128,
         },
     }
@@ -99,11 +118,16 @@ def show_body(architecture: str = "llama") -> dict[str, Any]:
 
 def tags_body(n: int = 1) -> dict[str, Any]:
     """A ``/api/tags`` body matching ``ps_body(n)``."""
-    return {"models": [{"name": m["name"], "model": m["name"], "digest": m["digest"], "size": 2_000_000_000}
-                       for m in ps_body(n)["models"]]}
+    return {
+        "models": [
+            {"name": m["name"], "model": m["name"], "digest": m["digest"], "size": 2_000_000_000}
+            for m in ps_body(n)["models"]
+        ]
+    }
 
 
 # --- attacks -------------------------------------------------------------------------------------
+
 
 class Attack:
     """Writes one whole HTTP response for a request (override ``serve``).
@@ -195,12 +219,13 @@ class GzipBomb(Attack):
 
     def serve(self, h: BaseHTTPRequestHandler, stop: threading.Event) -> None:
         data = gzip_bomb_bytes(self.compressed_bytes)
-        _head(h, 200, {"Content-Type": "application/json", "Content-Encoding": "gzip",
-                       "Content-Length": str(len(data))})
+        _head(
+            h, 200, {"Content-Type": "application/json", "Content-Encoding": "gzip", "Content-Length": str(len(data))}
+        )
         for i in range(0, len(data), 64 * KiB):
             if stop.is_set():
                 return
-            h.wfile.write(data[i:i + 64 * KiB])
+            h.wfile.write(data[i : i + 64 * KiB])
 
 
 @dataclass
@@ -215,7 +240,7 @@ class Trickle(Attack):
         data = json.dumps(self.obj).encode()
         _head(h, 200, {"Content-Type": "application/json", "Content-Length": str(len(data))})
         for i in range(0, len(data), self.step_bytes):
-            h.wfile.write(data[i:i + self.step_bytes])
+            h.wfile.write(data[i : i + self.step_bytes])
             h.wfile.flush()
             if stop.wait(self.interval_s):
                 return
@@ -243,8 +268,11 @@ class ErrorBody(Attack):
 
     def serve(self, h: BaseHTTPRequestHandler, stop: threading.Event) -> None:
         data = json.dumps({"error": self.text}).encode() if self.as_json else self.text.encode()
-        _head(h, self.status, {"Content-Type": "application/json" if self.as_json else "text/plain",
-                               "Content-Length": str(len(data))})
+        _head(
+            h,
+            self.status,
+            {"Content-Type": "application/json" if self.as_json else "text/plain", "Content-Length": str(len(data))},
+        )
         h.wfile.write(data)
 
 
@@ -293,6 +321,7 @@ def _plain(h: BaseHTTPRequestHandler, status: int, text: str) -> None:
 
 
 # --- the server ----------------------------------------------------------------------------------
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -399,6 +428,7 @@ def hostile_server(routes: Mapping[str, Attack] | None = None, *, n_models: int 
 
 # --- measuring a process -------------------------------------------------------------------------
 
+
 @dataclass
 class Measured:
     """What ``run_measured`` saw: exit code (None when killed at the limit), output, wall time in
@@ -416,8 +446,9 @@ def kvtop_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "kvtop", *args]
 
 
-def run_measured(cmd: Sequence[str], *, limit_s: float, sample_s: float = 0.02,
-                 env: Mapping[str, str] | None = None) -> Measured:
+def run_measured(
+    cmd: Sequence[str], *, limit_s: float, sample_s: float = 0.02, env: Mapping[str, str] | None = None
+) -> Measured:
     """Run ``cmd`` to its end (killed after ``limit_s``), sampling its RSS (and its children's) with psutil.
 
     The output goes to temporary files, so a chatty process never blocks on a full pipe.
@@ -453,5 +484,4 @@ def run_measured(cmd: Sequence[str], *, limit_s: float, sample_s: float = 0.02,
         wall_s = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
-        return Measured(rc, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                        wall_s, peak)
+        return Measured(rc, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"), wall_s, peak)

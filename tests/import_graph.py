@@ -148,10 +148,7 @@ def edges(*, include_type_checking: bool = True, external: bool = False) -> list
     out: list[Edge] = []
     for name, path in modules.items():
         found = imports_of(path.read_text(encoding="utf-8"), name, names, is_package=path.name == "__init__.py")
-        out.extend(
-            e for e in found
-            if (include_type_checking or e.kind != "type") and (external or not e.external)
-        )
+        out.extend(e for e in found if (include_type_checking or e.kind != "type") and (external or not e.external))
     return out
 
 
@@ -212,8 +209,10 @@ def main(argv: list[str]) -> int:
     all_edges = edges(include_type_checking=include)
     g = graph(include_type_checking=include)
     found = circles(g)
-    print(f"{len(g)} modules, {sum(len(v) for v in g.values())} edges, {len(found)} circles"
-          f" ({'every import' if include else 'TYPE_CHECKING-only imports left out'})")
+    print(
+        f"{len(g)} modules, {sum(len(v) for v in g.values())} edges, {len(found)} circles"
+        f" ({'every import' if include else 'TYPE_CHECKING-only imports left out'})"
+    )
     for component in found:
         print(f"- {len(component)}: " + " ".join(sorted(component)))
         if "--edges" in argv:

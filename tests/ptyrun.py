@@ -26,8 +26,14 @@ class PtyProcess:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kvtop", *args], stdin=slave, stdout=slave, stderr=slave,
-            cwd=str(REPO), env=env, start_new_session=True, close_fds=True,
+            [sys.executable, "-m", "kvtop", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=str(REPO),
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
         os.close(slave)
         self.master = master

@@ -97,8 +97,9 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 @contextmanager
-def running(args: list[str], env_extra: dict[str, str] | None = None, port: int = 0,
-            verify: Any = True) -> Iterator[Standin]:
+def running(
+    args: list[str], env_extra: dict[str, str] | None = None, port: int = 0, verify: Any = True
+) -> Iterator[Standin]:
     """Start the server, yield it once it printed LISTENING, always stop it afterwards.
 
     ``verify``: the control client's TLS trust when ``args`` serve https (``--tls-cert``):
@@ -122,8 +123,12 @@ def running(args: list[str], env_extra: dict[str, str] | None = None, port: int 
 
 
 TINY_INFO = {  # tests/llama_fixture.py TinyLlama(): 4 layers, n_embd 128, 4 heads, 2 KV heads (head dim 32)
-    "general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 128,
-    "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.context_length": 16384,
+    "general.architecture": "llama",
+    "llama.block_count": 4,
+    "llama.embedding_length": 128,
+    "llama.attention.head_count": 4,
+    "llama.attention.head_count_kv": 2,
+    "llama.context_length": 16384,
     "llama.feed_forward_length": 256,
 }
 
@@ -141,8 +146,15 @@ def tiny_scenario(tmp_path: Path) -> tuple[Path, str]:
     tiny = {**template, "model_info": TINY_INFO, "file_size": 1_048_576, "note": "tiny test model"}
     tiny["details"] = {**template["details"], "family": "llama", "families": ["llama"], "parameter_size": "1M"}
     data["models"] = {"tiny:latest": tiny}
-    data["steps"] = [{"at_s": 0, "label": "tiny at 2048", "loaded": [
-        {"model": "tiny:latest", "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}]}]
+    data["steps"] = [
+        {
+            "at_s": 0,
+            "label": "tiny at 2048",
+            "loaded": [
+                {"model": "tiny:latest", "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}
+            ],
+        }
+    ]
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path, model_blob(load_scenario(path).models["tiny:latest"])

@@ -65,50 +65,95 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop",
         description="top for an Ollama server's memory: weights vs KV cache vs compute per model.\n"
-                    "Sizes are binary: 1 GiB = 2^30 bytes, 1 MiB = 2^20 bytes (ollama ps prints\n"
-                    "decimal GB: its 6.1 GB is kvtop's 5.7 GiB).",
+        "Sizes are binary: 1 GiB = 2^30 bytes, 1 MiB = 2^20 bytes (ollama ps prints\n"
+        "decimal GB: its 6.1 GB is kvtop's 5.7 GiB).",
         epilog=SUBCOMMANDS_HELP + "\n" + ACCESS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--host", metavar="URL", action="append",
-                   help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434); "
-                        "repeat it to watch several servers. A password here is visible to every local user (ps): "
-                        "use --password-file or --netrc")
+    p.add_argument(
+        "--host",
+        metavar="URL",
+        action="append",
+        help="Ollama server, read like OLLAMA_HOST (default: $OLLAMA_HOST, else http://127.0.0.1:11434); "
+        "repeat it to watch several servers. A password here is visible to every local user (ps): "
+        "use --password-file or --netrc",
+    )
     add_access_arguments(p)
-    p.add_argument("--interval", "-n", type=float, default=None, metavar="SECONDS",
-                   help="seconds between polls, 0.25–60 (default: 1)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="bound on each API request (default: 3)")
-    p.add_argument("--theme", default=None, metavar="NAME",
-                   help="kvtop-dark (default), kvtop-light, kvtop-high-contrast, kvtop-mono, or a user theme")
+    p.add_argument(
+        "--interval",
+        "-n",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between polls, 0.25–60 (default: 1)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="bound on each API request (default: 3)"
+    )
+    p.add_argument(
+        "--theme",
+        default=None,
+        metavar="NAME",
+        help="kvtop-dark (default), kvtop-light, kvtop-high-contrast, kvtop-mono, or a user theme",
+    )
     p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the effective settings and where each came from, then exit")
-    p.add_argument("--log", metavar="SPEC", default=None,
-                   help="server log: auto (default), journal[:UNIT], journal-user[:UNIT], file:PATH, "
-                        "docker:CONTAINER, - (stdin) or none")
+    p.add_argument(
+        "--print-config", action="store_true", help="print the effective settings and where each came from, then exit"
+    )
+    p.add_argument(
+        "--log",
+        metavar="SPEC",
+        default=None,
+        help="server log: auto (default), journal[:UNIT], journal-user[:UNIT], file:PATH, "
+        "docker:CONTAINER, - (stdin) or none",
+    )
     p.add_argument("--once", action="store_true", help="print one sample as a plain table and exit")
     p.add_argument("--json", action="store_true", help="with --once or --check: print JSON instead")
-    p.add_argument("--stream", action="store_true",
-                   help="print one --once --json object per interval, one a line (NDJSON), until stopped")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="print one --once --json object per interval, one a line (NDJSON), until stopped",
+    )
     p.add_argument("--count", type=int, default=None, metavar="N", help="with --stream: stop after N objects")
-    p.add_argument("--check", action="store_true",
-                   help="one sample, print the alerts, exit 0 (none), 1 (warnings) or 2 (critical or unreachable)")
-    p.add_argument("--demo", action="store_true",
-                   help="start the embedded stand-in Ollama server on 127.0.0.1 and watch it")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="one sample, print the alerts, exit 0 (none), 1 (warnings) or 2 (critical or unreachable)",
+    )
+    p.add_argument(
+        "--demo", action="store_true", help="start the embedded stand-in Ollama server on 127.0.0.1 and watch it"
+    )
     p.add_argument("--demo-speed", type=float, default=1.0, metavar="X", help=argparse.SUPPRESS)
-    p.add_argument("--record", metavar="FILE", default=None,
-                   help="write every sample and log batch to FILE as JSON Lines (gzip when FILE ends in .gz)")
-    p.add_argument("--replay", metavar="FILE", default=None,
-                   help="play a recording instead of polling (FILE, or a bundled one: demo, incident)")
-    p.add_argument("--readonly", action="store_true", default=None,
-                   help="never send a request that changes the server (disables the what-if screen's load action)")
-    p.add_argument("--ascii", action="store_true",
-                   help="draw with ASCII only (bars # %% + . -, x for the times sign; the marks ~ ^ = * ? unchanged); "
-                        "on by itself when the locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG, e.g. LANG=C)")
-    p.add_argument("--si", action="store_true",
-                   help="write sizes in decimal units, as ollama ps (6.1 GB; default binary: 5.7 GiB); "
-                        "the history plots keep GiB, and JSON is bytes either way")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        default=None,
+        help="write every sample and log batch to FILE as JSON Lines (gzip when FILE ends in .gz)",
+    )
+    p.add_argument(
+        "--replay",
+        metavar="FILE",
+        default=None,
+        help="play a recording instead of polling (FILE, or a bundled one: demo, incident)",
+    )
+    p.add_argument(
+        "--readonly",
+        action="store_true",
+        default=None,
+        help="never send a request that changes the server (disables the what-if screen's load action)",
+    )
+    p.add_argument(
+        "--ascii",
+        action="store_true",
+        help="draw with ASCII only (bars # %% + . -, x for the times sign; the marks ~ ^ = * ? unchanged); "
+        "on by itself when the locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG, e.g. LANG=C)",
+    )
+    p.add_argument(
+        "--si",
+        action="store_true",
+        help="write sizes in decimal units, as ollama ps (6.1 GB; default binary: 5.7 GiB); "
+        "the history plots keep GiB, and JSON is bytes either way",
+    )
     p.add_argument("--version", action="version", version=f"kvtop {__version__}")
     return p
 
@@ -184,8 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except HostError as exc:
             if origins["host"] == "flag":
                 parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
-            warnings.append(f"host from {origins['host']}: {exc} — "
-                            f"{'it is left out' if len(values['host']) > 1 else 'the default is used'}")
+            warnings.append(
+                f"host from {origins['host']}: {exc} — "
+                f"{'it is left out' if len(values['host']) > 1 else 'the default is used'}"
+            )
             continue
         if url not in host_urls:
             host_urls.append(url)
@@ -194,8 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     host_url = host_urls[0]
     try:
         access, access_warnings = server_accesses(
-            [(u, *credentials.get(u, (None, None))) for u in host_urls], **access_options(args),
-            servers=values.get("servers"), env=env, file_origin=str(resolved.path), host_origin=origins["host"])
+            [(u, *credentials.get(u, (None, None))) for u in host_urls],
+            **access_options(args),
+            servers=values.get("servers"),
+            env=env,
+            file_origin=str(resolved.path),
+            host_origin=origins["host"],
+        )
     except ConfigError as exc:
         parser.exit(EXIT_UNREACHABLE, safe_block(f"kvtop: {exc}\n"))
     warnings.extend(access_warnings)
@@ -227,19 +279,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         alerts=values["alerts"],
         more_hosts=tuple(host_urls[1:]),
         access=access,
-        extra={"json": "1" if args.json else "0", "check": "1" if args.check else "0",
-               "ascii": "1" if args.ascii or output_wants_ascii(os.environ, getattr(sys.stdout, "encoding", None),
-                                                                 sys.flags.utf8_mode, sys._xoptions) else "0",
-               "warnings": "\n".join(warnings), "log_origin": origins["log"], "host_origin": origins["host"]},
+        extra={
+            "json": "1" if args.json else "0",
+            "check": "1" if args.check else "0",
+            "ascii": "1"
+            if args.ascii
+            or output_wants_ascii(os.environ, getattr(sys.stdout, "encoding", None), sys.flags.utf8_mode, sys._xoptions)
+            else "0",
+            "warnings": "\n".join(warnings),
+            "log_origin": origins["log"],
+            "host_origin": origins["host"],
+        },
     )
     try:
         if args.demo:
             try:
                 # the dashboard follows the server log the stand-in writes (kvtop.demo.logwriter)
                 demo_log = origins["log"] == "default" and not (args.once or args.stream)
-                with tempfile.TemporaryDirectory(prefix="kvtop-demo-") as tmp, \
-                        demo_server(args.demo_speed, manual=args.once,
-                                    extra=["--log-file", os.path.join(tmp, "server.log")] if demo_log else []) as url:
+                with (
+                    tempfile.TemporaryDirectory(prefix="kvtop-demo-") as tmp,
+                    demo_server(
+                        args.demo_speed,
+                        manual=args.once,
+                        extra=["--log-file", os.path.join(tmp, "server.log")] if demo_log else [],
+                    ) as url,
+                ):
                     settings = dataclasses.replace(settings, host_url=url)
                     if demo_log:
                         settings = dataclasses.replace(settings, log_spec=f"file:{os.path.join(tmp, 'server.log')}")
@@ -266,8 +330,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def config_report(resolved: ResolvedConfig, host_url: str, log_spec: str, warnings: Sequence[str] = (),
-                  access: Mapping[str, Any] | None = None) -> str:
+def config_report(
+    resolved: ResolvedConfig,
+    host_url: str,
+    log_spec: str,
+    warnings: Sequence[str] = (),
+    access: Mapping[str, Any] | None = None,
+) -> str:
     """``--print-config``: every setting, its effective value and where it came from; per server,
     what credentials are sent and how TLS is checked, every secret masked (``config.access_report``)."""
     shown = dict(resolved.values)
@@ -300,5 +369,7 @@ def _unknown_theme(name: str) -> str | None:
     themes, _ = load_themes_reporting(config_dir() / "themes")
     if name in themes or name in BUILTIN_THEMES:
         return None
-    return (f"unknown theme {name!r}; themes: {', '.join(themes)}, or one of Textual's {len(BUILTIN_THEMES)}"
-            f" (textual-dark, nord, ...); your own go in {config_dir() / 'themes'}")
+    return (
+        f"unknown theme {name!r}; themes: {', '.join(themes)}, or one of Textual's {len(BUILTIN_THEMES)}"
+        f" (textual-dark, nord, ...); your own go in {config_dir() / 'themes'}"
+    )

@@ -29,8 +29,12 @@ def _replay(settings: Settings, name: str) -> int:
     header = recording.header
     log_spec = header.sources.get("log")
     settings = dataclasses.replace(
-        settings, host_url=header.host_url, demo=False, readonly=True,
-        log_spec=log_spec if isinstance(log_spec, str) else "none")
+        settings,
+        host_url=header.host_url,
+        demo=False,
+        readonly=True,
+        log_spec=log_spec if isinstance(log_spec, str) else "none",
+    )
     app = make_app(settings, replay=recording)
     app.run()
     return app.return_code or EXIT_OK
@@ -41,8 +45,14 @@ def _attach_recorder(app: Any, path: str) -> str | None:
     from kvtop.sources.recorder import Recorder, recording_header
 
     header = recording_header(
-        hosts=app.hosts, log_spec=app.settings.log_spec, gpu=app.gpu_source is not None, demo=app.settings.demo,
-        naive_tz=app.state.naive_tz, thresholds=app.state.thresholds, started_at=time.time())
+        hosts=app.hosts,
+        log_spec=app.settings.log_spec,
+        gpu=app.gpu_source is not None,
+        demo=app.settings.demo,
+        naive_tz=app.state.naive_tz,
+        thresholds=app.state.thresholds,
+        started_at=time.time(),
+    )
     try:
         app.recorder = Recorder.create(path, header)
     except FileExistsError:
@@ -67,8 +77,9 @@ def _run(settings: Settings, *, once: bool, record: str | None = None) -> int:
             emit(f"kvtop: --log -: {exc}")
             return EXIT_UNREACHABLE
     demo = _machine_sources(settings)
-    app = make_app(settings, log_source=log_source, gpu_source=demo[0] if demo else None,
-                   proc_source=demo[1] if demo else None)
+    app = make_app(
+        settings, log_source=log_source, gpu_source=demo[0] if demo else None, proc_source=demo[1] if demo else None
+    )
     if record:
         problem = _attach_recorder(app, record)
         if problem:
@@ -90,8 +101,10 @@ def _stdin_log_with_keys_from_tty() -> Any:
     from kvtop.sources.tail_proc import StdinTail
 
     if os.isatty(0):
-        raise OSError("nothing is piped into kvtop (stdin is the terminal); "
-                      "use e.g. `ollama serve 2>&1 | kvtop --log -`, or --log file:PATH")
+        raise OSError(
+            "nothing is piped into kvtop (stdin is the terminal); "
+            "use e.g. `ollama serve 2>&1 | kvtop --log -`, or --log file:PATH"
+        )
     log_fd = os.dup(0)
     tty_fd = os.open("/dev/tty", os.O_RDWR)
     os.dup2(tty_fd, 0)

@@ -30,8 +30,9 @@ def sample_engine(settings: Settings) -> Any:
     from kvtop.engine import Engine, build_sources
 
     demo = _machine_sources(settings)
-    sources = build_sources(settings, gpu=demo[0] if demo else None, procs=demo[1] if demo else None,
-                            read_slots=True, server_info=True)
+    sources = build_sources(
+        settings, gpu=demo[0] if demo else None, procs=demo[1] if demo else None, read_slots=True, server_info=True
+    )
     engine = Engine(settings, sources)
     engine.on_notice(lambda notice: emit(f"kvtop: {notice.text}"))
     for warning in engine.warnings:
@@ -67,24 +68,38 @@ async def _sample_once(settings: Settings) -> int:
         # alerts about a model since unloaded still count: --check reports the events of its window
         codes = [exit_code(st.alerts + st.past_alerts, bool(st.reachable)) for st in states]
         if settings.extra.get("json") == "1":
-            objs = [{"host": st.host_url, "reachable": bool(st.reachable),
-                     "error": st.ollama.error if st.ollama else "no poll made",
-                     "hints": list(_hints(st, settings)),
-                     "alerts": [alert_json(a) for a in st.alerts],
-                     "past_alerts": [alert_json(a) for a in st.past_alerts],
-                     **({"tls": tls} if (tls := settings.access_for(st.host_url).tls_json()) is not None else {}),
-                     "log": ({"source": st.log.source, "lines": st.log.lines, "ok": st.log.ok, "status": st.log.status}
-                             if st.log.source is not None else None)} for st in states]
-            out: Any = {"hosts": objs, "exit_code": max(codes)} if several else {
-                k: v for k, v in objs[0].items() if k != "host"}
+            objs = [
+                {
+                    "host": st.host_url,
+                    "reachable": bool(st.reachable),
+                    "error": st.ollama.error if st.ollama else "no poll made",
+                    "hints": list(_hints(st, settings)),
+                    "alerts": [alert_json(a) for a in st.alerts],
+                    "past_alerts": [alert_json(a) for a in st.past_alerts],
+                    **({"tls": tls} if (tls := settings.access_for(st.host_url).tls_json()) is not None else {}),
+                    "log": (
+                        {"source": st.log.source, "lines": st.log.lines, "ok": st.log.ok, "status": st.log.status}
+                        if st.log.source is not None
+                        else None
+                    ),
+                }
+                for st in states
+            ]
+            out: Any = (
+                {"hosts": objs, "exit_code": max(codes)}
+                if several
+                else {k: v for k, v in objs[0].items() if k != "host"}
+            )
             sys.stdout.write(safe_json(out) + "\n")
         else:
             lines: list[str] = []
             for st in states:
                 block = alert_lines(st) or ["kvtop: no alerts"]
                 if not st.reachable:
-                    block[:0] = [f"kvtop: {st.host_url}: unreachable: {st.ollama.error if st.ollama else ''}",
-                                 *(f"  {hint}" for hint in _hints(st, settings))]
+                    block[:0] = [
+                        f"kvtop: {st.host_url}: unreachable: {st.ollama.error if st.ollama else ''}",
+                        *(f"  {hint}" for hint in _hints(st, settings)),
+                    ]
                 tls_note = settings.access_for(st.host_url).tls_note  # --insecure / --cacert, said whenever in use
                 if tls_note:
                     block.insert(0, f"kvtop: {st.host_url}: {tls_note}")
@@ -190,6 +205,10 @@ def _hints(state: Any, settings: Settings) -> tuple[str, ...]:
     if state.reachable:
         return ()
     snap = state.ollama
-    return unreachable_hints(state.host_url, settings.extra.get("host_origin"),
-                             snap.error_kind if snap is not None else None, demo=settings.demo,
-                             error=snap.error if snap is not None else None)
+    return unreachable_hints(
+        state.host_url,
+        settings.extra.get("host_origin"),
+        snap.error_kind if snap is not None else None,
+        demo=settings.demo,
+        error=snap.error if snap is not None else None,
+    )

@@ -133,10 +133,7 @@ class ResolvedConfig:
 
 
 def resolve_config(
-    flags: Mapping[str, Any],
-    env: Mapping[str, str] | None = None,
-    *,
-    saved_theme: str | None = None,
+    flags: Mapping[str, Any], env: Mapping[str, str] | None = None, *, saved_theme: str | None = None
 ) -> ResolvedConfig:
     """Combine settings: flag > environment > file > saved UI choice (theme) > default.
 

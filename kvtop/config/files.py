@@ -164,14 +164,19 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     warnings: list[str] = []
     for key, value in data.items():
         if key == "alerts" and not isinstance(value, dict):
-            warnings.append(f"{path}: alerts = {value!r}: must be a table ([alerts] with one threshold a line)"
-                            " — ignored, the default thresholds are used")
+            warnings.append(
+                f"{path}: alerts = {value!r}: must be a table ([alerts] with one threshold a line)"
+                " — ignored, the default thresholds are used"
+            )
         elif key == "servers" and not isinstance(value, dict):
-            warnings.append(f"{path}: servers must be a table ([servers.\"URL\"] with that server's headers,"
-                            " cacert, insecure, api_key_env) — ignored")
+            warnings.append(
+                f'{path}: servers must be a table ([servers."URL"] with that server\'s headers,'
+                " cacert, insecure, api_key_env) — ignored"
+            )
         elif key in CONFIG_KEYS or key in ("alerts", "servers"):
             out[key] = value
         else:
-            warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(CONFIG_KEYS)}, [alerts],"
-                            " [servers.\"URL\"])")
+            warnings.append(
+                f'{path}: unknown key {key!r} ignored (known: {", ".join(CONFIG_KEYS)}, [alerts], [servers."URL"])'
+            )
     return out, warnings

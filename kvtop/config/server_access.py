@@ -13,9 +13,23 @@ from typing import Any
 import httpx
 
 from kvtop.redact import register_secrets
-from kvtop.sources.auth import API_KEY_ENV, HeaderError, SecretFileError, ServerAccess, UserinfoError, ca_context, \
-    check_private, header_items, netrc_login, netrc_path, parse_header, read_password_file, redact_url, \
-    secret_header, split_userinfo
+from kvtop.sources.auth import (
+    API_KEY_ENV,
+    HeaderError,
+    SecretFileError,
+    ServerAccess,
+    UserinfoError,
+    ca_context,
+    check_private,
+    header_items,
+    netrc_login,
+    netrc_path,
+    parse_header,
+    read_password_file,
+    redact_url,
+    secret_header,
+    split_userinfo,
+)
 from kvtop.sources.hosts import is_loopback_url
 
 from kvtop.config.files import ConfigError
@@ -27,7 +41,7 @@ SERVER_KEYS: dict[str, str] = {
     "headers": 'extra request headers: a table (Name = "value") or a list of "Name: value"',
     "cacert": "PEM file of the CA(s) that signed the server's certificate (instead of the system's)",
     "insecure": "true: do not verify the server's TLS certificate",
-    "api_key_env": f"variable whose value is sent as Authorization: Bearer (default {API_KEY_ENV}; \"\": none)",
+    "api_key_env": f'variable whose value is sent as Authorization: Bearer (default {API_KEY_ENV}; "": none)',
     "password_file": "file whose first line is the basic-auth password of the user named in the URL (chmod 600)",
 }
 """Keys of a ``[servers."URL"]`` table in ``config.toml``."""
@@ -120,13 +134,17 @@ def server_accesses(
             raise ConfigError(str(exc)) from None
     for name, _ in flag_headers:
         if secret_header(name):
-            warnings.append(f"the value of --header {name} is visible to every user of this machine (ps): put it in"
-                            f' the config file instead ([servers."URL"] headers, chmod 600)'
-                            f"{' or OLLAMA_API_KEY' if name.lower() == 'authorization' else ''}")
+            warnings.append(
+                f"the value of --header {name} is visible to every user of this machine (ps): put it in"
+                f' the config file instead ([servers."URL"] headers, chmod 600)'
+                f"{' or OLLAMA_API_KEY' if name.lower() == 'authorization' else ''}"
+            )
     if host_origin == "flag" and any(h[2] is not None for h in hosts):
-        warnings.append("the password in --host is visible to every user of this machine (ps): give it with"
-                        " --password-file FILE, --netrc (~/.netrc), OLLAMA_HOST in the environment, or the"
-                        " config file (chmod 600)")
+        warnings.append(
+            "the password in --host is visible to every user of this machine (ps): give it with"
+            " --password-file FILE, --netrc (~/.netrc), OLLAMA_HOST in the environment, or the"
+            " config file (chmod 600)"
+        )
     _check_file_secrets(hosts, servers, host_origin, file_origin)
     if cacert is not None:
         problem = _cacert_problem(cacert)
@@ -170,20 +188,23 @@ def server_accesses(
                 if not isinstance(value, str) or not value.strip():
                     warnings.append(f"{where}: password_file must be a file path — no password is read")
                 else:
-                    entry["password_file"] = (value.strip(), f'{where}: password_file')
+                    entry["password_file"] = (value.strip(), f"{where}: password_file")
             else:
                 warnings.append(f"{where}: unknown key {name!r} ignored (known: {', '.join(SERVER_KEYS)})")
         per_host.setdefault(url, {}).update(entry)
     known = [h[0] for h in hosts]
     for url in per_host:
         if url not in known:
-            warnings.append(f'{file_origin}: [servers."{url}"] names no server watched ({", ".join(known)})'
-                            " — it applies to none")
+            warnings.append(
+                f'{file_origin}: [servers."{url}"] names no server watched ({", ".join(known)}) — it applies to none'
+            )
     out: dict[str, ServerAccess] = {}
     netrc_at = os.path.expanduser(netrc_file) if netrc_file else netrc_path(env) if netrc else None
     if password_file is not None and all(h[1] is None for h in hosts):
-        raise ConfigError("--password-file: no server address names its user; name it in the host value"
-                          " (https://<user>@host/), or use --netrc, whose entry names the login")
+        raise ConfigError(
+            "--password-file: no server address names its user; name it in the host value"
+            " (https://<user>@host/), or use --netrc, whose entry names the login"
+        )
     for url, user, password in hosts:
         entry = per_host.get(url, {})
         try:
@@ -193,24 +214,35 @@ def server_accesses(
         var = entry.get("api_key_env", API_KEY_ENV)
         key = env.get(var, "").strip() if var else ""
         access = ServerAccess(
-            url, username=user, password=password,
+            url,
+            username=user,
+            password=password,
             headers=tuple(entry.get("headers", ())) + tuple(flag_headers),
-            api_key=key or None, api_key_env=var or None,
+            api_key=key or None,
+            api_key_env=var or None,
             cacert=cacert if cacert is not None else (None if insecure else entry.get("cacert")),
             insecure=insecure or (cacert is None and bool(entry.get("insecure"))),
         )
         if user is not None and not access.https and not is_loopback_url(url):
-            warnings.append(f"the password for {url} goes over plain http (unencrypted): use https:// if its"
-                            " proxy offers it")
+            warnings.append(
+                f"the password for {url} goes over plain http (unencrypted): use https:// if its proxy offers it"
+            )
         out[url] = access
         # no output of this process shows them (kvtop.redact); a plain header's value (X-Team: ml) is no secret
-        register_secrets(dataclasses.replace(access, headers=tuple(
-            (n, v) for n, v in access.headers if secret_header(n))).secrets())
+        register_secrets(
+            dataclasses.replace(access, headers=tuple((n, v) for n, v in access.headers if secret_header(n))).secrets()
+        )
     return out, warnings
 
 
-def _password_for(url: str, user: str | None, password: str | None, password_file: str | None,
-                  table_file: tuple[str, str] | None, netrc_at: str | None) -> tuple[str | None, str | None]:
+def _password_for(
+    url: str,
+    user: str | None,
+    password: str | None,
+    password_file: str | None,
+    table_file: tuple[str, str] | None,
+    netrc_at: str | None,
+) -> tuple[str | None, str | None]:
     """``(user, password)`` for ``url``: the URL's own, else ``--password-file``, the table's
     ``password_file``, the netrc entry (see :func:`server_accesses`).
 
@@ -225,8 +257,9 @@ def _password_for(url: str, user: str | None, password: str | None, password_fil
     if table_file is not None:
         path, origin = table_file
         if user is None:
-            raise SecretFileError(f"{origin}: the address {url} names no user; name it in the host value"
-                                  " (https://<user>@host/)")
+            raise SecretFileError(
+                f"{origin}: the address {url} names no user; name it in the host value (https://<user>@host/)"
+            )
         return user, read_password_file(path, origin)
     if netrc_at is not None:
         found = netrc_login(netrc_at, httpx.URL(url).host)
@@ -235,8 +268,12 @@ def _password_for(url: str, user: str | None, password: str | None, password_fil
     return user, password
 
 
-def _check_file_secrets(hosts: list[tuple[str, str | None, str | None]], servers: Mapping[str, Any] | None,
-                        host_origin: str | None, file_origin: str) -> None:
+def _check_file_secrets(
+    hosts: list[tuple[str, str | None, str | None]],
+    servers: Mapping[str, Any] | None,
+    host_origin: str | None,
+    file_origin: str,
+) -> None:
     """Refuse a config file that holds a secret (a header value in a ``[servers."URL"]`` table, a
     password in ``host``) and that other users can read (``sources.auth.check_private``).
 

@@ -95,8 +95,11 @@ def _update_state(updates: Mapping[str, Any], what: str, env: Mapping[str, str] 
     tables: list[str] = []
     for key, value in data.items():
         if isinstance(value, Mapping):
-            body = [f"{json.dumps(str(k))} = {v}" for k, v in ((k, _toml_value(v)) for k, v in value.items())
-                    if v is not None]
+            body = [
+                f"{json.dumps(str(k))} = {v}"
+                for k, v in ((k, _toml_value(v)) for k, v in value.items())
+                if v is not None
+            ]
             tables.append(f"\n[{json.dumps(str(key))}]\n" + "".join(line + "\n" for line in body))
         elif (text := _toml_value(value)) is not None:
             lines.append(f"{json.dumps(str(key))} = {text}\n")

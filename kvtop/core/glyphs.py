@@ -26,23 +26,91 @@ known). No stand-in below is one of them, so a mark always means what the legend
 
 ASCII_GLYPHS: dict[str, str] = {
     # bars: model memory (weights, KV, compute, not known), the memory map and the GPU strip
-    "█": "#", "▓": "%", "▒": "+", "·": ".", "▇": "&", "▞": "/", "▚": "\\", "▄": "o", "░": "-",
+    "█": "#",
+    "▓": "%",
+    "▒": "+",
+    "·": ".",
+    "▇": "&",
+    "▞": "/",
+    "▚": "\\",
+    "▄": "o",
+    "░": "-",
     # sparklines ``▁`` to ``█`` (levels 1 to 8, ``▄`` and ``█`` as in the bars)
-    "▁": "_", "▂": ",", "▃": "-", "▅": "O", "▆": "8",
+    "▁": "_",
+    "▂": ",",
+    "▃": "-",
+    "▅": "O",
+    "▆": "8",
     # other block elements (Textual's tall and outer borders, scrollbars, quadrants)
-    "▀": "\"", "▔": "-", "▉": "|", "▊": "|", "▋": "|", "▌": "|", "▍": "|", "▎": "|", "▏": "|",
-    "▐": "|", "▕": "|", "▖": ".", "▗": ".", "▘": "'", "▝": "'", "▙": "#", "▛": "#", "▜": "#", "▟": "#",
+    "▀": '"',
+    "▔": "-",
+    "▉": "|",
+    "▊": "|",
+    "▋": "|",
+    "▌": "|",
+    "▍": "|",
+    "▎": "|",
+    "▏": "|",
+    "▐": "|",
+    "▕": "|",
+    "▖": ".",
+    "▗": ".",
+    "▘": "'",
+    "▝": "'",
+    "▙": "#",
+    "▛": "#",
+    "▜": "#",
+    "▟": "#",
     # arrows, pointers, sort order (``▲`` is the alerts' warning; the table's A-to-Z sort writes ``A``)
-    "→": ">", "←": "<", "↑": "'", "↓": "v", "↔": "-", "⇣": "v", "▶": ">", "▸": ">", "▲": "!", "▼": "v",
+    "→": ">",
+    "←": "<",
+    "↑": "'",
+    "↓": "v",
+    "↔": "-",
+    "⇣": "v",
+    "▶": ">",
+    "▸": ">",
+    "▲": "!",
+    "▼": "v",
     "⏎": "<",
     # signs and symbols
-    "×": "x", "−": "-", "–": "-", "—": "-", "…": ".", "±": "+", "≤": "<", "≥": ">", "≠": "#", "÷": "/",
-    "°": "o", "µ": "u", "μ": "u", "²": "2", "³": "3", "⁰": "0", "Σ": "E", "§": "S",
-    "•": ".", "●": "o", "◆": "@", "▪": "%", "✖": "x", "✗": "x", "✓": "v", "✔": "v", "ℹ": "i", "⚠": "!",
-    "‘": "'", "’": "'", "“": "\"", "”": "\"", "\u00a0": " ",
+    "×": "x",
+    "−": "-",
+    "–": "-",
+    "—": "-",
+    "…": ".",
+    "±": "+",
+    "≤": "<",
+    "≥": ">",
+    "≠": "#",
+    "÷": "/",
+    "°": "o",
+    "µ": "u",
+    "μ": "u",
+    "²": "2",
+    "³": "3",
+    "⁰": "0",
+    "Σ": "E",
+    "§": "S",
+    "•": ".",
+    "●": "o",
+    "◆": "@",
+    "▪": "%",
+    "✖": "x",
+    "✗": "x",
+    "✓": "v",
+    "✔": "v",
+    "ℹ": "i",
+    "⚠": "!",
+    "‘": "'",
+    "’": "'",
+    "“": '"',
+    "”": '"',
+    "\u00a0": " ",
     # the history plots' load / unload / reload markers (``│ ┆ ║``), told apart without colour too
     # (by rule all three would be ``|``); the map's overhead ``▐`` is ``|`` above, its other Ollama ``▚`` ``\``
-    "┆": ":", "║": "H",
+    "┆": ":",
+    "║": "H",
 }
 """Each glyph kvtop draws and the ASCII it becomes in ASCII mode (one cell each). Box-drawing lines
 (U+2500–U+257F) and Braille cells (the plots, U+2800–U+28FF) are mapped by rule in
@@ -109,8 +177,7 @@ def ascii_char(ch: str, cells: int = 1) -> str:
     return "_" * cells
 
 
-def to_ascii(text: str, *, keep_cells: bool = True,
-             cell_width: Callable[[str], int] = _east_asian_cells) -> str:
+def to_ascii(text: str, *, keep_cells: bool = True, cell_width: Callable[[str], int] = _east_asian_cells) -> str:
     """``text`` in ASCII: each character by :func:`ascii_char`. ``keep_cells`` (the dashboard)
     keeps each character's width in cells, measured by ``cell_width`` (the UI passes Rich's); else
     (plain-text output) the clearer :data:`ASCII_WIDE` forms are used where there are some
@@ -165,8 +232,9 @@ def wants_ascii(environ: Mapping[str, str], encoding: str | None = None, *, c_lo
     return True
 
 
-def output_wants_ascii(environ: Mapping[str, str], encoding: str | None, utf8_mode: int,
-                       xoptions: Mapping[str, object]) -> bool:
+def output_wants_ascii(
+    environ: Mapping[str, str], encoding: str | None, utf8_mode: int, xoptions: Mapping[str, object]
+) -> bool:
     """:func:`wants_ascii` for this process: ``os.environ``, ``sys.stdout.encoding``,
     ``sys.flags.utf8_mode``, ``sys._xoptions`` (what ``--ascii``'s automatic choice reads)."""
     return wants_ascii(environ, encoding, c_locale_start=started_in_c_locale(utf8_mode, environ, xoptions))

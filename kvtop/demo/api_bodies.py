@@ -85,9 +85,15 @@ def _normalise_name(name: str) -> str:
     return name
 
 
-def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = None, *,
-            reloads: dict[str, tuple[int | None, int, int]] | None = None,
-            expiry: dict[str, int | None] | None = None) -> dict[str, Any]:
+def ps_body(
+    scenario: Scenario,
+    step: Step,
+    since_ns: int,
+    tz: tzinfo | None = None,
+    *,
+    reloads: dict[str, tuple[int | None, int, int]] | None = None,
+    expiry: dict[str, int | None] | None = None,
+) -> dict[str, Any]:
     """Build the ``/api/ps`` answer for a step, in Ollama's field order and row order.
 
     Args:
@@ -130,8 +136,16 @@ def ps_body(scenario: Scenario, step: Step, since_ns: int, tz: tzinfo | None = N
 
 
 _GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_GO_DURATION_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
-                   "m": 60_000_000_000, "h": 3_600_000_000_000}
+_GO_DURATION_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "μs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
 
 
 def _keep_alive_ns(value: Any) -> int | None:
@@ -242,9 +256,7 @@ def tags_body(scenario: Scenario) -> dict[str, Any]:
     Returns:
         ``{"models": [{name, model, modified_at, size, digest, details}, ...]}``.
     """
-    models = sorted(
-        scenario.models.values(), key=lambda m: _rfc3339_sort_key(m.modified_at), reverse=True
-    )
+    models = sorted(scenario.models.values(), key=lambda m: _rfc3339_sort_key(m.modified_at), reverse=True)
     return {
         "models": [
             {
@@ -261,9 +273,7 @@ def tags_body(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-_RFC3339_PARTS = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|([+-])(\d{2}):(\d{2}))"
-)
+_RFC3339_PARTS = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|([+-])(\d{2}):(\d{2}))")
 
 
 def _rfc3339_sort_key(text: str) -> float:

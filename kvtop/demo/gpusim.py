@@ -25,8 +25,17 @@ from typing import Any
 
 __all__ = ["GPU_KEYS", "RUNNER_CUDA_CONTEXT_BYTES", "machine_doc", "parse_gpu"]
 
-GPU_KEYS = ("name", "memory_total", "reserved", "power_limit_w", "idle_w", "loaded_w", "busy_w", "server_pid",
-            "foreign")
+GPU_KEYS = (
+    "name",
+    "memory_total",
+    "reserved",
+    "power_limit_w",
+    "idle_w",
+    "loaded_w",
+    "busy_w",
+    "server_pid",
+    "foreign",
+)
 """The keys of a scenario's ``machine.gpu`` object (all required)."""
 
 _FOREIGN_KEYS = ("pid", "user", "name", "cmdline", "gpu_bytes", "rss")
@@ -52,6 +61,7 @@ def parse_gpu(obj: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     Raises:
         ValueError: A key is missing, unknown or of the wrong type; the message names its path.
     """
+
     def fail(where: str, message: str) -> ValueError:
         return ValueError(f"scenario {where}: {message}")
 
@@ -81,8 +91,9 @@ def parse_gpu(obj: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     return dict(obj)
 
 
-def machine_doc(ram_total: int, ram_used: int, gpu: Mapping[str, Any] | None,
-                runners: Sequence[Mapping[str, Any]], busy: bool) -> dict[str, Any]:
+def machine_doc(
+    ram_total: int, ram_used: int, gpu: Mapping[str, Any] | None, runners: Sequence[Mapping[str, Any]], busy: bool
+) -> dict[str, Any]:
     """The ``GET /_standin/machine`` answer.
 
     Args:
@@ -97,23 +108,51 @@ def machine_doc(ram_total: int, ram_used: int, gpu: Mapping[str, Any] | None,
         gpu_bytes}`` (a runner's: its ``size_vram`` + :data:`RUNNER_CUDA_CONTEXT_BYTES`); ``processes`` describes every PID (``kind`` ``server``, ``runner`` or ``other``).
     """
     spilled = sum(max(0, int(r["size"]) - int(r["size_vram"])) for r in runners)
-    doc: dict[str, Any] = {"ram_total": ram_total, "ram_used": min(ram_total, ram_used + spilled), "gpu": None,
-                           "processes": []}
+    doc: dict[str, Any] = {
+        "ram_total": ram_total,
+        "ram_used": min(ram_total, ram_used + spilled),
+        "gpu": None,
+        "processes": [],
+    }
     if gpu is None:
         return doc
     server_pid = int(gpu["server_pid"])
-    procs: list[dict[str, Any]] = [{"pid": server_pid, "kind": "server", "user": "ollama", "name": "ollama",
-                                    "cmdline": ["/usr/local/bin/ollama", "serve"], "rss": 134_217_728}]
+    procs: list[dict[str, Any]] = [
+        {
+            "pid": server_pid,
+            "kind": "server",
+            "user": "ollama",
+            "name": "ollama",
+            "cmdline": ["/usr/local/bin/ollama", "serve"],
+            "rss": 134_217_728,
+        }
+    ]
     on_gpu: list[dict[str, int]] = []
     for r in runners:
-        procs.append({"pid": int(r["pid"]), "kind": "runner", "user": "ollama", "name": "llama-server",
-                      "cmdline": list(r["argv"]), "ppid": server_pid,
-                      "rss": RUNNER_RSS_BYTES + max(0, int(r["size"]) - int(r["size_vram"]))})
+        procs.append(
+            {
+                "pid": int(r["pid"]),
+                "kind": "runner",
+                "user": "ollama",
+                "name": "llama-server",
+                "cmdline": list(r["argv"]),
+                "ppid": server_pid,
+                "rss": RUNNER_RSS_BYTES + max(0, int(r["size"]) - int(r["size_vram"])),
+            }
+        )
         vram = int(r["size_vram"])
         on_gpu.append({"pid": int(r["pid"]), "gpu_bytes": vram + RUNNER_CUDA_CONTEXT_BYTES if vram > 0 else 0})
     for f in gpu["foreign"]:
-        procs.append({"pid": int(f["pid"]), "kind": "other", "user": f["user"], "name": f["name"],
-                      "cmdline": list(f["cmdline"]), "rss": int(f["rss"])})
+        procs.append(
+            {
+                "pid": int(f["pid"]),
+                "kind": "other",
+                "user": f["user"],
+                "name": f["name"],
+                "cmdline": list(f["cmdline"]),
+                "rss": int(f["rss"]),
+            }
+        )
         on_gpu.append({"pid": int(f["pid"]), "gpu_bytes": int(f["gpu_bytes"])})
     total = int(gpu["memory_total"])
     used = min(total, int(gpu["reserved"]) + sum(p["gpu_bytes"] for p in on_gpu))

@@ -75,8 +75,15 @@ MIB = 1024 * 1024
 KEEP = 4
 """Tokens kept at the start of a truncated prompt (corpus 014/017 keep 4–5)."""
 
-_DEFAULTS = {"prefill_tps": 2800.0, "decode_tps": 90.0, "spilled_prefill_tps": 310.0, "spilled_decode_tps": 9.5,
-             "prompt_tokens": 1804, "eval_tokens": 240, "request_every_s": 6.0}
+_DEFAULTS = {
+    "prefill_tps": 2800.0,
+    "decode_tps": 90.0,
+    "spilled_prefill_tps": 310.0,
+    "spilled_decode_tps": 9.5,
+    "prompt_tokens": 1804,
+    "eval_tokens": 240,
+    "request_every_s": 6.0,
+}
 
 CLIENTS = (("192.0.2.24", "/api/chat"), ("192.0.2.24", "/api/chat"), ("127.0.0.1", "/api/generate"))
 """Who sends the scenario's requests, in turn (task number modulo 3): a chat front-end on another
@@ -165,8 +172,10 @@ def gin_line(status: int, latency_s: float, client: str, method: str, path: str)
         method: The HTTP method (padded to 7 as gin's ``%-7s``).
         path: The path with its ``?query``, Go-quoted (``%#v``).
     """
-    return (f"{GIN_STAMP} | {status:3d} | {go_duration(latency_s):>13} | {client:>15} | "
-            f"{method:<7}  {_go_quote(path)}")  # "|%s %-7s %s %#v": the reset colour's empty %s between two spaces
+    return (
+        f"{GIN_STAMP} | {status:3d} | {go_duration(latency_s):>13} | {client:>15} | "
+        f"{method:<7}  {_go_quote(path)}"
+    )  # "|%s %-7s %s %#v": the reset colour's empty %s between two spaces
 
 
 def _runner(scenario: Scenario, model: str) -> dict[str, Any]:
@@ -190,9 +199,25 @@ def _blob_path(scenario: Scenario, model: str) -> str:
 
 def runner_argv(scenario: Scenario, model: str, num_ctx: int, cache_type: str | None = None) -> list[str]:
     """The command line Ollama v0.30+ starts llama-server with for ``model`` (§4.4's order, one slot)."""
-    argv = [LLAMA_SERVER, "--model", _blob_path(scenario, model), "--port", str(_port(scenario, model)),
-            "--host", "127.0.0.1", "--no-webui", "--offline", "-c", str(num_ctx), "-np", "1",
-            "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps"]
+    argv = [
+        LLAMA_SERVER,
+        "--model",
+        _blob_path(scenario, model),
+        "--port",
+        str(_port(scenario, model)),
+        "--host",
+        "127.0.0.1",
+        "--no-webui",
+        "--offline",
+        "-c",
+        str(num_ctx),
+        "-np",
+        "1",
+        "--log-verbosity",
+        "4",
+        "--no-log-prefix",
+        "--no-log-timestamps",
+    ]
     if cache_type:
         argv += ["--cache-type-k", cache_type, "--cache-type-v", cache_type]
     return argv + ["--flash-attn", "auto", "-b", "512", "-ub", "512"]
@@ -207,8 +232,10 @@ def _human(n: int) -> str:
 
 def _kv_size_line(prefix: str, nbytes: int, cells: int, layers: int, k_type: str) -> str:
     half = nbytes / 2 / MIB
-    return (f"{prefix}: size = {nbytes / MIB:7.2f} MiB ({cells:6d} cells, {layers:3d} layers,  1/1 seqs), "
-            f"K ({k_type}): {half:7.2f} MiB, V ({k_type}): {half:7.2f} MiB")
+    return (
+        f"{prefix}: size = {nbytes / MIB:7.2f} MiB ({cells:6d} cells, {layers:3d} layers,  1/1 seqs), "
+        f"K ({k_type}): {half:7.2f} MiB, V ({k_type}): {half:7.2f} MiB"
+    )
 
 
 def load_lines(scenario: Scenario, row: LoadedModel, fallback: str | None = None) -> list[str]:
@@ -247,75 +274,98 @@ def load_lines(scenario: Scenario, row: LoadedModel, fallback: str | None = None
     path = _blob_path(scenario, row.model)
     out: list[str] = []
     if fallback:
-        out.append(f'{STAMP} level=WARN source=server.go:226 msg="kv cache type not supported by model" type={fallback}')
+        out.append(
+            f'{STAMP} level=WARN source=server.go:226 msg="kv cache type not supported by model" type={fallback}'
+        )
     cmd = " ".join(runner_argv(scenario, row.model, ctx))
     out += [
         f'{STAMP} level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="{cmd}"',
-        f"{STAMP} level=INFO source=llama_server.go:1046 msg=\"loading model via llama-server\" model={path}",
+        f'{STAMP} level=INFO source=llama_server.go:1046 msg="loading model via llama-server" model={path}',
         "load_tensors: loading model tensors, this can take a while... (mmap = true, direct_io = false)",
     ]
     if offloaded == layers:
         out.append("load_tensors: offloading output layer to GPU")
-    out += [f"load_tensors: offloading {offloaded - 1 if offloaded == layers else offloaded} repeating layers to GPU",
-            f"load_tensors: offloaded {offloaded}/{layers} layers to GPU",
-            f"load_tensors: {DEVICE:>12} model buffer size = {(weights - on_cpu) / MIB:8.2f} MiB"]
+    out += [
+        f"load_tensors: offloading {offloaded - 1 if offloaded == layers else offloaded} repeating layers to GPU",
+        f"load_tensors: offloaded {offloaded}/{layers} layers to GPU",
+        f"load_tensors: {DEVICE:>12} model buffer size = {(weights - on_cpu) / MIB:8.2f} MiB",
+    ]
     if on_cpu:
         out.append(f"load_tensors: {'CPU_Mapped':>12} model buffer size = {on_cpu / MIB:8.2f} MiB")
     train = layout.context_length_train
-    out += ["llama_context: constructing llama_context",
-            "llama_context: n_seq_max             = 1",
-            f"llama_context: n_ctx                 = {ctx}",
-            f"llama_context: n_ctx_seq             = {ctx}",
-            "llama_context: n_batch               = 512",
-            "llama_context: n_ubatch              = 512",
-            "llama_context: causal_attn           = 1",
-            "llama_context: flash_attn            = auto",
-            "llama_context: kv_unified            = false"]
+    out += [
+        "llama_context: constructing llama_context",
+        "llama_context: n_seq_max             = 1",
+        f"llama_context: n_ctx                 = {ctx}",
+        f"llama_context: n_ctx_seq             = {ctx}",
+        "llama_context: n_batch               = 512",
+        "llama_context: n_ubatch              = 512",
+        "llama_context: causal_attn           = 1",
+        "llama_context: flash_attn            = auto",
+        "llama_context: kv_unified            = false",
+    ]
     if train and ctx < train:
-        out.append(f"llama_context: n_ctx_seq ({ctx}) < n_ctx_train ({train}) -- the full capacity of the model"
-                   " will not be utilized")
+        out.append(
+            f"llama_context: n_ctx_seq ({ctx}) < n_ctx_train ({train}) -- the full capacity of the model"
+            " will not be utilized"
+        )
     if est.swa_cells is not None:
         full = est.total_bytes - est.swa_bytes
-        out += [f"llama_kv_cache_iswa: creating non-SWA KV cache, size = {est.cells_per_seq} cells",
-                f"llama_kv_cache: {DEVICE:>10} KV buffer size = {full / MIB:8.2f} MiB",
-                _kv_size_line("llama_kv_cache", full, est.cells_per_seq, est.full_layers, "f16"),
-                f"llama_kv_cache_iswa: creating     SWA KV cache, size = {est.swa_cells} cells",
-                f"llama_kv_cache: {DEVICE:>10} KV buffer size = {est.swa_bytes / MIB:8.2f} MiB",
-                _kv_size_line("llama_kv_cache", est.swa_bytes, est.swa_cells, est.swa_layers, "f16")]
+        out += [
+            f"llama_kv_cache_iswa: creating non-SWA KV cache, size = {est.cells_per_seq} cells",
+            f"llama_kv_cache: {DEVICE:>10} KV buffer size = {full / MIB:8.2f} MiB",
+            _kv_size_line("llama_kv_cache", full, est.cells_per_seq, est.full_layers, "f16"),
+            f"llama_kv_cache_iswa: creating     SWA KV cache, size = {est.swa_cells} cells",
+            f"llama_kv_cache: {DEVICE:>10} KV buffer size = {est.swa_bytes / MIB:8.2f} MiB",
+            _kv_size_line("llama_kv_cache", est.swa_bytes, est.swa_cells, est.swa_layers, "f16"),
+        ]
     else:
-        out += [f"llama_kv_cache: {DEVICE:>10} KV buffer size = {est.total_bytes / MIB:8.2f} MiB",
-                _kv_size_line("llama_kv_cache", est.total_bytes, est.cells_per_seq, est.full_layers, "f16")]
+        out += [
+            f"llama_kv_cache: {DEVICE:>10} KV buffer size = {est.total_bytes / MIB:8.2f} MiB",
+            _kv_size_line("llama_kv_cache", est.total_bytes, est.cells_per_seq, est.full_layers, "f16"),
+        ]
     out.append("sched_reserve: reserving ...")
-    out.append("sched_reserve: Flash Attention was auto, set to disabled" if on_cpu
-               else "resolve_fused_ops: Flash Attention enabled")
-    out += [f"sched_reserve: {DEVICE:>10} compute buffer size = {compute / MIB:8.2f} MiB",
-            f"srv    load_model: initializing, n_slots = 1, n_ctx_slot = {ctx}, kv_unified = 'false'",
-            f"slot   load_model: id  0 | task -1 | new slot, n_ctx = {ctx}",
-            "srv  llama_server: model loaded",
-            f"srv  llama_server: listening on http://127.0.0.1:{_port(scenario, row.model)}",
-            "srv  update_slots: all slots are idle",
-            f'{STAMP} level=INFO source=llama_server.go:1227 msg="llama-server started in {2.0 + weights / 4e9:.2f} seconds"']
+    out.append(
+        "sched_reserve: Flash Attention was auto, set to disabled"
+        if on_cpu
+        else "resolve_fused_ops: Flash Attention enabled"
+    )
+    out += [
+        f"sched_reserve: {DEVICE:>10} compute buffer size = {compute / MIB:8.2f} MiB",
+        f"srv    load_model: initializing, n_slots = 1, n_ctx_slot = {ctx}, kv_unified = 'false'",
+        f"slot   load_model: id  0 | task -1 | new slot, n_ctx = {ctx}",
+        "srv  llama_server: model loaded",
+        f"srv  llama_server: listening on http://127.0.0.1:{_port(scenario, row.model)}",
+        "srv  update_slots: all slots are idle",
+        f'{STAMP} level=INFO source=llama_server.go:1227 msg="llama-server started in {2.0 + weights / 4e9:.2f} seconds"',
+    ]
     return out
 
 
 def eviction_lines(scenario: Scenario, row: LoadedModel) -> list[str]:
     """The scheduler's eviction of ``row``'s idle runner (the DEBUG sequence of corpus/logs/050)."""
-    runner = (f'runner.name=registry.ollama.ai/library/{row.model} runner.inference="[{{ID:0 Library:CUDA}}]" '
-              f'runner.size="{_human(row.size)}" runner.vram="{_human(row.size_vram)}" runner.parallel=1 '
-              f"runner.pid={runner_pid(scenario, row.model)} runner.model={_blob_path(scenario, row.model)} "
-              f"runner.num_ctx={row.context_length}")
-    return [f'{STAMP} level=DEBUG source=sched.go:1686 msg="found an idle runner to unload" {runner}',
-            f'{STAMP} level=DEBUG source=sched.go:339 msg="resetting model to expire immediately to make room" '
-            f"{runner} refCount=0",
-            f'{STAMP} level=DEBUG source=sched.go:350 msg="waiting for pending requests to complete and unload '
-            f'to occur" {runner}']
+    runner = (
+        f'runner.name=registry.ollama.ai/library/{row.model} runner.inference="[{{ID:0 Library:CUDA}}]" '
+        f'runner.size="{_human(row.size)}" runner.vram="{_human(row.size_vram)}" runner.parallel=1 '
+        f"runner.pid={runner_pid(scenario, row.model)} runner.model={_blob_path(scenario, row.model)} "
+        f"runner.num_ctx={row.context_length}"
+    )
+    return [
+        f'{STAMP} level=DEBUG source=sched.go:1686 msg="found an idle runner to unload" {runner}',
+        f'{STAMP} level=DEBUG source=sched.go:339 msg="resetting model to expire immediately to make room" '
+        f"{runner} refCount=0",
+        f'{STAMP} level=DEBUG source=sched.go:350 msg="waiting for pending requests to complete and unload '
+        f'to occur" {runner}',
+    ]
 
 
 State = Mapping[str, tuple[int | None, int, int]]
 """What the log has loaded so far: model -> (context_length, size, size_vram)."""
 
 
-def transition_lines(scenario: Scenario, index: int, state: State) -> tuple[list[str], dict[str, tuple[int | None, int, int]]]:
+def transition_lines(
+    scenario: Scenario, index: int, state: State
+) -> tuple[list[str], dict[str, tuple[int | None, int, int]]]:
     """The lines written when step ``index`` becomes current after ``state``, and the new state.
 
     Models the step evicts (``log.evict``) get the eviction sequence; every row whose context, size
@@ -374,8 +424,11 @@ def _active_models(scenario: Scenario) -> list[str | None]:
     previous: dict[str, tuple[int | None, int, int]] = {}
     current: str | None = None
     for step in scenario.steps:
-        rows = {r.model: (r.context_length, r.size, r.size_vram) for r in step.loaded
-                if scenario.models[r.model].runner is not None}
+        rows = {
+            r.model: (r.context_length, r.size, r.size_vram)
+            for r in step.loaded
+            if scenario.models[r.model].runner is not None
+        }
         changed = [m for m, key in rows.items() if previous.get(m) != key]
         if changed:
             current = changed[-1]
@@ -386,8 +439,9 @@ def _active_models(scenario: Scenario) -> list[str | None]:
     return active
 
 
-def _request(scenario: Scenario, step: int, model: str, row: LoadedModel, start: float, task: int,
-             truncated: bool) -> Request:
+def _request(
+    scenario: Scenario, step: int, model: str, row: LoadedModel, start: float, task: int, truncated: bool
+) -> Request:
     fig = _runner(scenario, model)
     spilled = row.size_vram < row.size
     wobble = 1.0 + 0.04 * math.sin(task * 1.7)  # requests differ a little, so TOK/S moves
@@ -401,25 +455,42 @@ def _request(scenario: Scenario, step: int, model: str, row: LoadedModel, start:
     if truncated:
         # v0.30+ (§4.7): limit = numCtx - max((numCtx - numKeep) / 2, 1); the 5065-token prompt of corpus 014
         limit = ctx - max((ctx - KEEP) // 2, 1)
-        lines.append((start, f'{STAMP} level=WARN source=llama_server.go:317 msg="truncating input prompt" '
-                             f"limit={limit} prompt=5065 keep={KEEP} new={limit}"))
+        lines.append(
+            (
+                start,
+                f'{STAMP} level=WARN source=llama_server.go:317 msg="truncating input prompt" '
+                f"limit={limit} prompt=5065 keep={KEEP} new={limit}",
+            )
+        )
         prompt = limit
     prompt = min(prompt, ctx - n_eval - 1) if ctx > n_eval + 1 else prompt
-    lines += [(start, f"slot launch_slot_: {head} processing task, is_child = 0"),
-              (start, f"slot   operator(): {head} new prompt, n_ctx_slot = {ctx}, n_keep = 0, task.n_tokens = {prompt}")]
+    lines += [
+        (start, f"slot launch_slot_: {head} processing task, is_child = 0"),
+        (start, f"slot   operator(): {head} new prompt, n_ctx_slot = {ctx}, n_keep = 0, task.n_tokens = {prompt}"),
+    ]
     prefill_s = prompt / prefill
     for done in range(0, prompt, 512):
-        lines.append((start + done / prefill, f"slot   operator(): {head} cached n_tokens = {done}, memory_seq_rm [{done}, end)"))
+        lines.append(
+            (start + done / prefill, f"slot   operator(): {head} cached n_tokens = {done}, memory_seq_rm [{done}, end)")
+        )
     t = start + prefill_s
-    lines.append((t, f"slot init_sampler: {head} init sampler, took 0.34 ms, tokens: text = {prompt}, total = {prompt}"))
+    lines.append(
+        (t, f"slot init_sampler: {head} init sampler, took 0.34 ms, tokens: text = {prompt}, total = {prompt}")
+    )
     eval_s = n_eval / decode
     end = t + eval_s
     p_ms, e_ms = prefill_s * 1000, eval_s * 1000
     lines += [
-        (end, f"slot print_timing: {head} prompt eval time = {p_ms:10.2f} ms / {prompt:5d} tokens "
-              f"({p_ms / prompt:8.2f} ms per token, {prefill:8.2f} tokens per second)"),
-        (end, f"slot print_timing: {head}        eval time = {e_ms:10.2f} ms / {n_eval:5d} tokens "
-              f"({e_ms / n_eval:8.2f} ms per token, {decode:8.2f} tokens per second)"),
+        (
+            end,
+            f"slot print_timing: {head} prompt eval time = {p_ms:10.2f} ms / {prompt:5d} tokens "
+            f"({p_ms / prompt:8.2f} ms per token, {prefill:8.2f} tokens per second)",
+        ),
+        (
+            end,
+            f"slot print_timing: {head}        eval time = {e_ms:10.2f} ms / {n_eval:5d} tokens "
+            f"({e_ms / n_eval:8.2f} ms per token, {decode:8.2f} tokens per second)",
+        ),
         (end, f"slot print_timing: {head}       total time = {p_ms + e_ms:10.2f} ms / {prompt + n_eval:5d} tokens"),
         (end, f"slot print_timing: {head}    graphs reused = {n_eval - 8:10d}"),
         (end, f"slot      release: {head} stop processing: n_tokens = {prompt + n_eval - 1}, truncated = 0"),
@@ -465,8 +536,9 @@ class LogWriter:
     log keeps moving for as long as the stand-in runs.
     """
 
-    def __init__(self, path: Path, player: ScenarioPlayer, *, poll_s: float = 0.05,
-                 wall_ns: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self, path: Path, player: ScenarioPlayer, *, poll_s: float = 0.05, wall_ns: Callable[[], int] = time.time_ns
+    ) -> None:
         """Args: ``path``, the log file; ``player``, the stand-in's clock; ``poll_s``, seconds between
         writes; ``wall_ns``, the wall clock (Unix ns) the player uses (injectable for tests).
 
@@ -515,7 +587,9 @@ class LogWriter:
         with self._lock:
             index, at_s = self.position()
             lines: list[str] = []
-            new_pass = self._index is not None and (index < self._index or (index == self._index and at_s < self._pos - 0.5))
+            new_pass = self._index is not None and (
+                index < self._index or (index == self._index and at_s < self._pos - 0.5)
+            )
             if index != self._index or new_pass:
                 if self._index is not None and not new_pass and index == self._index + 1:
                     lines += self.script.lines_between(self._index, self._pos, self.player.scenario.steps[index].at_s)

@@ -60,9 +60,13 @@ class DemoMachineSource:
             if answer.status_code == 200:
                 doc = answer.json()
                 total, used = int(doc["ram_total"]), int(doc["ram_used"])
-                system = SystemMemory(ram_total_bytes=total, ram_used_bytes=used,
-                                      ram_available_bytes=max(0, total - used), swap_total_bytes=0,
-                                      swap_used_bytes=0)
+                system = SystemMemory(
+                    ram_total_bytes=total,
+                    ram_used_bytes=used,
+                    ram_available_bytes=max(0, total - used),
+                    swap_total_bytes=0,
+                    swap_used_bytes=0,
+                )
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             system, doc = None, None
         self.last_doc = doc
@@ -71,17 +75,32 @@ class DemoMachineSource:
             return GpuSnapshot(taken_at=time.time(), status=DEMO_NO_GPU_STATUS, problem="not_supported", system=system)
         try:
             device = GpuDevice(
-                index=0, vendor="nvidia", name=f"{gpu['name']} (DEMO)", uuid="GPU-DEMO-0000",
-                bus_id="00000000:01:00.0", memory_total_bytes=int(gpu["memory_total"]),
-                memory_used_bytes=int(gpu["memory_used"]), memory_free_bytes=int(gpu["memory_free"]),
-                gpu_util_percent=int(gpu["gpu_util"]), memory_util_percent=int(gpu["memory_util"]),
-                temperature_c=int(gpu["temperature_c"]), power_draw_mw=int(gpu["power_draw_mw"]),
+                index=0,
+                vendor="nvidia",
+                name=f"{gpu['name']} (DEMO)",
+                uuid="GPU-DEMO-0000",
+                bus_id="00000000:01:00.0",
+                memory_total_bytes=int(gpu["memory_total"]),
+                memory_used_bytes=int(gpu["memory_used"]),
+                memory_free_bytes=int(gpu["memory_free"]),
+                gpu_util_percent=int(gpu["gpu_util"]),
+                memory_util_percent=int(gpu["memory_util"]),
+                temperature_c=int(gpu["temperature_c"]),
+                power_draw_mw=int(gpu["power_draw_mw"]),
                 power_limit_mw=int(gpu["power_limit_mw"]),
-                processes=tuple(GpuProcess(int(p["pid"]), int(p["gpu_bytes"])) for p in gpu["processes"]))
+                processes=tuple(GpuProcess(int(p["pid"]), int(p["gpu_bytes"])) for p in gpu["processes"]),
+            )
         except (KeyError, TypeError, ValueError):
             return GpuSnapshot(taken_at=time.time(), status=DEMO_NO_GPU_STATUS, problem="error", system=system)
-        return GpuSnapshot(taken_at=time.time(), status=DEMO_GPU_STATUS, ok=True, backend="nvml",
-                           driver_version="DEMO", devices=(device,), system=system)
+        return GpuSnapshot(
+            taken_at=time.time(),
+            status=DEMO_GPU_STATUS,
+            ok=True,
+            backend="nvml",
+            driver_version="DEMO",
+            devices=(device,),
+            system=system,
+        )
 
     def procs_source(self) -> DemoProcSource:
         """The process table that goes with this machine (read from the same answers)."""
@@ -119,15 +138,40 @@ class DemoProcSource:
                 servers.append(ServerProcess(pid=pid, user=user, cmdline=argv))
             elif c is not None and c.kind == "runner" and c.runner_kind is not None:
                 ppid = p.get("ppid") if isinstance(p.get("ppid"), int) else None
-                runners.append(RunnerProcess(
-                    pid=pid, kind=c.runner_kind, era=c.era, model_arg=c.model_arg, blob=c.blob, port=c.port,
-                    ctx_size=c.ctx_size, parallel=c.parallel, engine=c.engine, ppid=ppid, server_pid=ppid, user=user,
-                    rss_bytes=rss, cmdline=argv, cache_type_k=c.cache_type_k, cache_type_v=c.cache_type_v,
-                    flash_attn=c.flash_attn, n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split))
-        wanted = {pid: infos.get(pid, ProcessInfo(pid=pid, visible=False, note="no such process in the demo"))
-                  for pid in gpu_pids}
-        return ProcSnapshot(taken_at=time.time(), servers=tuple(servers), runners=tuple(runners),
-                            processes=MappingProxyType(wanted), namespace=PidNamespace(private=False))
+                runners.append(
+                    RunnerProcess(
+                        pid=pid,
+                        kind=c.runner_kind,
+                        era=c.era,
+                        model_arg=c.model_arg,
+                        blob=c.blob,
+                        port=c.port,
+                        ctx_size=c.ctx_size,
+                        parallel=c.parallel,
+                        engine=c.engine,
+                        ppid=ppid,
+                        server_pid=ppid,
+                        user=user,
+                        rss_bytes=rss,
+                        cmdline=argv,
+                        cache_type_k=c.cache_type_k,
+                        cache_type_v=c.cache_type_v,
+                        flash_attn=c.flash_attn,
+                        n_gpu_layers=c.n_gpu_layers,
+                        tensor_split=c.tensor_split,
+                    )
+                )
+        wanted = {
+            pid: infos.get(pid, ProcessInfo(pid=pid, visible=False, note="no such process in the demo"))
+            for pid in gpu_pids
+        }
+        return ProcSnapshot(
+            taken_at=time.time(),
+            servers=tuple(servers),
+            runners=tuple(runners),
+            processes=MappingProxyType(wanted),
+            namespace=PidNamespace(private=False),
+        )
 
     async def aclose(self) -> None:
         return None

@@ -28,8 +28,13 @@ from pathlib import Path
 __all__ = ["AT_S", "LAYOUT_GLOBS", "MARKER", "SPEED", "layout_hash", "main", "readme_hash", "svg_hash"]
 
 REPO = Path(__file__).resolve().parents[2]
-LAYOUT_GLOBS = ("kvtop/ui/kvtop.tcss", "kvtop/ui/layout.py", "kvtop/ui/screens/dashboard.py", "kvtop/ui/screens/history.py",
-                "kvtop/ui/widgets/*.py")
+LAYOUT_GLOBS = (
+    "kvtop/ui/kvtop.tcss",
+    "kvtop/ui/layout.py",
+    "kvtop/ui/screens/dashboard.py",
+    "kvtop/ui/screens/history.py",
+    "kvtop/ui/widgets/*.py",
+)
 """The files whose content the README's screen depends on (relative to the repository)."""
 
 SPEED = 8.0
@@ -79,8 +84,7 @@ async def capture(size: tuple[int, int], svg: Path | None = None) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="kvtop-picture-") as tmp, _fresh_user_dirs(Path(tmp)):
         log = Path(tmp) / "server.log"
         with demo_server(SPEED, extra=["--log-file", str(log)]) as url:
-            settings = Settings(host_url=url, interval_s=1.0, demo=True, log_spec="file:server.log",
-                                theme="kvtop-dark")
+            settings = Settings(host_url=url, interval_s=1.0, demo=True, log_spec="file:server.log", theme="kvtop-dark")
             tail = FileTail(log)
             tail.description = "file:server.log"  # the picture does not show this machine's temporary path
             sources = _machine_sources(settings)
@@ -122,8 +126,12 @@ def _fresh_user_dirs(tmp: Path) -> Iterator[None]:
 def _spilled_and_timed(app: object) -> bool:
     state = getattr(app, "state", None)
     for m in getattr(state, "models", ()):
-        if m.name.startswith("gemma4") and m.cpu_percent and m.throughput is not None \
-                and m.throughput.avg_decode_tps is not None:
+        if (
+            m.name.startswith("gemma4")
+            and m.cpu_percent
+            and m.throughput is not None
+            and m.throughput.avg_decode_tps is not None
+        ):
             return True
     return False
 
@@ -142,8 +150,10 @@ def _with_marker(svg_text: str, digest: str) -> str:
 
 def update_readme(text: str, lines: Sequence[str], digest: str) -> str:
     """``text`` with its marked screen replaced by ``lines`` (added after the first paragraph when absent)."""
-    block = (f"<!-- kvtop-demo-screen layout={digest} -->\n![kvtop --demo at 160×48](docs/kvtop-demo.svg)\n\n"
-             "```\n" + "\n".join(lines).rstrip("\n") + "\n```\n<!-- /kvtop-demo-screen -->")
+    block = (
+        f"<!-- kvtop-demo-screen layout={digest} -->\n![kvtop --demo at 160×48](docs/kvtop-demo.svg)\n\n"
+        "```\n" + "\n".join(lines).rstrip("\n") + "\n```\n<!-- /kvtop-demo-screen -->"
+    )
     if MARKER.search(text):
         return MARKER.sub(lambda _: block, text, count=1)
     head, sep, rest = text.partition("\n\n```\n")

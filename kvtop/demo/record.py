@@ -33,6 +33,7 @@ __all__ = ["REPO_SNAPSHOTS", "main", "record_demo", "record_incident", "standin"
 
 REPO_SNAPSHOTS = Path(__file__).resolve().parents[2] / "snapshots"
 
+
 @contextmanager
 def standin(scenario: Path, *, manual: bool, log: Path | None = None) -> Iterator[str]:
     """The stand-in server on a free loopback port, playing ``scenario`` once (no loop); with ``log``,
@@ -53,8 +54,7 @@ async def _record(settings: Settings, out: Path, script: object, *, log_source: 
     out.unlink(missing_ok=True)  # noqa: ASYNC240 - once, before the app starts
     # the scenario's machine, as kvtop --demo shows it: its GPU, RAM and processes, none of the recording host's
     machine = DemoMachineSource(settings.host_url)
-    app = make_app(settings, gpu_source=machine, proc_source=machine.procs_source(),
-                   log_source=log_source)  # type: ignore[arg-type]
+    app = make_app(settings, gpu_source=machine, proc_source=machine.procs_source(), log_source=log_source)  # type: ignore[arg-type]
     problem = _attach_recorder(app, str(out))
     if problem:
         raise OSError(problem)
@@ -78,8 +78,9 @@ async def record_pass(name: str, out: Path) -> int:
         with standin(scenario, manual=False, log=log) as url:
             # the log is named "file:server.log" in the header and in every log record: a replay must
             # not show this machine's temporary path
-            settings = Settings(host_url=url, interval_s=1.0, timeout_s=3.0, demo=name == "demo",
-                                log_spec="file:server.log")
+            settings = Settings(
+                host_url=url, interval_s=1.0, timeout_s=3.0, demo=name == "demo", log_spec="file:server.log"
+            )
             tail = FileTail(log)
             tail.description = "file:server.log"
             return await _record(settings, out, lambda: asyncio.sleep(length), log_source=tail)

@@ -30,8 +30,17 @@ __all__ = [
 FORMAT_VERSION = 1
 """The only scenario format :mod:`kvtop.demo.scenario_file` reads."""
 
-RUNNER_KEYS = ("weights_bytes", "layers", "prefill_tps", "decode_tps", "spilled_prefill_tps",
-               "spilled_decode_tps", "prompt_tokens", "eval_tokens", "request_every_s")
+RUNNER_KEYS = (
+    "weights_bytes",
+    "layers",
+    "prefill_tps",
+    "decode_tps",
+    "spilled_prefill_tps",
+    "spilled_decode_tps",
+    "prompt_tokens",
+    "eval_tokens",
+    "request_every_s",
+)
 """A scenario model's ``runner`` keys: weights bytes and layer count (required), token speeds
 (tokens/s), a request's prompt and generated tokens, seconds between requests (the runner log
 ``demo.logwriter`` writes from them)."""

@@ -72,10 +72,7 @@ __all__ = ["load_scenario", "parse_scenario", "render_parameters"]
 
 _NOTE_KEYS = frozenset({"note", "notes", "source", "sources"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_RFC3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})"
-)
-
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,12 +174,7 @@ def render_parameters(params: Mapping[str, Any]) -> str:
 
 def _parse_details(value: Any, path: str) -> ModelDetails:
     obj = _object(value, path)
-    _check_keys(
-        obj,
-        path,
-        {"format", "family", "families", "parameter_size", "quantization_level"},
-        {"parent_model"},
-    )
+    _check_keys(obj, path, {"format", "family", "families", "parameter_size", "quantization_level"}, {"parent_model"})
     families_raw = obj["families"]
     families = None if families_raw is None else _str_list(families_raw, f"{path}.families")
     return ModelDetails(
@@ -284,9 +276,7 @@ def _parse_step_log(value: Any, path: str, models: Mapping[str, CatalogModel]) -
 
 def _parse_loaded(value: Any, path: str, models: Mapping[str, CatalogModel]) -> LoadedModel:
     obj = _object(value, path)
-    _check_keys(
-        obj, path, {"model", "context_length", "size", "size_vram", "expires_in_s"}, set()
-    )
+    _check_keys(obj, path, {"model", "context_length", "size", "size_vram", "expires_in_s"}, set())
     name = _str(obj["model"], f"{path}.model")
     if name not in models:
         known = ", ".join(sorted(models)) or "none"
@@ -297,7 +287,7 @@ def _parse_loaded(value: Any, path: str, models: Mapping[str, CatalogModel]) -> 
     if expires_raw == "forever":
         expires: float | None = None
     elif isinstance(expires_raw, str):
-        raise _fail(f"{path}.expires_in_s", f"expected a number or \"forever\", got {expires_raw!r}")
+        raise _fail(f"{path}.expires_in_s", f'expected a number or "forever", got {expires_raw!r}')
     else:
         expires = _number(expires_raw, f"{path}.expires_in_s")
     return LoadedModel(
@@ -309,16 +299,12 @@ def _parse_loaded(value: Any, path: str, models: Mapping[str, CatalogModel]) -> 
     )
 
 
-def _parse_step(
-    value: Any, path: str, models: Mapping[str, CatalogModel], previous_at: float
-) -> Step:
+def _parse_step(value: Any, path: str, models: Mapping[str, CatalogModel], previous_at: float) -> Step:
     obj = _object(value, path)
     _check_keys(obj, path, {"at_s", "label"}, {"hold_s", "status", "error", "garbage", "loaded", "log"})
     at_s = _number(obj["at_s"], f"{path}.at_s", minimum=0)
     if at_s < previous_at:
-        raise _fail(
-            f"{path}.at_s", f"steps must be in time order ({at_s:g} < previous {previous_at:g})"
-        )
+        raise _fail(f"{path}.at_s", f"steps must be in time order ({at_s:g} < previous {previous_at:g})")
     status: int | None = None
     if obj.get("status") is not None:
         status = _int(obj["status"], f"{path}.status", minimum=100)
@@ -330,9 +316,7 @@ def _parse_step(
     loaded_raw = obj.get("loaded", [])
     if not isinstance(loaded_raw, list):
         raise _fail(f"{path}.loaded", f"expected a list, got {_describe(loaded_raw)}")
-    loaded = tuple(
-        _parse_loaded(item, f"{path}.loaded[{i}]", models) for i, item in enumerate(loaded_raw)
-    )
+    loaded = tuple(_parse_loaded(item, f"{path}.loaded[{i}]", models) for i, item in enumerate(loaded_raw))
     seen: set[str] = set()
     for i, row in enumerate(loaded):
         if row.model in seen:
@@ -373,10 +357,7 @@ def parse_scenario(data: Any) -> Scenario:
     sources_raw = root.get("sources", [])
     sources = (sources_raw,) if isinstance(sources_raw, str) else _str_list(sources_raw, "$.sources")
     models_obj = _object(root["models"], "$.models")
-    models = {
-        name: _parse_model(name, value, f"$.models[{json.dumps(name)}]")
-        for name, value in models_obj.items()
-    }
+    models = {name: _parse_model(name, value, f"$.models[{json.dumps(name)}]") for name, value in models_obj.items()}
     steps_raw = root["steps"]
     if not isinstance(steps_raw, list) or not steps_raw:
         raise _fail("$.steps", "expected a non-empty list of steps")
@@ -395,8 +376,9 @@ def parse_scenario(data: Any) -> Scenario:
             from kvtop.demo.gpusim import parse_gpu
 
             gpu = parse_gpu(_object(obj["gpu"], "$.machine.gpu"), "$.machine.gpu")
-        machine = Machine(_int(obj["ram_total"], "$.machine.ram_total", minimum=1),
-                          _int(obj["ram_used"], "$.machine.ram_used"), gpu)
+        machine = Machine(
+            _int(obj["ram_total"], "$.machine.ram_total", minimum=1), _int(obj["ram_used"], "$.machine.ram_used"), gpu
+        )
         if machine.ram_used > machine.ram_total:
             raise _fail("$.machine.ram_used", "more than ram_total")
     return Scenario(
@@ -438,11 +420,8 @@ def load_scenario(path_or_text: str | Path) -> Scenario:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from exc
+        raise ValueError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
     try:
         return parse_scenario(data)
     except ValueError as exc:
         raise ValueError(f"{origin}: {exc}") from exc
-

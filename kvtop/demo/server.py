@@ -66,12 +66,7 @@ from kvtop.demo.scenario import Scenario
 from kvtop.demo.scenario_file import load_scenario
 from kvtop.demo.standin_http import StandinServer
 
-__all__ = [
-    "DEFAULT_SCENARIO_NAME",
-    "default_scenario_path",
-    "main",
-    "serve",
-]
+__all__ = ["DEFAULT_SCENARIO_NAME", "default_scenario_path", "main", "serve"]
 
 DEFAULT_SCENARIO_NAME = "demo-scenario.json"
 """File name of the bundled scenario (package ``kvtop.snapshots``, repo ``snapshots/``)."""
@@ -137,34 +132,41 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
-    parser.add_argument(
-        "--scenario", type=Path, default=None, help="scenario JSON (default: the bundled demo)"
-    )
-    parser.add_argument(
-        "--manual", action="store_true", help="time stands still; POST /_standin/advance moves on"
-    )
+    parser.add_argument("--scenario", type=Path, default=None, help="scenario JSON (default: the bundled demo)")
+    parser.add_argument("--manual", action="store_true", help="time stands still; POST /_standin/advance moves on")
     parser.add_argument("--speed", type=float, default=1.0, help="timeline speed factor (> 0)")
     parser.add_argument(
-        "--loop",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="restart after the last step (default: on)",
+        "--loop", action=argparse.BooleanOptionalAction, default=True, help="restart after the last step (default: on)"
     )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     parser.add_argument(
-        "--vram-bytes", type=int, default=None, metavar="N",
+        "--vram-bytes",
+        type=int,
+        default=None,
+        metavar="N",
         help="GPU memory Ollama may use: a reload that no longer fits spills to system RAM (default: no budget)",
     )
-    parser.add_argument("--require-basic", metavar="USER:PASS", default=None,
-                        help="answer API requests 401 unless they carry this basic auth (as a proxy would)")
-    parser.add_argument("--require-bearer", metavar="TOKEN", default=None,
-                        help="answer API requests 401 unless they carry Authorization: Bearer TOKEN")
+    parser.add_argument(
+        "--require-basic",
+        metavar="USER:PASS",
+        default=None,
+        help="answer API requests 401 unless they carry this basic auth (as a proxy would)",
+    )
+    parser.add_argument(
+        "--require-bearer",
+        metavar="TOKEN",
+        default=None,
+        help="answer API requests 401 unless they carry Authorization: Bearer TOKEN",
+    )
     parser.add_argument("--tls-cert", metavar="FILE", default=None, help="serve https with this certificate (PEM)")
     parser.add_argument("--tls-key", metavar="FILE", default=None, help="the --tls-cert's private key (PEM)")
     parser.add_argument(
-        "--log-file", type=Path, default=None, metavar="PATH",
+        "--log-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
         help="write the scenario's server log to PATH as it plays (llama-server era lines, kvtop.demo.logwriter);"
-             " /api/version then answers the scenario's log_version",
+        " /api/version then answers the scenario's log_version",
     )
     parser.add_argument(
         "--exit-with-parent",
@@ -235,9 +237,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, stop: thread
         print(f"kvtop.demo.server: {exc}", file=sys.stderr)
         return 2
     if args.host not in _LOOPBACK:
-        print(
-            f"kvtop.demo.server: warning: binding {args.host}, not loopback", file=sys.stderr
-        )
+        print(f"kvtop.demo.server: warning: binding {args.host}, not loopback", file=sys.stderr)
     try:
         server = serve(
             scenario,

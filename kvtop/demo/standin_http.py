@@ -43,13 +43,7 @@ class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(
-        self,
-        address: tuple[str, int],
-        player: ScenarioPlayer,
-        *,
-        verbose: bool = False,
-    ) -> None:
+    def __init__(self, address: tuple[str, int], player: ScenarioPlayer, *, verbose: bool = False) -> None:
         """Bind (but do not start) the server.
 
         Args:
@@ -239,8 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         writer = self.server.log_writer
         if writer is not None and self.status_sent:  # gin's line, once the response is sent (§4.9)
             logged = parts.path + (f"?{parts.query}" if parts.query else "")
-            writer.access(self.status_sent, time.perf_counter() - started, str(self.client_address[0]), method,
-                          logged)
+            writer.access(self.status_sent, time.perf_counter() - started, str(self.client_address[0]), method, logged)
 
     def _refuse(self) -> bool:
         """Answer 401 when ``--require-basic``/``--require-bearer`` refuses the request's headers."""
@@ -333,10 +326,16 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.reloads_lock:
             reloads = {m: v for (i, m), v in self.server.reloads.items() if i == index}
         rows = ps_body(player.scenario, player.scenario.steps[index], since_ns, reloads=reloads)["models"]
-        runners = [{"pid": runner_pid(player.scenario, r["name"]), "model": r["name"], "size": r["size"],
-                    "size_vram": r["size_vram"],
-                    "argv": runner_argv(player.scenario, r["name"], int(r.get("context_length") or 2048))}
-                   for r in rows]
+        runners = [
+            {
+                "pid": runner_pid(player.scenario, r["name"]),
+                "model": r["name"],
+                "size": r["size"],
+                "size_vram": r["size_vram"],
+                "argv": runner_argv(player.scenario, r["name"], int(r.get("context_length") or 2048)),
+            }
+            for r in rows
+        ]
         writer = self.server.log_writer
         busy = writer.busy() if writer is not None else False
         self._json(200, machine_doc(machine.ram_total, machine.ram_used, machine.gpu, runners, busy))
@@ -375,8 +374,10 @@ class _Handler(BaseHTTPRequestHandler):
                 layout = kv.layout_from_model_info(_thaw(server.player.scenario.models[row.model].model_info))
                 if ctx is not None and isinstance(layout, kv.KVLayout):
                     try:
-                        size += ctx * (kv.bytes_per_token(layout, new_type, new_type)
-                                       - kv.bytes_per_token(layout, server.kv_cache_type, server.kv_cache_type))
+                        size += ctx * (
+                            kv.bytes_per_token(layout, new_type, new_type)
+                            - kv.bytes_per_token(layout, server.kv_cache_type, server.kv_cache_type)
+                        )
                     except ValueError as exc:
                         self._error(400, f"{row.model}: {exc}")
                         return
@@ -469,8 +470,16 @@ class _Handler(BaseHTTPRequestHandler):
             if row is not None:
                 with self.server.reloads_lock:
                     self.server.expiry[(index, name)] = None
-            self._json(200, {"model": name, "created_at": format_go_time(time.time_ns()), "response": "",
-                             "done": True, "done_reason": "unload"})
+            self._json(
+                200,
+                {
+                    "model": name,
+                    "created_at": format_go_time(time.time_ns()),
+                    "response": "",
+                    "done": True,
+                    "done_reason": "unload",
+                },
+            )
             return
         if row is None:
             self._error(404, f"model '{name}' is not loaded in this step of the stand-in's scenario")
@@ -479,8 +488,10 @@ class _Handler(BaseHTTPRequestHandler):
             now = time.time_ns()
             with self.server.reloads_lock:
                 self.server.expiry[(index, name)] = now + (MAX_DURATION_NS if keep_ns < 0 else keep_ns)
-            self._json(200, {"model": name, "created_at": format_go_time(now), "response": "",
-                             "done": True, "done_reason": "load"})
+            self._json(
+                200,
+                {"model": name, "created_at": format_go_time(now), "response": "", "done": True, "done_reason": "load"},
+            )
             return
         if not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx < 1:
             self._error(400, "the stand-in only reloads with options.num_ctx (a positive integer)")
@@ -500,16 +511,27 @@ class _Handler(BaseHTTPRequestHandler):
             new_size = max(0, size + delta)
             new_vram = new_size if vram == size else max(0, min(vram, new_size))
             if self.server.vram_bytes is not None:  # what the step's other models leave free on the GPU
-                others = sum(self.server.reloads.get((index, r.model), (None, r.size, r.size_vram))[2]
-                             for r in step.loaded if r.model != name)
+                others = sum(
+                    self.server.reloads.get((index, r.model), (None, r.size, r.size_vram))[2]
+                    for r in step.loaded
+                    if r.model != name
+                )
                 new_vram = min(new_size, max(0, self.server.vram_bytes - others))
             self.server.reloads[(index, name)] = (ctx, new_size, new_vram)
             if keep_ns is not None:
                 self.server.expiry[(index, name)] = time.time_ns() + (MAX_DURATION_NS if keep_ns < 0 else keep_ns)
             elif self.server.expiry.get((index, name), 0) is None:
                 self.server.expiry.pop((index, name))  # loaded again after an unload
-        self._json(200, {"model": name, "created_at": format_go_time(time.time_ns()), "response": "",
-                         "done": True, "done_reason": "load"})
+        self._json(
+            200,
+            {
+                "model": name,
+                "created_at": format_go_time(time.time_ns()),
+                "response": "",
+                "done": True,
+                "done_reason": "load",
+            },
+        )
 
     def _show(self) -> None:
         body = self._json_body(required=True)

@@ -50,7 +50,16 @@ from kvtop.sources.protocols import GpuWithProcs
 if TYPE_CHECKING:
     from kvtop.sources.recorder import Recorder
 
-__all__ = ["APPLY_SETTLE_S", "LOG_APPLY_GAP_INTERVALS", "QUEUE_EVERY_S", "REPLAY_PENDING_MAX", "EngineCore", "Notice", "Poll", "Step"]
+__all__ = [
+    "APPLY_SETTLE_S",
+    "LOG_APPLY_GAP_INTERVALS",
+    "QUEUE_EVERY_S",
+    "REPLAY_PENDING_MAX",
+    "EngineCore",
+    "Notice",
+    "Poll",
+    "Step",
+]
 
 APPLY_SETTLE_S = 0.05
 """A poll result waits this long for the other samples of its tick (the GPU sample and
@@ -131,11 +140,19 @@ class EngineCore:
         clock: Monotonic seconds (tests).
     """
 
-    def __init__(self, settings: Settings, sources: EngineSources | None = None, *,
-                 hosts: Sequence[str] | None = None, alerts: Mapping[str, Any] | None = None,
-                 naive_tz: tzinfo | None = None, gpu_hosts: Collection[str] | None = None,
-                 log_host: str | None = None, poll: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sources: EngineSources | None = None,
+        *,
+        hosts: Sequence[str] | None = None,
+        alerts: Mapping[str, Any] | None = None,
+        naive_tz: tzinfo | None = None,
+        gpu_hosts: Collection[str] | None = None,
+        log_host: str | None = None,
+        poll: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.sources = sources if sources is not None else EngineSources()
         self.interval_s = settings.interval_s
@@ -180,8 +197,11 @@ class EngineCore:
         """The server view's pulled-model readers, one per server asked about (closed by :meth:`aclose`)."""
         tz = naive_tz or datetime.now().astimezone().tzinfo or timezone.utc
         self.warnings: list[str] = []
-        self.reset(tuple(hosts or self.sources.servers or settings.host_urls),
-                   settings.alerts if alerts is None else alerts, tz)
+        self.reset(
+            tuple(hosts or self.sources.servers or settings.host_urls),
+            settings.alerts if alerts is None else alerts,
+            tz,
+        )
 
     # ----------------------------------------------------------------------------------------
     # state
@@ -192,8 +212,11 @@ class EngineCore:
         self.local_host = local_host(self.hosts)
         """The server this machine's GPU sample and the server log belong to."""
         self.log_host = self._log_host_arg if self._log_host_arg in self.hosts else self.local_host
-        self.gpu_hosts = tuple(h for h in (self._gpu_hosts_arg if self._gpu_hosts_arg is not None
-                                           else (self.local_host,)) if h in self.hosts)
+        self.gpu_hosts = tuple(
+            h
+            for h in (self._gpu_hosts_arg if self._gpu_hosts_arg is not None else (self.local_host,))
+            if h in self.hosts
+        )
         self.machine_hosts = tuple(h for h in self.hosts if h not in self.gpu_hosts and host_is_this_machine(h))
         """The other servers on this machine: their runners and environment are read here too."""
         self.states: dict[str, AppState] = {}
@@ -294,28 +317,55 @@ class EngineCore:
         for host in (*self.gpu_hosts, *self.machine_hosts):
             self.stage(host, lambda state: fold_slots(state, snap))
 
-    def stage_log(self, events: Sequence[LogEvent], *, source: str | None, status: str | None, ok: bool,
-                  lines: int, dropped_lines: int, raw_lines: Sequence[str]) -> None:
+    def stage_log(
+        self,
+        events: Sequence[LogEvent],
+        *,
+        source: str | None,
+        status: str | None,
+        ok: bool,
+        lines: int,
+        dropped_lines: int,
+        raw_lines: Sequence[str],
+    ) -> None:
         """One parsed log batch (merged with the batches staged just before it)."""
-        self._record(lambda r: r.log(source=source, status=status, ok=ok, lines=lines,
-                                     dropped_lines=dropped_lines, raw_lines=list(raw_lines)))
+        self._record(
+            lambda r: r.log(
+                source=source, status=status, ok=ok, lines=lines, dropped_lines=dropped_lines, raw_lines=list(raw_lines)
+            )
+        )
         host = self.log_host
         if host not in self.states:
             return
         self._log_events.extend(events)
         pending = self._pending.setdefault(host, [])
         if pending and isinstance(pending[-1], LogRun):
-            pending[-1].add(events, source=source, status=status, ok=ok, lines=lines,
-                            dropped_lines=dropped_lines, raw_lines=raw_lines)  # the loads are grouped once
+            pending[-1].add(
+                events,
+                source=source,
+                status=status,
+                ok=ok,
+                lines=lines,
+                dropped_lines=dropped_lines,
+                raw_lines=raw_lines,
+            )  # the loads are grouped once
         else:
             run = LogRun([])
-            run.add(events, source=source, status=status, ok=ok, lines=lines, dropped_lines=dropped_lines,
-                    raw_lines=raw_lines)
+            run.add(
+                events,
+                source=source,
+                status=status,
+                ok=ok,
+                lines=lines,
+                dropped_lines=dropped_lines,
+                raw_lines=raw_lines,
+            )
             pending.append(run)
         self._staged(host, urgent=False)
 
-    def log_batch(self, lines: Sequence[str], *, source: str | None, status: str | None, ok: bool,
-                  dropped_lines: int = 0) -> None:
+    def log_batch(
+        self, lines: Sequence[str], *, source: str | None, status: str | None, ok: bool, dropped_lines: int = 0
+    ) -> None:
         """Parse one batch of raw log lines (:class:`LogFeed`) and stage it; a parser error is
         reported once and the parser starts again."""
         if self.log_feed is None:
@@ -323,8 +373,9 @@ class EngineCore:
         events, error = self.log_feed.parse(lines)
         if error is not None:
             self.report(Notice("log", self.log_host, error))
-        self.stage_log(events, source=source, status=status, ok=ok, lines=len(lines),
-                       dropped_lines=dropped_lines, raw_lines=lines)
+        self.stage_log(
+            events, source=source, status=status, ok=ok, lines=len(lines), dropped_lines=dropped_lines, raw_lines=lines
+        )
 
     # ----------------------------------------------------------------------------------------
     # the apply step
@@ -379,8 +430,14 @@ class EngineCore:
             previous[host] = old
             changed.append(host)
         self._record(lambda r: r.apply())
-        step = Step(self.apply_steps, dict(self.states), tuple(changed), previous,
-                    {h: tuple(p) for h, p in polls.items()}, tuple(log_events))
+        step = Step(
+            self.apply_steps,
+            dict(self.states),
+            tuple(changed),
+            previous,
+            {h: tuple(p) for h, p in polls.items()},
+            tuple(log_events),
+        )
         for callback in tuple(self._subscribers):
             callback(step)
         return step
@@ -549,8 +606,13 @@ class EngineCore:
         self.log_feed = self.log_feed or LogFeed()
         try:
             async for batch in self.sources.log.batches():
-                self.log_batch(batch.lines, source=batch.source, status=batch.status, ok=batch.ok,
-                               dropped_lines=batch.dropped_lines)
+                self.log_batch(
+                    batch.lines,
+                    source=batch.source,
+                    status=batch.status,
+                    ok=batch.ok,
+                    dropped_lines=batch.dropped_lines,
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a log source's bug: said, the rest goes on

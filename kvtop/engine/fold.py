@@ -30,8 +30,17 @@ class LogRun:
     dropped_lines: int = 0
     raw_lines: list[str] = dataclasses.field(default_factory=list)
 
-    def add(self, events: Sequence[LogEvent], *, source: str | None, status: str | None, ok: bool, lines: int,
-            dropped_lines: int, raw_lines: Sequence[str]) -> None:
+    def add(
+        self,
+        events: Sequence[LogEvent],
+        *,
+        source: str | None,
+        status: str | None,
+        ok: bool,
+        lines: int,
+        dropped_lines: int,
+        raw_lines: Sequence[str],
+    ) -> None:
         """Merge one more batch (the newest source and status win; counts add up)."""
         self.events.extend(events)
         self.source, self.status, self.ok = source, status, ok
@@ -40,8 +49,16 @@ class LogRun:
         self.raw_lines.extend(raw_lines)
 
     def fold(self, state: AppState) -> AppState:
-        return fold_log_events(state, self.events, source=self.source, status=self.status, ok=self.ok,
-                               lines=self.lines, dropped_lines=self.dropped_lines, raw_lines=self.raw_lines)
+        return fold_log_events(
+            state,
+            self.events,
+            source=self.source,
+            status=self.status,
+            ok=self.ok,
+            lines=self.lines,
+            dropped_lines=self.dropped_lines,
+            raw_lines=self.raw_lines,
+        )
 
 
 Pending = Callable[[AppState], AppState] | LogRun

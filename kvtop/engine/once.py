@@ -77,10 +77,16 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
         left_s = max(0.0, settings.timeout_s + budget_s - elapsed_s)
         health, pulled = await asyncio.gather(
             engine._guarded("health", engine.local_host, src.health.sample(procs, engine.local_host))
-            if src.health is not None else nothing(),
-            engine._guarded("pulled", engine.local_host, src.pulled.sample_within(
-                left_s, every=backlog, shows=0 if elapsed_s >= budget_s else None))
-            if src.pulled is not None else nothing())
+            if src.health is not None
+            else nothing(),
+            engine._guarded(
+                "pulled",
+                engine.local_host,
+                src.pulled.sample_within(left_s, every=backlog, shows=0 if elapsed_s >= budget_s else None),
+            )
+            if src.pulled is not None
+            else nothing(),
+        )
     for host, snap in zip(hosts, snaps):
         if snap is None:
             continue
@@ -95,9 +101,13 @@ async def sample_everything(engine: EngineCore, *, backlog: bool = False) -> lis
                 engine.stage(host, lambda state: fold_gpu(state, gpu, procs))
             else:  # this machine's GPUs are not that server's: say so instead of "waiting"
                 on_machine = host in engine.machine_hosts  # its runners and environment are readable here
-                none = GpuSnapshot(taken_at=gpu.taken_at, status=(
-                    f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
-                    f" reported with {engine.local_host})"))
+                none = GpuSnapshot(
+                    taken_at=gpu.taken_at,
+                    status=(
+                        f"GPU telemetry: none for this server (kvtop reads the GPUs of the machine it runs on,"
+                        f" reported with {engine.local_host})"
+                    ),
+                )
                 theirs = procs if on_machine else ProcSnapshot(taken_at=procs.taken_at)
                 engine.stage(host, _folding_gpu(none, theirs))
     if slots is not None:
@@ -144,8 +154,11 @@ def stage_backlog(engine: EngineCore, backlog: Backlog) -> None:
     where = backlog.source
     host = engine.log_host
     if not backlog.ok:
-        engine.report(Notice("log", host, f"server log {where}: {backlog.status}" + (" — no log read" if auto else ""),
-                           error=False))
+        engine.report(
+            Notice(
+                "log", host, f"server log {where}: {backlog.status}" + (" — no log read" if auto else ""), error=False
+            )
+        )
         if auto:
             return
     elif not backlog.lines:
@@ -154,13 +167,20 @@ def stage_backlog(engine: EngineCore, backlog: Backlog) -> None:
             return
     else:
         more = f"; {backlog.dropped_lines:,} older left out" if backlog.dropped_lines else ""
-        engine.report(Notice("log", host, f"server log {where}: read its newest {len(backlog.lines):,} lines{more}",
-                           error=False))
+        engine.report(
+            Notice("log", host, f"server log {where}: read its newest {len(backlog.lines):,} lines{more}", error=False)
+        )
     events, error = LogFeed().parse(backlog.lines, final=True)
     if error is not None:
         engine.report(Notice("log", host, error))
-    run = LogRun(list(events), source=where, status=backlog.status, ok=backlog.ok, lines=len(backlog.lines),
-                 dropped_lines=backlog.dropped_lines)
+    run = LogRun(
+        list(events),
+        source=where,
+        status=backlog.status,
+        ok=backlog.ok,
+        lines=len(backlog.lines),
+        dropped_lines=backlog.dropped_lines,
+    )
     engine._log_events.extend(events)
     engine.stage(host, run.fold)
 
@@ -179,8 +199,9 @@ async def sample_server_info(engine: EngineCore, host: str, *, wait_s: float | N
         return
     health = None
     if engine.settings.demo:
-        health = ServerHealth(taken_at=time.time(),
-                              error="the demo's server is a stand-in: there is no ollama serve process to read")
+        health = ServerHealth(
+            taken_at=time.time(), error="the demo's server is a stand-in: there is no ollama serve process to read"
+        )
     elif host in engine.gpu_hosts or host in engine.machine_hosts:
         if engine.sources.health is None:
             engine.sources.health = health_source()
@@ -190,8 +211,9 @@ async def sample_server_info(engine: EngineCore, host: str, *, wait_s: float | N
         source = engine._pulled_sources.get(host)
         if source is None:
             source = engine._pulled_sources[host] = pulled_source(engine.settings, host)
-        pulled = await engine._guarded("pulled", host, source.sample_pulled(
-            wait_s=max(0.5, engine.interval_s) if wait_s is None else wait_s))
+        pulled = await engine._guarded(
+            "pulled", host, source.sample_pulled(wait_s=max(0.5, engine.interval_s) if wait_s is None else wait_s)
+        )
     engine.stage(host, lambda st: fold_server(st, health, pulled))
 
 

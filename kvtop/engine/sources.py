@@ -52,8 +52,16 @@ class EngineSources:
     def closables(self) -> list[Any]:
         """Every source, each once (a source given twice is closed once)."""
         out: list[Any] = []
-        for src in (*self.servers.values(), self.log, self.gpu, self.procs, self.slots, self.health, self.pulled,
-                    self.conns):
+        for src in (
+            *self.servers.values(),
+            self.log,
+            self.gpu,
+            self.procs,
+            self.slots,
+            self.health,
+            self.pulled,
+            self.conns,
+        ):
             if src is not None and not any(src is seen for seen in out):
                 out.append(src)
         return out
@@ -71,9 +79,12 @@ def ollama_client(settings: Settings, host: str, *, show_timeout_s: float | None
     """The ``OllamaClient`` of one server, with its timeouts and access options (TLS, credentials)."""
     from kvtop.sources.ollama import OllamaClient
 
-    return OllamaClient(host, timeout_s=settings.timeout_s,
-                        show_timeout_s=settings.show_timeout_s if show_timeout_s is None else show_timeout_s,
-                        access=settings.access_for(host))
+    return OllamaClient(
+        host,
+        timeout_s=settings.timeout_s,
+        show_timeout_s=settings.show_timeout_s if show_timeout_s is None else show_timeout_s,
+        access=settings.access_for(host),
+    )
 
 
 def health_source() -> HealthSource:
@@ -88,8 +99,9 @@ def pulled_source(settings: Settings, host: str) -> PulledSource:
     with that server's timeouts and access options."""
     from kvtop.sources.pulled import PulledSource
 
-    return PulledSource(host, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s,
-                        access=settings.access_for(host))
+    return PulledSource(
+        host, timeout_s=settings.timeout_s, show_timeout_s=settings.show_timeout_s, access=settings.access_for(host)
+    )
 
 
 def machine_sources() -> tuple[GpuSourceLike, ProcSourceLike]:
@@ -101,11 +113,19 @@ def machine_sources() -> tuple[GpuSourceLike, ProcSourceLike]:
     return GpuSource(), ProcSource()
 
 
-def build_sources(settings: Settings, *, servers: Mapping[str, OllamaSource] | None = None,
-                  log: LogSource | None = None, gpu: GpuSourceLike | None = None,
-                  procs: ProcSourceLike | None = None, slots: SlotsSourceLike | None = None,
-                  machine: bool = True, read_slots: bool | None = None, server_info: bool = False,
-                  show_timeout_s: float | None = None) -> EngineSources:
+def build_sources(
+    settings: Settings,
+    *,
+    servers: Mapping[str, OllamaSource] | None = None,
+    log: LogSource | None = None,
+    gpu: GpuSourceLike | None = None,
+    procs: ProcSourceLike | None = None,
+    slots: SlotsSourceLike | None = None,
+    machine: bool = True,
+    read_slots: bool | None = None,
+    server_info: bool = False,
+    show_timeout_s: float | None = None,
+) -> EngineSources:
     """Build each source of a run once.
 
     Args:
@@ -148,5 +168,6 @@ def build_sources(settings: Settings, *, servers: Mapping[str, OllamaSource] | N
         from kvtop.sources.connections import ConnectionSource
 
         conns = ConnectionSource()
-    return EngineSources(servers=clients, log=log, gpu=gpu, procs=procs, slots=slots, health=health, pulled=pulled,
-                         conns=conns)
+    return EngineSources(
+        servers=clients, log=log, gpu=gpu, procs=procs, slots=slots, health=health, pulled=pulled, conns=conns
+    )

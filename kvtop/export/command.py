@@ -58,9 +58,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     s = text.strip()
     if s.startswith("["):
         end = s.find("]")
-        if end < 0 or s[end + 1:end + 2] != ":":
+        if end < 0 or s[end + 1 : end + 2] != ":":
             raise ValueError(f"{text!r}: expected [IPV6]:PORT, e.g. [::1]:9877")
-        host, port_text = s[1:end], s[end + 2:]
+        host, port_text = s[1:end], s[end + 2 :]
         try:
             ipaddress.IPv6Address(host.split("%", 1)[0])
         except ValueError:
@@ -97,32 +97,66 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop export",
         description="Export kvtop's per-model memory figures (weights / KV / compute, spill, context, slots), "
-                    "headless: 'prometheus' serves /metrics (each server is polled once per interval, however "
-                    "many scrapers); 'textfile' writes the same metrics to PATH for node_exporter's textfile "
-                    "collector, atomically (temp file + rename), every interval or --once, and opens no port.",
+        "headless: 'prometheus' serves /metrics (each server is polled once per interval, however "
+        "many scrapers); 'textfile' writes the same metrics to PATH for node_exporter's textfile "
+        "collector, atomically (temp file + rename), every interval or --once, and opens no port.",
         epilog="examples: kvtop export prometheus --listen 0.0.0.0:9877 --host http://gpu1:11434 --host "
-               "http://gpu2:11434;  kvtop export textfile /var/lib/node_exporter/textfile/kvtop.prom --interval 15",
+        "http://gpu2:11434;  kvtop export textfile /var/lib/node_exporter/textfile/kvtop.prom --interval 15",
     )
-    p.add_argument("format", choices=("prometheus", "textfile"),
-                   help="what to export: prometheus (serve GET /metrics) or textfile (write PATH for "
-                        "node_exporter's textfile collector; no port is opened)")
-    p.add_argument("path", nargs="?", default=None, metavar="PATH",
-                   help="textfile: the file to write, e.g. /var/lib/node_exporter/textfile/kvtop.prom")
-    p.add_argument("--once", action="store_true",
-                   help="textfile: poll every server once, write PATH and exit (2 when a server's TLS certificate "
-                        "or credentials were refused: the file is written, the error said on stderr)")
-    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                   help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; IPv6 as [::1]:9877; port 0: any free one)")
-    p.add_argument("--host", action="append", metavar="URL",
-                   help="Ollama server, read like OLLAMA_HOST; repeat it for several "
-                        "(default: config/OLLAMA_HOST, else http://127.0.0.1:11434)")
-    p.add_argument("--interval", "-n", type=_positive, default=None, metavar="SECONDS",
-                   help="seconds between polls of each server, 0.25–60 (default: config, else 1)")
-    p.add_argument("--timeout", type=_positive, default=None, metavar="SECONDS",
-                   help="deadline of each API request (default: config, else 3)")
-    p.add_argument("--log", default=None, metavar="SPEC",
-                   help="server log of the first --host: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, "
-                        "docker:CONTAINER, - (stdin) or none (default: none)")
+    p.add_argument(
+        "format",
+        choices=("prometheus", "textfile"),
+        help="what to export: prometheus (serve GET /metrics) or textfile (write PATH for "
+        "node_exporter's textfile collector; no port is opened)",
+    )
+    p.add_argument(
+        "path",
+        nargs="?",
+        default=None,
+        metavar="PATH",
+        help="textfile: the file to write, e.g. /var/lib/node_exporter/textfile/kvtop.prom",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="textfile: poll every server once, write PATH and exit (2 when a server's TLS certificate "
+        "or credentials were refused: the file is written, the error said on stderr)",
+    )
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; IPv6 as [::1]:9877; port 0: any free one)",
+    )
+    p.add_argument(
+        "--host",
+        action="append",
+        metavar="URL",
+        help="Ollama server, read like OLLAMA_HOST; repeat it for several "
+        "(default: config/OLLAMA_HOST, else http://127.0.0.1:11434)",
+    )
+    p.add_argument(
+        "--interval",
+        "-n",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between polls of each server, 0.25–60 (default: config, else 1)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="deadline of each API request (default: config, else 3)",
+    )
+    p.add_argument(
+        "--log",
+        default=None,
+        metavar="SPEC",
+        help="server log of the first --host: auto, journal[:UNIT], journal-user[:UNIT], file:PATH, "
+        "docker:CONTAINER, - (stdin) or none (default: none)",
+    )
     p.add_argument("--config", default=None, metavar="PATH", help="config file (default: <config dir>/config.toml)")
     from kvtop.cli.access import add_access_arguments
 
@@ -130,9 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
-           fail: Callable[[str], NoReturn],
-           credentials: dict[str, tuple[str | None, str | None]] | None = None) -> tuple[list[str], list[str]]:
+def _hosts(
+    args: argparse.Namespace,
+    resolved_host: Any,
+    origin: str,
+    fail: Callable[[str], NoReturn],
+    credentials: dict[str, tuple[str | None, str | None]] | None = None,
+) -> tuple[list[str], list[str]]:
     """The servers to poll (deduplicated, typed order first) and warnings about dropped ones.
     ``credentials`` receives each URL's ``(user, password)`` taken out of it (``config.parse_host_access``)."""
     warnings: list[str] = []
@@ -148,8 +186,9 @@ def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
             if url not in urls:
                 urls.append(url)
         return urls, warnings
-    raws: Sequence[str | None] = (resolved_host,) if resolved_host is None or isinstance(resolved_host, str) \
-        else tuple(resolved_host)
+    raws: Sequence[str | None] = (
+        (resolved_host,) if resolved_host is None or isinstance(resolved_host, str) else tuple(resolved_host)
+    )
     for raw in raws:
         try:
             url, user, password = parse_host_access(raw, strict=origin != "env OLLAMA_HOST")
@@ -160,6 +199,7 @@ def _hosts(args: argparse.Namespace, resolved_host: Any, origin: str,
         if url not in urls:
             urls.append(url)
     return (urls or [parse_ollama_host(None)]), warnings
+
 
 def main_export(argv: Sequence[str]) -> int:
     """``kvtop export prometheus ...`` / ``kvtop export textfile PATH ...``; returns the exit code
@@ -195,9 +235,13 @@ def main_export(argv: Sequence[str]) -> int:
         from kvtop.cli.access import access_options
 
         access, access_warnings = server_accesses(
-            [(u, *credentials.get(u, (None, None))) for u in hosts], **access_options(args),
-            servers=values.get("servers"), env=env, file_origin=str(resolved.path),
-            host_origin="flag" if args.host else origins["host"])
+            [(u, *credentials.get(u, (None, None))) for u in hosts],
+            **access_options(args),
+            servers=values.get("servers"),
+            env=env,
+            file_origin=str(resolved.path),
+            host_origin="flag" if args.host else origins["host"],
+        )
     except ConfigError as exc:
         fail(str(exc))
     warnings = list(resolved.warnings) + warnings + access_warnings
@@ -217,26 +261,55 @@ def main_export(argv: Sequence[str]) -> int:
 
     addresses = local_addresses()
     local_urls = [url for url in hosts if host_is_this_machine(url, addresses=addresses)]
-    settings = Settings(host_url=hosts[0], more_hosts=tuple(hosts[1:]), interval_s=interval_s, timeout_s=timeout_s,
-                        show_timeout_s=max(timeout_s, 10.0), alerts=values["alerts"], access=access, log_spec=log_spec)
+    settings = Settings(
+        host_url=hosts[0],
+        more_hosts=tuple(hosts[1:]),
+        interval_s=interval_s,
+        timeout_s=timeout_s,
+        show_timeout_s=max(timeout_s, 10.0),
+        alerts=values["alerts"],
+        access=access,
+        log_spec=log_spec,
+    )
     # the one factory (kvtop.engine): each server's client with its access options, the log, and
     # this machine's GPU, processes and /slots only when a host is on this machine
     sources = build_sources(settings, machine=bool(local_urls))
     pollers = [
-        HostPoller(url, sources.servers[url], local=url in local_urls, alerts=values["alerts"],
-                   log=(i == 0 and spec.kind != "none"),
-                   tls_verified=(not access[url].insecure) if access[url].https else None)
+        HostPoller(
+            url,
+            sources.servers[url],
+            local=url in local_urls,
+            alerts=values["alerts"],
+            log=(i == 0 and spec.kind != "none"),
+            tls_verified=(not access[url].insecure) if access[url].https else None,
+        )
         for i, url in enumerate(hosts)
     ]
     warnings.extend(pollers[0].warnings)  # each starts with "[alerts]"
     if spec.kind in ("auto", "journal", "docker") and not pollers[0].view.local:
-        warnings.append(f"--log {log_spec} reads this machine's log, but {hosts[0]} is not on this machine: "
-                        "its figures may be another server's")
-    exporter = Exporter(pollers, interval_s=interval_s, gpu_source=sources.gpu, proc_source=sources.procs,
-                        log_source=sources.log, slots_source=sources.slots)
+        warnings.append(
+            f"--log {log_spec} reads this machine's log, but {hosts[0]} is not on this machine: "
+            "its figures may be another server's"
+        )
+    exporter = Exporter(
+        pollers,
+        interval_s=interval_s,
+        gpu_source=sources.gpu,
+        proc_source=sources.procs,
+        log_source=sources.log,
+        slots_source=sources.slots,
+    )
     if args.format == "textfile":
-        return _main_textfile(exporter, args.path, once=args.once, warnings=warnings, fail=fail,
-                              log=str(spec), hosts=hosts, timeout_s=timeout_s)
+        return _main_textfile(
+            exporter,
+            args.path,
+            once=args.once,
+            warnings=warnings,
+            fail=fail,
+            log=str(spec),
+            hosts=hosts,
+            timeout_s=timeout_s,
+        )
     registry = make_registry(exporter.collector)
 
     try:
@@ -249,9 +322,11 @@ def main_export(argv: Sequence[str]) -> int:
         say(warning)
     port = httpd.port
     local = [p.url for p in pollers if p.view.local]
-    say(f"serving Prometheus metrics on http://{_url_host(listen_host)}:{port}/metrics — "
-         f"polling {', '.join(hosts)} every {interval_s:g} s; log: {spec}; "
-         f"GPU telemetry: {'joined to ' + ', '.join(local) if local else 'off (no host on this machine)'}")
+    say(
+        f"serving Prometheus metrics on http://{_url_host(listen_host)}:{port}/metrics — "
+        f"polling {', '.join(hosts)} every {interval_s:g} s; log: {spec}; "
+        f"GPU telemetry: {'joined to ' + ', '.join(local) if local else 'off (no host on this machine)'}"
+    )
     try:
         asyncio.run(_serve(exporter))
     except KeyboardInterrupt:  # Ctrl+C before the loop's own handler was installed
@@ -272,8 +347,17 @@ async def _serve(exporter: Exporter) -> None:
     await exporter.run(stop)
 
 
-def _main_textfile(exporter: Exporter, path: str, *, once: bool, warnings: Sequence[str],
-                   fail: Callable[[str], NoReturn], log: str, hosts: Sequence[str], timeout_s: float) -> int:
+def _main_textfile(
+    exporter: Exporter,
+    path: str,
+    *,
+    once: bool,
+    warnings: Sequence[str],
+    fail: Callable[[str], NoReturn],
+    log: str,
+    hosts: Sequence[str],
+    timeout_s: float,
+) -> int:
     """``kvtop export textfile PATH``: poll as the HTTP exporter does, write PATH instead of serving."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -287,9 +371,11 @@ def _main_textfile(exporter: Exporter, path: str, *, once: bool, warnings: Seque
     if not path.endswith(".prom"):
         say(f"{path} does not end in .prom: node_exporter's textfile collector reads *.prom files only")
     local = [p.url for p in exporter.pollers if p.view.local]
-    say(f"writing Prometheus metrics to {path} "
-         f"{'once' if once else f'every {exporter.interval_s:g} s'} — polling {', '.join(hosts)}; log: {log}; "
-         f"GPU telemetry: {'joined to ' + ', '.join(local) if local else 'off (no host on this machine)'}")
+    say(
+        f"writing Prometheus metrics to {path} "
+        f"{'once' if once else f'every {exporter.interval_s:g} s'} — polling {', '.join(hosts)}; log: {log}; "
+        f"GPU telemetry: {'joined to ' + ', '.join(local) if local else 'off (no host on this machine)'}"
+    )
     problem: list[str | None] = [None]
 
     async def run() -> None:
@@ -303,7 +389,8 @@ def _main_textfile(exporter: Exporter, path: str, *, once: bool, warnings: Seque
         polling = asyncio.create_task(exporter.run(stop))
         try:
             problem[0] = await write_textfile_forever(
-                exporter, path, stop, once=once, first_wait_s=2 * timeout_s + TEXTFILE_FIRST_WAIT_S)
+                exporter, path, stop, once=once, first_wait_s=2 * timeout_s + TEXTFILE_FIRST_WAIT_S
+            )
         finally:
             stop.set()
             await polling

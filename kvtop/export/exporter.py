@@ -30,7 +30,6 @@ from kvtop.model.state import initial_state
 from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike, SlotsSourceLike
 
 if TYPE_CHECKING:
-
     from kvtop.engine import Notice, Step
     from kvtop.sources.tail import LogSource
 
@@ -48,8 +47,16 @@ class HostPoller:
     HTTP threads always read a consistent snapshot.
     """
 
-    def __init__(self, url: str, source: OllamaSource, *, local: bool, alerts: Mapping[str, Any],
-                 log: bool = False, tls_verified: bool | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        source: OllamaSource,
+        *,
+        local: bool,
+        alerts: Mapping[str, Any],
+        log: bool = False,
+        tls_verified: bool | None = None,
+    ) -> None:
         self.url = url
         self.source = source
         self.alerts = alerts
@@ -71,9 +78,11 @@ class HostPoller:
         if state is not hv.state:
             changes["state"] = state
         if polls:
-            changes.update(polls=hv.polls + len(polls),
-                           poll_failures=hv.poll_failures + sum(1 for p in polls if not p.snapshot.reachable),
-                           poll_duration_s=polls[-1].duration_s)
+            changes.update(
+                polls=hv.polls + len(polls),
+                poll_failures=hv.poll_failures + sum(1 for p in polls if not p.snapshot.reachable),
+                poll_duration_s=polls[-1].duration_s,
+            )
         if hv.log and step.log_events:
             counters = count_log(hv.counters, step.log_events, state.log.loads)
             if counters is not hv.counters:
@@ -115,9 +124,16 @@ class Exporter:
         log_source: The first host's server log, or None.
     """
 
-    def __init__(self, pollers: Sequence[HostPoller], *, interval_s: float,
-                 gpu_source: GpuSourceLike | None = None, proc_source: ProcSourceLike | None = None,
-                 log_source: LogSource | None = None, slots_source: SlotsSourceLike | None = None) -> None:
+    def __init__(
+        self,
+        pollers: Sequence[HostPoller],
+        *,
+        interval_s: float,
+        gpu_source: GpuSourceLike | None = None,
+        proc_source: ProcSourceLike | None = None,
+        log_source: LogSource | None = None,
+        slots_source: SlotsSourceLike | None = None,
+    ) -> None:
         from kvtop.config import Settings
         from kvtop.engine import Engine, EngineSources
 
@@ -128,13 +144,26 @@ class Exporter:
         self.proc_source = proc_source
         self.log_source = log_source
         urls = [p.url for p in self.pollers]
-        settings = Settings(host_url=urls[0] if urls else "http://127.0.0.1:11434", more_hosts=tuple(urls[1:]),
-                            interval_s=interval_s, log_spec="none")
+        settings = Settings(
+            host_url=urls[0] if urls else "http://127.0.0.1:11434",
+            more_hosts=tuple(urls[1:]),
+            interval_s=interval_s,
+            log_spec="none",
+        )
         self.engine = Engine(
-            settings, EngineSources(servers={p.url: p.source for p in self.pollers}, log=log_source,
-                                    gpu=gpu_source, procs=proc_source, slots=slots_source),
-            hosts=urls or None, alerts=self.pollers[0].alerts if self.pollers else {},
-            gpu_hosts=[p.url for p in self.pollers if p.view.local], log_host=urls[0] if urls else None)
+            settings,
+            EngineSources(
+                servers={p.url: p.source for p in self.pollers},
+                log=log_source,
+                gpu=gpu_source,
+                procs=proc_source,
+                slots=slots_source,
+            ),
+            hosts=urls or None,
+            alerts=self.pollers[0].alerts if self.pollers else {},
+            gpu_hosts=[p.url for p in self.pollers if p.view.local],
+            log_host=urls[0] if urls else None,
+        )
         """Polls, stages and applies (one alert evaluation per host and step)."""
         self.engine.subscribe(self._on_step)
         self.engine.on_notice(self._on_notice)

@@ -86,13 +86,21 @@ def make_wsgi(registry: CollectorRegistry, cache: MetricsCache | None = None) ->
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path not in ("/metrics", "/"):
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
-                                             ("Content-Length", str(len(_NOT_FOUND)))])
+            start_response(
+                "404 Not Found",
+                [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(_NOT_FOUND)))],
+            )
             return [_NOT_FOUND]
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             body = b"only GET and HEAD\n"
-            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain; charset=utf-8"),
-                                                      ("Content-Length", str(len(body)))])
+            start_response(
+                "405 Method Not Allowed",
+                [
+                    ("Allow", "GET, HEAD"),
+                    ("Content-Type", "text/plain; charset=utf-8"),
+                    ("Content-Length", str(len(body))),
+                ],
+            )
             return [body]
         if environ["REQUEST_METHOD"] == "HEAD":  # prometheus-client answers GET only: same headers, no body
             for _chunk in metrics({**environ, "REQUEST_METHOD": "GET"}, start_response):
@@ -121,29 +129,48 @@ class MetricsServer:
             the name does not resolve (``socket.gaierror``).
     """
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, threads: int = SERVER_THREADS,
-                 backlog: int = SERVER_BACKLOG, channel_timeout_s: int = CHANNEL_TIMEOUT_S,
-                 connection_limit: int = CONNECTION_LIMIT, cache: MetricsCache | None = None,
-                 request_deadline_s: float = REQUEST_DEADLINE_S, response_deadline_s: float = RESPONSE_DEADLINE_S,
-                 per_client_pending: int = PER_CLIENT_PENDING, pending_grace_s: float = PENDING_GRACE_S) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        threads: int = SERVER_THREADS,
+        backlog: int = SERVER_BACKLOG,
+        channel_timeout_s: int = CHANNEL_TIMEOUT_S,
+        connection_limit: int = CONNECTION_LIMIT,
+        cache: MetricsCache | None = None,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
+        response_deadline_s: float = RESPONSE_DEADLINE_S,
+        per_client_pending: int = PER_CLIENT_PENDING,
+        pending_grace_s: float = PENDING_GRACE_S,
+    ) -> None:
         import logging
         import socket
 
         from kvtop.export.httpguard import create_guarded_server
 
-        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                       flags=socket.AI_PASSIVE)[0]
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         ip = sockaddr[0]
         listen = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" under load is expected
         try:
             self._server = create_guarded_server(
-                make_wsgi(registry, cache), listen=listen, threads=threads, backlog=backlog,
-                channel_timeout=channel_timeout_s, cleanup_interval=CLEANUP_INTERVAL_S,
-                connection_limit=connection_limit, max_request_header_size=MAX_REQUEST_HEADER_BYTES,
-                max_request_body_size=MAX_REQUEST_BODY_BYTES, asyncore_use_poll=True, ident="kvtop",
-                expose_tracebacks=False, request_deadline_s=request_deadline_s,
-                response_deadline_s=response_deadline_s, per_client_pending=per_client_pending,
+                make_wsgi(registry, cache),
+                listen=listen,
+                threads=threads,
+                backlog=backlog,
+                channel_timeout=channel_timeout_s,
+                cleanup_interval=CLEANUP_INTERVAL_S,
+                connection_limit=connection_limit,
+                max_request_header_size=MAX_REQUEST_HEADER_BYTES,
+                max_request_body_size=MAX_REQUEST_BODY_BYTES,
+                asyncore_use_poll=True,
+                ident="kvtop",
+                expose_tracebacks=False,
+                request_deadline_s=request_deadline_s,
+                response_deadline_s=response_deadline_s,
+                per_client_pending=per_client_pending,
                 pending_grace_s=pending_grace_s,
             )
         except ValueError as exc:  # waitress: "Invalid host/port specified."

@@ -106,8 +106,15 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
     channel_class = GuardedChannel
     next_channel_cleanup: float  # waitress's: when maintenance() runs next (time.time())
 
-    def __init__(self, *args: Any, request_deadline_s: float, response_deadline_s: float, per_client_pending: int,
-                 pending_grace_s: float, **kw: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        request_deadline_s: float,
+        response_deadline_s: float,
+        per_client_pending: int,
+        pending_grace_s: float,
+        **kw: Any,
+    ) -> None:
         self.request_deadline_s = request_deadline_s
         self.response_deadline_s = response_deadline_s
         self.per_client_pending = per_client_pending
@@ -180,7 +187,7 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
         for waiting in slow_by_client.values():
             if len(waiting) > self.per_client_pending:
                 waiting.sort(key=lambda w: -w[0])  # the longest waiting first
-                late.extend(c for _, c in waiting[:len(waiting) - self.per_client_pending])
+                late.extend(c for _, c in waiting[: len(waiting) - self.per_client_pending])
         for channel in late:
             self._close(channel)
 
@@ -206,8 +213,11 @@ class GuardedServer(TcpWSGIServer):  # type: ignore[misc]
             if stall is not None:
                 if stalled is None or stall[1] > stalled[0]:
                     stalled = (stall[1], channel)
-            elif (not channel.requests and not channel.total_outbufs_len
-                  and (idle is None or channel.last_activity < idle[0])):
+            elif (
+                not channel.requests
+                and not channel.total_outbufs_len
+                and (idle is None or channel.last_activity < idle[0])
+            ):
                 idle = (channel.last_activity, channel)
         victim = stalled or idle
         if victim is None:
@@ -234,8 +244,15 @@ def _client(addr: Any) -> str:
     return str(addr[0]) if isinstance(addr, tuple) and addr else ""
 
 
-def create_guarded_server(app: Any, *, request_deadline_s: float, response_deadline_s: float, per_client_pending: int,
-                          pending_grace_s: float, **adjustments: Any) -> GuardedServer:
+def create_guarded_server(
+    app: Any,
+    *,
+    request_deadline_s: float,
+    response_deadline_s: float,
+    per_client_pending: int,
+    pending_grace_s: float,
+    **adjustments: Any,
+) -> GuardedServer:
     """A :class:`GuardedServer` for ``app`` on the one address of ``adjustments["listen"]``
     (``"ip:port"`` or ``"[ip6]:port"``), as ``waitress.create_server`` builds one, started
     listening (call ``run`` to serve). ``adjustments`` are waitress's.
@@ -249,7 +266,16 @@ def create_guarded_server(app: Any, *, request_deadline_s: float, response_deadl
         raise ValueError("one address to listen on")
     dispatcher = ThreadedTaskDispatcher()
     dispatcher.set_thread_count(adj.threads)
-    return GuardedServer(app, {}, True, None, dispatcher=dispatcher, adj=adj, sockinfo=adj.listen[0],
-                         request_deadline_s=request_deadline_s, response_deadline_s=response_deadline_s,
-                         per_client_pending=per_client_pending,
-                         pending_grace_s=pending_grace_s)
+    return GuardedServer(
+        app,
+        {},
+        True,
+        None,
+        dispatcher=dispatcher,
+        adj=adj,
+        sockinfo=adj.listen[0],
+        request_deadline_s=request_deadline_s,
+        response_deadline_s=response_deadline_s,
+        per_client_pending=per_client_pending,
+        pending_grace_s=pending_grace_s,
+    )

@@ -55,73 +55,158 @@ _GPU = ("gpu", "name", "uuid")
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("kvtop_exporter_info", "gauge", "kvtop's version (value 1)", ("version",)),
     MetricSpec("kvtop_exporter_scrapes_total", "counter", "Scrapes served since start", ()),
-    MetricSpec("kvtop_exporter_collect_duration_seconds", "gauge",
-               "Time the served metrics took to build from the latest state (built once per poll and cached; "
-               "no scrape makes a poll)", ()),
+    MetricSpec(
+        "kvtop_exporter_collect_duration_seconds",
+        "gauge",
+        "Time the served metrics took to build from the latest state (built once per poll and cached; "
+        "no scrape makes a poll)",
+        (),
+    ),
     MetricSpec("kvtop_server_up", "gauge", "1 when the latest GET /api/ps answered with valid data, else 0", _HOST),
     MetricSpec("kvtop_server_info", "gauge", "The server's /api/version (value 1)", ("host", "version")),
-    MetricSpec("kvtop_server_tls_verified", "gauge",
-               "https:// servers only: 1 when the server's certificate is checked (the system's CAs, or --cacert), "
-               "0 when it is not checked (--insecure); a certificate that fails the check reads "
-               "kvtop_server_up 0, with the reason on stderr", _HOST),
+    MetricSpec(
+        "kvtop_server_tls_verified",
+        "gauge",
+        "https:// servers only: 1 when the server's certificate is checked (the system's CAs, or --cacert), "
+        "0 when it is not checked (--insecure); a certificate that fails the check reads "
+        "kvtop_server_up 0, with the reason on stderr",
+        _HOST,
+    ),
     MetricSpec("kvtop_server_polls_total", "counter", "Polls of GET /api/ps made (one per interval at most)", _HOST),
-    MetricSpec("kvtop_server_poll_failures_total", "counter",
-               "Polls whose GET /api/ps failed (refused, timeout, HTTP error, invalid data)", _HOST),
-    MetricSpec("kvtop_server_poll_duration_seconds", "gauge",
-               "Wall time of the latest poll (the first one also waits up to 1 s for /api/show)", _HOST),
+    MetricSpec(
+        "kvtop_server_poll_failures_total",
+        "counter",
+        "Polls whose GET /api/ps failed (refused, timeout, HTTP error, invalid data)",
+        _HOST,
+    ),
+    MetricSpec(
+        "kvtop_server_poll_duration_seconds",
+        "gauge",
+        "Wall time of the latest poll (the first one also waits up to 1 s for /api/show)",
+        _HOST,
+    ),
     MetricSpec("kvtop_server_last_poll_timestamp_seconds", "gauge", "Unix time of the latest poll", _HOST),
-    MetricSpec("kvtop_server_last_success_timestamp_seconds", "gauge",
-               "Unix time of the latest poll that reached the server", _HOST),
+    MetricSpec(
+        "kvtop_server_last_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the latest poll that reached the server",
+        _HOST,
+    ),
     MetricSpec("kvtop_model_size_bytes", "gauge", "Memory of the loaded model: /api/ps size (reported)", _MODEL),
     MetricSpec("kvtop_model_vram_bytes", "gauge", "Part of size in GPU memory: /api/ps size_vram (reported)", _MODEL),
-    MetricSpec("kvtop_model_memory_bytes", "gauge",
-               "size split into weights, KV cache and compute buffers; source: allocated (server log), "
-               "reported (API) or estimated (kvtop's KV arithmetic)", (*_MODEL, "part", "source")),
-    MetricSpec("kvtop_model_context_tokens", "gauge",
-               "num_ctx per slot; source: allocated (log), runner (/props), reported (/api/ps), requested (command line, Modelfile) or service (environment)",
-               (*_MODEL, "source")),
-    MetricSpec("kvtop_model_slots", "gauge",
-               "Parallel slots; source: allocated (log), runner (/props, /slots), requested (-np), service (OLLAMA_NUM_PARALLEL) or default (1)",
-               (*_MODEL, "source")),
-    MetricSpec("kvtop_model_cpu_ratio", "gauge",
-               "(size - size_vram) / size: the share in system RAM, the figure ollama ps rounds to a percentage",
-               _MODEL),
+    MetricSpec(
+        "kvtop_model_memory_bytes",
+        "gauge",
+        "size split into weights, KV cache and compute buffers; source: allocated (server log), "
+        "reported (API) or estimated (kvtop's KV arithmetic)",
+        (*_MODEL, "part", "source"),
+    ),
+    MetricSpec(
+        "kvtop_model_context_tokens",
+        "gauge",
+        "num_ctx per slot; source: allocated (log), runner (/props), reported (/api/ps), requested (command line, Modelfile) or service (environment)",
+        (*_MODEL, "source"),
+    ),
+    MetricSpec(
+        "kvtop_model_slots",
+        "gauge",
+        "Parallel slots; source: allocated (log), runner (/props, /slots), requested (-np), service (OLLAMA_NUM_PARALLEL) or default (1)",
+        (*_MODEL, "source"),
+    ),
+    MetricSpec(
+        "kvtop_model_cpu_ratio",
+        "gauge",
+        "(size - size_vram) / size: the share in system RAM, the figure ollama ps rounds to a percentage",
+        _MODEL,
+    ),
     MetricSpec("kvtop_model_spilled", "gauge", "1 when part of the model is in system RAM (size_vram < size)", _MODEL),
-    MetricSpec("kvtop_model_info", "gauge",
-               "The model's settings as text (value 1); *_source: allocated (log), requested (runner command line), service (server environment) or default; '' = not known",
-               (*_MODEL, "blob", "architecture", "parameter_size", "quantization", "processor", "kv_type",
-                "kv_type_source", "flash_attention", "flash_attention_source")),
-    MetricSpec("kvtop_model_expires_timestamp_seconds", "gauge", "Unix time of /api/ps expires_at (keep-alive end)",
-               _MODEL),
-    MetricSpec("kvtop_model_prefill_tokens_per_second", "gauge",
-               "Prompt processing speed of the model's newest request (server log timing lines)", _MODEL),
-    MetricSpec("kvtop_model_decode_tokens_per_second", "gauge",
-               "Generation speed of the model's newest request (server log timing lines)", _MODEL),
-    MetricSpec("kvtop_log_up", "gauge", "1 while the server log is being read, 0 while its source fails",
-               ("host", "source")),
+    MetricSpec(
+        "kvtop_model_info",
+        "gauge",
+        "The model's settings as text (value 1); *_source: allocated (log), requested (runner command line), service (server environment) or default; '' = not known",
+        (
+            *_MODEL,
+            "blob",
+            "architecture",
+            "parameter_size",
+            "quantization",
+            "processor",
+            "kv_type",
+            "kv_type_source",
+            "flash_attention",
+            "flash_attention_source",
+        ),
+    ),
+    MetricSpec(
+        "kvtop_model_expires_timestamp_seconds", "gauge", "Unix time of /api/ps expires_at (keep-alive end)", _MODEL
+    ),
+    MetricSpec(
+        "kvtop_model_prefill_tokens_per_second",
+        "gauge",
+        "Prompt processing speed of the model's newest request (server log timing lines)",
+        _MODEL,
+    ),
+    MetricSpec(
+        "kvtop_model_decode_tokens_per_second",
+        "gauge",
+        "Generation speed of the model's newest request (server log timing lines)",
+        _MODEL,
+    ),
+    MetricSpec(
+        "kvtop_log_up", "gauge", "1 while the server log is being read, 0 while its source fails", ("host", "source")
+    ),
     MetricSpec("kvtop_log_lines_total", "counter", "Server log lines read", _HOST),
-    MetricSpec("kvtop_prompt_truncations_total", "counter",
-               "Prompts the runner truncated to fit the context, by the weights blob of the load that printed it "
-               "('' when the log names none); join kvtop_model_info on blob for the model", ("host", "blob")),
-    MetricSpec("kvtop_model_reloads_total", "counter",
-               "Loads of a weights blob the log had already shown loading (0 from its first load on)",
-               ("host", "blob")),
-    MetricSpec("kvtop_requests_in_flight", "gauge",
-               "TCP connections established to a local server's API port, kvtop's own left out (estimated: "
-               "idle keep-alive connections count too)", _HOST),
-    MetricSpec("kvtop_requests_waiting", "gauge",
-               "Requests waiting for a slot (estimated: connections beyond the busy slots while a model has every "
-               "slot busy; 0 while every model has a free slot)", _HOST),
-    MetricSpec("kvtop_request_oldest_wait_seconds", "gauge",
-               "How long the oldest waiting request has waited (estimated from when kvtop first saw its connection)",
-               _HOST),
-    MetricSpec("kvtop_alerts", "gauge", "Active alerts (kvtop's alert rules), by kind, severity and model ('' = none)",
-               ("host", "kind", "severity", "model")),
-    MetricSpec("kvtop_gpu_telemetry_up", "gauge",
-               "1 when a GPU of this machine reported data (NVML, AMD or Intel sysfs, Apple ioreg), 0 otherwise", ()),
-    MetricSpec("kvtop_gpu_unified_memory", "gauge",
-               "1 when the GPU shares system RAM (Apple Silicon, NVIDIA GB10 / Jetson): its memory figures are the RAM's",
-               _GPU),
+    MetricSpec(
+        "kvtop_prompt_truncations_total",
+        "counter",
+        "Prompts the runner truncated to fit the context, by the weights blob of the load that printed it "
+        "('' when the log names none); join kvtop_model_info on blob for the model",
+        ("host", "blob"),
+    ),
+    MetricSpec(
+        "kvtop_model_reloads_total",
+        "counter",
+        "Loads of a weights blob the log had already shown loading (0 from its first load on)",
+        ("host", "blob"),
+    ),
+    MetricSpec(
+        "kvtop_requests_in_flight",
+        "gauge",
+        "TCP connections established to a local server's API port, kvtop's own left out (estimated: "
+        "idle keep-alive connections count too)",
+        _HOST,
+    ),
+    MetricSpec(
+        "kvtop_requests_waiting",
+        "gauge",
+        "Requests waiting for a slot (estimated: connections beyond the busy slots while a model has every "
+        "slot busy; 0 while every model has a free slot)",
+        _HOST,
+    ),
+    MetricSpec(
+        "kvtop_request_oldest_wait_seconds",
+        "gauge",
+        "How long the oldest waiting request has waited (estimated from when kvtop first saw its connection)",
+        _HOST,
+    ),
+    MetricSpec(
+        "kvtop_alerts",
+        "gauge",
+        "Active alerts (kvtop's alert rules), by kind, severity and model ('' = none)",
+        ("host", "kind", "severity", "model"),
+    ),
+    MetricSpec(
+        "kvtop_gpu_telemetry_up",
+        "gauge",
+        "1 when a GPU of this machine reported data (NVML, AMD or Intel sysfs, Apple ioreg), 0 otherwise",
+        (),
+    ),
+    MetricSpec(
+        "kvtop_gpu_unified_memory",
+        "gauge",
+        "1 when the GPU shares system RAM (Apple Silicon, NVIDIA GB10 / Jetson): its memory figures are the RAM's",
+        _GPU,
+    ),
     MetricSpec("kvtop_gpu_memory_total_bytes", "gauge", "GPU memory (reported by the driver)", _GPU),
     MetricSpec("kvtop_gpu_memory_used_bytes", "gauge", "GPU memory in use (reported by the driver)", _GPU),
     MetricSpec("kvtop_gpu_memory_free_bytes", "gauge", "Free GPU memory (reported by the driver)", _GPU),
@@ -233,11 +318,23 @@ def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
         _add(fams, "kvtop_model_cpu_ratio", base, (v.size_bytes - v.size_vram_bytes) / v.size_bytes)
     if v.size_bytes is not None and v.size_vram_bytes is not None:
         _add(fams, "kvtop_model_spilled", base, 1 if v.spilled else 0)
-    _add(fams, "kvtop_model_info", (
-        *base, v.model_blob or "", v.architecture or "", v.parameter_size or "", v.quantization_level or "",
-        v.processor, v.kv_type.value or "", v.kv_type.source or "", v.flash_attention.value or "",
-        v.flash_attention.source or "",
-    ), 1)
+    _add(
+        fams,
+        "kvtop_model_info",
+        (
+            *base,
+            v.model_blob or "",
+            v.architecture or "",
+            v.parameter_size or "",
+            v.quantization_level or "",
+            v.processor,
+            v.kv_type.value or "",
+            v.kv_type.source or "",
+            v.flash_attention.value or "",
+            v.flash_attention.source or "",
+        ),
+        1,
+    )
     if v.expires_at is not None:
         try:
             _add(fams, "kvtop_model_expires_timestamp_seconds", base, v.expires_at.timestamp())
@@ -260,8 +357,7 @@ class _Scratch(dict[str, Metric]):
         return fam
 
 
-def _memo_model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView, memo: ModelMemo,
-                        kept: ModelMemo) -> None:
+def _memo_model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView, memo: ModelMemo, kept: ModelMemo) -> None:
     """``_model_metrics``, reusing the samples of the previous build when the model's view is
     equal (every figure the same: most models, poll after poll)."""
     key = (host, v.name, v.digest)
@@ -277,12 +373,13 @@ def _memo_model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView, mem
         fams[name].samples.extend(samples)
 
 
-def _host_metrics(fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | None = None,
-                  kept: ModelMemo | None = None) -> None:
+def _host_metrics(
+    fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | None = None, kept: ModelMemo | None = None
+) -> None:
     host, state = hv.url, hv.state
     snap: OllamaSnapshot | None = state.ollama
     _add(fams, "kvtop_server_up", (host,), 1 if state.reachable else 0)
-    version = (state.last_ok.version if state.last_ok is not None else None)
+    version = state.last_ok.version if state.last_ok is not None else None
     if version:
         _add(fams, "kvtop_server_info", (host, version), 1)
     if hv.tls_verified is not None:
@@ -331,8 +428,12 @@ def _gpu_metrics(fams: Mapping[str, Metric], gpu: GpuSnapshot) -> None:
         _add(fams, "kvtop_gpu_memory_total_bytes", labels, d.memory_total_bytes)
         _add(fams, "kvtop_gpu_memory_used_bytes", labels, d.memory_used_bytes)
         _add(fams, "kvtop_gpu_memory_free_bytes", labels, d.memory_free_bytes)
-        _add(fams, "kvtop_gpu_utilization_ratio", labels,
-             None if d.gpu_util_percent is None else d.gpu_util_percent / 100)
+        _add(
+            fams,
+            "kvtop_gpu_utilization_ratio",
+            labels,
+            None if d.gpu_util_percent is None else d.gpu_util_percent / 100,
+        )
         _add(fams, "kvtop_gpu_temperature_celsius", labels, d.temperature_c)
         _add(fams, "kvtop_gpu_power_watts", labels, None if d.power_draw_mw is None else d.power_draw_mw / 1000)
     if gpu.system is not None:
@@ -341,8 +442,9 @@ def _gpu_metrics(fams: Mapping[str, Metric], gpu: GpuSnapshot) -> None:
         _add(fams, "kvtop_system_swap_used_bytes", (), gpu.system.swap_used_bytes)
 
 
-def build_metrics(hosts: Iterable[HostView], gpu: GpuSnapshot | None, *, scrapes: int | None = 0,
-                  memo: ModelMemo | None = None) -> list[Metric]:
+def build_metrics(
+    hosts: Iterable[HostView], gpu: GpuSnapshot | None, *, scrapes: int | None = 0, memo: ModelMemo | None = None
+) -> list[Metric]:
     """The metric families for one scrape, from the latest views only (no I/O, no poll).
 
     Args:
@@ -408,6 +510,7 @@ class KvtopCollector(Collector):
         """The views and GPU sample a scrape exports now."""
         return tuple(self._views()), self._gpu()
 
+
 class FixedFamilies:
     """A prometheus-client "registry" that yields fixed families (what the encoders take)."""
 
@@ -416,6 +519,7 @@ class FixedFamilies:
 
     def collect(self) -> Iterable[Metric]:
         return self._families
+
 
 def make_registry(collector: KvtopCollector) -> CollectorRegistry:
     """A fresh registry holding only ``collector`` (no default process/platform collectors)."""

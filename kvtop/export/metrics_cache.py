@@ -124,8 +124,9 @@ class MetricsCache:
         """Render the families again if the views changed, and every encoding scrapers asked for."""
         views, gpu = self._collector.latest()
         key = (*views, gpu)
-        fresh = self._families is not None and len(key) == len(self._key) and all(
-            a is b for a, b in zip(key, self._key))
+        fresh = (
+            self._families is not None and len(key) == len(self._key) and all(a is b for a, b in zip(key, self._key))
+        )
         self._dirty = False
         if fresh:
             return False
@@ -199,7 +200,8 @@ class MetricsCache:
                     while len(self._formats) >= CACHED_FORMATS:
                         del self._formats[next(iter(self._formats))]
                     rendered = self._formats[content_type] = _Rendered(
-                        encoder, openmetrics=encoder(FixedFamilies(())) == _OPENMETRICS_EOF)
+                        encoder, openmetrics=encoder(FixedFamilies(())) == _OPENMETRICS_EOF
+                    )
                 rendered.gzip = rendered.gzip or gzip_wanted
                 self._encode(rendered)
             prefix, openmetrics, head = rendered.prefix, rendered.openmetrics, rendered.gzip_head
@@ -218,4 +220,3 @@ def _scrapes_family(scrapes: int) -> Metric:
     fam = empty_family("kvtop_exporter_scrapes_total")
     fam.add_metric([], float(scrapes))  # type: ignore[attr-defined]
     return fam
-

@@ -10,6 +10,7 @@ from kvtop.export.exporter import Exporter, say
 from kvtop.export.metrics import FixedFamilies, HostView, build_metrics
 from kvtop.model.gpu_snapshots import GpuSnapshot
 
+
 def textfile_body(hosts: Iterable[HostView], gpu: GpuSnapshot | None) -> bytes:
     """The textfile's content: the families :func:`build_metrics` gives ``/metrics`` (without
     ``kvtop_exporter_scrapes_total``: nothing scrapes kvtop), in the Prometheus text format 0.0.4
@@ -71,8 +72,9 @@ TEXTFILE_FIRST_WAIT_S = 1.0
 """Beyond the request timeout, how long the first write waits for every host's first poll."""
 
 
-async def write_textfile_forever(exporter: Exporter, path: str, stop: asyncio.Event, *, once: bool = False,
-                                 first_wait_s: float) -> str | None:
+async def write_textfile_forever(
+    exporter: Exporter, path: str, stop: asyncio.Event, *, once: bool = False, first_wait_s: float
+) -> str | None:
     """Write ``path`` (:func:`write_atomically`) every ``exporter.interval_s`` until ``stop``.
 
     The first write waits until every host was polled once and, when this machine is sampled, its
@@ -114,4 +116,3 @@ async def write_textfile_forever(exporter: Exporter, path: str, stop: asyncio.Ev
         except asyncio.TimeoutError:
             pass
     return None
-

@@ -65,9 +65,9 @@ def _model_path(cmd: str) -> str | None:
     d = cmd.find("-", j + 1)
     while d > 0:
         if cmd[d - 1].isspace():
-            c = cmd[d + 1:d + 2]
+            c = cmd[d + 1 : d + 2]
             if c == "-":
-                c = cmd[d + 2:d + 3]
+                c = cmd[d + 2 : d + 3]
             if c and c in _ASCII_LETTERS:
                 return cmd[j:d].strip() or None
         d = cmd.find("-", d + 1)

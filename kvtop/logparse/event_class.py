@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 if TYPE_CHECKING:  # tells the type checker that @_event makes a frozen dataclass with an __init__
     from typing_extensions import dataclass_transform
 else:
+
     def dataclass_transform(**_kw: object) -> Any:
         return lambda f: f
+
 
 _T = TypeVar("_T")
 
@@ -78,9 +80,10 @@ def _build_fast_init(cls: type[Any]) -> None:
         else:
             value = f"self.{f.name}"
         lean.append(f"    _s_{f.name}(new, {value})")
-    src = (f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-           "def _lean(self, compactor, get, share):\n    new = _new(_cls)\n" + "\n".join(lean)
-           + "\n    return new\n")
+    src = (
+        f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+        "def _lean(self, compactor, get, share):\n    new = _new(_cls)\n" + "\n".join(lean) + "\n    return new\n"
+    )
     exec(src, env)  # noqa: S102 - generated from the dataclass's own field names
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"

@@ -92,12 +92,12 @@ def cut_short(record: str) -> bool:
             return True  # Ollama's records always carry time=, level=, source= and msg=, in that order
         if record[-1:] == '"':
             return False
-        return "=" not in record[record.rfind(" ") + 1:]
+        return "=" not in record[record.rfind(" ") + 1 :]
     info = record.find(": INFO ")
-    if info > 0 and len(record) - info < 26 and _CONFIG_START.startswith(record[info + 7:]):
+    if info > 0 and len(record) - info < 26 and _CONFIG_START.startswith(record[info + 7 :]):
         return True  # the Go logger's "routes.go:N: INFO server config env=…" cut before its map
     idx = record.find(": ", 0, 120)
-    return idx > 0 and llama_cut(record[idx + 2:])
+    return idx > 0 and llama_cut(record[idx + 2 :])
 
 
 def llama_cut(rest: str) -> bool:

@@ -52,8 +52,9 @@ def kv_coverage(load: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(total, int) or not kv:
         return None
     listed = sum(kv.values())
-    elsewhere = sorted({d for part, per in memory.items() if part != "kv" for d in per
-                        if d not in kv and not is_cpu_device(d)})
+    elsewhere = sorted(
+        {d for part, per in memory.items() if part != "kv" for d in per if d not in kv and not is_cpu_device(d)}
+    )
     base = {"listed_bytes": listed, "listed_devices": list(kv), "other_devices": elsewhere}
     if total - listed > KV_ROUNDING_BYTES:
         return {"unlisted_bytes": total - listed, **base, "gpu_kv_line_missing": False}
@@ -112,9 +113,15 @@ def event_json(event: LogEvent, load: int | None) -> dict[str, Any]:
     elif isinstance(event, KvTypeFallback):
         out.update(requested=event.requested, reason=event.reason)
     elif isinstance(event, RequestTiming):
-        out.update(prompt_tokens=event.prompt_tokens, prompt_cached_tokens=event.prompt_cached_tokens,
-                   prompt_tps=event.prompt_tps, eval_tokens=event.eval_tokens, eval_tps=event.eval_tps, slot=event.slot,
-                   task=event.task)
+        out.update(
+            prompt_tokens=event.prompt_tokens,
+            prompt_cached_tokens=event.prompt_cached_tokens,
+            prompt_tps=event.prompt_tps,
+            eval_tokens=event.eval_tokens,
+            eval_tps=event.eval_tps,
+            slot=event.slot,
+            task=event.task,
+        )
     elif isinstance(event, (FlashAttentionForcedOff, Oom, LoadFailed, Eviction, Unload)):
         out["reason"] = event.reason
     out["line"] = event.line_no

@@ -52,8 +52,15 @@ Handler = Callable[[str, str, int, str, TimeFn], "list[LogEvent] | None"]
 """``(func, rest, line_no, text, time) -> events``; None when the line is not one this grammar models."""
 
 _BUFFER_RE = re.compile(r"\s*(\S+)\s+(KV|RS|model|compute|output|input)?\s*buffer size\s*=\s*(\d+(?:\.\d+)?) (MiB|MB)")
-_BUFFER_COMPONENT = {"KV": "kv", "RS": "recurrent", "model": "weights", "compute": "compute", "output": "output",
-                     "input": "input", None: "weights"}
+_BUFFER_COMPONENT = {
+    "KV": "kv",
+    "RS": "recurrent",
+    "model": "weights",
+    "compute": "compute",
+    "output": "output",
+    "input": "input",
+    None: "weights",
+}
 _KV_SIZE_RE = re.compile(
     r"size\s*=\s*(\d+(?:\.\d+)?) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\)"
     r"(?:,\s*([KR]) \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*([VS]) \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
@@ -61,9 +68,7 @@ _KV_SIZE_RE = re.compile(
 _KV_SELF_RE = re.compile(
     r"[Kk][Vv] self size\s*=\s*(\d+(?:\.\d+)?) (MiB|MB)(?:,\s*K \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*V \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
 )
-_KV_INIT_RE = re.compile(
-    r"kv_size = (\d+), (?:offload = \d+, )?type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)"
-)
+_KV_INIT_RE = re.compile(r"kv_size = (\d+), (?:offload = \d+, )?type_k = '(\w+)', type_v = '(\w+)', n_layer = (\d+)")
 """``llama_kv_cache_init: kv_size = 32768, offload = 1, type_k = 'f16', …`` (corpus 006) and the
 ``llama_kv_cache_unified: kv_size = 8192, type_k = 'f16', type_v = 'f16', n_layer = 28, can_shift = 1,
 padding = 256`` of v0.7–v0.9, which has no ``offload =`` (ollama/ollama#10999)."""
@@ -104,21 +109,51 @@ def _may_be_trouble(text: str) -> bool:
     A broad test first, then one substring that every alternative of the regex contains
     (the regex search costs far more when it fails on a long line).
     """
-    if not ("emory" in text or "alloc" in text or "ail" in text or "nable" in text or "rror" in text
-            or "Unsupported" in text or "requires" in text):
+    if not (
+        "emory" in text
+        or "alloc" in text
+        or "ail" in text
+        or "nable" in text
+        or "rror" in text
+        or "Unsupported" in text
+        or "requires" in text
+    ):
         return False
-    return ("ut of memory" in text or "ailed to" in text or "nable to " in text or "OutOf" in text
-            or "Malloc failed" in text or "nsufficient " in text or "ot enough memory" in text
-            or "rror loading model" in text or "Unsupported cache type" in text or "requires flash_attn" in text)
+    return (
+        "ut of memory" in text
+        or "ailed to" in text
+        or "nable to " in text
+        or "OutOf" in text
+        or "Malloc failed" in text
+        or "nsufficient " in text
+        or "ot enough memory" in text
+        or "rror loading model" in text
+        or "Unsupported cache type" in text
+        or "requires flash_attn" in text
+    )
 
 
 _CTX_PARAMS = {
-    "n_ctx": "n_ctx", "n_ctx_per_seq": "n_ctx_per_seq", "n_ctx_seq": "n_ctx_per_seq", "n_seq_max": "n_seq_max",
-    "n_batch": "n_batch", "n_ubatch": "n_ubatch", "flash_attn": "flash_attn", "kv_unified": "kv_unified",
+    "n_ctx": "n_ctx",
+    "n_ctx_per_seq": "n_ctx_per_seq",
+    "n_ctx_seq": "n_ctx_per_seq",
+    "n_seq_max": "n_seq_max",
+    "n_batch": "n_batch",
+    "n_ubatch": "n_ubatch",
+    "flash_attn": "flash_attn",
+    "kv_unified": "kv_unified",
     "causal_attn": "causal_attn",
 }
-_FA_STATE = {"1": "enabled", "0": "disabled", "enabled": "enabled", "disabled": "disabled",
-             "true": "enabled", "false": "disabled", "on": "enabled", "off": "disabled"}
+_FA_STATE = {
+    "1": "enabled",
+    "0": "disabled",
+    "enabled": "enabled",
+    "disabled": "disabled",
+    "true": "enabled",
+    "false": "disabled",
+    "on": "enabled",
+    "off": "disabled",
+}
 
 
 def _meta(n: int, text: str, time: TimeFn) -> tuple[int, datetime | None, str]:
@@ -151,8 +186,9 @@ def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Log
             im = _ISWA_RE.match(rest)
             if im is None:
                 return None
-            return [KvSummary(*_meta(n, text, time), cells=to_count(im.group(2)), grammar=func,
-                              swa=im.group(1) == "SWA")]
+            return [
+                KvSummary(*_meta(n, text, time), cells=to_count(im.group(2)), grammar=func, swa=im.group(1) == "SWA")
+            ]
         m = _KV_SIZE_RE.search(rest)
         if m is None:
             return None
@@ -162,21 +198,44 @@ def _kv_cache(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[Log
             k_type, v_type = m.group(7), m.group(10)
             k_bytes, v_bytes = mib_bytes(m.group(8)), mib_bytes(m.group(11))
             recurrent = recurrent or m.group(6) == "R"
-        return [KvSummary(
-            *_meta(n, text, time), mib_bytes(m.group(1)), to_count(m.group(2)), to_count(m.group(3)),
-            to_count(m.group(4)), to_count(m.group(5)) if m.group(5) else None, k_type, v_type, k_bytes, v_bytes,
-            recurrent, func,
-        )]
+        return [
+            KvSummary(
+                *_meta(n, text, time),
+                mib_bytes(m.group(1)),
+                to_count(m.group(2)),
+                to_count(m.group(3)),
+                to_count(m.group(4)),
+                to_count(m.group(5)) if m.group(5) else None,
+                k_type,
+                v_type,
+                k_bytes,
+                v_bytes,
+                recurrent,
+                func,
+            )
+        ]
     if "self size" in rest:
         return _kv_self(func, rest, n, text, time)
     if rest.startswith("kv_size"):
         m = _KV_INIT_RE.match(rest)
         if m is None:
             return None
-        return [KvSummary(
-            *_meta(n, text, time), None, to_count(m.group(1)), to_count(m.group(4)), None, None, m.group(2), m.group(3),
-            None, None, False, func,
-        )]
+        return [
+            KvSummary(
+                *_meta(n, text, time),
+                None,
+                to_count(m.group(1)),
+                to_count(m.group(4)),
+                None,
+                None,
+                m.group(2),
+                m.group(3),
+                None,
+                None,
+                False,
+                func,
+            )
+        ]
     if "fail" in rest or "error" in rest:
         return _trouble(rest, n, text, time)
     return None
@@ -190,10 +249,22 @@ def _kv_self(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
     size = scaled_bytes(m.group(1), MIB)
     if m.group(3) is None:
         return [KvSummary(*_meta(n, text, time), size, grammar=func)]
-    return [KvSummary(
-        *_meta(n, text, time), size, None, None, None, None, m.group(3), m.group(5),
-        mib_bytes(m.group(4)), mib_bytes(m.group(6)), False, func,
-    )]
+    return [
+        KvSummary(
+            *_meta(n, text, time),
+            size,
+            None,
+            None,
+            None,
+            None,
+            m.group(3),
+            m.group(5),
+            mib_bytes(m.group(4)),
+            mib_bytes(m.group(6)),
+            False,
+            func,
+        )
+    ]
 
 
 def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
@@ -255,9 +326,7 @@ def _context(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogE
     return None
 
 
-def _context_param(
-    meta: tuple[int, datetime | None, str], field: str, value: str, func: str
-) -> list[LogEvent] | None:
+def _context_param(meta: tuple[int, datetime | None, str], field: str, value: str, func: str) -> list[LogEvent] | None:
     if field == "kv_unified":
         return [ContextParams(*meta, kv_unified=value, grammar=func)]
     if field == "causal_attn":
@@ -338,7 +407,7 @@ def _ancient_loader(func: str, rest: str, n: int, text: str, time: TimeFn) -> li
     """2023: ``llama.cpp: loading model from /…/blobs/sha256:e847…`` (corpus 037, 038)."""
     if not rest.startswith("loading model from "):
         return None
-    path = rest[len("loading model from "):].strip()
+    path = rest[len("loading model from ") :].strip()
     return [ModelLoad(*_meta(n, text, time), blob_of(path), path, func)]
 
 
@@ -381,27 +450,52 @@ def _fit(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent
         if layers is None or overflowing is None:
             return None
         used, free = m.group(5), m.group(6)
-        return [FitOverflow(*_meta(n, text, time), m.group(1), layers, overflowing,
-                            mib_bytes(used) if used else None, mib_bytes(free) if free else None)]
+        return [
+            FitOverflow(
+                *_meta(n, text, time),
+                m.group(1),
+                layers,
+                overflowing,
+                mib_bytes(used) if used else None,
+                mib_bytes(free) if free else None,
+            )
+        ]
     if rest.startswith("projected to use"):
         pm = _FIT_PROJECTED_RE.match(rest)
         if pm is None:
             return None
-        return [FitPlan(*_meta(n, text, time), pm.group(2), projected_bytes=mib_bytes(pm.group(1)),
-                        free_bytes=mib_bytes(pm.group(3)))]
+        return [
+            FitPlan(
+                *_meta(n, text, time),
+                pm.group(2),
+                projected_bytes=mib_bytes(pm.group(1)),
+                free_bytes=mib_bytes(pm.group(3)),
+            )
+        ]
     if rest.startswith("will leave"):
         lm = _FIT_LEAVE_RE.match(rest)
         if lm is None:
             return None
         left = int(lm.group(1))
-        return [FitPlan(*_meta(n, text, time), "host" if lm.group(3) == "system" else "device",
-                        left_bytes=_signed_mib(left), target_bytes=mib_bytes(lm.group(2)))]
+        return [
+            FitPlan(
+                *_meta(n, text, time),
+                "host" if lm.group(3) == "system" else "device",
+                left_bytes=_signed_mib(left),
+                target_bytes=mib_bytes(lm.group(2)),
+            )
+        ]
     if rest.startswith("cannot"):
         sm = _FIT_SHORT_RE.match(rest)
         if sm is None:
             return None
-        return [FitPlan(*_meta(n, text, time), target_bytes=mib_bytes(sm.group(1)),
-                        shortfall_bytes=mib_bytes(sm.group(2) or sm.group(3)))]
+        return [
+            FitPlan(
+                *_meta(n, text, time),
+                target_bytes=mib_bytes(sm.group(1)),
+                shortfall_bytes=mib_bytes(sm.group(2) or sm.group(3)),
+            )
+        ]
     if "surplus" in rest or "deficit" in rest:
         dm = _FIT_DEVICE_RE.search(rest)
         if dm is None:
@@ -459,9 +553,13 @@ def free_text(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent]:
 HANDLERS: dict[str, Handler] = {}
 """Handlers by llama.cpp function prefix."""
 for _names, _handler in (
-    (("llama_kv_cache_init llama_kv_cache_unified llama_kv_cache llama_kv_cache_iswa llama_kv_cache_unified_iswa "
-     "llama_kv_cache_dsa_iswa llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid llama_memory_hybrid_iswa"),
-     _kv_cache),
+    (
+        (
+            "llama_kv_cache_init llama_kv_cache_unified llama_kv_cache llama_kv_cache_iswa llama_kv_cache_unified_iswa "
+            "llama_kv_cache_dsa_iswa llama_kv_cache_hybrid llama_memory_recurrent llama_memory_hybrid llama_memory_hybrid_iswa"
+        ),
+        _kv_cache,
+    ),
     ("llama_new_context_with_model llama_init_from_model llama_context sched_reserve graph_reserve", _context),
     ("llm_load_tensors load_tensors", _tensors),
     ("resolve_fused_ops", _fused_ops),
@@ -471,17 +569,39 @@ for _names, _handler in (
     ("llama_model_load_internal", _ancient_hparams),
     ("llama_model_load_from_file_impl llama_model_load_from_file llama_load_model_from_file", _device),
     ("common_params_fit_impl llama_params_fit_impl common_fit_params llama_params_fit", _fit),
-    (("ggml_backend_cuda_buffer_type_alloc_buffer ggml_backend_metal_buffer_type_alloc_buffer "
-     "ggml_backend_cpu_buffer_type_alloc_buffer ggml_backend_alloc_ctx_tensors_from_buft ggml_gallocr_reserve_n "
-     "ggml_gallocr_needs_realloc llama_init_from_gpt_params common_init_from_params common_init_result llama_model_load "
-     "alloc_compute_meta ggml_vk_create_buffer ggml_metal_buffer_type_alloc_buffer"), _errors_only),
+    (
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer ggml_backend_metal_buffer_type_alloc_buffer "
+            "ggml_backend_cpu_buffer_type_alloc_buffer ggml_backend_alloc_ctx_tensors_from_buft ggml_gallocr_reserve_n "
+            "ggml_gallocr_needs_realloc llama_init_from_gpt_params common_init_from_params common_init_result llama_model_load "
+            "alloc_compute_meta ggml_vk_create_buffer ggml_metal_buffer_type_alloc_buffer"
+        ),
+        _errors_only,
+    ),
     ("panic", _panic),
 ):
     for _name in _names.split():
         HANDLERS[_name] = _handler
 
 QUIET = frozenset(
-    ["llm_load_vocab", "load", "ggml_metal_init", "ggml_metal_device_init", "ggml_metal_library_init", "ggml_cuda_init", "ggml_vulkan", "ggml_backend_metal_log_allocated_size", "ggml_metal_log_allocated_size", "clip_model_loader", "clip_ctx", "llama_model_load_from_file_impl", "set_abort_callback", "create_memory", "init_tokenizer", "validate_override"]
+    [
+        "llm_load_vocab",
+        "load",
+        "ggml_metal_init",
+        "ggml_metal_device_init",
+        "ggml_metal_library_init",
+        "ggml_cuda_init",
+        "ggml_vulkan",
+        "ggml_backend_metal_log_allocated_size",
+        "ggml_metal_log_allocated_size",
+        "clip_model_loader",
+        "clip_ctx",
+        "llama_model_load_from_file_impl",
+        "set_abort_callback",
+        "create_memory",
+        "init_tokenizer",
+        "validate_override",
+    ]
 )
 """Chatty prefixes whose lines are never events (skipped without the free-text scan)."""
 
@@ -495,4 +615,4 @@ def parse_llamacpp(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent]
     handler = HANDLERS.get(func)
     if handler is None:
         return None
-    return handler(func, body[idx + 2:], n, text, time) or []
+    return handler(func, body[idx + 2 :], n, text, time) or []

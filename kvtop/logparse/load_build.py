@@ -60,8 +60,12 @@ class FitFacts:
     def to_json(self) -> dict[str, Any]:
         """The facts as a JSON-ready dict (``devices`` copied)."""
         return {
-            "memory": self.memory, "target_bytes": self.target_bytes, "projected_bytes": self.projected_bytes,
-            "free_bytes": self.free_bytes, "left_bytes": self.left_bytes, "shortfall_bytes": self.shortfall_bytes,
+            "memory": self.memory,
+            "target_bytes": self.target_bytes,
+            "projected_bytes": self.projected_bytes,
+            "free_bytes": self.free_bytes,
+            "left_bytes": self.left_bytes,
+            "shortfall_bytes": self.shortfall_bytes,
             "overflowing_layers": self.overflowing_layers,
             "devices": {d: dict(v) for d, v in self.devices.items()},
         }
@@ -134,12 +138,17 @@ class Load:
         out: list[str] = []
         over = self.over_training
         if over is not None:
-            out.append(f"context over training: {over.n_ctx_per_seq} tokens per slot > the model's training context "
-                       f"{over.n_ctx_train} (llama.cpp: possible training context overflow)")
+            out.append(
+                f"context over training: {over.n_ctx_per_seq} tokens per slot > the model's training context "
+                f"{over.n_ctx_train} (llama.cpp: possible training context overflow)"
+            )
         per_device = [d for c in COMPONENTS for d in self.memory.get(c, {})]
         gpu = any(not is_cpu_device(d) for d in per_device) or bool(self.layers_offloaded)
-        full = self.layers_offloaded is not None and self.layers_total is not None and (
-            self.layers_offloaded >= self.layers_total)
+        full = (
+            self.layers_offloaded is not None
+            and self.layers_total is not None
+            and (self.layers_offloaded >= self.layers_total)
+        )
         if per_device and not gpu:
             out.append("CPU only: every buffer is in system memory")
         if self.layers_offloaded is not None and self.layers_total is not None and not full:
@@ -190,10 +199,40 @@ class _Builder:
     of the log kept, thousands in a busy log)."""
 
     __slots__ = (
-        "alloc", "device_free", "engine", "era", "era_rank", "estimate", "events", "fa_ollama_off", "fa_requested",
-        "fa_strong", "fa_weak", "first_line", "fit", "fit_devices", "fit_overflowing", "has_alloc", "has_request", "has_spawn", "index",
-        "kv_ctx_set", "kv_sizes", "kv_swa", "last_line", "max_order", "mmproj_blob", "model_blob", "model_name",
-        "over_training", "pid", "port", "ready", "time", "touched", "values",
+        "alloc",
+        "device_free",
+        "engine",
+        "era",
+        "era_rank",
+        "estimate",
+        "events",
+        "fa_ollama_off",
+        "fa_requested",
+        "fa_strong",
+        "fa_weak",
+        "first_line",
+        "fit",
+        "fit_devices",
+        "fit_overflowing",
+        "has_alloc",
+        "has_request",
+        "has_spawn",
+        "index",
+        "kv_ctx_set",
+        "kv_sizes",
+        "kv_swa",
+        "last_line",
+        "max_order",
+        "mmproj_blob",
+        "model_blob",
+        "model_name",
+        "over_training",
+        "pid",
+        "port",
+        "ready",
+        "time",
+        "touched",
+        "values",
     )
 
     def __init__(self, index: int, event: LogEvent) -> None:
@@ -376,5 +415,8 @@ class _Builder:
         """The :class:`FitFacts` of the lines so far; None when the load has no fit line."""
         if self.fit is None:
             return None
-        return FitFacts(devices={d: dict(v) for d, v in self.fit_devices.items()},
-                        overflowing_layers=self.fit_overflowing, **self.fit)
+        return FitFacts(
+            devices={d: dict(v) for d, v in self.fit_devices.items()},
+            overflowing_layers=self.fit_overflowing,
+            **self.fit,
+        )

@@ -42,25 +42,47 @@ from kvtop.logparse.events import (
 )
 from kvtop.logparse.load_build import Load, _Builder
 
-REPORTED_KINDS = frozenset({
-    "truncation", "kv_type_fallback", "flash_attention_forced_off", "oom", "eviction", "load_failed", "unload",
-    "request_timing", "prompt_rejected", "context_overflow",
-})
+REPORTED_KINDS = frozenset(
+    {
+        "truncation",
+        "kv_type_fallback",
+        "flash_attention_forced_off",
+        "oom",
+        "eviction",
+        "load_failed",
+        "unload",
+        "request_timing",
+        "prompt_rejected",
+        "context_overflow",
+    }
+)
 """Event kinds listed in the document's ``events``."""
 
-INCIDENT_KINDS = frozenset({"oom", "load_failed", "eviction", "unload", "flash_attention_forced_off",
-                            "kv_type_fallback"})
+INCIDENT_KINDS = frozenset(
+    {"oom", "load_failed", "eviction", "unload", "flash_attention_forced_off", "kv_type_fallback"}
+)
 """Kinds whose consecutive lines (within one load) are one incident (but for ``Oom.allocation``)."""
 
 INCIDENT_GAP_S = 60.0
 """Two lines of the same kind further apart than this are separate incidents."""
 
-_FA_REQUEST = {"true": "enabled", "enabled": "enabled", "on": "enabled", "1": "enabled",
-               "false": "disabled", "disabled": "disabled", "off": "disabled", "0": "disabled"}
+_FA_REQUEST = {
+    "true": "enabled",
+    "enabled": "enabled",
+    "on": "enabled",
+    "1": "enabled",
+    "false": "disabled",
+    "disabled": "disabled",
+    "off": "disabled",
+    "0": "disabled",
+}
 
 _GRAMMAR_ERA = {
-    "sched_reserve": "C", "resolve_fused_ops": "C", "llama-server": "C",
-    "llama_model_load_internal": "pre-A", "llama.cpp": "pre-A",
+    "sched_reserve": "C",
+    "resolve_fused_ops": "C",
+    "llama-server": "C",
+    "llama_model_load_internal": "pre-A",
+    "llama.cpp": "pre-A",
 }
 
 
@@ -109,15 +131,23 @@ class _Grouper:
                 b = self.new(e)
             self.spawn(b, e)
         elif isinstance(e, LoadRequest):
-            if (cur is not None and not cur.ready and cur.era in (None, "B2")
-                    and (cur.has_spawn or cur.has_request or not cur.has_alloc)):
+            if (
+                cur is not None
+                and not cur.ready
+                and cur.era in (None, "B2")
+                and (cur.has_spawn or cur.has_request or not cur.has_alloc)
+            ):
                 b = cur
             else:
                 b = self.new(e)
             self.request(b, e)
         elif isinstance(e, SchedulerEstimate):
-            if (cur is not None and not cur.ready and not cur.has_alloc
-                    and (cur.estimate is None or _same_estimate(cur.estimate, e))):
+            if (
+                cur is not None
+                and not cur.ready
+                and not cur.has_alloc
+                and (cur.estimate is None or _same_estimate(cur.estimate, e))
+            ):
                 b = cur
             else:
                 b = self.new(e)
@@ -156,8 +186,20 @@ class _Grouper:
             else:
                 target = len(self.loads)  # Ollama decides before it spawns the runner
                 self.pending.append(e)
-        elif isinstance(e, (Allocation, KvSummary, ContextParams, OffloadedLayers, FitOverflow, FitPlan, FlashAttention,
-                            FlashAttentionForcedOff, ContextOverTraining)):
+        elif isinstance(
+            e,
+            (
+                Allocation,
+                KvSummary,
+                ContextParams,
+                OffloadedLayers,
+                FitOverflow,
+                FitPlan,
+                FlashAttention,
+                FlashAttentionForcedOff,
+                ContextOverTraining,
+            ),
+        ):
             b = self.current_or_new(e)
             self.runner_line(b, e)
             target = b.index
@@ -322,15 +364,24 @@ class _Grouper:
 def _continues(prev: LogEvent, prev_load: int | None, e: LogEvent, load: int | None) -> bool:
     """``e`` is another line of the incident ``prev`` (same kind and load, close in time); an
     allocator's own failure line (``Oom.allocation``: one try of a fit/alloc loop) always starts one."""
-    return (e.kind in INCIDENT_KINDS and prev.kind == e.kind and prev_load == load
-            and not (type(e) is Oom and e.allocation)
-            and not _far_apart(prev.time, e.time)
-            and getattr(prev, "requested", None) == getattr(e, "requested", None))
+    return (
+        e.kind in INCIDENT_KINDS
+        and prev.kind == e.kind
+        and prev_load == load
+        and not (type(e) is Oom and e.allocation)
+        and not _far_apart(prev.time, e.time)
+        and getattr(prev, "requested", None) == getattr(e, "requested", None)
+    )
 
 
 def _same_estimate(a: SchedulerEstimate, b: SchedulerEstimate) -> bool:
     return (a.layers_model, a.layers_offload, a.kv_bytes, a.full_bytes, a.partial_bytes) == (
-        b.layers_model, b.layers_offload, b.kv_bytes, b.full_bytes, b.partial_bytes)
+        b.layers_model,
+        b.layers_offload,
+        b.kv_bytes,
+        b.full_bytes,
+        b.partial_bytes,
+    )
 
 
 def _far_apart(a: datetime | None, b: datetime | None) -> bool:

@@ -9,9 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kvtop.logparse.cmdline import era_of_version
-from kvtop.logparse.events import (
-    LogEvent,
-)
+from kvtop.logparse.events import LogEvent
 from kvtop.logparse.load_build import Load, _Builder
 from kvtop.logparse.load_grouping import _continues, _Grouper
 
@@ -84,8 +82,9 @@ class LoadStream(_Grouper):
     The document these make is :func:`inspect_events`' exactly (``tests/unit/test_inspect_log_stream.py``).
     """
 
-    def __init__(self, on_load: Callable[[Load, list[LogEvent], int], None],
-                 on_incident: Callable[[LogEvent, int | None], None]) -> None:
+    def __init__(
+        self, on_load: Callable[[Load, list[LogEvent], int], None], on_incident: Callable[[LogEvent, int | None], None]
+    ) -> None:
         super().__init__()
         self.loads = _LastLoad()  # type: ignore[assignment]
         self._on_load = on_load
@@ -112,8 +111,12 @@ class LoadStream(_Grouper):
         if self.cur is None:
             return
         kept = self._kept
-        load = replace(self.cur.build(None), events=tuple(kept.events), event_counts=dict(kept.counts),
-                       events_left_out=kept.left_out)
+        load = replace(
+            self.cur.build(None),
+            events=tuple(kept.events),
+            event_counts=dict(kept.counts),
+            events_left_out=kept.left_out,
+        )
         self._on_load(load, kept.requests, kept.requests_total)
 
     def incident(self, e: LogEvent, load: int | None) -> None:

@@ -92,10 +92,10 @@ def _server_config(msg: str, rest: str, level: str, n: int, t: datetime | None, 
     i = rest.find("env=")
     if i < 0:
         return None
-    if rest[i + 4:i + 5] == '"':
+    if rest[i + 4 : i + 5] == '"':
         value, closed = quoted_value(rest, i + 4)
     else:
-        value, closed = rest[i + 4:], True
+        value, closed = rest[i + 4 :], True
     env, complete = parse_env_map(value)
     return [ServerConfig(n, t, raw, env, complete and closed)]
 
@@ -113,7 +113,7 @@ def parse_env_map(text: str) -> tuple[dict[str, str], bool]:
     complete = text.endswith("]")
     end = len(text) - 1 if complete else len(text)
     items = _ENV_ITEM_RE.findall(text, 0, end)
-    if "  " in text or text[end - 1:end] == " ":
+    if "  " in text or text[end - 1 : end] == " ":
         out = {k: v.rstrip(" ") for k, v in items}
     else:  # a value can end in spaces only before a run of two or more, or at the end
         out = dict(items)
@@ -149,25 +149,55 @@ def _spawn(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str
         model = pairs.get("model")
         if model is None:
             return None
-        return [RunnerStarted(
-            n, t, raw, msg, engine="mlx" if "mlx" in msg else None, model_blob=blob_of(model),
-            model_path=model, model_name=None if blob_of(model) else model, port=to_count(pairs.get("port")),
-            pid=to_count(pairs.get("pid")),
-        )]
+        return [
+            RunnerStarted(
+                n,
+                t,
+                raw,
+                msg,
+                engine="mlx" if "mlx" in msg else None,
+                model_blob=blob_of(model),
+                model_path=model,
+                model_name=None if blob_of(model) else model,
+                port=to_count(pairs.get("port")),
+                pid=to_count(pairs.get("pid")),
+            )
+        ]
     complete = True
-    if rest[i + 4:i + 5] == '"':
+    if rest[i + 4 : i + 5] == '"':
         cmd, complete = quoted_value(rest, i + 4)
     else:
-        cmd = rest[i + 4:].split(" ", 1)[0]
+        cmd = rest[i + 4 :].split(" ", 1)[0]
     a = parse_cmd(cmd)
-    return [RunnerStarted(
-        n, t, raw, msg, era=a.era, engine=a.engine, cmd=cmd, model_blob=a.model_blob, model_path=a.model_path,
-        mmproj_blob=a.mmproj_blob, port=a.port, ctx_size=a.ctx_size, parallel=a.parallel,
-        batch_size=a.batch_size, ubatch_size=a.ubatch_size, n_gpu_layers=a.n_gpu_layers,
-        tensor_split=a.tensor_split, main_gpu=a.main_gpu, threads=a.threads, flash_attn=a.flash_attn,
-        kv_cache_type=a.kv_cache_type, cache_type_k=a.cache_type_k, cache_type_v=a.cache_type_v,
-        no_mmap=a.no_mmap, complete=complete,
-    )]
+    return [
+        RunnerStarted(
+            n,
+            t,
+            raw,
+            msg,
+            era=a.era,
+            engine=a.engine,
+            cmd=cmd,
+            model_blob=a.model_blob,
+            model_path=a.model_path,
+            mmproj_blob=a.mmproj_blob,
+            port=a.port,
+            ctx_size=a.ctx_size,
+            parallel=a.parallel,
+            batch_size=a.batch_size,
+            ubatch_size=a.ubatch_size,
+            n_gpu_layers=a.n_gpu_layers,
+            tensor_split=a.tensor_split,
+            main_gpu=a.main_gpu,
+            threads=a.threads,
+            flash_attn=a.flash_attn,
+            kv_cache_type=a.kv_cache_type,
+            cache_type_k=a.cache_type_k,
+            cache_type_v=a.cache_type_v,
+            no_mmap=a.no_mmap,
+            complete=complete,
+        )
+    ]
 
 
 def _load_request(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
@@ -175,7 +205,7 @@ def _load_request(msg: str, rest: str, level: str, n: int, t: datetime | None, r
     i = rest.find("request=")
     if i < 0:
         return None
-    text = rest[i + 8:]
+    text = rest[i + 8 :]
     f: dict[str, str] = {}
     for m in _REQUEST_RE.finditer(text):
         f.setdefault(m.group(1), m.group(2))
@@ -188,22 +218,26 @@ def _load_request(msg: str, rest: str, level: str, n: int, t: datetime | None, r
         gpu_layers = to_count(head) if head else (0 if gl.startswith("[]") else None)
     kvct = f.get("KvCacheType")
     fa = f.get("FlashAttention")
-    out: list[LogEvent] = [LoadRequest(
-        n, t, raw,
-        operation=f.get("Operation"),
-        kv_size=to_count(f.get("KvSize")),
-        parallel=to_count(f.get("Parallel")),
-        batch_size=to_count(f.get("BatchSize")),
-        flash_attention=fa,
-        kv_cache_type=kvct.rstrip('}"') if kvct is not None else None,
-        num_threads=to_count(f.get("NumThreads")),
-        gpu_layers=gpu_layers,
-        gpu_layers_raw=gl,
-        num_gpu=to_int(f.get("NumGPU")),
-        main_gpu=to_int(f.get("MainGPU")),
-        use_mmap=(f.get("UseMmap") or "").rstrip('}"') or None,
-        projector_path=f.get("ProjectorPath") or None,
-    )]
+    out: list[LogEvent] = [
+        LoadRequest(
+            n,
+            t,
+            raw,
+            operation=f.get("Operation"),
+            kv_size=to_count(f.get("KvSize")),
+            parallel=to_count(f.get("Parallel")),
+            batch_size=to_count(f.get("BatchSize")),
+            flash_attention=fa,
+            kv_cache_type=kvct.rstrip('}"') if kvct is not None else None,
+            num_threads=to_count(f.get("NumThreads")),
+            gpu_layers=gpu_layers,
+            gpu_layers_raw=gl,
+            num_gpu=to_int(f.get("NumGPU")),
+            main_gpu=to_int(f.get("MainGPU")),
+            use_mmap=(f.get("UseMmap") or "").rstrip('}"') or None,
+            projector_path=f.get("ProjectorPath") or None,
+        )
+    ]
     state = _FA_REQUEST_STATE.get(fa.lower()) if fa else None
     if state is not None:  # B2 passes a resolved value; "Auto" is left to llama.cpp (§3.1)
         out.append(FlashAttention(n, t, raw, state, f"load request FlashAttention:{fa}"))
@@ -217,25 +251,29 @@ def _estimate(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: 
     """§4.2: ``msg=offload library=cuda layers.model=33 layers.offload=33 … memory.required.kv="1.0 GiB" …``."""
     library = slog_get(rest, "library")
     if library is None and msg.startswith("offload to "):
-        library = msg[len("offload to "):]
+        library = msg[len("offload to ") :]
     offload = slog_get(rest, "layers.offload")
     if offload is None:
         offload = slog_get(rest, "layers.real")
-    return [SchedulerEstimate(
-        n, t, raw,
-        library=library,
-        layers_requested=to_int(slog_get(rest, "layers.requested")),
-        layers_model=to_count(slog_get(rest, "layers.model")),
-        layers_offload=to_count(offload),
-        kv_bytes=size_bytes(slog_get(rest, "memory.required.kv")),
-        full_bytes=size_bytes(slog_get(rest, "memory.required.full")),
-        partial_bytes=size_bytes(slog_get(rest, "memory.required.partial")),
-        weights_total_bytes=size_bytes(slog_get(rest, "memory.weights.total")),
-        graph_full_bytes=size_bytes(slog_get(rest, "memory.graph.full")),
-        graph_partial_bytes=size_bytes(slog_get(rest, "memory.graph.partial")),
-        available_bytes=size_list(slog_get(rest, "memory.available")),
-        allocations_bytes=size_list(slog_get(rest, "memory.required.allocations")),
-    )]
+    return [
+        SchedulerEstimate(
+            n,
+            t,
+            raw,
+            library=library,
+            layers_requested=to_int(slog_get(rest, "layers.requested")),
+            layers_model=to_count(slog_get(rest, "layers.model")),
+            layers_offload=to_count(offload),
+            kv_bytes=size_bytes(slog_get(rest, "memory.required.kv")),
+            full_bytes=size_bytes(slog_get(rest, "memory.required.full")),
+            partial_bytes=size_bytes(slog_get(rest, "memory.required.partial")),
+            weights_total_bytes=size_bytes(slog_get(rest, "memory.weights.total")),
+            graph_full_bytes=size_bytes(slog_get(rest, "memory.graph.full")),
+            graph_partial_bytes=size_bytes(slog_get(rest, "memory.graph.partial")),
+            available_bytes=size_list(slog_get(rest, "memory.available")),
+            allocations_bytes=size_list(slog_get(rest, "memory.required.allocations")),
+        )
+    ]
 
 
 _ALLOC_COMPONENT = {"model weights": "weights", "kv cache": "kv", "compute graph": "compute"}
@@ -253,8 +291,12 @@ def _device_memory(msg: str, rest: str, level: str, n: int, t: datetime | None, 
         if size is None:
             return None
         return [Allocation(n, t, raw, _ALLOC_COMPONENT[msg], device, size, "ollama")]
-    device = slog_get(rest, "device") or slog_get(rest, "buffer_type") or slog_get(rest, "buffer") or slog_get(
-        rest, "backend")
+    device = (
+        slog_get(rest, "device")
+        or slog_get(rest, "buffer_type")
+        or slog_get(rest, "buffer")
+        or slog_get(rest, "backend")
+    )
     nbytes = size_bytes(slog_get(rest, "size"))
     if device is None or nbytes is None:
         return None
@@ -274,13 +316,18 @@ def _offloaded(msg: str, rest: str, level: str, n: int, t: datetime | None, raw:
 
 def _decision(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
     """Scheduler load decisions (corpus 028, 030, 051)."""
-    return [LoadDecision(
-        n, t, raw, msg,
-        model_blob=blob_of(slog_get(rest, "model") or slog_get(rest, "modelPath")),
-        parallel=to_count(slog_get(rest, "parallel")),
-        layers_total=to_count(slog_get(rest, '"model layers"')),
-        layers_requested=to_int(slog_get(rest, "requested")),
-    )]
+    return [
+        LoadDecision(
+            n,
+            t,
+            raw,
+            msg,
+            model_blob=blob_of(slog_get(rest, "model") or slog_get(rest, "modelPath")),
+            parallel=to_count(slog_get(rest, "parallel")),
+            layers_total=to_count(slog_get(rest, '"model layers"')),
+            layers_requested=to_int(slog_get(rest, "requested")),
+        )
+    ]
 
 
 def _ready(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
@@ -315,8 +362,17 @@ def _truncation(msg: str, rest: str, level: str, n: int, t: datetime | None, raw
     keep = slog_get(rest, "keep")
     if keep is None:
         keep = slog_get(rest, "numKeep")
-    return [Truncation(n, t, raw, to_count(slog_get(rest, "limit")), to_count(slog_get(rest, "prompt")), to_count(keep),
-                       to_count(slog_get(rest, "new")))]
+    return [
+        Truncation(
+            n,
+            t,
+            raw,
+            to_count(slog_get(rest, "limit")),
+            to_count(slog_get(rest, "prompt")),
+            to_count(keep),
+            to_count(slog_get(rest, "new")),
+        )
+    ]
 
 
 def _messages_truncated(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: str) -> list[LogEvent] | None:
@@ -501,7 +557,7 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
         stamp, level, src, msg, bare = m.groups()
         if msg is None:
             msg = bare
-        rest = body[m.end():]
+        rest = body[m.end() :]
         handler = EXACT.get(msg)
         if handler is None and msg.startswith(_PREFIXES):
             handler = _handler(msg)
@@ -517,24 +573,24 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
     k = body.find("msg=")
     if k < 0:
         return []
-    if body[k + 4:k + 5] == '"':
+    if body[k + 4 : k + 5] == '"':
         q = body.find('"', k + 5)
         if q > 0 and body[q - 1] != "\\":
-            msg, rest = body[k + 5:q], body[q + 1:]
+            msg, rest = body[k + 5 : q], body[q + 1 :]
         else:
             e = quoted_end(body, k + 4)
             if e < 0:
-                msg = unescape(body[k + 5:])
+                msg = unescape(body[k + 5 :])
                 rest = ""
             else:
-                msg = unescape(body[k + 5:e - 1])
+                msg = unescape(body[k + 5 : e - 1])
                 rest = body[e:]
     else:
         e = body.find(" ", k + 4)
         if e < 0:
-            msg, rest = body[k + 4:], ""
+            msg, rest = body[k + 4 :], ""
         else:
-            msg, rest = body[k + 4:e], body[e:]
+            msg, rest = body[k + 4 : e], body[e:]
     handler = EXACT.get(msg)
     if handler is None and msg.startswith(_PREFIXES):
         handler = _handler(msg)
@@ -557,7 +613,7 @@ def parse_slog(body: str, n: int, text: str, fallback_time: Callable[[], datetim
     si = body.find("source=", 0, k)
     if si >= 0:
         se = body.find(" ", si)
-        src = body[si + 7:se] if se > 0 else None
+        src = body[si + 7 : se] if se > 0 else None
     return _dispatch(None, msg, rest, level, n, t, raw, src)
 
 
@@ -567,7 +623,7 @@ def _level(body: str, end: int) -> str:
     if li < 0:
         return ""
     le = body.find(" ", li)
-    return body[li + 6:le] if le > 0 else body[li + 6:]
+    return body[li + 6 : le] if le > 0 else body[li + 6 :]
 
 
 def parse_go_log(body: str, n: int, text: str) -> list[LogEvent] | None:
@@ -582,7 +638,7 @@ def parse_go_log(body: str, n: int, text: str) -> list[LogEvent] | None:
     message = m.group(5)
     split = _GOLOG_SPLIT_RE.search(message)
     if split is not None:
-        msg, rest = message[:split.start()], message[split.start():]
+        msg, rest = message[: split.start()], message[split.start() :]
     else:
         msg, rest = message, ""
     msg = msg.strip()

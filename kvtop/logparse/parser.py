@@ -50,12 +50,7 @@ from kvtop.logparse.hard_wraps import (
 )
 from kvtop.logparse.ollama_lines import parse_slog
 from kvtop.logparse.runner_lines import TimingPart
-from kvtop.logparse.wrappers import (
-    Stamp,
-    journal_json_message,
-    strip_wrappers,
-    wrapper_time,
-)
+from kvtop.logparse.wrappers import Stamp, journal_json_message, strip_wrappers, wrapper_time
 
 MAX_GLUED_LINES = 32
 """A record is glued from at most this many physical lines (plus blank ones)."""
@@ -164,7 +159,7 @@ class LogParser:
                     len(line) < WRAP_WIDTH
                     and len(line) != width
                     and line[-1] not in " ="
-                    and (line[-1] == '"' or "=" in line[line.rfind(" ") + 1:])
+                    and (line[-1] == '"' or "=" in line[line.rfind(" ") + 1 :])
                     and " msg=" in line
                     and not cut_hash(line)
                     and ((line.count('"') & 1 == 0 and "\\" not in line) or not open_quote(line))
@@ -239,9 +234,14 @@ class LogParser:
         stripped = strip_wrappers(line)
         body, _, prefixed = stripped
         kind = self._pending_kind
-        if prefixed or self._starts_record(body) or (
-            kind == "attrs" and not ATTR_START_RE.match(body)
-            and (body[:1] in (" ", "\t") or pending[-1][-1:] in (" ", "="))  # else a fixed-width piece: glued
+        if (
+            prefixed
+            or self._starts_record(body)
+            or (
+                kind == "attrs"
+                and not ATTR_START_RE.match(body)
+                and (body[:1] in (" ", "\t") or pending[-1][-1:] in (" ", "="))  # else a fixed-width piece: glued
+            )
         ):
             out = self._finish_pending()
             out.extend(self._logical(line, self._line_no, True, stripped))
@@ -306,9 +306,9 @@ class LogParser:
             func = text[:idx]
             handler = llamacpp_lines.HANDLERS.get(func)
             if handler is not None:
-                if may_hold and (len(text) == self._width or llama_cut(text[idx + 2:]) or cut_hash(text)):
+                if may_hold and (len(text) == self._width or llama_cut(text[idx + 2 :]) or cut_hash(text)):
                     return self._hold(text, n, "cut")
-                result = handler(func, text[idx + 2:], n, text, _no_time)
+                result = handler(func, text[idx + 2 :], n, text, _no_time)
                 if not result:
                     self._quiet_text, self._quiet_no = text, n
                     return []
@@ -339,16 +339,19 @@ class LogParser:
 
         c0 = body[0]
         if (c0 == "t" and body.startswith("time=")) or (c0 == "l" and body.startswith("level=")):
-            if may_hold and (  # wrap_kind(body, text) is not None, its common case inlined
-                len(text) >= WRAP_WIDTH
-                or len(text) == self._width
-                or body[-1] in " ="
-                or not (body[-1] == '"' or "=" in body[body.rfind(" ") + 1:])
-                or " msg=" not in body
-                or cut_hash(body)
-                or not ((body.count('"') & 1 == 0 and "\\" not in body) or not open_quote(body))
-                or (("offload" in body or "cmd=" in body or "request=" in body) and WIDE_RE.search(body))
-                or (body[-1] == '"' and body.endswith(SPAWN_ENDS))
+            if (
+                may_hold
+                and (  # wrap_kind(body, text) is not None, its common case inlined
+                    len(text) >= WRAP_WIDTH
+                    or len(text) == self._width
+                    or body[-1] in " ="
+                    or not (body[-1] == '"' or "=" in body[body.rfind(" ") + 1 :])
+                    or " msg=" not in body
+                    or cut_hash(body)
+                    or not ((body.count('"') & 1 == 0 and "\\" not in body) or not open_quote(body))
+                    or (("offload" in body or "cmd=" in body or "request=" in body) and WIDE_RE.search(body))
+                    or (body[-1] == '"' and body.endswith(SPAWN_ENDS))
+                )
             ):
                 kind = wrap_kind(body, text, self._width)
                 if kind is not None:
@@ -423,9 +426,7 @@ class LogParser:
         self._timing = None
         return [pending_timing, *result]
 
-    def _other(
-        self, body: str, n: int, text: str, wtime: llamacpp_lines.TimeFn
-    ) -> list[LogEvent] | TimingPart | None:
+    def _other(self, body: str, n: int, text: str, wtime: llamacpp_lines.TimeFn) -> list[LogEvent] | TimingPart | None:
         func, sep, rest = body.partition(": ")
         is_func = sep != "" and func != ""
         if is_func:
@@ -512,7 +513,9 @@ class LogParser:
         task = first.task if first.task is not None else last.task
         cached = self._cached.pop((slot, task), None) if task is not None and prompt is not None else None
         return RequestTiming(
-            first.line_no, first.time if first.time is not None else last.time, last.raw,
+            first.line_no,
+            first.time if first.time is not None else last.time,
+            last.raw,
             prompt_tokens=prompt.tokens if prompt else None,
             prompt_ms=prompt.ms if prompt else None,
             prompt_tps=prompt.tps if prompt else None,
@@ -550,8 +553,9 @@ def parse_lines(lines: Iterable[str], *, default_year: int | None = None) -> lis
     return out
 
 
-def iter_events(lines: Iterable[str], *, default_year: int | None = None,
-                parser: LogParser | None = None) -> Iterator[LogEvent]:
+def iter_events(
+    lines: Iterable[str], *, default_year: int | None = None, parser: LogParser | None = None
+) -> Iterator[LogEvent]:
     """The events of ``lines`` as they are completed: memory stays bounded for a huge log.
 
     ``parser``: the one to feed (its ``errors`` and ``line_no`` stay readable afterwards);

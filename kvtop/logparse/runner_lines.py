@@ -101,8 +101,9 @@ def timing_part(
     if what in ("load", "sample"):
         return None
     part = "prompt" if what == "prompt eval" else "total" if what == "total" else "eval"
-    return TimingPart(part, n, time(), sanitize(text), to_count(m.group(3)), to_float(m.group(2)),
-                      to_float(m.group(4)), slot, task)
+    return TimingPart(
+        part, n, time(), sanitize(text), to_count(m.group(3)), to_float(m.group(2)), to_float(m.group(4)), slot, task
+    )
 
 
 def is_bare_timing(body: str) -> bool:
@@ -119,17 +120,17 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
         if pm is None:
             return None
         level = pm.group(1)
-        body = body[pm.end():]
+        body = body[pm.end() :]
     m = _C_LINE_RE.match(body)
     if m is None:
         return None
     func = m.group(2)
-    rest = body[m.end():]
+    rest = body[m.end() :]
     slot = task = None
     sm = _SLOT_RE.match(rest)
     if sm is not None:
         slot, task = to_count(sm.group(1)), to_count(sm.group(2))
-        rest = rest[sm.end():]
+        rest = rest[sm.end() :]
     if func == "print_timing":
         part = timing_part(rest, n, text, time, slot, task)
         if part is None:
@@ -141,8 +142,18 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
         return [SlotActivity(n, time(), sanitize(text), "start", slot, task)]
     if rest.startswith("new prompt"):
         pm = _NEW_PROMPT_RE.search(rest)
-        return [SlotActivity(n, time(), sanitize(text), "prompt", slot, task,
-                             to_count(pm.group(1)) if pm else None, to_count(pm.group(2)) if pm else None)]
+        return [
+            SlotActivity(
+                n,
+                time(),
+                sanitize(text),
+                "prompt",
+                slot,
+                task,
+                to_count(pm.group(1)) if pm else None,
+                to_count(pm.group(2)) if pm else None,
+            )
+        ]
     if rest.startswith("cached n_tokens"):
         cm = _CACHED_RE.match(rest)
         if cm is not None:
@@ -151,16 +162,36 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
         return [SlotActivity(n, time(), sanitize(text), "prompt_done", slot, task)]
     if func == "release" and "stop processing" in rest:
         rm = _RELEASE_RE.search(rest)
-        return [SlotActivity(n, time(), sanitize(text), "release", slot, task,
-                             n_tokens=to_count(rm.group(1)) if rm else None)]
+        return [
+            SlotActivity(
+                n, time(), sanitize(text), "release", slot, task, n_tokens=to_count(rm.group(1)) if rm else None
+            )
+        ]
     if "progress" in rest and "n_tokens" in rest:
-        return [PrefillProgress(
-            n, time(), sanitize(text), slot, task, _num(rest, "n_past"), _num(rest, "n_tokens"),
-            to_float(_text(rest, "progress")),
-        )]
+        return [
+            PrefillProgress(
+                n,
+                time(),
+                sanitize(text),
+                slot,
+                task,
+                _num(rest, "n_past"),
+                _num(rest, "n_tokens"),
+                to_float(_text(rest, "progress")),
+            )
+        ]
     if rest.startswith("input truncated"):
-        return [Truncation(n, time(), sanitize(text), _num(rest, "n_ctx"), None, _num(rest, "n_keep"),
-                           _num(rest, "n_prompt_tokens"))]
+        return [
+            Truncation(
+                n,
+                time(),
+                sanitize(text),
+                _num(rest, "n_ctx"),
+                None,
+                _num(rest, "n_keep"),
+                _num(rest, "n_prompt_tokens"),
+            )
+        ]
     if " tokens) " in rest:
         rj = _REJECTED_RE.search(rest)
         if rj is not None:
@@ -168,8 +199,9 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
             prompt_tokens, n_ctx = to_count(rj.group(1)), to_count(rj.group(2))
             if prompt_tokens is None or n_ctx is None:
                 return []
-            return [PromptRejected(n, time(), sanitize(text), prompt_tokens, n_ctx,
-                                   to_count(tm.group(1)) if tm else task)]
+            return [
+                PromptRejected(n, time(), sanitize(text), prompt_tokens, n_ctx, to_count(tm.group(1)) if tm else task)
+            ]
     if func == "load_model":
         if rest.startswith("loading model"):
             lm = _LOADING_RE.search(rest)
@@ -234,9 +266,15 @@ def parse_runner_json(body: str, n: int, text: str) -> list[LogEvent] | TimingPa
         return None
     pairs = {k: str(v) for k, v in obj.items() if not isinstance(v, (dict, list))}
     stamp = obj.get("timestamp")
-    return _runner_record(str(obj.get("level", "")), str(obj.get("function", "")), msg, pairs, n, text,
-                          to_float(str(stamp)) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
-                          else None)  # to_float: NaN, infinity and 1e400 are no time
+    return _runner_record(
+        str(obj.get("level", "")),
+        str(obj.get("function", "")),
+        msg,
+        pairs,
+        n,
+        text,
+        to_float(str(stamp)) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else None,
+    )  # to_float: NaN, infinity and 1e400 are no time
 
 
 def _runner_record(
@@ -250,8 +288,11 @@ def _runner_record(
         if part is not None:
             return part
     if msg.startswith("input truncated"):
-        return [Truncation(n, when(), sanitize(text), to_count(pairs.get("n_ctx")), None, to_count(pairs.get("n_keep")),
-                           None)]
+        return [
+            Truncation(
+                n, when(), sanitize(text), to_count(pairs.get("n_ctx")), None, to_count(pairs.get("n_keep")), None
+            )
+        ]
     if msg == "initializing slots" or msg == "new slot":
         return _slot_init(msg, pairs, n, text, when)
     if msg == "unable to load model" or msg.startswith("failed to load model") or msg == "error loading model":

@@ -22,10 +22,19 @@ GIB = 1024 * 1024 * 1024
 
 UNIT_BYTES: dict[str, int] = {
     "B": 1,
-    "KiB": KIB, "KB": KIB, "kB": KIB, "K": KIB,
-    "MiB": MIB, "MB": MIB, "M": MIB,
-    "GiB": GIB, "GB": GIB, "G": GIB,
-    "TiB": GIB * 1024, "TB": GIB * 1024, "T": GIB * 1024,
+    "KiB": KIB,
+    "KB": KIB,
+    "kB": KIB,
+    "K": KIB,
+    "MiB": MIB,
+    "MB": MIB,
+    "M": MIB,
+    "GiB": GIB,
+    "GB": GIB,
+    "G": GIB,
+    "TiB": GIB * 1024,
+    "TB": GIB * 1024,
+    "T": GIB * 1024,
     "PiB": GIB * 1024 * 1024,
 }
 """Every unit is binary: Go ``format.HumanBytes2`` prints KiB/MiB/GiB, and llama.cpp's "MB"
@@ -77,7 +86,7 @@ def size_bytes(text: str | None) -> int | None:
         return None
     sp = text.find(" ")
     if sp > 0:  # fast path: exactly "<number> <unit>", which the regex below reads the same way
-        unit = PLAIN_UNITS.get(text[sp + 1:])
+        unit = PLAIN_UNITS.get(text[sp + 1 :])
         if unit is not None:
             number = text[:sp]
             digits = number[1:] if number[:1] == "-" else number
@@ -209,8 +218,8 @@ def quoted_value(text: str, start: int) -> tuple[str, bool]:
     """
     e = quoted_end(text, start)
     if e < 0:
-        return unescape(text[start + 1:]), False
-    return unescape(text[start + 1:e - 1]), True
+        return unescape(text[start + 1 :]), False
+    return unescape(text[start + 1 : e - 1]), True
 
 
 def unquote(value: str) -> str:
@@ -248,9 +257,9 @@ def slog_get(text: str, key: str) -> str | None:
     if i < 0:
         return None
     j = i + len(k)
-    if text[j:j + 1] == '"':
+    if text[j : j + 1] == '"':
         m = _QUOTED_RE.match(text, j)
-        value = m.group(1) if m is not None else text[j + 1:]
+        value = m.group(1) if m is not None else text[j + 1 :]
         if "\\" in value:
             value = _ESCAPE_RE.sub(_unescape_one, value)
         return value

@@ -67,7 +67,8 @@ _JOURNAL_RE = re.compile(r"([A-Za-z]{3}) ([0-9 |].) (..:.{5}) ([^:=]*+(?::(?! )[
 time by position, then text without ``=`` up to the first ``": "`` (which must contain a space)."""
 _MAY_BE_WRAPPED_RE = re.compile(
     r"[> \t]|[0-9](?!.{3}/)|\[[ 0-9]|(?!time=)[^> \t\[0-9][^ ]{0,46}+(?<![:=]) [0-9 |]"
-    r"|[A-Za-z_][\w.@-]{0,63}\[\d{1,10}\]:", re.DOTALL
+    r"|[A-Za-z_][\w.@-]{0,63}\[\d{1,10}\]:",
+    re.DOTALL,
 )
 """:func:`may_be_wrapped` of an ASCII line as one match (possessive: giving back never finds another space)."""
 _CONTROL_TABLE = {i: "\ufffd" for i in (*range(0x20), *range(0x7F, 0xA0))}
@@ -112,7 +113,7 @@ def may_be_wrapped(line: str) -> bool:
         return True  # a bare syslog identifier "ollama[123]: "
     if sp < 0 or line[sp - 1] == ":" or line[sp - 1] == "=":
         return False
-    nxt = line[sp + 1:sp + 2]
+    nxt = line[sp + 1 : sp + 2]
     return nxt.isdigit() or nxt == " " or nxt == "|"
 
 
@@ -136,7 +137,7 @@ def strip_wrappers(line: str) -> tuple[str, Stamp | None, bool]:
             mon, day, hms, host = j.groups()
             if " " in host:
                 stamp: Stamp = ("syslog", mon, day, hms, "")
-                line = line[j.end():]
+                line = line[j.end() :]
                 if _MAY_BE_WRAPPED_RE.match(line) is None:
                     return line, stamp, True
                 return _strip_more(line, stamp, True, 4, False)
@@ -161,7 +162,7 @@ def _strip_more(
                 if " " in host:
                     stamp = ("syslog", mon, day, hms, "")
                     prefixed = True
-                    line = line[j.end():]
+                    line = line[j.end() :]
                     continue
         # fast path for the common journald form "Jul 24 16:07:51 host ollama[114917]: "
         elif line[3:4] == " " and line[6:7] == " " and line[9:10] == ":" and line[15:16] == " " and line[:3].isalpha():
@@ -173,7 +174,7 @@ def _strip_more(
             if j4 > 0 and line.find(" ", 16, j4) > 0 and line.find("=", 16, j4) < 0:
                 stamp = ("syslog", line[:3], line[4:6], line[7:15], "")
                 prefixed = True
-                line = line[j4 + 2:]
+                line = line[j4 + 2 :]
                 continue
         elif not may_be_wrapped(line):
             break
@@ -186,7 +187,7 @@ def _strip_more(
                 stamp = ("iso", m.group("iso"), "", "", "")
             elif m.group("mon") is not None:
                 stamp = ("syslog", m.group("mon"), m.group("day"), m.group("hms"), m.group("frac") or "")
-        line = line[m.end():]
+        line = line[m.end() :]
     return line, stamp, prefixed
 
 
@@ -240,7 +241,7 @@ def parse_iso(text: str) -> datetime | None:
         s, tz = s[:-6], s[-6:]
     dot = s.find(".")
     if dot >= 0:
-        frac = s[dot + 1:]
+        frac = s[dot + 1 :]
         if not frac.isdigit():
             return None
         s = s[:dot] + "." + (frac + "000000")[:6]

@@ -194,5 +194,6 @@ def _key(tp: Any, key: str, path: str) -> Any:
 
 
 def _describe(data: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "true/false",
-            type(None): "null"}.get(type(data), type(data).__name__)
+    return {dict: "an object", list: "an array", str: "a string", bool: "true/false", type(None): "null"}.get(
+        type(data), type(data).__name__
+    )

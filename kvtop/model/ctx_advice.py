@@ -67,8 +67,10 @@ CTX_STEP: Final = 1024
 ROUNDING: Final = "multiple of 1024"
 """How the recommended num_ctx is rounded, as the faces say it."""
 
-ROUNDING_WHY: Final = ("llama.cpp pads the cache to 256 cells and the KV cache grows linearly with num_ctx, "
-                       "so a power of two buys nothing and can cost up to twice the KV cache")
+ROUNDING_WHY: Final = (
+    "llama.cpp pads the cache to 256 cells and the KV cache grows linearly with num_ctx, "
+    "so a power of two buys nothing and can cost up to twice the KV cache"
+)
 
 
 def percentile(sorted_sizes: Sequence[int], p: float) -> int:
@@ -114,8 +116,15 @@ def distribution(requests: Sequence[RequestSize]) -> Distribution | None:
     if not requests:
         return None
     sizes = sorted(r.tokens for r in requests)
-    return Distribution(len(sizes), percentile(sizes, 50), percentile(sizes, 95), percentile(sizes, 99), sizes[-1],
-                        sum(1 for r in requests if r.lower_bound), sum(1 for r in requests if r.cut))
+    return Distribution(
+        len(sizes),
+        percentile(sizes, 50),
+        percentile(sizes, 95),
+        percentile(sizes, 99),
+        sizes[-1],
+        sum(1 for r in requests if r.lower_bound),
+        sum(1 for r in requests if r.cut),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +213,13 @@ def config_now(view: ModelView) -> plan.PlanConfig | None:
     )
 
 
-def _predict(spec: plan.ModelSpec | None, config: plan.PlanConfig, budget: int | None,
-             calibration: plan.Calibration | None, engine: plan.Engine) -> plan.Prediction | None:
+def _predict(
+    spec: plan.ModelSpec | None,
+    config: plan.PlanConfig,
+    budget: int | None,
+    calibration: plan.Calibration | None,
+    engine: plan.Engine,
+) -> plan.Prediction | None:
     if spec is None:
         return None
     try:
@@ -214,14 +228,24 @@ def _predict(spec: plan.ModelSpec | None, config: plan.PlanConfig, budget: int |
         return None
 
 
-def _fits(spec: plan.ModelSpec, config: plan.PlanConfig, budget: int, calibration: plan.Calibration | None,
-          engine: plan.Engine) -> bool:
+def _fits(
+    spec: plan.ModelSpec,
+    config: plan.PlanConfig,
+    budget: int,
+    calibration: plan.Calibration | None,
+    engine: plan.Engine,
+) -> bool:
     p = _predict(spec, config, budget, calibration, engine)
     return p is not None and p.fit is not None and p.fit.verdict == "fits"
 
 
-def _most_slots(spec: plan.ModelSpec, config: plan.PlanConfig, budget: int, calibration: plan.Calibration | None,
-                engine: plan.Engine) -> int:
+def _most_slots(
+    spec: plan.ModelSpec,
+    config: plan.PlanConfig,
+    budget: int,
+    calibration: plan.Calibration | None,
+    engine: plan.Engine,
+) -> int:
     """The most slots below ``config.parallel`` whose verdict is ``fits`` (binary search: memory grows with
     slots), 0 when not even one fits."""
     lo, hi = 0, config.parallel - 1
@@ -234,13 +258,18 @@ def _most_slots(spec: plan.ModelSpec, config: plan.PlanConfig, budget: int, cali
     return lo
 
 
-def _candidates(spec: plan.ModelSpec | None, base: plan.PlanConfig, budget: int | None,
-                calibration: plan.Calibration | None, engine: plan.Engine) -> Iterator[plan.PlanConfig]:
+def _candidates(
+    spec: plan.ModelSpec | None,
+    base: plan.PlanConfig,
+    budget: int | None,
+    calibration: plan.Calibration | None,
+    engine: plan.Engine,
+) -> Iterator[plan.PlanConfig]:
     """Configurations in the order of preference (module docstring): the model's own, compact cache types at
     the same slots, then the most slots that fit at each cache type (searched only when asked for)."""
     types = list(plan.PLAN_CACHE_TYPES)
     start = types.index(base.cache_type) if base.cache_type in types else 0
-    kinds = [base.cache_type] + (types[start + 1:] if base.flash_attention else [])
+    kinds = [base.cache_type] + (types[start + 1 :] if base.flash_attention else [])
     for t in kinds:
         yield dataclasses.replace(base, cache_type=t)
     if spec is not None and budget is not None and base.parallel > 1:
@@ -256,15 +285,25 @@ def _changes(config: plan.PlanConfig, now: plan.PlanConfig) -> tuple[str, ...]:
     if config.cache_type != now.cache_type:
         out.append(f"KV cache type {config.cache_type} (server-wide: OLLAMA_KV_CACHE_TYPE={config.cache_type})")
     if config.parallel != now.parallel:
-        out.append(f"{config.parallel} slot{'s' if config.parallel != 1 else ''} "
-                   f"(server-wide: OLLAMA_NUM_PARALLEL={config.parallel})")
+        out.append(
+            f"{config.parallel} slot{'s' if config.parallel != 1 else ''} "
+            f"(server-wide: OLLAMA_NUM_PARALLEL={config.parallel})"
+        )
     return tuple(out)
 
 
-def advise(model: str, served: ServedRequests, now: plan.PlanConfig | None, *, spec: plan.ModelSpec | None,
-           budget_bytes: int | None, calibration: plan.Calibration | None = None,
-           engine: plan.Engine = "llama-server", context_train: int | None = None,
-           notes: Sequence[str] = ()) -> CtxAdvice:
+def advise(
+    model: str,
+    served: ServedRequests,
+    now: plan.PlanConfig | None,
+    *,
+    spec: plan.ModelSpec | None,
+    budget_bytes: int | None,
+    calibration: plan.Calibration | None = None,
+    engine: plan.Engine = "llama-server",
+    context_train: int | None = None,
+    notes: Sequence[str] = (),
+) -> CtxAdvice:
     """The advice for one model from what it served (pure given its inputs).
 
     Args:
@@ -288,8 +327,7 @@ def advise(model: str, served: ServedRequests, now: plan.PlanConfig | None, *, s
     num_ctx_now = now.num_ctx if now is not None else None
     n = dist.requests if dist is not None else 0
     if n < MIN_REQUESTS:
-        reason = (f"{n} sized request{'s' if n != 1 else ''} in the log: too few to recommend "
-                  f"(at least {MIN_REQUESTS})")
+        reason = f"{n} sized request{'s' if n != 1 else ''} in the log: too few to recommend (at least {MIN_REQUESTS})"
         return CtxAdvice(model, num_ctx_now, served, dist, None, reason, all_notes)
     assert dist is not None
     train = context_train if context_train is not None else (spec.context_train if spec is not None else None)
@@ -313,19 +351,25 @@ def advise(model: str, served: ServedRequests, now: plan.PlanConfig | None, *, s
     gpu_now = p_now.gpu_bytes if p_now is not None else None
     avoided = sum(1 for c in served.cuts if c.prompt_tokens is not None and c.prompt_tokens < cfg.num_ctx)
     rec = Recommendation(
-        config=cfg, holds_tokens=dist.p99, capped=capped,
+        config=cfg,
+        holds_tokens=dist.p99,
+        capped=capped,
         kv_bytes=p.kv_bytes if p is not None else None,
         kv_bytes_now=p_now.kv_bytes if p_now is not None else None,
-        gpu_bytes=gpu, gpu_bytes_now=gpu_now,
+        gpu_bytes=gpu,
+        gpu_bytes_now=gpu_now,
         vram_delta_bytes=gpu - gpu_now if gpu is not None and gpu_now is not None else None,
         verdict=p.fit.verdict if p is not None and p.fit is not None else None,
-        budget_bytes=budget_bytes, cuts_avoided=avoided,
+        budget_bytes=budget_bytes,
+        cuts_avoided=avoided,
         changes=_changes(cfg, now) if now is not None else (),
     )
     extra: list[str] = []
     if capped:
-        extra.append(f"the p99 request ({dist.p99:,} tokens) is longer than the training context ({train:,}): "
-                     "num_ctx is capped there, the longest prompts stay cut")
+        extra.append(
+            f"the p99 request ({dist.p99:,} tokens) is longer than the training context ({train:,}): "
+            "num_ctx is capped there, the longest prompts stay cut"
+        )
     if rec.verdict == "spills":
         extra.append("does not fit beside the loaded models at any KV cache type or slot count tried: it would spill")
     elif rec.verdict == "marginal":
@@ -343,8 +387,14 @@ def advice_for(state: AppState, view: ModelView) -> CtxAdvice | None:
     local = [v for v in state.models if not v.cloud]
     log = state.log
     blob = view.model_blob or (view.load.model_blob if view.load is not None else None)
-    served = served_requests(log.load_events, log.loads, model_blob=blob, load=view.load,
-                             only_model=len(local) == 1, models_serving=len(local))
+    served = served_requests(
+        log.load_events,
+        log.loads,
+        model_blob=blob,
+        load=view.load,
+        only_model=len(local) == 1,
+        models_serving=len(local),
+    )
     snap = state.last_ok
     spec: plan.ModelSpec | None = None
     engine: plan.Engine = "llama-server"
@@ -353,23 +403,36 @@ def advice_for(state: AppState, view: ModelView) -> CtxAdvice | None:
         show = snap.shows.get(view.digest) or snap.shows.get(f"name:{view.name}")
         tag = snap.tags.get(view.digest)
         if show is not None and not show.error and show.model_info:
-            spec = plan.derive_weights(plan.model_spec(view.name, show.model_info,
-                                                       file_size=tag.size_bytes if tag else None), view, engine=engine)
+            spec = plan.derive_weights(
+                plan.model_spec(view.name, show.model_info, file_size=tag.size_bytes if tag else None),
+                view,
+                engine=engine,
+            )
     budget = plan.gpu_budget(gpu_free_bytes(state.gpu), view.size_vram_bytes)
     notes = [] if budget is not None else ["free GPU memory not known: no fit verdict"]
     runner = runner_for(view, state.slots)
     busy = [s.n_tokens for s in runner.slots if s.is_processing and s.n_tokens is not None] if runner else []
     in_flight = max(busy, default=None)
-    advice = advise(view.name, served, config_now(view), spec=spec, budget_bytes=budget,
-                    calibration=plan.calibration_from_view(view), engine=engine,
-                    context_train=view.context_train, notes=notes)
+    advice = advise(
+        view.name,
+        served,
+        config_now(view),
+        spec=spec,
+        budget_bytes=budget,
+        calibration=plan.calibration_from_view(view),
+        engine=engine,
+        context_train=view.context_train,
+        notes=notes,
+    )
     if in_flight is None:
         return advice
     more: tuple[str, ...] = ()
     rec = advice.recommendation
     if rec is not None and in_flight > rec.config.num_ctx:
-        more = (f"a request in flight now already holds {in_flight:,} tokens of its slot (/slots), more than "
-                f"num_ctx {rec.config.num_ctx}",)
+        more = (
+            f"a request in flight now already holds {in_flight:,} tokens of its slot (/slots), more than "
+            f"num_ctx {rec.config.num_ctx}",
+        )
     return dataclasses.replace(advice, in_flight_tokens=in_flight, notes=advice.notes + more)
 
 
@@ -397,21 +460,39 @@ def advice_json(a: CtxAdvice | None) -> dict[str, Any] | None:
         "request_tokens": None if d is None else {"p50": d.p50, "p95": d.p95, "p99": d.p99, "max": d.max},
         "lower_bound_requests": d.lower_bounds if d is not None else 0,
         "unsized_requests": a.served.unsized,
-        "cuts": {"total": len(a.cuts), "by_form": _cut_counts(a.cuts), "sized": len(sized),
-                 "longest_prompt_tokens": max(sized, default=None),
-                 "limits": sorted({c.limit for c in a.cuts if c.limit is not None})},
+        "cuts": {
+            "total": len(a.cuts),
+            "by_form": _cut_counts(a.cuts),
+            "sized": len(sized),
+            "longest_prompt_tokens": max(sized, default=None),
+            "limits": sorted({c.limit for c in a.cuts if c.limit is not None}),
+        },
         "in_flight_tokens": a.in_flight_tokens,
         "min_requests": MIN_REQUESTS,
-        "recommendation": None if r is None else {
-            "num_ctx": r.config.num_ctx, "rounding": ROUNDING, "rounding_why": ROUNDING_WHY, "holds_tokens": r.holds_tokens,
+        "recommendation": None
+        if r is None
+        else {
+            "num_ctx": r.config.num_ctx,
+            "rounding": ROUNDING,
+            "rounding_why": ROUNDING_WHY,
+            "holds_tokens": r.holds_tokens,
             "capped_at_training_context": r.capped,
-            "kv_type": r.config.cache_type, "parallel": r.config.parallel,
+            "kv_type": r.config.cache_type,
+            "parallel": r.config.parallel,
             "flash_attention": r.config.flash_attention,
-            "kv_bytes": r.kv_bytes, "kv_bytes_now": r.kv_bytes_now,
-            "gpu_bytes": r.gpu_bytes, "gpu_bytes_now": r.gpu_bytes_now, "vram_delta_bytes": r.vram_delta_bytes,
-            "source": "estimated", "fit": r.verdict, "budget_bytes": r.budget_bytes,
-            "cuts_avoided": r.cuts_avoided, "changes": list(r.changes),
-            "modelfile": r.modelfile, "env": r.env, "applied": False,
+            "kv_bytes": r.kv_bytes,
+            "kv_bytes_now": r.kv_bytes_now,
+            "gpu_bytes": r.gpu_bytes,
+            "gpu_bytes_now": r.gpu_bytes_now,
+            "vram_delta_bytes": r.vram_delta_bytes,
+            "source": "estimated",
+            "fit": r.verdict,
+            "budget_bytes": r.budget_bytes,
+            "cuts_avoided": r.cuts_avoided,
+            "changes": list(r.changes),
+            "modelfile": r.modelfile,
+            "env": r.env,
+            "applied": False,
         },
         "reason": a.reason or None,
         "notes": list(a.notes),
@@ -430,17 +511,19 @@ def _delta(n: int | None, num_ctx_now: int) -> str:
 def advice_line(a: CtxAdvice) -> str:
     """One line: the sizes, the cuts and the recommendation (or why none), sizes marked ``~`` (estimated)::
 
-        40 requests, tokens p50 812 · p95 3,100 · p99 3,900 · max 4,010; 3 cut → num_ctx 4096 (multiple of 1024)
-        × f16 × 1 slot: KV ~448 MiB, frees ~1.2 GiB of VRAM vs now (num_ctx 8192), fits; would have held 3 of 3 cut;
-        Modelfile PARAMETER num_ctx 4096 or OLLAMA_CONTEXT_LENGTH=4096 (not applied)
+    40 requests, tokens p50 812 · p95 3,100 · p99 3,900 · max 4,010; 3 cut → num_ctx 4096 (multiple of 1024)
+    × f16 × 1 slot: KV ~448 MiB, frees ~1.2 GiB of VRAM vs now (num_ctx 8192), fits; would have held 3 of 3 cut;
+    Modelfile PARAMETER num_ctx 4096 or OLLAMA_CONTEXT_LENGTH=4096 (not applied)
     """
     d = a.distribution
     parts = []
     if d is None:
         parts.append("no sized request in the log")
     else:
-        parts.append(f"{d.requests} request{'s' if d.requests != 1 else ''}, tokens p50 {d.p50:,} · p95 {d.p95:,} · "
-                     f"p99 {d.p99:,} · max {d.max:,}")
+        parts.append(
+            f"{d.requests} request{'s' if d.requests != 1 else ''}, tokens p50 {d.p50:,} · p95 {d.p95:,} · "
+            f"p99 {d.p99:,} · max {d.max:,}"
+        )
     cuts = a.cuts
     if cuts:
         parts[-1] += f"; {len(cuts)} cut or refused"
@@ -449,8 +532,10 @@ def advice_line(a: CtxAdvice) -> str:
         return f"{parts[0]}: {a.reason}" if a.reason else parts[0]
     c = r.config
     slots = f"{c.parallel} slot{'s' if c.parallel != 1 else ''}"
-    text = (f"{parts[0]} → num_ctx {c.num_ctx} ({ROUNDING}) × {c.cache_type} × {slots}: "
-            f"KV {marked(r.kv_bytes, 'estimated', size=True)}")
+    text = (
+        f"{parts[0]} → num_ctx {c.num_ctx} ({ROUNDING}) × {c.cache_type} × {slots}: "
+        f"KV {marked(r.kv_bytes, 'estimated', size=True)}"
+    )
     if a.num_ctx_now is not None:
         text += f", {_delta(r.vram_delta_bytes, a.num_ctx_now)}"
     text += f", {r.verdict or 'fit not known'}"

@@ -111,8 +111,15 @@ def _cut_of(e: LogEvent) -> Cut | None:
     return None
 
 
-def served_requests(events: Iterable[LogEvent], loads: Sequence[Load], *, model_blob: str | None,
-                    load: Load | None = None, only_model: bool = False, models_serving: int = 1) -> ServedRequests:
+def served_requests(
+    events: Iterable[LogEvent],
+    loads: Sequence[Load],
+    *,
+    model_blob: str | None,
+    load: Load | None = None,
+    only_model: bool = False,
+    models_serving: int = 1,
+) -> ServedRequests:
     """The requests of one model in ``events`` (oldest first), and its cut or refused prompts.
 
     Args:
@@ -180,8 +187,16 @@ def served_requests(events: Iterable[LogEvent], loads: Sequence[Load], *, model_
             unsized += 1
             continue
         generated = e.eval_tokens
-        requests.append(RequestSize(whole + (generated or 0), whole, generated, e.line_no, cut=was_cut,
-                                    lower_bound=lower or generated is None))
+        requests.append(
+            RequestSize(
+                whole + (generated or 0),
+                whole,
+                generated,
+                e.line_no,
+                cut=was_cut,
+                lower_bound=lower or generated is None,
+            )
+        )
     for queue in pending.values():  # cuts no timed request followed: the prompt alone
         for c in queue:
             assert c.prompt_tokens is not None
@@ -189,11 +204,15 @@ def served_requests(events: Iterable[LogEvent], loads: Sequence[Load], *, model_
     requests.sort(key=lambda r: r.line_no)
     notes: list[str] = []
     if models_serving > 1 and (requests or cuts):
-        notes.append(f"{models_serving} models are loaded and the log's request lines name none: each line is taken "
-                     "as the newest load's begun before it, so some may be another model's")
+        notes.append(
+            f"{models_serving} models are loaded and the log's request lines name none: each line is taken "
+            "as the newest load's begun before it, so some may be another model's"
+        )
     if not any(r.generated_tokens for r in requests) and any(c.form == "truncated" for c in cuts):
         notes.append("no timing lines (Ollama v0.4–v0.24 logs none): only the cut prompts are sized")
     if any(r.lower_bound for r in requests):
-        notes.append("some sizes are lower bounds: the log does not give their generated tokens or the prompt "
-                     "prefix reused from the cache")
+        notes.append(
+            "some sizes are lower bounds: the log does not give their generated tokens or the prompt "
+            "prefix reused from the cache"
+        )
     return ServedRequests(tuple(requests), tuple(cuts), unsized, tuple(notes))

@@ -47,16 +47,23 @@ def describe(event: LogEvent) -> str:
     if kind == "allocation":
         return f"{get('component')} {get('device')} {_mib(get('bytes'))}"
     if kind == "kv_summary":
-        parts = [f"{_mib(get('size_bytes'))}" if get("size_bytes") is not None else "",
-                 f"{get('cells')} cells" if get("cells") else "",
-                 f"K {get('k_type')} V {get('v_type')}" if get("k_type") else ""]
+        parts = [
+            f"{_mib(get('size_bytes'))}" if get("size_bytes") is not None else "",
+            f"{get('cells')} cells" if get("cells") else "",
+            f"K {get('k_type')} V {get('v_type')}" if get("k_type") else "",
+        ]
         return ("recurrent state " if get("recurrent") else "KV cache ") + ", ".join(p for p in parts if p)
     if kind == "request_timing":
         out = []
         if get("prompt_tokens") is not None:
-            out.append(f"prefill {get('prompt_tokens')} tok" + (f" @ {get('prompt_tps'):,.1f} tok/s" if get("prompt_tps") else ""))
+            out.append(
+                f"prefill {get('prompt_tokens')} tok"
+                + (f" @ {get('prompt_tps'):,.1f} tok/s" if get("prompt_tps") else "")
+            )
         if get("eval_tokens") is not None:
-            out.append(f"decode {get('eval_tokens')} tok" + (f" @ {get('eval_tps'):,.1f} tok/s" if get("eval_tps") else ""))
+            out.append(
+                f"decode {get('eval_tokens')} tok" + (f" @ {get('eval_tps'):,.1f} tok/s" if get("eval_tps") else "")
+            )
         return ", ".join(out) or "timing"
     if kind == "truncation":
         return f"prompt {get('prompt')} tokens > limit {get('limit')}: kept {get('keep')}, new {get('new')}"
@@ -64,15 +71,20 @@ def describe(event: LogEvent) -> str:
         if get("form") == "messages":
             kept = get("messages_kept")
             return "chat history cut to fit the context" + (f": {kept} message(s) kept" if kept is not None else "")
-        return sanitize(f"HTTP 400 on {get('path')} (Ollama's answer to a prompt over the context; the line does not say why)")
+        return sanitize(
+            f"HTTP 400 on {get('path')} (Ollama's answer to a prompt over the context; the line does not say why)"
+        )
     if kind == "fit_plan":
         parts = []
         if get("device") is not None and get("margin_bytes") is not None:
             m = get("margin_bytes")
             parts.append(f"{get('device')} {'surplus' if m >= 0 else 'deficit'} {_mib(abs(m))}")
         if get("projected_bytes") is not None:
-            parts.append(f"projected {_mib(get('projected_bytes'))} of {_mib(get('free_bytes'))} free"
-                         if get("free_bytes") is not None else f"projected {_mib(get('projected_bytes'))}")
+            parts.append(
+                f"projected {_mib(get('projected_bytes'))} of {_mib(get('free_bytes'))} free"
+                if get("free_bytes") is not None
+                else f"projected {_mib(get('projected_bytes'))}"
+            )
         if get("left_bytes") is not None:
             parts.append(f"leaves {_mib(get('left_bytes'))} free")
         if get("shortfall_bytes") is not None:

@@ -21,7 +21,14 @@ from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.state import fold, fold_gpu, fold_log_events, fold_procs, fold_slots, runner_facts
 from kvtop.model.views import AppState
 
-__all__ = ["fold_with_alerts", "fold_gpu_with_alerts", "fold_log_with_alerts", "fold_procs_with_alerts", "fold_slots_with_alerts", "with_alerts"]
+__all__ = [
+    "fold_with_alerts",
+    "fold_gpu_with_alerts",
+    "fold_log_with_alerts",
+    "fold_procs_with_alerts",
+    "fold_slots_with_alerts",
+    "with_alerts",
+]
 
 
 def with_alerts(state: AppState) -> AppState:
@@ -58,7 +65,6 @@ def fold_slots_with_alerts(state: AppState, snap: SlotsSnapshot) -> AppState:
     """Return the state after one ``/slots`` round (``fold_slots``); the alerts are evaluated
     when a row's slots or context changed (the KV estimate covers another slot count: fixes change)."""
     new = fold_slots(state, snap)
-    if any(a.parallel != b.parallel or a.context != b.context
-           for a, b in zip(new.models, state.models, strict=False)):
+    if any(a.parallel != b.parallel or a.context != b.context for a, b in zip(new.models, state.models, strict=False)):
         return with_alerts(new)
     return new

@@ -120,12 +120,22 @@ class GpuView:
         parts.append(SplitPart("ollama", "other Ollama processes", self.ollama_bytes))
         parts.append(SplitPart("other", "other processes", self.other_bytes))
         if self.unattributed_bytes is not None:
-            parts.append(SplitPart("unattributed", "rest of the RAM in use" if d.unified_memory else
-                                   "driver, reserved and unlisted", self.unattributed_bytes))
+            parts.append(
+                SplitPart(
+                    "unattributed",
+                    "rest of the RAM in use" if d.unified_memory else "driver, reserved and unlisted",
+                    self.unattributed_bytes,
+                )
+            )
         elif d.memory_total_bytes is not None and d.memory_free_bytes is not None:
             listed = sum(p.bytes for p in parts)
-            parts.append(SplitPart("unattributed", "used (not broken down)",
-                                   max(0, d.memory_total_bytes - d.memory_free_bytes - listed)))
+            parts.append(
+                SplitPart(
+                    "unattributed",
+                    "used (not broken down)",
+                    max(0, d.memory_total_bytes - d.memory_free_bytes - listed),
+                )
+            )
         if d.memory_free_bytes is not None:
             parts.append(SplitPart("free", "free", d.memory_free_bytes))
         return tuple(p for p in parts if p.bytes > 0)
@@ -217,8 +227,13 @@ def _command(info: ProcessInfo | None) -> str | None:
     return " ".join(info.cmdline) if info.cmdline else None
 
 
-def _process_view(p: GpuProcess, procs: ProcSnapshot | None, matches: Mapping[int, RunnerMatch],
-                  servers: frozenset[int], discovery: frozenset[int]) -> GpuProcessView:
+def _process_view(
+    p: GpuProcess,
+    procs: ProcSnapshot | None,
+    matches: Mapping[int, RunnerMatch],
+    servers: frozenset[int],
+    discovery: frozenset[int],
+) -> GpuProcessView:
     mem = p.used_memory_bytes
     if procs is None:
         return GpuProcessView(p.pid, "unknown", mem, note="process table not sampled")
@@ -233,8 +248,7 @@ def _process_view(p: GpuProcess, procs: ProcSnapshot | None, matches: Mapping[in
         command = " ".join(r.cmdline) if r.cmdline else _command(info)
         if match.model is not None:
             return GpuProcessView(p.pid, "model", mem, user or r.user, name, command, match.model.name)
-        return GpuProcessView(p.pid, "ollama", mem, user or r.user, name or "ollama runner", command,
-                              note=match.note)
+        return GpuProcessView(p.pid, "ollama", mem, user or r.user, name or "ollama runner", command, note=match.note)
     if p.pid in servers:
         return GpuProcessView(p.pid, "ollama", mem, user, name or "ollama", _command(info), note="ollama serve")
     if p.pid in discovery:
@@ -244,8 +258,7 @@ def _process_view(p: GpuProcess, procs: ProcSnapshot | None, matches: Mapping[in
     return GpuProcessView(p.pid, "other", mem, user, name, _command(info), note=info.note)
 
 
-def gpu_views(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
-              models: Sequence[ModelView]) -> tuple[GpuView, ...]:
+def gpu_views(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequence[ModelView]) -> tuple[GpuView, ...]:
     """Join a GPU sample, a process sample and the loaded models into one view per GPU."""
     if gpu is None:
         return ()
@@ -285,16 +298,28 @@ def gpu_views(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
         note = d.processes_note
         if not memory_known and note is None:
             note = "the driver lists processes but not their memory (Windows WDDM / WSL2)"
-        views.append(GpuView(
-            device=d, models=on_gpu, processes=pviews, ollama_bytes=ollama_bytes, other_bytes=other_bytes,
-            unattributed_bytes=unattributed, processes_known=memory_known, note=note,
-        ))
+        views.append(
+            GpuView(
+                device=d,
+                models=on_gpu,
+                processes=pviews,
+                ollama_bytes=ollama_bytes,
+                other_bytes=other_bytes,
+                unattributed_bytes=unattributed,
+                processes_known=memory_known,
+                note=note,
+            )
+        )
     return tuple(views)
 
 
-def model_gpu_usage(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
-                    models: Sequence[ModelView], *,
-                    views: Sequence[GpuView] | None = None) -> dict[tuple[str, str], ModelGpu]:
+def model_gpu_usage(
+    gpu: GpuSnapshot | None,
+    procs: ProcSnapshot | None,
+    models: Sequence[ModelView],
+    *,
+    views: Sequence[GpuView] | None = None,
+) -> dict[tuple[str, str], ModelGpu]:
     """Each loaded model's runner PIDs and measured GPU memory, keyed by ``(name, digest)``.
 
     Every model gets an entry (with ``note`` saying why a figure is missing), so the detail view
@@ -329,9 +354,19 @@ def model_gpu_usage(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
         note = _usage_note(m, pids, by_gpu, measured, gpu, procs, matches, listed)
         if measured is None and pids and not by_gpu and listed and procs is not None and not procs.namespace.mismatch:
             measured = 0  # NVML lists processes and this runner is not among them: CPU only
-        overhead = None if measured is None or m.size_vram_bytes is None or not measured else measured - m.size_vram_bytes
-        out[key] = ModelGpu(name=m.name, digest=m.digest, runner_pids=pids, by_gpu=by_gpu, measured_bytes=measured,
-                            size_vram_bytes=m.size_vram_bytes, overhead_bytes=overhead, note=note)
+        overhead = (
+            None if measured is None or m.size_vram_bytes is None or not measured else measured - m.size_vram_bytes
+        )
+        out[key] = ModelGpu(
+            name=m.name,
+            digest=m.digest,
+            runner_pids=pids,
+            by_gpu=by_gpu,
+            measured_bytes=measured,
+            size_vram_bytes=m.size_vram_bytes,
+            overhead_bytes=overhead,
+            note=note,
+        )
     return out
 
 
@@ -342,9 +377,16 @@ def _processes_listed(gpu: GpuSnapshot) -> bool:
     )
 
 
-def _usage_note(m: ModelView, pids: tuple[int, ...], by_gpu: tuple[tuple[int, int | None], ...],
-                measured: int | None, gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
-                matches: Mapping[int, RunnerMatch], listed: bool) -> str:
+def _usage_note(
+    m: ModelView,
+    pids: tuple[int, ...],
+    by_gpu: tuple[tuple[int, int | None], ...],
+    measured: int | None,
+    gpu: GpuSnapshot | None,
+    procs: ProcSnapshot | None,
+    matches: Mapping[int, RunnerMatch],
+    listed: bool,
+) -> str:
     if m.cloud:
         return "cloud model: no local runner"
     if procs is None:
@@ -366,8 +408,11 @@ def _usage_note(m: ModelView, pids: tuple[int, ...], by_gpu: tuple[tuple[int, in
     if procs.namespace.mismatch:
         return f"{runner}; {procs.namespace.note or 'NVML PIDs are not local PIDs'}"
     if not by_gpu:
-        return f"{runner}; not on any GPU NVML lists processes for" if listed else \
-            f"{runner}; the driver gives no per-process GPU memory"
+        return (
+            f"{runner}; not on any GPU NVML lists processes for"
+            if listed
+            else f"{runner}; the driver gives no per-process GPU memory"
+        )
     if measured is None:
         return f"{runner}; the driver lists the process but not its memory"
     return f"{runner}; NVML per-process memory on GPU " + ", ".join(str(i) for i, _ in by_gpu)
@@ -396,15 +441,24 @@ def system_json(s: SystemMemory | None) -> dict[str, int | None] | None:
     if s is None:
         return None
     return {
-        "ram_total": s.ram_total_bytes, "ram_available": s.ram_available_bytes, "ram_used": s.ram_used_bytes,
-        "swap_total": s.swap_total_bytes, "swap_used": s.swap_used_bytes,
+        "ram_total": s.ram_total_bytes,
+        "ram_available": s.ram_available_bytes,
+        "ram_used": s.ram_used_bytes,
+        "swap_total": s.swap_total_bytes,
+        "swap_used": s.swap_used_bytes,
     }
 
 
 def _process_json(p: GpuProcessView) -> dict[str, Any]:
     return {
-        "pid": p.pid, "user": p.user, "name": p.name, "command": p.command, "gpu_memory": p.gpu_memory_bytes,
-        "model": p.model, "kind": p.kind, "note": p.note,
+        "pid": p.pid,
+        "user": p.user,
+        "name": p.name,
+        "command": p.command,
+        "gpu_memory": p.gpu_memory_bytes,
+        "model": p.model,
+        "kind": p.kind,
+        "note": p.note,
     }
 
 
@@ -418,8 +472,11 @@ def gpu_device_json(v: GpuView) -> dict[str, Any]:
         "uuid": d.uuid,
         "bus_id": d.bus_id,
         "memory": {
-            "total": d.memory_total_bytes, "used": d.memory_used_bytes, "free": d.memory_free_bytes,
-            "reserved": d.memory_reserved_bytes, "allocated": d.memory_allocated_bytes,
+            "total": d.memory_total_bytes,
+            "used": d.memory_used_bytes,
+            "free": d.memory_free_bytes,
+            "reserved": d.memory_reserved_bytes,
+            "allocated": d.memory_allocated_bytes,
         },
         "unified_memory": d.unified_memory,
         "memory_note": d.memory_note,
@@ -428,8 +485,10 @@ def gpu_device_json(v: GpuView) -> dict[str, Any]:
         "power": {"draw_mw": d.power_draw_mw, "limit_mw": d.power_limit_mw},
         "processes": None if d.processes is None else [_process_json(p) for p in v.processes],
         "split": {
-            "models": [{"name": m.name, "digest": m.digest, "pids": list(m.pids), "gpu_memory": m.measured_bytes}
-                       for m in v.models],
+            "models": [
+                {"name": m.name, "digest": m.digest, "pids": list(m.pids), "gpu_memory": m.measured_bytes}
+                for m in v.models
+            ],
             "ollama_other": v.ollama_bytes if d.processes is not None else None,
             "other_processes": v.other_bytes if d.processes is not None else None,
             "unattributed": v.unattributed_bytes,
@@ -467,8 +526,7 @@ class GpuPanelData:
     usages: tuple[ModelGpu, ...] = ()
 
 
-def gpu_panel_data(gpu: GpuSnapshot | None, procs: ProcSnapshot | None,
-                   models: Sequence[ModelView]) -> GpuPanelData:
+def gpu_panel_data(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequence[ModelView]) -> GpuPanelData:
     """Join the latest GPU and process samples with the loaded models for the panel."""
     usage = model_gpu_usage(gpu, procs, models)
     return GpuPanelData(

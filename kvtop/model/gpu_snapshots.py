@@ -17,8 +17,17 @@ from typing import Literal
 GpuBackend = Literal["nvml", "amd-sysfs", "intel-sysfs", "sysfs", "ioreg"]
 """``sysfs``: AMD and Intel cards read together from sysfs; ``ioreg``: Apple Silicon (macOS ``ioreg``)."""
 GpuProblem = Literal[
-    "no_pynvml", "no_library", "no_driver", "version_mismatch", "no_permission", "no_devices",
-    "lost", "vanished", "not_supported", "error", "not_sampled",
+    "no_pynvml",
+    "no_library",
+    "no_driver",
+    "version_mismatch",
+    "no_permission",
+    "no_devices",
+    "lost",
+    "vanished",
+    "not_supported",
+    "error",
+    "not_sampled",
 ]
 """Why GPU telemetry is missing or incomplete (machine-readable twin of ``GpuSnapshot.status``)."""
 

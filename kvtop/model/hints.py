@@ -38,8 +38,14 @@ def _host_name(host_url: str) -> str:
         return host_url
 
 
-def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str | None = None,
-                      *, demo: bool = False, error: str | None = None) -> tuple[str, ...]:
+def unreachable_hints(
+    host_url: str,
+    origin: str | None = None,
+    error_kind: str | None = None,
+    *,
+    demo: bool = False,
+    error: str | None = None,
+) -> tuple[str, ...]:
     """What to try when ``host_url`` does not answer, one sentence a line.
 
     Args:
@@ -64,11 +70,14 @@ def unreachable_hints(host_url: str, origin: str | None = None, error_kind: str 
     elif local:
         first = "Is Ollama running here? Start it: `ollama serve` (or `systemctl start ollama`, or the Ollama app)."
     else:
-        first = (f"Is Ollama running on {name}, listening beyond its loopback "
-                 "(OLLAMA_HOST=0.0.0.0 in its environment), with the port open to this machine?")
+        first = (
+            f"Is Ollama running on {name}, listening beyond its loopback "
+            "(OLLAMA_HOST=0.0.0.0 in its environment), with the port open to this machine?"
+        )
     where = host_origin_words(origin)
-    second = ("Another server: kvtop --host HOST:PORT, or set OLLAMA_HOST"
-              + (f" (this address is {where})." if where else "."))
+    second = "Another server: kvtop --host HOST:PORT, or set OLLAMA_HOST" + (
+        f" (this address is {where})." if where else "."
+    )
     lines = [first, second]
     if not demo:
         lines.append("No server at hand: kvtop --demo shows kvtop on a built-in stand-in.")
@@ -79,48 +88,76 @@ def _access_hints(host_url: str, error_kind: str, error: str = "") -> tuple[str,
     """The way forward when the server (or its proxy) answered but refused kvtop: credentials
     (401/403, ``auth``) or a certificate that did not verify (``tls``)."""
     if error_kind == "auth":
-        return (f"{host_url} asks for credentials: OLLAMA_API_KEY=… (Authorization: Bearer), or basic auth with"
-                " the user in the address and --password-file FILE (chmod 600) or --netrc (~/.netrc).",
-                f'Per server, in the config file (chmod 600): [servers."{host_url}"] headers = '
-                '{ Authorization = "…" } or password_file = "…".')
+        return (
+            f"{host_url} asks for credentials: OLLAMA_API_KEY=… (Authorization: Bearer), or basic auth with"
+            " the user in the address and --password-file FILE (chmod 600) or --netrc (~/.netrc).",
+            f'Per server, in the config file (chmod 600): [servers."{host_url}"] headers = '
+            '{ Authorization = "…" } or password_file = "…".',
+        )
     if "it has expired" in error or "not valid yet" in error:
-        return (f"The TLS certificate of {host_url} is outside its validity dates: renew it on the server (or its"
-                " proxy), or check this machine's clock; naming a CA does not change that.",)
+        return (
+            f"The TLS certificate of {host_url} is outside its validity dates: renew it on the server (or its"
+            " proxy), or check this machine's clock; naming a CA does not change that.",
+        )
     if "issued for another name" in error:
-        return (f"The TLS certificate of {host_url} names another host: reach the server by a name the"
-                " certificate was issued for (--host).",)
+        return (
+            f"The TLS certificate of {host_url} names another host: reach the server by a name the"
+            " certificate was issued for (--host).",
+        )
     if "must be fixed" in error:
-        return (f"The TLS certificate of {host_url} is refused for a reason of its own (revoked, wrong purpose,"
-                " malformed…): fix it on the server (or its proxy); naming a CA does not change that.",)
-    return (f"The TLS certificate of {host_url} is not trusted here: --cacert FILE names the CA (PEM) that"
-            " signed it.",
-            f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".')
+        return (
+            f"The TLS certificate of {host_url} is refused for a reason of its own (revoked, wrong purpose,"
+            " malformed…): fix it on the server (or its proxy); naming a CA does not change that.",
+        )
+    return (
+        f"The TLS certificate of {host_url} is not trusted here: --cacert FILE names the CA (PEM) that signed it.",
+        f'Per server, in the config file: [servers."{host_url}"] cacert = "/path/ca.pem".',
+    )
 
 
-def unreachable_hint_line(width: int = 78, *, demo: bool = False, error_kind: str | None = None,
-                          error: str | None = None) -> str:
+def unreachable_hint_line(
+    width: int = 78, *, demo: bool = False, error_kind: str | None = None, error: str | None = None
+) -> str:
     """The hints in one line for the dashboard's status line: the long form from 90 cells, else
     one that fits 78 (an 80-column terminal). ``error_kind`` ``auth``/``tls``: the flags that
     give credentials or trust instead; ``error`` (the snapshot's error text), when given, narrows
     a ``tls`` line to its reason, as :func:`unreachable_hints` does."""
     if error_kind == "auth":
-        return ("Credentials: OLLAMA_API_KEY, --password-file FILE, --netrc, or the config file's headers"
-                if width >= 90 else "Credentials: OLLAMA_API_KEY, --password-file, --netrc, config")
+        return (
+            "Credentials: OLLAMA_API_KEY, --password-file FILE, --netrc, or the config file's headers"
+            if width >= 90
+            else "Credentials: OLLAMA_API_KEY, --password-file, --netrc, config"
+        )
     if error_kind == "tls" and error:
         if "it has expired" in error or "not valid yet" in error:
-            return ("TLS certificate outside its dates: renew it, or check this machine's clock"
-                    if width >= 90 else "TLS certificate expired: renew it (or check the clock)")
+            return (
+                "TLS certificate outside its dates: renew it, or check this machine's clock"
+                if width >= 90
+                else "TLS certificate expired: renew it (or check the clock)"
+            )
         if "issued for another name" in error:
-            return ("TLS certificate issued for another name: --host with a name it holds"
-                    if width >= 90 else "TLS cert for another name: --host with its name")
+            return (
+                "TLS certificate issued for another name: --host with a name it holds"
+                if width >= 90
+                else "TLS cert for another name: --host with its name"
+            )
         if "must be fixed" in error:
-            return ("TLS certificate refused (revoked, malformed…): fix it on the server"
-                    if width >= 90 else "TLS certificate refused: fix it on the server")
-        return ("TLS certificate not trusted here: --cacert FILE names the CA that signed it"
-                if width >= 90 else "TLS not trusted: --cacert FILE (the CA)")
+            return (
+                "TLS certificate refused (revoked, malformed…): fix it on the server"
+                if width >= 90
+                else "TLS certificate refused: fix it on the server"
+            )
+        return (
+            "TLS certificate not trusted here: --cacert FILE names the CA that signed it"
+            if width >= 90
+            else "TLS not trusted: --cacert FILE (the CA)"
+        )
     if error_kind == "tls":
-        return ("TLS certificate not verified: renew an expired one; a private CA: --cacert FILE"
-                if width >= 90 else "TLS not verified: renew if expired; private CA: --cacert")
+        return (
+            "TLS certificate not verified: renew an expired one; a private CA: --cacert FILE"
+            if width >= 90
+            else "TLS not verified: renew if expired; private CA: --cacert"
+        )
     if width >= 90:
         text = "Is `ollama serve` running? Another server: --host or OLLAMA_HOST"
         return text + (". No server at hand: kvtop --demo" if not demo else "")

@@ -239,8 +239,9 @@ class Series:
         return sys.getsizeof(self._t) + sys.getsizeof(self._v)
 
 
-def downsample(points: tuple[tuple[float, float], ...], start_s: float, end_s: float,
-               slots: int) -> tuple[tuple[float, float], ...]:
+def downsample(
+    points: tuple[tuple[float, float], ...], start_s: float, end_s: float, slots: int
+) -> tuple[tuple[float, float], ...]:
     """At most ``slots`` points: the window is cut into ``slots`` equal slices and each slice keeps
     its highest point (a peak never disappears when an hour is drawn on 80 columns)."""
     if slots <= 0 or len(points) <= slots or end_s <= start_s:
@@ -296,8 +297,18 @@ class ModelSeries:
         last_seen_s: When a sample last listed the model.
     """
 
-    __slots__ = ("key", "vram_bytes", "size_bytes", "kv_bytes", "kv_source", "decode_tps",
-                 "requests_per_min", "last_seen_s", "_timing", "_load_sig")
+    __slots__ = (
+        "key",
+        "vram_bytes",
+        "size_bytes",
+        "kv_bytes",
+        "kv_source",
+        "decode_tps",
+        "requests_per_min",
+        "last_seen_s",
+        "_timing",
+        "_load_sig",
+    )
 
     def __init__(self, key: ModelKey, bucket_s: float, retention_s: float) -> None:
         self.key = key
@@ -320,8 +331,13 @@ class ModelSeries:
         return (self.vram_bytes, self.size_bytes, self.kv_bytes, self.decode_tps, self.requests_per_min)
 
 
-GPU_SOURCE_LABELS = {"nvml": "NVML", "amd-sysfs": "amdgpu sysfs", "intel-sysfs": "Intel sysfs", "sysfs": "sysfs",
-                     "ioreg": "ioreg"}
+GPU_SOURCE_LABELS = {
+    "nvml": "NVML",
+    "amd-sysfs": "amdgpu sysfs",
+    "intel-sysfs": "Intel sysfs",
+    "sysfs": "sysfs",
+    "ioreg": "ioreg",
+}
 """Plot-title names of the GPU backends (``GpuSnapshot.backend``)."""
 
 
@@ -341,9 +357,15 @@ class History:
         latest_s: The newest timestamp stored (Unix seconds), None before anything was.
     """
 
-    def __init__(self, *, bucket_s: float = BUCKET_S, retention_s: float = RETENTION_S,
-                 max_models: int = MAX_MODELS, max_devices: int = MAX_DEVICES,
-                 max_markers: int = MAX_MARKERS) -> None:
+    def __init__(
+        self,
+        *,
+        bucket_s: float = BUCKET_S,
+        retention_s: float = RETENTION_S,
+        max_models: int = MAX_MODELS,
+        max_devices: int = MAX_DEVICES,
+        max_markers: int = MAX_MARKERS,
+    ) -> None:
         Series(bucket_s, retention_s)  # validates the arguments
         self.bucket_s = bucket_s
         self.retention_s = retention_s
@@ -394,7 +416,9 @@ class History:
                 if series is None:
                     if len(self.devices) >= self.max_devices:
                         continue
-                    series = self.devices[dev.index] = DeviceSeries(dev.index, dev.name, self.bucket_s, self.retention_s)
+                    series = self.devices[dev.index] = DeviceSeries(
+                        dev.index, dev.name, self.bucket_s, self.retention_s
+                    )
                 series.used_bytes.add(gpu.taken_at, float(dev.memory_used_bytes))
                 if dev.memory_total_bytes is not None:
                     series.total_bytes.add(gpu.taken_at, float(dev.memory_total_bytes))
@@ -467,8 +491,11 @@ class History:
             awaiting = False
         elif changed:
             awaiting = True  # marked before its load was read: that load is this reload's
-        series._load_sig = (new_load if new_load is not None else old_load,
-                            new_ctx if new_ctx is not None else old_ctx, awaiting)
+        series._load_sig = (
+            new_load if new_load is not None else old_load,
+            new_ctx if new_ctx is not None else old_ctx,
+            awaiting,
+        )
         return changed
 
     def _seen(self, t_s: float) -> None:
@@ -524,8 +551,10 @@ class History:
         end = self.latest_s
         if end is None:
             return {}
-        return {key: sparkline(s.vram_bytes.window(end - window_s, end), end - window_s, end, cells)
-                for key, s in self.models.items()}
+        return {
+            key: sparkline(s.vram_bytes.window(end - window_s, end), end - window_s, end, cells)
+            for key, s in self.models.items()
+        }
 
     def model(self, name: str, digest: str) -> ModelSeries | None:
         """The series of one model, if tracked."""

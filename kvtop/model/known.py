@@ -163,8 +163,9 @@ def source_mark(source: str | None) -> str:
     return SOURCE_MARK.get(source or "", "")
 
 
-def marked(value: object, source: str | None, *, size: bool = False, short: bool = False,
-           exact: bool = False, fmt: str = "{}") -> str:
+def marked(
+    value: object, source: str | None, *, size: bool = False, short: bool = False, exact: bool = False, fmt: str = "{}"
+) -> str:
     """The one rendering of a value and its source mark, for every face (no Rich, no Textual).
 
     ``size=True``: ``value`` is an ``int`` of bytes, written in binary units with the mark before
@@ -195,8 +196,7 @@ def setting_text(k: Known[Any], fmt: str = "{}") -> str:
     return marked(k.value, k.source, fmt=fmt)
 
 
-def context_pair(ctx: Known[int], parallel: Known[int], *, number: Callable[[int], str] = str,
-                 sep: str = "×") -> str:
+def context_pair(ctx: Known[int], parallel: Known[int], *, number: Callable[[int], str] = str, sep: str = "×") -> str:
     """A context per slot and the slot count, each with its own mark after it: ``4096*×1*``,
     ``32768×1*`` (num_ctx read, one slot by default), ``8192×4``; ``4096*`` when the slot count is
     not known, :data:`NOT_KNOWN` when the context is not. ``number`` writes the context

@@ -168,9 +168,7 @@ def _cache_type(name: object) -> str:
     """Normalise a cache type argument or raise ``ValueError``."""
     canonical = normalize_cache_type(name) if isinstance(name, str) else None
     if canonical is None:
-        raise ValueError(
-            f"unknown KV cache type {name!r}; expected one of {', '.join(CACHE_TYPES)}"
-        )
+        raise ValueError(f"unknown KV cache type {name!r}; expected one of {', '.join(CACHE_TYPES)}")
     return canonical
 
 
@@ -255,19 +253,43 @@ class KVLayout:
     generated field-by-field one)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((
-            self.architecture, self.block_count, self.context_length_train, self.layers,
-            self.sliding_window_tokens, self.recurrent_layers, self.recurrent_state_bytes_per_seq, self.notes, self.mla,
-        )))
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.architecture,
+                    self.block_count,
+                    self.context_length_train,
+                    self.layers,
+                    self.sliding_window_tokens,
+                    self.recurrent_layers,
+                    self.recurrent_state_bytes_per_seq,
+                    self.notes,
+                    self.mla,
+                )
+            ),
+        )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Rebuilt from the fields (string hashes differ between processes: never copy ``_hash``)."""
-        return (self.__class__, (self.architecture, self.block_count, self.context_length_train, self.layers,
-                                 self.sliding_window_tokens, self.recurrent_layers, self.recurrent_state_bytes_per_seq,
-                                 self.notes, self.mla))
+        return (
+            self.__class__,
+            (
+                self.architecture,
+                self.block_count,
+                self.context_length_train,
+                self.layers,
+                self.sliding_window_tokens,
+                self.recurrent_layers,
+                self.recurrent_state_bytes_per_seq,
+                self.notes,
+                self.mla,
+            ),
+        )
 
     @property
     def full_layers(self) -> int:
@@ -400,9 +422,7 @@ class _Keys:
             raise _Unavailable(f"{VERBOSE_HINT} ({self.name(key)} is null)")
         if isinstance(value, (list, tuple)):
             if len(value) != n_layer:
-                raise _Unavailable(
-                    f"{self.name(key)} has {len(value)} entries for {n_layer} layers"
-                )
+                raise _Unavailable(f"{self.name(key)} has {len(value)} entries for {n_layer} layers")
             numbers = tuple(_as_int(item) for item in value)
             if any(number is None for number in numbers):
                 raise _Unavailable(f"{self.name(key)} holds a non-integer entry")
@@ -460,8 +480,7 @@ def _attention(keys: _Keys, n_layer: int, *, head_dim_key: bool = False) -> _Att
             n_embd = keys.opt_uint("embedding_length")
             if n_embd is None:
                 raise _Unavailable(
-                    f"model_info has neither {keys.name('attention.key_length')} "
-                    f"nor {keys.name('embedding_length')}"
+                    f"model_info has neither {keys.name('attention.key_length')} nor {keys.name('embedding_length')}"
                 )
             if heads[0] == 0 or n_embd % heads[0]:
                 raise _Unavailable(
@@ -514,9 +533,7 @@ def _shortconv_state_bytes(keys: _Keys) -> int | None:
     return n_embd * max(l_cache - 1, 0) * _F32_BYTES
 
 
-def _kv_layers(
-    attn: _Attention, has_kv: Sequence[bool], swa: Sequence[bool]
-) -> tuple[KVLayer, ...]:
+def _kv_layers(attn: _Attention, has_kv: Sequence[bool], swa: Sequence[bool]) -> tuple[KVLayer, ...]:
     return tuple(
         KVLayer(il, attn.kv_heads[il], attn.key_length, attn.value_length, bool(swa[il]))
         for il in range(len(has_kv))
@@ -540,8 +557,7 @@ def _swa_note(kind: str, n_swa_layers: int, n_kv_layers: int, window: int) -> st
 
 def _recurrent_note(n_attn: int, n_rec: int, what: str) -> str:
     return (
-        f"hybrid: {_plural(n_attn, 'attention layer')} + {_plural(n_rec, what + ' layer')} "
-        "(fixed state per sequence)"
+        f"hybrid: {_plural(n_attn, 'attention layer')} + {_plural(n_rec, what + ' layer')} (fixed state per sequence)"
     )
 
 
@@ -607,14 +623,10 @@ def _swa_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> KVLayout:
         pattern = _optional_pattern(keys, n_layer)
         swa = pattern if pattern is not None else _pattern(n_layer, 5)
         shared = keys.opt_uint("attention.shared_kv_layers")
-        kv_from_start = (
-            max(n_layer - shared, 0) if shared is not None else min(_GEMMA3N_KV_LAYERS, n_layer)
-        )
+        kv_from_start = max(n_layer - shared, 0) if shared is not None else min(_GEMMA3N_KV_LAYERS, n_layer)
         has_kv = [il < kv_from_start for il in range(n_layer)]
         if kv_from_start < n_layer:
-            notes.append(
-                f"shared KV: layers {kv_from_start}-{n_layer - 1} reuse earlier layers' cache"
-            )
+            notes.append(f"shared KV: layers {kv_from_start}-{n_layer - 1} reuse earlier layers' cache")
     elif arch in ("gpt-oss", "gptoss"):
         n_swa = keys.uint("attention.sliding_window")
         swa = _pattern(n_layer, 2)
@@ -717,10 +729,7 @@ def _hybrid_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> KVLayout
         is_rec = [not a for a in is_attn]
         nextn = keys.opt_uint("nextn_predict_layers") or 0
         if nextn:
-            notes.append(
-                f"block_count includes {nextn} MTP layer(s); how llama.cpp b10488 treats them "
-                "is unconfirmed"
-            )
+            notes.append(f"block_count includes {nextn} MTP layer(s); how llama.cpp b10488 treats them is unconfirmed")
     elif arch in _NEMOTRON_H:
         ff = keys.per_layer("feed_forward_length", n_layer)
         if ff is None:
@@ -747,9 +756,7 @@ def _hybrid_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> KVLayout
     notes.insert(0, _recurrent_note(len(layers), n_rec, what))
     if n_rec and state is None:
         notes.append("recurrent state size unknown: state keys missing")
-    return _layout(
-        keys, n_layer, ctx_train, layers, recurrent_layers=n_rec, state_per_layer=state, notes=notes
-    )
+    return _layout(keys, n_layer, ctx_train, layers, recurrent_layers=n_rec, state_per_layer=state, notes=notes)
 
 
 def _recurrent_only_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> KVLayout:
@@ -758,9 +765,7 @@ def _recurrent_only_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> 
     notes = ["recurrent model: no per-token KV cache, fixed state per sequence"]
     if state is None:
         notes.append("recurrent state size unknown: state keys missing")
-    return _layout(
-        keys, n_layer, ctx_train, (), recurrent_layers=n_layer, state_per_layer=state, notes=notes
-    )
+    return _layout(keys, n_layer, ctx_train, (), recurrent_layers=n_layer, state_per_layer=state, notes=notes)
 
 
 def _plain_layout(keys: _Keys, n_layer: int, ctx_train: int | None) -> KVLayout:
@@ -817,8 +822,7 @@ def _build(info: Mapping[str, Any], arch: str) -> KVLayout:
     if not keys.has("block_count") and not keys.has("attention.head_count"):
         stub = keys.has("context_length") or keys.has("embedding_length")
         raise _Unavailable(
-            "model_info has no attention.head_count"
-            + (" (cloud model: /api/show returns only a stub)" if stub else "")
+            "model_info has no attention.head_count" + (" (cloud model: /api/show returns only a stub)" if stub else "")
         )
     if arch in _NOT_MODELLED:
         raise _Unavailable(_NOT_MODELLED[arch])
@@ -828,12 +832,7 @@ def _build(info: Mapping[str, Any], arch: str) -> KVLayout:
     ctx_train = _as_int(keys.raw("context_length")) or None
     if arch in _MAMBA or arch in _RWKV:
         return _recurrent_only_layout(keys, n_layer, ctx_train)
-    if (
-        arch in _QWEN_HYBRID
-        or arch in _NEMOTRON_H
-        or arch in _LFM2
-        or arch in ("granitehybrid", "jamba", "falcon-h1")
-    ):
+    if arch in _QWEN_HYBRID or arch in _NEMOTRON_H or arch in _LFM2 or arch in ("granitehybrid", "jamba", "falcon-h1"):
         return _hybrid_layout(keys, n_layer, ctx_train)
     if arch in _SWA_ARCHS:
         return _swa_layout(keys, n_layer, ctx_train)
@@ -898,9 +897,7 @@ def _layout_from_model_info(model_info: Mapping[str, Any]) -> KVLayout | KVUnava
         return KVUnavailable("unknown", "estimate unavailable: model_info is not a mapping")
     arch_value = model_info.get("general.architecture")
     if not isinstance(arch_value, str) or not arch_value.strip():
-        return KVUnavailable(
-            "unknown", "estimate unavailable: model_info has no general.architecture"
-        )
+        return KVUnavailable("unknown", "estimate unavailable: model_info has no general.architecture")
     arch = arch_value.strip()
     try:
         return _build(model_info, arch)
@@ -948,9 +945,7 @@ def _check_head_dims(layout: KVLayout, type_k: str, type_v: str) -> None:
                 )
 
 
-def bytes_per_token(
-    layout: KVLayout, cache_type_k: str = "f16", cache_type_v: str | None = None
-) -> int:
+def bytes_per_token(layout: KVLayout, cache_type_k: str = "f16", cache_type_v: str | None = None) -> int:
     """KV bytes one token costs in one stream, over every KV layer (full and SWA).
 
     ``Σ_il row(key_length*n_head_kv, type_k) + row(value_length*n_head_kv, type_v)`` with
@@ -973,10 +968,7 @@ def bytes_per_token(
     type_k = _cache_type(cache_type_k)
     type_v = type_k if cache_type_v is None else _cache_type(cache_type_v)
     _check_head_dims(layout, type_k, type_v)
-    return sum(
-        _row_bytes(layer.k_width, type_k) + _row_bytes(layer.v_width, type_v)
-        for layer in layout.layers
-    )
+    return sum(_row_bytes(layer.k_width, type_k) + _row_bytes(layer.v_width, type_v) for layer in layout.layers)
 
 
 def _pad(value: int, multiple: int) -> int:
@@ -1006,13 +998,7 @@ def _formula(
     """The arithmetic behind an estimate, one term per group of identical layers."""
     groups: dict[tuple[bool, int, int, int, int], int] = {}
     for layer in layout.layers:
-        key = (
-            layer.sliding_window,
-            layer.n_head_kv,
-            layer.key_length,
-            layer.value_length,
-            v_row[layer.index],
-        )
+        key = (layer.sliding_window, layer.n_head_kv, layer.key_length, layer.value_length, v_row[layer.index])
         groups[key] = groups.get(key, 0) + 1
     streams = f"{n_stream} unified stream" if unified else _plural(n_stream, "slot")
     terms: list[str] = []
@@ -1106,9 +1092,7 @@ def kv_allocation(
     type_k = _cache_type(cache_type_k)
     type_v = type_k if cache_type_v is None else _cache_type(cache_type_v)
     if not flash_attention and _is_quantized(type_v):
-        raise ValueError(
-            f"quantized V cache ({type_v}) requires flash attention (llama.cpp refuses it)"
-        )
+        raise ValueError(f"quantized V cache ({type_v}) requires flash attention (llama.cpp refuses it)")
     _check_head_dims(layout, type_k, type_v)
     n_ctx = num_ctx * parallel
     if n_ctx > MAX_CONTEXT_CELLS:
@@ -1231,13 +1215,7 @@ def max_num_ctx(
 
     # validates the arguments even when the budget is hopeless
     kv_allocation(
-        layout,
-        step,
-        parallel,
-        cache_type_k,
-        cache_type_v,
-        flash_attention=flash_attention,
-        n_ubatch=n_ubatch,
+        layout, step, parallel, cache_type_k, cache_type_v, flash_attention=flash_attention, n_ubatch=n_ubatch
     )
     if hi < 1 or budget_bytes < 0 or not fits(1):
         return 0

@@ -30,10 +30,21 @@ from kvtop.model.slot_snapshots import RunnerSlots, SlotsSnapshot
 
 T = TypeVar("T")
 
-PARALLEL_FORCED_ONE = frozenset({
-    "mllama", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe",
-    "nemotron_h", "nemotron_h_moe", "nemotron_h_omni",
-})
+PARALLEL_FORCED_ONE = frozenset(
+    {
+        "mllama",
+        "qwen3vl",
+        "qwen3vlmoe",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "lfm2",
+        "lfm2moe",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "nemotron_h_omni",
+    }
+)
 """Architectures Ollama loads with one slot whatever ``OLLAMA_NUM_PARALLEL`` says
 (``server/sched.go:load`` @HEAD, docs/ollama-internals.md §3.3); embedding models too."""
 
@@ -168,7 +179,9 @@ class RunnerIndex:
         """The one server whose readable environment says it listens on ``port``."""
         if port is None:
             return None
-        found = [s for s in self._servers.values() if s.env is not None and s.env.readable and listen_port(s.env) == port]
+        found = [
+            s for s in self._servers.values() if s.env is not None and s.env.readable and listen_port(s.env) == port
+        ]
         return found[0] if len(found) == 1 else None
 
     @property
@@ -186,25 +199,39 @@ class RunnerIndex:
                 weights (their ``-c`` ÷ ``-np``, both padded to 256 as llama.cpp does); None when not known.
         """
         if self.procs is None:
-            return LocalRunner(endpoints=self._endpoints_by_blob(blob),
-                               note="no process sample for this server (not on this machine, or not read yet)")
+            return LocalRunner(
+                endpoints=self._endpoints_by_blob(blob),
+                note="no process sample for this server (not on this machine, or not read yet)",
+            )
         found = list(self._by_blob.get(blob, ()) if blob is not None else ()) + list(self._by_name.get(name, ()))
         if len(found) > 1:  # Ollama's own runners first (a parent that is ollama serve)
             ours = [r for r in found if r.server_pid is not None]
             found = ours or found
         if len(found) > 1 and cells is not None:  # two runners of the same weights: the one at this context
-            same = [r for r in found if r.ctx_size is not None
-                    and -(-(r.ctx_size // (r.parallel or 1)) // 256) * 256 == -(-cells // 256) * 256]
+            same = [
+                r
+                for r in found
+                if r.ctx_size is not None
+                and -(-(r.ctx_size // (r.parallel or 1)) // 256) * 256 == -(-cells // 256) * 256
+            ]
             found = same if len(same) == 1 else found
         runner = found[0] if len(found) == 1 else None
         if runner is None:
-            note = ("the model's weights blob is not known yet (/api/show)" if blob is None and not found else
-                    f"{len(found)} runners of these weights: cannot tell which is this one" if found else
-                    "no runner process of these weights on this machine")
+            note = (
+                "the model's weights blob is not known yet (/api/show)"
+                if blob is None and not found
+                else f"{len(found)} runners of these weights: cannot tell which is this one"
+                if found
+                else "no runner process of these weights on this machine"
+            )
             endpoints = None if found else self._endpoints_by_blob(blob)
             return LocalRunner(None, endpoints, self.host_env, note)
-        return LocalRunner(runner, self._ep_by_pid.get(runner.pid), self._server_env(runner),
-                           f"runner PID {runner.pid} ({runner.kind}, Ollama {runner.era})")
+        return LocalRunner(
+            runner,
+            self._ep_by_pid.get(runner.pid),
+            self._server_env(runner),
+            f"runner PID {runner.pid} ({runner.kind}, Ollama {runner.era})",
+        )
 
     def _endpoints_by_blob(self, blob: str | None) -> RunnerSlots | None:
         """The one runner of the round whose weights blob is ``blob`` (the round names each runner's blob)."""
@@ -295,8 +322,16 @@ def requested_flash(r: RunnerProcess | None) -> Known[str]:
         if r.ctx_size is not None and r.kind != "llama-server" and r.engine != "mlx":
             return Known("disabled", "requested", f"{where} has no --flash-attn")
         return Known()
-    value = {"on": "enabled", "true": "enabled", "1": "enabled", "enabled": "enabled",
-             "off": "disabled", "false": "disabled", "0": "disabled", "disabled": "disabled"}.get(fa, "auto")
+    value = {
+        "on": "enabled",
+        "true": "enabled",
+        "1": "enabled",
+        "enabled": "enabled",
+        "off": "disabled",
+        "false": "disabled",
+        "0": "disabled",
+        "disabled": "disabled",
+    }.get(fa, "auto")
     return Known(value, "requested", f"{where}: --flash-attn{'' if fa == 'true' else ' ' + fa}")
 
 
@@ -351,7 +386,9 @@ def service_context(env: ServiceEnv | None) -> Known[int]:
     n = go_uint(text)
     if not n:
         return Known()
-    return Known(n, "service", f"OLLAMA_CONTEXT_LENGTH={text} ({env.source}); a request or the Modelfile may override it")
+    return Known(
+        n, "service", f"OLLAMA_CONTEXT_LENGTH={text} ({env.source}); a request or the Modelfile may override it"
+    )
 
 
 def setting_in_force(env: ServiceEnv | None, key: str, value: str) -> bool:
@@ -372,5 +409,7 @@ def setting_in_force(env: ServiceEnv | None, key: str, value: str) -> bool:
 def difference_lines(label: str, fig: Figure[Any], fmt: str = "{}") -> list[str]:
     """``KV type q8_0 [requested], but f16 [allocated]``-style lines for the detail view."""
     best = fig.chosen
-    return [f"{label}: {fmt.format(best.value)} [{best.source}], but {fmt.format(o.value)} [{o.source}]: {o.note}"
-            for o in fig.others]
+    return [
+        f"{label}: {fmt.format(best.value)} [{best.source}], but {fmt.format(o.value)} [{o.source}]: {o.note}"
+        for o in fig.others
+    ]

@@ -53,10 +53,22 @@ KEEP_LOADS = 16
 PER_REQUEST_KINDS = frozenset({"gin_request", "request_timing", "prefill_progress", "slot_activity"})
 """Event kinds that never change a load's memory or settings."""
 
-WARNING_KINDS = frozenset({
-    "oom", "load_failed", "eviction", "kv_type_fallback", "flash_attention_forced_off", "truncation",
-    "fit_overflow", "unknown_warning", "context_clamped", "context_over_training", "prompt_rejected", "context_overflow",
-})
+WARNING_KINDS = frozenset(
+    {
+        "oom",
+        "load_failed",
+        "eviction",
+        "kv_type_fallback",
+        "flash_attention_forced_off",
+        "truncation",
+        "fit_overflow",
+        "unknown_warning",
+        "context_clamped",
+        "context_over_training",
+        "prompt_rejected",
+        "context_overflow",
+    }
+)
 """Kinds the events pane highlights."""
 
 

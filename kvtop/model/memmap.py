@@ -184,8 +184,9 @@ def _pair_devices(view: ModelView, on_gpus: Sequence[tuple[int, int | None]]) ->
     return None
 
 
-def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_device: str | None,
-                    alone: bool, where: str) -> list[Segment]:
+def _model_segments(
+    view: ModelView, budget: int, source_whole: Source, *, log_device: str | None, alone: bool, where: str
+) -> list[Segment]:
     """A model's segments on one device holding ``budget`` bytes of it (measured or reported).
 
     ``log_device``: the runner log's name for this device (allocated parts); ``alone``: the whole
@@ -196,18 +197,19 @@ def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_d
         parts = _log_parts(view.devices, log_device)
         for p in _PARTS:
             if parts.get(p):
-                out.append(Segment(p, parts[p], "allocated", view.name, key,
-                                   f"the runner log's {log_device} {p} buffers"))
+                out.append(
+                    Segment(p, parts[p], "allocated", view.name, key, f"the runner log's {log_device} {p} buffers")
+                )
     else:
         m = view.memory
-        known: list[tuple[SegmentKind, Known[int]]] = [(p, k) for p, k in zip(_PARTS, (m.weights, m.kv, m.compute))
-                                               if k.value is not None and k.source is not None]
+        known: list[tuple[SegmentKind, Known[int]]] = [
+            (p, k) for p, k in zip(_PARTS, (m.weights, m.kv, m.compute)) if k.value is not None and k.source is not None
+        ]
         whole = sum(k.value or 0 for _, k in known)
         if alone and len(known) == 3 and whole <= budget:
             for p, k in known:
                 if k.value:
-                    out.append(Segment(p, k.value, k.source or "estimated", view.name, key,
-                                       k.note))
+                    out.append(Segment(p, k.value, k.source or "estimated", view.name, key, k.note))
         elif len(known) == 3 and whole > 0:
             # the log does not say what is where: the parts in proportion to the whole model's
             placed = 0
@@ -215,22 +217,55 @@ def _model_segments(view: ModelView, budget: int, source_whole: Source, *, log_d
                 n = budget - placed if i == len(known) - 1 else (k.value or 0) * budget // whole
                 placed += n
                 if n:
-                    out.append(Segment(p, n, "estimated", view.name, key,
-                                       f"{where}: in proportion to the model's weights, KV and compute "
-                                       "(the log gives no per-device figures)"))
+                    out.append(
+                        Segment(
+                            p,
+                            n,
+                            "estimated",
+                            view.name,
+                            key,
+                            f"{where}: in proportion to the model's weights, KV and compute "
+                            "(the log gives no per-device figures)",
+                        )
+                    )
             return out
         else:
-            return [Segment("model", budget, source_whole, view.name, key,
-                            f"{where}: not broken down (weights, KV or compute not known)")] if budget else []
+            return (
+                [
+                    Segment(
+                        "model",
+                        budget,
+                        source_whole,
+                        view.name,
+                        key,
+                        f"{where}: not broken down (weights, KV or compute not known)",
+                    )
+                ]
+                if budget
+                else []
+            )
     listed = sum(s.bytes for s in out)
     if budget - listed >= _OVERHEAD_MIN_BYTES:
-        out.append(Segment("overhead", budget - listed, "estimated", view.name, key,
-                           f"{where} − the parts listed: CUDA context and buffers not itemised"))
+        out.append(
+            Segment(
+                "overhead",
+                budget - listed,
+                "estimated",
+                view.name,
+                key,
+                f"{where} − the parts listed: CUDA context and buffers not itemised",
+            )
+        )
     return out
 
 
-def _gpu_bar(v: GpuView, models: Mapping[ModelKey, ModelView], on_gpus: Mapping[ModelKey, list[tuple[int, int | None]]],
-             pairings: Mapping[ModelKey, dict[int, str] | None], loading: Mapping[int, str]) -> DeviceBar:
+def _gpu_bar(
+    v: GpuView,
+    models: Mapping[ModelKey, ModelView],
+    on_gpus: Mapping[ModelKey, list[tuple[int, int | None]]],
+    pairings: Mapping[ModelKey, dict[int, str] | None],
+    loading: Mapping[int, str],
+) -> DeviceBar:
     d = v.device
     prefix = "AMD" if d.vendor == "amd" else "GPU"
     key, title = f"{prefix}{d.index}", f"{prefix} {d.index} {d.name or '?'}"
@@ -247,32 +282,70 @@ def _gpu_bar(v: GpuView, models: Mapping[ModelKey, ModelView], on_gpus: Mapping[
             continue
         gpus = on_gpus.get(mkey, [])
         pairing = pairings.get(mkey)
-        segments.extend(_model_segments(
-            view, measured, "reported", log_device=pairing.get(d.index) if pairing else None,
-            alone=len(gpus) == 1 and not view.spilled, where=f"NVML's {measured:,} B on {prefix} {d.index}"))
+        segments.extend(
+            _model_segments(
+                view,
+                measured,
+                "reported",
+                log_device=pairing.get(d.index) if pairing else None,
+                alone=len(gpus) == 1 and not view.spilled,
+                where=f"NVML's {measured:,} B on {prefix} {d.index}",
+            )
+        )
     rest = v.ollama_bytes
     for p in v.processes:
         if p.kind == "ollama" and p.pid in loading and p.gpu_memory_bytes:
-            segments.append(Segment("ollama", p.gpu_memory_bytes, "reported", loading[p.pid],
-                                    note=f"NVML: PID {p.pid}, a runner not paired with a loaded model yet"))
+            segments.append(
+                Segment(
+                    "ollama",
+                    p.gpu_memory_bytes,
+                    "reported",
+                    loading[p.pid],
+                    note=f"NVML: PID {p.pid}, a runner not paired with a loaded model yet",
+                )
+            )
             rest -= p.gpu_memory_bytes
     if rest > 0:
-        segments.append(Segment("ollama", rest, "reported", "other Ollama processes",
-                                note="NVML: Ollama processes no loaded model matches (GPU discovery, a runner starting)"))
+        segments.append(
+            Segment(
+                "ollama",
+                rest,
+                "reported",
+                "other Ollama processes",
+                note="NVML: Ollama processes no loaded model matches (GPU discovery, a runner starting)",
+            )
+        )
     for p in v.others:
         if p.gpu_memory_bytes:
             who = " ".join(x for x in (p.user, p.name) if x) or f"PID {p.pid}"
-            segments.append(Segment("other", p.gpu_memory_bytes, "reported", who,
-                                    note=f"NVML: PID {p.pid}" + (f" ({p.note})" if p.note else "")))
+            segments.append(
+                Segment(
+                    "other",
+                    p.gpu_memory_bytes,
+                    "reported",
+                    who,
+                    note=f"NVML: PID {p.pid}" + (f" ({p.note})" if p.note else ""),
+                )
+            )
     if v.unattributed_bytes is not None:
         if v.unattributed_bytes:
-            segments.append(Segment("unattributed", v.unattributed_bytes, "estimated", "unattributed",
-                                    note="total − free − listed processes: driver, reserve, unlisted contexts"))
+            segments.append(
+                Segment(
+                    "unattributed",
+                    v.unattributed_bytes,
+                    "estimated",
+                    "unattributed",
+                    note="total − free − listed processes: driver, reserve, unlisted contexts",
+                )
+            )
     elif d.memory_total_bytes is not None and d.memory_free_bytes is not None:
         rest = max(0, d.memory_total_bytes - d.memory_free_bytes - sum(s.bytes for s in segments))
         if rest:
-            segments.append(Segment("unattributed", rest, "estimated", "used",
-                                    note="total − free: the driver does not break it down"))
+            segments.append(
+                Segment(
+                    "unattributed", rest, "estimated", "used", note="total − free: the driver does not break it down"
+                )
+            )
     if d.memory_free_bytes:
         segments.append(Segment("free", d.memory_free_bytes, "reported", "free", note="NVML free memory"))
     return DeviceBar(key, title, d.memory_total_bytes, d.memory_free_bytes, tuple(segments), note=v.note)
@@ -286,15 +359,32 @@ def _vram_bar(models: Sequence[ModelView]) -> DeviceBar | None:
             continue
         devices = _gpu_log_devices(m)
         if len(devices) == 1:
-            segments.extend(_model_segments(m, m.size_vram_bytes, "reported", log_device=devices[0], alone=True,
-                                            where=f"/api/ps size_vram {m.size_vram_bytes:,} B"))
+            segments.extend(
+                _model_segments(
+                    m,
+                    m.size_vram_bytes,
+                    "reported",
+                    log_device=devices[0],
+                    alone=True,
+                    where=f"/api/ps size_vram {m.size_vram_bytes:,} B",
+                )
+            )
         else:
-            segments.extend(_model_segments(m, m.size_vram_bytes, "reported", log_device=None,
-                                            alone=not m.spilled, where=f"/api/ps size_vram {m.size_vram_bytes:,} B"))
+            segments.extend(
+                _model_segments(
+                    m,
+                    m.size_vram_bytes,
+                    "reported",
+                    log_device=None,
+                    alone=not m.spilled,
+                    where=f"/api/ps size_vram {m.size_vram_bytes:,} B",
+                )
+            )
     if not segments:
         return None
-    return DeviceBar("VRAM", "VRAM (/api/ps, no GPU telemetry)", None, None, tuple(segments),
-                     note="nothing measured the GPU")
+    return DeviceBar(
+        "VRAM", "VRAM (/api/ps, no GPU telemetry)", None, None, tuple(segments), note="nothing measured the GPU"
+    )
 
 
 def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> DeviceBar | None:
@@ -307,12 +397,28 @@ def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> Device
         if cpu:
             for p in _PARTS:
                 if cpu.get(p):
-                    segments.append(Segment(p, cpu[p], "allocated", m.name, key,
-                                            f"the runner log's CPU-side {p} buffers (CPU, CPU_Mapped, *_Host)"))
+                    segments.append(
+                        Segment(
+                            p,
+                            cpu[p],
+                            "allocated",
+                            m.name,
+                            key,
+                            f"the runner log's CPU-side {p} buffers (CPU, CPU_Mapped, *_Host)",
+                        )
+                    )
         else:
             # both /api/ps figures, as the table's VRAM+RAM (model.placement.vram_ram) and ollama ps's split
-            segments.append(Segment("model", m.size_bytes - m.size_vram_bytes, "reported", m.name, key,
-                                    f"/api/ps size − size_vram = {m.size_bytes - m.size_vram_bytes:,} B"))
+            segments.append(
+                Segment(
+                    "model",
+                    m.size_bytes - m.size_vram_bytes,
+                    "reported",
+                    m.name,
+                    key,
+                    f"/api/ps size − size_vram = {m.size_bytes - m.size_vram_bytes:,} B",
+                )
+            )
     if system is None or system.ram_total_bytes is None:
         if not segments:
             return None
@@ -321,8 +427,15 @@ def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> Device
     if free is not None:
         rest = total - free - sum(s.bytes for s in segments)
         if rest > 0:
-            segments.append(Segment("unattributed", rest, "estimated", "OS and other programs",
-                                    note="total − available − the models' CPU parts"))
+            segments.append(
+                Segment(
+                    "unattributed",
+                    rest,
+                    "estimated",
+                    "OS and other programs",
+                    note="total − available − the models' CPU parts",
+                )
+            )
         if free:
             segments.append(Segment("free", free, "reported", "free", note="psutil: available"))
     return DeviceBar("RAM", "RAM", total, free, tuple(segments))
@@ -344,8 +457,12 @@ def _recent(when: datetime | None, now_s: float) -> bool:
     return 0 <= now_s - when.timestamp() <= RECENT_LOAD_S
 
 
-def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log: LogState | None = None,
-                    blob_names: Mapping[str, str] | None = None) -> dict[int, str]:
+def loading_runners(
+    procs: ProcSnapshot | None,
+    models: Sequence[ModelView],
+    log: LogState | None = None,
+    blob_names: Mapping[str, str] | None = None,
+) -> dict[int, str]:
     """``loading <model>`` per runner PID that no loaded model matches yet but that is a load in progress.
 
     A runner is matched to a loaded model by its ``--model`` blob and the model's ``/api/show``
@@ -380,15 +497,25 @@ def loading_runners(procs: ProcSnapshot | None, models: Sequence[ModelView], log
         waits = [m for m in waiting if m.name == name] if name else [m for m in waiting if _cells_fit(r, m)]
         if name is None and len(waits) == 1:
             name = waits[0].name
-        newest = load is not None and log is not None and load is log.loads[-1] and (
-            r.blob not in (blob_names or {}) or _recent(load.time, procs.taken_at))
+        newest = (
+            load is not None
+            and log is not None
+            and load is log.loads[-1]
+            and (r.blob not in (blob_names or {}) or _recent(load.time, procs.taken_at))
+        )
         if (load is not None and not load.ready) or len(waits) == 1 or newest:
             out[pid] = f"loading {name}" if name else "loading a model"
     return out
 
 
-def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequence[ModelView], *,
-               views: Sequence[GpuView] | None = None, loading: Mapping[int, str] | None = None) -> MemoryMap:
+def memory_map(
+    gpu: GpuSnapshot | None,
+    procs: ProcSnapshot | None,
+    models: Sequence[ModelView],
+    *,
+    views: Sequence[GpuView] | None = None,
+    loading: Mapping[int, str] | None = None,
+) -> MemoryMap:
     """The map of one server's machine.
 
     Args:
@@ -428,5 +555,9 @@ def memory_map(gpu: GpuSnapshot | None, procs: ProcSnapshot | None, models: Sequ
 
 def state_memory_map(state: AppState) -> MemoryMap:
     """:func:`memory_map` of an ``AppState`` (its GPU, process and model samples, its log)."""
-    return memory_map(state.gpu, state.procs, state.models,
-                      loading=loading_runners(state.procs, state.models, state.log, state.blob_names))
+    return memory_map(
+        state.gpu,
+        state.procs,
+        state.models,
+        loading=loading_runners(state.procs, state.models, state.log, state.blob_names),
+    )

@@ -52,18 +52,38 @@ class RowInputs:
     local: LocalRunner
 
 
-def row_inputs(m: PsModel, snap: OllamaSnapshot, log: LogState, runners: ladder.RunnerIndex | None = None, *,
-               procs: ProcSnapshot | None = None, slots: SlotsSnapshot | None = None) -> RowInputs:
+def row_inputs(
+    m: PsModel,
+    snap: OllamaSnapshot,
+    log: LogState,
+    runners: ladder.RunnerIndex | None = None,
+    *,
+    procs: ProcSnapshot | None = None,
+    slots: SlotsSnapshot | None = None,
+) -> RowInputs:
     """The inputs of ``m``'s row: its ``/api/show`` and ``/api/tags`` answers, the server version,
     its log load (``_matching_load``) and its runner (``runners``, else ``procs`` and ``slots``
     indexed for this row)."""
     show = snap.shows.get(detail_key(m))
     cloud = _is_cloud(m, show)
     load, load_note = (None, "cloud model") if cloud else _matching_load(m, show, log)
-    local = LocalRunner(note="cloud model") if cloud else (runners or ladder.RunnerIndex(procs, slots, snap.host_url)).find(
-        show.model_blob if show is not None else None, m.name, m.context_length)
-    return RowInputs(m=m, show=show, tag=snap.tags.get(m.digest), version=snap.version, cloud=cloud, load=load,
-                     load_note=load_note, local=local)
+    local = (
+        LocalRunner(note="cloud model")
+        if cloud
+        else (runners or ladder.RunnerIndex(procs, slots, snap.host_url)).find(
+            show.model_blob if show is not None else None, m.name, m.context_length
+        )
+    )
+    return RowInputs(
+        m=m,
+        show=show,
+        tag=snap.tags.get(m.digest),
+        version=snap.version,
+        cloud=cloud,
+        load=load,
+        load_note=load_note,
+        local=local,
+    )
 
 
 ROWS_KEPT = 4096
@@ -102,8 +122,14 @@ class RowMemo:
         if held is not None and held[1] is view:
             self._rows[key] = (held[0], row)
 
-    def view(self, m: PsModel, snap: OllamaSnapshot, log: LogState, runners: ladder.RunnerIndex,
-             rates: Mapping[int, DecodeRate] | None) -> ModelView:
+    def view(
+        self,
+        m: PsModel,
+        snap: OllamaSnapshot,
+        log: LogState,
+        runners: ladder.RunnerIndex,
+        rates: Mapping[int, DecodeRate] | None,
+    ) -> ModelView:
         """``m``'s row as ``model_view`` derives it, from the memo when its inputs did not change
         (then its ``slots`` and its runner's ``/slots`` answer may be a previous round's, as
         ``dressed`` kept them: ``with_slot_use`` sets them, as it does on a derived row)."""
@@ -117,8 +143,9 @@ class RowMemo:
             timed = _timed_fields(inputs, snap.taken_at, log, rates)
             if timed != (view.until, view.expired, view.forever, view.throughput, view.decode_tps):
                 until, expired, forever, throughput_, decode_tps = timed
-                view = dataclasses.replace(view, until=until, expired=expired, forever=forever,
-                                           throughput=throughput_, decode_tps=decode_tps)
+                view = dataclasses.replace(
+                    view, until=until, expired=expired, forever=forever, throughput=throughput_, decode_tps=decode_tps
+                )
                 self._rows[key] = (inputs, view)
             return view
         self.derived += 1
@@ -164,10 +191,15 @@ def _matching_load(m: PsModel, show: ShowInfo | None, log: LogState) -> tuple[Lo
     if load is None:
         return None, f"the log read so far has no load of {blob[:19]}…"
     padded = None if m.context_length is None else -(-m.context_length // 256) * 256
-    if (m.context_length is not None and load.num_ctx_per_seq is not None
-            and load.num_ctx_per_seq not in (m.context_length, padded)):  # llama.cpp pads n_ctx to 256 (§1.3)
-        return None, (f"the log's latest load of this model has num_ctx {load.num_ctx_per_seq}, /api/ps says"
-                      f" {m.context_length}: that load is older than the running one")
+    if (
+        m.context_length is not None
+        and load.num_ctx_per_seq is not None
+        and load.num_ctx_per_seq not in (m.context_length, padded)
+    ):  # llama.cpp pads n_ctx to 256 (§1.3)
+        return None, (
+            f"the log's latest load of this model has num_ctx {load.num_ctx_per_seq}, /api/ps says"
+            f" {m.context_length}: that load is older than the running one"
+        )
     return load, f"runner log load #{load.index + 1} (line {load.first_line})"
 
 
@@ -175,9 +207,16 @@ def _sum(devices: Mapping[str, int] | None) -> int | None:
     return sum(devices.values()) if devices else None
 
 
-def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
-               procs: ProcSnapshot | None = None, slots: SlotsSnapshot | None = None,
-               rates: Mapping[int, DecodeRate] | None = None, runners: ladder.RunnerIndex | None = None) -> ModelView:
+def model_view(
+    m: PsModel,
+    snap: OllamaSnapshot,
+    log: LogState | None = None,
+    *,
+    procs: ProcSnapshot | None = None,
+    slots: SlotsSnapshot | None = None,
+    rates: Mapping[int, DecodeRate] | None = None,
+    runners: ladder.RunnerIndex | None = None,
+) -> ModelView:
     """Derive a ``ModelView`` from one ``/api/ps`` row through the source ladder (``model.ladder``).
 
     Args:
@@ -198,16 +237,22 @@ def model_view(m: PsModel, snap: OllamaSnapshot, log: LogState | None = None, *,
     return _view_from(row_inputs(m, snap, log, runners, procs=procs, slots=slots), snap.taken_at, log, rates)
 
 
-def _timed_fields(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[int, DecodeRate] | None,
-                  ) -> tuple[str, bool, bool, Throughput | None, Known[float]]:
+def _timed_fields(
+    inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[int, DecodeRate] | None
+) -> tuple[str, bool, bool, Throughput | None, Known[float]]:
     """The row's fields that move with time, the log's request lines and the decode rates:
     ``until``, ``expired``, ``forever``, ``throughput`` and ``decode_tps`` at ``now_s``."""
     load = inputs.load
     throughput_ = throughput(log, load, now_s) if load is not None else None
     expires = inputs.m.expires_at
     delta = None if expires is None else expires.timestamp() - now_s
-    return (until_text(expires, now_s), delta is not None and delta < 0, delta is not None and delta > FOREVER_AFTER_S,
-            throughput_, _decode_tps(load, throughput_, inputs.local, rates))
+    return (
+        until_text(expires, now_s),
+        delta is not None and delta < 0,
+        delta is not None and delta > FOREVER_AFTER_S,
+        throughput_,
+        _decode_tps(load, throughput_, inputs.local, rates),
+    )
 
 
 def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[int, DecodeRate] | None) -> ModelView:
@@ -215,7 +260,9 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
     m, show, tag, cloud = inputs.m, inputs.show, inputs.tag, inputs.cloud
     info: Mapping[str, Any] = show.model_info if show is not None else {}
     version = parse_version(inputs.version)
-    architecture = info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family
+    architecture = (
+        info.get("general.architecture") if isinstance(info.get("general.architecture"), str) else m.details.family
+    )
 
     load, load_note, local = inputs.load, inputs.load_note, inputs.local
     proc, ep, env = local.process, local.endpoints, local.env
@@ -231,64 +278,108 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
     ctx_rungs.append(ladder.requested_context(proc))
     requested = _parameter_num_ctx(show.parameters) if show else None
     if requested is not None and m.context_length is None:
-        ctx_rungs.append(Known(requested, "requested", "Modelfile PARAMETER num_ctx (/api/ps has no context_length before v0.10.0)"))
+        ctx_rungs.append(
+            Known(requested, "requested", "Modelfile PARAMETER num_ctx (/api/ps has no context_length before v0.10.0)")
+        )
     ctx_rungs.append(ladder.service_context(env))
     if cloud:
         ctx_fig: ladder.Figure[int] = ladder.Figure(Known(None, None, "cloud model: /api/ps gives no context for it"))
     else:
-        ctx_fig = ladder.choose(ctx_rungs, "/api/ps has no context_length before v0.10.0; the runner or the server log gives n_ctx")
+        ctx_fig = ladder.choose(
+            ctx_rungs, "/api/ps has no context_length before v0.10.0; the runner or the server log gives n_ctx"
+        )
 
     # slots: allocated > runner > requested > service > default
     # /api/ps has context_length since v0.10.0, the release that made 1 slot the default (§1.3, §3.3)
-    modern = (version is not None and version >= PARALLEL_DEFAULT_SINCE) or (version is None and m.context_length is not None)
+    modern = (version is not None and version >= PARALLEL_DEFAULT_SINCE) or (
+        version is None and m.context_length is not None
+    )
     if modern:
-        par_default: Known[int] = Known(1, "default", "OLLAMA_NUM_PARALLEL default 1 (v0.10.0+); nothing readable says otherwise")
+        par_default: Known[int] = Known(
+            1, "default", "OLLAMA_NUM_PARALLEL default 1 (v0.10.0+); nothing readable says otherwise"
+        )
     elif version is None:
         par_default = Known(None, None, "server version not known yet (/api/version)")
     else:
-        par_default = Known(None, None, "OLLAMA_NUM_PARALLEL was auto (4 or 1) before v0.10.0; the runner or the server log gives the real value")
+        par_default = Known(
+            None,
+            None,
+            "OLLAMA_NUM_PARALLEL was auto (4 or 1) before v0.10.0; the runner or the server log gives the real value",
+        )
     embedding = show is not None and "embedding" in show.capabilities and "completion" not in show.capabilities
     par_rungs: list[Known[int]] = []
     if load is not None and load.parallel is not None:
         par_rungs.append(Known(load.parallel, "allocated", f"{where}: slots (-np / n_seq_max / Parallel)"))
-    par_rungs += [ladder.runner_parallel(ep), ladder.requested_parallel(proc),
-                  ladder.service_parallel(env, architecture, embedding), par_default]
-    par_fig: ladder.Figure[int] = (ladder.Figure(Known(None, None, "cloud model: slots are the remote service's"))
-                                   if cloud else ladder.choose(par_rungs))
+    par_rungs += [
+        ladder.runner_parallel(ep),
+        ladder.requested_parallel(proc),
+        ladder.service_parallel(env, architecture, embedding),
+        par_default,
+    ]
+    par_fig: ladder.Figure[int] = (
+        ladder.Figure(Known(None, None, "cloud model: slots are the remote service's"))
+        if cloud
+        else ladder.choose(par_rungs)
+    )
 
     # cache types: allocated > requested > service > default
     kv_rungs: list[Known[str]] = []
     if load is not None and load.kv_type_k is not None:
         kt, vt = load.kv_type_k, load.kv_type_v or load.kv_type_k
         kv_rungs.append(Known(kt if kt == vt else f"{kt}/{vt}", "allocated", f"{where}: K ({kt}), V ({vt})"))
-    kv_rungs += [ladder.requested_kv_type(proc), ladder.service_kv_type(env),
-                 Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; nothing readable says otherwise")]
-    kv_fig: ladder.Figure[str] = (ladder.Figure(Known(None, None, "cloud model: the KV cache is the remote service's"))
-                                  if cloud else ladder.choose(kv_rungs))
+    kv_rungs += [
+        ladder.requested_kv_type(proc),
+        ladder.service_kv_type(env),
+        Known("f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; nothing readable says otherwise"),
+    ]
+    kv_fig: ladder.Figure[str] = (
+        ladder.Figure(Known(None, None, "cloud model: the KV cache is the remote service's"))
+        if cloud
+        else ladder.choose(kv_rungs)
+    )
 
     # flash attention: allocated > requested (command line, then the log's spawn line) > service > default
     fa_rungs: list[Known[str]] = []
     if load is not None and load.flash_attention is not None:
-        fa_rungs.append(Known(load.flash_attention, "allocated",
-                              f"{where}: {load.flash_attention_reason or 'resolved by the runner'}"))
+        fa_rungs.append(
+            Known(
+                load.flash_attention, "allocated", f"{where}: {load.flash_attention_reason or 'resolved by the runner'}"
+            )
+        )
     fa_rungs.append(ladder.requested_flash(proc))
     if load is not None and load.flash_attention_requested is not None:
-        fa_rungs.append(Known(load.flash_attention_requested, "requested",
-                              f"{where}: requested, the log does not say what the runner resolved"))
+        fa_rungs.append(
+            Known(
+                load.flash_attention_requested,
+                "requested",
+                f"{where}: requested, the log does not say what the runner resolved",
+            )
+        )
     fa_rungs.append(ladder.service_flash(env))
     if version is not None and version >= ERA_C_SINCE:
-        fa_rungs.append(Known("auto", "default", "OLLAMA_FLASH_ATTENTION unset: v0.30+ passes --flash-attn auto"
-                              " (off where the GPU cannot), and llama.cpp decides at load"))
+        fa_rungs.append(
+            Known(
+                "auto",
+                "default",
+                "OLLAMA_FLASH_ATTENTION unset: v0.30+ passes --flash-attn auto"
+                " (off where the GPU cannot), and llama.cpp decides at load",
+            )
+        )
     fa_fig: ladder.Figure[str] = ladder.choose(
-        fa_rungs, "not readable here: the runner's command line or the server log tells it"
-                  " (OLLAMA_FLASH_ATTENTION is misreported when unset)")
+        fa_rungs,
+        "not readable here: the runner's command line or the server log tells it"
+        " (OLLAMA_FLASH_ATTENTION is misreported when unset)",
+    )
     if cloud:
         fa_fig = ladder.Figure(Known(None, None, "cloud model"))
 
     context, parallel, kv_type, flash = ctx_fig.chosen, par_fig.chosen, kv_fig.chosen, fa_fig.chosen
-    differences = tuple(ladder.difference_lines("context per slot", ctx_fig) + ladder.difference_lines("slots", par_fig)
-                        + ladder.difference_lines("KV cache type", kv_fig)
-                        + ladder.difference_lines("flash attention", fa_fig))
+    differences = tuple(
+        ladder.difference_lines("context per slot", ctx_fig)
+        + ladder.difference_lines("slots", par_fig)
+        + ladder.difference_lines("KV cache type", kv_fig)
+        + ladder.difference_lines("flash attention", fa_fig)
+    )
 
     kv_estimate: kv.KVEstimate | None = None
     kv_unavailable: str | None = None
@@ -310,8 +401,9 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
                 fa = flash.value != "disabled"
                 per_token = kv.bytes_per_token(layout, type_k, type_v)
                 if context.value is not None and parallel.value is not None:
-                    kv_estimate = kv.kv_allocation(layout, context.value, parallel.value, type_k, type_v,
-                                                   flash_attention=fa)
+                    kv_estimate = kv.kv_allocation(
+                        layout, context.value, parallel.value, type_k, type_v, flash_attention=fa
+                    )
                 else:
                     kv_unavailable = "num_ctx or slot count unknown"
             except ValueError as exc:
@@ -346,7 +438,11 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
         if rest >= 0:
             compute = Known(rest, "estimated", "size − weights − KV (compute buffers and overhead)")
         else:
-            compute = Known(None, None, f"size is {-rest:,} B below weights + KV estimate: KV type or slots differ from the assumption")
+            compute = Known(
+                None,
+                None,
+                f"size is {-rest:,} B below weights + KV estimate: KV type or slots differ from the assumption",
+            )
 
     until, expired, forever, throughput_, decode_tps = _timed_fields(inputs, now_s, log, rates)
     cpu_percent: int | None = None
@@ -385,24 +481,33 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
         devices=devices,
         findings=tuple(load.findings()) if load is not None else (),
         throughput=throughput_,
-        timings_note=("" if load is None or load.era == "C" else
-                      "no timings in this Ollama version's log (llama-server runners, v0.30+, print them)"),
+        timings_note=(
+            ""
+            if load is None or load.era == "C"
+            else "no timings in this Ollama version's log (llama-server runners, v0.30+, print them)"
+        ),
         decode_tps=decode_tps,
         local=local,
         differences=differences,
     )
 
 
-def _decode_tps(load: Load | None, t: Throughput | None, local: LocalRunner,
-                rates: Mapping[int, DecodeRate] | None) -> Known[float]:
+def _decode_tps(
+    load: Load | None, t: Throughput | None, local: LocalRunner, rates: Mapping[int, DecodeRate] | None
+) -> Known[float]:
     """Generation speed: the log's newest timing line (allocated), else ``/slots`` deltas (runner)."""
     if t is not None and t.last_decode_tps is not None:
         return Known(t.last_decode_tps, "allocated", "the runner log's newest timing line (eval time)")
-    pid = local.process.pid if local.process is not None else local.endpoints.pid if local.endpoints is not None else None
+    pid = (
+        local.process.pid if local.process is not None else local.endpoints.pid if local.endpoints is not None else None
+    )
     rate = rates.get(pid) if rates and pid is not None else None
     if rate is not None and rate.tokens_per_s is not None:
         ep = local.endpoints
         port = f" on port {ep.port}" if ep is not None else ""
-        return Known(rate.tokens_per_s, "runner",
-                     f"/slots n_decoded growth{port} across {rate.slots} decoding slot{'s' if rate.slots != 1 else ''}")
+        return Known(
+            rate.tokens_per_s,
+            "runner",
+            f"/slots n_decoded growth{port} across {rate.slots} decoding slot{'s' if rate.slots != 1 else ''}",
+        )
     return Known()

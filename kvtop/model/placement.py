@@ -29,5 +29,7 @@ def vram_ram(view: ModelView) -> tuple[Known[int], Known[int]]:
     if view.size_bytes is None or view.size_vram_bytes is None:
         return Known(), Known()
     ram_bytes = max(0, view.size_bytes - view.size_vram_bytes)
-    return (Known(view.size_vram_bytes, "reported", "/api/ps size_vram"),
-            Known(ram_bytes, "reported", "/api/ps size - size_vram"))
+    return (
+        Known(view.size_vram_bytes, "reported", "/api/ps size_vram"),
+        Known(ram_bytes, "reported", "/api/ps size - size_vram"),
+    )

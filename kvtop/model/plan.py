@@ -188,8 +188,7 @@ Values as ``gguf.constants.GGML_QUANT_SIZES`` (checked by a unit test); e.g. ``Q
 values in 144 bytes (2+2 B scales, 12 B sub-scales, 128 B of nibbles).
 """
 
-_INPUT_TENSORS: Final = ("token_embd.", "token_embd_norm.", "per_layer_token_embd.", "token_types.",
-                         "position_embd.")
+_INPUT_TENSORS: Final = ("token_embd.", "token_embd_norm.", "per_layer_token_embd.", "token_types.", "position_embd.")
 _OUTPUT_TENSORS: Final = ("output.", "output_norm.", "cls.", "cls_out.")
 _BLOCK: Final = re.compile(r"^blk\.(\d+)\.")
 
@@ -410,8 +409,14 @@ def _layer_weights(tensors: Iterable[Any], n_layer: int) -> tuple[LayerWeights |
     if count == 0:
         return None, None, []
     if unknown:
-        return None, n_vocab, [f"tensor list: {len(unknown)} tensor(s) of a ggml type kvtop does not know "
-                               f"(e.g. {unknown[0]}): weights use the file size"]
+        return (
+            None,
+            n_vocab,
+            [
+                f"tensor list: {len(unknown)} tensor(s) of a ggml type kvtop does not know "
+                f"(e.g. {unknown[0]}): weights use the file size"
+            ],
+        )
     tied = embd if embd and not has_output else 0
     return LayerWeights(tuple(blocks), inp, out, other, exact=True, tied_copy_bytes=tied), n_vocab, []
 
@@ -452,8 +457,11 @@ def model_spec(
         return info.get(f"{arch}.{k}")
 
     block_count = _uint(key("block_count"))
-    n_layer = layout.block_count if isinstance(layout, kv.KVLayout) else (
-        block_count if block_count is not None and block_count <= 4096 else 0)
+    n_layer = (
+        layout.block_count
+        if isinstance(layout, kv.KVLayout)
+        else (block_count if block_count is not None and block_count <= 4096 else 0)
+    )
     notes: list[str] = []
     layers: LayerWeights | None = None
     n_vocab_t: int | None = None
@@ -517,8 +525,9 @@ class PlanConfig:
     def label(self) -> str:
         """``32768 × 1 slot, q8_0, FA on``."""
         slots = "slot" if self.parallel == 1 else "slots"
-        return (f"{self.num_ctx} × {self.parallel} {slots}, {self.cache_type}, "
-                f"FA {'on' if self.flash_attention else 'off'}")
+        return (
+            f"{self.num_ctx} × {self.parallel} {slots}, {self.cache_type}, FA {'on' if self.flash_attention else 'off'}"
+        )
 
 
 CalibrationSource = Literal["allocated", "derived"]
@@ -612,9 +621,15 @@ def calibration_from_view(view: ModelView) -> Calibration | None:
     fa = view.flash_attention.value != "disabled"
     source: CalibrationSource = "allocated" if compute.source == "allocated" else "derived"
     note = compute.note if compute.source == "allocated" else "/api/ps size − weights − KV"
-    return Calibration(PlanConfig(ctx, kv_type, par, fa), compute.value, source, note,
-                       weights_bytes=view.memory.weights.value, kv_bytes=view.memory.kv.value,
-                       total_bytes=view.size_bytes)
+    return Calibration(
+        PlanConfig(ctx, kv_type, par, fa),
+        compute.value,
+        source,
+        note,
+        weights_bytes=view.memory.weights.value,
+        kv_bytes=view.memory.kv.value,
+        total_bytes=view.size_bytes,
+    )
 
 
 def kv_now(view: ModelView) -> int | None:
@@ -657,20 +672,24 @@ def derive_weights(spec: ModelSpec, view: ModelView, *, engine: Engine = "llama-
     if rest is None or not ctx or not par:
         return spec
     cache_type = kv.normalize_cache_type((view.kv_type.value or "f16").split("/")[0]) or "f16"
-    config = PlanConfig(ctx, cache_type if cache_type in PLAN_CACHE_TYPES else "f16", par,
-                        view.flash_attention.value != "disabled")
+    config = PlanConfig(
+        ctx, cache_type if cache_type in PLAN_CACHE_TYPES else "f16", par, view.flash_attention.value != "disabled"
+    )
     try:
         compute = compute_model_bytes(spec, config, engine=engine)
     except ValueError:
         return spec
     weights = max(0, rest - compute)
-    note = (f"estimated: /api/ps size − KV cache = {rest:,} B (weights + compute, as the spill alert derives "
-            f"them) − {compute:,} B compute estimate at {config.label()}; no tensor list or file size")
+    note = (
+        f"estimated: /api/ps size − KV cache = {rest:,} B (weights + compute, as the spill alert derives "
+        f"them) − {compute:,} B compute estimate at {config.label()}; no tensor list or file size"
+    )
     n_layer = spec.block_count
     layers = _even_split(weights, n_layer) if n_layer > 0 else None
     notes = spec.notes + (("layer sizes assumed equal: no usable tensor list from /api/show",) if layers else ())
-    return dataclasses.replace(spec, weights_bytes=weights, weights_note=note, layers=layers, notes=notes,
-                               weights_estimated=True)
+    return dataclasses.replace(
+        spec, weights_bytes=weights, weights_note=note, layers=layers, notes=notes, weights_estimated=True
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -801,14 +820,21 @@ def _kv(spec: ModelSpec, config: PlanConfig) -> tuple[kv.KVEstimate | None, str 
     if isinstance(spec.layout, kv.KVUnavailable):
         return None, spec.layout.reason
     try:
-        return kv.kv_allocation(spec.layout, config.num_ctx, config.parallel, config.cache_type,
-                                flash_attention=config.flash_attention, n_ubatch=config.n_ubatch), None
+        return kv.kv_allocation(
+            spec.layout,
+            config.num_ctx,
+            config.parallel,
+            config.cache_type,
+            flash_attention=config.flash_attention,
+            n_ubatch=config.n_ubatch,
+        ), None
     except ValueError as exc:
         return None, f"llama.cpp refuses this configuration: {exc}"
 
 
-def _compute_terms(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate | None,
-                   engine: Engine) -> dict[str, int]:
+def _compute_terms(
+    spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate | None, engine: Engine
+) -> dict[str, int]:
     """The terms of the compute model (module docstring), in bytes."""
     ub = min(config.n_ubatch, config.num_ctx * config.parallel)
     mask_bytes = _MASK_BYTES[engine]
@@ -839,8 +865,9 @@ def compute_model_bytes(spec: ModelSpec, config: PlanConfig, *, engine: Engine =
     return terms["mask"] + terms["scores"] + max(terms["output"], terms["ffn"]) + terms["act"]
 
 
-def _compute(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate | None, engine: Engine,
-             calibration: Calibration | None) -> tuple[int, int, str, bool]:
+def _compute(
+    spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate | None, engine: Engine, calibration: Calibration | None
+) -> tuple[int, int, str, bool]:
     terms = _compute_terms(spec, config, estimate, engine)
     model = terms["mask"] + terms["scores"] + max(terms["output"], terms["ffn"]) + terms["act"]
     if calibration is not None:
@@ -853,20 +880,28 @@ def _compute(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate | None
             value = max(0, calibration.compute_bytes + delta)
             error = int(CALIBRATED_REL_ERROR * abs(delta)) + CALIBRATED_MIN_ERROR
             what = "allocated" if calibration.source == "allocated" else "derived from /api/ps"
-            note = (f"estimated: {calibration.compute_bytes:,} B {what} at {calibration.config.label()}, "
-                    f"{'+' if delta >= 0 else '−'}{abs(delta):,} B modelled change (±{error:,} B)")
+            note = (
+                f"estimated: {calibration.compute_bytes:,} B {what} at {calibration.config.label()}, "
+                f"{'+' if delta >= 0 else '−'}{abs(delta):,} B modelled change (±{error:,} B)"
+            )
             return value, error, note, True
     error = max(int(COMPUTE_REL_ERROR * model), COMPUTE_MIN_ERROR)
-    missing = [name for name, value in (("vocabulary size", spec.n_vocab), ("embedding_length", spec.n_embd),
-                                        ("feed_forward_length", spec.n_ff)) if not value]
+    missing = [
+        name
+        for name, value in (
+            ("vocabulary size", spec.n_vocab),
+            ("embedding_length", spec.n_embd),
+            ("feed_forward_length", spec.n_ff),
+        )
+        if not value
+    ]
     note = f"estimated from the graph llama.cpp reserves for {min(config.n_ubatch, config.num_ctx * config.parallel)} tokens (±{error:,} B)"
     if missing:
         note += f"; {', '.join(missing)} not known: left out"
     return model, error, note, False
 
 
-def _per_layer_kv(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate,
-                  recurrent: int) -> list[int]:
+def _per_layer_kv(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate, recurrent: int) -> list[int]:
     """KV (plus recurrent state) of each block, summing exactly to the totals.
 
     Layers with the same shape get equal shares of their group's :func:`kv.kv_allocation`; a
@@ -879,12 +914,19 @@ def _per_layer_kv(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate,
         return per
     groups: dict[tuple[int, int, int, bool], list[int]] = {}
     for layer in layout.layers:
-        groups.setdefault((layer.n_head_kv, layer.key_length, layer.value_length, layer.sliding_window),
-                          []).append(layer.index)
+        groups.setdefault((layer.n_head_kv, layer.key_length, layer.value_length, layer.sliding_window), []).append(
+            layer.index
+        )
     for (heads, k_len, v_len, swa), indices in groups.items():
         sub = dataclasses.replace(layout, layers=(kv.KVLayer(indices[0], heads, k_len, v_len, swa),))
-        each = kv.kv_allocation(sub, config.num_ctx, config.parallel, config.cache_type,
-                                flash_attention=config.flash_attention, n_ubatch=config.n_ubatch).total_bytes
+        each = kv.kv_allocation(
+            sub,
+            config.num_ctx,
+            config.parallel,
+            config.cache_type,
+            flash_attention=config.flash_attention,
+            n_ubatch=config.n_ubatch,
+        ).total_bytes
         for i in indices:
             if i < n:
                 per[i] += each
@@ -901,8 +943,9 @@ def _per_layer_kv(spec: ModelSpec, config: PlanConfig, estimate: kv.KVEstimate,
     return per
 
 
-def _fit(spec: ModelSpec, layers: LayerWeights, per_layer: Sequence[int], compute: int, need: int,
-         error: int, budget: int) -> Fit:
+def _fit(
+    spec: ModelSpec, layers: LayerWeights, per_layer: Sequence[int], compute: int, need: int, error: int, budget: int
+) -> Fit:
     n = len(layers.blocks)
     units = [layers.head_bytes] + [layers.blocks[i] + per_layer[i] for i in reversed(range(n))]
     headroom = budget - need
@@ -968,8 +1011,10 @@ def predict(
     config = _check_config(config)
     notes: list[str] = []
     if spec.context_train and config.num_ctx > spec.context_train:
-        notes.append(f"num_ctx {config.num_ctx:,} is above the training context {spec.context_train:,}: "
-                     "Ollama (v0.15.5+) clamps it")
+        notes.append(
+            f"num_ctx {config.num_ctx:,} is above the training context {spec.context_train:,}: "
+            "Ollama (v0.15.5+) clamps it"
+        )
         config = dataclasses.replace(config, num_ctx=spec.context_train)
     if kv.normalize_cache_type(config.cache_type) != "f16" and not config.flash_attention:
         notes.append("a quantized cache needs flash attention (llama.cpp refuses the load)")
@@ -994,8 +1039,7 @@ def predict(
             per_layer = _per_layer_kv(spec, config, estimate, state)
             fit = _fit(spec, layers, per_layer, compute, gpu, error, budget_bytes)
         elif budget_bytes is not None:
-            fit = _fit(spec, LayerWeights((), 0, gpu_weights, 0, exact=False), [], compute, gpu, error,
-                       budget_bytes)
+            fit = _fit(spec, LayerWeights((), 0, gpu_weights, 0, exact=False), [], compute, gpu, error, budget_bytes)
     if spec.layers is not None and not spec.layers.exact and fit is not None and fit.spilled:
         notes.append("spilled layers assume equal layer sizes (no tensor list)")
     return Prediction(
@@ -1282,8 +1326,13 @@ def server_settings(cache_type: str, parallel: int, flash_attention: bool) -> Se
 # JSON
 
 
-def prediction_json(p: Prediction, *, max_num_ctx: int | None = None, max_parallel: int | None = None,
-                    max_num_ctx_bound: str | None = None) -> dict[str, Any]:
+def prediction_json(
+    p: Prediction,
+    *,
+    max_num_ctx: int | None = None,
+    max_parallel: int | None = None,
+    max_num_ctx_bound: str | None = None,
+) -> dict[str, Any]:
     """One prediction as JSON-ready data (exact bytes; the compute figure flagged as estimated)."""
     fit: dict[str, Any] | None = None
     if p.fit is not None:
@@ -1349,4 +1398,3 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
             for r in c.rows
         ],
     }
-

@@ -93,11 +93,15 @@ def server_defaults(version: str | None, env: Mapping[str, str] | None, total_vr
         num_ctx = Known(4096, "default", "Ollama's default v0.6.7–v0.15.4")
     elif total_vram_bytes is not None:
         overhead = _uint(env.get("OLLAMA_GPU_OVERHEAD")) or 0
-        num_ctx = Known(vram_tier_num_ctx(total_vram_bytes, overhead), "default",
-                        "Ollama's VRAM-tiered default (v0.15.5+)")
+        num_ctx = Known(
+            vram_tier_num_ctx(total_vram_bytes, overhead), "default", "Ollama's VRAM-tiered default (v0.15.5+)"
+        )
     else:
-        num_ctx = Known(VRAM_TIERS[-1][1], "estimated",
-                        "the VRAM tier (v0.15.5+) needs the GPUs' total memory, not known: the smallest tier's")
+        num_ctx = Known(
+            VRAM_TIERS[-1][1],
+            "estimated",
+            "the VRAM tier (v0.15.5+) needs the GPUs' total memory, not known: the smallest tier's",
+        )
     cache = kv.normalize_cache_type(env.get("OLLAMA_KV_CACHE_TYPE")) if env.get("OLLAMA_KV_CACHE_TYPE") else None
     cache_type: Known[str] = Known(cache, "service", "OLLAMA_KV_CACHE_TYPE") if cache else Known("f16", "default")
     par = _uint(env.get("OLLAMA_NUM_PARALLEL"))
@@ -172,12 +176,19 @@ def _parameter_num_ctx(parameters: str) -> int | None:
 
 
 def _empty(tag: TagInfo, loaded: int | None, verdict: Verdict, note: str, num_ctx: Known[int]) -> PreflightRow:
-    return PreflightRow(tag.name, tag.digest, tag.size_bytes, loaded, num_ctx, None, None, None, None, verdict, None,
-                        None, note)
+    return PreflightRow(
+        tag.name, tag.digest, tag.size_bytes, loaded, num_ctx, None, None, None, None, verdict, None, None, note
+    )
 
 
-def loaded_calibration(spec: plan.ModelSpec, ps: PsModel, defaults: ServerDefaults, *, view: Any = None,
-                       engine: plan.Engine = "llama-server") -> plan.Calibration | None:
+def loaded_calibration(
+    spec: plan.ModelSpec,
+    ps: PsModel,
+    defaults: ServerDefaults,
+    *,
+    view: Any = None,
+    engine: plan.Engine = "llama-server",
+) -> plan.Calibration | None:
     """The real figures of a loaded model: its dashboard row's (``view``, a ``ModelView``: the
     runner log's allocations, else its ``/api/ps`` size at the settings the row knows), else its
     ``/api/ps`` size less the weights and the KV cache at ``ps.context_length`` and the
@@ -188,8 +199,12 @@ def loaded_calibration(spec: plan.ModelSpec, ps: PsModel, defaults: ServerDefaul
             return cal
     if not ps.size_bytes or not ps.context_length or spec.weights_bytes is None:
         return None
-    config = plan.PlanConfig(ps.context_length, defaults.cache_type.value or "f16", defaults.parallel.value or 1,
-                             bool(defaults.flash_attention.value))
+    config = plan.PlanConfig(
+        ps.context_length,
+        defaults.cache_type.value or "f16",
+        defaults.parallel.value or 1,
+        bool(defaults.flash_attention.value),
+    )
     try:
         base = plan.predict(spec, config, engine=engine)
     except ValueError:
@@ -199,14 +214,30 @@ def loaded_calibration(spec: plan.ModelSpec, ps: PsModel, defaults: ServerDefaul
     derived = ps.size_bytes - spec.weights_bytes - base.kv_bytes - (base.recurrent_bytes or 0)
     if derived < 0:  # the server runs another KV type or slot count than assumed: no anchor
         return None
-    return plan.Calibration(base.config, derived, "derived", "/api/ps size − weights − KV",
-                            weights_bytes=spec.weights_bytes, kv_bytes=base.kv_bytes, total_bytes=ps.size_bytes)
+    return plan.Calibration(
+        base.config,
+        derived,
+        "derived",
+        "/api/ps size − weights − KV",
+        weights_bytes=spec.weights_bytes,
+        kv_bytes=base.kv_bytes,
+        total_bytes=ps.size_bytes,
+    )
 
 
-def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults, *, free_bytes: int | None,
-                  loaded_vram_bytes: int | None = None, engine: plan.Engine = "llama-server",
-                  model_info: Mapping[str, Any] | None = None, loaded: PsModel | None = None,
-                  view: Any = None, running: ServerDefaults | None = None) -> PreflightRow:
+def preflight_row(
+    tag: TagInfo,
+    show: ShowInfo | None,
+    defaults: ServerDefaults,
+    *,
+    free_bytes: int | None,
+    loaded_vram_bytes: int | None = None,
+    engine: plan.Engine = "llama-server",
+    model_info: Mapping[str, Any] | None = None,
+    loaded: PsModel | None = None,
+    view: Any = None,
+    running: ServerDefaults | None = None,
+) -> PreflightRow:
     """One model's pre-flight (see the module doc). ``model_info`` overrides ``show.model_info``;
     ``loaded``: its ``/api/ps`` row when loaded now, ``view``: its dashboard row (``ModelView``,
     with the log's allocations) — their real figures replace the estimate (module doc).
@@ -230,10 +261,15 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
         return _empty(tag, loaded_vram_bytes, "unknown", num_ctx.note, num_ctx)
     spec = plan.model_spec(tag.name, info, file_size=tag.size_bytes)
     budget = plan.gpu_budget(free_bytes, loaded_vram_bytes)
-    config = plan.PlanConfig(num_ctx.value, defaults.cache_type.value or "f16", defaults.parallel.value or 1,
-                             bool(defaults.flash_attention.value))
-    cal = (loaded_calibration(spec, loaded, running or defaults, view=view, engine=engine)
-           if loaded is not None else None)
+    config = plan.PlanConfig(
+        num_ctx.value,
+        defaults.cache_type.value or "f16",
+        defaults.parallel.value or 1,
+        bool(defaults.flash_attention.value),
+    )
+    cal = (
+        loaded_calibration(spec, loaded, running or defaults, view=view, engine=engine) if loaded is not None else None
+    )
     try:
         p = plan.predict(spec, config, budget_bytes=budget, calibration=cal, engine=engine)
         best = plan.max_num_ctx_on_gpu(spec, config, budget, calibration=cal, engine=engine)
@@ -247,9 +283,11 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
         if cal.source == "allocated":
             calibration = f"runs at {c.label()}, compute allocated (runner log)"
         else:
-            calibration = (f"runs at num_ctx {c.num_ctx} (/api/ps), compute derived from its size assuming "
-                           f"{c.cache_type}, {c.parallel} slot{'' if c.parallel == 1 else 's'}, "
-                           f"FA {'on' if c.flash_attention else 'off'}")
+            calibration = (
+                f"runs at num_ctx {c.num_ctx} (/api/ps), compute derived from its size assuming "
+                f"{c.cache_type}, {c.parallel} slot{'' if c.parallel == 1 else 's'}, "
+                f"FA {'on' if c.flash_attention else 'off'}"
+            )
         if cal.config == p.config:  # loaded at this very configuration: its real figures
             real = "allocated" if cal.source == "allocated" else "reported"
             if cal.source == "allocated" and cal.kv_bytes is not None:
@@ -266,16 +304,42 @@ def preflight_row(tag: TagInfo, show: ShowInfo | None, defaults: ServerDefaults,
         headroom: int | None = p.fit.headroom_bytes
     else:
         verdict, headroom = "unknown", None
-        note = (p.kv_problem or spec.kv_reason or "weights not known") if p.total_bytes is None else \
-            "free GPU memory not known"
-    return PreflightRow(tag.name, tag.digest, tag.size_bytes, loaded_vram_bytes, num_ctx, kv_bytes, total_bytes,
-                        gpu_bytes, budget, verdict, headroom, best, note, kv_source, total_source, calibration,
-                        plan.num_ctx_bound(spec, config, best))
+        note = (
+            (p.kv_problem or spec.kv_reason or "weights not known")
+            if p.total_bytes is None
+            else "free GPU memory not known"
+        )
+    return PreflightRow(
+        tag.name,
+        tag.digest,
+        tag.size_bytes,
+        loaded_vram_bytes,
+        num_ctx,
+        kv_bytes,
+        total_bytes,
+        gpu_bytes,
+        budget,
+        verdict,
+        headroom,
+        best,
+        note,
+        kv_source,
+        total_source,
+        calibration,
+        plan.num_ctx_bound(spec, config, best),
+    )
 
 
-def preflight(pulled: PulledSnapshot | None, defaults: ServerDefaults, *, free_bytes: int | None,
-              loaded: Sequence[PsModel] = (), engine: plan.Engine = "llama-server",
-              views: Sequence[Any] = (), running: ServerDefaults | None = None) -> tuple[PreflightRow, ...]:
+def preflight(
+    pulled: PulledSnapshot | None,
+    defaults: ServerDefaults,
+    *,
+    free_bytes: int | None,
+    loaded: Sequence[PsModel] = (),
+    engine: plan.Engine = "llama-server",
+    views: Sequence[Any] = (),
+    running: ServerDefaults | None = None,
+) -> tuple[PreflightRow, ...]:
     """Every pulled model's row, in ``/api/tags`` order; empty before ``/api/tags`` was read.
     ``loaded``: ``/api/ps``; ``views``: the dashboard's ``ModelView`` rows (the log's figures),
     matched by digest; ``running``: as for :func:`preflight_row`."""
@@ -283,17 +347,30 @@ def preflight(pulled: PulledSnapshot | None, defaults: ServerDefaults, *, free_b
         return ()
     ps = {m.digest: m for m in loaded}
     rows = {getattr(v, "digest", None): v for v in views if not getattr(v, "cloud", False)}
-    return tuple(preflight_row(tag, pulled.shows.get(digest), defaults, free_bytes=free_bytes,
-                               engine=engine, loaded=ps.get(digest), view=rows.get(digest), running=running)
-                 for digest, tag in pulled.tags.items())
+    return tuple(
+        preflight_row(
+            tag,
+            pulled.shows.get(digest),
+            defaults,
+            free_bytes=free_bytes,
+            engine=engine,
+            loaded=ps.get(digest),
+            view=rows.get(digest),
+            running=running,
+        )
+        for digest, tag in pulled.tags.items()
+    )
 
 
 def unread(rows: Sequence[PreflightRow], not_asked: str = "waiting for /api/show") -> tuple[tuple[str, str], ...]:
     """``(name, reason)`` of each row whose ``/api/show`` was not read, in row order: an ``error``
     row's reason is its error (``/api/show: no answer within 10 s``, an HTTP error); a ``waiting``
     row (never asked, or asked too late) gets ``not_asked``. Empty when every answer is in."""
-    return tuple((r.name, r.note or "error") if r.verdict == "error" else (r.name, not_asked)
-                 for r in rows if r.verdict in ("error", "waiting"))
+    return tuple(
+        (r.name, r.note or "error") if r.verdict == "error" else (r.name, not_asked)
+        for r in rows
+        if r.verdict in ("error", "waiting")
+    )
 
 
 def marked(k: Known[Any]) -> str:
@@ -306,20 +383,36 @@ def marked(k: Known[Any]) -> str:
 def preflight_json(row: PreflightRow) -> dict[str, Any]:
     """One row of ``server.preflight`` (``--once --json``) and of ``kvtop plan --all --json``."""
     return {
-        "name": row.name, "digest": row.digest, "size": row.size_bytes, "loaded_vram": row.loaded_vram_bytes,
-        "num_ctx": row.num_ctx.value, "num_ctx_source": row.num_ctx.source, "kv": row.kv_bytes,
-        "total": row.total_bytes, "gpu_need": row.gpu_bytes, "budget": row.budget_bytes, "verdict": row.verdict,
-        "headroom": row.headroom_bytes, "max_num_ctx": row.max_num_ctx, "max_num_ctx_bound": row.max_num_ctx_bound,
+        "name": row.name,
+        "digest": row.digest,
+        "size": row.size_bytes,
+        "loaded_vram": row.loaded_vram_bytes,
+        "num_ctx": row.num_ctx.value,
+        "num_ctx_source": row.num_ctx.source,
+        "kv": row.kv_bytes,
+        "total": row.total_bytes,
+        "gpu_need": row.gpu_bytes,
+        "budget": row.budget_bytes,
+        "verdict": row.verdict,
+        "headroom": row.headroom_bytes,
+        "max_num_ctx": row.max_num_ctx,
+        "max_num_ctx_bound": row.max_num_ctx_bound,
         "note": row.note or None,
-        "kv_source": row.kv_source, "total_source": row.total_source, "calibration": row.calibration or None,
+        "kv_source": row.kv_source,
+        "total_source": row.total_source,
+        "calibration": row.calibration or None,
     }
 
 
 def defaults_json(d: ServerDefaults) -> dict[str, Any]:
     """The settings every pre-flight row assumed, each with its source."""
     return {
-        "num_ctx": d.num_ctx.value, "num_ctx_source": d.num_ctx.source,
-        "kv_type": d.cache_type.value, "kv_type_source": d.cache_type.source,
-        "parallel": d.parallel.value, "parallel_source": d.parallel.source,
-        "flash_attention": d.flash_attention.value, "flash_attention_source": d.flash_attention.source,
+        "num_ctx": d.num_ctx.value,
+        "num_ctx_source": d.num_ctx.source,
+        "kv_type": d.cache_type.value,
+        "kv_type_source": d.cache_type.source,
+        "parallel": d.parallel.value,
+        "parallel_source": d.parallel.source,
+        "flash_attention": d.flash_attention.value,
+        "flash_attention_source": d.flash_attention.source,
     }

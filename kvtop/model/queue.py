@@ -31,6 +31,7 @@ from kvtop.model.views import AppState, ModelView
 
 __all__ = ["fold_connections", "fold_queue", "queue_json", "queue_short", "queue_summary"]
 
+
 def _slots(models: Sequence[ModelView]) -> tuple[int | None, int | None, tuple[str, ...]]:
     busy = total = None
     full: list[str] = []
@@ -77,8 +78,9 @@ def fold_connections(previous: QueueView | None, snap: ConnSnapshot, models: Seq
     for addr, _port in snap.clients:
         per_client[addr] = per_client.get(addr, 0) + 1
     clients = tuple(sorted(per_client.items(), key=lambda kv: (-kv[1], kv[0])))
-    return QueueView(snap.taken_at, snap.port, in_flight, busy, total, waiting, oldest, full, clients,
-                     snap.own, None, first_seen)
+    return QueueView(
+        snap.taken_at, snap.port, in_flight, busy, total, waiting, oldest, full, clients, snap.own, None, first_seen
+    )
 
 
 def fold_queue(state: AppState, snap: ConnSnapshot) -> AppState:

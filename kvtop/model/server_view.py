@@ -16,7 +16,14 @@ from kvtop.model import plan
 from kvtop.model.gpu import gpu_free_bytes
 from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess
 from kvtop.model.ladder import RunnerIndex
-from kvtop.model.preflight import PreflightRow, ServerDefaults, defaults_json, preflight, preflight_json, server_defaults
+from kvtop.model.preflight import (
+    PreflightRow,
+    ServerDefaults,
+    defaults_json,
+    preflight,
+    preflight_json,
+    server_defaults,
+)
 from kvtop.model.server_health import ServerHealth, ServerInfo
 from kvtop.model.snapshots import PulledSnapshot
 from kvtop.model.traffic import traffic_json
@@ -58,9 +65,15 @@ def health_json(info: ServerInfo) -> dict[str, Any] | None:
         "runners": [{"pid": p, "rss_bytes": rss, "cpu_percent": cpu} for p, rss, cpu in t.runners] if t else [],
         "error": h.error,
         "restarts": {"count": r.count, "source": r.source, "error": r.error, "pid_changes_seen": info.pid_changes},
-        "cgroup": None if c is None else {"path": c.path, "version": c.version, "memory_max_bytes": c.memory_max_bytes,
-                                           "memory_current_bytes": c.memory_current_bytes,
-                                           "cpu_max_cores": c.cpu_max_cores},
+        "cgroup": None
+        if c is None
+        else {
+            "path": c.path,
+            "version": c.version,
+            "memory_max_bytes": c.memory_max_bytes,
+            "memory_current_bytes": c.memory_current_bytes,
+            "cpu_max_cores": c.cpu_max_cores,
+        },
         "settings": dict(h.env),
         "settings_source": h.env_source,
     }
@@ -91,12 +104,22 @@ def state_preflight(state: AppState) -> tuple[ServerDefaults, tuple[PreflightRow
         env = health.env  # the same rung, read by the server view's health sample
     gpu = state.gpu
     total = None
-    if gpu is not None and gpu.ok and gpu.devices and all(d.error is None and d.memory_total_bytes for d in gpu.devices):
+    if (
+        gpu is not None
+        and gpu.ok
+        and gpu.devices
+        and all(d.error is None and d.memory_total_bytes for d in gpu.devices)
+    ):
         total = sum(d.memory_total_bytes or 0 for d in gpu.devices)
     defaults = server_defaults(version, env, total)
-    rows = preflight(state.server.pulled, defaults, free_bytes=gpu_free_bytes(gpu),
-                     loaded=snap.models if snap is not None else (), engine=plan.engine_for_version(version),
-                     views=state.models)
+    rows = preflight(
+        state.server.pulled,
+        defaults,
+        free_bytes=gpu_free_bytes(gpu),
+        loaded=snap.models if snap is not None else (),
+        engine=plan.engine_for_version(version),
+        views=state.models,
+    )
     return defaults, rows
 
 

@@ -107,8 +107,11 @@ def runner_for(view: ModelView, snap: SlotsSnapshot | None) -> RunnerSlots | Non
     found = [r for r in snap.runners if r.blob == view.model_blob]
     if len(found) > 1:
         cells = view.total_ctx_cells
-        by_ctx = [r for r in found if (cells is not None and r.ctx_size == cells)
-                  or (r.slots and r.slots[0].n_ctx == view.context.value)]
+        by_ctx = [
+            r
+            for r in found
+            if (cells is not None and r.ctx_size == cells) or (r.slots and r.slots[0].n_ctx == view.context.value)
+        ]
         found = by_ctx if len(by_ctx) == 1 else []
     return found[0] if len(found) == 1 else None
 
@@ -121,9 +124,15 @@ def runners_by_pid(snap: SlotsSnapshot | None) -> dict[int, RunnerSlots]:
     return out
 
 
-def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEvent],
-             loads: Sequence[Load], era_c_loaded: int, *,
-             runners_by_pid: Mapping[int, RunnerSlots] | None = None) -> SlotUse | None:
+def slot_use(
+    view: ModelView,
+    snap: SlotsSnapshot | None,
+    events: Sequence[LogEvent],
+    loads: Sequence[Load],
+    era_c_loaded: int,
+    *,
+    runners_by_pid: Mapping[int, RunnerSlots] | None = None,
+) -> SlotUse | None:
     """``view``'s slots: reported by its runner's ``/slots`` when it answered, else estimated from
     the log's slot lines of its load; None for a model with neither (cloud, pre-v0.30 runner with
     no ``/slots`` and no log).
@@ -155,8 +164,10 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
     prefill = _prefill(log_state)
     shared = ""
     if era_c_loaded > 1:
-        shared = (f"; the log's slot lines name no model: with {era_c_loaded} llama-server runners loaded they are"
-                  " given to the newest load begun before them, which may be another model's")
+        shared = (
+            f"; the log's slot lines name no model: with {era_c_loaded} llama-server runners loaded they are"
+            " given to the newest load begun before them, which may be another model's"
+        )
     if runner is not None and runner.error is None and runner.slots:
         busy = runner.busy
         n_ctx = runner.slots[0].n_ctx
@@ -166,7 +177,9 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
         elif prefill is not None:
             note += "; prefill progress from the runner log" + shared
         else:
-            prefilling = [sl for sl in runner.slots if sl.is_processing and sl.n_decoded == 0 and sl.id_task is not None]
+            prefilling = [
+                sl for sl in runner.slots if sl.is_processing and sl.n_decoded == 0 and sl.id_task is not None
+            ]
             if prefilling:
                 sl = prefilling[0]
                 prefill = Prefill(sl.id, sl.n_tokens, None, None, 0, "runner")
@@ -179,23 +192,38 @@ def slot_use(view: ModelView, snap: SlotsSnapshot | None, events: Sequence[LogEv
         busy = sum(1 for s in log_state.values() if s.busy)
         if total is not None:
             busy = min(busy, total)
-        return SlotUse(total, busy, "estimated", None, prefill,
-                       f"{why}runner log slot lines of load #{load.index + 1}{shared}", era_c_loaded)
+        return SlotUse(
+            total,
+            busy,
+            "estimated",
+            None,
+            prefill,
+            f"{why}runner log slot lines of load #{load.index + 1}{shared}",
+            era_c_loaded,
+        )
     if runner is not None:
         return SlotUse(total, None, None, None, None, why.rstrip("; "))
     if load is None:
-        return SlotUse(total, None, None, None, None,
-                       "no /slots answer from a local runner, and no runner load in the log")
-    return SlotUse(total, None, None, None, None,
-                   "this runner has no /slots endpoint and logs no slot activity (Ollama before v0.30)")
+        return SlotUse(
+            total, None, None, None, None, "no /slots answer from a local runner, and no runner load in the log"
+        )
+    return SlotUse(
+        total,
+        None,
+        None,
+        None,
+        None,
+        "this runner has no /slots endpoint and logs no slot activity (Ollama before v0.30)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Decode speed from /slots (the runner rung of tok/s)
 
 
-def decode_rates(prev: SlotsSnapshot | None, new: SlotsSnapshot,
-                 last: Mapping[int, DecodeRate]) -> Mapping[int, DecodeRate]:
+def decode_rates(
+    prev: SlotsSnapshot | None, new: SlotsSnapshot, last: Mapping[int, DecodeRate]
+) -> Mapping[int, DecodeRate]:
     """Each runner's (by PID) decode speed from its ``/slots`` rounds.
 
     A slot counts from the first round that saw its task decoding (``is_processing``,
@@ -228,6 +256,10 @@ def decode_rates(prev: SlotsSnapshot | None, new: SlotsSnapshot,
         elif kept or before is not None:
             rate = before.tokens_per_s if before is not None else None
             if rate is not None or kept:
-                out[r.pid] = DecodeRate(rate, before.at if before is not None else new.taken_at,
-                                        before.slots if before is not None else 0, tuple(kept))
+                out[r.pid] = DecodeRate(
+                    rate,
+                    before.at if before is not None else new.taken_at,
+                    before.slots if before is not None else 0,
+                    tuple(kept),
+                )
     return out

@@ -55,10 +55,19 @@ def fold(state: AppState, snap: OllamaSnapshot) -> AppState:
     if not snap.reachable:
         return dataclasses.replace(state, ollama=snap, failures=state.failures + 1)
     models = derive_models(snap, state.log, state.procs, state.slots, state.slot_rates, state.models)
-    latencies = state.latencies_s if snap.latency_s is None else (state.latencies_s + (snap.latency_s,))[-LATENCY_WINDOW:]
-    return dataclasses.replace(state, ollama=snap, last_ok=snap, models=models, failures=0,
-                               blob_names=_remember_names(state.blob_names, models), latencies_s=latencies,
-                               latency_s=_steady_latency(state.latency_s, latencies))
+    latencies = (
+        state.latencies_s if snap.latency_s is None else (state.latencies_s + (snap.latency_s,))[-LATENCY_WINDOW:]
+    )
+    return dataclasses.replace(
+        state,
+        ollama=snap,
+        last_ok=snap,
+        models=models,
+        failures=0,
+        blob_names=_remember_names(state.blob_names, models),
+        latencies_s=latencies,
+        latency_s=_steady_latency(state.latency_s, latencies),
+    )
 
 
 BLOB_NAMES_KEPT = 256
@@ -91,8 +100,10 @@ def _steady_system(old: SystemMemory | None, new: SystemMemory | None) -> System
         return new
     if old.ram_total_bytes != new.ram_total_bytes or old.swap_total_bytes != new.swap_total_bytes:
         return new
-    for total, a, b in ((new.ram_total_bytes, old.ram_in_use_bytes, new.ram_in_use_bytes),
-                        (new.swap_total_bytes, old.swap_used_bytes, new.swap_used_bytes)):
+    for total, a, b in (
+        (new.ram_total_bytes, old.ram_in_use_bytes, new.ram_in_use_bytes),
+        (new.swap_total_bytes, old.swap_used_bytes, new.swap_used_bytes),
+    ):
         if a == b:
             continue
         if not total or a is None or b is None or abs(a - b) >= RAM_STEADY_FRACTION * total:
@@ -110,8 +121,14 @@ def _remember_names(known: Mapping[str, str], models: Sequence[ModelView]) -> Ma
     return dict(list(merged.items())[-BLOB_NAMES_KEPT:])
 
 
-def derive_models(snap: OllamaSnapshot, log: LogState, procs: ProcSnapshot | None, slots: SlotsSnapshot | None,
-                  rates: Mapping[int, DecodeRate], previous: Sequence[ModelView] = ()) -> tuple[ModelView, ...]:
+def derive_models(
+    snap: OllamaSnapshot,
+    log: LogState,
+    procs: ProcSnapshot | None,
+    slots: SlotsSnapshot | None,
+    rates: Mapping[int, DecodeRate],
+    previous: Sequence[ModelView] = (),
+) -> tuple[ModelView, ...]:
     """Every row of ``snap`` through the source ladder, with its slots in use.
 
     A row whose inputs (``RowInputs``) equal those of its last derivation is not derived again:
@@ -136,8 +153,10 @@ def _keep_equal(rows: tuple[ModelView, ...], previous: Sequence[ModelView]) -> t
     ``previous`` itself when every row is (same length)."""
     if not previous:
         return rows
-    kept = tuple(old if new is old or new == old else new
-                 for new, old in zip(rows, previous, strict=False)) + rows[len(previous):]
+    kept = (
+        tuple(old if new is old or new == old else new for new, old in zip(rows, previous, strict=False))
+        + rows[len(previous) :]
+    )
     if len(kept) == len(previous) and all(a is b for a, b in zip(kept, previous)):
         return previous if isinstance(previous, tuple) else kept
     return kept
@@ -163,8 +182,9 @@ def fold_procs(state: AppState, procs: ProcSnapshot) -> AppState:
         return state if procs == state.procs else dataclasses.replace(state, procs=procs)
     new = dataclasses.replace(state, procs=procs)
     if state.last_ok is not None:
-        new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
-                                                            state.slot_rates, state.models))
+        new = dataclasses.replace(
+            new, models=derive_models(state.last_ok, state.log, procs, state.slots, state.slot_rates, state.models)
+        )
     return new
 
 
@@ -179,8 +199,9 @@ def fold_gpu(state: AppState, gpu: GpuSnapshot, procs: ProcSnapshot) -> AppState
             gpu = dataclasses.replace(gpu, system=system)
     new = dataclasses.replace(state, gpu=gpu, procs=procs)
     if state.last_ok is not None and runner_facts(procs) != runner_facts(state.procs):
-        new = dataclasses.replace(new, models=derive_models(state.last_ok, state.log, procs, state.slots,
-                                                            state.slot_rates, state.models))
+        new = dataclasses.replace(
+            new, models=derive_models(state.last_ok, state.log, procs, state.slots, state.slot_rates, state.models)
+        )
     return new
 
 
@@ -201,8 +222,9 @@ def _endpoint_facts(snap: SlotsSnapshot | None) -> object:
     """What the rows' figures (not their busy slots) take from a ``/slots`` round."""
     if snap is None:
         return None
-    return tuple((r.pid, r.props, r.error is None, len(r.slots), r.slots[0].n_ctx if r.slots else None)
-                 for r in snap.runners)
+    return tuple(
+        (r.pid, r.props, r.error is None, len(r.slots), r.slots[0].n_ctx if r.slots else None) for r in snap.runners
+    )
 
 
 def fold_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
@@ -211,12 +233,17 @@ def fold_slots(state: AppState, snap: SlotsSnapshot) -> AppState:
     (``decode_rates``), and the rows derived again when the runner rung changed (its ``/props``
     or slot count answered, or a new speed). The same object when nothing a widget shows changed."""
     rates = decode_rates(state.slots, snap, state.slot_rates)
-    if state.last_ok is not None and (rates != state.slot_rates or _endpoint_facts(snap) != _endpoint_facts(state.slots)):
+    if state.last_ok is not None and (
+        rates != state.slot_rates or _endpoint_facts(snap) != _endpoint_facts(state.slots)
+    ):
         models = derive_models(state.last_ok, state.log, state.procs, snap, rates, state.models)
     else:
         models = with_slot_use(state.models, snap, state.log)
-    if (models == state.models and rates == state.slot_rates
-            and snap.runners == (state.slots.runners if state.slots is not None else ())):
+    if (
+        models == state.models
+        and rates == state.slot_rates
+        and snap.runners == (state.slots.runners if state.slots is not None else ())
+    ):
         return state  # nothing a widget shows changed (the round's time alone does not repaint)
     return dataclasses.replace(state, slots=snap, models=models, slot_rates=rates)
 

@@ -48,13 +48,35 @@ OTHER = "(other)"
 MAX_PATH_CHARS = 80
 """A logged path longer than this is cut (a path is client-supplied text)."""
 
-KNOWN_ENDPOINTS = ("/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", "/api/embed",
-                   "/api/embeddings", "/v1/embeddings", "/api/show", "/api/tags", "/api/ps", "/api/pull",
-                   "/api/version", "/v1/models", "/v1/responses", "/")
+KNOWN_ENDPOINTS = (
+    "/api/generate",
+    "/api/chat",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/api/embed",
+    "/api/embeddings",
+    "/v1/embeddings",
+    "/api/show",
+    "/api/tags",
+    "/api/ps",
+    "/api/pull",
+    "/api/version",
+    "/v1/models",
+    "/v1/responses",
+    "/",
+)
 """Ollama's routes (``server/routes.go:GenerateRoutes``): always kept as rows of their own."""
 
-STATUS_POLLS = frozenset({("GET", "/api/ps"), ("GET", "/api/version"), ("GET", "/api/tags"), ("POST", "/api/show"),
-                          ("GET", "/"), ("HEAD", "/")})
+STATUS_POLLS = frozenset(
+    {
+        ("GET", "/api/ps"),
+        ("GET", "/api/version"),
+        ("GET", "/api/tags"),
+        ("POST", "/api/show"),
+        ("GET", "/"),
+        ("HEAD", "/"),
+    }
+)
 """Requests that read the server's status and do no model work: what monitors send (kvtop polls
 ``/api/ps`` every interval, ``/api/version`` and ``/api/tags`` now and then, ``/api/show`` once per
 model). Counted apart (``Traffic.polls_per_min``, ``client_polls``), so a monitor's polling does not
@@ -205,8 +227,9 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
     requests, c4, c5, busy = traffic.requests, traffic.client_errors, traffic.server_errors, traffic.busy
     last_busy, newest = traffic.last_busy, traffic.newest
     seconds = dict(traffic.seconds)
-    rows: dict[str, list[Any]] = {e.path: [e.requests, e.client_errors, e.server_errors, list(e.latencies_s)]
-                             for e in traffic.endpoints}
+    rows: dict[str, list[Any]] = {
+        e.path: [e.requests, e.client_errors, e.server_errors, list(e.latencies_s)] for e in traffic.endpoints
+    }
     clients = dict(traffic.clients)
     client_polls = dict(traffic.client_polls)
     poll_seconds = dict(traffic.poll_seconds)
@@ -261,9 +284,21 @@ def add_events(traffic: Traffic, events: Iterable[LogEvent]) -> Traffic:
         kept = [(s, n) for s, n in kept if s > cut]
         kept_polls = [(s, n) for s, n in kept_polls if s > cut]
     endpoints = tuple(EndpointTraffic(p, r[0], r[1], r[2], tuple(r[3][-LATENCY_WINDOW:])) for p, r in rows.items())
-    return Traffic(requests, c4, c5, busy, last_busy, newest, tuple(kept[-SECONDS_KEPT:]), endpoints,
-                   tuple(clients.items()), other_clients, max_queue, tuple(kept_polls[-SECONDS_KEPT:]),
-                   tuple(client_polls.items()))
+    return Traffic(
+        requests,
+        c4,
+        c5,
+        busy,
+        last_busy,
+        newest,
+        tuple(kept[-SECONDS_KEPT:]),
+        endpoints,
+        tuple(clients.items()),
+        other_clients,
+        max_queue,
+        tuple(kept_polls[-SECONDS_KEPT:]),
+        tuple(client_polls.items()),
+    )
 
 
 def _replace(t: Traffic, **kw: object) -> Traffic:
@@ -285,10 +320,20 @@ def traffic_json(t: Traffic, now: datetime | None = None) -> dict[str, object]:
         "last_busy": t.last_busy.isoformat() if t.last_busy else None,
         "newest": t.newest.isoformat() if t.newest else None,
         "max_queue": t.max_queue,
-        "endpoints": [{"path": e.path, "requests": e.requests, "client_errors": e.client_errors,
-                       "server_errors": e.server_errors, "latency_samples": len(e.latencies_s),
-                       "p50_s": e.p50_s, "p95_s": e.p95_s} for e in t.endpoints],
-        "busiest_clients": [{"address": a, "requests": n, "status_polls": polls.get(a, 0)}
-                            for a, n in t.busiest_clients(5)],
+        "endpoints": [
+            {
+                "path": e.path,
+                "requests": e.requests,
+                "client_errors": e.client_errors,
+                "server_errors": e.server_errors,
+                "latency_samples": len(e.latencies_s),
+                "p50_s": e.p50_s,
+                "p95_s": e.p95_s,
+            }
+            for e in t.endpoints
+        ],
+        "busiest_clients": [
+            {"address": a, "requests": n, "status_polls": polls.get(a, 0)} for a, n in t.busiest_clients(5)
+        ],
         "other_clients": t.other_clients,
     }

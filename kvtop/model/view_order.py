@@ -39,7 +39,10 @@ def filter_views(views: tuple[ModelView, ...], text: str) -> tuple[ModelView, ..
     if not needle:
         return views
     return tuple(
-        v for v in views
-        if needle in v.name.lower() or v.short_id.startswith(needle)
-        or needle in (v.architecture or "").lower() or needle in v.processor.lower()
+        v
+        for v in views
+        if needle in v.name.lower()
+        or v.short_id.startswith(needle)
+        or needle in (v.architecture or "").lower()
+        or needle in v.processor.lower()
     )

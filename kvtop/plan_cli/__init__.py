@@ -116,7 +116,8 @@ def _cache_type(text: str) -> str:
     value = kv.normalize_cache_type(text)
     if value is None or text.strip() == "":
         raise argparse.ArgumentTypeError(
-            f"unknown KV cache type {text!r}; Ollama documents {', '.join(plan.PLAN_CACHE_TYPES)}")
+            f"unknown KV cache type {text!r}; Ollama documents {', '.join(plan.PLAN_CACHE_TYPES)}"
+        )
     return value
 
 
@@ -135,49 +136,99 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvtop plan",
         description="Predict a model's memory (weights, KV cache, compute) at other num_ctx, KV cache "
-                    "types and slot counts, and whether it stays 100% on the GPU.",
+        "types and slot counts, and whether it stays 100% on the GPU.",
         epilog=f"exit status: 0 done; 1 nothing to plan (a cloud model); 2 bad arguments, server or file not "
-               f"readable; {EXIT_INCOMPLETE} (--all) incomplete: some model's /api/show was not read within "
-               f"--timeout (or the {ALL_BUDGET_MIN_S:g} s, or 3 x --timeout, for all of them): those models are "
-               "listed as unread, with the reason",
+        f"readable; {EXIT_INCOMPLETE} (--all) incomplete: some model's /api/show was not read within "
+        f"--timeout (or the {ALL_BUDGET_MIN_S:g} s, or 3 x --timeout, for all of them): those models are "
+        "listed as unread, with the reason",
     )
     p.add_argument("model", metavar="MODEL", nargs="?", help="model name as Ollama lists it (llama3.1:8b)")
-    p.add_argument("--all", action="store_true",
-                   help="every pulled model, one row each: will it fit if loaded now (the pre-flight)")
-    p.add_argument("--ctx", type=_num_ctx, action="append", metavar="N",
-                   help="num_ctx per slot, e.g. 32768 or 32k (repeatable; default: the loaded "
-                        f"context, else {plan.DEFAULT_NUM_CTX}; with --all: one, default the server's: "
-                        "OLLAMA_CONTEXT_LENGTH, else Ollama's VRAM-tiered default)")
-    p.add_argument("--kv", type=_cache_type, action="append", metavar="TYPE",
-                   help="KV cache type f16, q8_0 or q4_0 (repeatable; default f16)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every pulled model, one row each: will it fit if loaded now (the pre-flight)",
+    )
+    p.add_argument(
+        "--ctx",
+        type=_num_ctx,
+        action="append",
+        metavar="N",
+        help="num_ctx per slot, e.g. 32768 or 32k (repeatable; default: the loaded "
+        f"context, else {plan.DEFAULT_NUM_CTX}; with --all: one, default the server's: "
+        "OLLAMA_CONTEXT_LENGTH, else Ollama's VRAM-tiered default)",
+    )
+    p.add_argument(
+        "--kv",
+        type=_cache_type,
+        action="append",
+        metavar="TYPE",
+        help="KV cache type f16, q8_0 or q4_0 (repeatable; default f16)",
+    )
     p.add_argument("--parallel", type=_slots, default=None, metavar="P", help="slots (OLLAMA_NUM_PARALLEL), default 1")
-    p.add_argument("--flash-attention", choices=("on", "off"), default=None,
-                   help="flash attention as the runner resolves it (default on)")
-    p.add_argument("--gpu-free", type=_gpu_free, default=None, metavar="BYTES|auto",
-                   help="free GPU memory: 24GiB, 24GB, 25769803776, or auto (NVML, the GPU with the most free)")
-    p.add_argument("--reserve", type=_gpu_bytes, default=0, metavar="BYTES",
-                   help="memory to leave free on the GPU (default 0)")
+    p.add_argument(
+        "--flash-attention",
+        choices=("on", "off"),
+        default=None,
+        help="flash attention as the runner resolves it (default on)",
+    )
+    p.add_argument(
+        "--gpu-free",
+        type=_gpu_free,
+        default=None,
+        metavar="BYTES|auto",
+        help="free GPU memory: 24GiB, 24GB, 25769803776, or auto (NVML, the GPU with the most free)",
+    )
+    p.add_argument(
+        "--reserve", type=_gpu_bytes, default=0, metavar="BYTES", help="memory to leave free on the GPU (default 0)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.add_argument("--si", action="store_true",
-                   help="write sizes in decimal units, as ollama ps (6.1 GB; default binary: 5.7 GiB)")
-    p.add_argument("--ascii", action="store_true",
-                   help="ASCII only (x for the times sign, v for the lowered mark, +/- for plus-minus); on by itself when the "
-                        "locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG)")
-    p.add_argument("--host", metavar="URL", default=None,
-                   help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="bound on each request (default 10); --all: on each model's /api/show too")
+    p.add_argument(
+        "--si", action="store_true", help="write sizes in decimal units, as ollama ps (6.1 GB; default binary: 5.7 GiB)"
+    )
+    p.add_argument(
+        "--ascii",
+        action="store_true",
+        help="ASCII only (x for the times sign, v for the lowered mark, +/- for plus-minus); on by itself when the "
+        "locale is not UTF-8 (LC_ALL/LC_CTYPE/LANG)",
+    )
+    p.add_argument(
+        "--host", metavar="URL", default=None, help="Ollama server (default: $OLLAMA_HOST, else http://127.0.0.1:11434)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="bound on each request (default 10); --all: on each model's /api/show too",
+    )
     from kvtop.cli.access import add_access_arguments
 
     add_access_arguments(p)  # --header, --password-file, --netrc, --cacert, --insecure: as the dashboard's
-    p.add_argument("--log", metavar="FILE", default=None,
-                   help="server log (or llama-server stderr) with a load of this model: compare and calibrate")
-    p.add_argument("--model-info", metavar="FILE", default=None,
-                   help="offline: a saved /api/show answer (or bare model_info) instead of asking a server")
-    p.add_argument("--weights", type=_bytes, default=None, metavar="BYTES",
-                   help="offline: weights file size, when the file has no tensor list")
-    p.add_argument("--server-version", metavar="V", default=None,
-                   help="Ollama version the plan is for (default: /api/version, offline 0.30+: llama-server)")
+    p.add_argument(
+        "--log",
+        metavar="FILE",
+        default=None,
+        help="server log (or llama-server stderr) with a load of this model: compare and calibrate",
+    )
+    p.add_argument(
+        "--model-info",
+        metavar="FILE",
+        default=None,
+        help="offline: a saved /api/show answer (or bare model_info) instead of asking a server",
+    )
+    p.add_argument(
+        "--weights",
+        type=_bytes,
+        default=None,
+        metavar="BYTES",
+        help="offline: weights file size, when the file has no tensor list",
+    )
+    p.add_argument(
+        "--server-version",
+        metavar="V",
+        default=None,
+        help="Ollama version the plan is for (default: /api/version, offline 0.30+: llama-server)",
+    )
     return p
 
 
@@ -204,8 +255,13 @@ def server_access(raw: str | None, *, strict: bool, args: argparse.Namespace) ->
             servers = None  # a bad setting elsewhere in the environment: plan reads no other
         from kvtop.cli.access import access_options
 
-        access, warnings = server_accesses([(host, user, password)], **access_options(args), servers=servers,
-                                           file_origin=file_origin, host_origin="flag" if getattr(args, "host", None) else None)
+        access, warnings = server_accesses(
+            [(host, user, password)],
+            **access_options(args),
+            servers=servers,
+            file_origin=file_origin,
+            host_origin="flag" if getattr(args, "host", None) else None,
+        )
     except (HostError, ConfigError) as exc:
         raise PlanError(str(exc)) from None
     for warning in warnings:
@@ -238,8 +294,10 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
             reconfigure(errors="replace")
     if args.all:
         if args.model is not None or args.log or args.model_info or args.weights is not None or args.reserve:
-            emit("kvtop plan: --all plans every pulled model of a server; leave out MODEL, --log, --model-info, "
-                 "--weights and --reserve")
+            emit(
+                "kvtop plan: --all plans every pulled model of a server; leave out MODEL, --log, --model-info, "
+                "--weights and --reserve"
+            )
             return EXIT_ERROR
         if len(args.ctx or ()) > 1 or len(args.kv or ()) > 1:
             emit("kvtop plan: --all takes one --ctx and one --kv")
@@ -266,8 +324,9 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
 def _ascii(text: str, args: argparse.Namespace) -> str:
     """``text`` as printed: in ASCII (``kvtop.core.glyphs``, as ``kvtop --once``) with ``--ascii`` or
     without a UTF-8 locale (``output_wants_ascii``), else unchanged."""
-    if args.ascii or output_wants_ascii(os.environ, getattr(sys.stdout, "encoding", None), sys.flags.utf8_mode,
-                                        sys._xoptions):
+    if args.ascii or output_wants_ascii(
+        os.environ, getattr(sys.stdout, "encoding", None), sys.flags.utf8_mode, sys._xoptions
+    ):
         return to_ascii(text, keep_cells=False)
     return text
 
@@ -286,8 +345,7 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
         if args.weights is not None:
             raise PlanError("--weights is for --model-info (the server's /api/tags gives the file size)")
     if inp.remote:
-        emit(f"kvtop plan: {args.model} is a cloud model: it runs on the remote service, "
-             "no local memory to plan")
+        emit(f"kvtop plan: {args.model} is a cloud model: it runs on the remote service, no local memory to plan")
         return None
     free: int | None = None
     free_source = ""
@@ -302,10 +360,20 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
     if args.log:
         calibration, calibration_note = calibration_from_log(args.log, inp.blob)
         served, log_config = served_from_log(args.log, inp.blob)
-    return make_plan(inp, args.ctx, args.kv, args.parallel, args.flash_attention == "on",
-                     free_bytes=free, free_source=free_source, reserve_bytes=args.reserve,
-                     calibration=calibration, calibration_note=calibration_note, served=served,
-                     log_config=log_config)
+    return make_plan(
+        inp,
+        args.ctx,
+        args.kv,
+        args.parallel,
+        args.flash_attention == "on",
+        free_bytes=free,
+        free_source=free_source,
+        reserve_bytes=args.reserve,
+        calibration=calibration,
+        calibration_note=calibration_note,
+        served=served,
+        log_config=log_config,
+    )
 
 
 def _main_all(args: argparse.Namespace) -> int:
@@ -326,19 +394,32 @@ def _main_all(args: argparse.Namespace) -> int:
             free, free_source = args.gpu_free, "--gpu-free"
         version, pulled, loaded, notes = asyncio.run(fetch_all(host, args.timeout, access))
         if args.gpu_free == "auto" and not host_is_this_machine(host):
-            notes.append(f"--gpu-free auto read this machine's GPUs, but {host} is not on this machine: "
-                         "the fit verdicts and the num_ctx tier may be another machine's; pass --gpu-free BYTES")
+            notes.append(
+                f"--gpu-free auto read this machine's GPUs, but {host} is not on this machine: "
+                "the fit verdicts and the num_ctx tier may be another machine's; pass --gpu-free BYTES"
+            )
         if args.server_version:
             version = args.server_version
-        result = make_all(args, host, version, pulled, loaded, free_bytes=free, free_source=free_source,
-                          total_bytes=total, notes=notes)
+        result = make_all(
+            args,
+            host,
+            version,
+            pulled,
+            loaded,
+            free_bytes=free,
+            free_source=free_source,
+            total_bytes=total,
+            notes=notes,
+        )
     except PlanError as exc:
         emit(f"kvtop plan: {exc}")
         return EXIT_ERROR
     text = safe_json(all_json(result)) + "\n" if args.json else _ascii(safe_block(all_text(result)), args)
     done = _print(text)
     if result.unread and done == EXIT_OK:
-        emit(f"kvtop plan: incomplete: /api/show of {len(result.unread)} of {len(result.rows)} model(s) not read "
-             "(listed as unread, with the reason)")
+        emit(
+            f"kvtop plan: incomplete: /api/show of {len(result.unread)} of {len(result.rows)} model(s) not read "
+            "(listed as unread, with the reason)"
+        )
         return EXIT_INCOMPLETE
     return done

@@ -17,12 +17,9 @@ from kvtop.sources.auth import ServerAccess
 
 from kvtop.model import plan
 from kvtop.model.known import NOT_KNOWN, ibytes
-from kvtop.plan_cli.inputs import (
-    EXIT_INCOMPLETE,
-    PlanError,
-    all_budget_s,
-)
+from kvtop.plan_cli.inputs import EXIT_INCOMPLETE, PlanError, all_budget_s
 from kvtop.plan_cli.result import _est
+
 
 @dataclass(frozen=True, slots=True)
 class AllResult:
@@ -50,8 +47,10 @@ def nvml_total_bytes() -> int | None:
     except Exception:  # noqa: BLE001 - no NVML: the tier stays unknown, and says so
         return None
     try:
-        return sum(int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).total)
-                   for i in range(int(nvml.nvmlDeviceGetCount())))
+        return sum(
+            int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).total)
+            for i in range(int(nvml.nvmlDeviceGetCount()))
+        )
     except Exception:  # noqa: BLE001
         return None
     finally:
@@ -61,8 +60,9 @@ def nvml_total_bytes() -> int | None:
             pass
 
 
-async def fetch_all(host: str, timeout: float,
-                    access: ServerAccess | None = None) -> tuple[str | None, Any, tuple[Any, ...], list[str]]:
+async def fetch_all(
+    host: str, timeout: float, access: ServerAccess | None = None
+) -> tuple[str | None, Any, tuple[Any, ...], list[str]]:
     """``(version, PulledSnapshot, /api/ps rows, notes)`` of ``host`` (read-only requests).
 
     Raises:
@@ -82,8 +82,18 @@ async def fetch_all(host: str, timeout: float,
     return version, pulled, rows, notes
 
 
-def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: Any, loaded: Sequence[Any],
-             *, free_bytes: int | None, free_source: str, total_bytes: int | None, notes: Sequence[str] = ()) -> AllResult:
+def make_all(
+    args: argparse.Namespace,
+    host: str,
+    version: str | None,
+    pulled: Any,
+    loaded: Sequence[Any],
+    *,
+    free_bytes: int | None,
+    free_source: str,
+    total_bytes: int | None,
+    notes: Sequence[str] = (),
+) -> AllResult:
     """The pre-flight rows for ``kvtop plan --all`` (pure given its inputs)."""
     from kvtop.model import preflight
     from kvtop.model.known import Known
@@ -96,36 +106,54 @@ def make_all(args: argparse.Namespace, host: str, version: str | None, pulled: A
     if args.parallel is not None:
         d = dataclasses.replace(d, parallel=Known(args.parallel, "requested", "--parallel"))
     if args.flash_attention is not None:
-        d = dataclasses.replace(d, flash_attention=Known(args.flash_attention == "on", "requested", "--flash-attention"))
+        d = dataclasses.replace(
+            d, flash_attention=Known(args.flash_attention == "on", "requested", "--flash-attention")
+        )
     more = list(notes)
     if d.num_ctx.source == "estimated":
-        more.append(f"num_ctx ~{d.num_ctx.value} is assumed: Ollama v0.15.5+ picks its default from the GPUs' "
-                    "total memory (4096 under 23 GiB, 32768 from 23 GiB, 262144 from 47 GiB), which is not known "
-                    "here, so the smallest is assumed; --gpu-free auto reads it (NVML, on the server's machine), "
-                    "or pass --ctx")
-    assumed = [what for what, given in (("OLLAMA_CONTEXT_LENGTH as unset (--ctx)", args.ctx),
-                                        ("the KV type f16 (--kv)", args.kv),
-                                        ("1 slot (--parallel)", args.parallel is not None),
-                                        ("flash attention on (--flash-attention)", args.flash_attention is not None))
-               if not given]
+        more.append(
+            f"num_ctx ~{d.num_ctx.value} is assumed: Ollama v0.15.5+ picks its default from the GPUs' "
+            "total memory (4096 under 23 GiB, 32768 from 23 GiB, 262144 from 47 GiB), which is not known "
+            "here, so the smallest is assumed; --gpu-free auto reads it (NVML, on the server's machine), "
+            "or pass --ctx"
+        )
+    assumed = [
+        what
+        for what, given in (
+            ("OLLAMA_CONTEXT_LENGTH as unset (--ctx)", args.ctx),
+            ("the KV type f16 (--kv)", args.kv),
+            ("1 slot (--parallel)", args.parallel is not None),
+            ("flash attention on (--flash-attention)", args.flash_attention is not None),
+        )
+        if not given
+    ]
     if assumed:
-        more.append(f"assumed Ollama's defaults: {', '.join(assumed)}: the server's own settings are not "
-                    "readable over the API")
-    rows = preflight.preflight(pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version),
-                               running=running)
+        more.append(
+            f"assumed Ollama's defaults: {', '.join(assumed)}: the server's own settings are not readable over the API"
+        )
+    rows = preflight.preflight(
+        pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version), running=running
+    )
     not_asked = f"not asked: the {all_budget_s(args.timeout):g} s for all of them ran out first"
-    return AllResult(host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more),
-                     preflight.unread(rows, not_asked))
+    return AllResult(
+        host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more), preflight.unread(rows, not_asked)
+    )
 
 
 def all_json(r: AllResult) -> dict[str, Any]:
     """The ``kvtop plan --all --json`` document (bytes exact; ``verdict`` per model)."""
     from kvtop.model.preflight import defaults_json, preflight_json
 
-    return {"host": r.host, "version": r.version, "defaults": defaults_json(r.defaults),
-            "gpu": {"free_bytes": r.free_bytes, "free_source": r.free_source or None, "total_bytes": r.total_bytes},
-            "models": [preflight_json(row) for row in r.rows], "notes": list(r.notes),
-            "complete": not r.unread, "unread": [{"name": name, "reason": why} for name, why in r.unread]}
+    return {
+        "host": r.host,
+        "version": r.version,
+        "defaults": defaults_json(r.defaults),
+        "gpu": {"free_bytes": r.free_bytes, "free_source": r.free_source or None, "total_bytes": r.total_bytes},
+        "models": [preflight_json(row) for row in r.rows],
+        "notes": list(r.notes),
+        "complete": not r.unread,
+        "unread": [{"name": name, "reason": why} for name, why in r.unread],
+    }
 
 
 def all_text(r: AllResult) -> str:
@@ -133,33 +161,52 @@ def all_text(r: AllResult) -> str:
     from kvtop.model.known import SOURCE_LEGEND, context_pair, setting_text
 
     d = r.defaults
-    out = [f"kvtop plan --all — {r.host}" + (f" (Ollama {r.version})" if r.version else ""),
-           f"  each at num_ctx {context_pair(d.num_ctx, d.parallel, sep=' × ')} slot(s), KV {setting_text(d.cache_type)}, "
-           f"flash attention {setting_text(d.flash_attention)}",
-           f"  {SOURCE_LEGEND}",
-           "  GPU free: " + (f"{ibytes(r.free_bytes)} ({r.free_source})" if r.free_bytes is not None
-                             else "not given: no fit verdict (--gpu-free BYTES|auto)"), ""]
+    out = [
+        f"kvtop plan --all — {r.host}" + (f" (Ollama {r.version})" if r.version else ""),
+        f"  each at num_ctx {context_pair(d.num_ctx, d.parallel, sep=' × ')} slot(s), KV {setting_text(d.cache_type)}, "
+        f"flash attention {setting_text(d.flash_attention)}",
+        f"  {SOURCE_LEGEND}",
+        "  GPU free: "
+        + (
+            f"{ibytes(r.free_bytes)} ({r.free_source})"
+            if r.free_bytes is not None
+            else "not given: no fit verdict (--gpu-free BYTES|auto)"
+        ),
+        "",
+    ]
     table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX"]]
     calibrated: list[str] = []
     for row in r.rows:
         fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")
-        table.append([row.name, ibytes(row.size_bytes), setting_text(row.num_ctx), _sized(row.kv_bytes, row.kv_source),
-                      _sized(row.total_bytes, row.total_source), _est(row.gpu_bytes), fit,
-                      NOT_KNOWN if row.max_num_ctx is None else row.max_num_ctx_text])
+        table.append(
+            [
+                row.name,
+                ibytes(row.size_bytes),
+                setting_text(row.num_ctx),
+                _sized(row.kv_bytes, row.kv_source),
+                _sized(row.total_bytes, row.total_source),
+                _est(row.gpu_bytes),
+                fit,
+                NOT_KNOWN if row.max_num_ctx is None else row.max_num_ctx_text,
+            ]
+        )
         if row.calibration:
             calibrated.append(f"{row.name}: {row.calibration}")
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     for line in table:
-        out.append("  " + "  ".join(c.ljust(widths[i]) if i in (0, 6) else c.rjust(widths[i])
-                                    for i, c in enumerate(line)).rstrip())
+        out.append(
+            "  "
+            + "  ".join(c.ljust(widths[i]) if i in (0, 6) else c.rjust(widths[i]) for i, c in enumerate(line)).rstrip()
+        )
     if not r.rows:
         out.append("  (no pulled models)")
     out.append("")
     out.extend(f"  loaded  {c}; its unmarked figures are its own" for c in calibrated)
     out.extend(f"  note  {n}" for n in r.notes)
     if r.unread:
-        out.append(f"  incomplete: /api/show of {len(r.unread)} of {len(r.rows)} model(s) not read "
-                   f"(exit {EXIT_INCOMPLETE}):")
+        out.append(
+            f"  incomplete: /api/show of {len(r.unread)} of {len(r.rows)} model(s) not read (exit {EXIT_INCOMPLETE}):"
+        )
         out.extend(f"  unread  {name}: {why}" for name, why in r.unread)
     return "\n".join(out) + "\n"
 

@@ -35,7 +35,6 @@ def all_budget_s(timeout_s: float) -> float:
     return max(ALL_BUDGET_MIN_S, 3.0 * timeout_s)
 
 
-
 class PlanError(Exception):
     """A one-line reason to stop (printed as ``kvtop plan: <reason>``, exit 2)."""
 
@@ -114,12 +113,12 @@ def read_model_info_file(path: str, name: str, weights: int | None, version: str
     return PlanInput(spec, f"--model-info {path}", version, blob, None, remote)
 
 
-def _client(base_url: str, timeout: float, transport: httpx.BaseTransport | None,
-            access: ServerAccess | None = None) -> httpx.Client:
+def _client(
+    base_url: str, timeout: float, transport: httpx.BaseTransport | None, access: ServerAccess | None = None
+) -> httpx.Client:
     """A client of ``base_url`` with its credentials, headers and TLS trust (``sources.auth``)."""
     access = access if access is not None else ServerAccess(base_url)
-    return httpx.Client(**access.client_options(base_url=base_url, timeout=httpx.Timeout(timeout),
-                                                transport=transport))
+    return httpx.Client(**access.client_options(base_url=base_url, timeout=httpx.Timeout(timeout), transport=transport))
 
 
 def _get(client: httpx.Client, method: str, path: str, body: Any = None) -> Any:
@@ -161,8 +160,14 @@ class _HttpError(PlanError):
         self.status = status
 
 
-def fetch_input(base_url: str, name: str, *, timeout: float = 10.0,
-                transport: httpx.BaseTransport | None = None, access: ServerAccess | None = None) -> PlanInput:
+def fetch_input(
+    base_url: str,
+    name: str,
+    *,
+    timeout: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+    access: ServerAccess | None = None,
+) -> PlanInput:
     """Read what the planner needs from an Ollama server (read-only requests only).
 
     Raises:
@@ -227,13 +232,15 @@ def nvml_free_bytes() -> tuple[int, str]:
             warnings.simplefilter("ignore")
             nvml: Any = importlib.import_module("pynvml")
     except ImportError:
-        raise PlanError("--gpu-free auto needs NVML (the pynvml package); pass the free memory, "
-                        "e.g. --gpu-free 24GiB") from None
+        raise PlanError(
+            "--gpu-free auto needs NVML (the pynvml package); pass the free memory, e.g. --gpu-free 24GiB"
+        ) from None
     try:
         nvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, …
-        raise PlanError(f"--gpu-free auto: NVML is not available ({exc}); pass the free memory, "
-                        "e.g. --gpu-free 24GiB") from None
+        raise PlanError(
+            f"--gpu-free auto: NVML is not available ({exc}); pass the free memory, e.g. --gpu-free 24GiB"
+        ) from None
     try:
         best: tuple[int, str] | None = None
         for i in range(int(nvml.nvmlDeviceGetCount())):
@@ -274,9 +281,15 @@ def calibration_from_log(path: str, blob: str | None) -> tuple[plan.Calibration 
     for load in reversed(candidates):
         cal = plan.calibration_from_load(load, note=f"{path}: load #{load.index + 1} (line {load.first_line})")
         if cal is not None:
-            why = "" if blob is not None and load.model_blob == blob else (
-                " (the model's blob is not known: the log's newest load with allocations)" if blob is None
-                else " (the load names no blob)")
+            why = (
+                ""
+                if blob is not None and load.model_blob == blob
+                else (
+                    " (the model's blob is not known: the log's newest load with allocations)"
+                    if blob is None
+                    else " (the load names no blob)"
+                )
+            )
             return cal, f"{path}: load #{load.index + 1}{why}"
     return None, f"{path}: no load{' of ' + blob[:19] + '…' if blob else ''} with compute allocations"
 
@@ -305,8 +318,11 @@ def served_from_log(path: str, blob: str | None) -> tuple[ServedRequests, plan.P
     for load in reversed(loads):
         if (blob is None or load.model_blob == blob) and load.num_ctx_per_seq:
             kv_type = kv.normalize_cache_type(load.kv_type_k or "f16") or "f16"
-            config = plan.PlanConfig(load.num_ctx_per_seq, kv_type if kv_type in plan.PLAN_CACHE_TYPES else "f16",
-                                     max(1, min(plan.MAX_SLOTS, load.parallel or 1)),
-                                     load.flash_attention != "disabled")
+            config = plan.PlanConfig(
+                load.num_ctx_per_seq,
+                kv_type if kv_type in plan.PLAN_CACHE_TYPES else "f16",
+                max(1, min(plan.MAX_SLOTS, load.parallel or 1)),
+                load.flash_attention != "disabled",
+            )
             break
     return served_requests(events, loads, model_blob=blob, only_model=blob is None), config

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 
-
 from kvtop.model import kv
 from kvtop.model import plan
 from kvtop.model.ctx_advice import ROUNDING, ROUNDING_WHY, CtxAdvice, advice_json, advice_line, advise
 from kvtop.model.ctx_served import ServedRequests
 from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked, units_note
 from kvtop.plan_cli.inputs import EXIT_OK, PlanInput
+
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -49,10 +49,21 @@ class PlanResult:
     """What num_ctx the traffic of ``--log`` needs (``model.ctx_advice``); None without ``--log``."""
 
 
-def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str] | None, parallel: int,
-              flash_attention: bool, *, free_bytes: int | None, free_source: str, reserve_bytes: int = 0,
-              calibration: plan.Calibration | None = None, calibration_note: str = "",
-              served: ServedRequests | None = None, log_config: plan.PlanConfig | None = None) -> PlanResult:
+def make_plan(
+    inp: PlanInput,
+    ctxs: Sequence[int] | None,
+    kv_types: Sequence[str] | None,
+    parallel: int,
+    flash_attention: bool,
+    *,
+    free_bytes: int | None,
+    free_source: str,
+    reserve_bytes: int = 0,
+    calibration: plan.Calibration | None = None,
+    calibration_note: str = "",
+    served: ServedRequests | None = None,
+    log_config: plan.PlanConfig | None = None,
+) -> PlanResult:
     """Predict every ``ctx`` x ``kv`` configuration (pure given its inputs); with ``served`` (the requests of
     ``--log``), the num_ctx that traffic needs (``model.ctx_advice.advise``), from the configuration the log's
     load ran with (``log_config``), else the loaded context at the first ``--kv`` and ``parallel``.
@@ -66,39 +77,56 @@ def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str
             ctxs = [loaded.context_length]
         else:
             ctxs = [plan.DEFAULT_NUM_CTX]
-            notes.append(f"num_ctx {plan.DEFAULT_NUM_CTX}: Ollama's default below 23 GiB of VRAM "
-                         "(v0.15.5+ raises it with more VRAM); pass --ctx")
+            notes.append(
+                f"num_ctx {plan.DEFAULT_NUM_CTX}: Ollama's default below 23 GiB of VRAM "
+                "(v0.15.5+ raises it with more VRAM); pass --ctx"
+            )
     kv_types = list(kv_types or ["f16"])
     held = loaded.size_vram_bytes if loaded is not None else None
     budget = plan.gpu_budget(free_bytes, held, reserve_bytes)
-    if calibration is None and loaded is not None and loaded.size_bytes and loaded.context_length \
-            and inp.spec.weights_bytes is not None:
+    if (
+        calibration is None
+        and loaded is not None
+        and loaded.size_bytes
+        and loaded.context_length
+        and inp.spec.weights_bytes is not None
+    ):
         assumed = log_config if log_config is not None and log_config.num_ctx == loaded.context_length else None
         base = plan.predict(inp.spec, assumed or plan.PlanConfig(loaded.context_length), engine=engine)
         if base.kv_bytes is not None:
             derived = loaded.size_bytes - inp.spec.weights_bytes - base.kv_bytes - (base.recurrent_bytes or 0)
             if derived >= 0:
                 calibration = plan.Calibration(
-                    base.config, derived, "derived",
-                    "/api/ps size − weights − KV, at the settings of the log's load" if assumed is not None else
-                    "/api/ps size − weights − KV, assuming Ollama's defaults (f16, 1 slot, flash attention on); "
+                    base.config,
+                    derived,
+                    "derived",
+                    "/api/ps size − weights − KV, at the settings of the log's load"
+                    if assumed is not None
+                    else "/api/ps size − weights − KV, assuming Ollama's defaults (f16, 1 slot, flash attention on); "
                     "--log gives the runner's real settings",
-                    weights_bytes=inp.spec.weights_bytes, kv_bytes=base.kv_bytes, total_bytes=loaded.size_bytes)
+                    weights_bytes=inp.spec.weights_bytes,
+                    kv_bytes=base.kv_bytes,
+                    total_bytes=loaded.size_bytes,
+                )
                 calibration_note = f"loaded at num_ctx {loaded.context_length} (/api/ps)"
             else:
-                notes.append("/api/ps size is below weights + KV at Ollama's defaults: the server runs another "
-                             "KV type or slot count; --log gives the real figures")
+                notes.append(
+                    "/api/ps size is below weights + KV at Ollama's defaults: the server runs another "
+                    "KV type or slot count; --log gives the real figures"
+                )
     rows: list[Row] = []
     seen: list[tuple[str, int, bool]] = []
     for ctx in ctxs:
         for kv_type in kv_types:
             config = plan.PlanConfig(ctx, kv_type, parallel, flash_attention)
             p = plan.predict(inp.spec, config, budget_bytes=budget, calibration=calibration, engine=engine)
-            rows.append(Row(
-                p,
-                plan.max_num_ctx_on_gpu(inp.spec, config, budget, calibration=calibration, engine=engine),
-                plan.max_parallel_on_gpu(inp.spec, p.config, budget, calibration=calibration, engine=engine),
-            ))
+            rows.append(
+                Row(
+                    p,
+                    plan.max_num_ctx_on_gpu(inp.spec, config, budget, calibration=calibration, engine=engine),
+                    plan.max_parallel_on_gpu(inp.spec, p.config, budget, calibration=calibration, engine=engine),
+                )
+            )
             key = (kv_type, parallel, flash_attention)
             if key not in seen:
                 seen.append(key)
@@ -106,13 +134,40 @@ def make_plan(inp: PlanInput, ctxs: Sequence[int] | None, kv_types: Sequence[str
     settings = tuple(plan.server_settings(*key) for key in seen)
     advice: CtxAdvice | None = None
     if served is not None:
-        now = log_config or (calibration.config if calibration is not None else None) or (
-            plan.PlanConfig(loaded.context_length, kv_types[0], parallel, flash_attention)
-            if loaded is not None and loaded.context_length else None)
-        advice = advise(inp.spec.name, served, now, spec=inp.spec, budget_bytes=budget, calibration=calibration,
-                        engine=engine, notes=() if budget is not None else ("free GPU memory not given: no fit verdict",))
-    return PlanResult(inp, engine, free_bytes, free_source, budget, reserve_bytes, tuple(rows), calibration,
-                      calibration_note, comparison, settings, tuple(dict.fromkeys(notes)), advice)
+        now = (
+            log_config
+            or (calibration.config if calibration is not None else None)
+            or (
+                plan.PlanConfig(loaded.context_length, kv_types[0], parallel, flash_attention)
+                if loaded is not None and loaded.context_length
+                else None
+            )
+        )
+        advice = advise(
+            inp.spec.name,
+            served,
+            now,
+            spec=inp.spec,
+            budget_bytes=budget,
+            calibration=calibration,
+            engine=engine,
+            notes=() if budget is not None else ("free GPU memory not given: no fit verdict",),
+        )
+    return PlanResult(
+        inp,
+        engine,
+        free_bytes,
+        free_source,
+        budget,
+        reserve_bytes,
+        tuple(rows),
+        calibration,
+        calibration_note,
+        comparison,
+        settings,
+        tuple(dict.fromkeys(notes)),
+        advice,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,30 +218,55 @@ def render_text(r: PlanResult) -> str:
         if r.reserve_bytes:
             text += f" − {ibytes(r.reserve_bytes)} reserve"
         w(f"  GPU       {text}\n")
-    w(f"  runner    {r.engine}" + (" (Ollama v0.30+)" if r.engine == "llama-server" else " (Ollama before v0.30)")
-      + f"; {units_note()}; exact bytes with --json; ~ estimated\n")
+    w(
+        f"  runner    {r.engine}"
+        + (" (Ollama v0.30+)" if r.engine == "llama-server" else " (Ollama before v0.30)")
+        + f"; {units_note()}; exact bytes with --json; ~ estimated\n"
+    )
     if r.inp.loaded is not None:
         lo = r.inp.loaded
-        w(f"  loaded    num_ctx {lo.context_length or '?'}, size {ibytes(lo.size_bytes)}, "
-          f"in VRAM {ibytes(lo.size_vram_bytes)} (/api/ps)\n")
+        w(
+            f"  loaded    num_ctx {lo.context_length or '?'}, size {ibytes(lo.size_bytes)}, "
+            f"in VRAM {ibytes(lo.size_vram_bytes)} (/api/ps)\n"
+        )
     reason = spec.kv_reason
     if reason:
         w(f"\n  KV cache: {reason}\n  kvtop cannot predict this model's KV cache or total.\n")
-    header = ["num_ctx", "slots", "KV", "FA", "weights", "KV cache", "compute", "total", "100% GPU needs", "fit",
-              "max num_ctx", "max slots"]
+    header = [
+        "num_ctx",
+        "slots",
+        "KV",
+        "FA",
+        "weights",
+        "KV cache",
+        "compute",
+        "total",
+        "100% GPU needs",
+        "fit",
+        "max num_ctx",
+        "max slots",
+    ]
     table: list[list[str]] = [header]
     for row in r.rows:
         p = row.prediction
         fit = p.fit.text() if p.fit is not None else ("?" if p.total_bytes is not None else "")
         ctx = f"{p.config.num_ctx}" + (CLAMPED_MARK if p.config.num_ctx != p.requested_num_ctx else "")
-        table.append([
-            ctx, str(p.config.parallel), p.config.cache_type, "on" if p.config.flash_attention else "off",
-            (_est if p.weights_estimated else ibytes)(p.weights_bytes), _est(p.kv_bytes) if p.kv is not None else "n/a",
-            f"{_est(p.compute_bytes)} ±{ibytes(p.compute_error_bytes)}",
-            _est(p.total_bytes), _est(p.gpu_bytes), fit,
-            plan.num_ctx_limit_text(r.inp.spec, p.config, row.max_num_ctx),
-            "?" if row.max_parallel is None else str(row.max_parallel),
-        ])
+        table.append(
+            [
+                ctx,
+                str(p.config.parallel),
+                p.config.cache_type,
+                "on" if p.config.flash_attention else "off",
+                (_est if p.weights_estimated else ibytes)(p.weights_bytes),
+                _est(p.kv_bytes) if p.kv is not None else "n/a",
+                f"{_est(p.compute_bytes)} ±{ibytes(p.compute_error_bytes)}",
+                _est(p.total_bytes),
+                _est(p.gpu_bytes),
+                fit,
+                plan.num_ctx_limit_text(r.inp.spec, p.config, row.max_num_ctx),
+                "?" if row.max_parallel is None else str(row.max_parallel),
+            ]
+        )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     left = {2, 3, 9}
     w("\n")
@@ -229,8 +309,10 @@ def render_text(r: PlanResult) -> str:
     if r.settings:
         example = next((x for x in r.settings if dict(x.env)["OLLAMA_KV_CACHE_TYPE"] != "f16"), r.settings[0])
         env = dict(example.env)
-        w("KV cache type, slots and flash attention are server-wide (a restart unloads every model); "
-          f"for {env['OLLAMA_KV_CACHE_TYPE']}, {env['OLLAMA_NUM_PARALLEL']} slot(s):\n")
+        w(
+            "KV cache type, slots and flash attention are server-wide (a restart unloads every model); "
+            f"for {env['OLLAMA_KV_CACHE_TYPE']}, {env['OLLAMA_NUM_PARALLEL']} slot(s):\n"
+        )
         w(f"  systemd   {example.systemd[0]}, add:\n")
         for entry in example.systemd[1:-1]:
             w(f"              {entry}\n")
@@ -276,24 +358,39 @@ def result_json(r: PlanResult) -> dict[str, Any]:
         "weights_bytes": spec.weights_bytes,
         "weights_source": spec.weights_note,
         "layers_exact": spec.layers.exact if spec.layers is not None else None,
-        "loaded": None if loaded is None else {
-            "size_bytes": loaded.size_bytes, "size_vram_bytes": loaded.size_vram_bytes,
+        "loaded": None
+        if loaded is None
+        else {
+            "size_bytes": loaded.size_bytes,
+            "size_vram_bytes": loaded.size_vram_bytes,
             "context_length": loaded.context_length,
         },
         "gpu": {
-            "free_bytes": r.free_bytes, "free_source": r.free_source or None,
+            "free_bytes": r.free_bytes,
+            "free_source": r.free_source or None,
             "held_bytes": loaded.size_vram_bytes if loaded is not None else None,
-            "reserve_bytes": r.reserve_bytes, "budget_bytes": r.budget_bytes,
+            "reserve_bytes": r.reserve_bytes,
+            "budget_bytes": r.budget_bytes,
         },
-        "rows": [plan.prediction_json(row.prediction, max_num_ctx=row.max_num_ctx, max_parallel=row.max_parallel,
-                                      max_num_ctx_bound=plan.num_ctx_bound(r.inp.spec, row.prediction.config,
-                                                                           row.max_num_ctx))
-                 for row in r.rows],
+        "rows": [
+            plan.prediction_json(
+                row.prediction,
+                max_num_ctx=row.max_num_ctx,
+                max_parallel=row.max_parallel,
+                max_num_ctx_bound=plan.num_ctx_bound(r.inp.spec, row.prediction.config, row.max_num_ctx),
+            )
+            for row in r.rows
+        ],
         "comparison": plan.comparison_json(r.comparison) if r.comparison is not None else None,
         "calibration_note": r.calibration_note or None,
         "server_settings": [
-            {"env": dict(s.env), "systemd": list(s.systemd), "launchctl": list(s.launchctl), "docker": s.docker,
-             "notes": list(s.notes)}
+            {
+                "env": dict(s.env),
+                "systemd": list(s.systemd),
+                "launchctl": list(s.launchctl),
+                "docker": s.docker,
+                "notes": list(s.notes),
+            }
             for s in r.settings
         ],
         "notes": list(r.notes),

@@ -33,9 +33,21 @@ import httpx
 from kvtop.redact import drop_userinfo, is_secret_name
 from kvtop.sources.hosts import httpx_verify, is_loopback_url
 
-__all__ = ["API_KEY_ENV", "HeaderError", "SecretFileError", "ServerAccess", "UserinfoError", "ca_context",
-           "check_private", "netrc_login", "parse_header", "read_password_file", "redact_url", "secret_header",
-           "split_userinfo"]
+__all__ = [
+    "API_KEY_ENV",
+    "HeaderError",
+    "SecretFileError",
+    "ServerAccess",
+    "UserinfoError",
+    "ca_context",
+    "check_private",
+    "netrc_login",
+    "parse_header",
+    "read_password_file",
+    "redact_url",
+    "secret_header",
+    "split_userinfo",
+]
 
 API_KEY_ENV = "OLLAMA_API_KEY"
 """The variable whose value is sent as ``Authorization: Bearer …``, as Ollama's Python client
@@ -47,14 +59,14 @@ BASE_HEADERS: Mapping[str, str] = {"User-Agent": "kvtop", "Accept-Encoding": "gz
 """Headers every kvtop request to a server carries: only encodings the bounded decoder reads
 (httpx would add br/zstd when installed)."""
 
-RESERVED_HEADERS = frozenset({"accept-encoding", "content-length", "transfer-encoding", "connection", "te",
-                              "upgrade", "content-type"})
+RESERVED_HEADERS = frozenset(
+    {"accept-encoding", "content-length", "transfer-encoding", "connection", "te", "upgrade", "content-type"}
+)
 """Header names ``--header`` may not set: they belong to the HTTP framing or to kvtop's bounded
 body reader."""
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name (RFC 9110 ``token``)."""
-
 
 
 class HeaderError(ValueError):
@@ -111,7 +123,8 @@ def split_userinfo(raw: str) -> tuple[str, str | None, str | None]:
         raise UserinfoError(
             f"cannot tell the user name and password from the server address in {shown!r}: a '/', '?' or '#'"
             " in them must be percent-encoded (%2F, %3F, %23), and an '@' after the host written %40;"
-            " better, keep the password off the command line: --password-file FILE or --netrc")
+            " better, keep the password off the command line: --password-file FILE or --netrc"
+        )
     if "@" not in authority:
         return raw, None, None
     userinfo, _, hostport = authority.rpartition("@")
@@ -140,8 +153,10 @@ def check_private(path: str, what: str) -> None:
         return
     mode = os.stat(path).st_mode
     if mode & 0o077:
-        raise SecretFileError(f"{what} {path} holds a secret and other users of this machine can read or write it"
-                              f" (mode {stat.S_IMODE(mode):04o}); kvtop will not use it: chmod 600 {path}")
+        raise SecretFileError(
+            f"{what} {path} holds a secret and other users of this machine can read or write it"
+            f" (mode {stat.S_IMODE(mode):04o}); kvtop will not use it: chmod 600 {path}"
+        )
 
 
 def read_password_file(path: str, what: str = "--password-file") -> str:
@@ -222,8 +237,10 @@ def parse_header(text: str, origin: str = "--header") -> tuple[str, str]:
     if not colon:  # nothing of it is shown: it may be all secret ("Authorization Bearer …")
         raise HeaderError(f"{origin}: expected 'Name: value', got no ':' (e.g. --header 'Authorization: Bearer …')")
     if not _TOKEN.fullmatch(name):
-        raise HeaderError(f"{origin}: expected 'Name: value', got no header name before ':' (a name is letters, "
-                          "digits and -, without spaces)")
+        raise HeaderError(
+            f"{origin}: expected 'Name: value', got no header name before ':' (a name is letters, "
+            "digits and -, without spaces)"
+        )
     return name, _check_value(name, value, origin)
 
 
@@ -252,7 +269,7 @@ def header_items(value: Any, origin: str) -> list[tuple[str, str]]:
         return out
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [parse_header(v, origin) for v in value]
-    raise HeaderError(f"{origin}: headers must be a table (Name = \"value\") or a list of \"Name: value\"")
+    raise HeaderError(f'{origin}: headers must be a table (Name = "value") or a list of "Name: value"')
 
 
 @functools.lru_cache(maxsize=16)
@@ -344,9 +361,14 @@ class ServerAccess:
         ``headers``, ``verify`` and ``trust_env`` (False for a loopback server: no proxy may sit in
         between); ``overrides`` (``timeout``, ``transport`` …) are added last."""
         trust_env = bool(overrides.pop("trust_env", not is_loopback_url(self.base_url)))
-        options: dict[str, Any] = {"base_url": self.base_url, "auth": self.auth, "headers": self.request_headers(),
-                                   "verify": self.verify(trust_env=trust_env), "trust_env": trust_env,
-                                   "follow_redirects": False}
+        options: dict[str, Any] = {
+            "base_url": self.base_url,
+            "auth": self.auth,
+            "headers": self.request_headers(),
+            "verify": self.verify(trust_env=trust_env),
+            "trust_env": trust_env,
+            "follow_redirects": False,
+        }
         options.update(overrides)
         return options
 

@@ -100,11 +100,15 @@ def _read_table(path: Path) -> str | None:
     return b"".join(chunks).decode("ascii", errors="replace")
 
 
-def read_connections(port: int, *, proc_root: Path = Path("/proc"), clock: Callable[[], float] = time.time) -> ConnSnapshot:
+def read_connections(
+    port: int, *, proc_root: Path = Path("/proc"), clock: Callable[[], float] = time.time
+) -> ConnSnapshot:
     """The connections established to local ``port`` (see the module); a snapshot with ``error`` set
     when neither the kernel's tables nor psutil can be read."""
     now = clock()
-    tables = [t for t in (_read_table(proc_root / "net" / "tcp"), _read_table(proc_root / "net" / "tcp6")) if t is not None]
+    tables = [
+        t for t in (_read_table(proc_root / "net" / "tcp"), _read_table(proc_root / "net" / "tcp6")) if t is not None
+    ]
     if not tables:
         return _psutil_connections(port, now)
     sockets = [s for t in tables for s in parse_proc_net_tcp(t) if s[2] == ESTABLISHED]
@@ -113,7 +117,9 @@ def read_connections(port: int, *, proc_root: Path = Path("/proc"), clock: Calla
     return _snapshot(port, now, ((local, remote) for local, remote, _s, _i in sockets), own_clients)
 
 
-def _snapshot(port: int, now: float, pairs: Iterable[tuple[Endpoint, Endpoint]], own_clients: set[Endpoint]) -> ConnSnapshot:
+def _snapshot(
+    port: int, now: float, pairs: Iterable[tuple[Endpoint, Endpoint]], own_clients: set[Endpoint]
+) -> ConnSnapshot:
     clients: list[Endpoint] = []
     own = 0
     for local, remote in pairs:
@@ -136,7 +142,9 @@ def _psutil_connections(port: int, now: float) -> ConnSnapshot:
         return ConnSnapshot(now, port, error=f"connections not readable: {type(exc).__name__}: {exc}".strip(": "))
     established = [c for c in conns if c.status == "ESTABLISHED" and c.laddr and c.raddr]
     own_clients = {(c.laddr.ip, c.laddr.port) for c in mine if c.raddr and c.raddr.port == port}
-    return _snapshot(port, now, (((c.laddr.ip, c.laddr.port), (c.raddr.ip, c.raddr.port)) for c in established), own_clients)
+    return _snapshot(
+        port, now, (((c.laddr.ip, c.laddr.port), (c.raddr.ip, c.raddr.port)) for c in established), own_clients
+    )
 
 
 class ConnectionSource:

@@ -53,8 +53,10 @@ from kvtop.sources.gpu_sysfs import read_amd_sysfs, read_intel_sysfs
 STATUS_NO_PYNVML = "GPU telemetry: not available (the nvidia-ml-py package, module pynvml, is not installed)"
 
 
-UNIFIED_NVML_NOTE = ("NVML reports no memory for this GPU (Not Supported): it shares system RAM (unified memory,"
-                     " as on GB10 / DGX Spark and Jetson); total and available are the system's (/proc/meminfo)")
+UNIFIED_NVML_NOTE = (
+    "NVML reports no memory for this GPU (Not Supported): it shares system RAM (unified memory,"
+    " as on GB10 / DGX Spark and Jetson); total and available are the system's (/proc/meminfo)"
+)
 
 
 def read_system_memory(psutil_module: Any) -> SystemMemory | None:
@@ -96,9 +98,17 @@ class GpuSource:
             None runs the command (``IOREG_TIMEOUT_S`` deadline).
     """
 
-    def __init__(self, *, nvml: Any = None, sysfs_root: Path | str = "/sys", platform: str | None = None,
-                 psutil_module: Any = None, clock: Callable[[], float] = time.time, amd: bool = True,
-                 ioreg: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        nvml: Any = None,
+        sysfs_root: Path | str = "/sys",
+        platform: str | None = None,
+        psutil_module: Any = None,
+        clock: Callable[[], float] = time.time,
+        amd: bool = True,
+        ioreg: Callable[[], str] | None = None,
+    ) -> None:
         self._ioreg = ioreg
         self._nvml: Any = nvml
         self._import_error: str | None = None
@@ -136,8 +146,12 @@ class GpuSource:
                 return self._sample(now, system)
             except Exception as exc:  # noqa: BLE001 - the GPU panel must say why, not crash kvtop
                 self._shutdown()
-                return GpuSnapshot(taken_at=now, status=f"GPU telemetry: error ({type(exc).__name__}: {exc})",
-                                   problem="error", system=system)
+                return GpuSnapshot(
+                    taken_at=now,
+                    status=f"GPU telemetry: error ({type(exc).__name__}: {exc})",
+                    problem="error",
+                    system=system,
+                )
 
     # ----------------------------------------------------------------------------------------
 
@@ -167,8 +181,9 @@ class GpuSource:
                 pass
         self._initialized = False
 
-    def _fallback(self, now: float, system: SystemMemory | None, status: str, problem: GpuProblem,
-                  notes: tuple[str, ...] = ()) -> GpuSnapshot:
+    def _fallback(
+        self, now: float, system: SystemMemory | None, status: str, problem: GpuProblem, notes: tuple[str, ...] = ()
+    ) -> GpuSnapshot:
         """No NVML: AMD and Intel through sysfs if there are any, otherwise the NVML status."""
         if self._amd and self._platform.startswith("linux"):
             amd, others = read_amd_sysfs(self._sysfs_root)
@@ -176,26 +191,49 @@ class GpuSource:
             notes = (*notes, *intel_notes)
             vendors = sorted(set(o for o in others if o not in ("NVIDIA", "Intel")))
             if vendors:
-                notes = (*notes, f"{', '.join(vendors)} GPU found: not supported (kvtop reads NVIDIA through NVML,"
-                                 " AMD and Intel through sysfs, Apple through ioreg)")
+                notes = (
+                    *notes,
+                    f"{', '.join(vendors)} GPU found: not supported (kvtop reads NVIDIA through NVML,"
+                    " AMD and Intel through sysfs, Apple through ioreg)",
+                )
             devices = [*amd, *(replace(d, index=len(amd) + d.index) for d in intel)]
             if devices:
-                kinds = [f"{len(group)} {label} GPU{'s' if len(group) != 1 else ''}"
-                         for group, label in ((amd, "AMD"), (intel, "Intel")) if group]
-                what = "no per-process GPU memory" if not intel else \
-                    "no per-process GPU memory; Intel: VRAM size only" if amd else "VRAM size only, no use or per-process memory"
+                kinds = [
+                    f"{len(group)} {label} GPU{'s' if len(group) != 1 else ''}"
+                    for group, label in ((amd, "AMD"), (intel, "Intel"))
+                    if group
+                ]
+                what = (
+                    "no per-process GPU memory"
+                    if not intel
+                    else "no per-process GPU memory; Intel: VRAM size only"
+                    if amd
+                    else "VRAM size only, no use or per-process memory"
+                )
                 backend: GpuBackend = "sysfs" if amd and intel else "amd-sysfs" if amd else "intel-sysfs"
                 return GpuSnapshot(
-                    taken_at=now, ok=True, backend=backend, devices=tuple(devices), system=system,
-                    status=f"GPU telemetry: {', '.join(kinds)} (sysfs; {what})", notes=notes,
+                    taken_at=now,
+                    ok=True,
+                    backend=backend,
+                    devices=tuple(devices),
+                    system=system,
+                    status=f"GPU telemetry: {', '.join(kinds)} (sysfs; {what})",
+                    notes=notes,
                 )
         return GpuSnapshot(taken_at=now, status=status, problem=problem, system=system, notes=notes)
 
     def _run_ioreg(self) -> str:
         if self._ioreg is not None:
             return self._ioreg()
-        done = subprocess.run(IOREG_COMMAND, capture_output=True, text=True, timeout=IOREG_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, check=False, errors="replace")
+        done = subprocess.run(
+            IOREG_COMMAND,
+            capture_output=True,
+            text=True,
+            timeout=IOREG_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+            errors="replace",
+        )
         if done.returncode != 0 and not done.stdout:
             raise subprocess.SubprocessError(f"ioreg exited {done.returncode}: {done.stderr.strip()[:200]}")
         return done.stdout
@@ -205,23 +243,47 @@ class GpuSource:
         try:
             text = self._run_ioreg()
         except FileNotFoundError:
-            return GpuSnapshot(taken_at=now, status="GPU telemetry: not available (the ioreg command is not found)",
-                               problem="not_supported", system=system)
+            return GpuSnapshot(
+                taken_at=now,
+                status="GPU telemetry: not available (the ioreg command is not found)",
+                problem="not_supported",
+                system=system,
+            )
         except subprocess.TimeoutExpired:
-            return GpuSnapshot(taken_at=now, status=f"GPU telemetry: ioreg did not answer within {IOREG_TIMEOUT_S:g} s;"
-                                                    " kvtop keeps trying", problem="error", system=system)
+            return GpuSnapshot(
+                taken_at=now,
+                status=f"GPU telemetry: ioreg did not answer within {IOREG_TIMEOUT_S:g} s; kvtop keeps trying",
+                problem="error",
+                system=system,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
-            return GpuSnapshot(taken_at=now, status=f"GPU telemetry: ioreg failed ({exc}); kvtop keeps trying",
-                               problem="error", system=system)
+            return GpuSnapshot(
+                taken_at=now,
+                status=f"GPU telemetry: ioreg failed ({exc}); kvtop keeps trying",
+                problem="error",
+                system=system,
+            )
         devices = read_apple_ioreg(text, system)
         if not devices:
-            return GpuSnapshot(taken_at=now, status=("GPU telemetry: no Apple Silicon GPU statistics (ioreg lists no"
-                                                     " AGXAccelerator; an Intel Mac's GPU is not supported)"),
-                               problem="not_supported", system=system)
+            return GpuSnapshot(
+                taken_at=now,
+                status=(
+                    "GPU telemetry: no Apple Silicon GPU statistics (ioreg lists no"
+                    " AGXAccelerator; an Intel Mac's GPU is not supported)"
+                ),
+                problem="not_supported",
+                system=system,
+            )
         n = len(devices)
-        return GpuSnapshot(taken_at=now, ok=True, backend="ioreg", devices=tuple(devices), system=system,
-                           status=f"GPU telemetry: {n} Apple GPU{'s' if n != 1 else ''} (ioreg; unified memory:"
-                                  " shares system RAM; no per-process GPU memory)")
+        return GpuSnapshot(
+            taken_at=now,
+            ok=True,
+            backend="ioreg",
+            devices=tuple(devices),
+            system=system,
+            status=f"GPU telemetry: {n} Apple GPU{'s' if n != 1 else ''} (ioreg; unified memory:"
+            " shares system RAM; no per-process GPU memory)",
+        )
 
     def _sample(self, now: float, system: SystemMemory | None) -> GpuSnapshot:
         if self._platform == "darwin":
@@ -258,20 +320,29 @@ class GpuSource:
             except GpuLost as exc:
                 self._reinit = True  # re-enumerate next time: the device may come back
                 old = self._seen_at(i)
-                devices.append(GpuDevice(
-                    index=i, name=old.name if old else None, uuid=old.uuid if old else None,
-                    bus_id=old.bus_id if old else None,
-                    error=f"GPU is lost (NVML: {exc.text}): the driver lost contact with it;"
-                          " kvtop keeps trying (it may need a reset or a reboot)",
-                ))
+                devices.append(
+                    GpuDevice(
+                        index=i,
+                        name=old.name if old else None,
+                        uuid=old.uuid if old else None,
+                        bus_id=old.bus_id if old else None,
+                        error=f"GPU is lost (NVML: {exc.text}): the driver lost contact with it;"
+                        " kvtop keeps trying (it may need a reset or a reboot)",
+                    )
+                )
         present = {self._key(d) for d in devices if self._key(d)}
         vanished: list[GpuDevice] = []
         for key, old in self._seen.items():
             if key not in present:
-                vanished.append(GpuDevice(
-                    index=old.index, name=old.name, uuid=old.uuid, bus_id=old.bus_id,
-                    error="vanished: NVML no longer lists this GPU (fell off the bus, unbound or reset)",
-                ))
+                vanished.append(
+                    GpuDevice(
+                        index=old.index,
+                        name=old.name,
+                        uuid=old.uuid,
+                        bus_id=old.bus_id,
+                        error="vanished: NVML no longer lists this GPU (fell off the bus, unbound or reset)",
+                    )
+                )
         for d in devices:
             seen_key = self._key(d)
             if seen_key and d.error is None:
@@ -288,15 +359,26 @@ class GpuSource:
             status = f"GPU telemetry: {n} NVIDIA GPU{'s' if n != 1 else ''} (NVML{driver})"
             shared = [d for d in working if d.unified_memory]
             if shared:
-                status += (f"; GPU {', '.join(str(d.index) for d in shared)} shares system RAM (unified memory:"
-                           " memory figures from /proc/meminfo)")
-            trouble = [f"GPU {d.index} is lost" for d in lost] + [f"GPU {d.index} ({d.name or d.uuid}) vanished"
-                                                                for d in vanished]
+                status += (
+                    f"; GPU {', '.join(str(d.index) for d in shared)} shares system RAM (unified memory:"
+                    " memory figures from /proc/meminfo)"
+                )
+            trouble = [f"GPU {d.index} is lost" for d in lost] + [
+                f"GPU {d.index} ({d.name or d.uuid}) vanished" for d in vanished
+            ]
             if trouble:
                 status += "; " + "; ".join(trouble)
                 problem = "lost" if lost else "vanished"
-        return GpuSnapshot(taken_at=now, status=status, ok=n > 0, backend="nvml", problem=problem,
-                           driver_version=self._driver_version, devices=all_devices, system=system)
+        return GpuSnapshot(
+            taken_at=now,
+            status=status,
+            ok=n > 0,
+            backend="nvml",
+            problem=problem,
+            driver_version=self._driver_version,
+            devices=all_devices,
+            system=system,
+        )
 
     @staticmethod
     def _key(d: GpuDevice) -> str | None:
@@ -309,8 +391,12 @@ class GpuSource:
         handle = nvml_query(nvml, "nvmlDeviceGetHandleByIndex", i)
         if handle is None:
             old = self._seen_at(i)
-            return GpuDevice(index=i, name=old.name if old else None, uuid=old.uuid if old else None,
-                             error="not accessible: NVML gives no handle for it (permissions or a bad state)")
+            return GpuDevice(
+                index=i,
+                name=old.name if old else None,
+                uuid=old.uuid if old else None,
+                error="not accessible: NVML gives no handle for it (permissions or a bad state)",
+            )
 
         def q(func: str, *args: Any, **kwargs: Any) -> Any:
             return nvml_query(nvml, func, handle, *args, **kwargs)
@@ -341,20 +427,31 @@ class GpuSource:
             note = "the driver does not list processes on this GPU"
         elif any(p.used_memory_bytes is None for p in processes):
             note = "the driver does not report per-process GPU memory here (Windows WDDM / WSL2)"
-        total, used, free = (_int(getattr(mem, "total", None)), _int(getattr(mem, "used", None)),
-                             _int(getattr(mem, "free", None)))
+        total, used, free = (
+            _int(getattr(mem, "total", None)),
+            _int(getattr(mem, "used", None)),
+            _int(getattr(mem, "free", None)),
+        )
         unified = mem is None and system is not None and system.ram_total_bytes is not None
         if unified and system is not None:  # GB10 / DGX Spark, Jetson: NotSupported; the GPU shares RAM
             total, free, used = system.ram_total_bytes, system.ram_available_bytes, system.ram_in_use_bytes
         return GpuDevice(
-            index=i, vendor="nvidia", name=name, uuid=uuid, bus_id=bus_id,
-            memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free,
-            memory_reserved_bytes=reserved, unified_memory=unified,
+            index=i,
+            vendor="nvidia",
+            name=name,
+            uuid=uuid,
+            bus_id=bus_id,
+            memory_total_bytes=total,
+            memory_used_bytes=used,
+            memory_free_bytes=free,
+            memory_reserved_bytes=reserved,
+            unified_memory=unified,
             memory_note=UNIFIED_NVML_NOTE if unified else None,
             gpu_util_percent=_percent(getattr(util, "gpu", None)),
             memory_util_percent=_percent(getattr(util, "memory", None)),
             temperature_c=_int(q("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)),
             power_draw_mw=_int(q("nvmlDeviceGetPowerUsage")),
             power_limit_mw=_int(q("nvmlDeviceGetEnforcedPowerLimit")),
-            processes=processes, processes_note=note,
+            processes=processes,
+            processes_note=note,
         )

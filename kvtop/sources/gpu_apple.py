@@ -44,9 +44,14 @@ def parse_ioreg(text: str) -> list[dict[str, Any]]:
             continue
         model = _IOREG_MODEL.search(body)
         cores = _IOREG_CORES.search(body)
-        nodes.append({"class": cls, "model": model.group(1) if model else None,
-                      "cores": int(cores.group(1)) if cores else None,
-                      "stats": {k: int(v) for k, v in _IOREG_NUMBER.findall(stats.group(1))}})
+        nodes.append(
+            {
+                "class": cls,
+                "model": model.group(1) if model else None,
+                "cores": int(cores.group(1)) if cores else None,
+                "stats": {k: int(v) for k, v in _IOREG_NUMBER.findall(stats.group(1))},
+            }
+        )
     return nodes
 
 
@@ -67,13 +72,21 @@ def read_apple_ioreg(text: str, system: SystemMemory | None) -> list[GpuDevice]:
             name += f", {node['cores']} GPU cores"
         total = system.ram_total_bytes if system is not None else None
         free = system.ram_available_bytes if system is not None else None
-        devices.append(GpuDevice(
-            index=len(devices), vendor="apple", name=name, memory_total_bytes=total,
-            memory_used_bytes=_int(stats.get("In use system memory")), memory_free_bytes=free,
-            memory_allocated_bytes=_int(stats.get("Alloc system memory")),
-            gpu_util_percent=_percent(stats.get("Device Utilization %")), unified_memory=True,
-            memory_note="unified memory: the GPU shares system RAM (total and available: psutil; in use and "
-                        "allocated by the GPU: ioreg PerformanceStatistics)",
-            processes=None, processes_note="macOS gives no per-process GPU memory without sudo",
-        ))
+        devices.append(
+            GpuDevice(
+                index=len(devices),
+                vendor="apple",
+                name=name,
+                memory_total_bytes=total,
+                memory_used_bytes=_int(stats.get("In use system memory")),
+                memory_free_bytes=free,
+                memory_allocated_bytes=_int(stats.get("Alloc system memory")),
+                gpu_util_percent=_percent(stats.get("Device Utilization %")),
+                unified_memory=True,
+                memory_note="unified memory: the GPU shares system RAM (total and available: psutil; in use and "
+                "allocated by the GPU: ioreg PerformanceStatistics)",
+                processes=None,
+                processes_note="macOS gives no per-process GPU memory without sudo",
+            )
+        )
     return devices

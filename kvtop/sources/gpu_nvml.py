@@ -24,10 +24,14 @@ NVML_TEMPERATURE_GPU = 0
 _U64_NOT_AVAILABLE = 2**64 - 1
 """``NVML_VALUE_NOT_AVAILABLE`` for unsigned long long fields."""
 
-UNAVAILABLE_CODES = frozenset({
-    NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND,
-    NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-})
+UNAVAILABLE_CODES = frozenset(
+    {
+        NVML_ERROR_UNINITIALIZED,
+        NVML_ERROR_DRIVER_NOT_LOADED,
+        NVML_ERROR_LIBRARY_NOT_FOUND,
+        NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    }
+)
 """Errors after which no NVML call can work until NVML is initialised again."""
 
 LOST_CODES = frozenset({NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED})
@@ -137,8 +141,10 @@ def init_status(code: int | None, text: str) -> tuple[str, GpuProblem]:
     if code == NVML_ERROR_DRIVER_NOT_LOADED:
         return "GPU telemetry: NVIDIA driver not loaded (NVML: Driver Not Loaded)", "no_driver"
     if code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-        return ("GPU telemetry: NVIDIA driver/library version mismatch (the kernel module and libnvidia-ml"
-                " differ, usually after a driver upgrade: reboot or reload the nvidia module)"), "version_mismatch"
+        return (
+            "GPU telemetry: NVIDIA driver/library version mismatch (the kernel module and libnvidia-ml"
+            " differ, usually after a driver upgrade: reboot or reload the nvidia module)"
+        ), "version_mismatch"
     if code == NVML_ERROR_NO_PERMISSION:
         return "GPU telemetry: no permission to use the NVIDIA driver (NVML: Insufficient Permissions)", "no_permission"
     if code in LOST_CODES:

@@ -69,19 +69,28 @@ def read_amd_sysfs(sysfs_root: Path) -> tuple[list[GpuDevice], list[str]]:
             continue
         temp_mc, power_uw, cap_uw = _hwmon(dev)
         uevent = _read_file(dev / "uevent") or ""
-        bus_id = next((line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("PCI_SLOT_NAME=")), None)
+        bus_id = next(
+            (line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("PCI_SLOT_NAME=")), None
+        )
         name = _read_file(dev / "product_name") or f"AMD GPU {(_read_file(dev / 'device') or '?')} ({card.name})"
-        devices.append(GpuDevice(
-            index=len(devices), vendor="amd", name=name, bus_id=bus_id,
-            memory_total_bytes=total, memory_used_bytes=used,
-            memory_free_bytes=max(0, total - used) if total is not None and used is not None else None,
-            gpu_util_percent=_percent(_read_int(dev / "gpu_busy_percent")),
-            memory_util_percent=_percent(_read_int(dev / "mem_busy_percent")),
-            temperature_c=temp_mc // 1000 if temp_mc is not None else None,
-            power_draw_mw=power_uw // 1000 if power_uw is not None else None,
-            power_limit_mw=cap_uw // 1000 if cap_uw is not None and cap_uw > 0 else None,
-            processes=None, processes_note="sysfs gives no per-process VRAM for AMD GPUs",
-        ))
+        devices.append(
+            GpuDevice(
+                index=len(devices),
+                vendor="amd",
+                name=name,
+                bus_id=bus_id,
+                memory_total_bytes=total,
+                memory_used_bytes=used,
+                memory_free_bytes=max(0, total - used) if total is not None and used is not None else None,
+                gpu_util_percent=_percent(_read_int(dev / "gpu_busy_percent")),
+                memory_util_percent=_percent(_read_int(dev / "mem_busy_percent")),
+                temperature_c=temp_mc // 1000 if temp_mc is not None else None,
+                power_draw_mw=power_uw // 1000 if power_uw is not None else None,
+                power_limit_mw=cap_uw // 1000 if cap_uw is not None and cap_uw > 0 else None,
+                processes=None,
+                processes_note="sysfs gives no per-process VRAM for AMD GPUs",
+            )
+        )
     return devices, others
 
 
@@ -153,20 +162,32 @@ def read_intel_sysfs(sysfs_root: Path) -> tuple[list[GpuDevice], list[str]]:
             where = "lmem_total_bytes (i915)"
         name = f"Intel GPU {_read_file(dev / 'device') or '?'} ({card.name}{', ' + driver if driver else ''})"
         if not total:
-            reason = ("the i915 driver exposes no GPU memory in sysfs (an integrated GPU uses system RAM; "
-                      "mainline i915 has no VRAM counters)" if driver in ("i915", None) else
-                      f"the {driver} driver exposes no VRAM size in sysfs")
+            reason = (
+                "the i915 driver exposes no GPU memory in sysfs (an integrated GPU uses system RAM; "
+                "mainline i915 has no VRAM counters)"
+                if driver in ("i915", None)
+                else f"the {driver} driver exposes no VRAM size in sysfs"
+            )
             notes.append(f"{name}: not supported: {reason}")
             continue
         temp_mc, power_uw, cap_uw = _hwmon(dev)
         uevent = _read_file(dev / "uevent") or ""
-        bus_id = next((line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("PCI_SLOT_NAME=")), None)
-        devices.append(GpuDevice(
-            index=len(devices), vendor="intel", name=name, bus_id=bus_id, memory_total_bytes=total,
-            temperature_c=temp_mc // 1000 if temp_mc is not None else None,
-            power_draw_mw=power_uw // 1000 if power_uw is not None else None,
-            power_limit_mw=cap_uw // 1000 if cap_uw is not None and cap_uw > 0 else None,
-            memory_note=f"VRAM size from sysfs {where}; the kernel exposes no VRAM use for Intel GPUs",
-            processes=None, processes_note="sysfs gives no per-process GPU memory for Intel GPUs",
-        ))
+        bus_id = next(
+            (line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("PCI_SLOT_NAME=")), None
+        )
+        devices.append(
+            GpuDevice(
+                index=len(devices),
+                vendor="intel",
+                name=name,
+                bus_id=bus_id,
+                memory_total_bytes=total,
+                temperature_c=temp_mc // 1000 if temp_mc is not None else None,
+                power_draw_mw=power_uw // 1000 if power_uw is not None else None,
+                power_limit_mw=cap_uw // 1000 if cap_uw is not None and cap_uw > 0 else None,
+                memory_note=f"VRAM size from sysfs {where}; the kernel exposes no VRAM use for Intel GPUs",
+                processes=None,
+                processes_note="sysfs gives no per-process GPU memory for Intel GPUs",
+            )
+        )
     return devices, notes

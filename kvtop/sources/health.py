@@ -62,9 +62,16 @@ class HealthSource:
         monotonic: Seconds for :data:`TREE_WALK_EVERY_S` (tests pass their own).
     """
 
-    def __init__(self, *, psutil_module: Any = None, proc_root: Path | str = "/proc",
-                 cgroup_root: Path | str = "/sys/fs/cgroup", run: Runner = _run,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        psutil_module: Any = None,
+        proc_root: Path | str = "/proc",
+        cgroup_root: Path | str = "/sys/fs/cgroup",
+        run: Runner = _run,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._psutil = psutil_module
         self._proc_root = Path(proc_root)
         self._cgroup_root = Path(cgroup_root)
@@ -94,8 +101,11 @@ class HealthSource:
         now = self._clock()
         server = server_for(procs, host_url)
         if server is None:
-            why = "no ollama serve process visible on this machine" if procs is None or not procs.servers else \
-                "several ollama serve processes, none known to listen on this host's port"
+            why = (
+                "no ollama serve process visible on this machine"
+                if procs is None or not procs.servers
+                else "several ollama serve processes, none known to listen on this host's port"
+            )
             return ServerHealth(taken_at=now, error=why)
         env = server.env
         try:
@@ -107,9 +117,15 @@ class HealthSource:
             self._slow_at, self._slow_pid = now, server.pid
             self._slow = (self.cgroup_limits(server.pid), self.restarts(server.pid, env.source if env else None))
         cgroup, restarts = self._slow
-        return ServerHealth(taken_at=now, tree=tree, cgroup=cgroup, restarts=restarts, error=error,
-                            env=env.values if env is not None else MappingProxyType({}),
-                            env_source=env.source if env is not None else None)
+        return ServerHealth(
+            taken_at=now,
+            tree=tree,
+            cgroup=cgroup,
+            restarts=restarts,
+            error=error,
+            env=env.values if env is not None else MappingProxyType({}),
+            env_source=env.source if env is not None else None,
+        )
 
     # ----------------------------------------------------------------------------------------
 
@@ -135,8 +151,15 @@ class HealthSource:
         ps = self._ps()
         root = self._process(pid)
         members = [root]
-        ollama = (frozenset(s.pid for s in procs.servers) | frozenset(r.pid for r in procs.runners)
-                  | frozenset(procs.discovery_pids)) if procs is not None else None
+        ollama = (
+            (
+                frozenset(s.pid for s in procs.servers)
+                | frozenset(r.pid for r in procs.runners)
+                | frozenset(procs.discovery_pids)
+            )
+            if procs is not None
+            else None
+        )
         key = (pid, ollama)
         now = self._monotonic()
         if key != self._walk_key or ollama is None or now - self._walk_at >= TREE_WALK_EVERY_S:
@@ -210,21 +233,27 @@ class HealthSource:
                     q, p = _int(quota), _int(period or "100000")
                     cores = q / p if q is not None and p else None
                 cur = self._read(where / "memory.current")
-                return CgroupLimits(str(where), 2, None if mem in (None, "max") else _int(mem or ""),
-                                    _int(cur) if cur else None, cores)
+                return CgroupLimits(
+                    str(where), 2, None if mem in (None, "max") else _int(mem or ""), _int(cur) if cur else None, cores
+                )
         mem_path = next((p for c, p in paths if "memory" in c.split(",")), None)
         cpu_ctl = next(((c, p) for c, p in paths if "cpu" in c.split(",")), None)
         if mem_path is None and cpu_ctl is None:
             return None
         limits = CgroupLimits(str(self._cgroup_root), 1)
         for where in ([self._cgroup_root / "memory" / mem_path.lstrip("/")] if mem_path else []) + [
-                self._cgroup_root / "memory"]:
+            self._cgroup_root / "memory"
+        ]:
             mem = self._read(where / "memory.limit_in_bytes")
             if mem is not None:
                 value = _int(mem)
                 cur = self._read(where / "memory.usage_in_bytes")
-                limits = CgroupLimits(str(where), 1, value if value is not None and value < V1_UNLIMITED else None,
-                                      _int(cur) if cur else None)
+                limits = CgroupLimits(
+                    str(where),
+                    1,
+                    value if value is not None and value < V1_UNLIMITED else None,
+                    _int(cur) if cur else None,
+                )
                 break
         if cpu_ctl is not None:
             ctl, path = cpu_ctl
@@ -253,8 +282,9 @@ class HealthSource:
         if unit:
             return self._ask(["systemctl", "show", "-p", "NRestarts", "--value", unit], f"systemd NRestarts ({unit})")
         if container:
-            return self._ask(["docker", "inspect", "-f", "{{.RestartCount}}", container],
-                             f"docker RestartCount ({container[:12]})")
+            return self._ask(
+                ["docker", "inspect", "-f", "{{.RestartCount}}", container], f"docker RestartCount ({container[:12]})"
+            )
         return Restarts(error="not a systemd unit or a docker container: restarts are the PID changes kvtop sees")
 
     def _ask(self, argv: list[str], source: str) -> Restarts:

@@ -100,8 +100,7 @@ def host_is_this_machine(url: str, *, addresses: Collection[str] | None = None, 
     return str(ip) in {a.lower() for a in pool} or (mapped is not None and str(mapped) in pool)
 
 
-def local_host(hosts: Sequence[str], *, addresses: Collection[str] | None = None,
-               hostname: str | None = None) -> str:
+def local_host(hosts: Sequence[str], *, addresses: Collection[str] | None = None, hostname: str | None = None) -> str:
     """The server this machine's GPU sample, process table and server log belong to: the first
     one on this machine (:func:`host_is_this_machine`), else the first one given (a single
     ``--host`` may be an SSH tunnel to this machine).

@@ -103,8 +103,9 @@ class OllamaClient:
         # and a local server; no CA bundle is read for plain http; only the encodings
         # _BoundedDecoder can decode with a bound are asked for
         self.access = access if access is not None else ServerAccess(self.base_url)
-        self._client = httpx.AsyncClient(**self.access.client_options(
-            base_url=self.base_url, timeout=httpx.Timeout(timeout_s), transport=transport))
+        self._client = httpx.AsyncClient(
+            **self.access.client_options(base_url=self.base_url, timeout=httpx.Timeout(timeout_s), transport=transport)
+        )
         self._show_slots = asyncio.Semaphore(SHOW_CONCURRENCY)
         self._shows: dict[str, ShowInfo] = {}
         self._show_failed_at: dict[str, float] = {}
@@ -158,7 +159,8 @@ class OllamaClient:
         limit = BODY_LIMIT_BYTES.get(path, DEFAULT_BODY_LIMIT_BYTES)
         try:
             status, reason, location, content = await asyncio.wait_for(
-                self._fetch(method, path, json_body, deadline, limit), deadline)
+                self._fetch(method, path, json_body, deadline, limit), deadline
+            )
         except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             raise RequestFailed("timeout", f"{path}: no answer within {deadline:g} s") from None
         except httpx.ConnectTimeout:
@@ -168,13 +170,17 @@ class OllamaClient:
             if isinstance(cause, ConnectionRefusedError) or "refused" in str(exc).lower():
                 raise RequestFailed("refused", f"connection refused ({self.base_url})") from None
             if isinstance(cause, socket.gaierror):
-                raise RequestFailed("connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}") from None
+                raise RequestFailed(
+                    "connect", f"cannot resolve host of {self.base_url}: {_one_line(str(cause), 80)}"
+                ) from None
             if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
                 raise RequestFailed("tls", tls_message(self.base_url, cause or exc)) from None
             detail = str(cause) if cause is not None else str(exc)
             raise RequestFailed("connect", f"cannot connect to {self.base_url}: {_one_line(detail, 100)}") from None
         except _TooLarge as exc:
-            size = f"{_mib(exc.size_bytes)}, limit {_mib(limit)}" if exc.size_bytes is not None else f"over {_mib(limit)}"
+            size = (
+                f"{_mib(exc.size_bytes)}, limit {_mib(limit)}" if exc.size_bytes is not None else f"over {_mib(limit)}"
+            )
             raise RequestFailed("other", f"{path}: response too large ({size})") from None
         except httpx.HTTPError as exc:
             if isinstance(exc, httpx.RemoteProtocolError) and "location header" in str(exc).lower():
@@ -201,8 +207,10 @@ class OllamaClient:
         values = json_values_upper_bound(content)
         max_values = JSON_VALUE_LIMIT.get(path, DEFAULT_JSON_VALUE_LIMIT)
         if values > max_values:
-            raise RequestFailed("other", f"{path}: too many JSON values (up to {values:,}; kvtop reads at most"
-                                          f" {max_values:,}): not decoded")
+            raise RequestFailed(
+                "other",
+                f"{path}: too many JSON values (up to {values:,}; kvtop reads at most {max_values:,}): not decoded",
+            )
         try:
             if len(content) > LARGE_BODY_BYTES:
                 # a verbose /api/show carries the tokenizer (MBs): decode off the event loop
@@ -212,8 +220,9 @@ class OllamaClient:
             text = content[:240].decode("utf-8", "replace")
             raise RequestFailed("invalid_json", f"{path}: invalid JSON ({_one_line(text, 60)!r})") from None
 
-    async def _fetch(self, method: str, path: str, json_body: Any, deadline: float,
-                     limit_bytes: int) -> tuple[int, str, str | None, bytes]:
+    async def _fetch(
+        self, method: str, path: str, json_body: Any, deadline: float, limit_bytes: int
+    ) -> tuple[int, str, str | None, bytes]:
         """``(status, reason, Location, body)``; the body read as a stream, decoded, capped.
 
         A successful answer over ``limit_bytes`` raises ``_TooLarge`` (before reading anything
@@ -256,8 +265,12 @@ class OllamaClient:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug must become a visible error, not a dead poller
-            return self._snapshot(taken_at, reachable=False, error_kind="other",
-                                  error=f"internal error while polling: {type(exc).__name__}: {_one_line(str(exc), 120)}")
+            return self._snapshot(
+                taken_at,
+                reachable=False,
+                error_kind="other",
+                error=f"internal error while polling: {type(exc).__name__}: {_one_line(str(exc), 120)}",
+            )
 
     async def _sample(self, taken_at: float, wait_details: bool) -> OllamaSnapshot:
         t0 = time.perf_counter()
@@ -270,8 +283,9 @@ class OllamaClient:
             self._version_failed_at = None
             return self._snapshot(taken_at, reachable=False, error=exc.message, error_kind=exc.kind)
         except ShapeError as exc:
-            return self._snapshot(taken_at, reachable=False,
-                                  error=f"/api/ps: unexpected shape: {exc}", error_kind="invalid_shape")
+            return self._snapshot(
+                taken_at, reachable=False, error=f"/api/ps: unexpected shape: {exc}", error_kind="invalid_shape"
+            )
         self._samples += 1
         self._start_details(models, taken_at)
         pending = [t for t in self._tasks() if not t.done()]
@@ -281,8 +295,10 @@ class OllamaClient:
         return self._snapshot(taken_at, reachable=True, latency_s=latency_s, models=models)
 
     def _start_details(self, models: tuple[PsModel, ...], now: float) -> None:
-        if self._version is None and self._version_task is None and (
-            self._version_failed_at is None or now - self._version_failed_at >= VERSION_RETRY_S
+        if (
+            self._version is None
+            and self._version_task is None
+            and (self._version_failed_at is None or now - self._version_failed_at >= VERSION_RETRY_S)
         ):
             self._version_task = asyncio.create_task(self._fetch_version())
         live = set()
@@ -293,11 +309,11 @@ class OllamaClient:
                 self._show_tasks[key] = asyncio.create_task(self._show(m))
         for key in [k for k, t in self._show_tasks.items() if k not in live and not t.done()]:
             self._show_tasks.pop(key).cancel()  # unloaded while queued: it must not hold up the loaded ones
-        missing = any(
-            m.digest and m.digest not in self._tags and not self._is_remote(m) for m in models
-        )
-        if missing and self._tags_task is None and (
-            self._tags_read_at is None or now - self._tags_read_at >= TAGS_REFRESH_S
+        missing = any(m.digest and m.digest not in self._tags and not self._is_remote(m) for m in models)
+        if (
+            missing
+            and self._tags_task is None
+            and (self._tags_read_at is None or now - self._tags_read_at >= TAGS_REFRESH_S)
         ):
             self._tags_read_at = now
             self._tags_task = asyncio.create_task(self._fetch_tags())
@@ -347,8 +363,9 @@ class OllamaClient:
         key = detail_key(m)
         try:
             async with self._show_slots:  # the deadline starts once a slot is free
-                body = await self._request("POST", "/api/show", json_body={"model": m.name, "verbose": True},
-                                           deadline_s=self._show_timeout_s)
+                body = await self._request(
+                    "POST", "/api/show", json_body={"model": m.name, "verbose": True}, deadline_s=self._show_timeout_s
+                )
             return parse_show(body, digest=key, name=m.name)
         except RequestFailed as exc:
             return ShowInfo(digest=key, name=m.name, error=exc.message)
@@ -371,8 +388,14 @@ class OllamaClient:
         failed_at = self._show_failed_at.get(key)
         return failed_at is not None and now - failed_at >= SHOW_RETRY_S
 
-    async def generate(self, model: str, *, keep_alive: int | str | None = None, num_ctx: int | None = None,
-                       timeout_s: float = LOAD_TIMEOUT_S) -> str | None:
+    async def generate(
+        self,
+        model: str,
+        *,
+        keep_alive: int | str | None = None,
+        num_ctx: int | None = None,
+        timeout_s: float = LOAD_TIMEOUT_S,
+    ) -> str | None:
         """``POST /api/generate`` with an empty prompt, through this client's own connection
         pool (its headers, TLS and proxy settings apply): the one kind of write kvtop sends.
 
@@ -393,8 +416,9 @@ class OllamaClient:
         """
         body = generate_body(model, keep_alive=keep_alive, num_ctx=num_ctx)
         try:
-            async with self._client.stream("POST", "/api/generate", json=body,
-                                           timeout=httpx.Timeout(timeout_s, connect=10.0)) as resp:
+            async with self._client.stream(
+                "POST", "/api/generate", json=body, timeout=httpx.Timeout(timeout_s, connect=10.0)
+            ) as resp:
                 status, reason = resp.status_code, resp.reason_phrase
                 content = await _read_capped(resp, ERROR_BODY_LIMIT_BYTES, truncate=True)
         except Exception as exc:  # noqa: BLE001 - said in one line, never raised into the UI

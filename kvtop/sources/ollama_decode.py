@@ -19,9 +19,7 @@ from kvtop.core.bounds import count_or_none
 from kvtop.model.snapshots import ModelDetails, PsModel, ShowInfo, TagInfo
 
 
-_RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|z|[+-]\d{2}:?\d{2})?$"
-)
+_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|z|[+-]\d{2}:?\d{2})?$")
 
 
 MAX_MODEL_INFO_ARRAY = 65_536
@@ -149,9 +147,11 @@ def parse_show(obj: Any, *, digest: str, name: str) -> ShowInfo:
     if not isinstance(obj, Mapping):
         raise ShapeError(f"expected a JSON object, got {type(obj).__name__}")
     info = obj.get("model_info")
-    model_info = {
-        k: v for k, v in info.items() if isinstance(k, str) and not k.startswith("tokenizer.") and _kept_info(v)
-    } if isinstance(info, Mapping) else {}
+    model_info = (
+        {k: v for k, v in info.items() if isinstance(k, str) and not k.startswith("tokenizer.") and _kept_info(v)}
+        if isinstance(info, Mapping)
+        else {}
+    )
     caps = obj.get("capabilities")
     blob = _BLOB_FROM.search(_str_or_none(obj.get("modelfile")) or "")
     return ShowInfo(

@@ -13,6 +13,7 @@ from kvtop.model.snapshots import ErrorKind
 from kvtop.sources.ollama_decode import _one_line
 from kvtop.sources.ollama_limits import MiB
 
+
 def _root_os_error(exc: BaseException) -> OSError | None:
     """The innermost ``OSError`` behind an httpx error (httpx hides ECONNREFUSED behind
     "All connection attempts failed")."""
@@ -42,8 +43,10 @@ def _mib(n_bytes: int) -> str:
     return f"{n_bytes / MiB:.0f} MiB" if n_bytes >= 10 * MiB else f"{n_bytes / MiB:.1f} MiB"
 
 
-AUTH_FLAGS = ("OLLAMA_API_KEY (Bearer), --password-file FILE or --netrc (basic auth), or the config file's"
-              " [servers.\"URL\"] headers")
+AUTH_FLAGS = (
+    "OLLAMA_API_KEY (Bearer), --password-file FILE or --netrc (basic auth), or the config file's"
+    ' [servers."URL"] headers'
+)
 """The ways to give a server credentials, as the 401/403 messages name them: those that keep the
 secret off the command line (where every local user sees it with ``ps``) first."""
 

@@ -18,12 +18,9 @@ LARGE_BODY_BYTES = 256 * 1024
 
 MiB = 1024 * 1024
 
-BODY_LIMIT_BYTES: Mapping[str, int] = MappingProxyType({
-    "/api/ps": 16 * MiB,
-    "/api/tags": 16 * MiB,
-    "/api/show": 24 * MiB,
-    "/api/version": 1 * MiB,
-})
+BODY_LIMIT_BYTES: Mapping[str, int] = MappingProxyType(
+    {"/api/ps": 16 * MiB, "/api/tags": 16 * MiB, "/api/show": 24 * MiB, "/api/version": 1 * MiB}
+)
 """Most bytes of a successful answer kvtop reads per endpoint, counted after decompression.
 
 Generous on purpose: an ``/api/ps`` or ``/api/tags`` entry is about 0.5 KB, so 16 MiB is some
@@ -35,11 +32,9 @@ request fails with "response too large" and the last good data stays. Other path
 DEFAULT_BODY_LIMIT_BYTES = 16 * MiB
 """Body limit of a path missing from ``BODY_LIMIT_BYTES``."""
 
-JSON_VALUE_LIMIT: Mapping[str, int] = MappingProxyType({
-    "/api/ps": 500_000,
-    "/api/tags": 500_000,
-    "/api/show": 2_000_000,
-})
+JSON_VALUE_LIMIT: Mapping[str, int] = MappingProxyType(
+    {"/api/ps": 500_000, "/api/tags": 500_000, "/api/show": 2_000_000}
+)
 """Most JSON values (an upper bound: ``,``, ``{`` and ``[`` counted, ``json_values_upper_bound``) an
 answer may hold before it is decoded. A byte cap alone does not bound memory: 16 MiB of ``{},``
 decode to 5 million dicts (hundreds of MB). A real verbose ``/api/show`` of a 262k-token model holds

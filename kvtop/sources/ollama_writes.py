@@ -36,9 +36,17 @@ LOAD_TIMEOUT_S = 600.0
 # Requests outside a poller: a load through a client of its own (the dashboard sends its writes
 # through the polling client, ``OllamaClient.generate``), and the what-if's tensor list
 
-async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive: int | str | None, *,
-                            transport: httpx.AsyncBaseTransport | None = None,
-                            timeout_s: float = LOAD_TIMEOUT_S, access: ServerAccess | None = None) -> str | None:
+
+async def send_load_request(
+    base_url: str,
+    model: str,
+    num_ctx: int,
+    keep_alive: int | str | None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout_s: float = LOAD_TIMEOUT_S,
+    access: ServerAccess | None = None,
+) -> str | None:
     """``POST {base_url}/api/generate`` with an empty prompt and ``options.num_ctx``: load the model.
 
     Args:
@@ -57,8 +65,11 @@ async def send_load_request(base_url: str, model: str, num_ctx: int, keep_alive:
     body = generate_body(model, keep_alive=keep_alive, num_ctx=num_ctx)
     access = access if access is not None else ServerAccess(base_url)
     try:
-        async with httpx.AsyncClient(**access.client_options(base_url=base_url, transport=transport,
-                                                             timeout=httpx.Timeout(timeout_s, connect=10.0))) as client:
+        async with httpx.AsyncClient(
+            **access.client_options(
+                base_url=base_url, transport=transport, timeout=httpx.Timeout(timeout_s, connect=10.0)
+            )
+        ) as client:
             async with client.stream("POST", "/api/generate", json=body) as resp:
                 status, reason = resp.status_code, resp.reason_phrase
                 # only an error's text is used: read at most ERROR_BODY_LIMIT_BYTES of any answer
@@ -120,8 +131,9 @@ def _write_status(status: int, reason: str, content: bytes, access: ServerAccess
     return None
 
 
-async def fetch_tensors(base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None,
-                        access: ServerAccess | None = None) -> list[Any] | None:
+async def fetch_tensors(
+    base_url: str, model: str, *, transport: httpx.AsyncBaseTransport | None = None, access: ServerAccess | None = None
+) -> list[Any] | None:
     """The ``/api/show`` tensor list (non-verbose: it is always present since Ollama v0.6.1, docs/ollama-internals.md §2.1).
 
     Read-only. Returns None when it cannot be read (also when the answer is over the
@@ -129,8 +141,9 @@ async def fetch_tensors(base_url: str, model: str, *, transport: httpx.AsyncBase
     """
     try:
         access = access if access is not None else ServerAccess(base_url)
-        async with httpx.AsyncClient(**access.client_options(base_url=base_url, transport=transport,
-                                                             timeout=10.0)) as client:
+        async with httpx.AsyncClient(
+            **access.client_options(base_url=base_url, transport=transport, timeout=10.0)
+        ) as client:
             async with client.stream("POST", "/api/show", json={"model": model}) as resp:
                 if resp.status_code != 200:
                     return None

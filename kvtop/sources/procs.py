@@ -28,14 +28,7 @@ from typing import Any, Literal
 
 from kvtop.logparse.cmdline import parse_cmd
 from kvtop.redact import mask_argv
-from kvtop.model.gpu_snapshots import (
-    PidNamespace,
-    ProcSnapshot,
-    ProcessInfo,
-    RunnerKind,
-    RunnerProcess,
-    ServerProcess,
-)
+from kvtop.model.gpu_snapshots import PidNamespace, ProcSnapshot, ProcessInfo, RunnerKind, RunnerProcess, ServerProcess
 from kvtop.sources.service_env import ServiceEnvReader
 
 _BLOB = re.compile(r"sha256[-:]([0-9a-f]{64})")
@@ -84,11 +77,16 @@ def _with_requests(c: Cmdline, argv: Sequence[str]) -> Cmdline:
     a = parse_cmd(" ".join(argv))
     k = (a.cache_type_k or a.kv_cache_type or "").lower() or None
     v = (a.cache_type_v or "").lower() or None
-    return dataclasses.replace(c, cache_type_k=k, cache_type_v=v,
-                               flash_attn=a.flash_attn.lower() if a.flash_attn is not None else None,
-                               n_gpu_layers=a.n_gpu_layers, tensor_split=a.tensor_split,
-                               ctx_size=c.ctx_size if c.ctx_size is not None else a.ctx_size,
-                               parallel=c.parallel if c.parallel is not None else a.parallel)
+    return dataclasses.replace(
+        c,
+        cache_type_k=k,
+        cache_type_v=v,
+        flash_attn=a.flash_attn.lower() if a.flash_attn is not None else None,
+        n_gpu_layers=a.n_gpu_layers,
+        tensor_split=a.tensor_split,
+        ctx_size=c.ctx_size if c.ctx_size is not None else a.ctx_size,
+        parallel=c.parallel if c.parallel is not None else a.parallel,
+    )
 
 
 def _basename(path: str) -> str:
@@ -103,7 +101,7 @@ def _opt(argv: Sequence[str], *names: str) -> str | None:
             if arg == name and i + 1 < len(argv):
                 return argv[i + 1]
             if arg.startswith(name + "="):
-                return arg[len(name) + 1:]
+                return arg[len(name) + 1 :]
     return None
 
 
@@ -168,36 +166,76 @@ def _classify(argv: Sequence[str]) -> Cmdline | None:
         if "--mlx-engine" in rest:
             if model is None:
                 return Cmdline(kind="discovery", runner_kind="mlx runner", era=ERA["mlx runner"], port=port)
-            return Cmdline(kind="runner", runner_kind="mlx runner", era=ERA["mlx runner"], model_arg=model,
-                           blob=blob_of(model), model_name=None if blob_of(model) else model, port=port,
-                           engine="mlx", ollama_path=True)
+            return Cmdline(
+                kind="runner",
+                runner_kind="mlx runner",
+                era=ERA["mlx runner"],
+                model_arg=model,
+                blob=blob_of(model),
+                model_name=None if blob_of(model) else model,
+                port=port,
+                engine="mlx",
+                ollama_path=True,
+            )
         ctx = _int_opt(rest, "--ctx-size")
         era = ERA["runner_ctx"] if ctx is not None else ERA["runner"]
         if model is None:
             return Cmdline(kind="discovery", runner_kind="ollama runner", era=era, port=port, ollama_path=True)
-        return Cmdline(kind="runner", runner_kind="ollama runner", era=era, model_arg=model, blob=blob_of(model),
-                       port=port, ctx_size=ctx, parallel=_int_opt(rest, "--parallel"),
-                       engine="ollama" if "--ollama-engine" in rest else "llama.cpp", ollama_path=True)
+        return Cmdline(
+            kind="runner",
+            runner_kind="ollama runner",
+            era=era,
+            model_arg=model,
+            blob=blob_of(model),
+            port=port,
+            ctx_size=ctx,
+            parallel=_int_opt(rest, "--parallel"),
+            engine="ollama" if "--ollama-engine" in rest else "llama.cpp",
+            ollama_path=True,
+        )
     if exe.startswith("ollama_llama_server"):
         model = _opt(rest, "--model")
         port = _int_opt(rest, "--port")
         era = ERA["ollama_llama_server"]
         if model is None:
             return Cmdline(kind="discovery", runner_kind="ollama_llama_server", era=era, port=port, ollama_path=True)
-        return Cmdline(kind="runner", runner_kind="ollama_llama_server", era=era, model_arg=model,
-                       blob=blob_of(model), port=port, ctx_size=_int_opt(rest, "--ctx-size"),
-                       parallel=_int_opt(rest, "--parallel"), engine="llama.cpp", ollama_path=True)
+        return Cmdline(
+            kind="runner",
+            runner_kind="ollama_llama_server",
+            era=era,
+            model_arg=model,
+            blob=blob_of(model),
+            port=port,
+            ctx_size=_int_opt(rest, "--ctx-size"),
+            parallel=_int_opt(rest, "--parallel"),
+            engine="llama.cpp",
+            ollama_path=True,
+        )
     if exe == "llama-server":
         model = _opt(rest, "--model", "-m")
         blob = blob_of(model)
         ollama = ollama_in_path or blob is not None
         era = ERA["llama-server"]
         if model is None or _has(rest, "--list-devices"):
-            return Cmdline(kind="discovery", runner_kind="llama-server", era=era, port=_int_opt(rest, "--port"),
-                           ollama_path=ollama_in_path)
-        return Cmdline(kind="runner", runner_kind="llama-server", era=era, model_arg=model, blob=blob,
-                       port=_int_opt(rest, "--port"), ctx_size=_int_opt(rest, "-c", "--ctx-size"),
-                       parallel=_int_opt(rest, "-np", "--parallel"), engine="llama.cpp", ollama_path=ollama)
+            return Cmdline(
+                kind="discovery",
+                runner_kind="llama-server",
+                era=era,
+                port=_int_opt(rest, "--port"),
+                ollama_path=ollama_in_path,
+            )
+        return Cmdline(
+            kind="runner",
+            runner_kind="llama-server",
+            era=era,
+            model_arg=model,
+            blob=blob,
+            port=_int_opt(rest, "--port"),
+            ctx_size=_int_opt(rest, "-c", "--ctx-size"),
+            parallel=_int_opt(rest, "-np", "--parallel"),
+            engine="llama.cpp",
+            ollama_path=ollama,
+        )
     return None
 
 
@@ -221,15 +259,25 @@ def container_kind(root: Path, proc_root: Path, environ: Mapping[str, str]) -> s
         cgroup = (proc_root / "1" / "cgroup").read_text(encoding="utf-8", errors="replace")
     except OSError:
         cgroup = ""
-    for marker, kind in (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", "podman"),
-                         ("containerd", "containerd"), ("lxc", "lxc")):
+    for marker, kind in (
+        ("kubepods", "kubernetes"),
+        ("docker", "docker"),
+        ("libpod", "podman"),
+        ("containerd", "containerd"),
+        ("lxc", "lxc"),
+    ):
         if marker in cgroup:
             return kind
     return None
 
 
-def pid_namespace(container: str | None, pid1_name: str | None, gpu_pids: Collection[int],
-                  visible: Collection[int], ollama_pids: Collection[int]) -> PidNamespace:
+def pid_namespace(
+    container: str | None,
+    pid1_name: str | None,
+    gpu_pids: Collection[int],
+    visible: Collection[int],
+    ollama_pids: Collection[int],
+) -> PidNamespace:
     """Decide whether NVML's PIDs (host PIDs) name local processes.
 
     Inside a container with its own PID namespace the driver still reports host PIDs: a local
@@ -245,15 +293,19 @@ def pid_namespace(container: str | None, pid1_name: str | None, gpu_pids: Collec
     missing = gpu - set(visible)
     if private:
         return PidNamespace(
-            container=container, private=True, mismatch=True,
+            container=container,
+            private=True,
+            mismatch=True,
             note=f"kvtop runs in a {container} container with its own PID namespace: NVML reports host PIDs,"
-                 " so process names are not shown (run with --pid=host to see them)",
+            " so process names are not shown (run with --pid=host to see them)",
         )
     if missing == gpu:
         return PidNamespace(
-            container=container, private=private, mismatch=True,
+            container=container,
+            private=private,
+            mismatch=True,
             note="none of the PIDs NVML reports exist here: kvtop is probably in a container or another"
-                 " PID namespace, so process names are not shown",
+            " PID namespace, so process names are not shown",
         )
     return PidNamespace(container=container, private=private, mismatch=False)
 
@@ -270,8 +322,9 @@ class _Names(dict[int, "str | None"]):
         return self._processes.get(pid)
 
 
-def _proc_comm_names(proc_root: Path, known: Mapping[int, str | None] | None = None,
-                     reads: list[int] | None = None) -> dict[int, str | None] | None:
+def _proc_comm_names(
+    proc_root: Path, known: Mapping[int, str | None] | None = None, reads: list[int] | None = None
+) -> dict[int, str | None] | None:
     """``{pid: comm}`` from ``<proc_root>/*/comm``; None when ``proc_root`` cannot be listed.
     ``known``: names already read, kept for the PIDs still listed (only new PIDs are read);
     ``reads``: a one-item counter of the files read."""
@@ -321,11 +374,18 @@ class ProcSource:
         monotonic: Seconds for :data:`NAMES_FULL_EVERY_S` (tests pass their own).
     """
 
-    def __init__(self, *, process_iter: Callable[[], Iterable[Any]] | None = None, proc_root: Path | str = "/proc",
-                 root: Path | str = "/", environ: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.time, platform: str | None = None,
-                 env_reader: ServiceEnvReader | None | bool = True,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        process_iter: Callable[[], Iterable[Any]] | None = None,
+        proc_root: Path | str = "/proc",
+        root: Path | str = "/",
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        platform: str | None = None,
+        env_reader: ServiceEnvReader | None | bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._process_iter = process_iter
         self._proc_root = Path(proc_root)
         self._root = Path(root)
@@ -335,8 +395,12 @@ class ProcSource:
         self._lock = threading.Lock()
         self._container: str | None | bool = False  # False: not looked yet
         self._env: ServiceEnvReader | None = (
-            ServiceEnvReader(self._proc_root, platform=self._platform) if env_reader is True
-            else env_reader if isinstance(env_reader, ServiceEnvReader) else None)
+            ServiceEnvReader(self._proc_root, platform=self._platform)
+            if env_reader is True
+            else env_reader
+            if isinstance(env_reader, ServiceEnvReader)
+            else None
+        )
         self._monotonic = monotonic
         self._full = True
         self._comm: dict[int, str | None] | None = None
@@ -453,8 +517,14 @@ class ProcSource:
                 continue
             parsed[pid] = c
             if c.kind == "server":
-                servers.append(ServerProcess(pid=pid, user=info.get("username"), cmdline=mask_argv(cmd or ()) or (),
-                                             env=self._env.read(pid) if self._env is not None else None))
+                servers.append(
+                    ServerProcess(
+                        pid=pid,
+                        user=info.get("username"),
+                        cmdline=mask_argv(cmd or ()) or (),
+                        env=self._env.read(pid) if self._env is not None else None,
+                    )
+                )
         server_pids = {s.pid for s in servers}
         if self._env is not None:
             self._env.forget_except(server_pids)
@@ -472,16 +542,30 @@ class ProcSource:
                 continue
             assert c.runner_kind is not None
             mem = info.get("memory_info")
-            runners.append(RunnerProcess(
-                pid=pid, kind=c.runner_kind, era=c.era, model_arg=c.model_arg, blob=c.blob, model_name=c.model_name,
-                port=c.port, ctx_size=c.ctx_size, parallel=c.parallel, engine=c.engine,
-                cache_type_k=c.cache_type_k, cache_type_v=c.cache_type_v, flash_attn=c.flash_attn,
-                n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split,
-                ppid=ppid if isinstance(ppid, int) else None,
-                server_pid=ppid if ppid in server_pids else None, user=info.get("username"),
-                rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
-                cmdline=mask_argv(info.get("cmdline") or ()) or (),
-            ))
+            runners.append(
+                RunnerProcess(
+                    pid=pid,
+                    kind=c.runner_kind,
+                    era=c.era,
+                    model_arg=c.model_arg,
+                    blob=c.blob,
+                    model_name=c.model_name,
+                    port=c.port,
+                    ctx_size=c.ctx_size,
+                    parallel=c.parallel,
+                    engine=c.engine,
+                    cache_type_k=c.cache_type_k,
+                    cache_type_v=c.cache_type_v,
+                    flash_attn=c.flash_attn,
+                    n_gpu_layers=c.n_gpu_layers,
+                    tensor_split=c.tensor_split,
+                    ppid=ppid if isinstance(ppid, int) else None,
+                    server_pid=ppid if ppid in server_pids else None,
+                    user=info.get("username"),
+                    rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
+                    cmdline=mask_argv(info.get("cmdline") or ()) or (),
+                )
+            )
         # psutil sees runners whose name says nothing (cmdline unreadable): keep what is known
         for pid in sorted(full):
             info = full[pid]
@@ -489,10 +573,16 @@ class ProcSource:
                 continue
             name = (info.get("name") or "").lower()
             if name.startswith("ollama_llama_ser") or name.startswith("llama-server"):
-                runners.append(RunnerProcess(pid=pid, kind="llama-server" if name.startswith("llama") else
-                                             "ollama_llama_server", era="?", user=info.get("username"),
-                                             ppid=info.get("ppid"), server_pid=info.get("ppid")
-                                             if info.get("ppid") in server_pids else None))
+                runners.append(
+                    RunnerProcess(
+                        pid=pid,
+                        kind="llama-server" if name.startswith("llama") else "ollama_llama_server",
+                        era="?",
+                        user=info.get("username"),
+                        ppid=info.get("ppid"),
+                        server_pid=info.get("ppid") if info.get("ppid") in server_pids else None,
+                    )
+                )
 
         processes: dict[int, ProcessInfo] = {}
         for pid in sorted(wanted):
@@ -502,7 +592,10 @@ class ProcSource:
                 mem = info.get("memory_info")
                 denied = [k for k in ("cmdline", "username") if info.get(k) is None]
                 processes[pid] = ProcessInfo(
-                    pid=pid, visible=True, user=info.get("username"), name=info.get("name"),
+                    pid=pid,
+                    visible=True,
+                    user=info.get("username"),
+                    name=info.get("name"),
                     cmdline=mask_argv(cmd),  # secrets (--api-key X, TOKEN=X) never leave this source
                     rss_bytes=getattr(mem, "rss", None) if mem is not None else None,
                     note=f"access denied: {' and '.join(denied)} not readable" if denied else None,
@@ -514,9 +607,15 @@ class ProcSource:
 
         pid1_name = names.get(1)
         ollama_pids = server_pids | {r.pid for r in runners} | set(discovery)
-        namespace = pid_namespace(self._container_kind(), pid1_name, wanted,
-                                  [p for p in wanted if p in names], ollama_pids)
+        namespace = pid_namespace(
+            self._container_kind(), pid1_name, wanted, [p for p in wanted if p in names], ollama_pids
+        )
         return ProcSnapshot(
-            taken_at=now, ok=True, servers=tuple(servers), runners=tuple(runners), discovery_pids=tuple(discovery),
-            processes=MappingProxyType(processes), namespace=namespace,
+            taken_at=now,
+            ok=True,
+            servers=tuple(servers),
+            runners=tuple(runners),
+            discovery_pids=tuple(discovery),
+            processes=MappingProxyType(processes),
+            namespace=namespace,
         )

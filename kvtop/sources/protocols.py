@@ -53,8 +53,9 @@ class GpuWithProcs:
     change, else every ``PROC_REFRESH_S`` (a full scan each second is most of an idle kvtop's
     CPU on a busy host). Used by the dashboard and the exporter alike."""
 
-    def __init__(self, gpu_source: GpuSourceLike, proc_source: ProcSourceLike,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, gpu_source: GpuSourceLike, proc_source: ProcSourceLike, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.gpu_source = gpu_source
         self.proc_source = proc_source
         self._clock = clock

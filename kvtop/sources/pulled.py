@@ -72,8 +72,8 @@ class PulledSource(OllamaClient):
                 self._pulled_failed_at.pop(gone, None)
             due = [t for t in self._due(tags, now) if t.digest not in self._pulled_inflight]
             if wait_s is None:
-                if due[:max(0, shows)]:
-                    await self._read_shows(due[:max(0, shows)], now, end=None)
+                if due[: max(0, shows)]:
+                    await self._read_shows(due[: max(0, shows)], now, end=None)
             else:
                 await self._roll_on(iter(due), now, end=time.monotonic() + max(0.0, wait_s))
         return self.snapshot(now)
@@ -109,8 +109,12 @@ class PulledSource(OllamaClient):
 
     def _due(self, tags: dict[str, TagInfo], now: float) -> list[TagInfo]:
         """The models whose ``/api/show`` is missing, or failed ``SHOW_RETRY_S`` ago or more (``/api/tags`` order)."""
-        return [t for d, t in tags.items() if d not in self._pulled_shows or (
-            d in self._pulled_failed_at and now - self._pulled_failed_at[d] >= SHOW_RETRY_S)]
+        return [
+            t
+            for d, t in tags.items()
+            if d not in self._pulled_shows
+            or (d in self._pulled_failed_at and now - self._pulled_failed_at[d] >= SHOW_RETRY_S)
+        ]
 
     async def _read_shows(self, due: list[TagInfo], now: float, *, end: float | None) -> None:
         """Read ``due``'s ``/api/show`` through a rolling pool: at most ``SHOW_CONCURRENCY`` in
@@ -141,9 +145,12 @@ class PulledSource(OllamaClient):
     def snapshot(self, now: float | None = None) -> PulledSnapshot:
         """What was read so far (no I/O): the last ``/api/tags`` and every ``/api/show`` answer."""
         tags = self._pulled_tags
-        return PulledSnapshot(taken_at=self._clock() if now is None else now,
-                              tags=MappingProxyType(dict(tags)) if tags is not None else None,
-                              shows=MappingProxyType(dict(self._pulled_shows)), error=self._pulled_error)
+        return PulledSnapshot(
+            taken_at=self._clock() if now is None else now,
+            tags=MappingProxyType(dict(tags)) if tags is not None else None,
+            shows=MappingProxyType(dict(self._pulled_shows)),
+            error=self._pulled_error,
+        )
 
     async def sample_within(self, budget_s: float, *, every: bool, shows: int | None = None) -> PulledSnapshot:
         """:meth:`sample_all` (``every``) or one :meth:`sample_pulled` round, cut off after
@@ -191,8 +198,9 @@ class PulledSource(OllamaClient):
         """Read one model's ``/api/show`` and keep the answer (an error is asked again after
         ``SHOW_RETRY_S``)."""
         try:
-            body = await self._request("POST", "/api/show", json_body={"model": tag.name, "verbose": True},
-                                       deadline_s=self._show_timeout_s)
+            body = await self._request(
+                "POST", "/api/show", json_body={"model": tag.name, "verbose": True}, deadline_s=self._show_timeout_s
+            )
             info = parse_show(body, digest=tag.digest, name=tag.name)
         except RequestFailed as exc:
             info = ShowInfo(digest=tag.digest, name=tag.name, error=exc.message)

@@ -28,8 +28,9 @@ from kvtop.sources.recording import FORMAT_VERSION
 # Writing
 
 
-def recording_header(*, hosts: Sequence[str], log_spec: str, gpu: bool, demo: bool, naive_tz: tzinfo,
-                     thresholds: Any, started_at: float) -> dict[str, Any]:
+def recording_header(
+    *, hosts: Sequence[str], log_spec: str, gpu: bool, demo: bool, naive_tz: tzinfo, thresholds: Any, started_at: float
+) -> dict[str, Any]:
     """The header object of a new recording.
 
     Args:
@@ -66,8 +67,9 @@ class Recorder:
         OSError: The file cannot be created or written (disk full, permission, removed disk).
     """
 
-    def __init__(self, path: Path, stream: IO[bytes], raw: IO[bytes], *,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: Path, stream: IO[bytes], raw: IO[bytes], *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.path = path
         self._stream = stream
         self._raw = raw
@@ -76,8 +78,9 @@ class Recorder:
         """Records written so far (the header not counted)."""
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], header: Mapping[str, Any], *,
-               clock: Callable[[], float] = time.time) -> Recorder:
+    def create(
+        cls, path: str | os.PathLike[str], header: Mapping[str, Any], *, clock: Callable[[], float] = time.time
+    ) -> Recorder:
         """Create ``path`` (gzip when it ends in ``.gz``) and write ``header`` as its first line.
 
         Raises:
@@ -87,8 +90,11 @@ class Recorder:
         p = Path(path).expanduser()
         raw = open(p, "xb")  # noqa: SIM115 - kept open for the session; closed in close()
         try:
-            stream: IO[bytes] = (typing.cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", filename=""))
-                                 if p.name.endswith(".gz") else raw)
+            stream: IO[bytes] = (
+                typing.cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", filename=""))
+                if p.name.endswith(".gz")
+                else raw
+            )
             rec = cls(p, stream, raw, clock=clock)
             rec._write(header)
         except BaseException:
@@ -111,11 +117,29 @@ class Recorder:
         self._write({"t": self._clock(), "kind": "slots", "slots": encode(snapshot)})
         self.records += 1
 
-    def log(self, *, source: str | None, status: str | None, ok: bool, lines: int, dropped_lines: int,
-            raw_lines: Sequence[str]) -> None:
+    def log(
+        self,
+        *,
+        source: str | None,
+        status: str | None,
+        ok: bool,
+        lines: int,
+        dropped_lines: int,
+        raw_lines: Sequence[str],
+    ) -> None:
         """Record one ``LogEventsReceived`` (its raw lines; the events are parsed again on replay)."""
-        self._write({"t": self._clock(), "kind": "log", "source": source, "status": status, "ok": ok,
-                     "lines": lines, "dropped_lines": dropped_lines, "raw_lines": list(raw_lines)})
+        self._write(
+            {
+                "t": self._clock(),
+                "kind": "log",
+                "source": source,
+                "status": status,
+                "ok": ok,
+                "lines": lines,
+                "dropped_lines": dropped_lines,
+                "raw_lines": list(raw_lines),
+            }
+        )
         self.records += 1
 
     def apply(self) -> None:

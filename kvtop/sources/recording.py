@@ -237,7 +237,7 @@ class _Lines:
         data = first
         while data:
             for i in range(0, len(data), _GZIP_PIECE_BYTES):
-                yield data[i:i + _GZIP_PIECE_BYTES]
+                yield data[i : i + _GZIP_PIECE_BYTES]
             data = self._read()
 
     def __iter__(self) -> Iterator[bytes]:
@@ -393,8 +393,7 @@ def open_recording(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LI
         raise RecordingError(f"{p}: {exc.strerror or exc}") from None
     if first is None:
         if lines.too_long:
-            raise RecordingError(f"{p}: not a kvtop recording (its first line is longer than "
-                                 f"{_mib(MAX_HEADER_BYTES)})")
+            raise RecordingError(f"{p}: not a kvtop recording (its first line is longer than {_mib(MAX_HEADER_BYTES)})")
         if lines.tail:
             raise RecordingError(f"{p}: not a kvtop recording, or its header line is cut short")
         raise RecordingError(f"{p}: {lines.stop}" if lines.stop else f"{p}: empty file, not a kvtop recording")
@@ -417,8 +416,9 @@ def read_recording(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LI
     opened = open_recording(path, max_line_bytes=max_line_bytes)
     scan = opened.scan()
     records = tuple(scan)
-    return Recording(path=opened.path, header=opened.header, records=records, damage=scan.damage,
-                     unfinished=scan.unfinished)
+    return Recording(
+        path=opened.path, header=opened.header, records=records, damage=scan.damage, unfinished=scan.unfinished
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -456,7 +456,8 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
     if version > FORMAT_VERSION:
         raise RecordingError(
             f"{path}: recording format {version} (written by kvtop {obj.get('kvtop_version', '?')}) is newer "
-            f"than this kvtop {__version__} reads (format {FORMAT_VERSION}): upgrade kvtop to replay it")
+            f"than this kvtop {__version__} reads (format {FORMAT_VERSION}): upgrade kvtop to replay it"
+        )
     try:
         tz_obj = obj.get("naive_tz") or {}
         offset = tz_obj.get("offset_s", 0)
@@ -469,8 +470,7 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
             raise TypeError("naive_tz name must be a string")
         tz = timezone(timedelta(seconds=offset), name[:64]) if name else timezone(timedelta(seconds=offset))
         started_at = obj.get("started_at", 0.0)
-        if (not isinstance(started_at, (int, float)) or isinstance(started_at, bool)
-                or not 0 <= started_at <= _LAST_S):
+        if not isinstance(started_at, (int, float)) or isinstance(started_at, bool) or not 0 <= started_at <= _LAST_S:
             raise ValueError(f"started_at {_short(started_at)} is not a time in years 1970-9999")
         sources = obj.get("sources") or {}
         alerts = obj.get("alerts") or {}
@@ -484,9 +484,14 @@ def _header(raw: bytes, path: str) -> RecordingHeader:
             if not isinstance(url, str) or not _valid_url(url):
                 raise ValueError(f"host {_short(url)} is not a server URL")
         return RecordingHeader(
-            version=version, kvtop_version=str(obj.get("kvtop_version", "?")),
-            started_at=float(started_at), host_url=host, sources=sources,
-            demo=bool(obj.get("demo", False)), naive_tz=tz, alerts=alerts,
+            version=version,
+            kvtop_version=str(obj.get("kvtop_version", "?")),
+            started_at=float(started_at),
+            host_url=host,
+            sources=sources,
+            demo=bool(obj.get("demo", False)),
+            naive_tz=tz,
+            alerts=alerts,
             apply_steps=obj.get("apply_steps") is True,
         )
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:

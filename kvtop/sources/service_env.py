@@ -35,15 +35,35 @@ from kvtop.model.gpu_snapshots import ServiceEnv
 from kvtop.redact import is_secret_name, mask_query
 
 KEEP_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
-KEEP_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                        "GPU_DEVICE_ORDINAL", "HSA_OVERRIDE_GFX_VERSION", "GGML_VK_VISIBLE_DEVICES"})
+KEEP_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+        "HSA_OVERRIDE_GFX_VERSION",
+        "GGML_VK_VISIBLE_DEVICES",
+    }
+)
 """The variables that change how Ollama loads a model (§3, §7); nothing else is kept."""
 
 LAUNCHCTL_KEYS = (
-    "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_NUM_PARALLEL", "OLLAMA_CONTEXT_LENGTH",
-    "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_KEEP_ALIVE", "OLLAMA_SCHED_SPREAD", "OLLAMA_GPU_OVERHEAD",
-    "OLLAMA_HOST", "OLLAMA_MODELS", "OLLAMA_DEBUG", "OLLAMA_MAX_QUEUE", "OLLAMA_LOAD_TIMEOUT",
-    "OLLAMA_ORIGINS", "OLLAMA_NEW_ENGINE", "OLLAMA_LLM_LIBRARY",
+    "OLLAMA_FLASH_ATTENTION",
+    "OLLAMA_KV_CACHE_TYPE",
+    "OLLAMA_NUM_PARALLEL",
+    "OLLAMA_CONTEXT_LENGTH",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_SCHED_SPREAD",
+    "OLLAMA_GPU_OVERHEAD",
+    "OLLAMA_HOST",
+    "OLLAMA_MODELS",
+    "OLLAMA_DEBUG",
+    "OLLAMA_MAX_QUEUE",
+    "OLLAMA_LOAD_TIMEOUT",
+    "OLLAMA_ORIGINS",
+    "OLLAMA_NEW_ENGINE",
+    "OLLAMA_LLM_LIBRARY",
 )
 """The variables asked one by one on macOS, where ``launchctl`` has no "list all"."""
 
@@ -61,8 +81,14 @@ Runner = Callable[[Sequence[str]], "tuple[int, str]"]
 
 
 def _run(argv: Sequence[str]) -> tuple[int, str]:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,  # noqa: S603 - fixed argv
-                          check=False, errors="replace")
+    done = subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,  # noqa: S603 - fixed argv
+        check=False,
+        errors="replace",
+    )
     return done.returncode, done.stdout
 
 
@@ -87,7 +113,7 @@ def mask(name: str, value: str) -> str:
 def _mask_userinfo(token: str) -> str:
     scheme = _SCHEME.match(token)
     prefix = scheme.group(0) if scheme else ""
-    rest = token[len(prefix):]
+    rest = token[len(prefix) :]
     at = rest.rfind("@")
     return token if at <= 0 else prefix + MASK + rest[at:]
 
@@ -187,8 +213,14 @@ class ServiceEnvReader:
         read_file: Reads an ``EnvironmentFile`` (tests pass a fake).
     """
 
-    def __init__(self, proc_root: Path | str = "/proc", *, run: Runner = _run, platform: str | None = None,
-                 read_file: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        proc_root: Path | str = "/proc",
+        *,
+        run: Runner = _run,
+        platform: str | None = None,
+        read_file: Callable[[str], str] | None = None,
+    ) -> None:
         self._proc_root = Path(proc_root)
         self._run = run
         self._platform = platform if platform is not None else sys.platform
@@ -258,8 +290,17 @@ class ServiceEnvReader:
         return out
 
     def _systemd(self, unit: str, user: bool, tried: list[str]) -> ServiceEnv | None:
-        argv = ["systemctl", *(["--user"] if user else []), "show", unit, "-p", "Environment",
-                "-p", "EnvironmentFiles", "--no-pager"]
+        argv = [
+            "systemctl",
+            *(["--user"] if user else []),
+            "show",
+            unit,
+            "-p",
+            "Environment",
+            "-p",
+            "EnvironmentFiles",
+            "--no-pager",
+        ]
         out = self._command(argv, tried)
         if out is None:
             return None

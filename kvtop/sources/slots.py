@@ -89,8 +89,16 @@ def parse_slots(body: Any) -> tuple[SlotState, ...]:
             busy = isinstance(state, int) and not isinstance(state, bool) and state != 0
         next_token = item.get("next_token")
         first = next_token[0] if isinstance(next_token, list) and next_token and isinstance(next_token[0], dict) else {}
-        out.append(SlotState(sid, n_ctx, busy, _count(item.get("id_task")), _count(item.get("n_prompt_tokens")),
-                             _count(first.get("n_decoded"))))
+        out.append(
+            SlotState(
+                sid,
+                n_ctx,
+                busy,
+                _count(item.get("id_task")),
+                _count(item.get("n_prompt_tokens")),
+                _count(first.get("n_decoded")),
+            )
+        )
     return tuple(sorted(out, key=lambda s: s.id))
 
 
@@ -112,10 +120,13 @@ def parse_props(body: Any) -> RunnerProps:
     slots = _count(body.get("total_slots"))
     path, build = body.get("model_path"), body.get("build_info")
     metrics = body.get("endpoint_metrics")
-    return RunnerProps(n_ctx_per_slot=n_ctx or None, total_slots=slots or None,
-                       model_path=path if isinstance(path, str) else None,
-                       build_info=build if isinstance(build, str) else None,
-                       metrics_endpoint=metrics if isinstance(metrics, bool) else None)
+    return RunnerProps(
+        n_ctx_per_slot=n_ctx or None,
+        total_slots=slots or None,
+        model_path=path if isinstance(path, str) else None,
+        build_info=build if isinstance(build, str) else None,
+        metrics_endpoint=metrics if isinstance(metrics, bool) else None,
+    )
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -147,8 +158,14 @@ class SlotsSource:
             observer-cost tests.
     """
 
-    def __init__(self, timeout_s: float = SLOTS_TIMEOUT_S, *, transport: httpx.AsyncBaseTransport | None = None,
-                 idle_every_s: float = IDLE_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        timeout_s: float = SLOTS_TIMEOUT_S,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        idle_every_s: float = IDLE_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._timeout_s = timeout_s
         self._idle_every_s = idle_every_s
         self._clock = clock
@@ -157,8 +174,12 @@ class SlotsSource:
         how many rounds in a row its port refused."""
         self.requests = 0
         # plain http to 127.0.0.1 only: no TLS context is needed (reading the CA bundle costs startup)
-        self._client = httpx.AsyncClient(trust_env=False, transport=transport, follow_redirects=False,
-                                         verify=httpx_verify("http://127.0.0.1", trust_env=False))
+        self._client = httpx.AsyncClient(
+            trust_env=False,
+            transport=transport,
+            follow_redirects=False,
+            verify=httpx_verify("http://127.0.0.1", trust_env=False),
+        )
         self._props: dict[tuple[int, int], RunnerProps] = {}
 
     async def sample(self, runners: Sequence[RunnerProcess]) -> SlotsSnapshot:
@@ -240,8 +261,18 @@ class SlotsSource:
                 return (), f"unexpected answer: {exc}"
 
         (props, props_error), metrics, (slots, error) = await asyncio.gather(get_props(), get_metrics(), get_slots())
-        return RunnerSlots(pid=r.pid, port=port, blob=r.blob, ctx_size=r.ctx_size, slots=slots, error=error,
-                           latency_s=time.monotonic() - start, props=props, props_error=props_error, metrics=metrics)
+        return RunnerSlots(
+            pid=r.pid,
+            port=port,
+            blob=r.blob,
+            ctx_size=r.ctx_size,
+            slots=slots,
+            error=error,
+            latency_s=time.monotonic() - start,
+            props=props,
+            props_error=props_error,
+            metrics=metrics,
+        )
 
     async def _json(self, port: int, path: str) -> Any:
         body = await self._body(port, path)

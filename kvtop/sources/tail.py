@@ -95,9 +95,7 @@ class LogSpec:
         return "-" if self.kind == "stdin" else self.kind
 
 
-_SPEC_HELP = (
-    "expected auto, journal, journal:UNIT, journal-user:UNIT, file:PATH, docker:CONTAINER, - (stdin) or none"
-)
+_SPEC_HELP = "expected auto, journal, journal:UNIT, journal-user:UNIT, file:PATH, docker:CONTAINER, - (stdin) or none"
 
 
 def parse_log_spec(spec: str) -> LogSpec:
@@ -174,11 +172,7 @@ class NullTail:
 
 
 def open_log_source(
-    spec: LogSpec,
-    *,
-    backlog_lines: int = 2000,
-    backlog_bytes: int = 4 * 2**20,
-    env: Mapping[str, str] | None = None,
+    spec: LogSpec, *, backlog_lines: int = 2000, backlog_bytes: int = 4 * 2**20, env: Mapping[str, str] | None = None
 ) -> LogSource:
     """A source for ``spec``; nothing is opened or started until ``batches()`` is iterated.
 
@@ -194,10 +188,16 @@ def open_log_source(
         return FileTail(spec.target, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes)
     if spec.kind == "journal":
         return JournalTail(
-            spec.target or DEFAULT_UNIT, user=spec.user, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes, env=env
+            spec.target or DEFAULT_UNIT,
+            user=spec.user,
+            backlog_lines=backlog_lines,
+            backlog_bytes=backlog_bytes,
+            env=env,
         )
     if spec.kind == "docker":
-        return DockerTail(spec.target or DEFAULT_CONTAINER, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes, env=env)
+        return DockerTail(
+            spec.target or DEFAULT_CONTAINER, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes, env=env
+        )
     if spec.kind == "stdin":
         return StdinTail(backlog_lines=backlog_lines, backlog_bytes=backlog_bytes)
     if spec.kind == "auto":
@@ -225,7 +225,10 @@ def auto_file_candidates(env: Mapping[str, str] | None = None, platform: str | N
             out.append((Path(local) / "Ollama" / "server.log", "the Windows app's server log"))
         return out
     out.append(
-        (home / ".ollama" / "logs" / "server.log", "the macOS app's server log (rotated to server-1.log … on each start)")
+        (
+            home / ".ollama" / "logs" / "server.log",
+            "the macOS app's server log (rotated to server-1.log … on each start)",
+        )
     )
     if plat == "darwin":
         out.append((Path("/opt/homebrew/var/log/ollama.log"), "`brew services start ollama` on Apple silicon"))
@@ -266,9 +269,7 @@ async def _journal_candidate(
 ) -> tuple[bool, str]:
     label = f"journal:{DEFAULT_UNIT} ({'user' if user else 'system'})"
     scope = ["--user"] if user else []
-    active_probe = (
-        _probe([systemctl, *scope, "is-active", DEFAULT_UNIT], env, timeout) if systemctl else _none_probe()
-    )
+    active_probe = _probe([systemctl, *scope, "is-active", DEFAULT_UNIT], env, timeout) if systemctl else _none_probe()
     entries_probe = _probe(
         [journalctl, *scope, "-u", DEFAULT_UNIT, "-n", "1", "-o", "json", "--no-pager", "-q"], env, timeout
     )

@@ -31,12 +31,7 @@ from kvtop.sources.tail import DEFAULT_CONTAINER, DEFAULT_UNIT, NOT_FOUND_FIX, L
 from kvtop.sources.tail_base import LineSplitter, decode_line, stop_process
 from kvtop.sources.tail_file import FileTail
 from kvtop.sources.tail_file_reader import read_tail
-from kvtop.sources.tail_proc import (
-    JOURNAL_PERMISSION,
-    DockerTail,
-    JournalTail,
-    journal_message,
-)
+from kvtop.sources.tail_proc import JOURNAL_PERMISSION, DockerTail, JournalTail, journal_message
 
 __all__ = ["BACKLOG_BYTES", "BACKLOG_LINES", "READ_TIMEOUT_S", "Backlog", "read_backlog", "read_file_tail"]
 
@@ -88,8 +83,9 @@ def _bounded(lines: Iterable[str], max_lines: int, max_bytes: int) -> tuple[tupl
     return tuple(kept), dropped
 
 
-def read_file_tail(path: str | os.PathLike[str], *, backlog_lines: int = BACKLOG_LINES,
-                   backlog_bytes: int = BACKLOG_BYTES) -> Backlog:
+def read_file_tail(
+    path: str | os.PathLike[str], *, backlog_lines: int = BACKLOG_LINES, backlog_bytes: int = BACKLOG_BYTES
+) -> Backlog:
     """The last ``backlog_lines`` lines of a log file, reading at most ``backlog_bytes`` of its end
     (``tail_file_reader.read_tail``: the dashboard's own start). Errors (missing, a directory,
     permission) are a status."""
@@ -98,14 +94,19 @@ def read_file_tail(path: str | os.PathLike[str], *, backlog_lines: int = BACKLOG
     return Backlog(source, tuple(lines), ok, status, dropped)
 
 
-async def _run_tool(argv: list[str], env: Mapping[str, str] | None, timeout_s: float,
-                    merge_stderr: bool) -> tuple[int | None, bytes, str]:
+async def _run_tool(
+    argv: list[str], env: Mapping[str, str] | None, timeout_s: float, merge_stderr: bool
+) -> tuple[int | None, bytes, str]:
     """Run a log tool once: (exit code or None when it could not run / timed out, stdout, stderr text)."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
-            env=dict(os.environ if env is None else env), start_new_session=sys.platform != "win32")
+            env=dict(os.environ if env is None else env),
+            start_new_session=sys.platform != "win32",
+        )
     except OSError as exc:
         return None, b"", f"cannot run {argv[0]}: {exc.strerror or exc}"
     try:
@@ -119,21 +120,38 @@ async def _run_tool(argv: list[str], env: Mapping[str, str] | None, timeout_s: f
     return proc.returncode, out, (err or b"").decode("utf-8", errors="replace")
 
 
-async def _read_journal(unit: str, user: bool, lines: int, max_bytes: int, env: Mapping[str, str] | None,
-                        timeout_s: float) -> Backlog:
+async def _read_journal(
+    unit: str, user: bool, lines: int, max_bytes: int, env: Mapping[str, str] | None, timeout_s: float
+) -> Backlog:
     source = f"journal:{unit} ({'user' if user else 'system'})"
-    argv = ["journalctl", *(["--user"] if user else []), "-u", unit, "-n", str(max(0, lines)), "-o", "json",
-            "--no-pager", "-q"]
+    argv = [
+        "journalctl",
+        *(["--user"] if user else []),
+        "-u",
+        unit,
+        "-n",
+        str(max(0, lines)),
+        "-o",
+        "json",
+        "--no-pager",
+        "-q",
+    ]
     rc, out, err = await _run_tool(argv, env, timeout_s, merge_stderr=False)
     low = err.lower()
     if rc is None:
         return Backlog(source, (), False, f"journal: {err}")
-    if ("permission denied" in low or "access denied" in low or "no journal files were found" in low
-            or ("not seeing messages from other users" in low and not user)):
+    if (
+        "permission denied" in low
+        or "access denied" in low
+        or "no journal files were found" in low
+        or ("not seeing messages from other users" in low and not user)
+    ):
         return Backlog(source, (), False, JOURNAL_PERMISSION)
     if rc != 0:
         detail = err.strip().splitlines()[-1] if err.strip() else ""
-        return Backlog(source, (), False, f"journal: journalctl exited with code {rc}" + (f": {detail}" if detail else ""))
+        return Backlog(
+            source, (), False, f"journal: journalctl exited with code {rc}" + (f": {detail}" if detail else "")
+        )
     found: list[str] = []
     for raw in out.split(b"\n"):
         text = decode_line(raw)
@@ -151,11 +169,13 @@ async def _read_journal(unit: str, user: bool, lines: int, max_bytes: int, env: 
     return Backlog(source, kept, True, None if kept else f"no journal entries for the {unit} unit", dropped)
 
 
-async def _read_docker(container: str, lines: int, max_bytes: int, env: Mapping[str, str] | None,
-                       timeout_s: float) -> Backlog:
+async def _read_docker(
+    container: str, lines: int, max_bytes: int, env: Mapping[str, str] | None, timeout_s: float
+) -> Backlog:
     source = f"docker:{container}"
-    rc, out, err = await _run_tool(["docker", "logs", "--tail", str(max(0, lines)), container], env, timeout_s,
-                                   merge_stderr=True)
+    rc, out, err = await _run_tool(
+        ["docker", "logs", "--tail", str(max(0, lines)), container], env, timeout_s, merge_stderr=True
+    )
     if rc is None:
         return Backlog(source, (), False, f"docker: {err}")
     splitter = LineSplitter()
@@ -177,8 +197,13 @@ async def _read_docker(container: str, lines: int, max_bytes: int, env: Mapping[
 
 def _read_stdin(fd: int, lines: int, max_bytes: int) -> Backlog:
     if os.isatty(fd):
-        return Backlog("stdin", (), False, "nothing is piped into kvtop (stdin is the terminal); "
-                       "use e.g. `journalctl -u ollama | kvtop --check --log -`, or --log file:PATH")
+        return Backlog(
+            "stdin",
+            (),
+            False,
+            "nothing is piped into kvtop (stdin is the terminal); "
+            "use e.g. `journalctl -u ollama | kvtop --check --log -`, or --log file:PATH",
+        )
     splitter = LineSplitter()
     kept: collections.deque[str] = collections.deque()
     nbytes = dropped = 0
@@ -223,8 +248,9 @@ async def read_backlog(
     if spec.kind == "none":
         return Backlog("none", (), True, "log reading is off (--log none)")
     if spec.kind == "file":
-        return await asyncio.to_thread(read_file_tail, spec.target, backlog_lines=backlog_lines,
-                                       backlog_bytes=backlog_bytes)
+        return await asyncio.to_thread(
+            read_file_tail, spec.target, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes
+        )
     if spec.kind == "journal":
         return await _read_journal(spec.target or DEFAULT_UNIT, spec.user, backlog_lines, backlog_bytes, env, timeout_s)
     if spec.kind == "docker":
@@ -237,13 +263,18 @@ async def read_backlog(
     if isinstance(src, JournalTail):
         found = await _read_journal(src.unit, src.user, backlog_lines, backlog_bytes, env, timeout_s)
     elif isinstance(src, FileTail):
-        found = await asyncio.to_thread(read_file_tail, src.path, backlog_lines=backlog_lines,
-                                        backlog_bytes=backlog_bytes)
+        found = await asyncio.to_thread(
+            read_file_tail, src.path, backlog_lines=backlog_lines, backlog_bytes=backlog_bytes
+        )
     elif isinstance(src, DockerTail):
         found = await _read_docker(src.container, backlog_lines, backlog_bytes, env, timeout_s)
     else:
         tried = "; ".join(r for r in reasons if "not tried" not in r)
-        return Backlog("auto", (), True, "no Ollama server log found" + (f" (tried: {tried})" if tried else "")
-                       + f" — {NOT_FOUND_FIX}",
-                       reasons=tuple(reasons))
+        return Backlog(
+            "auto",
+            (),
+            True,
+            "no Ollama server log found" + (f" (tried: {tried})" if tried else "") + f" — {NOT_FOUND_FIX}",
+            reasons=tuple(reasons),
+        )
     return Backlog(found.source, found.lines, found.ok, found.status, found.dropped_lines, tuple(reasons))

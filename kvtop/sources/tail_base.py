@@ -165,17 +165,54 @@ def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
 
 _EXTRA_MARKERS = (
     # free-text trouble (llamacpp_lines._may_be_trouble / _TROUBLE_RE) and asserts
-    "ut of memory", "ailed to", "nable to ", "OutOf", "Malloc failed", "nsufficient ", "ot enough memory",
-    "rror loading model", "Unsupported cache type", "requires flash_attn", "GGML_ASSERT", "CUDA error",
+    "ut of memory",
+    "ailed to",
+    "nable to ",
+    "OutOf",
+    "Malloc failed",
+    "nsufficient ",
+    "ot enough memory",
+    "rror loading model",
+    "Unsupported cache type",
+    "requires flash_attn",
+    "GGML_ASSERT",
+    "CUDA error",
     # warnings and errors of every grammar (slog, Go logger, Era A, JSON runner, llama-server prefix)
-    "level=WARN", "level=ERROR", ": WARN ", ": ERROR ", "WARN [", "ERROR [", "ERR [", '"level":"ERR',
-    '"level":"WARN', " W ", " E ", "panic", "goroutine ",
+    "level=WARN",
+    "level=ERROR",
+    ": WARN ",
+    ": ERROR ",
+    "WARN [",
+    "ERROR [",
+    "ERR [",
+    '"level":"ERR',
+    '"level":"WARN',
+    " W ",
+    " E ",
+    "panic",
+    "goroutine ",
     # llama-server / Era A runner lines that are not per-request (runner_lines)
-    "input truncated", "tokens) ", "load_model", "initializing slots", "new slot", "msg=load ",
-    'msg="kv cache', 'msg=\\"kv cache',
+    "input truncated",
+    "tokens) ",
+    "load_model",
+    "initializing slots",
+    "new slot",
+    "msg=load ",
+    'msg="kv cache',
+    'msg=\\"kv cache',
     # short covers for families of the names below (fewer passes over a shed block)
-    "ggml_", "common_", "llama_memory", "llama-server", "llama runner", "llama server", "unload",
-    "flash attention", "too large", "expir", "OLLAMA_", "VRAM",
+    "ggml_",
+    "common_",
+    "llama_memory",
+    "llama-server",
+    "llama runner",
+    "llama server",
+    "unload",
+    "flash attention",
+    "too large",
+    "expir",
+    "OLLAMA_",
+    "VRAM",
 )
 
 
@@ -261,7 +298,7 @@ def shed_block(block: bytes, decode: Callable[[bytes], str] = decode_line) -> tu
             starts[s] = e
             i = find(marker, e)
     total = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-    kept = [decode(block[s:min(starts[s], s + MAX_LINE_BYTES)]) for s in sorted(starts)]
+    kept = [decode(block[s : min(starts[s], s + MAX_LINE_BYTES)]) for s in sorted(starts)]
     return kept, total - len(kept)
 
 

@@ -32,8 +32,6 @@ FAILING_POLL_S = 0.25
 """Seconds between polls while the file is missing or unreadable."""
 
 
-
-
 class _Channel:
     """Hand-over from the poll thread to the event loop, with back-pressure.
 
@@ -101,7 +99,9 @@ class FileTail:
     cost about 0.4 % of a core on their own (measured), and the loop is the UI's.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, backlog_lines: int = 2000, backlog_bytes: int = 4 * 2**20) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, backlog_lines: int = 2000, backlog_bytes: int = 4 * 2**20
+    ) -> None:
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.description = f"file:{self.path}"
         self._backlog_lines = backlog_lines

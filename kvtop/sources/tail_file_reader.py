@@ -67,7 +67,6 @@ MAX_PENDING_FILES = 8
 """Newer files opened while the old one drains; more rotations than this in ``ROTATE_QUIET_S`` are skipped."""
 
 
-
 @dataclass(slots=True)
 class _Open:
     """One open generation of the file (one inode), read by offset."""
@@ -168,8 +167,10 @@ class FileReader:
         except FileNotFoundError:
             self._missing = True
             self._fail = (
-                f"{self.path} not found" if not self.follow
-                else f"{self.path} not found — waiting for it to be created" if not self._started
+                f"{self.path} not found"
+                if not self.follow
+                else f"{self.path} not found — waiting for it to be created"
+                if not self._started
                 else f"{self.path} was deleted — waiting for it to be re-created"
             )
             return None
@@ -447,17 +448,18 @@ def _close(fd: int) -> None:
         pass
 
 
-
-def read_tail(path: str | os.PathLike[str], *, backlog_lines: int = 2000,
-              backlog_bytes: int = 4 * 2**20) -> tuple[list[str], int, str | None, bool]:
+def read_tail(
+    path: str | os.PathLike[str], *, backlog_lines: int = 2000, backlog_bytes: int = 4 * 2**20
+) -> tuple[list[str], int, str | None, bool]:
     """Read a log file's newest lines once, exactly as ``FileTail`` starts (same bounds, same
     handling of a cut first line, same errors), keeping a last line without its newline.
 
     Returns:
         The lines (oldest first), the older lines left out, the status (None when fine) and ok.
     """
-    reader = FileReader(Path(os.path.abspath(os.path.expanduser(os.fspath(path)))), backlog_lines,
-                         backlog_bytes, follow=False)
+    reader = FileReader(
+        Path(os.path.abspath(os.path.expanduser(os.fspath(path)))), backlog_lines, backlog_bytes, follow=False
+    )
     try:
         first = reader.poll()
         lines = first.lines + reader.flush()

@@ -47,9 +47,7 @@ STABLE_RUN_S = 10.0
 QUICK_EXIT_S = 3.0
 """A journalctl that fails within this many seconds is reported as an access problem."""
 
-JOURNAL_PERMISSION = (
-    "journal: permission denied — add your user to the systemd-journal group (or run with sudo)"
-)
+JOURNAL_PERMISSION = "journal: permission denied — add your user to the systemd-journal group (or run with sudo)"
 
 
 class _Buffer:
@@ -454,7 +452,10 @@ class DockerTail(_ProcessTail):
         text = " ".join(self._errors).lower()
         c = self.container
         if "permission denied" in text:
-            return "docker: permission denied on the Docker socket — add your user to the docker group (or run with sudo)", False
+            return (
+                "docker: permission denied on the Docker socket — add your user to the docker group (or run with sudo)",
+                False,
+            )
         if "no such container" in text:
             return f"docker: no such container: {c}", True
         if "cannot connect" in text or "daemon running" in text or "error during connect" in text:
@@ -474,11 +475,7 @@ class StdinTail(_StreamTail):
     """
 
     def __init__(
-        self,
-        stream: BinaryIO | int | None = None,
-        *,
-        backlog_lines: int = 2000,
-        backlog_bytes: int = 4 * 2**20,
+        self, stream: BinaryIO | int | None = None, *, backlog_lines: int = 2000, backlog_bytes: int = 4 * 2**20
     ) -> None:
         super().__init__(backlog_lines, backlog_bytes)
         self.description = "stdin"

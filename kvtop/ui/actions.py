@@ -84,8 +84,9 @@ def countdown_text(view: ModelView, now_s: float) -> str | None:
     return f"{int(left)}s"
 
 
-def live_views(views: Sequence[ModelView], now_s: float,
-               unloading: Iterable[tuple[str, str]] = ()) -> tuple[tuple[ModelView, ...], bool]:
+def live_views(
+    views: Sequence[ModelView], now_s: float, unloading: Iterable[tuple[str, str]] = ()
+) -> tuple[tuple[ModelView, ...], bool]:
     """The table's rows with UNTIL as of ``now_s``: ``unloading…`` for a model kvtop asked to
     unload (``(name, digest)`` in ``unloading``), ``42s`` in a keep-alive's last minute. The flag
     says whether some row counts down (the app repaints each second only then)."""
@@ -133,8 +134,7 @@ class OperatorActions:
 
     # -- the log ----------------------------------------------------------------------------
 
-    def log_action(self, what: str, error: str | None, *, cancelled: bool = False,
-                   outcome: str | None = None) -> None:
+    def log_action(self, what: str, error: str | None, *, cancelled: bool = False, outcome: str | None = None) -> None:
         """Log one write (or its cancellation) in the events pane; failures are notified too."""
         if cancelled:
             entry = OperatorEntry(time.time(), what, "cancelled: nothing sent")
@@ -181,13 +181,16 @@ class OperatorActions:
         for v in views:
             lines.append(f"{safe(v.name, 60)} {_vram_line(v)}.")
         each = " for each" if len(views) > 1 else ""
-        lines += ["", f"kvtop sends POST {safe(app.current_host, 80)}/api/generate "
-                      f'{{"model": <name>, "keep_alive": 0}}{each} (as `ollama stop` does).',
-                  "It loads again on its next request." if len(views) == 1 else
-                  "Each loads again on its next request."]
+        lines += [
+            "",
+            f"kvtop sends POST {safe(app.current_host, 80)}/api/generate "
+            f'{{"model": <name>, "keep_alive": 0}}{each} (as `ollama stop` does).',
+            "It loads again on its next request." if len(views) == 1 else "Each loads again on its next request.",
+        ]
         host = app.current_host
-        app.push_screen(ConfirmWrite("\n".join(lines), "Unload"),
-                        lambda yes: self._unload_confirmed(bool(yes), host, tuple(views)))
+        app.push_screen(
+            ConfirmWrite("\n".join(lines), "Unload"), lambda yes: self._unload_confirmed(bool(yes), host, tuple(views))
+        )
 
     def _unload_confirmed(self, yes: bool, host: str, views: tuple[ModelView, ...]) -> None:
         if not yes:
@@ -218,16 +221,24 @@ class OperatorActions:
         from kvtop.ui.screens.write_dialogs import keep_label
 
         label = keep_label(value)
-        effect = ("unloads it now (the row leaves /api/ps)" if value == 0 else
-                  "keeps it loaded until Ollama is restarted or it is unloaded" if value == -1 else
-                  f"keeps it loaded {label} from now (UNTIL shows it on the next poll)")
-        text = (f"Set the keep-alive of {safe(view.name, 80)} to {label}?\n\n"
-                f"kvtop sends POST {safe(host, 80)}/api/generate with an empty prompt and keep_alive "
-                f"{value if isinstance(value, int) else repr(value)} (as `ollama run --keepalive` does): it {effect}.")
+        effect = (
+            "unloads it now (the row leaves /api/ps)"
+            if value == 0
+            else "keeps it loaded until Ollama is restarted or it is unloaded"
+            if value == -1
+            else f"keeps it loaded {label} from now (UNTIL shows it on the next poll)"
+        )
+        text = (
+            f"Set the keep-alive of {safe(view.name, 80)} to {label}?\n\n"
+            f"kvtop sends POST {safe(host, 80)}/api/generate with an empty prompt and keep_alive "
+            f"{value if isinstance(value, int) else repr(value)} (as `ollama run --keepalive` does): it {effect}."
+        )
         if value == 0:
             text += f"\nIt {_vram_line(view)}; it loads again on its next request."
-        self.app.push_screen(ConfirmWrite(text, "Release" if value == 0 else "Keep"),
-                             lambda yes: self._keep_confirmed(bool(yes), host, view, value))
+        self.app.push_screen(
+            ConfirmWrite(text, "Release" if value == 0 else "Keep"),
+            lambda yes: self._keep_confirmed(bool(yes), host, view, value),
+        )
 
     def _keep_confirmed(self, yes: bool, host: str, view: ModelView, value: str | int) -> None:
         from kvtop.ui.screens.write_dialogs import keep_label
@@ -237,11 +248,13 @@ class OperatorActions:
             self.log_action(what, None, cancelled=True)
             return
         state = self.app.states.get(host)
-        if value != 0 and state is not None and all((m.name, m.digest) != (view.name, view.digest)
-                                                     for m in state.models):
+        if (
+            value != 0
+            and state is not None
+            and all((m.name, m.digest) != (view.name, view.digest) for m in state.models)
+        ):
             # an empty generate loads a model that is not loaded: it left while the dialog was open
-            self.log_action(what, f"not sent: /api/ps no longer lists {view.name} (a keep-alive would load"
-                                  " it again)")
+            self.log_action(what, f"not sent: /api/ps no longer lists {view.name} (a keep-alive would load it again)")
             return
         self._send_keep_alive(host, view, value)
 
@@ -286,8 +299,11 @@ class OperatorActions:
                 continue
             self.unloading[key] += 1
             if self.unloading[key] == UNLOAD_WATCH_POLLS:
-                self.log_action(f"unload {name}", f"still listed by /api/ps after {UNLOAD_WATCH_POLLS} polls"
-                                " (a request in flight keeps it; Ollama unloads it when that ends)")
+                self.log_action(
+                    f"unload {name}",
+                    f"still listed by /api/ps after {UNLOAD_WATCH_POLLS} polls"
+                    " (a request in flight keeps it; Ollama unloads it when that ends)",
+                )
 
     def unloading_keys(self, host: str) -> set[tuple[str, str]]:
         """``(name, digest)`` of the models of ``host`` kvtop asked to unload that are still listed."""
@@ -330,8 +346,12 @@ class OperatorActions:
             return
         procs = self.foreign_processes()
         if not procs or (only_pid is not None and all(p.pid != only_pid for p in procs)):
-            app.notify("no process outside Ollama on this machine's GPUs" if only_pid is None else
-                       f"PID {only_pid} is no longer on the GPU", markup=False)
+            app.notify(
+                "no process outside Ollama on this machine's GPUs"
+                if only_pid is None
+                else f"PID {only_pid} is no longer on the GPU",
+                markup=False,
+            )
             return
         from kvtop.ui.screens.write_dialogs import SignalScreen
 
@@ -350,11 +370,14 @@ class OperatorActions:
         if op is None or app.settings.readonly or app.replay is not None or demo_signal:
             note = ""
             if op is not None:
-                note = ("read-only (--readonly): kvtop sends nothing. The command to run yourself:"
-                        if app.settings.readonly else "a recording: nothing to act on. The fix:"
-                        if app.replay is not None else
-                        "the demo's GPU processes are simulated (their PIDs are not this machine's): kvtop"
-                        " signals nothing. The fix:")
+                note = (
+                    "read-only (--readonly): kvtop sends nothing. The command to run yourself:"
+                    if app.settings.readonly
+                    else "a recording: nothing to act on. The fix:"
+                    if app.replay is not None
+                    else "the demo's GPU processes are simulated (their PIDs are not this machine's): kvtop"
+                    " signals nothing. The fix:"
+                )
             from kvtop.ui.screens.write_dialogs import FixTextScreen
 
             app.push_screen(FixTextScreen(fix, alert, note))

@@ -96,11 +96,19 @@ class KvtopApp(App[int]):
     replay_status: var[str | None] = var(None, always_update=True)
     """``--replay``: set once the recording has been played to its end (its damage, if any)."""
 
-    def __init__(self, settings: Settings, source: OllamaSource | None, *, poll: bool = True,
-                 log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
-                 proc_source: ProcSourceLike | None = None,
-                 more_sources: Mapping[str, OllamaSource] | None = None,
-                 replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        source: OllamaSource | None,
+        *,
+        poll: bool = True,
+        log_source: LogSource | None = None,
+        gpu_source: GpuSourceLike | None = None,
+        proc_source: ProcSourceLike | None = None,
+        more_sources: Mapping[str, OllamaSource] | None = None,
+        replay: Recording | None = None,
+        slots_source: SlotsSourceLike | None = None,
+    ) -> None:
         install_textual_fixes()  # closed screens must not stay in Textual's caches (flat memory over weeks)
         super().__init__()
         self.operator = OperatorActions(self, repaint=self._repaint_dashboard)
@@ -111,9 +119,11 @@ class KvtopApp(App[int]):
         self.source = source
         servers: dict[str, OllamaSource] = {settings.host_url: source} if source is not None else {}
         servers.update(more_sources or {})
-        self.engine = Engine(settings, EngineSources(servers=servers, log=log_source, gpu=gpu_source,
-                                                     procs=proc_source, slots=slots_source),
-                             poll=poll and source is not None)
+        self.engine = Engine(
+            settings,
+            EngineSources(servers=servers, log=log_source, gpu=gpu_source, procs=proc_source, slots=slots_source),
+            poll=poll and source is not None,
+        )
         """Polls, stages and applies (``kvtop.engine``); the app subscribes to its apply steps."""
         self.engine.interval_s = clamp_interval(settings.interval_s)
         self.engine.scheduled = True  # a live dashboard applies on the engine's timer, polled or not
@@ -141,33 +151,50 @@ class KvtopApp(App[int]):
             self.set_reactive(KvtopApp.replay_header, self.replay.header_text())
 
     # the engine's view of the servers, read by the screens, the mixins and the tests
-    sources = property(lambda self: self.engine.sources.servers,
-                       doc="Host URL → its poller (the engine's; empty in a replay).")
-    hosts = property(lambda self: self.engine.hosts,
-                     doc="Every server watched, in the order given; ``state`` is the one on screen.")
-    local_host = property(lambda self: self.engine.local_host,
-                          doc="The server this machine's GPU sample and the server log belong to.")
-    machine_hosts = property(lambda self: self.engine.machine_hosts,
-                             doc="The other servers on this machine: their runners and environment are read here too.")
+    sources = property(
+        lambda self: self.engine.sources.servers, doc="Host URL → its poller (the engine's; empty in a replay)."
+    )
+    hosts = property(
+        lambda self: self.engine.hosts, doc="Every server watched, in the order given; ``state`` is the one on screen."
+    )
+    local_host = property(
+        lambda self: self.engine.local_host, doc="The server this machine's GPU sample and the server log belong to."
+    )
+    machine_hosts = property(
+        lambda self: self.engine.machine_hosts,
+        doc="The other servers on this machine: their runners and environment are read here too.",
+    )
     states = property(lambda self: self.engine.states, doc="Each server's state (the engine's).")
-    histories = property(lambda self: self.engine.histories,
-                         doc="Each server's capped history (plots on ``h``, the table's VRAM sparkline).")
+    histories = property(
+        lambda self: self.engine.histories,
+        doc="Each server's capped history (plots on ``h``, the table's VRAM sparkline).",
+    )
     apply_steps = property(lambda self: self.engine.apply_steps, doc="Apply steps the engine ran.")
-    alert_evaluations = property(lambda self: self.engine.alert_evaluations,
-                                 doc="Alert evaluations run by the apply steps (one per changed server and step).")
+    alert_evaluations = property(
+        lambda self: self.engine.alert_evaluations,
+        doc="Alert evaluations run by the apply steps (one per changed server and step).",
+    )
     _pending = property(lambda self: self.engine.pending, doc="Staged messages not applied yet, by server.")
-    log_source = property(lambda self: self.engine.sources.log,
-                          lambda self, v: setattr(self.engine.sources, "log", v),
-                          doc="The server log followed (the local server's), or None.")
-    gpu_source = property(lambda self: self.engine.sources.gpu,
-                          lambda self, v: setattr(self.engine.sources, "gpu", v),
-                          doc="This machine's GPU reader (the demo's simulated one), or None.")
-    proc_source = property(lambda self: self.engine.sources.procs,
-                           lambda self, v: setattr(self.engine.sources, "procs", v),
-                           doc="This machine's process reader, or None.")
-    slots_source = property(lambda self: self.engine.sources.slots,
-                            lambda self, v: setattr(self.engine.sources, "slots", v),
-                            doc="The local runners' ``/slots`` reader, or None.")
+    log_source = property(
+        lambda self: self.engine.sources.log,
+        lambda self, v: setattr(self.engine.sources, "log", v),
+        doc="The server log followed (the local server's), or None.",
+    )
+    gpu_source = property(
+        lambda self: self.engine.sources.gpu,
+        lambda self, v: setattr(self.engine.sources, "gpu", v),
+        doc="This machine's GPU reader (the demo's simulated one), or None.",
+    )
+    proc_source = property(
+        lambda self: self.engine.sources.procs,
+        lambda self, v: setattr(self.engine.sources, "procs", v),
+        doc="This machine's process reader, or None.",
+    )
+    slots_source = property(
+        lambda self: self.engine.sources.slots,
+        lambda self, v: setattr(self.engine.sources, "slots", v),
+        doc="The local runners' ``/slots`` reader, or None.",
+    )
 
     @property
     def recorder(self) -> Recorder | None:
@@ -183,8 +210,9 @@ class KvtopApp(App[int]):
         """Replay's initial state: the recorded servers, alert thresholds and log time zone."""
         header = recording.header
         hosts = header.sources.get("hosts")
-        hosts = tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) and hosts else (
-            header.host_url,)
+        hosts = (
+            tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) and hosts else (header.host_url,)
+        )
         self._threshold_warnings = self.engine.reset(hosts, header.alerts, header.naive_tz)
         self.current_host = self.hosts[0]
         self.set_reactive(KvtopApp.state, self.states[self.current_host])
@@ -272,8 +300,15 @@ class KvtopApp(App[int]):
     @on(LogEventsReceived)
     def on_log_events_received(self, message: LogEventsReceived) -> None:
         """A replayed log batch (parsed by the replay worker's ``LogFeed``): staged for the log's server."""
-        self.engine.stage_log(message.events, source=message.source, status=message.status, ok=message.ok,
-                              lines=message.lines, dropped_lines=message.dropped_lines, raw_lines=message.raw_lines)
+        self.engine.stage_log(
+            message.events,
+            source=message.source,
+            status=message.status,
+            ok=message.ok,
+            lines=message.lines,
+            dropped_lines=message.dropped_lines,
+            raw_lines=message.raw_lines,
+        )
 
     @on(SlotsSampled)
     def on_slots_sampled(self, message: SlotsSampled) -> None:
@@ -326,8 +361,12 @@ class KvtopApp(App[int]):
     def _recording_failed(self, recorder: Recorder, exc: Exception) -> None:
         """``--record``: a write failed (disk full, removed disk): the engine stopped recording."""
         self.recording = False
-        self.notify(safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
-                    severity="error", timeout=30, markup=False)
+        self.notify(
+            safe(f"recording stopped: {recorder.path}: {exc} — kvtop keeps running without recording", 300),
+            severity="error",
+            timeout=30,
+            markup=False,
+        )
 
     def show_server(self, index: int) -> None:
         """Put the ``index``-th server (0-based, in ``--host`` order) on screen."""
@@ -429,8 +468,10 @@ class KvtopApp(App[int]):
         """Whether ``action`` exists now (``commands.refusal``: no writes with ``--readonly``, no
         signal in the demo, sorting and filtering on the dashboard only, plain keys typed into the
         filter box …); a refused key's binding leaves the footer."""
-        return refusal(self, action, over_dashboard=front_is_dashboard(self),
-                       typing=isinstance(self.focused, Input)) is None
+        return (
+            refusal(self, action, over_dashboard=front_is_dashboard(self), typing=isinstance(self.focused, Input))
+            is None
+        )
 
     # -- the keys ----------------------------------------------------------------------------------
 
@@ -442,10 +483,17 @@ class KvtopApp(App[int]):
             return
         from kvtop.ui.screens.plan import PlanScreen
 
-        self.push_screen(PlanScreen(view.name, view.digest, gpu_free_bytes=self.gpu_free_bytes(),
-                                    readonly=self.settings.readonly, host_url=self.current_host,
-                                    writer=self.sources.get(self.current_host),
-                                    access=self.settings.access_for(self.current_host)))
+        self.push_screen(
+            PlanScreen(
+                view.name,
+                view.digest,
+                gpu_free_bytes=self.gpu_free_bytes(),
+                readonly=self.settings.readonly,
+                host_url=self.current_host,
+                writer=self.sources.get(self.current_host),
+                access=self.settings.access_for(self.current_host),
+            )
+        )
 
     def gpu_free_bytes(self) -> int | None:
         """Free GPU memory for the planner; None until a GPU source reports it."""
@@ -558,11 +606,18 @@ class KvtopApp(App[int]):
             self.push_screen(ModelDetailScreen(view.name, view.digest))
 
 
-def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bool = True,
-             log_source: LogSource | None = None, gpu_source: GpuSourceLike | None = None,
-             proc_source: ProcSourceLike | None = None,
-             more_sources: Mapping[str, OllamaSource] | None = None,
-             replay: Recording | None = None, slots_source: SlotsSourceLike | None = None) -> KvtopApp:
+def make_app(
+    settings: Settings,
+    source: OllamaSource | None = None,
+    *,
+    poll: bool = True,
+    log_source: LogSource | None = None,
+    gpu_source: GpuSourceLike | None = None,
+    proc_source: ProcSourceLike | None = None,
+    more_sources: Mapping[str, OllamaSource] | None = None,
+    replay: Recording | None = None,
+    slots_source: SlotsSourceLike | None = None,
+) -> KvtopApp:
     """Build the app for the CLI and the tests alike (one factory).
 
     ``replay`` (``kvtop --replay``): play that recording instead of polling; no source is made.
@@ -577,17 +632,35 @@ def make_app(settings: Settings, source: OllamaSource | None = None, *, poll: bo
         return KvtopApp(settings, None, poll=False, replay=replay)
     # the one factory of sources (kvtop.engine.build_sources): a client per server with its access
     # options, the log, and this machine's GPU, processes and /slots on a real run (no source given)
-    servers = None if source is None and more_sources is None else {
-        **({settings.host_url: source} if source is not None else {}), **(more_sources or {})}
-    built = build_sources(settings, servers=servers, log=log_source, gpu=gpu_source, procs=proc_source,
-                          slots=slots_source, machine=source is None)
+    servers = (
+        None
+        if source is None and more_sources is None
+        else {**({settings.host_url: source} if source is not None else {}), **(more_sources or {})}
+    )
+    built = build_sources(
+        settings,
+        servers=servers,
+        log=log_source,
+        gpu=gpu_source,
+        procs=proc_source,
+        slots=slots_source,
+        machine=source is None,
+    )
     if source is None and settings.host_url not in built.servers:
         from kvtop.engine import ollama_client
 
         built.servers = {settings.host_url: ollama_client(settings, settings.host_url), **built.servers}
     first = built.servers.get(settings.host_url)
     more = {h: src for h, src in built.servers.items() if h != settings.host_url}
-    app = KvtopApp(settings, first, poll=poll, log_source=built.log, gpu_source=built.gpu,
-                   proc_source=built.procs, more_sources=more, slots_source=built.slots)
+    app = KvtopApp(
+        settings,
+        first,
+        poll=poll,
+        log_source=built.log,
+        gpu_source=built.gpu,
+        proc_source=built.procs,
+        more_sources=more,
+        slots_source=built.slots,
+    )
     app.engine.sources.conns = built.conns  # the queue (this machine's sockets): the header, i and Enter show it
     return app

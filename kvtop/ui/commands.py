@@ -30,8 +30,7 @@ from textual.widgets import Input
 from kvtop.ui.actions import WRITE_ACTIONS
 from kvtop.ui.keys import BINDINGS, LIVE_ACTIONS, MAIN_SCREEN_ACTIONS, REPLAY_ACTIONS, TYPING_HIDES
 
-__all__ = ["PALETTE", "UNBOUND_KEYS", "PaletteEntry", "dead_key_reason", "key_text", "palette_commands",
-           "refusal"]
+__all__ = ["PALETTE", "UNBOUND_KEYS", "PaletteEntry", "dead_key_reason", "key_text", "palette_commands", "refusal"]
 
 SWITCHER_ACTIONS = frozenset({"next_server", "prev_server", "server"})
 """The server switcher's keys (``]``, ``[``, ``1``–``9``): they need two servers or more."""
@@ -49,8 +48,10 @@ def refusal(app: Any, action: str, *, over_dashboard: bool, typing: bool) -> str
     if action in WRITE_ACTIONS and settings.readonly:
         return "read-only (--readonly): kvtop sends no unload, keep-alive, load or signal"
     if action == "signal_process" and settings.demo:
-        return ("the demo's GPU processes are simulated: k signals only real processes of this machine"
-                " (kvtop without --demo)")
+        return (
+            "the demo's GPU processes are simulated: k signals only real processes of this machine"
+            " (kvtop without --demo)"
+        )
     if action in REPLAY_ACTIONS and app.replay is None:
         return "a --replay key (it plays a recording); live, p pauses the polling"
     if action in LIVE_ACTIONS and app.replay is not None:
@@ -74,18 +75,32 @@ def front_is_dashboard(app: Any, screen: Screen[Any] | None = None) -> bool:
 
 # -- keys -----------------------------------------------------------------------------------------
 
-_KEY_NAMES = {"question_mark": "?", "plus": "+", "equals_sign": "=", "minus": "-", "slash": "/",
-              "full_stop": ".", "greater_than_sign": ">", "less_than_sign": "<", "right_square_bracket": "]",
-              "left_square_bracket": "[", "space": "space", "escape": "Esc", "enter": "Enter",
-              "right": "→", "left": "←", "up": "↑", "down": "↓"}
+_KEY_NAMES = {
+    "question_mark": "?",
+    "plus": "+",
+    "equals_sign": "=",
+    "minus": "-",
+    "slash": "/",
+    "full_stop": ".",
+    "greater_than_sign": ">",
+    "less_than_sign": "<",
+    "right_square_bracket": "]",
+    "left_square_bracket": "[",
+    "space": "space",
+    "escape": "Esc",
+    "enter": "Enter",
+    "right": "→",
+    "left": "←",
+    "up": "↑",
+    "down": "↓",
+}
 
 
 def _pretty(key: str) -> str:
     """``f10`` -> ``F10``, ``ctrl+right`` -> ``Ctrl+→``, ``question_mark`` -> ``?``."""
     parts = key.split("+")
     name = parts[-1]
-    shown = _KEY_NAMES.get(name) or (name.upper() if len(name) > 1 and name[0] == "f" and name[1:].isdigit()
-                                      else name)
+    shown = _KEY_NAMES.get(name) or (name.upper() if len(name) > 1 and name[0] == "f" and name[1:].isdigit() else name)
     mods = [m.capitalize() for m in parts[:-1]]
     if mods and len(shown) == 1:
         shown = shown.upper()  # ctrl+c -> Ctrl+C, as the help writes it
@@ -191,8 +206,9 @@ PALETTE: tuple[PaletteEntry, ...] = (
     PaletteEntry("what_if", "What-if planner", "the selected model's memory at another num_ctx, KV type"),
     PaletteEntry("unload", "Unload model", "unload the selected model (asks first)"),
     PaletteEntry("keep_alive", "Keep-alive", "set the selected model's keep-alive (asks first)"),
-    PaletteEntry("signal_process", "Signal GPU process",
-                 "SIGTERM / SIGKILL a process outside Ollama on the GPU (asks first)"),
+    PaletteEntry(
+        "signal_process", "Signal GPU process", "SIGTERM / SIGKILL a process outside Ollama on the GPU (asks first)"
+    ),
     PaletteEntry("next_server", "Next server", "put the next watched server on screen"),
     PaletteEntry("prev_server", "Previous server", "put the previous watched server on screen"),
     PaletteEntry("replay_pause", "Replay: play / pause", "pause or resume the recording"),

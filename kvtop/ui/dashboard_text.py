@@ -29,8 +29,10 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
         return text
     top = state.alerts[0]
     style = {"critical": "kv-crit", "warning": "kv-warn"}.get(top.severity, "kv-muted")
-    text.append(f"{'✖' if top.severity == 'critical' else '▲' if top.severity == 'warning' else 'ℹ'} ",
-                style=f"bold {colors.get(style, '')}")
+    text.append(
+        f"{'✖' if top.severity == 'critical' else '▲' if top.severity == 'warning' else 'ℹ'} ",
+        style=f"bold {colors.get(style, '')}",
+    )
     text.append(f"{top.kind.replace('_', ' ')}", style=f"bold {colors.get(style, '')}")
     if top.model:
         text.append(f" {safe(top.model, 40)}", style="bold")
@@ -44,7 +46,9 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
     if fix is not None or more:
         second = Text()
         if more:
-            second.append(f"+{more} more{' · ' if fix is not None else ' (l: all alerts)'}", style=colors.get("kv-muted", ""))
+            second.append(
+                f"+{more} more{' · ' if fix is not None else ' (l: all alerts)'}", style=colors.get("kv-muted", "")
+            )
         if fix is not None:
             second.append(f"fix: {safe(fix.action, 60)} — {safe(fix.detail, 100)}", style=colors.get("kv-ok", ""))
         second.truncate(max(10, width), overflow="ellipsis")
@@ -69,8 +73,12 @@ class ServerOverview:
 def overview_key(state: AppState) -> tuple[object, ...]:
     """What the switcher's row of ``state`` is made of: the row is built again only when it changes."""
     snap = state.ollama
-    return (None if snap is None else (snap.reachable, snap.error_kind), len(state.models),
-            sum(1 for m in state.models if m.spilled), tuple((a.kind, a.severity) for a in state.alerts))
+    return (
+        None if snap is None else (snap.reachable, snap.error_kind),
+        len(state.models),
+        sum(1 for m in state.models if m.spilled),
+        tuple((a.kind, a.severity) for a in state.alerts),
+    )
 
 
 def server_overview(state: AppState, selected: bool) -> ServerOverview:
@@ -83,7 +91,10 @@ def server_overview(state: AppState, selected: bool) -> ServerOverview:
     else:
         status = "error" if snap.error_kind in ("http", "invalid_json", "invalid_shape", "other") else "down"
     return ServerOverview(
-        host=state.host_url, selected=selected, status=status, models=len(state.models),
+        host=state.host_url,
+        selected=selected,
+        status=status,
+        models=len(state.models),
         spilled=sum(1 for m in state.models if m.spilled),
         critical=sum(1 for a in state.alerts if a.severity == "critical"),
         warnings=sum(1 for a in state.alerts if a.severity == "warning"),
@@ -118,7 +129,9 @@ def servers_bar(rows: Sequence[ServerOverview], colors: Mapping[str, str], width
             if row.status == "up":
                 entry.append(f" {row.models} model{'s' if row.models != 1 else ''}" if verbose else f"{row.models}m")
                 if row.spilled:
-                    entry.append(f" {row.spilled} spilled" if verbose else f" ⇣{row.spilled}", style=colors.get("kv-crit", ""))
+                    entry.append(
+                        f" {row.spilled} spilled" if verbose else f" ⇣{row.spilled}", style=colors.get("kv-crit", "")
+                    )
             elif row.status != "connecting":
                 entry.append(f" {row.status}", style=colors.get("kv-crit", ""))
             if row.critical:
@@ -147,8 +160,10 @@ def log_line(log: LogState, spec: str) -> Text:
     if log.status:
         text.append(f" — {safe(log.status, 160)}")
     else:
-        text.append(f" · {log.lines:,} line{'s' if log.lines != 1 else ''} · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''}"
-                    " · l: events")
+        text.append(
+            f" · {log.lines:,} line{'s' if log.lines != 1 else ''} · {len(log.loads)} load{'s' if len(log.loads) != 1 else ''}"
+            " · l: events"
+        )
     if log.dropped_lines:  # history skipped at start, and noise shed under overload
         text.append(f" · {log.dropped_lines:,} dropped")
     return text

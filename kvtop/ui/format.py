@@ -33,8 +33,24 @@ from kvtop.model.views import ModelView
 from kvtop.textsafe import safe  # re-exported: the one sanitizer, also used outside the UI
 from kvtop.redact import scrub_text
 
-__all__ = ["NOT_KNOWN", "context_text", "ctx_number", "exact_bytes", "ibytes", "known_text", "legend", "mark",
-           "marked", "memory_bar", "memory_figures", "safe", "safe_name", "setting_text", "short_until", "size_text"]
+__all__ = [
+    "NOT_KNOWN",
+    "context_text",
+    "ctx_number",
+    "exact_bytes",
+    "ibytes",
+    "known_text",
+    "legend",
+    "mark",
+    "marked",
+    "memory_bar",
+    "memory_figures",
+    "safe",
+    "safe_name",
+    "setting_text",
+    "short_until",
+    "size_text",
+]
 
 
 def safe_name(name: str, limit: int) -> str:
@@ -161,11 +177,7 @@ def memory_bar(view: ModelView, width: int, colors: Mapping[str, str]) -> Text:
 def memory_figures(view: ModelView) -> str:
     """``W 1.7G KV ~448M C ~90M`` with source marks (``?`` when not known)."""
     m = view.memory
-    return (
-        f"W {size_text(m.weights, short=True)} "
-        f"KV {size_text(m.kv, short=True)} "
-        f"C {size_text(m.compute, short=True)}"
-    )
+    return f"W {size_text(m.weights, short=True)} KV {size_text(m.kv, short=True)} C {size_text(m.compute, short=True)}"
 
 
 def short_until(view: ModelView) -> str:
@@ -174,8 +186,18 @@ def short_until(view: ModelView) -> str:
     text = view.until
     if text == "Stopping...":
         return "Stopping"
-    for long, short in ((" from now", ""), (" minutes", " min"), (" seconds", " s"), (" hours", " h"),
-                        (" days", " d"), (" weeks", " wk"), (" months", " mo"), (" years", " y"),
-                        ("About a minute", "1 min"), ("About an hour", "1 h"), ("Less than a second", "<1 s")):
+    for long, short in (
+        (" from now", ""),
+        (" minutes", " min"),
+        (" seconds", " s"),
+        (" hours", " h"),
+        (" days", " d"),
+        (" weeks", " wk"),
+        (" months", " mo"),
+        (" years", " y"),
+        ("About a minute", "1 min"),
+        ("About an hour", "1 h"),
+        ("Less than a second", "<1 s"),
+    ):
         text = text.replace(long, short)
     return text

@@ -36,8 +36,15 @@ class OperatorLog(Protocol):
 
 
 class _Notifies(Protocol):
-    def notify(self, message: str, *, title: str = ..., severity: SeverityLevel = ...,
-               timeout: float | None = ..., markup: bool = ...) -> None: ...
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = ...,
+        severity: SeverityLevel = ...,
+        timeout: float | None = ...,
+        markup: bool = ...,
+    ) -> None: ...
 
 
 class PanelHost(_Notifies, Protocol):
@@ -133,8 +140,17 @@ class OperatorHost(_Notifies, Protocol):
 
     def push_screen(self, screen: Screen[Any], callback: Callable[[Any], Any] | None = ...) -> Any: ...
 
-    def run_worker(self, work: Any, name: str | None = ..., group: str = ..., description: str = ...,
-                   exit_on_error: bool = ..., start: bool = ..., exclusive: bool = ..., thread: bool = ...) -> Any: ...
+    def run_worker(
+        self,
+        work: Any,
+        name: str | None = ...,
+        group: str = ...,
+        description: str = ...,
+        exit_on_error: bool = ...,
+        start: bool = ...,
+        exclusive: bool = ...,
+        thread: bool = ...,
+    ) -> Any: ...
 
 
 class ServerViewHost(Protocol):
@@ -151,5 +167,14 @@ class ServerViewHost(Protocol):
 
     def push_screen(self, screen: Screen[Any]) -> Any: ...
 
-    def run_worker(self, work: Any, name: str | None = ..., group: str = ..., description: str = ...,
-                   exit_on_error: bool = ..., start: bool = ..., exclusive: bool = ..., thread: bool = ...) -> Any: ...
+    def run_worker(
+        self,
+        work: Any,
+        name: str | None = ...,
+        group: str = ...,
+        description: str = ...,
+        exit_on_error: bool = ...,
+        start: bool = ...,
+        exclusive: bool = ...,
+        thread: bool = ...,
+    ) -> Any: ...

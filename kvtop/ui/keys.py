@@ -55,20 +55,57 @@ BINDINGS: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
     Binding("left_square_bracket", "prev_server", "Prev server", key_display="[", show=False),
     *(Binding(str(n), f"server({n})", f"Server {n}", show=False) for n in range(1, 10)),
 ]
-MAIN_SCREEN_ACTIONS = frozenset({"cycle_sort", "filter", "clear_filter", "help", "toggle_events", "toggle_raw",
-                                 "server_view",
-                                 "what_if", "toggle_gpu", "next_server", "prev_server", "server",
-                                 "history", "toggle_map", "toggle_alerts", "toggle_history_panel",
-                                 *WRITE_ACTIONS})
+MAIN_SCREEN_ACTIONS = frozenset(
+    {
+        "cycle_sort",
+        "filter",
+        "clear_filter",
+        "help",
+        "toggle_events",
+        "toggle_raw",
+        "server_view",
+        "what_if",
+        "toggle_gpu",
+        "next_server",
+        "prev_server",
+        "server",
+        "history",
+        "toggle_map",
+        "toggle_alerts",
+        "toggle_history_panel",
+        *WRITE_ACTIONS,
+    }
+)
 """Actions that only make sense on the dashboard itself (not over the detail view)."""
-TYPING_HIDES = frozenset({"quit", "help", "toggle_pause", "slower", "faster", "cycle_sort", "reverse_sort",
-                          "server_view",
-                          "filter", "toggle_events", "toggle_raw", "cycle_theme", "what_if", "toggle_gpu",
-                          "next_server", "prev_server", "server", "history", "toggle_map", "toggle_alerts",
-                          "toggle_history_panel", "cursor_down", *WRITE_ACTIONS})
+TYPING_HIDES = frozenset(
+    {
+        "quit",
+        "help",
+        "toggle_pause",
+        "slower",
+        "faster",
+        "cycle_sort",
+        "reverse_sort",
+        "server_view",
+        "filter",
+        "toggle_events",
+        "toggle_raw",
+        "cycle_theme",
+        "what_if",
+        "toggle_gpu",
+        "next_server",
+        "prev_server",
+        "server",
+        "history",
+        "toggle_map",
+        "toggle_alerts",
+        "toggle_history_panel",
+        "cursor_down",
+        *WRITE_ACTIONS,
+    }
+)
 """Actions whose keys are plain characters, hidden from the footer while the filter box has focus."""
 REPLAY_ACTIONS = frozenset({"replay_pause", "replay_step", "replay_speed", "replay_jump"})
 """Actions of ``--replay`` only."""
 LIVE_ACTIONS = frozenset({"slower", "faster", "what_if", *WRITE_ACTIONS})
 """Actions that need a live server (hidden in ``--replay``)."""
-

@@ -66,8 +66,15 @@ def panels_shown(width: int, height: int, choices: Mapping[str, str], spare_rows
         w, h = PANEL_MIN_SIZE[name]
         out[name] = choice == "on" or (choice == "auto" and width >= w and height >= h)
     w, h = PANEL_MIN_SIZE["map"]
-    if (choices.get("events", "auto") == "auto" and not out["events"] and not out["history"] and width >= w
-            and height >= h and spare_rows is not None and spare_rows >= EVENTS_FILL_ROWS):
+    if (
+        choices.get("events", "auto") == "auto"
+        and not out["events"]
+        and not out["history"]
+        and width >= w
+        and height >= h
+        and spare_rows is not None
+        and spare_rows >= EVENTS_FILL_ROWS
+    ):
         out["events"] = True
     return out
 
@@ -119,8 +126,9 @@ class PanelLayout:
         table = main.query_one(ModelsTable)
         if not table.size.height:
             return None
-        shared = sum(w.outer_size.height for w in (table, main.query_one("#panel-row"), main.query_one(EventsPane))
-                     if w.display)
+        shared = sum(
+            w.outer_size.height for w in (table, main.query_one("#panel-row"), main.query_one(EventsPane)) if w.display
+        )
         mmap = main.query_one(MemoryMapPanel)
         if mmap.has_class("-shown"):  # its lines now, if it was laid out at another height (or hidden)
             shared += mmap.outer_size.height if mmap.display else 0
@@ -135,9 +143,15 @@ class PanelLayout:
         if spare is None or spare != self._spare_rows:
             return False
         main = self.screen
-        return all(w.has_class(cls) == shown[name] for name, w, cls in (
-            ("map", main.query_one(MemoryMapPanel), "-shown"), ("alerts", main.query_one(AlertsPanel), "-shown"),
-            ("history", main.query_one(HistoryPanel), "-shown"), ("events", main.query_one(EventsPane), "-visible")))
+        return all(
+            w.has_class(cls) == shown[name]
+            for name, w, cls in (
+                ("map", main.query_one(MemoryMapPanel), "-shown"),
+                ("alerts", main.query_one(AlertsPanel), "-shown"),
+                ("history", main.query_one(HistoryPanel), "-shown"),
+                ("events", main.query_one(EventsPane), "-visible"),
+            )
+        )
 
     def apply_panel_layout(self) -> dict[str, bool]:
         """Set the classes that show or hide the panels; returns :meth:`shown_panels`."""
@@ -179,18 +193,28 @@ class PanelLayout:
         # a new sample equal to the last but for its time draws the same map (issue 23: at 1,000
         # models the map was joined again every second for the same bytes)
         loading = loading_runners(state.procs, state.models, state.log, state.blob_names) if local else None
-        inputs = (_untimed(state.gpu) if local else None, _untimed(state.procs) if local else None, state.models,
-                  local, loading)
-        if self._map_cache is not None and self._map_inputs is not None and all(
-                a is b or a == b for a, b in zip(inputs, self._map_inputs)):
+        inputs = (
+            _untimed(state.gpu) if local else None,
+            _untimed(state.procs) if local else None,
+            state.models,
+            local,
+            loading,
+        )
+        if (
+            self._map_cache is not None
+            and self._map_inputs is not None
+            and all(a is b or a == b for a, b in zip(inputs, self._map_inputs))
+        ):
             return self._map_cache
         self.map_computations += 1
         if local:
             views = gpu_panel.views if gpu_panel is not None and gpu_panel.ok else None
             mm = memory_map(state.gpu, state.procs, state.models, views=views, loading=loading)
         else:
-            mm = dataclasses.replace(memory_map(None, None, state.models),
-                         status="GPU telemetry: none for this server (its GPUs are on another machine)")
+            mm = dataclasses.replace(
+                memory_map(None, None, state.models),
+                status="GPU telemetry: none for this server (its GPUs are on another machine)",
+            )
         self._map_inputs, self._map_cache = inputs, mm
         return mm
 

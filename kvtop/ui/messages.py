@@ -14,8 +14,17 @@ from kvtop.model.snapshots import OllamaSnapshot
 class LogEventsReceived(Message):
     """One batch of log lines, parsed (a recorded batch, parsed by the replay worker's ``LogFeed``)."""
 
-    def __init__(self, events: tuple[LogEvent, ...], *, source: str | None, status: str | None, ok: bool,
-                 lines: int, dropped_lines: int, raw_lines: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        events: tuple[LogEvent, ...],
+        *,
+        source: str | None,
+        status: str | None,
+        ok: bool,
+        lines: int,
+        dropped_lines: int,
+        raw_lines: tuple[str, ...] = (),
+    ) -> None:
         super().__init__()
         self.events = events
         self.source = source

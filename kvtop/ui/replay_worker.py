@@ -79,8 +79,10 @@ class ReplayControl:
             return self.player.damage
         if self.player.at_end and self.player.unfinished:
             n = self.player.position
-            return (f"recording ends after {n} record{'s' if n != 1 else ''} without its gzip end:"
-                    " kvtop was still recording, was killed, or the file was cut")
+            return (
+                f"recording ends after {n} record{'s' if n != 1 else ''} without its gzip end:"
+                " kvtop was still recording, was killed, or the file was cut"
+            )
         return None
 
     def request(self, *, jump: float | str | None = None, step: bool = False) -> None:
@@ -115,10 +117,17 @@ async def play(app: MessagePump, control: ReplayControl) -> None:
             events, error = feed.parse(log.raw_lines)  # a parser error: said, the parser started again
             if error is not None:
                 app.post_message(ReplayNotice(error))
-            app.post_message(LogEventsReceived(
-                tuple(events), source=log.source, status=log.status, ok=log.ok, lines=log.lines,
-                dropped_lines=log.dropped_lines, raw_lines=log.raw_lines,
-            ))
+            app.post_message(
+                LogEventsReceived(
+                    tuple(events),
+                    source=log.source,
+                    status=log.status,
+                    ok=log.ok,
+                    lines=log.lines,
+                    dropped_lines=log.dropped_lines,
+                    raw_lines=log.raw_lines,
+                )
+            )
 
     while True:
         control.wake.clear()

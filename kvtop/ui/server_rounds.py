@@ -54,8 +54,9 @@ class ServerView:
 
     def poll(self) -> None:
         """Start the poller in the app's worker group ``poll-server-view`` (one at a time)."""
-        self.app.run_worker(self.poll_rounds(), name="poll_server_view", group="poll-server-view",
-                            exclusive=True, exit_on_error=False)
+        self.app.run_worker(
+            self.poll_rounds(), name="poll_server_view", group="poll-server-view", exclusive=True, exit_on_error=False
+        )
 
     async def poll_rounds(self) -> None:
         """While the view is open: one round of the engine's server-view reads per interval (health:

@@ -10,8 +10,13 @@ from kvtop.sources.gpu_nvml import STATUS_NO_LIBRARY
 
 GiB = 1024**3
 
-FIXED_SYSTEM = SystemMemory(ram_total_bytes=64 * GiB, ram_available_bytes=48 * GiB, ram_used_bytes=16 * GiB,
-                            swap_total_bytes=8 * GiB, swap_used_bytes=0)
+FIXED_SYSTEM = SystemMemory(
+    ram_total_bytes=64 * GiB,
+    ram_available_bytes=48 * GiB,
+    ram_used_bytes=16 * GiB,
+    swap_total_bytes=8 * GiB,
+    swap_used_bytes=0,
+)
 
 
 def no_gpu_snapshot(taken_at: float = 0.0) -> GpuSnapshot:

@@ -24,16 +24,42 @@ import pytest
 
 NVML_SUCCESS = 0
 ERROR_CODES = {
-    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4, "ALREADY_INITIALIZED": 5,
-    "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "INSUFFICIENT_POWER": 8, "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10,
-    "IRQ_ISSUE": 11, "LIBRARY_NOT_FOUND": 12, "FUNCTION_NOT_FOUND": 13, "CORRUPTED_INFOROM": 14,
-    "GPU_IS_LOST": 15, "RESET_REQUIRED": 16, "OPERATING_SYSTEM": 17, "LIB_RM_VERSION_MISMATCH": 18,
-    "IN_USE": 19, "MEMORY": 20, "NO_DATA": 21, "UNKNOWN": 999,
+    "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5,
+    "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7,
+    "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "IRQ_ISSUE": 11,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "CORRUPTED_INFOROM": 14,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17,
+    "LIB_RM_VERSION_MISMATCH": 18,
+    "IN_USE": 19,
+    "MEMORY": 20,
+    "NO_DATA": 21,
+    "UNKNOWN": 999,
 }
 ERROR_TEXT = {
-    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions", 6: "Not Found",
-    9: "Driver Not Loaded", 12: "NVML Shared Library Not Found", 13: "Function Not Found", 15: "GPU is lost",
-    16: "GPU requires restart", 18: "RM has detected an NVML/RM version mismatch.", 999: "Unknown Error",
+    1: "Uninitialized",
+    2: "Invalid Argument",
+    3: "Not Supported",
+    4: "Insufficient Permissions",
+    6: "Not Found",
+    9: "Driver Not Loaded",
+    12: "NVML Shared Library Not Found",
+    13: "Function Not Found",
+    15: "GPU is lost",
+    16: "GPU requires restart",
+    18: "RM has detected an NVML/RM version mismatch.",
+    999: "Unknown Error",
 }
 
 GiB = 1024**3
@@ -45,8 +71,13 @@ class c_nvmlMemory_t(ctypes.Structure):
 
 
 class c_nvmlMemory_v2_t(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
-                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("total", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
 
 
 class c_nvmlUtilization_t(ctypes.Structure):
@@ -54,9 +85,15 @@ class c_nvmlUtilization_t(ctypes.Structure):
 
 
 class c_nvmlPciInfo_t(ctypes.Structure):
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
-                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
 
 
 class nvmlFriendlyObject:
@@ -102,20 +139,37 @@ class _Handle:
 def two_gpus() -> list[FakeGpu]:
     """A shared server: GPU 0 with two Ollama runners and a foreign trainer, GPU 1 with one runner."""
     return [
-        FakeGpu(name="NVIDIA RTX A6000", uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", bus_id="00000000:01:00.0",
-                used=20 * GiB, compute=[(4101, 5 * GiB), (4102, 9 * GiB), (7777, 4 * GiB)]),
-        FakeGpu(name="NVIDIA GeForce RTX 4090", uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
-                bus_id="00000000:02:00.0", total=24 * GiB, reserved=300 * MiB, used=7 * GiB, util_gpu=3, util_memory=1,
-                temperature_c=78, power_mw=90_000, power_limit_mw=450_000, compute=[(4102, 6 * GiB)],
-                graphics=[(1234, 300 * MiB)]),
+        FakeGpu(
+            name="NVIDIA RTX A6000",
+            uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",
+            bus_id="00000000:01:00.0",
+            used=20 * GiB,
+            compute=[(4101, 5 * GiB), (4102, 9 * GiB), (7777, 4 * GiB)],
+        ),
+        FakeGpu(
+            name="NVIDIA GeForce RTX 4090",
+            uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
+            bus_id="00000000:02:00.0",
+            total=24 * GiB,
+            reserved=300 * MiB,
+            used=7 * GiB,
+            util_gpu=3,
+            util_memory=1,
+            temperature_c=78,
+            power_mw=90_000,
+            power_limit_mw=450_000,
+            compute=[(4102, 6 * GiB)],
+            graphics=[(1234, 300 * MiB)],
+        ),
     ]
 
 
 class FakeNvml:
     """State and module of a fake NVML. ``module`` is what ``import pynvml`` gives."""
 
-    def __init__(self, gpus: list[FakeGpu] | None = None, *, driver: str = "550.54.15",
-                 init_error: int | None = None) -> None:
+    def __init__(
+        self, gpus: list[FakeGpu] | None = None, *, driver: str = "550.54.15", init_error: int | None = None
+    ) -> None:
         self.gpus: list[FakeGpu] = gpus if gpus is not None else two_gpus()
         self.driver = driver
         self.init_error = init_error
@@ -180,6 +234,7 @@ class FakeNvml:
             def gen_new(val: int) -> Callable[..., Any]:
                 def new(typ: type, *args: Any) -> Any:
                     return NVMLError.__new__(typ, val)
+
                 return new
 
             cls = type(class_name, (NVMLError,), {"__new__": gen_new(code)})
@@ -258,8 +313,9 @@ class FakeNvml:
                 return c_nvmlMemory_t(total=gpu.total, free=gpu.free, used=gpu.used + gpu.reserved)
             if gpu.no_memory_v2:
                 fail(ERROR_CODES["FUNCTION_NOT_FOUND"])
-            return c_nvmlMemory_v2_t(version=version, total=gpu.total, reserved=gpu.reserved, free=gpu.free,
-                                     used=gpu.used)
+            return c_nvmlMemory_v2_t(
+                version=version, total=gpu.total, reserved=gpu.reserved, free=gpu.free, used=gpu.used
+            )
 
         def nvmlDeviceGetUtilizationRates(handle: _Handle) -> c_nvmlUtilization_t:
             gpu = dev(handle, "nvmlDeviceGetUtilizationRates")
@@ -278,8 +334,12 @@ class FakeNvml:
             return dev(handle, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
 
         def procs(entries: list[tuple[int, int | None]]) -> list[nvmlFriendlyObject]:
-            return [nvmlFriendlyObject({"pid": pid, "usedGpuMemory": mem, "gpuInstanceId": 0xFFFFFFFF,
-                                        "computeInstanceId": 0xFFFFFFFF}) for pid, mem in entries]
+            return [
+                nvmlFriendlyObject(
+                    {"pid": pid, "usedGpuMemory": mem, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF}
+                )
+                for pid, mem in entries
+            ]
 
         def running(kind: str, versioned: bool) -> Callable[[_Handle], list[nvmlFriendlyObject]]:
             func = f"nvmlDeviceGet{kind}RunningProcesses"
@@ -289,12 +349,24 @@ class FakeNvml:
                 if not versioned and gpu.no_processes_v3:
                     raise NVMLLibraryMismatchError(f"Unversioned function called ... use {func}_v2")
                 return procs(gpu.compute if kind == "Compute" else gpu.graphics)
+
             return get
 
-        for fn in (nvmlInit, nvmlShutdown, nvmlSystemGetDriverVersion, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex,
-                   nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetPciInfo, nvmlDeviceGetMemoryInfo,
-                   nvmlDeviceGetUtilizationRates, nvmlDeviceGetTemperature, nvmlDeviceGetPowerUsage,
-                   nvmlDeviceGetEnforcedPowerLimit):
+        for fn in (
+            nvmlInit,
+            nvmlShutdown,
+            nvmlSystemGetDriverVersion,
+            nvmlDeviceGetCount,
+            nvmlDeviceGetHandleByIndex,
+            nvmlDeviceGetName,
+            nvmlDeviceGetUUID,
+            nvmlDeviceGetPciInfo,
+            nvmlDeviceGetMemoryInfo,
+            nvmlDeviceGetUtilizationRates,
+            nvmlDeviceGetTemperature,
+            nvmlDeviceGetPowerUsage,
+            nvmlDeviceGetEnforcedPowerLimit,
+        ):
             setattr(m, fn.__name__, fn)
         m.nvmlDeviceGetComputeRunningProcesses = running("Compute", False)  # type: ignore[attr-defined]
         m.nvmlDeviceGetComputeRunningProcesses_v2 = running("Compute", True)  # type: ignore[attr-defined]

@@ -25,9 +25,19 @@ class FakeProcess:
     """One process. ``denied``: attributes that raise AccessDenied; ``gone``: the process exited;
     ``gone_after_reads``: it exits after that many ``as_dict`` calls (mid-sample)."""
 
-    def __init__(self, pid: int, cmdline: Sequence[str] | None, *, name: str | None = None, ppid: int = 1,
-                 user: str = "ollama", rss: int = 100 * 1024**2, denied: Sequence[str] = (), gone: bool = False,
-                 gone_after_reads: int | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        cmdline: Sequence[str] | None,
+        *,
+        name: str | None = None,
+        ppid: int = 1,
+        user: str = "ollama",
+        rss: int = 100 * 1024**2,
+        denied: Sequence[str] = (),
+        gone: bool = False,
+        gone_after_reads: int | None = None,
+    ) -> None:
         self.pid = pid
         self._cmdline = list(cmdline) if cmdline is not None else []
         self._name = name if name is not None else (self._cmdline[0].rsplit("/", 1)[-1][:15] if self._cmdline else "?")

@@ -48,22 +48,57 @@ def _blob(models: tuple[ModelView, ...], name: str) -> str:
 
 def shared_nvml() -> FakeNvml:
     """The two fake GPUs with their processes."""
-    return FakeNvml([
-        FakeGpu(name="NVIDIA RTX A6000", uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", bus_id="00000000:01:00.0",
-                total=48 * GiB, reserved=512 * MiB, used=14 * GiB, util_gpu=45, util_memory=20, temperature_c=61,
-                power_mw=250_000, power_limit_mw=300_000,
-                compute=[(Q4_PID, 2 * GiB), (GEMMA_PID, 3 * GiB + 512 * MiB), (TRAINER_PID, 8 * GiB)]),
-        FakeGpu(name="NVIDIA GeForce RTX 4090", uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
-                bus_id="00000000:02:00.0", total=24 * GiB, reserved=300 * MiB, used=8 * GiB + 512 * MiB,
-                util_gpu=3, util_memory=1, temperature_c=78, power_mw=90_000, power_limit_mw=450_000,
+    return FakeNvml(
+        [
+            FakeGpu(
+                name="NVIDIA RTX A6000",
+                uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",
+                bus_id="00000000:01:00.0",
+                total=48 * GiB,
+                reserved=512 * MiB,
+                used=14 * GiB,
+                util_gpu=45,
+                util_memory=20,
+                temperature_c=61,
+                power_mw=250_000,
+                power_limit_mw=300_000,
+                compute=[(Q4_PID, 2 * GiB), (GEMMA_PID, 3 * GiB + 512 * MiB), (TRAINER_PID, 8 * GiB)],
+            ),
+            FakeGpu(
+                name="NVIDIA GeForce RTX 4090",
+                uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
+                bus_id="00000000:02:00.0",
+                total=24 * GiB,
+                reserved=300 * MiB,
+                used=8 * GiB + 512 * MiB,
+                util_gpu=3,
+                util_memory=1,
+                temperature_c=78,
+                power_mw=90_000,
+                power_limit_mw=450_000,
                 compute=[(GEMMA_PID, 1 * GiB + 768 * MiB), (Q8_PID, 6 * GiB + 128 * MiB)],
-                graphics=[(XORG_PID, 300 * MiB)]),
-    ])
+                graphics=[(XORG_PID, 300 * MiB)],
+            ),
+        ]
+    )
 
 
 def _runner(pid: int, blob: str, port: int, ctx: int) -> FakeProcess:
-    argv = ["/usr/local/lib/ollama/llama-server", "--model", f"{MODELS_DIR}/{blob}", "--port", str(port),
-            "--host", "127.0.0.1", "--no-webui", "--offline", "-c", str(ctx), "-np", "1"]
+    argv = [
+        "/usr/local/lib/ollama/llama-server",
+        "--model",
+        f"{MODELS_DIR}/{blob}",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--no-webui",
+        "--offline",
+        "-c",
+        str(ctx),
+        "-np",
+        "1",
+    ]
     return FakeProcess(pid, argv, ppid=SERVER_PID, user="ollama", rss=700 * MiB)
 
 
@@ -75,8 +110,20 @@ def shared_processes(models: tuple[ModelView, ...]) -> list[FakeProcess]:
         _runner(Q4_PID, _blob(models, "qwen3:1.7b-q4_K_M"), 40101, 4096),
         _runner(GEMMA_PID, _blob(models, "gemma4:latest"), 40102, 4096),
         _runner(Q8_PID, _blob(models, "qwen3:1.7b-q8_0"), 40103, 32768),
-        FakeProcess(DISCOVERY_PID, ["/usr/local/lib/ollama/llama-server", "--port", "40200", "--host", "127.0.0.1",
-                                    "--no-webui", "--offline", "--verbose"], ppid=SERVER_PID),
+        FakeProcess(
+            DISCOVERY_PID,
+            [
+                "/usr/local/lib/ollama/llama-server",
+                "--port",
+                "40200",
+                "--host",
+                "127.0.0.1",
+                "--no-webui",
+                "--offline",
+                "--verbose",
+            ],
+            ppid=SERVER_PID,
+        ),
         FakeProcess(TRAINER_PID, ["python", "train.py", "--epochs", "3"], user="alice", rss=3 * GiB),
         FakeProcess(XORG_PID, ["/usr/lib/xorg/Xorg", ":0"], name="Xorg", user="root", denied=("cmdline", "username")),
         FakeProcess(555, ["-bash"], user="bob"),
@@ -92,14 +139,23 @@ FAKE_PSUTIL = SimpleNamespace(
 
 def sources(nvml: FakeNvml, processes: list[FakeProcess], tmp_root: Any) -> tuple[GpuSource, ProcSource]:
     """The real sources with fakes at their boundaries (no container markers under ``tmp_root``)."""
-    gpu = GpuSource(nvml=nvml.module, sysfs_root=tmp_root, platform="linux", psutil_module=FAKE_PSUTIL,
-                    clock=lambda: TAKEN_AT)
-    procs = ProcSource(process_iter=lambda: list(processes), proc_root=tmp_root, root=tmp_root, environ={},
-                       clock=lambda: TAKEN_AT, platform="linux")
+    gpu = GpuSource(
+        nvml=nvml.module, sysfs_root=tmp_root, platform="linux", psutil_module=FAKE_PSUTIL, clock=lambda: TAKEN_AT
+    )
+    procs = ProcSource(
+        process_iter=lambda: list(processes),
+        proc_root=tmp_root,
+        root=tmp_root,
+        environ={},
+        clock=lambda: TAKEN_AT,
+        platform="linux",
+    )
     return gpu, procs
 
 
-def shared_sample(tmp_root: Any, nvml: FakeNvml | None = None) -> tuple[GpuSnapshot, ProcSnapshot, tuple[ModelView, ...]]:
+def shared_sample(
+    tmp_root: Any, nvml: FakeNvml | None = None
+) -> tuple[GpuSnapshot, ProcSnapshot, tuple[ModelView, ...]]:
     """One GPU sample and one process sample of the shared server, and the loaded models."""
     models = demo_models()
     gpu_source, proc_source = sources(nvml or shared_nvml(), shared_processes(models), tmp_root)

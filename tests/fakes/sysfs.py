@@ -12,10 +12,22 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text + "\n", encoding="utf-8")
 
 
-def add_amd_card(root: Path, card: int, *, total: int = 16 * GiB, used: int = 5 * GiB, busy: int = 37,
-                 mem_busy: int | None = 12, temp_mc: int | None = 54000, power_uw: int | None = 120_000_000,
-                 cap_uw: int | None = 250_000_000, product: str | None = None, slot: str = "0000:03:00.0",
-                 power_file: str = "power1_average", device_id: str = "0x744c") -> Path:
+def add_amd_card(
+    root: Path,
+    card: int,
+    *,
+    total: int = 16 * GiB,
+    used: int = 5 * GiB,
+    busy: int = 37,
+    mem_busy: int | None = 12,
+    temp_mc: int | None = 54000,
+    power_uw: int | None = 120_000_000,
+    cap_uw: int | None = 250_000_000,
+    product: str | None = None,
+    slot: str = "0000:03:00.0",
+    power_file: str = "power1_average",
+    device_id: str = "0x744c",
+) -> Path:
     """An amdgpu card: ``cardN/device/{vendor,mem_info_vram_total,…}`` plus a hwmon dir and a connector."""
     dev = root / "class" / "drm" / f"card{card}" / "device"
     _write(dev / "vendor", "0x1002")
@@ -46,9 +58,19 @@ def add_other_card(root: Path, card: int, vendor: str = "0x8086") -> Path:
     return dev
 
 
-def add_intel_card(root: Path, card: int, *, driver: str = "xe", tiles: tuple[int, ...] = (),
-                   tile_subdir: str = "", lmem_total: int | None = None, device_id: str = "0xe20b",
-                   slot: str = "0000:03:00.0", temp_mc: int | None = None, power_uw: int | None = None) -> Path:
+def add_intel_card(
+    root: Path,
+    card: int,
+    *,
+    driver: str = "xe",
+    tiles: tuple[int, ...] = (),
+    tile_subdir: str = "",
+    lmem_total: int | None = None,
+    device_id: str = "0xe20b",
+    slot: str = "0000:03:00.0",
+    temp_mc: int | None = None,
+    power_uw: int | None = None,
+) -> Path:
     """An Intel card: ``cardN/device/{vendor,device,uevent}``, its ``driver`` link, and what the
     kernel exposes of its memory: xe's ``device/tileN[/<tile_subdir>]/physical_vram_size_bytes``
     per tile, or the out-of-tree i915's ``cardN/lmem_total_bytes``; neither for mainline i915."""
@@ -61,8 +83,12 @@ def add_intel_card(root: Path, card: int, *, driver: str = "xe", tiles: tuple[in
     target.mkdir(parents=True, exist_ok=True)
     (dev / "driver").symlink_to(target)
     for n, size in enumerate(tiles):
-        _write(dev / f"tile{n}" / tile_subdir / "physical_vram_size_bytes" if tile_subdir else
-               dev / f"tile{n}" / "physical_vram_size_bytes", str(size))
+        _write(
+            dev / f"tile{n}" / tile_subdir / "physical_vram_size_bytes"
+            if tile_subdir
+            else dev / f"tile{n}" / "physical_vram_size_bytes",
+            str(size),
+        )
     if lmem_total is not None:
         _write(card_dir / "lmem_total_bytes", str(lmem_total))
     hw = dev / "hwmon" / f"hwmon{card + 2}"

@@ -63,8 +63,11 @@ async def test_dashboard_follows_the_scenario_and_survives_a_server_restart() ->
             server.goto(4)  # gemma4 spills
             await until(pilot, lambda: len(rows(app)) == 3)
             procs = {r[0]: r[5] for r in rows(app)}
-            assert procs == {"qwen3:1.7b-q4_K_M": "100% GPU", "qwen3:1.7b-q8_0": "100% GPU",
-                             "gemma4:latest": "19%/81% CPU/GPU"}
+            assert procs == {
+                "qwen3:1.7b-q4_K_M": "100% GPU",
+                "qwen3:1.7b-q8_0": "100% GPU",
+                "gemma4:latest": "19%/81% CPU/GPU",
+            }
             assert "1 spilled to CPU" in app.query_one(ServerHeader).render().plain
 
             server.goto(5)  # busy gemma4: expires_at in the past

@@ -18,6 +18,8 @@ from tests.llama_fixture import ollama_spawn_line
 from tests.standin import running, tiny_scenario
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
+
+
 def _runner(name: str, blob: str) -> tuple[list[str], str]:
     """A captured llama-server run as if Ollama had started it for the model file ``blob``:
     its command line and its stderr, with the captured blob path replaced everywhere."""
@@ -31,8 +33,10 @@ def _runner(name: str, blob: str) -> tuple[list[str], str]:
 async def test_log_allocations_replace_estimates(tmp_path: Path) -> None:
     scenario, blob = tiny_scenario(tmp_path)
     log = tmp_path / "server.log"
-    log.write_text("time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg=\"Listening on 127.0.0.1:11434 (version 0.30.1)\"\n",
-                   encoding="utf-8")
+    log.write_text(
+        'time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434 (version 0.30.1)"\n',
+        encoding="utf-8",
+    )
     argv, stderr = _runner("f16-fa-on-np1", blob)
 
     with running(["--manual", "--scenario", str(scenario)]) as server:
@@ -55,8 +59,10 @@ async def test_log_allocations_replace_estimates(tmp_path: Path) -> None:
             assert v.parallel.value == 1 and v.parallel.source == "allocated"
             assert v.memory.weights.source == "allocated" and v.memory.compute.source == "allocated"
             assert set(v.devices["kv"]) == {"CPU"}
-            await until(pilot, lambda: app.state.models[0].throughput is not None
-                        and app.state.models[0].throughput.requests == 2)
+            await until(
+                pilot,
+                lambda: app.state.models[0].throughput is not None and app.state.models[0].throughput.requests == 2,
+            )
             t = app.state.models[0].throughput
             assert t.last_decode_tps and t.last_decode_tps > 0 and t.avg_decode_tps and t.last_prefill_tps
             await until(pilot, lambda: rows(app)[0][8] == f"{t.last_decode_tps:,.1f}")  # TOK/S column
@@ -69,7 +75,9 @@ async def test_log_allocations_replace_estimates(tmp_path: Path) -> None:
             kinds = [str(pane.get_row_at(i)[1]) for i in range(pane.row_count)]
             assert "request_timing" in kinds and "allocation" in kinds and "runner_started" in kinds
             await pilot.press("r")
-            await until(pilot, lambda: any("llama_kv_cache" in str(pane.get_row_at(i)[2]) for i in range(pane.row_count)))
+            await until(
+                pilot, lambda: any("llama_kv_cache" in str(pane.get_row_at(i)[2]) for i in range(pane.row_count))
+            )
             await pilot.press("q")
 
 
@@ -81,7 +89,9 @@ async def test_a_load_with_another_context_is_not_used(tmp_path: Any) -> None:
     with running(["--manual", "--scenario", str(scenario)]) as server:
         app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=1.0, log_spec=f"file:{log}"))
         async with app.run_test(size=(160, 40)) as pilot:
-            await until(pilot, lambda: len(app.state.log.loads) == 1 and len(rows(app)) == 1 and "KV ~" in rows(app)[0][3])
+            await until(
+                pilot, lambda: len(app.state.log.loads) == 1 and len(rows(app)) == 1 and "KV ~" in rows(app)[0][3]
+            )
             v = app.state.models[0]
             assert v.load is None and "num_ctx 8192, /api/ps says 2048" in v.load_note
             assert v.memory.kv.source == "estimated"

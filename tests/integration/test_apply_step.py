@@ -24,9 +24,15 @@ LOAD_LOG = LOGS / "llama-server-runs" / "gemma3-iswa-q8_0-fa-on-np2.log"
 
 
 def _record_to(app: KvtopApp, path: Path) -> Recorder:
-    header = recording_header(hosts=app.hosts, log_spec=app.settings.log_spec, gpu=app.gpu_source is not None,
-                              demo=False, naive_tz=app.state.naive_tz, thresholds=app.state.thresholds,
-                              started_at=0.0)
+    header = recording_header(
+        hosts=app.hosts,
+        log_spec=app.settings.log_spec,
+        gpu=app.gpu_source is not None,
+        demo=False,
+        naive_tz=app.state.naive_tz,
+        thresholds=app.state.thresholds,
+        started_at=0.0,
+    )
     rec = Recorder.create(path, header)
     app.recorder = rec
     return rec
@@ -37,8 +43,11 @@ async def test_one_apply_and_one_evaluation_per_poll_although_gpu_and_server_bot
     steps are no more than the polls (they were polls + GPU samples), one evaluation each."""
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(4)  # three models, one spilled: alerts with fixes to evaluate
-        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
-                       gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
+            gpu_source=FixedGpuSource(),
+            proc_source=FixedProcSource(),
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: len(rows(app)) == 3)
             rec = _record_to(app, tmp_path / "r.jsonl")
@@ -65,11 +74,18 @@ async def test_polls_of_an_unchanged_server_derive_no_row_again() -> None:
 
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(4)
-        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
-                       gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
+            gpu_source=FixedGpuSource(),
+            proc_source=FixedProcSource(),
+        )
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: len(rows(app)) == 3 and app.state.gpu is not None
-                        and all(v.model_blob for v in app.state.models))
+            await until(
+                pilot,
+                lambda: (
+                    len(rows(app)) == 3 and app.state.gpu is not None and all(v.model_blob for v in app.state.models)
+                ),
+            )
             await pilot.pause(0.6)  # the /api/tags answer may land a poll after the first rows
             memo = state_module.ROW_MEMO
             table = app.query_one(ModelsTable)
@@ -129,8 +145,15 @@ async def test_a_recording_that_promises_apply_records_but_has_none_still_replay
 
     demo = read_recording(resolve_recording("demo"))
     polls = [r.ollama for r in demo.records if r.kind == "ollama" and r.ollama is not None]
-    header = recording_header(hosts=(demo.header.host_url,), log_spec="none", gpu=False, demo=False,
-                              naive_tz=demo.header.naive_tz, thresholds=Thresholds(), started_at=polls[0].taken_at)
+    header = recording_header(
+        hosts=(demo.header.host_url,),
+        log_spec="none",
+        gpu=False,
+        demo=False,
+        naive_tz=demo.header.naive_tz,
+        thresholds=Thresholds(),
+        started_at=polls[0].taken_at,
+    )
     assert header["apply_steps"] is True
     path = tmp_path / "no-apply.jsonl"
     clock = iter(p.taken_at for p in polls)

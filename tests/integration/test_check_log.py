@@ -41,17 +41,37 @@ def restamped(stem: str, seconds_ago: float = 60.0) -> list[str]:
 def one_model_at_512(tmp_path: Path) -> list[str]:
     """Stand-in arguments: the bundled catalog, one step with qwen3:1.7b-q8_0 at num_ctx 512."""
     data = json.loads(BUNDLED.read_text(encoding="utf-8"))
-    data["steps"] = [{"at_s": 0, "label": "q8 at 512", "loaded": [
-        {"model": "qwen3:1.7b-q8_0", "context_length": 512, "size": 2_300_000_000, "size_vram": 2_300_000_000,
-         "expires_in_s": 300}]}]
+    data["steps"] = [
+        {
+            "at_s": 0,
+            "label": "q8 at 512",
+            "loaded": [
+                {
+                    "model": "qwen3:1.7b-q8_0",
+                    "context_length": 512,
+                    "size": 2_300_000_000,
+                    "size_vram": 2_300_000_000,
+                    "expires_in_s": 300,
+                }
+            ],
+        }
+    ]
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return ["--manual", "--scenario", str(path)]
 
 
 def kvtop(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60, check=False,
-                          cwd=str(REPO), env=env, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=str(REPO),
+        env=env,
+        input=stdin,
+    )
 
 
 def write_log(tmp_path: Path, *stems: str) -> Path:
@@ -99,7 +119,9 @@ def test_a_journald_only_log_is_dated_in_the_current_year(tmp_path: Path) -> Non
     with running(one_model_at_512(tmp_path)) as server:
         proc = kvtop("--check", "--log", f"file:{log}", "--host", server.url)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("ALERT critical oom: 1 out-of-memory incident in the last 15 min: CUDA error: out of memory")
+    assert proc.stdout.startswith(
+        "ALERT critical oom: 1 out-of-memory incident in the last 15 min: CUDA error: out of memory"
+    )
 
 
 def test_an_old_log_raises_nothing(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ from tests.standin import BUNDLED, REPO, running
 
 
 def kvtop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO)
+    )
 
 
 def free_port() -> int:
@@ -22,8 +23,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-MODEL_KEYS = {"name", "digest", "size", "size_vram", "processor", "context_length", "parallel", "kv_type",
-              "flash_attention", "memory", "kv_bytes_per_token", "expires_at"}
+MODEL_KEYS = {
+    "name",
+    "digest",
+    "size",
+    "size_vram",
+    "processor",
+    "context_length",
+    "parallel",
+    "kv_type",
+    "flash_attention",
+    "memory",
+    "kv_bytes_per_token",
+    "expires_at",
+}
 
 
 def test_once_json_schema_against_standin() -> None:
@@ -34,7 +47,9 @@ def test_once_json_schema_against_standin() -> None:
     doc: dict[str, Any] = json.loads(proc.stdout)
     assert {"host", "reachable", "error", "version", "models", "gpus", "gpu_status", "alerts"} <= set(doc)
     assert doc["host"] == server.url and doc["reachable"] is True and doc["error"] is None
-    assert doc["version"] == "0.22.1" and isinstance(doc["gpus"], list) and [a["kind"] for a in doc["alerts"]] == ["spill"]
+    assert (
+        doc["version"] == "0.22.1" and isinstance(doc["gpus"], list) and [a["kind"] for a in doc["alerts"]] == ["spill"]
+    )
     assert doc["gpu_status"].startswith("GPU telemetry: ")
     models = {m["name"]: m for m in doc["models"]}
     assert set(models) == {"qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"}
@@ -45,7 +60,12 @@ def test_once_json_schema_against_standin() -> None:
     assert q8["size"] == 6_106_141_568 and q8["size_vram"] == 6_106_141_568
     assert q8["processor"] == "100% GPU" and q8["context_length"] == 32768 and q8["parallel"] == 1
     assert q8["kv_bytes_per_token"] == 114_688
-    assert q8["memory"] == {"weights": 2_200_000_000, "kv": 3_758_096_384, "compute": 148_045_184, "source": "estimated"}
+    assert q8["memory"] == {
+        "weights": 2_200_000_000,
+        "kv": 3_758_096_384,
+        "compute": 148_045_184,
+        "source": "estimated",
+    }
     assert q8["kv_type"] == "f16" and q8["flash_attention"] is None
     g = models["gemma4:latest"]
     assert g["processor"] == "19%/81% CPU/GPU" and g["memory"]["weights"] is None
@@ -58,8 +78,21 @@ def test_once_text_against_standin() -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].endswith("Ollama 0.22.1 — 1 model loaded")
-    assert lines[1].split() == ["NAME", "ID", "SIZE", "WEIGHTS", "KV", "COMPUTE", "CONTEXT", "PROCESSOR",
-                                "FLASH", "ATTN", "KV", "TYPE", "UNTIL"]  # the dashboard's order
+    assert lines[1].split() == [
+        "NAME",
+        "ID",
+        "SIZE",
+        "WEIGHTS",
+        "KV",
+        "COMPUTE",
+        "CONTEXT",
+        "PROCESSOR",
+        "FLASH",
+        "ATTN",
+        "KV",
+        "TYPE",
+        "UNTIL",
+    ]  # the dashboard's order
     row = lines[2].split()
     assert row[:4] == ["qwen3:1.7b-q8_0", "b4c0dd6fbac8", "2.6", "GiB"] and "4096×1*  100% GPU" in lines[2]
     assert "~448 MiB" in lines[2] and "4096×1*" in lines[2]
@@ -78,8 +111,14 @@ def test_once_unreachable_exits_2() -> None:
 
 def test_ollama_host_environment_is_honoured() -> None:
     port = free_port()
-    proc = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json"], capture_output=True, text=True,
-                          timeout=30, cwd=str(REPO), env={**__import__("os").environ, "OLLAMA_HOST": f"0.0.0.0:{port}"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--once", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(REPO),
+        env={**__import__("os").environ, "OLLAMA_HOST": f"0.0.0.0:{port}"},
+    )
     assert json.loads(proc.stdout)["host"] == f"http://127.0.0.1:{port}"
 
 
@@ -100,8 +139,11 @@ def test_demo_once_starts_and_stops_the_embedded_server() -> None:
 
 
 def test_invalid_host_is_a_clear_error() -> None:
-    for host, message in [("localhost:99999", "invalid port '99999'"), ("ftp://x", "unsupported scheme 'ftp'"),
-                          ("::1:40155", "cannot use '::1:40155' as a server address")]:
+    for host, message in [
+        ("localhost:99999", "invalid port '99999'"),
+        ("ftp://x", "unsupported scheme 'ftp'"),
+        ("::1:40155", "cannot use '::1:40155' as a server address"),
+    ]:
         proc = kvtop("--once", "--host", host)
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
@@ -136,9 +178,9 @@ def test_check_exit_codes_and_alerts() -> None:
 
 def _documented_server_example() -> dict[str, Any]:
     text = (REPO / "docs" / "json.md").read_text(encoding="utf-8")
-    section = text[text.index("### `server`"):]
-    block = section[section.index("```json") + len("```json"):]
-    block = block[:block.index("```")]
+    section = text[text.index("### `server`") :]
+    block = section[section.index("```json") + len("```json") :]
+    block = block[: block.index("```")]
     return json.loads("{" + block.strip() + "}")["server"]
 
 

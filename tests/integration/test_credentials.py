@@ -50,8 +50,11 @@ WAIT_S = 60.0
 
 
 def _env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("KVTOP_") and k not in ("OLLAMA_HOST", "OLLAMA_API_KEY", "NETRC")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KVTOP_") and k not in ("OLLAMA_HOST", "OLLAMA_API_KEY", "NETRC")
+    }
     env["XDG_CONFIG_HOME"] = str(tmp / "config")  # never the developer's config file
     env["HOME"] = str(tmp)
     env.update(extra or {})
@@ -59,8 +62,14 @@ def _env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _kvtop(tmp: Path, *args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=90,
-                          cwd=str(REPO), env=_env(tmp, extra))
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=str(REPO),
+        env=_env(tmp, extra),
+    )
 
 
 def _userinfo(url: str, userinfo: str) -> str:
@@ -95,9 +104,15 @@ def basic_server() -> Iterator[object]:
 def _stream_cmdline(tmp: Path, *args: str) -> tuple[str, dict[str, object], str]:
     """Start ``kvtop --stream`` with ``args``, wait for its first object; return its
     ``/proc/<pid>/cmdline`` (as ``ps`` shows it), that object and its stderr."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvtop", "--stream", "--interval", "0.5", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            cwd=str(REPO), env=_env(tmp))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvtop", "--stream", "--interval", "0.5", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=str(REPO),
+        env=_env(tmp),
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # blocks until the first sample (or exit)
@@ -130,9 +145,15 @@ def test_password_file_from_a_pipe(basic_server: object, tmp_path: Path) -> None
     url = basic_server.url  # type: ignore[attr-defined]
     secret = tmp_path / "pw"
     _private(secret, PASSWORD + "\n")
-    script = (f'exec {sys.executable} -m kvtop --once --json --host "$1" --password-file <(cat "$2")')
-    proc = subprocess.run(["bash", "-c", script, "bash", _userinfo(url, USER), str(secret)], capture_output=True,
-                          text=True, timeout=90, cwd=str(REPO), env=_env(tmp_path))
+    script = f'exec {sys.executable} -m kvtop --once --json --host "$1" --password-file <(cat "$2")'
+    proc = subprocess.run(
+        ["bash", "-c", script, "bash", _userinfo(url, USER), str(secret)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=str(REPO),
+        env=_env(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["models"]) == 3
     _no_secret(proc.stdout, proc.stderr)
@@ -160,8 +181,17 @@ def test_files_others_can_read_are_refused(basic_server: object, tmp_path: Path)
     rc = _private(tmp_path / "netrc", f"machine 127.0.0.1 login {USER} password {ENCODED}\n", 0o640)
     by_file = _kvtop(tmp_path, "--once", "--host", _userinfo(url, USER), "--password-file", str(pw))
     by_netrc = _kvtop(tmp_path, "--once", "--host", url, "--netrc-file", str(rc))
-    exported = _kvtop(tmp_path, "export", "textfile", str(tmp_path / "k.prom"), "--once", "--host",
-                      _userinfo(url, USER), "--password-file", str(pw))
+    exported = _kvtop(
+        tmp_path,
+        "export",
+        "textfile",
+        str(tmp_path / "k.prom"),
+        "--once",
+        "--host",
+        _userinfo(url, USER),
+        "--password-file",
+        str(pw),
+    )
     config = tmp_path / "config" / "kvtop" / "config.toml"
     config.parent.mkdir(parents=True)
     _private(config, f'[servers."{url}"]\nheaders = {{ Authorization = "Bearer cfg-token-{ENCODED}" }}\n', 0o644)
@@ -186,8 +216,15 @@ def test_a_password_with_slash_question_hash_at(basic_server: object, tmp_path: 
     plan = _kvtop(tmp_path, "plan", "qwen3:1.7b-q8_0", "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
     check = _kvtop(tmp_path, "--check", "--json", "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
     shown = _kvtop(tmp_path, "--print-config", extra={"OLLAMA_HOST": _userinfo(url, f"{USER}:{PASSWORD}")})
-    export = _kvtop(tmp_path, "export", "textfile", str(tmp_path / "k.prom"), "--once", "--host",
-                    _userinfo(url, f"{USER}:{PASSWORD}"))
+    export = _kvtop(
+        tmp_path,
+        "export",
+        "textfile",
+        str(tmp_path / "k.prom"),
+        "--once",
+        "--host",
+        _userinfo(url, f"{USER}:{PASSWORD}"),
+    )
     record = _kvtop(tmp_path, "--record", str(tmp_path / "rec.jsonl"), "--host", _userinfo(url, f"{USER}:{PASSWORD}"))
     assert raw.returncode == 2 and "must be percent-encoded (%2F, %3F, %23)" in raw.stderr
     assert plan.returncode != 0 and "percent-encoded" in plan.stderr
@@ -210,17 +247,27 @@ def test_a_password_with_slash_question_hash_at(basic_server: object, tmp_path: 
 
 
 ECHO_SECRETS = ("TOKSECRET99", "PWSECRET77", "KEYSECRET55")
-NAMES = ("evil:latest?token=TOKSECRET99", "mirror:https://bob:PWSECRET77@x.example/m",
-         "esc\x1b[31m:\x07bell\x9b?api_key=KEYSECRET55")
+NAMES = (
+    "evil:latest?token=TOKSECRET99",
+    "mirror:https://bob:PWSECRET77@x.example/m",
+    "esc\x1b[31m:\x07bell\x9b?api_key=KEYSECRET55",
+)
 
 
 def _echo_scenario(tmp_path: Path) -> Path:
     data = json.loads(BUNDLED.read_text(encoding="utf-8"))
     template = data["models"]["qwen3:1.7b-q8_0"]
     data["models"] = {name: dict(template) for name in NAMES}
-    data["steps"] = [{"at_s": 0, "label": "echo", "loaded": [
-        {"model": name, "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}
-        for name in NAMES]}]
+    data["steps"] = [
+        {
+            "at_s": 0,
+            "label": "echo",
+            "loaded": [
+                {"model": name, "context_length": 2048, "size": 5_000_000, "size_vram": 0, "expires_in_s": 300}
+                for name in NAMES
+            ],
+        }
+    ]
     path = tmp_path / "echo.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -254,11 +301,22 @@ async def test_credentials_a_server_echoes_reach_no_output(tmp_path: Path) -> No
     plan_doc = json.loads(plan_all.stdout)
     assert_no_control(plan_doc)
     assert "?api_key=***" in json.dumps(plan_doc, ensure_ascii=False)
-    assert sorted(m["name"] for m in doc["models"]) == sorted([
-        "evil:latest?token=***", "mirror:https://x.example/m", "esc\ufffd[31m:\ufffdbell\ufffd?api_key=***"])
+    assert sorted(m["name"] for m in doc["models"]) == sorted(
+        ["evil:latest?token=***", "mirror:https://x.example/m", "esc\ufffd[31m:\ufffdbell\ufffd?api_key=***"]
+    )
     assert "kvtop_model_size_bytes{" in metrics and "evil:latest?token=***" in metrics
-    for text in (once_json.stdout, once_text.stdout, stream.stdout, plan_all.stdout, plan_all.stderr, metrics, recorded,
-                 once_json.stderr, once_text.stderr, "".join(ex.stderr)):
+    for text in (
+        once_json.stdout,
+        once_text.stdout,
+        stream.stdout,
+        plan_all.stdout,
+        plan_all.stderr,
+        metrics,
+        recorded,
+        once_json.stderr,
+        once_text.stderr,
+        "".join(ex.stderr),
+    ):
         for secret in ECHO_SECRETS:
             assert secret not in text, (secret, text[:300])
     assert "\x1b" not in once_text.stdout + metrics
@@ -282,19 +340,48 @@ async def test_gpu_process_command_lines_are_masked(tmp_path: Path) -> None:
     blob.parent.mkdir()
     blob.write_bytes(b"GGUF")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    runner = subprocess.Popen([str(exe), "runner", "--model", str(blob), "--port", "45690", "--api-key", "RUNSECRET1",
-                               "--password=RUNSECRET2"], cwd=work, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    foreign = subprocess.Popen([sys.executable, "-c", RUNNER, "--hf-token", "FOREIGNSECRET3", "OPENAI_API_KEY=FS4",
-                                "https://u:FOREIGNSECRET5@x.example/?token=FOREIGNSECRET6"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    runner = subprocess.Popen(
+        [
+            str(exe),
+            "runner",
+            "--model",
+            str(blob),
+            "--port",
+            "45690",
+            "--api-key",
+            "RUNSECRET1",
+            "--password=RUNSECRET2",
+        ],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    foreign = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RUNNER,
+            "--hf-token",
+            "FOREIGNSECRET3",
+            "OPENAI_API_KEY=FS4",
+            "https://u:FOREIGNSECRET5@x.example/?token=FOREIGNSECRET6",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:  # both started, their argv readable
             try:
-                if "RUNSECRET1" in psutil.Process(runner.pid).cmdline() and \
-                        "FOREIGNSECRET3" in psutil.Process(foreign.pid).cmdline():
+                if (
+                    "RUNSECRET1" in psutil.Process(runner.pid).cmdline()
+                    and "FOREIGNSECRET3" in psutil.Process(foreign.pid).cmdline()
+                ):
                     break
             except psutil.Error:
                 pass
@@ -308,14 +395,31 @@ async def test_gpu_process_command_lines_are_masked(tmp_path: Path) -> None:
             p.wait(timeout=10)
     assert snap.ok, snap.error
     assert snap.processes[foreign.pid].cmdline == (
-        sys.executable, "-c", RUNNER, "--hf-token", "***", "OPENAI_API_KEY=***", "https://x.example/?token=***")
+        sys.executable,
+        "-c",
+        RUNNER,
+        "--hf-token",
+        "***",
+        "OPENAI_API_KEY=***",
+        "https://x.example/?token=***",
+    )
     (found,) = [r for r in snap.runners if r.pid == runner.pid]  # classified from the real argv
     assert (found.port, found.blob) == (45690, blob.name)
     assert found.cmdline[-4:] == ("45690", "--api-key", "***", "--password=***")
     assert snap.processes[runner.pid].cmdline[-3:] == ("--api-key", "***", "--password=***")
-    gpu = GpuSnapshot(taken_at=0, status="test", ok=True, devices=(GpuDevice(
-        index=0, memory_total_bytes=8 << 30, memory_free_bytes=4 << 30,
-        processes=(GpuProcess(runner.pid, 3 << 30), GpuProcess(foreign.pid, 1 << 30))),))
+    gpu = GpuSnapshot(
+        taken_at=0,
+        status="test",
+        ok=True,
+        devices=(
+            GpuDevice(
+                index=0,
+                memory_total_bytes=8 << 30,
+                memory_free_bytes=4 << 30,
+                processes=(GpuProcess(runner.pid, 3 << 30), GpuProcess(foreign.pid, 1 << 30)),
+            ),
+        ),
+    )
     text = safe_json(gpu_json(gpu, snap, []))
     assert "--api-key ***" in text and "--hf-token ***" in text
     rec = Recorder.create(tmp_path / "rec.jsonl", {"kvtop_recording": 1})
@@ -340,8 +444,9 @@ async def test_dashboard_warns_about_a_password_on_the_command_line(basic_server
     url = basic_server.url  # type: ignore[attr-defined]
     access, warnings = server_accesses([(url, USER, PASSWORD)], env={}, host_origin="flag")  # as --host gives it
     assert any("visible to every user of this machine (ps)" in w for w in warnings)
-    app = make_app(Settings(host_url=url, interval_s=0.25, timeout_s=5.0, access=access,
-                            extra={"warnings": "\n".join(warnings)}))  # as cli.main hands them over
+    app = make_app(
+        Settings(host_url=url, interval_s=0.25, timeout_s=5.0, access=access, extra={"warnings": "\n".join(warnings)})
+    )  # as cli.main hands them over
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: any("visible to every user" in n.message for n in app._notifications), 20.0)
         await until(pilot, lambda: len(rows(app)) == 3, 20.0)  # it authenticates all the same

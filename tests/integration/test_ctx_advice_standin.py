@@ -41,8 +41,9 @@ def traffic(blob: str) -> list[str]:
 
 
 def kvtop(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60,
-                          cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60, cwd=str(REPO)
+    )
 
 
 def check_advice(a: CtxAdvice, bpt: int) -> None:
@@ -66,6 +67,7 @@ async def test_the_traffic_s_num_ctx_on_every_face(tmp_path: Path) -> None:
     with running(["--manual", "--scenario", str(path), "--vram-bytes", str(VRAM)]) as server:
         app = app_for(server, log, blob)
         async with app.run_test(size=(160, 48)) as pilot:
+
             def advised() -> bool:
                 if len(app.state.models) != 1 or app.state.gpu is None:
                     return False
@@ -94,14 +96,24 @@ async def test_the_traffic_s_num_ctx_on_every_face(tmp_path: Path) -> None:
         assert doc["request_tokens"] == EXPECTED_TOKENS and doc["requests"] == 41
         rec = doc["recommendation"]
         assert (rec["num_ctx"], rec["kv_type"], rec["parallel"], rec["kv_bytes"], rec["cuts_avoided"]) == (
-            6144, "f16", 1, 704_643_072, 1)
-        assert (rec["modelfile"], rec["env"], rec["applied"]) == ("PARAMETER num_ctx 6144", "OLLAMA_CONTEXT_LENGTH=6144",
-                                                                  False)
+            6144,
+            "f16",
+            1,
+            704_643_072,
+            1,
+        )
+        assert (rec["modelfile"], rec["env"], rec["applied"]) == (
+            "PARAMETER num_ctx 6144",
+            "OLLAMA_CONTEXT_LENGTH=6144",
+            False,
+        )
         text = kvtop("--once", "--host", server.url, "--log", f"file:{log}")
         assert text.returncode == 0, text.stderr
         (line,) = [x for x in text.stdout.splitlines() if x.startswith("NUM_CTX ")]
-        assert line.startswith(f"NUM_CTX {Q8}: 41 requests, tokens p50 2,150 · p95 3,950 · p99 6,000 · max 6,000; "
-                               "1 cut or refused → num_ctx 6144 (multiple of 1024) × f16 × 1 slot: KV ~672 MiB, costs ~")
+        assert line.startswith(
+            f"NUM_CTX {Q8}: 41 requests, tokens p50 2,150 · p95 3,950 · p99 6,000 · max 6,000; "
+            "1 cut or refused → num_ctx 6144 (multiple of 1024) × f16 × 1 slot: KV ~672 MiB, costs ~"
+        )
 
         planned = kvtop("plan", Q8, "--host", server.url, "--log", str(log), "--json")
         assert planned.returncode == 0, planned.stderr

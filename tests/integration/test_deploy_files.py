@@ -60,10 +60,12 @@ def metric_names(expr: str) -> set[str]:
 
 
 def test_metric_names_are_found_in_promql() -> None:
-    assert metric_names('sum by (host, model) (kvtop_model_memory_bytes{part="kv", host=~"$host"})') == \
-        {"kvtop_model_memory_bytes"}
-    assert metric_names("increase(kvtop_model_reloads_total[30m]) * on (host, blob) group_left (model) "
-                        "kvtop_model_info") == {"kvtop_model_reloads_total", "kvtop_model_info"}
+    assert metric_names('sum by (host, model) (kvtop_model_memory_bytes{part="kv", host=~"$host"})') == {
+        "kvtop_model_memory_bytes"
+    }
+    assert metric_names(
+        "increase(kvtop_model_reloads_total[30m]) * on (host, blob) group_left (model) kvtop_model_info"
+    ) == {"kvtop_model_reloads_total", "kvtop_model_info"}
     assert metric_names('kvtop_alerts{kind=~"kvtop_fake|oom"} > 0') == {"kvtop_alerts"}
 
 
@@ -102,17 +104,22 @@ def exported_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     log.write_text(runner + TRUNCATION + "\n" + runner, encoding="utf-8")
     with running(["--manual", "--scenario", str(scenario)]) as server:
         with exporter(tmp_path, "--host", server.url, "--interval", "0.25", "--log", f"file:{log}") as ex:
-            fams = ex.until(lambda f: bool(samples(f, "kvtop_model_reloads_total"))
-                            and bool(samples(f, "kvtop_model_decode_tokens_per_second"))
-                            and bool(samples(f, "kvtop_prompt_truncations_total")))
+            fams = ex.until(
+                lambda f: (
+                    bool(samples(f, "kvtop_model_reloads_total"))
+                    and bool(samples(f, "kvtop_model_decode_tokens_per_second"))
+                    and bool(samples(f, "kvtop_prompt_truncations_total"))
+                )
+            )
             assert ex.stop() == 0
     names = {s.name for f in fams.values() for s in f.samples}
     fake = FakeNvml()
     gpu = GpuSource(nvml=fake.module, sysfs_root=tmp_path / "no-sysfs", platform="linux").sample_sync()
     assert gpu.ok
     state, _ = initial_state("http://127.0.0.1:11434", {}, __import__("datetime").timezone.utc)
-    state = fold_with_alerts(state, OllamaSnapshot(taken_at=1.0, host_url="http://127.0.0.1:11434", reachable=False,
-                                        error="refused"))
+    state = fold_with_alerts(
+        state, OllamaSnapshot(taken_at=1.0, host_url="http://127.0.0.1:11434", reachable=False, error="refused")
+    )
     view = HostView(url="http://127.0.0.1:11434", local=True, log=False, state=state)
     text = generate_latest(make_registry(KvtopCollector(lambda: [view], lambda: gpu))).decode()
     names |= {s.name for f in text_string_to_metric_families(text) for s in f.samples}
@@ -125,18 +132,34 @@ def test_every_rule_and_dashboard_metric_is_exported(exported_names: set[str]) -
     assert missing == []
     # and the files do use the families the issue names: spill, KV vs weights, tok/s, GPU memory, alerts
     names = {name for _, name in used}
-    assert {"kvtop_model_spilled", "kvtop_model_memory_bytes", "kvtop_model_decode_tokens_per_second",
-            "kvtop_gpu_memory_used_bytes", "kvtop_alerts", "kvtop_server_up", "kvtop_prompt_truncations_total",
-            "kvtop_model_reloads_total"} <= names
+    assert {
+        "kvtop_model_spilled",
+        "kvtop_model_memory_bytes",
+        "kvtop_model_decode_tokens_per_second",
+        "kvtop_gpu_memory_used_bytes",
+        "kvtop_alerts",
+        "kvtop_server_up",
+        "kvtop_prompt_truncations_total",
+        "kvtop_model_reloads_total",
+    } <= names
     catalogue = {m.name for m in METRICS}
     assert names <= catalogue
 
 
 def test_rules_name_real_alert_kinds_and_cover_the_issue() -> None:
     exprs = dict(rule_exprs())
-    assert {"KvtopServerDown", "KvtopModelSpilled", "KvtopKvTypeFallback", "KvtopFlashAttentionForcedOff",
-            "KvtopPromptTruncationsRising", "KvtopReloadChurn", "KvtopGpuNearlyFull"} <= set(exprs)
-    kinds = {k for expr in exprs.values() for m in re.finditer(r'kind=~?"([^"]*)"', expr) for k in m.group(1).split("|")}
+    assert {
+        "KvtopServerDown",
+        "KvtopModelSpilled",
+        "KvtopKvTypeFallback",
+        "KvtopFlashAttentionForcedOff",
+        "KvtopPromptTruncationsRising",
+        "KvtopReloadChurn",
+        "KvtopGpuNearlyFull",
+    } <= set(exprs)
+    kinds = {
+        k for expr in exprs.values() for m in re.finditer(r'kind=~?"([^"]*)"', expr) for k in m.group(1).split("|")
+    }
     assert kinds and kinds <= set(KINDS), kinds - set(KINDS)
 
 
@@ -146,15 +169,22 @@ def test_dashboard_is_grafana_json_with_unique_ids_and_a_host_variable() -> None
     assert len(ids) == len(set(ids))
     assert {v["name"] for v in doc["templating"]["list"]} == {"datasource", "host"}
     titles = {p["title"] for p in doc["panels"]}
-    assert {"KV cache vs weights vs compute per model", "GPU memory by owner", "Decode and prefill speed",
-            "Models spilled to system RAM", "Alerts"} <= titles
+    assert {
+        "KV cache vs weights vs compute per model",
+        "GPU memory by owner",
+        "Decode and prefill speed",
+        "Models spilled to system RAM",
+        "Alerts",
+    } <= titles
     for p in doc["panels"]:
         if p["type"] != "row":
             assert p["targets"] and all(t["datasource"]["uid"] == "${datasource}" for t in p["targets"])
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None,
-                    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)",
+)
 def test_promtool_accepts_the_rules() -> None:
     proc = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -175,14 +205,18 @@ def test_every_dashboard_panel_follows_the_host_variable() -> None:
             assert 'on (instance) kvtop_server_up{host=~"$host"}' in expr, (where, expr)
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None,
-                    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)",
+)
 def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
     """Each dashboard query, with Grafana's variables given values, is valid PromQL (promtool parses
     it as a recording rule)."""
-    rules = [{"record": f"kvtop:dashboard_query_{i}",
-              "expr": expr.replace("$__rate_interval", "5m").replace("$host", ".*")}
-             for i, (_, expr) in enumerate(dashboard_exprs()) if not expr.startswith("label_values(")]
+    rules = [
+        {"record": f"kvtop:dashboard_query_{i}", "expr": expr.replace("$__rate_interval", "5m").replace("$host", ".*")}
+        for i, (_, expr) in enumerate(dashboard_exprs())
+        if not expr.startswith("label_values(")
+    ]
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}), encoding="utf-8")
     proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
@@ -190,8 +224,10 @@ def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
     assert f"SUCCESS: {len(rules)} rules found" in proc.stdout
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None,
-                    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)",
+)
 def test_promtool_unit_tests_of_the_rules_pass() -> None:
     """``kvtop-rules.test.yml``: each alert fires in the situation its name says, and only then
     (a CPU-only server's model is not "spilled", a one-minute blip is not "down", 10 % free is not

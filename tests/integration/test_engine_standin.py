@@ -24,8 +24,11 @@ def test_steps_and_the_loop_read_the_standin_through_one_apply_path() -> None:
             finally:
                 await engine.aclose()
             assert second.last_ok is not None and second.reachable
-            return [len(first.latencies_s), len(second.latencies_s), len(second.models)], \
-                engine.apply_steps, engine.alert_evaluations
+            return (
+                [len(first.latencies_s), len(second.latencies_s), len(second.models)],
+                engine.apply_steps,
+                engine.alert_evaluations,
+            )
 
         counts, applied, evaluated = asyncio.run(steps())
         assert counts == [1, 2, 3] and applied == 2 and evaluated == 2

@@ -93,8 +93,12 @@ def exporter(tmp_path: Path, *args: str) -> Iterator[ExporterProc]:
     """Start the exporter on a free port; yield it once it says where it listens; always stop it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvtop", "export", "prometheus", "--listen", "127.0.0.1:0", *args],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=str(REPO), env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=_env(tmp_path),
     )
     got: queue.Queue[str] = queue.Queue()
     sink: list[str] = []
@@ -198,14 +202,18 @@ def test_a_scrape_returns_the_standins_kv_and_spill_figures(tmp_path: Path) -> N
                 assert value(fams, "kvtop_model_size_bytes", **ids) == row.size
                 assert value(fams, "kvtop_model_vram_bytes", **ids) == row.size_vram
                 assert value(fams, "kvtop_model_spilled", **ids) == (row.size_vram < row.size)
-                assert value(fams, "kvtop_model_cpu_ratio", **ids) == pytest.approx((row.size - row.size_vram) / row.size)
+                assert value(fams, "kvtop_model_cpu_ratio", **ids) == pytest.approx(
+                    (row.size - row.size_vram) / row.size
+                )
                 assert value(fams, "kvtop_model_context_tokens", **ids, source="reported") == row.context_length
                 assert value(fams, "kvtop_model_memory_bytes", **ids, part="kv", source="estimated") == (
-                    expected_kv(model, row.context_length))
+                    expected_kv(model, row.context_length)
+                )
             gemma = {"host": host, "model": "gemma4:latest", "digest": scenario.models["gemma4:latest"].digest}
             assert value(fams, "kvtop_model_spilled", **gemma) == 1
             assert value(fams, "kvtop_model_size_bytes", **gemma) - value(fams, "kvtop_model_vram_bytes", **gemma) == (
-                6591830464 - 5333539264)
+                6591830464 - 5333539264
+            )
             assert value(fams, "kvtop_alerts", host=host, kind="spill", severity="critical", model="gemma4:latest") == 1
             q4 = {"host": host, "model": "qwen3:1.7b-q4_K_M", "digest": scenario.models["qwen3:1.7b-q4_K_M"].digest}
             assert value(fams, "kvtop_model_memory_bytes", **q4, part="kv", source="estimated") == 469762048
@@ -215,8 +223,11 @@ def test_a_scrape_returns_the_standins_kv_and_spill_figures(tmp_path: Path) -> N
             fams = ex.until(lambda f: _model_ids(f) == {"qwen3:1.7b-q8_0"})
             ids = {"host": host, "model": "qwen3:1.7b-q8_0", "digest": q8.digest}
             assert value(fams, "kvtop_model_context_tokens", **ids, source="reported") == 32768
-            assert value(fams, "kvtop_model_memory_bytes", **ids, part="kv", source="estimated") == (
-                expected_kv(q8, 32768)) == 3758096384
+            assert (
+                value(fams, "kvtop_model_memory_bytes", **ids, part="kv", source="estimated")
+                == (expected_kv(q8, 32768))
+                == 3758096384
+            )
             assert value(fams, "kvtop_model_spilled", **ids) == 0
             assert samples(fams, "kvtop_alerts", kind="spill") == []
             assert ex.stop(signal.SIGTERM) == 0
@@ -245,8 +256,10 @@ def test_a_dead_host_never_delays_the_live_one(tmp_path: Path) -> None:
                 fams = ex.until(lambda f: value(f, "kvtop_server_poll_failures_total", host=dead) >= 1, timeout=6)
                 assert value(fams, "kvtop_server_up", host=dead) == 0
                 assert samples(fams, "kvtop_model_size_bytes", host=dead) == []
-                assert value(fams, "kvtop_alerts", host=dead, kind="server_unreachable", severity="critical",
-                             model="") == 1
+                assert (
+                    value(fams, "kvtop_alerts", host=dead, kind="server_unreachable", severity="critical", model="")
+                    == 1
+                )
                 assert len(samples(fams, "kvtop_model_size_bytes", host=server.url)) == 2
                 assert ex.stop(signal.SIGINT) == 0
     finally:
@@ -292,8 +305,11 @@ def test_the_log_gives_allocated_kv_tokens_per_second_and_counters(tmp_path: Pat
     name = "tiny:latest"
     digest = load_scenario(scenario).models[name].digest
     log = tmp_path / "server.log"
-    log.write_text('time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434 '
-                   '(version 0.30.1)"\n', encoding="utf-8")
+    log.write_text(
+        'time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434 '
+        '(version 0.30.1)"\n',
+        encoding="utf-8",
+    )
     argv, stderr = _runner("f16-fa-on-np1", blob)
     runner = ollama_spawn_line(argv) + "\n" + stderr
     parser = LogParser()
@@ -310,8 +326,12 @@ def test_the_log_gives_allocated_kv_tokens_per_second_and_counters(tmp_path: Pat
 
             with log.open("a", encoding="utf-8") as f:  # the runner starts
                 f.write(runner)
-            fams = ex.until(lambda f: bool(samples(f, "kvtop_model_memory_bytes", **ids, part="kv", source="allocated"))
-                            and bool(samples(f, "kvtop_model_decode_tokens_per_second", **ids)))
+            fams = ex.until(
+                lambda f: (
+                    bool(samples(f, "kvtop_model_memory_bytes", **ids, part="kv", source="allocated"))
+                    and bool(samples(f, "kvtop_model_decode_tokens_per_second", **ids))
+                )
+            )
             assert value(fams, "kvtop_model_memory_bytes", **ids, part="kv", source="allocated") == 2 * 1048576
             assert value(fams, "kvtop_model_decode_tokens_per_second", **ids) == pytest.approx(last.eval_tps)
             assert value(fams, "kvtop_model_prefill_tokens_per_second", **ids) == pytest.approx(last.prompt_tps)
@@ -323,24 +343,38 @@ def test_the_log_gives_allocated_kv_tokens_per_second_and_counters(tmp_path: Pat
 
             with log.open("a", encoding="utf-8") as f:  # a prompt is cut, then the same weights load again
                 f.write(TRUNCATION + "\n" + runner)
-            fams = ex.until(lambda f: bool(samples(f, "kvtop_model_reloads_total", host=host, blob=blob))
-                            and value(f, "kvtop_model_reloads_total", host=host, blob=blob) == 1)
+            fams = ex.until(
+                lambda f: (
+                    bool(samples(f, "kvtop_model_reloads_total", host=host, blob=blob))
+                    and value(f, "kvtop_model_reloads_total", host=host, blob=blob) == 1
+                )
+            )
             assert value(fams, "kvtop_prompt_truncations_total", host=host, blob=blob) == 1
             assert value(fams, "kvtop_log_lines_total", host=host) == len(log.read_text(encoding="utf-8").splitlines())
             assert ex.stop() == 0
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--listen", "9877"], "--listen '9877': expected HOST:PORT"),
-    (["--listen", "127.0.0.1:99999"], "the port must be a number 0–65535"),
-    (["--host", "http://127.0.0.1:99999"], "--host:"),
-    (["--log", "/var/log/ollama.log"], "for a file, write file:/var/log/ollama.log"),
-    (["--interval", "0"], "must be a positive number of seconds"),
-    (["--listen", "no-such-host.invalid:9877"], "cannot listen on no-such-host.invalid:9877"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--listen", "9877"], "--listen '9877': expected HOST:PORT"),
+        (["--listen", "127.0.0.1:99999"], "the port must be a number 0–65535"),
+        (["--host", "http://127.0.0.1:99999"], "--host:"),
+        (["--log", "/var/log/ollama.log"], "for a file, write file:/var/log/ollama.log"),
+        (["--interval", "0"], "must be a positive number of seconds"),
+        (["--listen", "no-such-host.invalid:9877"], "cannot listen on no-such-host.invalid:9877"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run(check=False, args=[sys.executable, "-m", "kvtop", "export", "prometheus", "--host", "127.0.0.1:1", *args],
-                          capture_output=True, text=True, timeout=30, cwd=str(REPO), env=_env(tmp_path))
+    proc = subprocess.run(
+        check=False,
+        args=[sys.executable, "-m", "kvtop", "export", "prometheus", "--host", "127.0.0.1:1", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(REPO),
+        env=_env(tmp_path),
+    )
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -353,8 +387,24 @@ def test_a_port_in_use_exits_2(tmp_path: Path) -> None:
     port = taken.getsockname()[1]
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "kvtop", "export", "prometheus", "--listen", f"127.0.0.1:{port}",
-             "--host", "127.0.0.1:1"], check=False, capture_output=True, text=True, timeout=30, cwd=str(REPO), env=_env(tmp_path))
+            [
+                sys.executable,
+                "-m",
+                "kvtop",
+                "export",
+                "prometheus",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--host",
+                "127.0.0.1:1",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=str(REPO),
+            env=_env(tmp_path),
+        )
     finally:
         taken.close()
     assert proc.returncode == 2
@@ -371,8 +421,13 @@ def test_ipv6_listen_in_brackets(tmp_path: Path) -> None:
         pytest.skip("no IPv6 loopback here")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvtop", "export", "prometheus", "--listen", "[::1]:0", "--host", "127.0.0.1:1"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
-        env=_env(tmp_path))
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=_env(tmp_path),
+    )
     try:
         line = _read_line(proc.stderr, START_TIMEOUT_S)
         m = re.search(r"on (http://\[::1\]:\d+/metrics)", line)

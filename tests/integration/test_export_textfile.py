@@ -31,8 +31,15 @@ def _families(path: Path) -> dict[str, object]:
 
 
 def _textfile(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", "export", "textfile", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=str(REPO), env=_env(tmp_path), stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", "export", "textfile", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_once_writes_the_same_metrics_as_the_http_exporter(tmp_path: Path) -> None:
@@ -55,8 +62,9 @@ def test_once_writes_the_same_metrics_as_the_http_exporter(tmp_path: Path) -> No
         ids = {"host": host, "model": row.model, "digest": scenario.models[row.model].digest}
         assert value(fams, "kvtop_model_size_bytes", **ids) == row.size
         assert value(fams, "kvtop_model_vram_bytes", **ids) == row.size_vram
-        assert value(fams, "kvtop_model_memory_bytes", part="kv", **ids) == \
-            value(scraped, "kvtop_model_memory_bytes", part="kv", **ids)
+        assert value(fams, "kvtop_model_memory_bytes", part="kv", **ids) == value(
+            scraped, "kvtop_model_memory_bytes", part="kv", **ids
+        )
     # the same families as a scrape, less the scrape counter (nothing scrapes a textfile)
     assert set(fams) == set(scraped) - {"kvtop_exporter_scrapes"}
 
@@ -71,9 +79,15 @@ def test_the_file_is_rewritten_every_interval_and_no_port_is_opened(tmp_path: Pa
     out = tmp_path / "kvtop.prom"
     with running(["--manual"]) as server:
         server.goto(4)
-        proc = subprocess.Popen([sys.executable, "-m", "kvtop", "export", "textfile", str(out), "--host", server.url,
-                                 "--interval", "0.25"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=_env(tmp_path))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvtop", "export", "textfile", str(out), "--host", server.url, "--interval", "0.25"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(REPO),
+            env=_env(tmp_path),
+        )
         try:
             polls: list[float] = []
             deadline = time.monotonic() + 20
@@ -101,16 +115,21 @@ def test_a_dead_server_is_written_as_down(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     fams = _families(out)
     assert value(fams, "kvtop_server_up", host="http://127.0.0.1:9") == 0
-    assert value(fams, "kvtop_alerts", host="http://127.0.0.1:9", kind="server_unreachable", severity="critical",
-                 model="") == 1
+    assert (
+        value(fams, "kvtop_alerts", host="http://127.0.0.1:9", kind="server_unreachable", severity="critical", model="")
+        == 1
+    )
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((), "textfile needs the PATH to write"),
-    (("{tmp}/missing/kvtop.prom",), "the directory {tmp}/missing does not exist"),
-    (("{tmp}",), "is a directory: name a file in it"),
-    (("{tmp}/kvtop.prom", "--listen", ":9999"), "textfile opens no port"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "textfile needs the PATH to write"),
+        (("{tmp}/missing/kvtop.prom",), "the directory {tmp}/missing does not exist"),
+        (("{tmp}",), "is a directory: name a file in it"),
+        (("{tmp}/kvtop.prom", "--listen", ":9999"), "textfile opens no port"),
+    ],
+)
 def test_bad_paths_and_flags_exit_2_saying_why(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     proc = _textfile(tmp_path, *(a.format(tmp=tmp_path) for a in args), "--once", "--host", "127.0.0.1:9")
     assert proc.returncode == 2
@@ -139,8 +158,11 @@ def test_a_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
             lines = text.splitlines()
             head = lines[0].split()
             version, n = int(head[2]), int(head[4])
-            if len(lines) != n + 1 or not text.endswith("\n") or any(f'version="{version}"' not in ln
-                                                                      for ln in lines[1:]):
+            if (
+                len(lines) != n + 1
+                or not text.endswith("\n")
+                or any(f'version="{version}"' not in ln for ln in lines[1:])
+            ):
                 bad.append(text[:200])
             reads.append(version)
 

@@ -45,8 +45,16 @@ class Trickler:
     replaced at the next round when ``reconnect`` (a determined attacker). One thread,
     non-blocking sockets; a connect this machine refuses (out of ports) is tried again next round."""
 
-    def __init__(self, host: str, port: int, sources: Sequence[str], per_source: int, *, every_s: float = 0.5,
-                 reconnect: bool = True) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        sources: Sequence[str],
+        per_source: int,
+        *,
+        every_s: float = 0.5,
+        reconnect: bool = True,
+    ) -> None:
         self.target = (host, port)
         self.slots = [src for src in sources for _ in range(per_source)]
         self.every_s = every_s
@@ -112,7 +120,7 @@ class Trickler:
                 self._open(src)
             for s in list(self.socks):
                 sent = self._sent.get(s, 0)
-                data = HEAD if sent == 0 else b"X-a: b\r\n"[(sent - 1) % 8:(sent - 1) % 8 + 1]
+                data = HEAD if sent == 0 else b"X-a: b\r\n"[(sent - 1) % 8 : (sent - 1) % 8 + 1]
                 try:
                     s.send(data)
                     self._sent[s] = sent + 1
@@ -122,7 +130,6 @@ class Trickler:
                     if exc.errno != errno.ENOTCONN:  # else: still connecting
                         self._drop(s)
             self.ticks += 1
-
 
     def __enter__(self) -> Trickler:
         self.thread.start()
@@ -270,8 +277,9 @@ def test_a_client_that_does_not_read_its_answer_is_closed() -> None:
                 break
             got += chunk
         head, _, body = got.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:")))
+        length = int(
+            next(line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+        )
         assert length > 4_000_000 and len(body) < length  # cut before the whole answer was read
     finally:
         s.close()

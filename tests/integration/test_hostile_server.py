@@ -22,8 +22,24 @@ from kvtop.config import Settings
 from kvtop.sources.ollama import OllamaClient
 from kvtop.ui.app import make_app
 from kvtop.ui.widgets.header import ServerHeader
-from tests.hostile import (ESCAPES, Attack, Custom, ErrorBody, GzipBomb, HugeBody, JsonBody, MiB, NestedJson, Redirect,
-                           Trickle, hostile_server, kvtop_command, ps_body, run_measured, show_body)
+from tests.hostile import (
+    ESCAPES,
+    Attack,
+    Custom,
+    ErrorBody,
+    GzipBomb,
+    HugeBody,
+    JsonBody,
+    MiB,
+    NestedJson,
+    Redirect,
+    Trickle,
+    hostile_server,
+    kvtop_command,
+    ps_body,
+    run_measured,
+    show_body,
+)
 from tests.integration.test_app_live import rows, until
 
 TIMEOUT_S = 2.0
@@ -39,15 +55,24 @@ used to take it to 0.6-1.2 GiB)."""
 # attack, error kind, the error text (exactly, or its start when it ends with "…")
 ATTACKS: dict[str, tuple[Attack, str, str]] = {
     "huge-chunked": (HugeBody(200 * MiB), "other", "/api/ps: response too large (over 16 MiB)"),
-    "huge-declared": (HugeBody(200 * MiB, declare_length=True), "other",
-                      "/api/ps: response too large (200 MiB, limit 16 MiB)"),
+    "huge-declared": (
+        HugeBody(200 * MiB, declare_length=True),
+        "other",
+        "/api/ps: response too large (200 MiB, limit 16 MiB)",
+    ),
     "gzip-bomb": (GzipBomb(4 * MiB), "other", "/api/ps: response too large (over 16 MiB)"),
     "trickle": (Trickle(interval_s=0.2), "timeout", f"/api/ps: no answer within {TIMEOUT_S:g} s"),
-    "redirect": (Redirect("http://admin:hunter2@login.example/sso?next=/api/ps"), "http",
-                 "/api/ps: HTTP 302 Found: redirect to http://login.example/sso?next=/api/ps, not followed"),
-    "escapes": (ErrorBody(500), "http",
-                "/api/ps: HTTP 500 Internal Server Error: model failed \ufffd]52;c;aGFja2Vk\ufffd\ufffd[2J\ufffd[31mto load"),
-    "nested": (NestedJson(100_000), "invalid_json", "/api/ps: invalid JSON ('{\"models\":[[[[[[[[[…"),
+    "redirect": (
+        Redirect("http://admin:hunter2@login.example/sso?next=/api/ps"),
+        "http",
+        "/api/ps: HTTP 302 Found: redirect to http://login.example/sso?next=/api/ps, not followed",
+    ),
+    "escapes": (
+        ErrorBody(500),
+        "http",
+        "/api/ps: HTTP 500 Internal Server Error: model failed \ufffd]52;c;aGFja2Vk\ufffd\ufffd[2J\ufffd[31mto load",
+    ),
+    "nested": (NestedJson(100_000), "invalid_json", '/api/ps: invalid JSON (\'{"models":[[[[[[[[[…'),
 }
 
 
@@ -62,6 +87,7 @@ def _no_escapes(text: str) -> None:
 
 
 # --- OllamaClient.sample() -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", list(ATTACKS))
 async def test_sample_reports_each_attack_within_its_deadline(name: str) -> None:
@@ -108,9 +134,11 @@ async def test_a_too_large_show_fails_that_model_only() -> None:
 
 # --- kvtop --once --json and kvtop --check as subprocesses ---------------------------------------
 
+
 def _kvtop(url: str, *args: str, limit_s: float) -> Any:
-    return run_measured(kvtop_command(*args, "--host", url, "--timeout", f"{TIMEOUT_S:g}", "--log", "none"),
-                        limit_s=limit_s)
+    return run_measured(
+        kvtop_command(*args, "--host", url, "--timeout", f"{TIMEOUT_S:g}", "--log", "none"), limit_s=limit_s
+    )
 
 
 @pytest.mark.parametrize("name", ["huge-chunked", "gzip-bomb", "trickle", "redirect", "escapes", "nested"])
@@ -170,6 +198,7 @@ def test_once_lists_a_thousand_models_with_slow_shows_in_bounded_time() -> None:
 
 # --- the dashboard (Pilot) -----------------------------------------------------------------------
 
+
 def _header(app: Any) -> str:
     return app.query_one(ServerHeader).render().plain
 
@@ -184,8 +213,11 @@ async def test_dashboard_keeps_the_last_models_and_answers_keys_under_attack() -
             for name in ("huge-chunked", "gzip-bomb", "redirect", "escapes", "trickle"):
                 attack, kind, expected = ATTACKS[name]
                 server.set("/api/ps", attack)
-                await until(pilot, lambda: app.state.ollama is not None and _matches(app.state.ollama.error, expected),
-                            timeout_s=TIMEOUT_S + 5)
+                await until(
+                    pilot,
+                    lambda: app.state.ollama is not None and _matches(app.state.ollama.error, expected),
+                    timeout_s=TIMEOUT_S + 5,
+                )
                 assert [r[0] for r in rows(app)] == ["llama3.2:latest"], name  # the last good data stays
                 head = _header(app)
                 assert "✖" in head and "\x1b" not in head, head
@@ -223,6 +255,7 @@ async def test_dashboard_with_a_thousand_models_and_slow_shows_stays_responsive(
 
 # --- the what-if planner's two requests ----------------------------------------------------------
 
+
 async def test_planner_requests_read_bounded_bodies() -> None:
     from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
 
@@ -235,7 +268,9 @@ async def test_planner_requests_read_bounded_bodies() -> None:
         tensors = await fetch_tensors(server.url, "m")
         redirected = await send_load_request(server.url, "m", 4096, None)
     # 64 KiB of the 8 MiB error is read: the JSON is cut, so its text is shown as sent (escaped)
-    assert error is not None and error.startswith('POST /api/generate: HTTP 500 Internal Server Error: {"error": "load failed \\u001b]52')
+    assert error is not None and error.startswith(
+        'POST /api/generate: HTTP 500 Internal Server Error: {"error": "load failed \\u001b]52'
+    )
     assert len(error) < 300 and "\x1b" not in error
     assert tensors == [{"name": "blk.0.attn_k.weight", "shape": [4096, 1024]}]
     assert redirected == "POST /api/generate: HTTP 302 Found: a redirect, not followed"
@@ -252,8 +287,13 @@ def test_the_exporter_survives_every_attack_and_serves_clean_labels(tmp_path: Pa
 
     with hostile_server({"/api/show": JsonBody(show_body(architecture="llama" + ESCAPES))}) as server:
         with exporter(tmp_path, "--host", server.url, "--interval", "0.25", "--log", "none") as exp:
-            fams = exp.until(lambda f: any(s.value == 1 for s in f["kvtop_server_up"].samples)
-                             and "kvtop_model_info" in f and f["kvtop_model_info"].samples)
+            fams = exp.until(
+                lambda f: (
+                    any(s.value == 1 for s in f["kvtop_server_up"].samples)
+                    and "kvtop_model_info" in f
+                    and f["kvtop_model_info"].samples
+                )
+            )
             (info,) = fams["kvtop_model_info"].samples
             assert info.labels["architecture"].startswith("llama") and "\x1b" not in info.labels["architecture"]
             peak = 0
@@ -273,7 +313,7 @@ def test_the_exporter_survives_every_attack_and_serves_clean_labels(tmp_path: Pa
 def test_once_stays_bounded_when_every_show_is_an_object_bomb() -> None:
     """16 models whose ``/api/show`` is 20 MiB of ``{}`` inside ``model_info`` (under the byte cap,
     about 7 million values each): refused before decoding, so kvtop stays small and says why."""
-    body = b'{"model_info":{"general.architecture":"llama","x":[' + b"{}," * 7_000_000 + b'{}]}}'
+    body = b'{"model_info":{"general.architecture":"llama","x":[' + b"{}," * 7_000_000 + b"{}]}}"
 
     def bomb(h: Any, stop: Any) -> None:
         h.send_response(200)
@@ -288,5 +328,6 @@ def test_once_stays_bounded_when_every_show_is_an_object_bomb() -> None:
     assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
     out = json.loads(run.stdout)
     assert len(out["models"]) == 16
-    assert all("too many JSON values" in (m["kv_estimate_unavailable"] or "") for m in out["models"]), \
-        [m["kv_estimate_unavailable"] for m in out["models"]]
+    assert all("too many JSON values" in (m["kv_estimate_unavailable"] or "") for m in out["models"]), [
+        m["kv_estimate_unavailable"] for m in out["models"]
+    ]

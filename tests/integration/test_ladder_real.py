@@ -56,8 +56,12 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 NUM_CTX = 8192
 PARALLEL = 2
 CACHE = "q8_0"
-ENV = {"OLLAMA_KV_CACHE_TYPE": CACHE, "OLLAMA_NUM_PARALLEL": str(PARALLEL), "OLLAMA_FLASH_ATTENTION": "1",
-       "OLLAMA_API_KEY": "sk-secret-do-not-show"}
+ENV = {
+    "OLLAMA_KV_CACHE_TYPE": CACHE,
+    "OLLAMA_NUM_PARALLEL": str(PARALLEL),
+    "OLLAMA_FLASH_ATTENTION": "1",
+    "OLLAMA_API_KEY": "sk-secret-do-not-show",
+}
 SIZE = 12_000_000
 SIZE_VRAM = 9_000_000  # spilled: the spill alert's fixes must not repeat a setting in force
 
@@ -92,12 +96,30 @@ class Tree:
 def _scenario(tmp: Path, blob: str) -> Path:
     data = json.loads(BUNDLED.read_text(encoding="utf-8"))
     template = data["models"]["qwen3:1.7b-q8_0"]
-    tiny = {**template, "model_info": TINY_INFO, "file_size": 2_600_000, "note": "tiny test model",
-            "modelfile": f"FROM /usr/share/ollama/.ollama/models/blobs/{blob}\n"}
+    tiny = {
+        **template,
+        "model_info": TINY_INFO,
+        "file_size": 2_600_000,
+        "note": "tiny test model",
+        "modelfile": f"FROM /usr/share/ollama/.ollama/models/blobs/{blob}\n",
+    }
     tiny["details"] = {**template["details"], "family": "llama", "families": ["llama"], "parameter_size": "1M"}
     data["models"] = {"tiny:latest": tiny}
-    data["steps"] = [{"at_s": 0, "label": "tiny at 8192 x 2", "loaded": [
-        {"model": "tiny:latest", "context_length": NUM_CTX, "size": SIZE, "size_vram": SIZE_VRAM, "expires_in_s": 3000}]}]
+    data["steps"] = [
+        {
+            "at_s": 0,
+            "label": "tiny at 8192 x 2",
+            "loaded": [
+                {
+                    "model": "tiny:latest",
+                    "context_length": NUM_CTX,
+                    "size": SIZE,
+                    "size_vram": SIZE_VRAM,
+                    "expires_in_s": 3000,
+                }
+            ],
+        }
+    ]
     path = tmp / "scenario.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -110,8 +132,9 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tree]:
     write_tiny_llama(gguf, TinyLlama(seed=1212))  # weights of its own: a blob no other test's runner has
     model = store_as_blob(gguf, tmp / "models" / "blobs")
     port = free_port()
-    runner = [str(llama_server_binary())] + ollama_args(model, port, num_ctx=NUM_CTX, parallel=PARALLEL,
-                                                         flash_attn="on", cache_type=CACHE)
+    runner = [str(llama_server_binary())] + ollama_args(
+        model, port, num_ctx=NUM_CTX, parallel=PARALLEL, flash_attn="on", cache_type=CACHE
+    )
     bindir, work = tmp / "bin", tmp / "work"
     bindir.mkdir()
     work.mkdir()
@@ -119,17 +142,30 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tree]:
     (work / "serve").write_text(SERVE_SCRIPT, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OLLAMA_")}
     env.update(ENV)
-    env.update({
-        "KVTOP_TEST_PATHS": json.dumps([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]),
-        "KVTOP_TEST_RUNNER": json.dumps(runner),
-        "KVTOP_TEST_RUNNER_LOG": str(tmp / "runner.stderr"),
-        "KVTOP_TEST_SCENARIO": str(_scenario(tmp, model.name)),
-    })
-    proc = subprocess.Popen([str(bindir / "ollama"), "serve"], cwd=work, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env.update(
+        {
+            "KVTOP_TEST_PATHS": json.dumps(
+                [str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+            ),
+            "KVTOP_TEST_RUNNER": json.dumps(runner),
+            "KVTOP_TEST_RUNNER_LOG": str(tmp / "runner.stderr"),
+            "KVTOP_TEST_SCENARIO": str(_scenario(tmp, model.name)),
+        }
+    )
+    proc = subprocess.Popen(
+        [str(bindir / "ollama"), "serve"],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""  # the stand-in prints LISTENING <url>
-        assert line.startswith("LISTENING "), f"{line!r} {proc.stderr.read() if proc.stderr and proc.poll() is not None else ''}"
+        assert line.startswith("LISTENING "), (
+            f"{line!r} {proc.stderr.read() if proc.stderr and proc.poll() is not None else ''}"
+        )
         url = line.split(" ", 1)[1].strip()
         deadline = time.monotonic() + 60
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
@@ -161,8 +197,15 @@ def _allocated(tree: Tree) -> Any:
 def _once(tree: Tree) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "KVTOP_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none", "--host", tree.url],
-                          capture_output=True, text=True, timeout=60, env=env, cwd=REPO, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none", "--host", tree.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -184,7 +227,9 @@ def test_once_without_a_log_reads_every_rung(tree: Tree) -> None:
     layout = kv.layout_from_model_info(TINY_INFO)
     assert isinstance(layout, kv.KVLayout)
     expected = kv.kv_allocation(layout, NUM_CTX, PARALLEL, CACHE, CACHE, flash_attention=True).total_bytes
-    assert expected == 16384 * 4 * 2 * 2 * 32 * 34 // 32 == 8_912_896  # cells × layers × K+V × KV heads × head dim × q8_0
+    assert (
+        expected == 16384 * 4 * 2 * 2 * 32 * 34 // 32 == 8_912_896
+    )  # cells × layers × K+V × KV heads × head dim × q8_0
     assert m["memory"]["kv"] == load.kv_bytes == expected
     assert m["sources"]["kv"] == "estimated"
     assert m["kv_bytes_per_token"] == 544
@@ -192,13 +237,17 @@ def test_once_without_a_log_reads_every_rung(tree: Tree) -> None:
     (srv,) = [s for s in out["service"]["servers"] if s["pid"] == tree.server_pid]  # a real Ollama may run here too
     assert srv["pid"] == tree.server_pid and srv["source"] == f"/proc/{tree.server_pid}/environ"
     assert {k: srv["env"][k] for k in ("OLLAMA_KV_CACHE_TYPE", "OLLAMA_NUM_PARALLEL", "OLLAMA_FLASH_ATTENTION")} == {
-        "OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_NUM_PARALLEL": "2", "OLLAMA_FLASH_ATTENTION": "1"}
+        "OLLAMA_KV_CACHE_TYPE": "q8_0",
+        "OLLAMA_NUM_PARALLEL": "2",
+        "OLLAMA_FLASH_ATTENTION": "1",
+    }
     assert srv["env"]["OLLAMA_API_KEY"] == "••••" and "sk-secret" not in json.dumps(out)
     # the spill alert's fixes never ask for what is already set
     (spill,) = [a for a in out["alerts"] if a["kind"] == "spill"]
     actions = [f["action"] for f in spill["fixes"]]
-    assert actions and not any(a in ("OLLAMA_KV_CACHE_TYPE=q8_0", "OLLAMA_FLASH_ATTENTION=1", "OLLAMA_NUM_PARALLEL=2")
-                               for a in actions), actions
+    assert actions and not any(
+        a in ("OLLAMA_KV_CACHE_TYPE=q8_0", "OLLAMA_FLASH_ATTENTION=1", "OLLAMA_NUM_PARALLEL=2") for a in actions
+    ), actions
     assert "OLLAMA_FLASH_ATTENTION=1" not in json.dumps(spill["fixes"]), spill["fixes"]
     assert m["differences"] == []
 
@@ -266,9 +315,27 @@ def test_a_second_server_on_this_machine_gets_the_runner_rungs_too(tree: Tree) -
     every server on this machine has its runners and environment read (here the first is dead)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "KVTOP_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none", "--host",
-                           f"127.0.0.1:{free_port()}", "--host", tree.url], capture_output=True, text=True, timeout=60,
-                          env=env, cwd=REPO, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvtop",
+            "--once",
+            "--json",
+            "--log",
+            "none",
+            "--host",
+            f"127.0.0.1:{free_port()}",
+            "--host",
+            tree.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr  # the first server is unreachable
     first, second = json.loads(done.stdout)["hosts"]
     assert first["reachable"] is False and second["reachable"] is True

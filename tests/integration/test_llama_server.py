@@ -117,9 +117,7 @@ def _save_fixture(case: Case, run: ServerRun) -> None:
         return
     FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
     (FIXTURE_DIR / f"{case.name}.log").write_text(run.stderr, encoding="utf-8")
-    (FIXTURE_DIR / f"{case.name}.cmd").write_text(
-        "llama-server " + " ".join(run.argv[1:]) + "\n", encoding="utf-8"
-    )
+    (FIXTURE_DIR / f"{case.name}.cmd").write_text("llama-server " + " ".join(run.argv[1:]) + "\n", encoding="utf-8")
 
 
 _FA_CONTEXT = re.compile(r"llama_context: flash_attn += (\w+)")
@@ -180,20 +178,13 @@ def test_llama_server_kv_matches_estimate(
 
     run = _run(model, case, tmp_path)
     lines = run.stderr_lines
-    assert run.healthy, (
-        f"llama-server did not come up (exit {run.returncode}):\n{run.stderr[-4000:]}"
-    )
+    assert run.healthy, f"llama-server did not come up (exit {run.returncode}):\n{run.stderr[-4000:]}"
     assert len(run.completions) == 2
     _save_fixture(case, run)
 
     fa = _fa_resolved_in_log(case, lines)
     estimate = kv_allocation(
-        layout,
-        case.num_ctx,
-        case.parallel,
-        case.kv_type,
-        case.kv_type,
-        flash_attention=fa == "enabled",
+        layout, case.num_ctx, case.parallel, case.kv_type, case.kv_type, flash_attention=fa == "enabled"
     )
 
     # llama.cpp's own summary line agrees with the estimate (independent of kvtop's parser).
@@ -258,12 +249,7 @@ def test_llama_server_refused_cache_type_is_load_failed(
     # kvtop's estimate refuses the same configuration llama.cpp refuses.
     with pytest.raises(ValueError):
         kv_allocation(
-            layout,
-            case.num_ctx,
-            case.parallel,
-            case.kv_type,
-            case.kv_type,
-            flash_attention=case.flash_attn != "off",
+            layout, case.num_ctx, case.parallel, case.kv_type, case.kv_type, flash_attention=case.flash_attn != "off"
         )
 
     run = _run(model, case, tmp_path)

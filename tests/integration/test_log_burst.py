@@ -25,7 +25,7 @@ OOM_LOG = LOGS / "031-oom-model-request-too-large-for-system-systemctl-truncated
 
 BURST_LINES = 1_000_000
 
-WRITER = textwrap.dedent('''
+WRITER = textwrap.dedent("""
     import sys
     path, oom_at, load_at, total = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     oom = sys.stdin.readline().encode()
@@ -49,22 +49,24 @@ WRITER = textwrap.dedent('''
                 f.write(b"".join(chunk))
                 chunk = []
         f.write(b"".join(chunk))
-''')
+""")
 
 
 def _oom_line() -> str:
     """Corpus 031's real OOM line (collector prefix dropped), stamped now so the alert is current."""
     raw = next(x for x in OOM_LOG.read_text(encoding="utf-8").splitlines() if "model request too large" in x)
-    body = raw[raw.index("time="):].rstrip(">")
+    body = raw[raw.index("time=") :].rstrip(">")
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-    return "time=" + now + body[body.index(" "):]
+    return "time=" + now + body[body.index(" ") :]
 
 
 async def test_oom_and_load_inside_a_million_line_burst_are_not_shed(tmp_path: Path) -> None:
     scenario, _ = tiny_scenario(tmp_path)
     log = tmp_path / "server.log"
-    log.write_text('time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434 (version 0.30.1)"\n',
-                   encoding="utf-8")
+    log.write_text(
+        'time=2026-11-29T11:59:59.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434 (version 0.30.1)"\n',
+        encoding="utf-8",
+    )
     load_lines = [x for x in LOAD_LOG.read_text(encoding="utf-8").splitlines() if not x.startswith("#")]
     oom = _oom_line()
     with running(["--manual", "--scenario", str(scenario)]) as server:
@@ -73,7 +75,10 @@ async def test_oom_and_load_inside_a_million_line_burst_are_not_shed(tmp_path: P
             await until(pilot, lambda: app.state.log.lines == 1)
             writer = subprocess.run(
                 [sys.executable, "-c", WRITER, str(log), "300000", "600000", str(BURST_LINES)],
-                input=oom + "\n" + "\n".join(load_lines) + "\n", text=True, timeout=120, check=True,
+                input=oom + "\n" + "\n".join(load_lines) + "\n",
+                text=True,
+                timeout=120,
+                check=True,
             )
             assert writer.returncode == 0
             total = 1 + BURST_LINES + 1 + len(load_lines)
@@ -86,9 +91,16 @@ async def test_oom_and_load_inside_a_million_line_burst_are_not_shed(tmp_path: P
             assert "model request too large for system" in oom_alert.message
             # The whole load inside the shed part was kept: it is parsed with its figures.
             load = next(ld for ld in log_state.loads if ld.model_blob == LOAD_BLOB)
-            assert (load.num_ctx_total, load.parallel, load.kv_type_k, load.flash_attention) == (8192, 2, "q8_0", "enabled")
+            assert (load.num_ctx_total, load.parallel, load.kv_type_k, load.flash_attention) == (
+                8192,
+                2,
+                "q8_0",
+                "enabled",
+            )
             assert load.kv_bytes == 2160067
             # The status line says how many lines were dropped.
-            await until(pilot, lambda: f"{app.state.log.dropped_lines:,} dropped"
-                        in str(app.dashboard.query_one("#logline").render()))
+            await until(
+                pilot,
+                lambda: f"{app.state.log.dropped_lines:,} dropped" in str(app.dashboard.query_one("#logline").render()),
+            )
             await pilot.press("q")

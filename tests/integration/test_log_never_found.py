@@ -45,9 +45,14 @@ def test_auto_still_looking_is_no_alert_a_lost_log_is() -> None:
     assert "log_source_lost" not in [a.kind for a in evaluate(looking)]
     read = fold_log_with_alerts(state, [], source="file:/var/log/ollama.log", status=None, ok=True, lines=12)
     assert "log_source_lost" not in [a.kind for a in evaluate(read)]
-    lost = fold_log_with_alerts(read, [], source="file:/var/log/ollama.log",
-                            status="/var/log/ollama.log was deleted — waiting for it to be re-created", ok=False,
-                            lines=0)
+    lost = fold_log_with_alerts(
+        read,
+        [],
+        source="file:/var/log/ollama.log",
+        status="/var/log/ollama.log was deleted — waiting for it to be re-created",
+        ok=False,
+        lines=0,
+    )
     (alert,) = [a for a in evaluate(lost) if a.kind == "log_source_lost"]
     assert alert.severity == "warning" and "was deleted" in alert.message
     # a log named with --log that cannot be read is the user's problem to know: an alert from the start
@@ -77,8 +82,9 @@ def test_the_exporter_counts_the_lost_log_only() -> None:
 def _auto_here(monkeypatch: pytest.MonkeyPatch, home: Path) -> AutoTail:
     """A real ``AutoTail`` that can find only ``home``'s ``~/.ollama/logs/server.log``."""
     server_log = home / ".ollama" / "logs" / "server.log"
-    monkeypatch.setattr(tail, "auto_file_candidates",
-                        lambda env=None, platform=None: [(server_log, "the macOS app's server log")])
+    monkeypatch.setattr(
+        tail, "auto_file_candidates", lambda env=None, platform=None: [(server_log, "the macOS app's server log")]
+    )
     return AutoTail(env=_isolated_env(home))
 
 
@@ -86,10 +92,14 @@ def _text(app: KvtopApp, selector: str) -> str:
     return str(app.dashboard.query_one(selector).render())
 
 
-async def test_dashboard_without_a_log_says_what_to_do_and_raises_no_alert(monkeypatch: pytest.MonkeyPatch,
-                                                                          tmp_path: Path) -> None:
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="auto"), FakeSource(snapshot_at(1)),
-                   log_source=_auto_here(monkeypatch, tmp_path))
+async def test_dashboard_without_a_log_says_what_to_do_and_raises_no_alert(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, log_spec="auto"),
+        FakeSource(snapshot_at(1)),
+        log_source=_auto_here(monkeypatch, tmp_path),
+    )
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.state.log.source == "auto" and not app.state.log.ok and app.state.models)
         await pilot.pause(0.3)
@@ -104,8 +114,11 @@ async def test_dashboard_log_read_then_lost_is_an_alert(monkeypatch: pytest.Monk
     server_log = tmp_path / ".ollama" / "logs" / "server.log"
     server_log.parent.mkdir(parents=True)
     server_log.write_text("".join(line + "\n" for line in restamped("015")), encoding="utf-8")
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="auto"),
-                   FakeSource(snapshot_at(step_index("spills"))), log_source=auto)
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, log_spec="auto"),
+        FakeSource(snapshot_at(step_index("spills"))),
+        log_source=auto,
+    )
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: app.state.log.ok and app.state.log.lines == 7)
         assert app.state.log.source == f"file:{server_log}" and "log_source_lost" not in _kinds(app.state)

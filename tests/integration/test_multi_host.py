@@ -39,7 +39,9 @@ async def test_two_servers_one_killed_the_other_keeps_updating() -> None:
             await until(pilot, lambda: [r[0] for r in rows(app)] == ["qwen3:1.7b-q8_0"])
             bar = _servers_text(app)
             assert bar.startswith("1 " + a.url.removeprefix("http://") + " ● 1 model")
-            await until(pilot, lambda: "2 " + b.url.removeprefix("http://") + " ● 3 models 1 spilled" in _servers_text(app))
+            await until(
+                pilot, lambda: "2 " + b.url.removeprefix("http://") + " ● 3 models 1 spilled" in _servers_text(app)
+            )
 
             await pilot.press("right_square_bracket")  # ]
             assert app.current_host == b.url
@@ -49,7 +51,9 @@ async def test_two_servers_one_killed_the_other_keeps_updating() -> None:
 
             _stop(a.proc)  # server 1 dies; server 2 must keep updating
             b.goto(2)  # only qwen3 at 32768
-            await until(pilot, lambda: [r[0] for r in rows(app)] == ["qwen3:1.7b-q8_0"] and rows(app)[0][4] == "32768×1*")
+            await until(
+                pilot, lambda: [r[0] for r in rows(app)] == ["qwen3:1.7b-q8_0"] and rows(app)[0][4] == "32768×1*"
+            )
             await until(pilot, lambda: app.states[a.url].reachable is False)
             assert app.states[b.url].reachable is True
             assert " ✖ down" in _servers_text(app)
@@ -91,18 +95,29 @@ def test_once_json_and_check_with_two_hosts_one_dead() -> None:
     assert [h["host"] for h in doc["hosts"]] == [a.url, dead]
     live, down = doc["hosts"]
     assert live["reachable"] is True and {m["name"] for m in live["models"]} == {
-        "qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"}
+        "qwen3:1.7b-q4_K_M",
+        "gemma4:latest",
+        "qwen3:1.7b-q8_0",
+    }
     gemma = next(m for m in live["models"] if m["name"] == "gemma4:latest")
     assert (gemma["size"], gemma["size_vram"], gemma["processor"]) == (6591830464, 5333539264, "19%/81% CPU/GPU")
     assert down["reachable"] is False and down["models"] == [] and "refused" in down["error"]
-    assert down["gpu_status"] == ("GPU telemetry: none for this server (kvtop reads the GPUs of the machine it"
-                                  f" runs on, reported with {a.url})") and down["gpus"] == []
+    assert (
+        down["gpu_status"]
+        == (
+            "GPU telemetry: none for this server (kvtop reads the GPUs of the machine it"
+            f" runs on, reported with {a.url})"
+        )
+        and down["gpus"] == []
+    )
     assert live["gpu_status"] != down["gpu_status"] and live["gpu_status"].startswith("GPU telemetry: ")
     assert check.returncode == 2
     cdoc = json.loads(check.stdout)
     assert cdoc["exit_code"] == 2
     assert [(h["host"], [x["kind"] for x in h["alerts"]]) for h in cdoc["hosts"]] == [
-        (a.url, ["spill"]), (dead, ["server_unreachable"])]
+        (a.url, ["spill"]),
+        (dead, ["server_unreachable"]),
+    ]
     assert both.returncode == 0 and both.stdout.count("kvtop ") == 1
 
 

@@ -28,8 +28,21 @@ from tests.standin import BUNDLED, running
 
 MARKER = "KVTOP-TEST-PARSER-BOOM"
 PARSER_ERROR = "log parser error: ValueError: boom"
-MODEL_KEYS = ("name", "digest", "size", "size_vram", "processor", "context_length", "parallel", "kv_type",
-              "flash_attention", "memory", "kv_bytes_per_token", "sources", "spilled")
+MODEL_KEYS = (
+    "name",
+    "digest",
+    "size",
+    "size_vram",
+    "processor",
+    "context_length",
+    "parallel",
+    "kv_type",
+    "flash_attention",
+    "memory",
+    "kv_bytes_per_token",
+    "sources",
+    "spilled",
+)
 
 
 def raising_on_marker(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,8 +94,14 @@ async def exporter_face(url: str, spec: str, total: int) -> tuple[dict[str, Any]
     poller = HostPoller(url, sources.servers[url], local=True, alerts={}, log=True)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        exporter = Exporter([poller], interval_s=0.3, gpu_source=sources.gpu, proc_source=sources.procs,
-                            log_source=sources.log, slots_source=sources.slots)
+        exporter = Exporter(
+            [poller],
+            interval_s=0.3,
+            gpu_source=sources.gpu,
+            proc_source=sources.procs,
+            log_source=sources.log,
+            slots_source=sources.slots,
+        )
         stop = asyncio.Event()
         task = asyncio.create_task(exporter.run(stop))
         deadline = time.monotonic() + 20
@@ -133,8 +152,9 @@ def test_every_face_gives_the_same_models_alerts_and_sources(tmp_path: Path, mon
         assert code == 0, once_err
         once = json.loads(out)
 
-        code, out, stream_err = run_main(["--host", url, "--log", spec, "--stream", "--count", "4",
-                                          "--interval", "0.5", "--timeout", "3"])
+        code, out, stream_err = run_main(
+            ["--host", url, "--log", spec, "--stream", "--count", "4", "--interval", "0.5", "--timeout", "3"]
+        )
         assert code == 0, stream_err
         stream = [json.loads(line) for line in out.splitlines()]
 

@@ -32,8 +32,9 @@ STEP = "raised to 32768"
 
 
 def kvtop(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60,
-                          cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60, cwd=str(REPO)
+    )
 
 
 def test_the_vocabulary_is_defined_once() -> None:
@@ -90,7 +91,9 @@ def test_plan_and_once() -> None:
     (clamped,) = [line for line in planned.stdout.splitlines() if line.strip().startswith("40960")]
     assert clamped.strip().startswith(f"40960{CLAMPED_MARK}") and "40960*" not in planned.stdout
     assert f"  {CLAMPED_MARK}         num_ctx lowered to the training context" in planned.stdout
-    assert "sizes binary: G/GiB = 2^30 B" in planned.stdout and "MiB (1 MiB" not in planned.stdout  # model.known.UNITS_NOTE
+    assert (
+        "sizes binary: G/GiB = 2^30 B" in planned.stdout and "MiB (1 MiB" not in planned.stdout
+    )  # model.known.UNITS_NOTE
     assert once.returncode == 0, once.stderr
     (line,) = [x for x in once.stdout.splitlines() if x.startswith("qwen3:1.7b-q8_0")]
     assert f"  {LONG}  " in line and "32768×1*" in line and "f16*" in line
@@ -100,8 +103,9 @@ def test_plan_and_once() -> None:
 
 
 def test_inspect_log_writes_sizes_the_same_way() -> None:
-    done = kvtop("inspect-log", str(REPO / "tests" / "fixtures" / "logs" /
-                                    "002-kv-partial-offload-cuda-host-fa1-0.3.log"))
+    done = kvtop(
+        "inspect-log", str(REPO / "tests" / "fixtures" / "logs" / "002-kv-partial-offload-cuda-host-fa1-0.3.log")
+    )
     assert done.returncode == 0, done.stderr
     assert "KV cache         CUDA_Host 384 MiB (402,653,184 B); CUDA0 6.6 GiB (7,113,539,584 B)" in done.stdout
     assert "KV total         7.0 GiB (7,516,192,768 B)" in done.stdout  # allocated: no mark

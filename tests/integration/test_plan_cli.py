@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from tests.standin import BUNDLED, REPO, running
-from tests.unit.test_plan_models import LLAMA31_8B_WEIGHTS, llama31_8b_info, llama31_8b_show, llama31_8b_tensors, tiny_llama_show
+from tests.unit.test_plan_models import (
+    LLAMA31_8B_WEIGHTS,
+    llama31_8b_info,
+    llama31_8b_show,
+    llama31_8b_tensors,
+    tiny_llama_show,
+)
 
 MIB = 1024**2
 GIB = 1024**3
@@ -22,8 +28,9 @@ CLI_WIRED = "main_plan" in (REPO / "kvtop" / "cli" / "__init__.py").read_text(en
 
 def plan_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``kvtop plan ARGS`` (through the module until kvtop/cli/__init__.py dispatches ``plan``)."""
-    return subprocess.run([sys.executable, "-m", "kvtop.plan_cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop.plan_cli", *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO)
+    )
 
 
 def free_port() -> int:
@@ -41,8 +48,13 @@ def llama_scenario(tmp_path: Path) -> Path:
         "models": {
             "llama3.1:8b": {
                 "digest": "46e0c10c039e019119339687c3c1757cc81b9da49709a3b3924863ba87ca666e",
-                "details": {"format": "gguf", "family": "llama", "families": ["llama"], "parameter_size": "8.0B",
-                            "quantization_level": "Q4_K_M"},
+                "details": {
+                    "format": "gguf",
+                    "family": "llama",
+                    "families": ["llama"],
+                    "parameter_size": "8.0B",
+                    "quantization_level": "Q4_K_M",
+                },
                 "file_size": LLAMA31_8B_WEIGHTS + 8_000_000,
                 "note": "file_size: tensor sum + an illustrative 8 MB of header and tokenizer",
                 "model_info": llama31_8b_info(),
@@ -63,17 +75,35 @@ def llama_scenario(tmp_path: Path) -> Path:
 
 def test_llama31_8b_table_against_a_standin_that_has_it(tmp_path: Path) -> None:
     with running(["--manual", "--scenario", str(llama_scenario(tmp_path))]) as server:
-        proc = plan_cli("llama3.1:8b", "--ctx", "32768", "--kv", "f16", "--kv", "q8_0", "--kv", "q4_0",
-                        "--host", server.url)
-        js = plan_cli("llama3.1:8b", "--ctx", "32768", "--kv", "f16", "--kv", "q8_0", "--kv", "q4_0",
-                      "--host", server.url, "--gpu-free", "8GiB", "--json")
+        proc = plan_cli(
+            "llama3.1:8b", "--ctx", "32768", "--kv", "f16", "--kv", "q8_0", "--kv", "q4_0", "--host", server.url
+        )
+        js = plan_cli(
+            "llama3.1:8b",
+            "--ctx",
+            "32768",
+            "--kv",
+            "f16",
+            "--kv",
+            "q8_0",
+            "--kv",
+            "q4_0",
+            "--host",
+            server.url,
+            "--gpu-free",
+            "8GiB",
+            "--json",
+        )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("kvtop plan llama3.1:8b — llama, 32 layers, 8 KV heads × 128")
     table = [line.split() for line in lines if line.strip().startswith("32768")]
     # the units and marks of every screen: KV ~ estimated (4096 / 2176 / 1152 MiB), weights reported
-    assert [(row[2], row[6], row[7]) for row in table] == [("f16", "~4.0", "GiB"), ("q8_0", "~2.1", "GiB"),
-                                                           ("q4_0", "~1.1", "GiB")]
+    assert [(row[2], row[6], row[7]) for row in table] == [
+        ("f16", "~4.0", "GiB"),
+        ("q8_0", "~2.1", "GiB"),
+        ("q4_0", "~1.1", "GiB"),
+    ]
     assert all(row[4:6] == ["4.6", "GiB"] for row in table)  # weights: the tensor sum (4685.3 MiB)
     assert "free memory not given" in proc.stdout
     assert js.returncode == 0, js.stderr
@@ -84,15 +114,34 @@ def test_llama31_8b_table_against_a_standin_that_has_it(tmp_path: Path) -> None:
     assert [r["fit"]["verdict"] for r in doc["rows"]] == ["spills", "fits", "fits"]
     assert doc["rows"][0]["fit"]["spilled_layers"][0] == 0
     assert all(r["compute_estimated"] is True for r in doc["rows"])
-    assert doc["gpu"] == {"free_bytes": 8 * GIB, "free_source": "--gpu-free", "held_bytes": None,
-                          "reserve_bytes": 0, "budget_bytes": 8 * GIB}
+    assert doc["gpu"] == {
+        "free_bytes": 8 * GIB,
+        "free_source": "--gpu-free",
+        "held_bytes": None,
+        "reserve_bytes": 0,
+        "budget_bytes": 8 * GIB,
+    }
 
 
 def test_json_against_the_bundled_standin_uses_what_the_model_holds() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(2)  # qwen3:1.7b-q8_0 loaded at 32768: 6,106,141,568 B, 100% GPU
-        proc = plan_cli("qwen3:1.7b-q8_0", "--host", server.url, "--ctx", "4096", "--ctx", "40960",
-                        "--kv", "f16", "--kv", "q8_0", "--gpu-free", "4GiB", "--json")
+        proc = plan_cli(
+            "qwen3:1.7b-q8_0",
+            "--host",
+            server.url,
+            "--ctx",
+            "4096",
+            "--ctx",
+            "40960",
+            "--kv",
+            "f16",
+            "--kv",
+            "q8_0",
+            "--gpu-free",
+            "4GiB",
+            "--json",
+        )
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     assert doc["version"] == "0.22.1" and doc["engine"] == "go-runner"
@@ -144,14 +193,17 @@ def test_unknown_model_and_unreachable_server_exit_2() -> None:
     assert down.returncode == 2 and "cannot connect" in down.stderr
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (["m", "--kv", "q5"], "unknown KV cache type"),
-    (["m", "--gpu-free", "24G"], "ambiguous"),
-    (["m", "--ctx", "lots"], "not a context length"),
-    (["m", "--parallel", "0"], "slots must be"),
-    (["m", "--model-info", "x.json", "--host", "http://127.0.0.1:1"], "offline"),
-    (["m", "--model-info", "/nonexistent/x.json"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["m", "--kv", "q5"], "unknown KV cache type"),
+        (["m", "--gpu-free", "24G"], "ambiguous"),
+        (["m", "--ctx", "lots"], "not a context length"),
+        (["m", "--parallel", "0"], "slots must be"),
+        (["m", "--model-info", "x.json", "--host", "http://127.0.0.1:1"], "offline"),
+        (["m", "--model-info", "/nonexistent/x.json"], "cannot read"),
+    ],
+)
 def test_bad_arguments_exit_2(args: list[str], fragment: str) -> None:
     proc = plan_cli(*args)
     assert proc.returncode == 2
@@ -165,8 +217,20 @@ def test_bad_arguments_exit_2(args: list[str], fragment: str) -> None:
 def test_offline_model_info_file(tmp_path: Path) -> None:
     show = tmp_path / "llama3.1-8b.json"
     show.write_text(json.dumps(llama31_8b_show()), encoding="utf-8")
-    proc = plan_cli("llama3.1:8b", "--model-info", str(show), "--ctx", "32k", "--kv", "q8_0",
-                    "--gpu-free", "24GB", "--parallel", "2", "--json")
+    proc = plan_cli(
+        "llama3.1:8b",
+        "--model-info",
+        str(show),
+        "--ctx",
+        "32k",
+        "--kv",
+        "q8_0",
+        "--gpu-free",
+        "24GB",
+        "--parallel",
+        "2",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     (row,) = doc["rows"]
@@ -184,8 +248,20 @@ def test_log_gives_the_prediction_next_to_the_allocation(tmp_path: Path) -> None
     show = tmp_path / "tiny.json"
     show.write_text(json.dumps(tiny_llama_show()), encoding="utf-8")
     log = FIXTURES / "q8_0-fa-on-np2.log"
-    proc = plan_cli("tiny", "--model-info", str(show), "--log", str(log), "--ctx", "4096", "--kv", "q8_0",
-                    "--parallel", "2", "--json")
+    proc = plan_cli(
+        "tiny",
+        "--model-info",
+        str(show),
+        "--log",
+        str(log),
+        "--ctx",
+        "4096",
+        "--kv",
+        "q8_0",
+        "--parallel",
+        "2",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     comparison = {r["component"]: r for r in doc["comparison"]["rows"]}
@@ -213,8 +289,9 @@ def test_unavailable_kv_math_is_said(tmp_path: Path) -> None:
 # --gpu-free auto
 
 
-def test_gpu_free_auto_without_nvml_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_gpu_free_auto_without_nvml_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import importlib
 
     from kvtop import plan_cli as module
@@ -234,8 +311,9 @@ def test_gpu_free_auto_without_nvml_is_a_clear_error(monkeypatch: pytest.MonkeyP
     assert "--gpu-free auto needs NVML" in err and "--gpu-free 24GiB" in err
 
 
-def test_gpu_free_auto_when_nvml_cannot_start(monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_gpu_free_auto_when_nvml_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import importlib
 
     from kvtop import plan_cli as module
@@ -277,8 +355,25 @@ def test_gpu_free_auto_reads_nvml(tmp_path: Path) -> None:
 def test_kvtop_plan_subcommand(tmp_path: Path) -> None:
     show = tmp_path / "s.json"
     show.write_text(json.dumps(llama31_8b_show()), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "kvtop", "plan", "llama3.1:8b", "--model-info", str(show),
-                           "--ctx", "32768", "--kv", "q4_0", "--json"],
-                          capture_output=True, text=True, timeout=60, cwd=str(REPO))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvtop",
+            "plan",
+            "llama3.1:8b",
+            "--model-info",
+            str(show),
+            "--ctx",
+            "32768",
+            "--kv",
+            "q4_0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows"][0]["kv_bytes"] == 1152 * MIB

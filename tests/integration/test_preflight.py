@@ -9,13 +9,7 @@ import subprocess
 import sys
 
 from kvtop.model import kv, plan
-from kvtop.model.preflight import (
-    VRAM_TIERS,
-    preflight,
-    preflight_row,
-    server_defaults,
-    vram_tier_num_ctx,
-)
+from kvtop.model.preflight import VRAM_TIERS, preflight, preflight_row, server_defaults, vram_tier_num_ctx
 from kvtop.sources.pulled import PulledSource
 from tests.standin import BUNDLED, running
 
@@ -51,6 +45,7 @@ def test_pulled_models_are_read_once_each() -> None:
 
 def test_show_is_fetched_lazily_a_few_at_a_time() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
+
         async def go():
             src = PulledSource(server.url)
             try:
@@ -69,8 +64,16 @@ def test_show_is_fetched_lazily_a_few_at_a_time() -> None:
 def test_verdicts_against_the_kv_math() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         snap, _ = _pulled(server.url)
-    defaults = server_defaults("0.22.1", {"OLLAMA_CONTEXT_LENGTH": "8192", "OLLAMA_NUM_PARALLEL": "2",
-                                          "OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"}, None)
+    defaults = server_defaults(
+        "0.22.1",
+        {
+            "OLLAMA_CONTEXT_LENGTH": "8192",
+            "OLLAMA_NUM_PARALLEL": "2",
+            "OLLAMA_KV_CACHE_TYPE": "q8_0",
+            "OLLAMA_FLASH_ATTENTION": "1",
+        },
+        None,
+    )
     assert (defaults.num_ctx.value, defaults.num_ctx.source) == (8192, "service")
     assert (defaults.parallel.value, defaults.cache_type.value, defaults.flash_attention.value) == (2, "q8_0", True)
     assert snap.tags is not None
@@ -105,8 +108,7 @@ def test_verdicts_against_the_kv_math() -> None:
 
 
 def test_default_num_ctx_by_version_and_vram() -> None:
-    assert [vram_tier_num_ctx(g * GiB) for g in (8, 22, 23, 46, 47, 80)] == [4096, 4096, 32768, 32768, 262144,
-                                                                              262144]
+    assert [vram_tier_num_ctx(g * GiB) for g in (8, 22, 23, 46, 47, 80)] == [4096, 4096, 32768, 32768, 262144, 262144]
     assert vram_tier_num_ctx(48 * GiB, overhead_bytes=2 * GiB) == 32768
     assert VRAM_TIERS[-1] == (0, 4096)
     tiered = server_defaults("0.22.1", {}, 24 * GiB).num_ctx
@@ -122,8 +124,25 @@ def test_default_num_ctx_by_version_and_vram() -> None:
 def test_plan_all_json_and_text() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         names = sorted(m["name"] for m in server.client.get("/api/tags").json()["models"])
-        done = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url, "--gpu-free",
-                               "8GiB", "--ctx", "8k", "--json"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvtop",
+                "plan",
+                "--all",
+                "--host",
+                server.url,
+                "--gpu-free",
+                "8GiB",
+                "--ctx",
+                "8k",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         doc = json.loads(done.stdout)
         assert doc["gpu"]["free_bytes"] == 8 * GiB and doc["defaults"]["num_ctx"] == 8192
@@ -135,15 +154,23 @@ def test_plan_all_json_and_text() -> None:
             expected_budget = 8 * GiB + (m["loaded_vram"] or 0)
             assert m["budget"] == expected_budget
             assert (m["verdict"] == "spills") == (m["headroom"] < 0 and m["verdict"] != "marginal")
-        text = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url],
-                              capture_output=True, text=True, timeout=60)
+        text = subprocess.run(
+            [sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert text.returncode == 0, text.stderr
         for name in names:
             assert name in text.stdout
         assert "not given: no fit verdict" in text.stdout
         assert server.writes() == []
-        bad = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "qwen3:1.7b", "--host", server.url],
-                             capture_output=True, text=True, timeout=60)
+        bad = subprocess.run(
+            [sys.executable, "-m", "kvtop", "plan", "--all", "qwen3:1.7b", "--host", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert bad.returncode == 2 and "--all plans every pulled model" in bad.stderr
 
 
@@ -173,8 +200,9 @@ def test_a_loaded_model_is_planned_from_its_real_figures() -> None:
     assert row.kv_source == "estimated"  # no log: the KV figure is kvtop's arithmetic
     assert row.loaded_vram_bytes == loaded.size_vram_bytes
     assert row.budget_bytes == 1 * GiB + (loaded.size_vram_bytes or 0)
-    assert row.calibration == (f"runs at num_ctx {loaded.context_length} (/api/ps), compute derived from its size "
-                               "assuming f16, 1 slot, FA on")
+    assert row.calibration == (
+        f"runs at num_ctx {loaded.context_length} (/api/ps), compute derived from its size assuming f16, 1 slot, FA on"
+    )
     cold = preflight_row(tag, show, at_its_ctx, free_bytes=1 * GiB, loaded_vram_bytes=loaded.size_vram_bytes)
     assert cold.total_source == "estimated" and cold.calibration == ""
     assert cold.total_bytes != loaded.size_bytes  # the estimate alone differs: the real figure won
@@ -195,11 +223,44 @@ def test_a_loaded_model_is_planned_from_its_real_figures() -> None:
     # plan --all shows it unmarked, with the line saying where it comes from
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(step)
-        done = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url, "--ctx",
-                               str(loaded.context_length), "--json"], capture_output=True, text=True, timeout=60)
-        asked = subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", server.url, "--ctx",
-                                str(loaded.context_length), "--kv", "q8_0", "--parallel", "2", "--json"],
-                               capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvtop",
+                "plan",
+                "--all",
+                "--host",
+                server.url,
+                "--ctx",
+                str(loaded.context_length),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        asked = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvtop",
+                "plan",
+                "--all",
+                "--host",
+                server.url,
+                "--ctx",
+                str(loaded.context_length),
+                "--kv",
+                "q8_0",
+                "--parallel",
+                "2",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     doc = json.loads(done.stdout)
     row_json = next(m for m in doc["models"] if m["digest"] == loaded.digest)
     assert (row_json["total"], row_json["total_source"]) == (loaded.size_bytes, "reported")
@@ -213,9 +274,14 @@ def test_a_loaded_model_is_planned_from_its_real_figures() -> None:
 def test_plan_all_refuses_garbage_gpu_free_in_one_line(capsys) -> None:  # noqa: ANN001 - pytest's fixture
     from kvtop.plan_cli import main_plan
 
-    for value, says in [("abc", "not a byte count"), ("-1", "not a byte count"), ("1e999", "not a byte count"),
-                        ("24G", "ambiguous unit"), ("99999999999999999999GiB", "more than 1 PiB"),
-                        ("8G\x1b[31m", "not a byte count")]:
+    for value, says in [
+        ("abc", "not a byte count"),
+        ("-1", "not a byte count"),
+        ("1e999", "not a byte count"),
+        ("24G", "ambiguous unit"),
+        ("99999999999999999999GiB", "more than 1 PiB"),
+        ("8G\x1b[31m", "not a byte count"),
+    ]:
         assert main_plan(["--all", "--host", "http://127.0.0.1:9", "--gpu-free", value]) == 2, value
         out, err = capsys.readouterr()
         assert out == "" and says in err and "Traceback" not in err, (value, err)
@@ -260,8 +326,12 @@ def test_once_json_reads_every_pulled_model_of_a_quick_server() -> None:
     (none is left "waiting" on a server that answers at once), and writes nothing."""
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         names = sorted(m["name"] for m in server.client.get("/api/tags").json()["models"])
-        done = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none",
-                               "--host", server.url], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "kvtop", "--once", "--json", "--log", "none", "--host", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         rows = json.loads(done.stdout)["server"]["preflight"]
         assert sorted(r["name"] for r in rows) == names and len(names) >= 2

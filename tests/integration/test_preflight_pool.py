@@ -62,8 +62,10 @@ def _server(hang: Callable[[str], threading.Event | None]) -> Iterator[tuple[Hos
         with lock:
             counts["answered"] += 1
 
-    with hostile_server({"/api/show": Custom(show), "/api/tags": JsonBody(tags_body(N_MODELS)),
-                         "/api/ps": JsonBody({"models": []})}, n_models=1) as server:
+    with hostile_server(
+        {"/api/show": Custom(show), "/api/tags": JsonBody(tags_body(N_MODELS)), "/api/ps": JsonBody({"models": []})},
+        n_models=1,
+    ) as server:
         yield server, counts
 
 
@@ -108,6 +110,7 @@ def test_a_hanging_model_holds_one_slot_not_a_round() -> None:
                     return await src.sample_all(budget_s=300.0)
                 finally:
                     await src.aclose()
+
             result["snap"] = asyncio.run(go())
 
         worker = threading.Thread(target=run, daemon=True)
@@ -131,6 +134,7 @@ def test_a_hanging_model_holds_one_slot_not_a_round() -> None:
 
 def test_deadline_per_request_and_unread_with_reason() -> None:
     with _server(lambda name: NEVER) as (server, counts):
+
         async def go() -> Any:
             src = PulledSource(server.url, show_timeout_s=5.0)
             try:
@@ -155,6 +159,7 @@ def test_budget_out_leaves_the_rest_unasked_and_says_so() -> None:
         global HUNG
         saved, HUNG = HUNG, {_name(i) for i in range(N_MODELS)}
         try:
+
             async def go() -> Any:
                 src = PulledSource(server.url, show_timeout_s=300.0)
                 try:
@@ -173,8 +178,12 @@ def test_budget_out_leaves_the_rest_unasked_and_says_so() -> None:
 
 
 def _plan_all(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", "plan", "--all", "--host", url, "--gpu-free", "8GiB",
-                           "--timeout", "5", *extra], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", "plan", "--all", "--host", url, "--gpu-free", "8GiB", "--timeout", "5", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_plan_all_lists_unread_models_and_exits_3() -> None:
@@ -191,8 +200,10 @@ def test_plan_all_lists_unread_models_and_exits_3() -> None:
     assert all(v in ("fits", "marginal", "spills") for n, v in verdicts.items() if n not in HUNG)
     assert all(verdicts[n] == "error" for n in HUNG)
     assert text.returncode == 3, text.stderr
-    assert done.stderr.strip().splitlines()[-1] == (f"kvtop plan: incomplete: /api/show of {len(HUNG)} of {N_MODELS} "
-                                                    "model(s) not read (listed as unread, with the reason)")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"kvtop plan: incomplete: /api/show of {len(HUNG)} of {N_MODELS} "
+        "model(s) not read (listed as unread, with the reason)"
+    )
     assert f"incomplete: /api/show of {len(HUNG)} of {N_MODELS} model(s) not read (exit 3):" in text.stdout
     for name in HUNG:
         assert f"  unread  {name}: /api/show: no answer within 5 s\n" in text.stdout

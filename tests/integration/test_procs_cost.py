@@ -40,9 +40,14 @@ def extra_runner(fake_ollama: tuple[subprocess.Popen[bytes], str]) -> Iterator[s
     server, blob = fake_ollama
     exe = Path(psutil.Process(server.pid).cmdline()[0])
     work = Path(psutil.Process(server.pid).cwd())
-    proc = subprocess.Popen([str(exe), "runner", "--model", blob, "--port", "45680"], cwd=work,
-                            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(exe), "runner", "--model", blob, "--port", "45680"],
+        cwd=work,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait(lambda: psutil.Process(proc.pid).cmdline()[1:2] == ["runner"], "the extra runner to start")
         yield proc
@@ -51,8 +56,8 @@ def extra_runner(fake_ollama: tuple[subprocess.Popen[bytes], str]) -> Iterator[s
 
 
 async def test_names_and_command_lines_are_read_again_only_when_the_pids_change(
-        fake_ollama: tuple[subprocess.Popen[bytes], str], extra_runner: subprocess.Popen[bytes],
-        tmp_path: Path) -> None:
+    fake_ollama: tuple[subprocess.Popen[bytes], str], extra_runner: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
     server, _ = fake_ollama
     root = tmp_path / "proc"
     root.mkdir()

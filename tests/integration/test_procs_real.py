@@ -78,9 +78,17 @@ def fake_ollama(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]
     blob.write_bytes(b"GGUF")
     env = {**os.environ, "FAKE_OLLAMA": str(exe), "FAKE_BLOB": str(blob)}
     env.pop("PYTHONPATH", None)
-    server = subprocess.Popen([str(exe), "serve"], cwd=work, env=env, start_new_session=True,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [str(exe), "serve"],
+        cwd=work,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         def both_children() -> bool:
             try:
                 kids = psutil.Process(server.pid).children()
@@ -115,9 +123,19 @@ async def test_runner_pid_maps_to_blob_and_model(fake_ollama: tuple[subprocess.P
     model = dataclasses.replace(demo_models()[0], model_blob=blob)
     match = match_runners(snap, [model])[runner_pid]
     assert match.model is model
-    gpu = GpuSnapshot(taken_at=0, status="fake", ok=True, devices=(GpuDevice(
-        index=0, memory_total_bytes=8 << 30, memory_free_bytes=4 << 30,
-        processes=(GpuProcess(runner_pid, 3 << 30), GpuProcess(os.getpid(), 1 << 30))),))
+    gpu = GpuSnapshot(
+        taken_at=0,
+        status="fake",
+        ok=True,
+        devices=(
+            GpuDevice(
+                index=0,
+                memory_total_bytes=8 << 30,
+                memory_free_bytes=4 << 30,
+                processes=(GpuProcess(runner_pid, 3 << 30), GpuProcess(os.getpid(), 1 << 30)),
+            ),
+        ),
+    )
     (view,) = gpu_views(gpu, snap, [model])
     kinds = {p.pid: (p.kind, p.model) for p in view.processes}
     assert kinds[runner_pid] == ("model", model.name)
@@ -144,7 +162,14 @@ async def test_runner_that_exits_is_gone_next_sample(fake_ollama: tuple[subproce
 
 async def test_real_llama_server_runner(tmp_path: Path) -> None:
     """Ollama v0.30+'s runner is upstream llama-server: the real binary, Ollama's flags, a blob path."""
-    from tests.llama_fixture import free_port, llama_server_binary, ollama_args, require_llama_server, store_as_blob, write_tiny_llama
+    from tests.llama_fixture import (
+        free_port,
+        llama_server_binary,
+        ollama_args,
+        require_llama_server,
+        store_as_blob,
+        write_tiny_llama,
+    )
 
     require_llama_server()
 
@@ -152,12 +177,21 @@ async def test_real_llama_server_runner(tmp_path: Path) -> None:
     write_tiny_llama(gguf)
     blob = store_as_blob(gguf, tmp_path / "models" / "blobs")
     port = free_port()
-    argv = [str(llama_server_binary()), *ollama_args(blob, port, num_ctx=512, parallel=2, flash_attn="auto",
-                                                     cache_type=None)]
+    argv = [
+        str(llama_server_binary()),
+        *ollama_args(blob, port, num_ctx=512, parallel=2, flash_attn="auto", cache_type=None),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    proc = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         def exec_done() -> bool:
             try:
                 return "--model" in psutil.Process(proc.pid).cmdline()

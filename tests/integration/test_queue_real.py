@@ -27,8 +27,12 @@ def test_connections_of_another_process_are_in_flight_and_kvtops_own_are_left_ou
         holder = subprocess.Popen([sys.executable, "-c", HOLD, str(port)], stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-            out = subprocess.run([sys.executable, "-m", "kvtop", "--once", "--json", "--host", server.url,
-                                  "--log", "none"], capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                [sys.executable, "-m", "kvtop", "--once", "--json", "--host", server.url, "--log", "none"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert out.returncode == 0, out.stderr
             queue = json.loads(out.stdout)["queue"]
             assert queue["port"] == port and queue["in_flight"] == 3

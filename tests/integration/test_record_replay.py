@@ -45,9 +45,15 @@ class ProbeRecorder(Recorder):
 
 
 def probe(app: KvtopApp, path: Path) -> ProbeRecorder:
-    header = recording_header(hosts=app.hosts, log_spec=app.settings.log_spec, gpu=app.gpu_source is not None,
-                              demo=False, naive_tz=app.state.naive_tz, thresholds=app.state.thresholds,
-                              started_at=0.0)
+    header = recording_header(
+        hosts=app.hosts,
+        log_spec=app.settings.log_spec,
+        gpu=app.gpu_source is not None,
+        demo=False,
+        naive_tz=app.state.naive_tz,
+        thresholds=app.state.thresholds,
+        started_at=0.0,
+    )
     rec = ProbeRecorder.create(path, header)
     rec.app, rec.seen = app, []
     app.recorder = rec
@@ -63,8 +69,11 @@ async def test_replayed_states_equal_the_live_ones(tmp_path: Path) -> None:
     log.write_text("", encoding="utf-8")
     recording = tmp_path / "session.jsonl.gz"
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
-        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec=f"file:{log}"),
-                       gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec=f"file:{log}"),
+            gpu_source=FixedGpuSource(),
+            proc_source=FixedProcSource(),
+        )
         live = probe(app, recording)
         async with app.run_test(size=(160, 48)) as pilot:
             server.goto(1)
@@ -122,12 +131,17 @@ async def test_incident_recording_replays_with_its_alerts() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         for _ in range(4):
             await pilot.press("greater_than_sign")  # ×16: the spill comes 40 s into the recording
+
         # the spill as the runner log and the GPU tell it, once gemma4 has served a request spilled
         def spilled_and_timed() -> bool:
             gemma = next((m for m in app.state.models if m.name == "gemma4:latest"), None)
-            return (any(a.kind == "spill" and "34/43 layers" in a.message for a in app.state.alerts)
-                    and gemma is not None and gemma.cpu_percent == 19 and gemma.throughput is not None
-                    and gemma.throughput.avg_decode_tps is not None)
+            return (
+                any(a.kind == "spill" and "34/43 layers" in a.message for a in app.state.alerts)
+                and gemma is not None
+                and gemma.cpu_percent == 19
+                and gemma.throughput is not None
+                and gemma.throughput.avg_decode_tps is not None
+            )
 
         await until(pilot, spilled_and_timed, timeout_s=15)
         await pilot.press("space")
@@ -135,8 +149,10 @@ async def test_incident_recording_replays_with_its_alerts() -> None:
         spill = next(a for a in during.alerts if a.kind == "spill")
         assert spill.model == "gemma4:latest"
         assert spill.message.startswith("19% of 6.1 GiB in system RAM (1.2 GiB); 34/43 layers on the GPU")
-        assert any(f.action.startswith("num_ctx ") and f.action.endswith(" for qwen3:1.7b-q8_0") and f.fits
-                   for f in spill.fixes)
+        assert any(
+            f.action.startswith("num_ctx ") and f.action.endswith(" for qwen3:1.7b-q8_0") and f.fits
+            for f in spill.fixes
+        )
         views = {m.name: m for m in during.models}
         assert set(views) == {"qwen3:1.7b-q8_0", "gemma4:latest"}
         assert views["gemma4:latest"].processor == "19%/81% CPU/GPU"
@@ -203,8 +219,11 @@ async def test_a_full_disk_stops_recording_once_and_kvtop_keeps_running(tmp_path
     """/dev/full: every write fails with ENOSPC, like a disk that fills up while recording."""
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(1)
-        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
-                       gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec="none"),
+            gpu_source=FixedGpuSource(),
+            proc_source=FixedProcSource(),
+        )
         raw = open("/dev/full", "wb")  # noqa: SIM115, ASYNC230 - closed by the recorder
         app.recorder = Recorder(Path("/dev/full"), raw, raw)
         async with app.run_test(size=(120, 30)) as pilot:
@@ -219,13 +238,25 @@ async def test_a_full_disk_stops_recording_once_and_kvtop_keeps_running(tmp_path
 
 def _kvtop(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=30,
-                          cwd=str(REPO), env=env, stdin=subprocess.DEVNULL, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(REPO),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 def test_cli_errors_are_clear_and_exit_2(tmp_path: Path) -> None:
-    done = _kvtop("--record", str(tmp_path / "no" / "such" / "dir" / "x.jsonl"), "--host", "127.0.0.1:9", "--log", "none")
-    assert done.returncode == 2 and "--record: cannot write" in done.stderr and "No such file or directory" in done.stderr
+    done = _kvtop(
+        "--record", str(tmp_path / "no" / "such" / "dir" / "x.jsonl"), "--host", "127.0.0.1:9", "--log", "none"
+    )
+    assert (
+        done.returncode == 2 and "--record: cannot write" in done.stderr and "No such file or directory" in done.stderr
+    )
     existing = tmp_path / "old.jsonl.gz"
     existing.write_bytes(b"keep me")
     done = _kvtop("--record", str(existing), "--host", "127.0.0.1:9", "--log", "none")

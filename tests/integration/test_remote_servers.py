@@ -33,11 +33,14 @@ ARGS = ["--manual", "--scenario", str(BUNDLED)]
 
 
 def _kvtop(*args: str, env_extra: dict[str, str] | None = None, tmp: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVTOP_") and k not in ("OLLAMA_HOST", "OLLAMA_API_KEY")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KVTOP_") and k not in ("OLLAMA_HOST", "OLLAMA_API_KEY")
+    }
     env["XDG_CONFIG_HOME"] = str(tmp / "config")  # never the developer's config file
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60,
-                          cwd=str(REPO), env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=60, cwd=str(REPO), env=env
+    )
 
 
 def _with_userinfo(url: str, userinfo: str) -> str:
@@ -76,9 +79,11 @@ def test_basic_auth_in_the_url_is_watched_and_never_printed(tmp_path: Path) -> N
     failed = json.loads(bare.stdout)
     assert failed["reachable"] is False
     # the ways that keep the secret off the command line (ps) come first
-    assert failed["error"] == ("authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
-                               "--password-file FILE or --netrc (basic auth), or the config file's "
-                               '[servers."URL"] headers (sent: no credentials)')
+    assert failed["error"] == (
+        "authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
+        "--password-file FILE or --netrc (basic auth), or the config file's "
+        '[servers."URL"] headers (sent: no credentials)'
+    )
     assert failed["hints"][0].startswith(f"{server.url} asks for credentials: OLLAMA_API_KEY=…")
     assert "user:pass" not in ok.stdout + bare.stdout + check.stdout  # no form that puts a password in argv
     assert check.returncode == 2 and "authentication required (401)" in check.stdout
@@ -89,8 +94,9 @@ def test_bearer_token_from_ollama_api_key_or_a_header(tmp_path: Path) -> None:
     with running([*ARGS, "--require-bearer", TOKEN]) as server:
         server.goto(1)
         env_key = _kvtop("--once", "--json", "--host", server.url, env_extra={"OLLAMA_API_KEY": TOKEN}, tmp=tmp_path)
-        header = _kvtop("--once", "--json", "--host", server.url, "--header", f"Authorization: Bearer {TOKEN}",
-                        tmp=tmp_path)
+        header = _kvtop(
+            "--once", "--json", "--host", server.url, "--header", f"Authorization: Bearer {TOKEN}", tmp=tmp_path
+        )
         without = _kvtop("--once", "--json", "--host", server.url, tmp=tmp_path)
         config = tmp_path / "config" / "kvtop" / "config.toml"
         config.parent.mkdir(parents=True)
@@ -108,16 +114,28 @@ def test_bearer_token_from_ollama_api_key_or_a_header(tmp_path: Path) -> None:
 
 
 def test_tls_with_a_private_ca(tmp_path: Path, tls_files: dict[str, str]) -> None:
-    with running([*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
-                 verify=ssl.create_default_context(cafile=tls_files["ca"])) as server:
+    with running(
+        [*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
+        verify=ssl.create_default_context(cafile=tls_files["ca"]),
+    ) as server:
         assert server.url.startswith("https://127.0.0.1:")
         server.goto(4)
         cacert = _kvtop("--once", "--json", "--host", server.url, "--cacert", tls_files["ca"], tmp=tmp_path)
         insecure = _kvtop("--once", "--host", server.url, "--insecure", tmp=tmp_path)
         insecure_json = _kvtop("--once", "--json", "--host", server.url, "--insecure", tmp=tmp_path)
         untrusted = _kvtop("--once", "--json", "--host", server.url, tmp=tmp_path)
-        plan = _kvtop("plan", "qwen3:1.7b-q8_0", "--ctx", "8192", "--json", "--host", server.url,
-                      "--cacert", tls_files["ca"], tmp=tmp_path)
+        plan = _kvtop(
+            "plan",
+            "qwen3:1.7b-q8_0",
+            "--ctx",
+            "8192",
+            "--json",
+            "--host",
+            server.url,
+            "--cacert",
+            tls_files["ca"],
+            tmp=tmp_path,
+        )
         plan_bare = _kvtop("plan", "qwen3:1.7b-q8_0", "--host", server.url, tmp=tmp_path)
     assert cacert.returncode == 0, cacert.stderr
     doc = json.loads(cacert.stdout)
@@ -128,7 +146,9 @@ def test_tls_with_a_private_ca(tmp_path: Path, tls_files: dict[str, str]) -> Non
     assert untrusted.returncode == 2
     failed = json.loads(untrusted.stdout)
     assert failed["error"].startswith(f"TLS certificate of {server.url} not verified (")
-    assert failed["error"].endswith("name the CA that signed it with --cacert FILE (PEM)")  # not --insecure: the fix that keeps the check
+    assert failed["error"].endswith(
+        "name the CA that signed it with --cacert FILE (PEM)"
+    )  # not --insecure: the fix that keeps the check
     assert failed["hints"][0].startswith(f"The TLS certificate of {server.url} is not trusted here: --cacert FILE")
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["model"] == "qwen3:1.7b-q8_0"
@@ -137,7 +157,9 @@ def test_tls_with_a_private_ca(tmp_path: Path, tls_files: dict[str, str]) -> Non
 
 def test_a_bad_cacert_or_header_flag_is_refused_at_start(tmp_path: Path) -> None:
     missing = _kvtop("--once", "--host", "https://127.0.0.1:1", "--cacert", str(tmp_path / "nope.pem"), tmp=tmp_path)
-    assert missing.returncode == 2 and missing.stderr.strip() == f"kvtop: --cacert {tmp_path / 'nope.pem'}: no such file"
+    assert (
+        missing.returncode == 2 and missing.stderr.strip() == f"kvtop: --cacert {tmp_path / 'nope.pem'}: no such file"
+    )
     header = _kvtop("--once", "--host", "http://127.0.0.1:1", "--header", f"X-Key {PASSWORD}", tmp=tmp_path)
     assert header.returncode == 2 and "expected 'Name: value'" in header.stderr and PASSWORD not in header.stderr
     both = _kvtop("--once", "--insecure", "--cacert", "x.pem", tmp=tmp_path)
@@ -158,8 +180,12 @@ async def test_dashboard_watches_a_basic_auth_server_and_records_no_secret(tmp_p
 
     with running([*ARGS, "--require-basic", f"{USER}:{PASSWORD}"]) as server:
         server.goto(4)
-        settings = Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0,
-                            access=_access(server.url, user=USER, password=PASSWORD))
+        settings = Settings(
+            host_url=server.url,
+            interval_s=0.25,
+            timeout_s=2.0,
+            access=_access(server.url, user=USER, password=PASSWORD),
+        )
         app = make_app(settings)
         assert _attach_recorder(app, str(tmp_path / "rec.jsonl")) is None
         async with app.run_test(size=(160, 48)) as pilot:
@@ -183,11 +209,14 @@ async def test_dashboard_watches_a_basic_auth_server_and_records_no_secret(tmp_p
 
 
 async def test_dashboard_header_says_insecure_tls(tls_files: dict[str, str]) -> None:
-    with running([*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
-                 verify=ssl.create_default_context(cafile=tls_files["ca"])) as server:
+    with running(
+        [*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
+        verify=ssl.create_default_context(cafile=tls_files["ca"]),
+    ) as server:
         server.goto(1)
-        app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0,
-                                access=_access(server.url, insecure=True)))
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, access=_access(server.url, insecure=True))
+        )
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: len(rows(app)) == 1)
             await pilot.pause(0.3)
@@ -205,7 +234,7 @@ def test_exporter_polls_with_credentials_and_labels_carry_none(tmp_path: Path) -
             body = httpx.get(ex.url, timeout=5.0, trust_env=False).text
             ex.stop()
     assert {s.labels["host"] for s in fams["kvtop_server_up"].samples} == {server.url}
-    assert 'kvtop_model_size_bytes{digest=' in body or "kvtop_model_size_bytes{" in body
+    assert "kvtop_model_size_bytes{digest=" in body or "kvtop_model_size_bytes{" in body
     assert PASSWORD not in body and ENCODED not in body and USER + ":" not in body
     assert PASSWORD not in "".join(ex.stderr) and ENCODED not in "".join(ex.stderr)
 
@@ -236,9 +265,11 @@ async def test_write_errors_say_the_auth_message_and_hold_no_secret(tls_files: d
         finally:
             await right.aclose()
         writes = server.writes()
-    assert refused == ("authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
-                       "--password-file FILE or --netrc (basic auth), or the config file's [servers.\"URL\"] headers"
-                       f" (sent: basic auth as {USER})")
+    assert refused == (
+        "authentication required (401): set credentials with OLLAMA_API_KEY (Bearer), "
+        '--password-file FILE or --netrc (basic auth), or the config file\'s [servers."URL"] headers'
+        f" (sent: basic auth as {USER})"
+    )
     assert bare is not None and bare.startswith("authentication required (401)") and "(sent: no credentials)" in bare
     assert "HTTP 401" not in refused + bare and PASSWORD not in refused
     assert sent is None and writes == [("POST", "/api/generate")] * 3  # the stand-in logs the two it refused too
@@ -249,19 +280,25 @@ async def test_write_errors_say_the_auth_message_and_hold_no_secret(tls_files: d
         return httpx.Response(502, text=page)
 
     access = ServerAccess("https://gpu-box", username=USER, password=PASSWORD)
-    echoed = await send_load_request("https://gpu-box", model, 4096, None, transport=httpx.MockTransport(echo),
-                                     access=access)
-    assert echoed is not None and echoed.startswith("POST /api/generate: HTTP 502 Bad Gateway: bad gateway for Basic ***")
+    echoed = await send_load_request(
+        "https://gpu-box", model, 4096, None, transport=httpx.MockTransport(echo), access=access
+    )
+    assert echoed is not None and echoed.startswith(
+        "POST /api/generate: HTTP 502 Bad Gateway: bad gateway for Basic ***"
+    )
     assert PASSWORD not in echoed and access.secrets()[1] not in echoed and f"{USER}:" not in echoed
     assert "https://gpu-box/" in echoed
 
     # TLS: the write says what the polls say (--cacert / --insecure), not "cannot connect"
-    with running([*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
-                 verify=ssl.create_default_context(cafile=tls_files["ca"])) as tls_server:
+    with running(
+        [*ARGS, "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]],
+        verify=ssl.create_default_context(cafile=tls_files["ca"]),
+    ) as tls_server:
         tls_server.goto(1)
         tls_error = await send_load_request(tls_server.url, model, 4096, None)
-        trusted = await send_load_request(tls_server.url, model, 4096, None,
-                                          access=ServerAccess(tls_server.url, cacert=tls_files["ca"]))
+        trusted = await send_load_request(
+            tls_server.url, model, 4096, None, access=ServerAccess(tls_server.url, cacert=tls_files["ca"])
+        )
     assert tls_error is not None and tls_error.startswith(f"TLS certificate of {tls_server.url} not verified (")
     assert tls_error.endswith("name the CA that signed it with --cacert FILE (PEM)")
     assert trusted is None

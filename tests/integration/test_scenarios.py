@@ -50,8 +50,13 @@ SIZE_4096 = 2_754_892_672  # the bundled scenario's qwen3:1.7b-q8_0 at num_ctx 4
 def scenario(tmp_path: Path, num_ctx: int = 4096, size: int = SIZE_4096) -> tuple[Path, str]:
     """The bundled catalog with one step: qwen3:1.7b-q8_0 at ``num_ctx``, all on the GPU; and its blob."""
     data = json.loads(BUNDLED.read_text(encoding="utf-8"))
-    data["steps"] = [{"at_s": 0, "label": f"q8 at {num_ctx}", "loaded": [
-        {"model": Q8, "context_length": num_ctx, "size": size, "size_vram": size, "expires_in_s": 300}]}]
+    data["steps"] = [
+        {
+            "at_s": 0,
+            "label": f"q8 at {num_ctx}",
+            "loaded": [{"model": Q8, "context_length": num_ctx, "size": size, "size_vram": size, "expires_in_s": 300}],
+        }
+    ]
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path, model_blob(load_scenario(path).models[Q8])
@@ -67,11 +72,23 @@ class BudgetGpu:
     async def sample(self) -> GpuSnapshot:
         models = (await self.client.get("/api/ps")).json()["models"]
         used = sum(m["size_vram"] for m in models)
-        device = GpuDevice(0, name="NVIDIA test GPU", uuid="GPU-00000000-0000-0000-0000-000000000000",
-                           memory_total_bytes=VRAM, memory_used_bytes=used, memory_free_bytes=VRAM - used,
-                           processes=(GpuProcess(RUNNER_PID, used),))
-        return GpuSnapshot(taken_at=time.time(), status="GPU telemetry: NVML, 1 GPU", ok=True, backend="nvml",
-                           devices=(device,), system=FIXED_SYSTEM)
+        device = GpuDevice(
+            0,
+            name="NVIDIA test GPU",
+            uuid="GPU-00000000-0000-0000-0000-000000000000",
+            memory_total_bytes=VRAM,
+            memory_used_bytes=used,
+            memory_free_bytes=VRAM - used,
+            processes=(GpuProcess(RUNNER_PID, used),),
+        )
+        return GpuSnapshot(
+            taken_at=time.time(),
+            status="GPU telemetry: NVML, 1 GPU",
+            ok=True,
+            backend="nvml",
+            devices=(device,),
+            system=FIXED_SYSTEM,
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -85,8 +102,9 @@ class RunnerProcs:
 
     async def sample(self, gpu_pids: Any = ()) -> ProcSnapshot:
         info = ProcessInfo(RUNNER_PID, user="ollama", name="llama-server", cmdline=("llama-server",))
-        return ProcSnapshot(taken_at=time.time(), runners=(self.runner,),
-                            processes=MappingProxyType({RUNNER_PID: info}))
+        return ProcSnapshot(
+            taken_at=time.time(), runners=(self.runner,), processes=MappingProxyType({RUNNER_PID: info})
+        )
 
     async def aclose(self) -> None:
         pass
@@ -117,8 +135,11 @@ def app_for(server: Standin, log: Path, blob: str | None = None) -> KvtopApp:
     procs = RunnerProcs(blob) if blob is not None else None
     from tests.fakes.gpu_sources import FixedGpuSource, FixedProcSource
 
-    return make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec=f"file:{log}"),
-                    gpu_source=gpu or FixedGpuSource(), proc_source=procs or FixedProcSource())
+    return make_app(
+        Settings(host_url=server.url, interval_s=0.25, timeout_s=2.0, log_spec=f"file:{log}"),
+        gpu_source=gpu or FixedGpuSource(),
+        proc_source=procs or FixedProcSource(),
+    )
 
 
 async def test_num_ctx_increase_spills_and_q8_0_clears_it(tmp_path: Path, log: Path) -> None:
@@ -131,11 +152,19 @@ async def test_num_ctx_increase_spills_and_q8_0_clears_it(tmp_path: Path, log: P
         seen: list[Any] = []
         app = app_for(server, log, blob)
         async with app.run_test(size=(160, 40), message_hook=seen.append) as pilot:
-            await until(pilot, lambda: len(app.state.models) == 1 and app.state.gpu is not None
-                        and app.state.models[0].memory.kv.value is not None)
+            await until(
+                pilot,
+                lambda: (
+                    len(app.state.models) == 1
+                    and app.state.gpu is not None
+                    and app.state.models[0].memory.kv.value is not None
+                ),
+            )
             assert app.state.alerts == ()
 
-            response = server.client.post("/api/generate", json={"model": Q8, "prompt": "", "options": {"num_ctx": 32768}})
+            response = server.client.post(
+                "/api/generate", json={"model": Q8, "prompt": "", "options": {"num_ctx": 32768}}
+            )
             assert response.status_code == 200 and response.json()["done_reason"] == "load"
             size = SIZE_4096 + bpt_f16 * (32768 - 4096)
             assert server.ps()[0]["size"] == size == 6_043_227_008
@@ -166,9 +195,13 @@ async def test_num_ctx_increase_spills_and_q8_0_clears_it(tmp_path: Path, log: P
             pct = round(deficit / size * 100)
             assert alert.message == (
                 f"{pct}% of 5.6 GiB in system RAM (643 MiB); KV cache ~3.5 GiB at num_ctx 32768 × 1 slot, f16;"
-                " fixes sized for 5.0 GiB of VRAM: 0 B free on GPU 0 + 5.0 GiB it holds now")
+                " fixes sized for 5.0 GiB of VRAM: 0 B free on GPU 0 + 5.0 GiB it holds now"
+            )
             assert [(f.action, f.fits) for f in alert.fixes] == [
-                (f"num_ctx {best}", True), ("OLLAMA_KV_CACHE_TYPE=q8_0", True), ("OLLAMA_KV_CACHE_TYPE=q4_0", True)]
+                (f"num_ctx {best}", True),
+                ("OLLAMA_KV_CACHE_TYPE=q8_0", True),
+                ("OLLAMA_KV_CACHE_TYPE=q4_0", True),
+            ]
             new = kv.kv_allocation(layout, best, 1, "f16").total_bytes
             assert alert.fixes[0].detail == f"KV ~{_gib(new)} (~−{_mib(kv_now - new)})"
             assert alert.fixes[1].detail == f"KV ~{_gib(q8)} (~−{_gib(kv_now - q8)})"
@@ -204,8 +237,9 @@ async def test_truncation_from_real_lines(tmp_path: Path, log: Path) -> None:
             await until(pilot, lambda: bool(alerts_of(app, "prompt_truncated")))
             (alert,) = alerts_of(app, "prompt_truncated")
             assert alert.model == Q8 and alert.severity == "warning"
-            assert alert.message.startswith("4 prompts truncated in the last 15 min (latest: a 587-token prompt cut to"
-                                            " 512, limit 512, keep 4)")
+            assert alert.message.startswith(
+                "4 prompts truncated in the last 15 min (latest: a 587-token prompt cut to 512, limit 512, keep 4)"
+            )
             assert [f.action for f in alert.fixes] == ["num_ctx 1024"]  # the longest, 617 tokens, to a power of two
 
 
@@ -244,8 +278,10 @@ async def test_kv_type_fallback_from_real_lines(tmp_path: Path, log: Path) -> No
             await until(pilot, lambda: bool(alerts_of(app, "kv_type_not_applied")))
             (alert,) = alerts_of(app, "kv_type_not_applied")
             assert alert.model == Q8 and app.state.models[0].load is not None
-            assert alert.message == ("KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server"
-                                     " config)): flash attention is off (no --flash-attn on the runner command line)")
+            assert alert.message == (
+                "KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server"
+                " config)): flash attention is off (no --flash-attn on the runner command line)"
+            )
             assert app.state.models[0].kv_type.value == "f16"  # the row still shows the f16 it runs with
 
 
@@ -260,4 +296,7 @@ async def test_eviction_from_real_lines(tmp_path: Path, log: Path) -> None:
             await until(pilot, lambda: bool(alerts_of(app, "eviction")))
             (alert,) = alerts_of(app, "eviction")
             assert alert.model == Q8 and alert.severity == "warning"
-            assert alert.message == f"1 eviction in the last 15 min: {Q8} unloaded to make room (found an idle runner to unload)"
+            assert (
+                alert.message
+                == f"1 eviction in the last 15 min: {Q8} unloaded to make room (found an idle runner to unload)"
+            )

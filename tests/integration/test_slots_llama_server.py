@@ -51,12 +51,14 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str]
     write_tiny_llama(gguf)
     model = store_as_blob(gguf, tmp / "models" / "blobs")
     port = free_port()
-    argv = [str(llama_server_binary())] + ollama_args(model, port, num_ctx=NUM_CTX, parallel=PARALLEL,
-                                                       flash_attn="auto", cache_type=None)
+    argv = [str(llama_server_binary())] + ollama_args(
+        model, port, num_ctx=NUM_CTX, parallel=PARALLEL, flash_attn="auto", cache_type=None
+    )
     err_path = tmp / "llama-server.stderr"
     with err_path.open("wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 60
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
@@ -82,8 +84,9 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str]
 def _runner_process(argv: list[str], pid: int = 4242) -> RunnerProcess:
     c = classify_cmdline(argv)
     assert c is not None and c.runner_kind == "llama-server"
-    return RunnerProcess(pid=pid, kind=c.runner_kind, era=c.era, blob=c.blob, port=c.port, ctx_size=c.ctx_size,
-                         parallel=c.parallel)
+    return RunnerProcess(
+        pid=pid, kind=c.runner_kind, era=c.era, blob=c.blob, port=c.port, ctx_size=c.ctx_size, parallel=c.parallel
+    )
 
 
 async def test_idle_runner_reports_its_slots(runner: tuple[list[str], int, Path]) -> None:
@@ -109,8 +112,11 @@ async def test_busy_slot_while_a_completion_runs(runner: tuple[list[str], int, P
 
     def complete() -> None:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
-            resp = client.post("/completion", json={"prompt": PROMPT, "n_predict": N_PREDICT, "ignore_eos": True,
-                                                    "cache_prompt": False}, timeout=120)
+            resp = client.post(
+                "/completion",
+                json={"prompt": PROMPT, "n_predict": N_PREDICT, "ignore_eos": True, "cache_prompt": False},
+                timeout=120,
+            )
             result["status"] = resp.status_code
             result["body"] = resp.json()
 
@@ -188,19 +194,27 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
     blob = _runner_process(argv).blob
     snap = ps_snapshot([row(TINY, NUM_CTX, 60_000_000)], taken_at=time.time())
     (digest,) = snap.shows
-    snap = dataclasses.replace(snap, shows=MappingProxyType(
-        {digest: dataclasses.replace(snap.shows[digest], model_blob=blob)}))
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none"), FakeSource(snap),  # type: ignore[arg-type]
-                   gpu_source=GpuSource(), proc_source=ProcSource(),
-                   # every poll asks (the idle cadence is tests/unit/test_slots_backoff.py's): a
-                   # completion of the tiny model may be shorter than the 3 s an idle runner waits
-                   slots_source=SlotsSource(idle_every_s=0))
+    snap = dataclasses.replace(
+        snap, shows=MappingProxyType({digest: dataclasses.replace(snap.shows[digest], model_blob=blob)})
+    )
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
+        FakeSource(snap),  # type: ignore[arg-type]
+        gpu_source=GpuSource(),
+        proc_source=ProcSource(),
+        # every poll asks (the idle cadence is tests/unit/test_slots_backoff.py's): a
+        # completion of the tiny model may be shorter than the 3 s an idle runner waits
+        slots_source=SlotsSource(idle_every_s=0),
+    )
     done = threading.Event()
 
     def complete() -> None:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
-            client.post("/completion", json={"prompt": PROMPT, "n_predict": 3000, "ignore_eos": True,
-                                             "cache_prompt": False}, timeout=120)
+            client.post(
+                "/completion",
+                json={"prompt": PROMPT, "n_predict": 3000, "ignore_eos": True, "cache_prompt": False},
+                timeout=120,
+            )
         done.set()
 
     async with app.run_test(size=(120, 40)) as pilot:

@@ -65,10 +65,22 @@ def many_models(n: int, path: Path) -> Path:
         entry["digest"] = hashlib.sha256(name.encode()).hexdigest()
         models[name] = entry
         size = int(sized[base]["size"])
-        loaded.append({"model": name, "context_length": sized[base]["context_length"], "size": size,
-                       "size_vram": size, "expires_in_s": 300})
-    doc = {"format": 1, "version": bundled["version"], "description": f"{n} models (soak)", "models": models,
-           "steps": [{"at_s": 0, "label": f"{n} models", "loaded": loaded}]}
+        loaded.append(
+            {
+                "model": name,
+                "context_length": sized[base]["context_length"],
+                "size": size,
+                "size_vram": size,
+                "expires_in_s": 300,
+            }
+        )
+    doc = {
+        "format": 1,
+        "version": bundled["version"],
+        "description": f"{n} models (soak)",
+        "models": models,
+        "steps": [{"at_s": 0, "label": f"{n} models", "loaded": loaded}],
+    }
     path.write_text(json.dumps(doc), encoding="utf-8")
     return path
 
@@ -76,8 +88,9 @@ def many_models(n: int, path: Path) -> Path:
 def corpus_lines() -> list[str]:
     out: list[str] = []
     for path in sorted(LOGS.rglob("*.log")):
-        out.extend(x for x in path.read_text(encoding="utf-8", errors="replace").splitlines()
-                   if x and not x.startswith("#"))
+        out.extend(
+            x for x in path.read_text(encoding="utf-8", errors="replace").splitlines() if x and not x.startswith("#")
+        )
     return out
 
 
@@ -148,11 +161,15 @@ async def test_rss_is_flat_after_warm_up(models: int, tmp_path: Path) -> None:
         server.goto(0)
         app = make_app(Settings(host_url=server.url, interval_s=0.25, timeout_s=10.0, log_spec=f"file:{log}"))
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: app.state is not None and len(app.state.models) == models
-                        and app.state.last_ok is not None, f"{models} models on screen")
+            await until(
+                pilot,
+                lambda: app.state is not None and len(app.state.models) == models and app.state.last_ok is not None,
+                f"{models} models on screen",
+            )
             history = prefill(app, server.url)
             writer.start()
             try:
+
                 def read() -> int:
                     return app.state.log.lines + app.state.log.dropped_lines if app.state is not None else 0
 
@@ -176,8 +193,10 @@ async def test_rss_is_flat_after_warm_up(models: int, tmp_path: Path) -> None:
             assert app.histories[server.url] is history
     per_10k = slope(rows)
     curve = ", ".join(f"{x * 10:.0f}k lines {y:.1f} MiB" for x, y in rows)
-    print(f"{models} models: RSS slope {per_10k:+.2f} MiB per 10k lines over the measured lines: {curve}; "
-          f"history {points} points, {stored / MIB:.1f} MiB")
+    print(
+        f"{models} models: RSS slope {per_10k:+.2f} MiB per 10k lines over the measured lines: {curve}; "
+        f"history {points} points, {stored / MIB:.1f} MiB"
+    )
     assert per_10k < MAX_SLOPE_MIB_PER_10K_LINES, curve
     # every model's vram, size and KV series, never over the hour's cap. The prefilled hour expires
     # as the test runs, and the buckets that replace it are only those a poll landed in: on a loaded

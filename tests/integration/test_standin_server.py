@@ -30,24 +30,8 @@ from tests.standin import START_TIMEOUT_S, Standin, _read_line, _spawn, _stop, r
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "snapshots" / "demo-scenario.json"
 
-PS_KEYS = {
-    "name",
-    "model",
-    "size",
-    "digest",
-    "details",
-    "expires_at",
-    "size_vram",
-    "context_length",
-}
-DETAILS_KEYS = {
-    "parent_model",
-    "format",
-    "family",
-    "families",
-    "parameter_size",
-    "quantization_level",
-}
+PS_KEYS = {"name", "model", "size", "digest", "details", "expires_at", "size_vram", "context_length"}
+DETAILS_KEYS = {"parent_model", "format", "family", "families", "parameter_size", "quantization_level"}
 GO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{0,8}[1-9])?(Z|[+-]\d{2}:\d{2})")
 
 
@@ -112,13 +96,7 @@ TEST_SCENARIO: dict[str, Any] = {
             "at_s": 1,
             "label": "three loaded",
             "loaded": [
-                {
-                    "model": "gamma:1b",
-                    "context_length": 2048,
-                    "size": 1_000,
-                    "size_vram": 0,
-                    "expires_in_s": 60,
-                },
+                {"model": "gamma:1b", "context_length": 2048, "size": 1_000, "size_vram": 0, "expires_in_s": 60},
                 {
                     "model": "alpha:7b",
                     "context_length": 4096,
@@ -138,30 +116,14 @@ TEST_SCENARIO: dict[str, Any] = {
         {
             "at_s": 2,
             "label": "alpha busy past keep-alive",
-            "loaded": [
-                {
-                    "model": "alpha:7b",
-                    "context_length": 4096,
-                    "size": 10,
-                    "size_vram": 10,
-                    "expires_in_s": -30,
-                }
-            ],
+            "loaded": [{"model": "alpha:7b", "context_length": 4096, "size": 10, "size_vram": 10, "expires_in_s": -30}],
         },
         {"at_s": 3, "label": "restarting", "status": 503, "error": "server restarting"},
         {
             "at_s": 4,
             "label": "garbage",
             "garbage": True,
-            "loaded": [
-                {
-                    "model": "beta:latest",
-                    "context_length": 8192,
-                    "size": 1,
-                    "size_vram": 1,
-                    "expires_in_s": 5,
-                }
-            ],
+            "loaded": [{"model": "beta:latest", "context_length": 8192, "size": 1, "size_vram": 1, "expires_in_s": 5}],
         },
         {"at_s": 5, "hold_s": 1, "label": "busy queue", "status": 503},
     ],
@@ -301,9 +263,7 @@ def test_show_verbose_and_not_verbose(standin: Standin) -> None:
     assert info["llama.block_count"] == 4
     assert body["details"]["family"] == "llama"
     assert body["capabilities"] == ["completion", "tools"]
-    assert body["tensors"] == [
-        {"name": "blk.0.attn_k.weight", "type": "Q4_K", "shape": [4096, 1024]}
-    ]
+    assert body["tensors"] == [{"name": "blk.0.attn_k.weight", "type": "Q4_K", "shape": [4096, 1024]}]
     assert body["parameters"].splitlines() == [
         "temperature                    0.6",
         'stop                           "<|end|>"',
@@ -333,9 +293,7 @@ def test_show_errors(standin: Standin) -> None:
     missing = standin.client.post("/api/show", json={"model": "nope:1b"})
     assert missing.status_code == 404
     assert missing.json() == {"error": "model 'nope:1b' not found"}
-    bad = standin.client.post(
-        "/api/show", content=b"{not json", headers={"Content-Type": "application/json"}
-    )
+    bad = standin.client.post("/api/show", content=b"{not json", headers={"Content-Type": "application/json"})
     assert bad.status_code == 400
     assert isinstance(bad.json()["error"], str) and bad.json()["error"]
     empty = standin.client.post("/api/show", content=b"")
@@ -441,11 +399,7 @@ def test_bad_scenario_file_exits_2_with_a_message(tmp_path: Path) -> None:
 def test_timed_mode_plays_and_loops(tmp_path: Path) -> None:
     doc = {
         **TEST_SCENARIO,
-        "steps": [
-            {"at_s": 0, "label": "a"},
-            {"at_s": 1, "label": "b"},
-            {"at_s": 2, "hold_s": 1, "label": "c"},
-        ],
+        "steps": [{"at_s": 0, "label": "a"}, {"at_s": 1, "label": "b"}, {"at_s": 2, "hold_s": 1, "label": "c"}],
     }
     path = tmp_path / "timed.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
@@ -473,13 +427,7 @@ def test_timed_mode_without_loop_stops_at_the_last_step(tmp_path: Path) -> None:
         while server.state()["step"] != 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.2)
-        assert server.state() | {"since": ""} == {
-            "step": 1,
-            "label": "b",
-            "steps": 2,
-            "manual": False,
-            "since": "",
-        }
+        assert server.state() | {"since": ""} == {"step": 1, "label": "b", "steps": 2, "manual": False, "since": ""}
 
 
 def test_bundled_scenario_tells_the_story() -> None:
@@ -505,29 +453,19 @@ def test_bundled_scenario_tells_the_story() -> None:
         assert (32768, 6_106_141_568) in sizes
         assert sizes[0] == (4096, 2_754_892_672) and sizes[-1] == (4096, 2_754_892_672)
         assert all(s[q8]["size_vram"] == s[q8]["size"] for s in by_step if q8 in s)
-        spills = [
-            row for step in by_step for row in step.values() if row["size_vram"] < row["size"]
-        ]
+        spills = [row for step in by_step for row in step.values() if row["size_vram"] < row["size"]]
         assert spills
         assert all(processor_string(r["size"], r["size_vram"]) == "19%/81% CPU/GPU" for r in spills)
         assert {(r["size"], r["size_vram"], r["context_length"]) for r in spills} == {
             (6_591_830_464, 5_333_539_264, 4096)
         }
         now = datetime.now(timezone.utc)
-        past = [
-            r
-            for step in by_step
-            for r in step.values()
-            if _parse_go_time(r["expires_at"]) < now
-        ]
+        past = [r for step in by_step for r in step.values() if _parse_go_time(r["expires_at"]) < now]
         assert past, "one step shows a busy model whose expires_at is in the past"
         assert max(len(s) for s in by_step) >= 2
         assert by_step[-1] == {}
         forever = [
-            r
-            for step in by_step
-            for r in step.values()
-            if _parse_go_time(r["expires_at"]).year > now.year + 200
+            r for step in by_step for r in step.values() if _parse_go_time(r["expires_at"]).year > now.year + 200
         ]
         assert forever, "keep_alive -1 shows up as a far-future expires_at"
         for name in {name for step in by_step for name in step}:
@@ -592,9 +530,7 @@ def test_format_go_time() -> None:
 def test_player_with_a_fake_clock() -> None:
     scenario = parse_scenario(TEST_SCENARIO)  # steps at 0..5, period 6 s
     now = [100.0]
-    player = ScenarioPlayer(
-        scenario, speed=2.0, clock=lambda: now[0], wall_ns=lambda: int(now[0] * 1e9)
-    )
+    player = ScenarioPlayer(scenario, speed=2.0, clock=lambda: now[0], wall_ns=lambda: int(now[0] * 1e9))
     assert player.current()[0] == 0
     now[0] += 0.5  # 1.0 scenario second
     assert player.current() == (1, int(100.5e9))
@@ -646,10 +582,7 @@ def _with(path: list[Any], value: Any, *, delete: bool = False) -> dict[str, Any
         (_with(["steps", 0, "lable"], "typo"), "$.steps[0].lable: unknown key"),
         (_with(["models", "alpha:7b", "digest"], "sha256:" + "a" * 64), '$.models["alpha:7b"].digest'),
         (_with(["models", "alpha:7b", "details", "family"], None, delete=True), "details.family"),
-        (
-            _with(["models", "alpha:7b", "model_info", "tokenizer.ggml.tokens"], ["a", "b"]),
-            "tokenizer arrays",
-        ),
+        (_with(["models", "alpha:7b", "model_info", "tokenizer.ggml.tokens"], ["a", "b"]), "tokenizer arrays"),
         (_with(["models", "alpha:7b", "modified_at"], "yesterday"), "modified_at"),
         (_with(["models", "no-tag"], TEST_SCENARIO["models"]["gamma:1b"]), "name:tag"),
     ],
@@ -686,8 +619,9 @@ def test_generate_reloads_a_loaded_model_at_another_num_ctx() -> None:
     # POST /api/generate {"prompt": "", "options": {"num_ctx": N}} is what the what-if planner sends
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(1)  # qwen3:1.7b-q8_0 at 4096: 2,754,892,672 B (seeds)
-        r = server.client.post("/api/generate", json={"model": "qwen3:1.7b-q8_0", "prompt": "",
-                                                      "options": {"num_ctx": 32768}})
+        r = server.client.post(
+            "/api/generate", json={"model": "qwen3:1.7b-q8_0", "prompt": "", "options": {"num_ctx": 32768}}
+        )
         assert r.status_code == 200 and r.json()["done_reason"] == "load"
         row = server.ps()[0]
         assert row["context_length"] == 32768
@@ -706,8 +640,9 @@ def test_the_log_file_carries_gins_line_for_every_api_request_served(tmp_path: P
     from kvtop.logparse.events import GinRequest
 
     log = tmp_path / "server.log"
-    with running(["--manual", "--scenario", str(BUNDLED), "--log-file", str(log),
-                  "--require-bearer", "s3cret"]) as server:
+    with running(
+        ["--manual", "--scenario", str(BUNDLED), "--log-file", str(log), "--require-bearer", "s3cret"]
+    ) as server:
         auth = {"Authorization": "Bearer s3cret"}
         server.goto(1)
         assert server.client.get("/api/ps", headers=auth).status_code == 200
@@ -719,10 +654,17 @@ def test_the_log_file_carries_gins_line_for_every_api_request_served(tmp_path: P
         while time.monotonic() < deadline and log.read_text(encoding="utf-8").count('"/"') < 1:
             time.sleep(0.05)
         text = log.read_text(encoding="utf-8")
-    served = [(e.status, e.method, e.path, e.client) for e in parse_lines(text.splitlines())
-              if isinstance(e, GinRequest) and e.path not in ("/api/chat", "/api/generate")]  # not the scenario's
-    assert served == [(200, "GET", "/api/ps", "127.0.0.1"), (200, "POST", "/api/show", "127.0.0.1"),
-                      (404, "GET", "/api/nope?x=1", "127.0.0.1"), (200, "HEAD", "/", "127.0.0.1")]
+    served = [
+        (e.status, e.method, e.path, e.client)
+        for e in parse_lines(text.splitlines())
+        if isinstance(e, GinRequest) and e.path not in ("/api/chat", "/api/generate")
+    ]  # not the scenario's
+    assert served == [
+        (200, "GET", "/api/ps", "127.0.0.1"),
+        (200, "POST", "/api/show", "127.0.0.1"),
+        (404, "GET", "/api/nope?x=1", "127.0.0.1"),
+        (200, "HEAD", "/", "127.0.0.1"),
+    ]
     latencies = [e.latency_s for e in parse_lines(text.splitlines()) if isinstance(e, GinRequest)]
     assert all(lat is not None and 0 < lat < 5 for lat in latencies)
     assert "_standin" not in text

@@ -41,8 +41,9 @@ def test_stream_count_prints_once_json_objects_one_a_line() -> None:
         assert set(doc) == set(reference)  # the same schema as --once --json
         assert doc["host"] == server.url and doc["reachable"] is True
         assert sorted(m["name"] for m in doc["models"]) == sorted(m["name"] for m in reference["models"])
-        assert {m["name"]: m["memory"]["kv"] for m in doc["models"]} == \
-            {m["name"]: m["memory"]["kv"] for m in reference["models"]}
+        assert {m["name"]: m["memory"]["kv"] for m in doc["models"]} == {
+            m["name"]: m["memory"]["kv"] for m in reference["models"]
+        }
     times = [d["taken_at"] for d in docs]
     assert times == sorted(times) and len(set(times)) == 3
     assert times[2] - times[0] >= 0.4  # two intervals of 0.25 s, less the first sample's lead
@@ -53,13 +54,25 @@ def test_stream_through_head_exits_cleanly() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         proc = subprocess.run(
             f"{sys.executable} -m kvtop --stream --interval 0.25 --host {server.url} | head -3",
-            shell=True, capture_output=True, text=True, timeout=60, cwd=str(REPO), env=_env(),
-            executable="/bin/bash")
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=str(REPO),
+            env=_env(),
+            executable="/bin/bash",
+        )
         # PIPESTATUS is not visible here: run again, recording kvtop's own status
         both = subprocess.run(
             f"set -o pipefail; {sys.executable} -m kvtop --stream --interval 0.25 --host {server.url} | head -2",
-            shell=True, capture_output=True, text=True, timeout=60, cwd=str(REPO), env=_env(),
-            executable="/bin/bash")
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=str(REPO),
+            env=_env(),
+            executable="/bin/bash",
+        )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 3 and all(json.loads(line)["reachable"] is True for line in lines)
@@ -83,9 +96,14 @@ def test_stream_of_a_dead_server_goes_on_with_the_error() -> None:
 def test_stream_stops_cleanly_on_sigint_and_sigterm() -> None:
     port = free_port()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        proc = subprocess.Popen([sys.executable, "-m", "kvtop", "--stream", "--interval", "0.25",
-                                 "--host", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, cwd=str(REPO), env=_env())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvtop", "--stream", "--interval", "0.25", "--host", f"127.0.0.1:{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(REPO),
+            env=_env(),
+        )
         assert proc.stdout is not None
         first = proc.stdout.readline()  # the loop runs: its handlers are installed
         assert json.loads(first)["reachable"] is False
@@ -97,9 +115,11 @@ def test_stream_stops_cleanly_on_sigint_and_sigterm() -> None:
 
 
 def test_stream_arguments_are_checked() -> None:
-    for args, text in ((("--stream", "--once"), "--stream prints a sample per interval"),
-                       (("--count", "3"), "--count needs --stream"),
-                       (("--stream", "--count", "0"), "--count must be 1 or more")):
+    for args, text in (
+        (("--stream", "--once"), "--stream prints a sample per interval"),
+        (("--count", "3"), "--count needs --stream"),
+        (("--stream", "--count", "0"), "--count must be 1 or more"),
+    ):
         proc = kvtop(*args)
         assert proc.returncode == 2 and text in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr

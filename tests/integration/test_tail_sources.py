@@ -103,10 +103,12 @@ def _entry(message: object, cursor: str) -> str:
 
 
 async def test_journal_messages_string_bytes_and_multiline(fakes: Fakes) -> None:
-    raw = "time=2026-01-01T00:00:00.000Z level=INFO msg=\"caf\xe9\"".encode("latin-1")  # not UTF-8
+    raw = 'time=2026-01-01T00:00:00.000Z level=INFO msg="caf\xe9"'.encode("latin-1")  # not UTF-8
     out = "\n".join(
         [
-            _entry('time=2026-01-01T00:00:00.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434"', "c1"),
+            _entry(
+                'time=2026-01-01T00:00:00.000Z level=INFO source=routes.go:1 msg="Listening on 127.0.0.1:11434"', "c1"
+            ),
             _entry(list(raw), "c2"),
             _entry("llama_context: n_ctx = 8192\nllama_context: n_batch = 512\n", "c3"),
             _entry(None, "c4"),
@@ -185,12 +187,17 @@ async def test_journal_restart_resumes_after_cursor(fakes: Fakes, monkeypatch: p
     monkeypatch.setattr(tail_proc, "RETRY_MIN_S", 0.05)
     monkeypatch.setattr(tail_proc, "QUICK_EXIT_S", 0.0)
     monkeypatch.setattr(tail_proc, "COALESCE_S", 0.01)  # the lines are yielded before the retry the test waits for
-    fakes.add("journalctl", _entry("one", "s=abc;i=1") + "\n", err="Failed to iterate through journal: Bad message\n", rc=1)
+    fakes.add(
+        "journalctl", _entry("one", "s=abc;i=1") + "\n", err="Failed to iterate through journal: Bad message\n", rc=1
+    )
     col = Collector(JournalTail("ollama", env=fakes.env))
     await col.until(lambda: len(fakes.pids("journalctl")) >= 2)
     await col.close()
     assert col.lines[0] == "one"
-    assert any(b.status == "journal: journalctl exited with code 1: Failed to iterate through journal: Bad message" for b in col.batches)
+    assert any(
+        b.status == "journal: journalctl exited with code 1: Failed to iterate through journal: Bad message"
+        for b in col.batches
+    )
     second = (fakes.bin / "journalctl.allargv").read_text().split("-u\n")[2]
     assert "--after-cursor\ns=abc;i=1\n" in second and "-n\n" not in second
 

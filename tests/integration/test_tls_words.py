@@ -40,15 +40,25 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     expired, expired_key = ca.sign("expired", "IP:127.0.0.1", days="-1")
     # signed by the same CA, valid, but for another name only (neither 127.0.0.1 nor localhost)
     other, other_key = ca.sign("other", "DNS:gpu-box.example", cn="gpu-box.example")
-    return {"ca": ca.pem, "cert": cert, "key": key, "expired": expired, "expired_key": expired_key,
-            "other": other, "other_key": other_key}
+    return {
+        "ca": ca.pem,
+        "cert": cert,
+        "key": key,
+        "expired": expired,
+        "expired_key": expired_key,
+        "other": other,
+        "other_key": other_key,
+    }
 
 
 def _kvtop(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVTOP_") and k not in ("OLLAMA_HOST", "OLLAMA_API_KEY")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KVTOP_") and k not in ("OLLAMA_HOST", "OLLAMA_API_KEY")
+    }
     env["XDG_CONFIG_HOME"] = str(tmp / "config")  # never the developer's config file
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=120,
-                          cwd=str(REPO), env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=120, cwd=str(REPO), env=env
+    )
 
 
 def _verify(certs: dict[str, str]) -> ssl.SSLContext:
@@ -74,23 +84,31 @@ def test_expired_certificate_is_told_to_be_renewed(tmp_path: Path, certs: dict[s
         check = _kvtop(tmp_path, "--check", "--host", server.url, "--cacert", certs["ca"])
     assert as_json.returncode == 2, as_json.stderr
     doc = json.loads(as_json.stdout)
-    assert doc["error"] == (f"TLS certificate of {server.url} not verified (certificate has expired): "
-                            "it has expired: renew the server's certificate")
-    assert doc["hints"] == [f"The TLS certificate of {server.url} is outside its validity dates: renew it on "
-                            "the server (or its proxy), or check this machine's clock; naming a CA does not "
-                            "change that."]
+    assert doc["error"] == (
+        f"TLS certificate of {server.url} not verified (certificate has expired): "
+        "it has expired: renew the server's certificate"
+    )
+    assert doc["hints"] == [
+        f"The TLS certificate of {server.url} is outside its validity dates: renew it on "
+        "the server (or its proxy), or check this machine's clock; naming a CA does not "
+        "change that."
+    ]
     for proc in (as_json, text, check):
         out = proc.stdout + proc.stderr
         assert "--insecure" not in out, out  # not pushed as the fix
         assert "TLS verified" not in out  # the setting is said as a setting, not as an outcome
     assert text.returncode == 2
-    assert text.stderr.splitlines()[0] == f"kvtop: {server.url}: TLS certificate checked against the CA in {certs['ca']} (--cacert)"
+    assert (
+        text.stderr.splitlines()[0]
+        == f"kvtop: {server.url}: TLS certificate checked against the CA in {certs['ca']} (--cacert)"
+    )
     assert "it has expired: renew the server's certificate" in text.stderr
     assert check.returncode == 2
     assert check.stdout.splitlines()[:2] == [
         f"kvtop: {server.url}: TLS certificate checked against the CA in {certs['ca']} (--cacert)",
         f"kvtop: {server.url}: unreachable: TLS certificate of {server.url} not verified (certificate has expired): "
-        "it has expired: renew the server's certificate"]
+        "it has expired: renew the server's certificate",
+    ]
 
 
 def test_certificate_for_another_name_is_answered_with_the_name(tmp_path: Path, certs: dict[str, str]) -> None:
@@ -104,8 +122,10 @@ def test_certificate_for_another_name_is_answered_with_the_name(tmp_path: Path, 
     doc = json.loads(as_json.stdout)
     assert doc["error"].startswith(f"TLS certificate of {server.url} not verified (")
     assert doc["error"].endswith(": it was issued for another name: reach the server by that name (--host)")
-    assert doc["hints"] == [f"The TLS certificate of {server.url} names another host: reach the server by a name "
-                            "the certificate was issued for (--host)."]
+    assert doc["hints"] == [
+        f"The TLS certificate of {server.url} names another host: reach the server by a name "
+        "the certificate was issued for (--host)."
+    ]
     assert text.returncode == 2
     for proc in (as_json, text):
         out = proc.stdout + proc.stderr
@@ -121,8 +141,9 @@ def test_unknown_ca_is_answered_with_cacert_only(tmp_path: Path, certs: dict[str
     doc = json.loads(untrusted.stdout)
     assert doc["error"].startswith(f"TLS certificate of {server.url} not verified (")
     assert doc["error"].endswith("): name the CA that signed it with --cacert FILE (PEM)")
-    assert doc["hints"][0] == (f"The TLS certificate of {server.url} is not trusted here: --cacert FILE names "
-                               "the CA (PEM) that signed it.")
+    assert doc["hints"][0] == (
+        f"The TLS certificate of {server.url} is not trusted here: --cacert FILE names the CA (PEM) that signed it."
+    )
     assert "--insecure" not in untrusted.stdout + untrusted.stderr
 
 
@@ -173,12 +194,15 @@ def test_textfile_once_fails_loudly_on_a_bad_certificate(tmp_path: Path, certs: 
         bad_body = out.read_text(encoding="utf-8") if out.exists() else ""
         insecure = _kvtop(tmp_path, "export", "textfile", str(out), "--once", "--host", server.url, "--insecure")
         insecure_body = out.read_text(encoding="utf-8")
-        cacert = _kvtop(tmp_path, "export", "textfile", str(out), "--once", "--host", server.url,
-                        "--cacert", certs["ca"])
+        cacert = _kvtop(
+            tmp_path, "export", "textfile", str(out), "--once", "--host", server.url, "--cacert", certs["ca"]
+        )
         cacert_body = out.read_text(encoding="utf-8")
     assert bad.returncode == 2, bad.stderr
-    assert (f"kvtop export: {server.url}: TLS certificate of {server.url} not verified (" in bad.stderr
-            and "--cacert FILE" in bad.stderr), bad.stderr
+    assert (
+        f"kvtop export: {server.url}: TLS certificate of {server.url} not verified (" in bad.stderr
+        and "--cacert FILE" in bad.stderr
+    ), bad.stderr
     fams = _families(bad_body)  # the file is written all the same: the server is down from here
     assert [s.value for s in fams["kvtop_server_up"].samples] == [0.0]
     assert _tls_verified(fams, server.url) == 1.0  # verification was on: that is why it failed
@@ -193,38 +217,56 @@ def test_textfile_once_fails_loudly_on_a_bad_certificate(tmp_path: Path, certs: 
 
 def test_tls_message_by_reason() -> None:
     """The words for each OpenSSL verify code (the real errors above cover expired and unknown CA)."""
+
     def err(code: int, message: str) -> ssl.SSLCertVerificationError:
         e = ssl.SSLCertVerificationError(1, f"[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: {message}")
         e.verify_code, e.verify_message = code, message
         return e
 
     url = "https://gpu-box"
-    assert tls_message(url, err(10, "certificate has expired")).endswith(": it has expired: renew the server's certificate")
+    assert tls_message(url, err(10, "certificate has expired")).endswith(
+        ": it has expired: renew the server's certificate"
+    )
     assert tls_message(url, err(9, "certificate is not yet valid")).endswith(
-        ": it is not valid yet: check this machine's clock and the certificate's start date")
+        ": it is not valid yet: check this machine's clock and the certificate's start date"
+    )
     assert tls_message(url, err(62, "Hostname mismatch, certificate is not valid for 'gpu-box'.")).endswith(
-        ": it was issued for another name: reach the server by that name (--host)")
-    for code, message in ((20, "unable to get local issuer certificate"), (18, "self-signed certificate"),
-                          (19, "self-signed certificate in certificate chain")):
+        ": it was issued for another name: reach the server by that name (--host)"
+    )
+    for code, message in (
+        (20, "unable to get local issuer certificate"),
+        (18, "self-signed certificate"),
+        (19, "self-signed certificate in certificate chain"),
+    ):
         assert tls_message(url, err(code, message)).endswith(": name the CA that signed it with --cacert FILE (PEM)")
-    for code, message in ((64, "IP address mismatch, certificate is not valid for '10.0.0.5'."),
-                          (63, "email address mismatch")):
+    for code, message in (
+        (64, "IP address mismatch, certificate is not valid for '10.0.0.5'."),
+        (63, "email address mismatch"),
+    ):
         assert tls_message(url, err(code, message)).endswith(
-            ": it was issued for another name: reach the server by that name (--host)")
+            ": it was issued for another name: reach the server by that name (--host)"
+        )
     revoked = tls_message(url, err(23, "certificate revoked"))
     assert revoked.endswith(": the server's certificate must be fixed")
     # the hints follow the reason: neither a certificate for another name nor a revoked one is given --cacert
     assert unreachable_hints(url, error_kind="tls", error=tls_message(url, err(64, "IP address mismatch"))) == (
         f"The TLS certificate of {url} names another host: reach the server by a name the certificate was issued"
-        " for (--host).",)
+        " for (--host).",
+    )
     revoked_hints = unreachable_hints(url, error_kind="tls", error=revoked)
     assert revoked_hints[0].startswith(f"The TLS certificate of {url} is refused for a reason of its own")
     assert not any("--cacert" in h or "--insecure" in h for h in revoked_hints)
     # the dashboard's one line too, given the error: --cacert only for an unknown CA
     for width in (78, 118):
-        lines = {code: unreachable_hint_line(width, error_kind="tls", error=tls_message(url, err(code, message)))
-                 for code, message in ((64, "IP address mismatch"), (10, "certificate has expired"),
-                                       (23, "certificate revoked"), (20, "unable to get local issuer certificate"))}
+        lines = {
+            code: unreachable_hint_line(width, error_kind="tls", error=tls_message(url, err(code, message)))
+            for code, message in (
+                (64, "IP address mismatch"),
+                (10, "certificate has expired"),
+                (23, "certificate revoked"),
+                (20, "unable to get local issuer certificate"),
+            )
+        }
         assert all(len(line) <= width and "--insecure" not in line for line in lines.values()), lines
         assert "--host" in lines[64] and "renew" in lines[10] and "fix it on the server" in lines[23], lines
         assert [c for c, line in lines.items() if "--cacert" in line] == [20], lines

@@ -24,8 +24,9 @@ def test_demo_in_tmux_80x24(tmp_path: Path) -> None:
     sock = f"kvtop-test-{time.monotonic_ns()}"
     rc_file = tmp_path / "rc"
     cmd = f"cd {REPO} && {sys.executable} -m kvtop --demo; echo $? > {rc_file}; sleep 30"
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "k", "-x", "80", "-y", "24", cmd],
-                   check=True, timeout=10)
+    subprocess.run(
+        ["tmux", "-L", sock, "new-session", "-d", "-s", "k", "-x", "80", "-y", "24", cmd], check=True, timeout=10
+    )
     try:
         screen = ""
         deadline = time.monotonic() + 30  # the demo loads its first model 6 s in
@@ -41,7 +42,7 @@ def test_demo_in_tmux_80x24(tmp_path: Path) -> None:
         for column in ("NAME", "SIZE", "MEMORY", "CONTEXT", "PROCESSOR"):
             assert column in header
         # the models table's row, below its header: the alerts banner above it may name the model too
-        row = next(line for line in lines[lines.index(header) + 1:] if "qwen3:1.7b-q8_0" in line)
+        row = next(line for line in lines[lines.index(header) + 1 :] if "qwen3:1.7b-q8_0" in line)
         assert "KV 448M" in row and re.search(r"4096(×1| ~▶1)", row) and "100% GPU" in row  # every essential number
         assert "sort:" in screen
         assert all(len(line) <= 80 for line in lines)

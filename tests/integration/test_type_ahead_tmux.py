@@ -49,10 +49,13 @@ def test_typed_ahead_y_in_a_real_terminal_unloads_nothing(tmp_path: Path) -> Non
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(step_index("gemma4 loads"))
         sock = f"kvtop-typeahead-{time.monotonic_ns()}"
-        cmd = (f"cd {REPO} && XDG_CONFIG_HOME={tmp_path}/config XDG_STATE_HOME={tmp_path}/state "
-               f"{sys.executable} -m kvtop --host {server.url} --interval 0.25 --log none; sleep 30")
-        subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "k", "-x", "100", "-y", "30", cmd],
-                       check=True, timeout=10)
+        cmd = (
+            f"cd {REPO} && XDG_CONFIG_HOME={tmp_path}/config XDG_STATE_HOME={tmp_path}/state "
+            f"{sys.executable} -m kvtop --host {server.url} --interval 0.25 --log none; sleep 30"
+        )
+        subprocess.run(
+            ["tmux", "-L", sock, "new-session", "-d", "-s", "k", "-x", "100", "-y", "30", cmd], check=True, timeout=10
+        )
 
         def screen() -> str:
             return _tmux(sock, "capture-pane", "-p", "-t", "k")

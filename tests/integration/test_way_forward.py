@@ -29,8 +29,14 @@ WAY_FORWARD = ("ollama serve", "--host", "OLLAMA_HOST", "kvtop --demo")
 
 
 def kvtop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, timeout=30,
-                          cwd=str(REPO), env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(REPO),
+        env={**os.environ, **(env or {})},
+    )
 
 
 def says_the_way_forward(text: str) -> None:

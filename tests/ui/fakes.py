@@ -43,8 +43,14 @@ def snapshot_at(step: int, *, taken_at: float = TAKEN_AT, latency_s: float = 0.0
         shows[m.digest] = parse_show(show_body(cat, True), digest=m.digest, name=m.name)
     tags = {d: t for d, t in parse_tags(tags_body(sc)).items() if d in shows}
     return OllamaSnapshot(
-        host_url=HOST, taken_at=taken_at, reachable=True, version=sc.version, latency_s=latency_s,
-        models=models, shows=MappingProxyType(shows), tags=MappingProxyType(tags),
+        host_url=HOST,
+        taken_at=taken_at,
+        reachable=True,
+        version=sc.version,
+        latency_s=latency_s,
+        models=models,
+        shows=MappingProxyType(shows),
+        tags=MappingProxyType(tags),
     )
 
 

@@ -15,12 +15,26 @@ from kvtop.ui.widgets.panels import AlertBlocks, alert_blocks, alerts_text
 
 
 def many(n: int) -> tuple[Alert, ...]:
-    return tuple(Alert(kind="spill", severity="critical" if i % 3 == 0 else "warning", model=f"m{i:04d}:8b",
-                       since=1.0, message=f"{i % 40}% of 6.1 GiB in system RAM (1.2 GiB); a longer message " * (1 + i % 3),
-                       fixes=(Fix(action=f"num_ctx {2048 * (1 + i % 4)}", detail="frees 512 MiB of KV cache",
-                                  fits=bool(i % 2), cost="a shorter context"),
-                              Fix(action="unload another model", detail="frees 4.9 GiB", fits=None, cost="")),
-                       key=f"spill:m{i:04d}") for i in range(n))
+    return tuple(
+        Alert(
+            kind="spill",
+            severity="critical" if i % 3 == 0 else "warning",
+            model=f"m{i:04d}:8b",
+            since=1.0,
+            message=f"{i % 40}% of 6.1 GiB in system RAM (1.2 GiB); a longer message " * (1 + i % 3),
+            fixes=(
+                Fix(
+                    action=f"num_ctx {2048 * (1 + i % 4)}",
+                    detail="frees 512 MiB of KV cache",
+                    fits=bool(i % 2),
+                    cost="a shorter context",
+                ),
+                Fix(action="unload another model", detail="frees 4.9 GiB", fits=None, cost=""),
+            ),
+            key=f"spill:m{i:04d}",
+        )
+        for i in range(n)
+    )
 
 
 def test_blocks_and_lines_are_built_once_per_alert_and_equal_a_full_draw() -> None:
@@ -32,7 +46,9 @@ def test_blocks_and_lines_are_built_once_per_alert_and_equal_a_full_draw() -> No
     for width in (118, 78):
         assert memo.line_count(alerts, width, console) == len(alerts_text(alerts, colors, widest).wrap(console, width))
     blocks = memo.blocks(alerts, colors)
-    assert [(b.plain, b.spans, r) for b, r in blocks] == [(b.plain, b.spans, r) for b, r in alert_blocks(alerts, colors)]
+    assert [(b.plain, b.spans, r) for b, r in blocks] == [
+        (b.plain, b.spans, r) for b, r in alert_blocks(alerts, colors)
+    ]
     assert (memo.built, memo.measured) == (333, 666)
     # the next poll: equal alerts, one changed
     nxt = list(dataclasses.replace(a) for a in alerts)

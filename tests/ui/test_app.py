@@ -66,15 +66,28 @@ async def test_wide_table_has_all_columns() -> None:
         table = app.query_one(ModelsTable)
         labels = [str(c.label) for c in table.columns.values()]
         # gemma4 is spilled: SIZE reads VRAM+RAM (its cell: 5.0G+1.2G)
-        assert labels == ["NAME", "ID", "VRAM+RAM", "MEMORY weights|KV|compute", "CONTEXT", "PROCESSOR",
-                          "FLASH ATTN", "KV TYPE", "TOK/S", "UNTIL", "VRAM 1m"]
+        assert labels == [
+            "NAME",
+            "ID",
+            "VRAM+RAM",
+            "MEMORY weights|KV|compute",
+            "CONTEXT",
+            "PROCESSOR",
+            "FLASH ATTN",
+            "KV TYPE",
+            "TOK/S",
+            "UNTIL",
+            "VRAM 1m",
+        ]
         assert [r[0] for r in rows(app)] == ["qwen3:1.7b-q4_K_M", "gemma4:latest", "qwen3:1.7b-q8_0"]
         q8 = rows(app)[2]
         assert q8[1] == "b4c0dd6fbac8"
         assert q8[3].endswith("W 2.0G KV ~3.5G C ~141M")  # 6,106,141,568 − 2,200,000,000 − 3,758,096,384
         assert q8[6] == "?" and q8[7] == "f16*"
         assert rows(app)[0][8] == "?"  # no server log: speed not known
-        assert rows(app)[0][9] == "Forever" and rows(app)[2][9] == "4 min"  # 300 s keep-alive, a moment later (Go truncates)
+        assert (
+            rows(app)[0][9] == "Forever" and rows(app)[2][9] == "4 min"
+        )  # 300 s keep-alive, a moment later (Go truncates)
         assert q8[10] == "      █"  # VRAM 1m: one sample so far, in the newest slice of the minute
 
 

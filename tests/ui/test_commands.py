@@ -24,8 +24,12 @@ SPILLS = step_index("spills")  # three models loaded
 
 
 def _app(**settings: Any) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, **settings), FakeSource(snapshot_at(SPILLS)),  # type: ignore[arg-type]
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25, **settings),
+        FakeSource(snapshot_at(SPILLS)),  # type: ignore[arg-type]
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 def _notes(app: KvtopApp) -> list[str]:
@@ -34,8 +38,10 @@ def _notes(app: KvtopApp) -> list[str]:
 
 def _listed(app: KvtopApp) -> list[str]:
     """The prompts of the palette's list (title, then the help line)."""
-    return [str(app.screen.query_one(CommandList).get_option_at_index(i).prompt)
-            for i in range(app.screen.query_one(CommandList).option_count)]
+    return [
+        str(app.screen.query_one(CommandList).get_option_at_index(i).prompt)
+        for i in range(app.screen.query_one(CommandList).option_count)
+    ]
 
 
 async def _palette(pilot: Any, typed: str) -> list[str]:
@@ -52,8 +58,9 @@ async def test_typing_unl_finds_unload_and_choosing_it_asks_first() -> None:
     Cancel focused; Esc cancels and nothing is written."""
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(step_index("gemma4 loads"))
-        app = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=FixedGpuSource(),
-                       proc_source=FixedProcSource())
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25), gpu_source=FixedGpuSource(), proc_source=FixedProcSource()
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: app.state is not None and bool(app.state.models), timeout_s=10)
             app.query_one(ModelsTable).focus()
@@ -76,8 +83,11 @@ async def test_the_palette_lists_every_live_action_with_its_key_while_it_is_open
         await settle(pilot, 3)
         await _palette(pilot, "sort")
         titles = {c.title: c.help for c in app.get_system_commands(app.screen_stack[0])}
-        live = {e.title for e in PALETTE if not e.title.startswith("Replay:") and "server" not in e.title.lower()
-                or e.title == "Server view"}
+        live = {
+            e.title
+            for e in PALETTE
+            if not e.title.startswith("Replay:") and "server" not in e.title.lower() or e.title == "Server view"
+        }
         assert live <= set(titles)
         assert titles["Sort by the next column"].startswith("s / F6 · ")
         assert titles["Help: keys and glyphs"].startswith("? / F1 · ")
@@ -150,8 +160,9 @@ async def test_a_dashboard_key_over_the_detail_view_says_how_to_get_back() -> No
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.screen_stack) == 2)
         await pilot.press("m")
-        await wait_for(pilot, lambda: any(n == "m: it acts on the dashboard: Esc goes back to it first"
-                                          for n in _notes(app)))
+        await wait_for(
+            pilot, lambda: any(n == "m: it acts on the dashboard: Esc goes back to it first" for n in _notes(app))
+        )
 
 
 def test_every_binding_has_a_key_text_and_the_refusals_read_as_sentences() -> None:
@@ -164,15 +175,22 @@ def test_every_binding_has_a_key_text_and_the_refusals_read_as_sentences() -> No
     assert key_text("nothing") == ""
     from types import SimpleNamespace
 
-    replay = SimpleNamespace(settings=SimpleNamespace(readonly=False, demo=False), replay=object(), proc_source=None,
-                             hosts=("http://a:11434",))
+    replay = SimpleNamespace(
+        settings=SimpleNamespace(readonly=False, demo=False),
+        replay=object(),
+        proc_source=None,
+        hosts=("http://a:11434",),
+    )
     assert refusal(replay, "replay_pause", over_dashboard=True, typing=False) is None
     assert refusal(replay, "faster", over_dashboard=True, typing=False) == (
-        "a replay has no live server: nothing is polled, planned or written (> and < set its speed)")
+        "a replay has no live server: nothing is polled, planned or written (> and < set its speed)"
+    )
     assert refusal(replay, "next_server", over_dashboard=True, typing=False) == (
-        "one server is watched (--host twice or more to switch between servers)")
+        "one server is watched (--host twice or more to switch between servers)"
+    )
     assert refusal(replay, "cycle_sort", over_dashboard=False, typing=False) == (
-        "it acts on the dashboard: Esc goes back to it first")
+        "it acts on the dashboard: Esc goes back to it first"
+    )
     assert refusal(replay, "toggle_pause", over_dashboard=False, typing=False) is None  # anywhere
 
 
@@ -190,8 +208,27 @@ def test_the_help_explains_every_glyph_the_dashboard_draws_with_its_ascii_form()
     for glyph, stand_in, _meaning in rows:  # the second column is ASCII mode's form of the first
         assert stand_in.isascii()
         assert stand_in == "same" and glyph.isascii() or stand_in == to_ascii(glyph) or (glyph, stand_in) == ("▲", "A")
-    drawn = {*MAP.values(), *STRIP.values(), CURSOR_GLYPH, "▶", "–", "…", "●", "⇣", "✖", "▲", "ℹ", "▼", "−", "×",
-             "▁", "+~", "pf", "dropped", "?"}
+    drawn = {
+        *MAP.values(),
+        *STRIP.values(),
+        CURSOR_GLYPH,
+        "▶",
+        "–",
+        "…",
+        "●",
+        "⇣",
+        "✖",
+        "▲",
+        "ℹ",
+        "▼",
+        "−",
+        "×",
+        "▁",
+        "+~",
+        "pf",
+        "dropped",
+        "?",
+    }
     listed = " ".join(r[0] for r in rows)
     assert {g for g in drawn if g not in listed} == set()
     assert "▞" not in listed and MAP["overhead"] != MAP["ollama"]  # told apart at a glance
@@ -225,7 +262,7 @@ def test_the_readme_and_the_reference_list_every_binding() -> None:
     for doc in ("README.md", "docs/reference.md"):
         text = (repo / doc).read_text(encoding="utf-8")
         start = text.index("## Keys")
-        table = text[start:text.index("\n## ", start + 1)]
+        table = text[start : text.index("\n## ", start + 1)]
         missing = []
         for b in BINDINGS:
             assert isinstance(b, Binding)

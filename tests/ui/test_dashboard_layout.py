@@ -34,8 +34,12 @@ def test_panels_by_size_and_choice() -> None:
 
 
 def _shown(app: Any) -> dict[str, bool]:
-    return {"map": app.query_one(MemoryMapPanel).display, "alerts": app.query_one(AlertsPanel).display,
-            "history": app.query_one(HistoryPanel).display, "events": app.query_one(EventsPane).display}
+    return {
+        "map": app.query_one(MemoryMapPanel).display,
+        "alerts": app.query_one(AlertsPanel).display,
+        "history": app.query_one(HistoryPanel).display,
+        "events": app.query_one(EventsPane).display,
+    }
 
 
 async def test_toggle_is_saved_and_restored(tmp_path: Path) -> None:
@@ -108,7 +112,9 @@ async def test_free_rows_go_to_the_events_pane(tmp_path: Path) -> None:
         assert table.outer_size.height == table.virtual_size.height == 4  # the header and 3 models, no empty rows
         # each heading is measured with the widest age ("59 min"), so the rows hold it at any age
         widest = max(a.since or 0.0 for a in app.state.alerts) + 59 * 60
-        lines = alerts_text(app.state.alerts, dict(app.theme_variables), widest).wrap(app.console, alerts.content_size.width)
+        lines = alerts_text(app.state.alerts, dict(app.theme_variables), widest).wrap(
+            app.console, alerts.content_size.width
+        )
         assert len(app.state.alerts) >= 2 and len(lines) > len(app.state.alerts)
         assert alerts.outer_size.height == 1 + len(lines)  # its border and every line
         now = alerts_text(app.state.alerts, dict(app.theme_variables), state_clock(app.state))

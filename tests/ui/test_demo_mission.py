@@ -41,6 +41,7 @@ def no_host_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(what: str) -> Any:
         def call(*args: object, **kwargs: object) -> Any:
             raise _Touched(f"the demo read the host: {what}")
+
         return call
 
     monkeypatch.setattr(gpu.GpuSource, "__init__", refuse("GpuSource (NVML / sysfs)"))
@@ -90,8 +91,11 @@ def _look(app: Any, lines: list[str], seen: dict[str, str]) -> None:
             if shown:
                 seen.setdefault("tok/s", shown.group(0))
     for a in state.alerts:
-        if a.kind == "kv_type_not_applied" and "f16 allocated, q8_0 requested" in a.message \
-                and "kv type not applied" in text:
+        if (
+            a.kind == "kv_type_not_applied"
+            and "f16 allocated, q8_0 requested" in a.message
+            and "kv type not applied" in text
+        ):
             seen.setdefault("kv fallback", a.message)
         if a.kind == "spill" and a.fixes and "fix:" in text and "spill gemma4" in text:
             seen.setdefault("spill fix", f"{a.message} / {a.fixes[0].action}")

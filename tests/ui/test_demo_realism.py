@@ -61,11 +61,15 @@ async def test_demo_dashboard_shows_the_demo_machines_gpu_and_ram() -> None:
     with running(["--manual", "--scenario", str(BUNDLED)]) as server:
         server.goto(step_index("raised to 32768"))
         machine = DemoMachineSource(server.url)
-        app = make_app(Settings(host_url=server.url, interval_s=0.25, log_spec="none", demo=True),
-                       gpu_source=machine, proc_source=machine.procs_source())
+        app = make_app(
+            Settings(host_url=server.url, interval_s=0.25, log_spec="none", demo=True),
+            gpu_source=machine,
+            proc_source=machine.procs_source(),
+        )
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.state is not None and app.state.gpu is not None
-                           and app.state.gpu.system is not None)
+            await wait_for(
+                pilot, lambda: app.state is not None and app.state.gpu is not None and app.state.gpu.system is not None
+            )
             await pilot.pause(0.1)
             lines = screen_lines(app)
             bar = next(b for b in state_memory_map(app.state).bars if b.key == "GPU0")
@@ -91,8 +95,10 @@ def test_bundled_recordings_carry_no_host_path_or_host_ram() -> None:
         for r in gpus:
             snap = r.gpu
             assert snap is not None and snap.status == DEMO_GPU_STATUS
-            assert [d.name for d in snap.devices] in (["NVIDIA GeForce RTX 4060 Ti (DEMO)"],
-                                                      ["NVIDIA GeForce RTX 3060 (DEMO)"])
+            assert [d.name for d in snap.devices] in (
+                ["NVIDIA GeForce RTX 4060 Ti (DEMO)"],
+                ["NVIDIA GeForce RTX 3060 (DEMO)"],
+            )
             # the simulated runners only: llama-server of the scenario, no process of the recording host
             assert r.procs is None or all(p.cmdline[:1] == (LLAMA_SERVER,) for p in r.procs.runners)
             assert snap.system is not None and snap.system.ram_total_bytes == 32 * GIB
@@ -111,8 +117,10 @@ def test_sorted_label_marks_the_column_and_its_direction() -> None:
 
 
 async def test_the_sorted_column_is_marked_in_the_header() -> None:
-    app = make_app(Settings(host_url="http://127.0.0.1:11434", interval_s=0.25),
-                   FakeSource(snapshot_at(step_index("spills")), hold=True))
+    app = make_app(
+        Settings(host_url="http://127.0.0.1:11434", interval_s=0.25),
+        FakeSource(snapshot_at(step_index("spills")), hold=True),
+    )
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: bool(app.state.models))
 

@@ -45,9 +45,13 @@ async def _rows(line: str) -> list[tuple[str, str]]:
 
 async def test_ggml_assert_text_is_shown() -> None:
     rows = await _rows(_assert_line())
-    assert rows == [("unknown_warning",
-                     'ERROR: GGML_ASSERT: /go/src/github.com/ollama/ollama/llm/llama.cpp/ggml/src/ggml-cuda.cu:101: '
-                     '!"CUDA error"')]
+    assert rows == [
+        (
+            "unknown_warning",
+            "ERROR: GGML_ASSERT: /go/src/github.com/ollama/ollama/llm/llama.cpp/ggml/src/ggml-cuda.cu:101: "
+            '!"CUDA error"',
+        )
+    ]
 
 
 async def test_ggml_assert_with_escapes_and_markup_is_made_safe() -> None:
@@ -55,7 +59,9 @@ async def test_ggml_assert_with_escapes_and_markup_is_made_safe() -> None:
     ((kind, detail),) = await _rows(line)
     assert kind == "unknown_warning"
     assert "\x1b" not in detail and "\x07" not in detail
-    assert detail.endswith('ggml-cuda.cu:101: \ufffd[2J\ufffd]0;pwned\ufffd[bold red]!"CUDA error"[/]')  # markup shown as text
+    assert detail.endswith(
+        'ggml-cuda.cu:101: \ufffd[2J\ufffd]0;pwned\ufffd[bold red]!"CUDA error"[/]'
+    )  # markup shown as text
 
 
 async def test_status_polls_are_left_out_and_counted_until_asked_for() -> None:

@@ -28,8 +28,7 @@ async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tup
         spill = next(a for a in app.state.alerts if a.kind == "spill")
         age = alert_age(spill, state_clock(app.state))  # the same snapshot polled again: its age stays
         assert age is not None
-        wanted = [f"{spill.model} · {age}: {spill.message}",
-                  *(f"{f.action} — {f.detail}" for f in spill.fixes)]
+        wanted = [f"{spill.model} · {age}: {spill.message}", *(f"{f.action} — {f.detail}" for f in spill.fixes)]
         details: list[str] = []
         for i in range(pane.row_count):
             cell = pane.get_row_at(i)[2]
@@ -50,10 +49,13 @@ async def test_alerts_and_fixes_wrap_whole_words_at_80_and_120_columns(size: tup
 async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:
     from kvtop.sources.recording import read_recording, resolve_recording
 
-    demo = make_app(Settings(host_url=HOST, interval_s=0.25, demo=True),
-                    FakeSource(snapshot_at(step_index("raised to 32768")), hold=True))
-    replay = make_app(Settings(host_url="http://unused:1", log_spec="none"),
-                      replay=read_recording(resolve_recording("demo")))
+    demo = make_app(
+        Settings(host_url=HOST, interval_s=0.25, demo=True),
+        FakeSource(snapshot_at(step_index("raised to 32768")), hold=True),
+    )
+    replay = make_app(
+        Settings(host_url="http://unused:1", log_spec="none"), replay=read_recording(resolve_recording("demo"))
+    )
     # the demo run without a log (a FakeSource here; --demo --log none), and the bundled demo recording,
     # which carries the stand-in's log: neither points at --log
     for app, said in ((demo, "no server log in this demo run"), (replay, None)):
@@ -73,8 +75,10 @@ async def test_no_log_hint_says_what_the_demo_and_a_replay_lack() -> None:
 async def test_no_log_chosen_says_the_log_is_off_not_start_with_log() -> None:
     # --log none (Settings.log_spec "none"): the user chose no log; "start kvtop with --log" would
     # tell them to undo their choice
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
-                   FakeSource(snapshot_at(step_index("raised to 32768")), hold=True))
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
+        FakeSource(snapshot_at(step_index("raised to 32768")), hold=True),
+    )
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for(pilot, lambda: app.state.ollama is not None, timeout_s=10)
         await pilot.press("l")

@@ -13,8 +13,20 @@ from tests.ui.screen_text import screen_when
 from tests.ui.test_app import app_with
 from tests.ui.test_plan_screen import wait_for
 
-ALL = ["q Quit", "? Help", "p Pause", "s Sort", "/ Filter", "l Log", "g GPU", "m Map", "w What if", "i Server",
-       "u Unload", "a Keep-alive"]
+ALL = [
+    "q Quit",
+    "? Help",
+    "p Pause",
+    "s Sort",
+    "/ Filter",
+    "l Log",
+    "g GPU",
+    "m Map",
+    "w What if",
+    "i Server",
+    "u Unload",
+    "a Keep-alive",
+]
 
 
 def _shown(line: str) -> list[str]:
@@ -23,12 +35,15 @@ def _shown(line: str) -> list[str]:
     return [k.strip() for k in keys.split("  ") if k.strip()]
 
 
-@pytest.mark.parametrize(("width", "expected"), [
-    (80, ["q Quit", "? Help", "p Pause", "/ Filter", "l Log", "w What if", "u Unload"]),
-    (100, ["q Quit", "? Help", "p Pause", "s Sort", "/ Filter", "l Log", "w What if", "u Unload", "a Keep-alive"]),
-    (120, ALL),
-    (160, ALL),
-])
+@pytest.mark.parametrize(
+    ("width", "expected"),
+    [
+        (80, ["q Quit", "? Help", "p Pause", "/ Filter", "l Log", "w What if", "u Unload"]),
+        (100, ["q Quit", "? Help", "p Pause", "s Sort", "/ Filter", "l Log", "w What if", "u Unload", "a Keep-alive"]),
+        (120, ALL),
+        (160, ALL),
+    ],
+)
 async def test_footer_keeps_whole_keys_at_each_width(width: int, expected: list[str]) -> None:
     app = app_with(snapshot_at(1))
     async with app.run_test(size=(width, 30)) as pilot:
@@ -47,14 +62,22 @@ async def test_footer_follows_a_resize() -> None:
         await wait_for(pilot, lambda: app.query_one(ModelsTable).row_count == 1)
         await screen_when(pilot, lambda ls: _shown(ls[-1]) == ALL if "palette" in ls[-1] else False)
         await pilot.resize_terminal(80, 30)
-        await screen_when(pilot, lambda ls: "palette" in ls[-1] and "Keep-alive" not in ls[-1]
-                          and _shown(ls[-1])[-1] == "u Unload")
+        await screen_when(
+            pilot, lambda ls: "palette" in ls[-1] and "Keep-alive" not in ls[-1] and _shown(ls[-1])[-1] == "u Unload"
+        )
 
 
 def test_fit_keys_drops_in_order_and_never_quit_or_help() -> None:
-    keys = [(a, key_width(k, d)) for a, k, d in (("quit", "q", "Quit"), ("help", "?", "Help"),
-                                                  ("toggle_gpu", "g", "GPU"), ("unload", "u", "Unload"),
-                                                  ("replay_pause", "space", "Play/pause"))]
+    keys = [
+        (a, key_width(k, d))
+        for a, k, d in (
+            ("quit", "q", "Quit"),
+            ("help", "?", "Help"),
+            ("toggle_gpu", "g", "GPU"),
+            ("unload", "u", "Unload"),
+            ("replay_pause", "space", "Play/pause"),
+        )
+    ]
     assert key_width("q", "Quit") == 8
     assert fit_keys(keys, 1000) == set()
     assert fit_keys(keys, 8 + 8 + 10 + 18) == {2}  # the GPU key goes first

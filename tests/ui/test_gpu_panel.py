@@ -20,14 +20,23 @@ from tests.fakes.nvml import GiB
 from tests.fakes.scenario import TRAINER_PID, XORG_PID, demo_models, shared_nvml, shared_panel_data, shared_sample
 
 COLORS = default_variables()
-NO_GPU = GpuPanelData(status=STATUS_NO_LIBRARY, ok=False,
-                      system=SystemMemory(ram_total_bytes=64 * GiB, ram_available_bytes=60 * GiB,
-                                          ram_used_bytes=4 * GiB, swap_total_bytes=0, swap_used_bytes=0))
+NO_GPU = GpuPanelData(
+    status=STATUS_NO_LIBRARY,
+    ok=False,
+    system=SystemMemory(
+        ram_total_bytes=64 * GiB,
+        ram_available_bytes=60 * GiB,
+        ram_used_bytes=4 * GiB,
+        swap_total_bytes=0,
+        swap_used_bytes=0,
+    ),
+)
 
 
 def _text(data: GpuPanelData, width: int) -> Any:
-    return panel_text(data.views, data.status, width, COLORS, system=data.system, notes=data.notes,
-                      usages=data.usages, ok=data.ok)
+    return panel_text(
+        data.views, data.status, width, COLORS, system=data.system, notes=data.notes, usages=data.usages, ok=data.ok
+    )
 
 
 def test_compact_is_one_line_per_gpu(tmp_path: Path) -> None:
@@ -74,7 +83,7 @@ def test_strip_speaks_the_memory_maps_glyphs_and_colours(tmp_path: Path) -> None
     first = text.plain.splitlines()[0]
     assert first.startswith("GPU0 RTX A6000 ████▄▄▄▄▄▄·░") and "▓" not in text.plain and "▒" not in text.plain
     # every runner in the weights colour (amber would be the map's KV cache), the second one dim
-    runners = [str(s.style) for s in text.spans if "█" in text.plain[s.start:s.end]]
+    runners = [str(s.style) for s in text.spans if "█" in text.plain[s.start : s.end]]
     weights = COLORS["kv-weights"]
     assert runners and set(runners) <= {weights, f"dim {weights}"} and f"dim {weights}" in runners
     assert COLORS["kv-kv"] not in {str(s.style) for s in text.spans}
@@ -93,7 +102,9 @@ def test_no_gpu_is_one_line() -> None:
     assert NO_GPU.system is not None
     with_swap = dataclasses.replace(NO_GPU, system=dataclasses.replace(NO_GPU.system, swap_total_bytes=8 * GiB))
     assert _text(with_swap, 80).plain.splitlines() == [
-        "GPU telemetry: no NVIDIA driver (NVML library not found)", "RAM 4.0G/64G · swap 0B/8.0G"]
+        "GPU telemetry: no NVIDIA driver (NVML library not found)",
+        "RAM 4.0G/64G · swap 0B/8.0G",
+    ]
 
 
 def test_lost_gpu_line(tmp_path: Path) -> None:
@@ -114,8 +125,9 @@ def test_lost_gpu_line(tmp_path: Path) -> None:
 
 def test_namespace_note_is_shown(tmp_path: Path) -> None:
     gpu, procs, models = shared_sample(tmp_path)
-    procs = dataclasses.replace(procs, namespace=dataclasses.replace(procs.namespace, mismatch=True,
-                                                                     note="host PIDs: names not shown"))
+    procs = dataclasses.replace(
+        procs, namespace=dataclasses.replace(procs.namespace, mismatch=True, note="host PIDs: names not shown")
+    )
     for width in (80, 160):
         assert _text(gpu_panel_data(gpu, procs, models), width).plain.splitlines()[-1] == "host PIDs: names not shown"
 

@@ -27,29 +27,42 @@ PSUTIL = SimpleNamespace(
 
 
 def _gb10(tmp_path: Path) -> GpuPanelData:
-    fake = FakeNvml([FakeGpu(name="NVIDIA GB10", uuid="GPU-gb10-0000", unsupported={"nvmlDeviceGetMemoryInfo"},
-                             compute=[(4101, 9 * GiB)])])
-    snap = GpuSource(nvml=fake.module, sysfs_root=tmp_path, platform="linux", psutil_module=PSUTIL,
-                     clock=lambda: 1000.0).sample_sync()
+    fake = FakeNvml(
+        [
+            FakeGpu(
+                name="NVIDIA GB10",
+                uuid="GPU-gb10-0000",
+                unsupported={"nvmlDeviceGetMemoryInfo"},
+                compute=[(4101, 9 * GiB)],
+            )
+        ]
+    )
+    snap = GpuSource(
+        nvml=fake.module, sysfs_root=tmp_path, platform="linux", psutil_module=PSUTIL, clock=lambda: 1000.0
+    ).sample_sync()
     return gpu_panel_data(snap, None, ())
 
 
 def _apple(tmp_path: Path) -> GpuPanelData:
     text = IOREG.read_text(encoding="utf-8")
-    snap = GpuSource(sysfs_root=tmp_path, platform="darwin", psutil_module=PSUTIL, ioreg=lambda: text,
-                     clock=lambda: 1000.0).sample_sync()
+    snap = GpuSource(
+        sysfs_root=tmp_path, platform="darwin", psutil_module=PSUTIL, ioreg=lambda: text, clock=lambda: 1000.0
+    ).sample_sync()
     return gpu_panel_data(snap, None, ())
 
 
 def _text(data: GpuPanelData, width: int) -> str:
-    return panel_text(data.views, data.status, width, COLORS, system=data.system, notes=data.notes,
-                      usages=data.usages, ok=data.ok).plain
+    return panel_text(
+        data.views, data.status, width, COLORS, system=data.system, notes=data.notes, usages=data.usages, ok=data.ok
+    ).plain
 
 
 def test_gb10_shares_system_ram_at_80_and_160(tmp_path: Path) -> None:
     data = _gb10(tmp_path)
     narrow = _text(data, 80).splitlines()
-    assert narrow[0].startswith("GPU0 GB10 ") and "RAM 38G/128G" in narrow[0]  # RAM in use (total − available), as the RAM line and the memory map
+    assert (
+        narrow[0].startswith("GPU0 GB10 ") and "RAM 38G/128G" in narrow[0]
+    )  # RAM in use (total − available), as the RAM line and the memory map
     assert all(cell_len(line) <= 78 for line in narrow)
     wide = _text(data, 160)
     assert "shares system RAM: 38.0 GiB / 128 GiB in use · 90.0 GiB available" in wide

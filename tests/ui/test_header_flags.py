@@ -18,13 +18,15 @@ LIVE_TEXT = ("connecting…", "waiting for the first answer", "waiting for the f
 
 
 def _live(*snaps: Any, demo: bool = True) -> KvtopApp:
-    return make_app(Settings(host_url="http://127.0.0.1:11434", interval_s=0.25, demo=demo),
-                    FakeSource(*snaps, hold=True))
+    return make_app(
+        Settings(host_url="http://127.0.0.1:11434", interval_s=0.25, demo=demo), FakeSource(*snaps, hold=True)
+    )
 
 
 def _replay() -> KvtopApp:
-    return make_app(Settings(host_url="http://unused:1", log_spec="none"),
-                    replay=read_recording(resolve_recording("demo")))
+    return make_app(
+        Settings(host_url="http://unused:1", log_spec="none"), replay=read_recording(resolve_recording("demo"))
+    )
 
 
 async def test_every_flag_at_80_columns_is_whole_and_first() -> None:
@@ -41,7 +43,7 @@ async def test_every_flag_at_80_columns_is_whole_and_first() -> None:
         at = [line.find(f) for f in flags]
         assert all(i >= 0 for i in at), line
         assert at == sorted(at), line  # in this order, all before any detail
-        assert "…" not in line[:at[-1] + len("✖ down")]
+        assert "…" not in line[: at[-1] + len("✖ down")]
         host = line.find("127.0.0.1")
         assert host == -1 or host > at[-1]
 
@@ -71,8 +73,11 @@ async def test_a_jump_back_in_a_replay_says_replay_things() -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for(pilot, lambda: bool(app.state.models), timeout_s=10)
         await pilot.press("space", "J")  # paused, a minute in
-        await wait_for(pilot, lambda: app.replay is not None and app.replay.player.time_s is not None
-                       and len(app.state.models) >= 2, timeout_s=10)
+        await wait_for(
+            pilot,
+            lambda: app.replay is not None and app.replay.player.time_s is not None and len(app.state.models) >= 2,
+            timeout_s=10,
+        )
         shown: list[str] = []
         header = app.query_one(ServerHeader)
         original = header._build

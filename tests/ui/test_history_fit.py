@@ -27,9 +27,22 @@ class _Span(History):
         return self._span
 
 
-@pytest.mark.parametrize(("data_s", "window_s", "shown"), [
-    (0, 60, 30), (20, 60, 30), (45, 60, 60), (90, 600, 120), (250, 600, 300), (540, 600, 600),
-    (700, 600, 600), (90, 3600, 120), (1500, 3600, 1800), (5000, 3600, 3600), (20, 600, 30)])
+@pytest.mark.parametrize(
+    ("data_s", "window_s", "shown"),
+    [
+        (0, 60, 30),
+        (20, 60, 30),
+        (45, 60, 60),
+        (90, 600, 120),
+        (250, 600, 300),
+        (540, 600, 600),
+        (700, 600, 600),
+        (90, 3600, 120),
+        (1500, 3600, 1800),
+        (5000, 3600, 3600),
+        (20, 600, 30),
+    ],
+)
 def test_the_axis_spans_what_there_is(data_s: float, window_s: float, shown: float) -> None:
     assert shown_span(_Span(data_s), window_s) == shown
 
@@ -73,8 +86,12 @@ def test_without_colour_each_series_has_its_own_marker_and_legend_mark() -> None
 
 
 async def test_the_mono_theme_draws_distinct_markers() -> None:
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, theme="kvtop-mono"), _app().source,
-                   gpu_source=_app().gpu_source, proc_source=_app().proc_source)
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, theme="kvtop-mono"),
+        _app().source,
+        gpu_source=_app().gpu_source,
+        proc_source=_app().proc_source,
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await _settle(pilot)
         app.histories[HOST] = scripted_history()
@@ -95,8 +112,12 @@ def test_gpu_lines_and_tps_points_get_markers_too() -> None:
 
 
 async def test_demo_gives_no_log_flag_hint() -> None:
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, demo=True), _app().source,
-                   gpu_source=_app().gpu_source, proc_source=_app().proc_source)
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, demo=True),
+        _app().source,
+        gpu_source=_app().gpu_source,
+        proc_source=_app().proc_source,
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await _settle(pilot)
         await pilot.press("h")
@@ -107,7 +128,9 @@ async def test_demo_gives_no_log_flag_hint() -> None:
 
 
 async def test_replay_gives_no_log_flag_hint() -> None:
-    app = make_app(Settings(host_url="http://unused:1", log_spec="none"), replay=read_recording(resolve_recording("demo")))
+    app = make_app(
+        Settings(host_url="http://unused:1", log_spec="none"), replay=read_recording(resolve_recording("demo"))
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.state.ollama is not None, timeout_s=10)
         await pilot.press("h")
@@ -120,8 +143,12 @@ async def test_replay_gives_no_log_flag_hint() -> None:
 
 def test_history_mono_80x24(snap_compare: Any) -> None:
     """The scripted history under the mono theme: each series its own marker, markers by style."""
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, theme="kvtop-mono"), _app().source,
-                   gpu_source=_app().gpu_source, proc_source=_app().proc_source)
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, theme="kvtop-mono"),
+        _app().source,
+        gpu_source=_app().gpu_source,
+        proc_source=_app().proc_source,
+    )
 
     async def run_before(pilot: Any) -> None:
         await _settle(pilot)

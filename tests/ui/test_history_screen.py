@@ -27,8 +27,13 @@ def scripted_history() -> History:
     """Nine minutes of the demo scenario at fixed times, one poll every 2 s, with a 24 GiB GPU
     whose use follows the models, and decode timings for qwen3:1.7b-q8_0 every 30 s."""
     h = History()
-    plan = [(0, "loads at num_ctx 4096"), (120, "raised to 32768"), (240, "A second model"),
-            (330, "gemma4 loads"), (450, "gemma4 finished")]
+    plan = [
+        (0, "loads at num_ctx 4096"),
+        (120, "raised to 32768"),
+        (240, "A second model"),
+        (330, "gemma4 loads"),
+        (450, "gemma4 finished"),
+    ]
     start = TAKEN_AT - 540
     state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(0, taken_at=start - 2))
     h.record(state, start - 2)
@@ -38,23 +43,37 @@ def scripted_history() -> History:
         now = start + t
         state = fold_with_alerts(state, snapshot_at(step, taken_at=now))
         vram = sum(m.size_vram_bytes or 0 for m in state.models)
-        gpu = GpuSnapshot(taken_at=now, status="GPU telemetry: NVML", ok=True, backend="nvml",
-                          devices=(GpuDevice(index=0, name="NVIDIA RTX 4090", memory_total_bytes=24 * GiB,
-                                             memory_used_bytes=vram + GiB // 2),))
+        gpu = GpuSnapshot(
+            taken_at=now,
+            status="GPU telemetry: NVML",
+            ok=True,
+            backend="nvml",
+            devices=(
+                GpuDevice(
+                    index=0, name="NVIDIA RTX 4090", memory_total_bytes=24 * GiB, memory_used_bytes=vram + GiB // 2
+                ),
+            ),
+        )
         state = fold_gpu_with_alerts(state, gpu, ProcSnapshot(taken_at=now))
         if t % 30 == 0:
             requests += 1
         views = tuple(
             dataclasses.replace(v, throughput=Throughput(requests, 900.0, 40.0 + (requests % 5) * 3, 42.0, 2))
-            if v.name == "qwen3:1.7b-q8_0" else v for v in state.models)
+            if v.name == "qwen3:1.7b-q8_0"
+            else v
+            for v in state.models
+        )
         h.record(dataclasses.replace(state, models=views), now)
     return h
 
 
 def _app(**kw: Any) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, **kw),
-                    FakeSource(snapshot_at(step_index("raised to 32768")), hold=True),
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25, **kw),
+        FakeSource(snapshot_at(step_index("raised to 32768")), hold=True),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 async def _settle(pilot: Any) -> None:
@@ -77,8 +96,14 @@ def test_specs_from_the_scripted_history() -> None:
     expected = sum(m.size_vram_bytes or 0 for m in last.models) + GiB // 2
     assert used.latest == f"{ibytes(expected)} of 24.0 GiB" == "4.8 GiB of 24.0 GiB"
     assert gpu.lines[1].kind == "reference" and gpu.lines[1].points == ((0.0, 24.0),)
-    assert [m.text for m in gpu.markers] == ["load qwen3:1.7b-q8_0", "reload qwen3:1.7b-q8_0", "load qwen3:1.7b-q4_K_M", "load gemma4:latest",
-                                             "reload qwen3:1.7b-q8_0", "unload gemma4:latest"]
+    assert [m.text for m in gpu.markers] == [
+        "load qwen3:1.7b-q8_0",
+        "reload qwen3:1.7b-q8_0",
+        "load qwen3:1.7b-q4_K_M",
+        "load gemma4:latest",
+        "reload qwen3:1.7b-q8_0",
+        "unload gemma4:latest",
+    ]
     tps = tps_spec(h, 600.0, 200, "")
     assert [ln.label for ln in tps.lines] == ["qwen3:1.7b-q8_0"]
     assert len(tps.lines[0].points) == 19  # one point per new request (every 30 s over 9 min)
@@ -101,8 +126,9 @@ def test_empty_history_says_so_in_words() -> None:
 def test_no_gpu_telemetry_plots_model_vram_and_says_why() -> None:
     h = History()
     state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("raised to 32768"), taken_at=TAKEN_AT))
-    state = fold_gpu_with_alerts(state, GpuSnapshot(taken_at=TAKEN_AT, status="GPU telemetry: no NVIDIA driver"),
-                      ProcSnapshot(taken_at=TAKEN_AT))
+    state = fold_gpu_with_alerts(
+        state, GpuSnapshot(taken_at=TAKEN_AT, status="GPU telemetry: no NVIDIA driver"), ProcSnapshot(taken_at=TAKEN_AT)
+    )
     h.record(state, TAKEN_AT)
     spec = gpu_spec(h, 60.0, 100, 5.0)
     assert spec.title == "Model VRAM, GiB (/api/ps size_vram) · last 1 min · GPU telemetry: no NVIDIA driver"
@@ -197,12 +223,20 @@ def test_the_gpu_plot_names_where_its_figures_come_from() -> None:
     demo's simulated GPU (it said "(NVML)" for every one of them)."""
     from kvtop.demo.machine import DEMO_GPU_STATUS
 
-    for backend, status, label in (("nvml", "GPU telemetry: NVML", "NVML"), ("amd-sysfs", "", "amdgpu sysfs"),
-                                   ("ioreg", "", "ioreg"), ("nvml", DEMO_GPU_STATUS, "DEMO, simulated")):
+    for backend, status, label in (
+        ("nvml", "GPU telemetry: NVML", "NVML"),
+        ("amd-sysfs", "", "amdgpu sysfs"),
+        ("ioreg", "", "ioreg"),
+        ("nvml", DEMO_GPU_STATUS, "DEMO, simulated"),
+    ):
         h = History()
         state = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("spills"), taken_at=TAKEN_AT))
-        gpu = GpuSnapshot(taken_at=TAKEN_AT, status=status, ok=True, backend=backend,  # type: ignore[arg-type]
-                          devices=(GpuDevice(index=0, name="a GPU", memory_total_bytes=24 * 2**30,
-                                             memory_used_bytes=8 * 2**30),))
+        gpu = GpuSnapshot(
+            taken_at=TAKEN_AT,
+            status=status,
+            ok=True,
+            backend=backend,  # type: ignore[arg-type]
+            devices=(GpuDevice(index=0, name="a GPU", memory_total_bytes=24 * 2**30, memory_used_bytes=8 * 2**30),),
+        )
         h.record(fold_gpu_with_alerts(state, gpu, ProcSnapshot(taken_at=TAKEN_AT)), TAKEN_AT)
         assert gpu_spec(h, 600.0, 200, 5.0).title.startswith(f"GPU memory, GiB ({label}) · last"), label

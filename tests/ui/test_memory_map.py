@@ -37,9 +37,15 @@ def one_gpu(tmp: Path) -> MemoryMap:
 def spill(tmp: Path) -> MemoryMap:
     """gemma spilled, its CPU part as the runner log allocates it (weights on CPU, KV and compute on CUDA_Host)."""
     gpu, procs, models = shared_sample(tmp)
-    models = with_devices(models, GEMMA, {"weights": {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB, "CPU": 1_000_000_000},
-                                          "kv": {"CUDA0": 64 * MiB, "CUDA1": 40 * MiB, "CUDA_Host": 8 * MiB},
-                                          "compute": {"CUDA0": 200 * MiB, "CUDA1": 100 * MiB, "CUDA_Host": 20 * MiB}})
+    models = with_devices(
+        models,
+        GEMMA,
+        {
+            "weights": {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB, "CPU": 1_000_000_000},
+            "kv": {"CUDA0": 64 * MiB, "CUDA1": 40 * MiB, "CUDA_Host": 8 * MiB},
+            "compute": {"CUDA0": 200 * MiB, "CUDA1": 100 * MiB, "CUDA_Host": 20 * MiB},
+        },
+    )
     return memory_map(gpu, procs, models)
 
 
@@ -51,8 +57,9 @@ def foreign(tmp: Path) -> MemoryMap:
 def no_gpu(tmp: Path) -> MemoryMap:
     _gpu, _procs, models = shared_sample(tmp)
     system = SystemMemory(ram_total_bytes=64 * GiB, ram_available_bytes=48 * GiB, ram_used_bytes=16 * GiB)
-    return memory_map(GpuSnapshot(taken_at=0.0, status=STATUS_NO_LIBRARY, problem="no_library", system=system),
-                      None, models)
+    return memory_map(
+        GpuSnapshot(taken_at=0.0, status=STATUS_NO_LIBRARY, problem="no_library", system=system), None, models
+    )
 
 
 def test_wide_text_full_width_with_names_and_marks(tmp_path: Path) -> None:
@@ -61,18 +68,24 @@ def test_wide_text_full_width_with_names_and_marks(tmp_path: Path) -> None:
     assert lines[0] == "GPU 0 NVIDIA RTX A6000  14.5 GiB/48.0 GiB used · 33.5 GiB free"  # used/total, as the GPU strip
     assert cell_len(lines[1]) == 118 and lines[1].endswith("░")  # the bar spans the width
     # the legend wraps at whole entries: nothing is cut (free memory is the title's, not repeated)
-    assert lines[2] == ("█▓▒▐ qwen3:1.7b-q4_K_M W 1.3G KV ~448M C ~61M +~242M  ▇ gemma4:latest 3.5G  "
-                        "▄ alice python 8.0G  · unattributed ~1.0G")
+    assert lines[2] == (
+        "█▓▒▐ qwen3:1.7b-q4_K_M W 1.3G KV ~448M C ~61M +~242M  ▇ gemma4:latest 3.5G  "
+        "▄ alice python 8.0G  · unattributed ~1.0G"
+    )
     assert "gemma4▇" in lines[1]  # a name too long for its stretch loses ":latest" before it is cut
     assert lines[3] == "GPU 1 NVIDIA GeForce RTX 4090  8.8 GiB/24.0 GiB used · 15.2 GiB free"
     assert "qwen3:1.7b-q8_0" in lines[4]  # the name written over its stretch of GPU 1's bar
-    assert lines[5] == "▇ gemma4:latest 1.8G  █▓▒▐ qwen3:1.7b-q8_0 W 2.0G KV ~3.5G C ~141M +~449M  ▄ Xorg 300M  " \
-                       "· unattributed ~640M"
+    assert (
+        lines[5] == "▇ gemma4:latest 1.8G  █▓▒▐ qwen3:1.7b-q8_0 W 2.0G KV ~3.5G C ~141M +~449M  ▄ Xorg 300M  "
+        "· unattributed ~640M"
+    )
     assert lines[6] == "RAM  24.0 GiB/64.0 GiB used · 40.0 GiB free"
     assert lines[8] == "▇ gemma4:latest 1.2G  · OS and other programs ~23G"  # reported, as the table
     # the key: only what the bars draw, every entry whole at 118 cells
-    assert lines[9:] == ["~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute "
-                         "▇ model (not split) ▐ overhead", "▄ other processes · unattributed ░ free"]
+    assert lines[9:] == [
+        "~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute ▇ model (not split) ▐ overhead",
+        "▄ other processes · unattributed ░ free",
+    ]
     assert all(cell_len(line) <= 118 and "…" not in line for line in lines[2:3] + lines[5:])
     assert {(h.y, h.model[0]) for h in hits} == {(1, Q4), (1, GEMMA), (4, GEMMA), (4, Q8), (7, GEMMA)}
 
@@ -82,9 +95,11 @@ def test_key_lists_only_the_kinds_drawn_and_wraps_at_whole_entries(tmp_path: Pat
     assert key_kinds(mm) == ("weights", "kv", "compute", "model", "unattributed", "free")
     kinds = ("weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free")
     lines = [t.plain for t in key_lines(kinds, 78, COLORS)]
-    assert lines == ["~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute",
-                     "▇ model (not split) ▐ overhead ▚ other Ollama ▄ other processes · unattributed",
-                     "░ free"]
+    assert lines == [
+        "~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute",
+        "▇ model (not split) ▐ overhead ▚ other Ollama ▄ other processes · unattributed",
+        "░ free",
+    ]
     assert [t.plain for t in key_lines((), 78, COLORS)] == ["~ estimated, no mark: allocated or reported"]
 
 
@@ -255,7 +270,12 @@ async def test_map_shows_every_line_it_draws_as_the_width_changes(tmp_path: Path
             await pilot.pause(0.2)
             drawn = panel.render().plain.splitlines()
             assert len(drawn) == panel.line_count()
-            lines = await screen_when(pilot, lambda lines: panel.size.height == len(drawn) and all(
-                any(row.strip() == d.strip() for row in lines) for d in drawn))
+            lines = await screen_when(
+                pilot,
+                lambda lines: (
+                    panel.size.height == len(drawn)
+                    and all(any(row.strip() == d.strip() for row in lines) for d in drawn)
+                ),
+            )
             key = next(i for i, row in enumerate(lines) if row.strip().startswith("~ estimated, no mark"))
             assert lines[key + key_rows - 1].rstrip().endswith("░ free")

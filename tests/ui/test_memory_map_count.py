@@ -75,8 +75,11 @@ def test_a_long_legend_keeps_its_lines_counts_the_models_left_out_and_every_othe
         assert len(lines) <= LEGEND_MAX_LINES
         text = "  ".join(lines)
         models = {s.model for s in bar.segments if s.kind in MODEL_KINDS}
-        others = [s for s in bar.segments
-                  if s.kind not in MODEL_KINDS and not (s.kind == "free" and bar.free_bytes is not None)]
+        others = [
+            s
+            for s in bar.segments
+            if s.kind not in MODEL_KINDS and not (s.kind == "free" and bar.free_bytes is not None)
+        ]
         plan = legend_plan(bar, 118)
         shown = len(plan) - len(others) - 1  # the model entries drawn: all but the others and "+N more"
         assert 0 < shown < len(models)

@@ -19,8 +19,16 @@ from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 from tests.ui.screen_text import screen_after, screen_when
 from tests.ui.test_plan_screen import wait_for
 
-HEADINGS = ("Memory", "KV cache", "Alerts", "Runner log", "Runner process and server environment", "Keep-alive",
-            "GPU", "gemma4:latest")
+HEADINGS = (
+    "Memory",
+    "KV cache",
+    "Alerts",
+    "Runner log",
+    "Runner process and server environment",
+    "Keep-alive",
+    "GPU",
+    "gemma4:latest",
+)
 
 
 def _app() -> KvtopApp:
@@ -102,14 +110,17 @@ async def test_what_if_at_80_columns_keeps_its_bar_on_one_line() -> None:
         assert lines[kv + 1].startswith(" " * 15 + "estimated: ") and lines[kv + 2].startswith(" " * 15)
 
 
-@pytest.mark.parametrize(("line", "at", "width", "indent"), [
-    ("  label               value text that goes on", 30, 50, 22),
-    ("  label               value text that goes on", 30, 40, 2),  # under 24 cells left: an earlier column
-    ("  q          quit                      ?          this help", 55, 80, 50),
-    ("  q          quit                      ?          this help", 55, 50, 13),
-    ("plain prose that wraps with no columns at all", 30, 20, 0),
-    ("  x   " + "far " * 30, 100, 40, 6),
-])
+@pytest.mark.parametrize(
+    ("line", "at", "width", "indent"),
+    [
+        ("  label               value text that goes on", 30, 50, 22),
+        ("  label               value text that goes on", 30, 40, 2),  # under 24 cells left: an earlier column
+        ("  q          quit                      ?          this help", 55, 80, 50),
+        ("  q          quit                      ?          this help", 55, 50, 13),
+        ("plain prose that wraps with no columns at all", 30, 20, 0),
+        ("  x   " + "far " * 30, 100, 40, 6),
+    ],
+)
 def test_hang_indent(line: str, at: int, width: int, indent: int) -> None:
     assert hang_indent(line, at, width) == indent
 
@@ -127,8 +138,10 @@ def test_hang_wrap_keeps_styles_and_numbers_with_their_units() -> None:
     assert hang_wrap(Text("a 5.7 GiB b"), 8).plain.split("\n")[1].startswith("5.7 GiB")
 
 
-@pytest.mark.parametrize(("readonly", "signals", "replay"),
-                         [(False, True, False), (False, False, False), (True, True, False), (True, False, True)])
+@pytest.mark.parametrize(
+    ("readonly", "signals", "replay"),
+    [(False, True, False), (False, False, False), (True, True, False), (True, False, True)],
+)
 def test_help_paragraph_lines_fit_the_help_box_at_80_columns(readonly: bool, signals: bool, replay: bool) -> None:
     """A flush-left line (a heading or a paragraph) has no column to hang under: one wider than
     the help body (75 cells at 80 columns: inside the border, before the blank cell and the

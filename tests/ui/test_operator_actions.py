@@ -37,8 +37,11 @@ GEMMA = "gemma4:latest"
 
 
 def _app(server: Standin, *, readonly: bool = False, interval_s: float = 0.25) -> KvtopApp:
-    return make_app(Settings(host_url=server.url, interval_s=interval_s, readonly=readonly),
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        Settings(host_url=server.url, interval_s=interval_s, readonly=readonly),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 async def _select(pilot: Any, name: str) -> ModelsTable:
@@ -68,8 +71,10 @@ async def test_unload_asks_on_cancel_then_the_row_leaves() -> None:
             assert app.focused is not None and app.focused.id == "no"
             # the VRAM it frees, as the table shows it, with its source
             assert f"Unload {GEMMA} now?" in dialog.text
-            assert (f"{GEMMA} frees 5.0 GiB (5,333,539,264 B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of"
-                    " system RAM.") in dialog.text
+            assert (
+                f"{GEMMA} frees 5.0 GiB (5,333,539,264 B) of VRAM (reported: /api/ps size_vram) and 1.2 GiB of"
+                " system RAM."
+            ) in dialog.text
             assert '"keep_alive": 0} (as `ollama stop` does).' in dialog.text  # one model: no "for each"
             await pilot.press("enter")  # Cancel has the focus: Enter cancels
             await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
@@ -112,8 +117,9 @@ async def test_unloading_shows_until_the_row_leaves_and_says_when_it_stays() -> 
             # the 9-cell UNTIL column cuts the ellipsis
             lines = await screen_when(pilot, lambda ls: any("unloading" in line for line in ls))
             assert any("q8_0" in line and line.rstrip().endswith("unloading") for line in lines), "\n".join(lines)
-            await wait_for(pilot, lambda: any("still listed by /api/ps after 3 polls" in e for e in _log(app)),
-                           timeout_s=10)
+            await wait_for(
+                pilot, lambda: any("still listed by /api/ps after 3 polls" in e for e in _log(app)), timeout_s=10
+            )
 
 
 async def test_keep_alive_changes_until() -> None:
@@ -127,7 +133,11 @@ async def test_keep_alive_changes_until() -> None:
             await wait_for(pilot, lambda: isinstance(app.screen, KeepAliveScreen))
             options = app.screen.query_one(OptionList)
             assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == [
-                "5 m", "1 h", "forever (-1)", "0 = release now"]
+                "5 m",
+                "1 h",
+                "forever (-1)",
+                "0 = release now",
+            ]
             await pilot.press("down", "enter")  # 1 h (the list starts on 5 m)
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             text = app.screen.text  # type: ignore[attr-defined]
@@ -143,8 +153,11 @@ async def test_keep_alive_changes_until() -> None:
             sent_at = time.time()
             await confirm(pilot)
             await wait_for(pilot, lambda: server.writes() == [("POST", "/api/generate")])
-            await wait_for(pilot, lambda: next(v for v in app.state.models if v.name == Q4).until
-                           == "59 minutes from now", timeout_s=10)
+            await wait_for(
+                pilot,
+                lambda: next(v for v in app.state.models if v.name == Q4).until == "59 minutes from now",
+                timeout_s=10,
+            )
             view = next(v for v in app.state.models if v.name == Q4)
             assert view.expires_at is not None and abs(view.expires_at.timestamp() - (sent_at + 3600)) < 5
             assert f"keep-alive 1 h for {Q4}: sent; UNTIL shows the new expiry on the next poll" in _log(app)
@@ -170,8 +183,11 @@ async def test_until_counts_seconds_in_the_last_minute_between_polls() -> None:
             assert app.operator._until_timer is None  # no model in its last minute: no per-second repaint
             server.client.post("/api/generate", json={"model": Q8, "prompt": "", "keep_alive": "50s"})
             app.action_faster()  # one poll now
-            await wait_for(pilot, lambda: any(v.until.endswith("s") and v.until[:-1].isdigit()
-                                              for v in table._views if v.name == Q8), timeout_s=10)
+            await wait_for(
+                pilot,
+                lambda: any(v.until.endswith("s") and v.until[:-1].isdigit() for v in table._views if v.name == Q8),
+                timeout_s=10,
+            )
             first = next(v.until for v in table._views if v.name == Q8)
             await wait_for(pilot, lambda: next(v.until for v in table._views if v.name == Q8) != first, timeout_s=3)
             second = next(v.until for v in table._views if v.name == Q8)
@@ -217,13 +233,19 @@ async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> 
         app = _app(server)
         async with app.run_test(size=(110, 36)) as pilot:  # under 120x40: the fixes are in the events pane
             await _select(pilot, GEMMA)
-            await wait_for(pilot, lambda: any(f.action.startswith("unload ") for a in app.state.alerts
-                                              for f in a.fixes), timeout_s=10)
+            await wait_for(
+                pilot,
+                lambda: any(f.action.startswith("unload ") for a in app.state.alerts for f in a.fixes),
+                timeout_s=10,
+            )
             await pilot.press("l")
             pane = app.query_one(EventsPane)
             await wait_for(pilot, lambda: any(pane.fix_at(i) is not None for i in range(pane.row_count)))
-            unload_row = next(i for i in range(pane.row_count)
-                              if (f := pane.fix_at(i)) is not None and f[0].action.startswith("unload "))
+            unload_row = next(
+                i
+                for i in range(pane.row_count)
+                if (f := pane.fix_at(i)) is not None and f[0].action.startswith("unload ")
+            )
             target = pane.fix_at(unload_row)[0].action.removeprefix("unload ")  # type: ignore[index]
             pane.focus()
             pane.move_cursor(row=unload_row)
@@ -234,9 +256,15 @@ async def test_enter_on_a_fix_offers_the_unload_or_shows_a_setting_to_copy() -> 
             await pilot.press("enter")  # cancels
             await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             assert server.writes() == []
-            setting_row = next((i for i in range(pane.row_count)
-                                if (f := pane.fix_at(i)) is not None and fix_operation(
-                                    f[0], [v.name for v in app.state.models]) is None), None)
+            setting_row = next(
+                (
+                    i
+                    for i in range(pane.row_count)
+                    if (f := pane.fix_at(i)) is not None
+                    and fix_operation(f[0], [v.name for v in app.state.models]) is None
+                ),
+                None,
+            )
             assert setting_row is not None
             setting = pane.fix_at(setting_row)[0]  # type: ignore[index]
             pane.move_cursor(row=setting_row)
@@ -269,15 +297,18 @@ async def test_keep_alive_for_a_model_that_left_while_asking_is_not_sent() -> No
             await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmWrite))
             await pilot.pause(0.5)
             assert server.writes() == []
-            assert _log(app) == [f"keep-alive 1 h for {GEMMA}: failed: not sent: /api/ps no longer lists {GEMMA}"
-                                 " (a keep-alive would load it again)"]
+            assert _log(app) == [
+                f"keep-alive 1 h for {GEMMA}: failed: not sent: /api/ps no longer lists {GEMMA}"
+                " (a keep-alive would load it again)"
+            ]
 
 
 async def _focus_alerts_panel(pilot: Any) -> AlertsPanel:
     app = pilot.app
     panel = app.query_one(AlertsPanel)
-    await wait_for(pilot, lambda: panel.display and any(f.action.startswith("unload ") for f, _ in panel.fixes),
-                   timeout_s=10)
+    await wait_for(
+        pilot, lambda: panel.display and any(f.action.startswith("unload ") for f, _ in panel.fixes), timeout_s=10
+    )
     for _ in range(6):  # Tab from the table reaches the panel, as a user gets there
         if app.focused is panel:
             break
@@ -301,13 +332,17 @@ async def test_enter_on_a_fix_in_the_alerts_panel_at_160x48() -> None:
             await _select(pilot, GEMMA)
             panel = await _focus_alerts_panel(pilot)
             loaded = [v.name for v in app.state.models]
-            unload_at = next(i for i, (f, _) in enumerate(panel.fixes) if fix_operation(f, loaded) is not None
-                             and f.action.startswith("unload "))
+            unload_at = next(
+                i
+                for i, (f, _) in enumerate(panel.fixes)
+                if fix_operation(f, loaded) is not None and f.action.startswith("unload ")
+            )
             target = panel.fixes[unload_at][0].action.removeprefix("unload ")
             await _cursor_to(pilot, panel, unload_at)
             cursor = [s for s in panel.content.spans if "reverse" in str(s.style)]  # shown while focused
-            assert cursor and panel.content.plain[cursor[0].start:cursor[0].end].strip().startswith(
-                f"fix: unload {target}")
+            assert cursor and panel.content.plain[cursor[0].start : cursor[0].end].strip().startswith(
+                f"fix: unload {target}"
+            )
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             assert app.focused is not None and app.focused.id == "no"
@@ -324,8 +359,9 @@ async def test_enter_on_a_fix_in_the_alerts_panel_at_160x48() -> None:
             await pilot.press("escape")
             await wait_for(pilot, lambda: not isinstance(app.screen, FixTextScreen))
             # confirmed from the panel: the write goes out and the row leaves
-            await _cursor_to(pilot, panel, next(i for i, (f, _) in enumerate(panel.fixes)
-                                                if f.action == f"unload {target}"))
+            await _cursor_to(
+                pilot, panel, next(i for i, (f, _) in enumerate(panel.fixes) if f.action == f"unload {target}")
+            )
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
             await confirm(pilot)
@@ -362,8 +398,11 @@ async def test_readonly_fix_is_text_only() -> None:
         app = _app(server, readonly=True)
         async with app.run_test(size=(100, 30)) as pilot:
             await _select(pilot, GEMMA)
-            app.post_message(EventsPane.FixChosen(Fix(f"unload {Q8}", "frees 5.7 GiB", True, ""), _alert_with(
-                Fix(f"unload {Q8}", "", True, ""))))
+            app.post_message(
+                EventsPane.FixChosen(
+                    Fix(f"unload {Q8}", "frees 5.7 GiB", True, ""), _alert_with(Fix(f"unload {Q8}", "", True, ""))
+                )
+            )
             await wait_for(pilot, lambda: isinstance(app.screen, FixTextScreen))
             text = str(app.screen.query_one("#fix-text").content)
             assert "read-only (--readonly): kvtop sends nothing" in text and f"unload {Q8}" in text
@@ -402,10 +441,15 @@ async def test_readonly_full_session_sends_only_reads() -> None:
                 await _select(pilot, GEMMA)
                 footer = (await screen_when(pilot, lambda ls: "Quit" in ls[-1]))[-1]
                 assert "Unload" not in footer and "Keep-alive" not in footer and "Signal" not in footer
-                assert not any(b.binding.action in ("unload", "keep_alive", "signal_process")
-                               for b in app.screen.active_bindings.values())
-                assert not [c for c in app.get_system_commands(app.screen)
-                            if c.title in ("Unload model", "Keep-alive", "Signal GPU process")]
+                assert not any(
+                    b.binding.action in ("unload", "keep_alive", "signal_process")
+                    for b in app.screen.active_bindings.values()
+                )
+                assert not [
+                    c
+                    for c in app.get_system_commands(app.screen)
+                    if c.title in ("Unload model", "Keep-alive", "Signal GPU process")
+                ]
                 keys = ("u", "y", "a", "enter", "y", "k", "enter", "9", "y", "y")
 
                 async def back() -> None:
@@ -416,8 +460,12 @@ async def test_readonly_full_session_sends_only_reads() -> None:
 
                 await pilot.press(*keys)  # Enter here opens the detail view: keys land there too
                 await back()
-                for screen_key, kind in (("question_mark", HelpScreen), ("enter", ModelDetailScreen),
-                                         ("h", HistoryScreen), ("w", PlanScreen)):
+                for screen_key, kind in (
+                    ("question_mark", HelpScreen),
+                    ("enter", ModelDetailScreen),
+                    ("h", HistoryScreen),
+                    ("w", PlanScreen),
+                ):
                     await pilot.press(screen_key)
                     await wait_for(pilot, lambda: isinstance(app.screen, kind), timeout_s=10)
                     await pilot.press(*keys)
@@ -450,13 +498,26 @@ def _gpu_with(*pids: int) -> tuple[Any, Any]:
     from tests.fakes.gpu_sources import FIXED_SYSTEM
 
     gib = 1024**3
-    device = GpuDevice(index=0, name="NVIDIA RTX A6000", memory_total_bytes=48 * gib, memory_used_bytes=12 * gib,
-                       memory_free_bytes=36 * gib,
-                       processes=tuple(GpuProcess(pid, (i + 1) * gib) for i, pid in enumerate(pids)))
-    gpu = GpuSnapshot(taken_at=time.time(), status="GPU telemetry: NVML", ok=True, backend="nvml",
-                      devices=(device,), system=FIXED_SYSTEM)
-    procs = ProcSnapshot(taken_at=time.time(), processes={
-        pid: ProcessInfo(pid, user="tester", name="sleep", cmdline=("sleep", "60")) for pid in pids})
+    device = GpuDevice(
+        index=0,
+        name="NVIDIA RTX A6000",
+        memory_total_bytes=48 * gib,
+        memory_used_bytes=12 * gib,
+        memory_free_bytes=36 * gib,
+        processes=tuple(GpuProcess(pid, (i + 1) * gib) for i, pid in enumerate(pids)),
+    )
+    gpu = GpuSnapshot(
+        taken_at=time.time(),
+        status="GPU telemetry: NVML",
+        ok=True,
+        backend="nvml",
+        devices=(device,),
+        system=FIXED_SYSTEM,
+    )
+    procs = ProcSnapshot(
+        taken_at=time.time(),
+        processes={pid: ProcessInfo(pid, user="tester", name="sleep", cmdline=("sleep", "60")) for pid in pids},
+    )
     return FixedGpuSource(gpu), FixedProcSource(procs)
 
 
@@ -468,9 +529,16 @@ async def test_signal_a_foreign_gpu_process_sigterm_then_sigkill_behind_two_conf
     from kvtop.ui.screens.write_dialogs import SignalScreen
 
     term = subprocess.Popen(["sleep", "60"])
-    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
-                                 "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
-                                stdout=subprocess.PIPE, text=True)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
     try:
         with running(["--manual", "--scenario", str(BUNDLED)]) as server:
@@ -505,8 +573,9 @@ async def test_signal_a_foreign_gpu_process_sigterm_then_sigkill_behind_two_conf
                 await pilot.press("down", "9")
                 await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite))
                 await confirm(pilot)
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite)
-                               and "last question" in app.screen.text)  # type: ignore[attr-defined]
+                await wait_for(
+                    pilot, lambda: isinstance(app.screen, ConfirmWrite) and "last question" in app.screen.text
+                )  # type: ignore[attr-defined]
                 assert app.focused is not None and app.focused.id == "no"
                 await pilot.press("enter")  # the second question cancels too
                 await wait_for(pilot, lambda: app.screen is screen)
@@ -561,8 +630,7 @@ async def test_the_demo_never_signals_its_simulated_processes() -> None:
         with running(["--manual", "--scenario", str(BUNDLED)]) as server:
             server.goto(step_index("A second model"))
             gpu, procs = _gpu_with(child.pid)
-            app = make_app(Settings(host_url=server.url, interval_s=0.25, demo=True), gpu_source=gpu,
-                           proc_source=procs)
+            app = make_app(Settings(host_url=server.url, interval_s=0.25, demo=True), gpu_source=gpu, proc_source=procs)
             async with app.run_test(size=(120, 40)) as pilot:
                 await _select(pilot, Q8)
                 await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 1)
@@ -595,8 +663,10 @@ def test_signal_questions_name_the_owner_and_ask_again_for_another_users_process
     mine = SignalTarget(4242, True, "", "alice", "python3", 1.0, mine=True)
     other = SignalTarget(4243, True, "", "bob", "train.py", 1.0, mine=False)
     [term] = signal_questions(mine, 15)
-    assert term == ("Send SIGTERM to PID 4242 (python3), owned by alice?\n\nIt asks the process to exit; it may clean"
-                    " up first.", "SIGTERM")
+    assert term == (
+        "Send SIGTERM to PID 4242 (python3), owned by alice?\n\nIt asks the process to exit; it may clean up first.",
+        "SIGTERM",
+    )
     assert [label for _, label in signal_questions(mine, 9)] == ["SIGKILL", "SIGKILL"]
     first, second = signal_questions(other, 15)
     assert first[0].startswith("Send SIGTERM to PID 4243 (train.py), owned by bob (another user)?")
@@ -663,8 +733,7 @@ async def test_as_root_another_users_process_is_named_and_asked_about_twice() ->
                 # both confirmed, each once armed: sent
                 await pilot.press("enter")
                 await confirm(pilot)
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite)
-                               and "not you" in app.screen.text)  # type: ignore[attr-defined]
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmWrite) and "not you" in app.screen.text)  # type: ignore[attr-defined]
                 await confirm(pilot)
                 await wait_for(pilot, lambda: child.poll() is not None, timeout_s=10)
                 assert child.returncode == -signal.SIGTERM

@@ -116,8 +116,13 @@ async def test_arrow_keys_and_typed_values_update_bars_and_verdict_at_once() -> 
         budget = screen.budget()
         assert budget == GIB // 2 + 6_106_141_568
         for ct in plan.PLAN_CACHE_TYPES:
-            assert lim[ct] == plan.max_num_ctx_on_gpu(screen.spec, plan.PlanConfig(4096, ct, 8), budget,  # type: ignore[arg-type]
-                                                      calibration=screen.calibration, engine="go-runner")
+            assert lim[ct] == plan.max_num_ctx_on_gpu(
+                screen.spec,
+                plan.PlanConfig(4096, ct, 8),
+                budget,  # type: ignore[arg-type]
+                calibration=screen.calibration,
+                engine="go-runner",
+            )
         assert f"Largest slot count at this num_ctx: {lim['slots']}" in body(screen)
 
 
@@ -193,8 +198,9 @@ async def test_load_sends_generate_with_num_ctx_and_keep_alive() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append({"method": request.method, "path": request.url.path, "body": json.loads(request.content)})
-        return httpx.Response(200, json={"model": "qwen3:1.7b-q4_K_M", "response": "", "done": True,
-                                         "done_reason": "load"})
+        return httpx.Response(
+            200, json={"model": "qwen3:1.7b-q4_K_M", "response": "", "done": True, "done_reason": "load"}
+        )
 
     app = app_at("A second model loads")
     async with app.run_test(size=(130, 50)) as pilot:
@@ -205,9 +211,19 @@ async def test_load_sends_generate_with_num_ctx_and_keep_alive() -> None:
         assert "keep_alive -1" in app.screen.text  # type: ignore[attr-defined]
         await confirm(pilot)
         await wait_for(pilot, lambda: "loaded with num_ctx 6,144" in body(screen))
-        assert seen == [{"method": "POST", "path": "/api/generate",
-                         "body": {"model": "qwen3:1.7b-q4_K_M", "prompt": "", "options": {"num_ctx": 6144},
-                                  "stream": False, "keep_alive": -1}}]
+        assert seen == [
+            {
+                "method": "POST",
+                "path": "/api/generate",
+                "body": {
+                    "model": "qwen3:1.7b-q4_K_M",
+                    "prompt": "",
+                    "options": {"num_ctx": 6144},
+                    "stream": False,
+                    "keep_alive": -1,
+                },
+            }
+        ]
 
 
 async def test_load_against_the_standin_reloads_the_model() -> None:

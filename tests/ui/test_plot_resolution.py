@@ -31,19 +31,30 @@ class Feed:
     def __init__(self, history: History, start_s: float) -> None:
         self.history = history
         self.t = start_s
-        self.base = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("A second model"), taken_at=start_s))
+        self.base = fold_with_alerts(
+            AppState(host_url=HOST), snapshot_at(step_index("A second model"), taken_at=start_s)
+        )
         self.proc = ProcSnapshot(taken_at=0.0)
 
     def poll(self, used_bytes: int, vram_extra_bytes: int = 0) -> None:
         self.t += 1.0
         snap = dataclasses.replace(self.base.last_ok, taken_at=self.t)
-        models = tuple(dataclasses.replace(v, size_vram_bytes=(v.size_vram_bytes or 0) + vram_extra_bytes)
-                       for v in self.base.models)
-        gpu = GpuSnapshot(taken_at=self.t, status="GPU telemetry: NVML", ok=True, backend="nvml",
-                          devices=(GpuDevice(index=0, name="NVIDIA RTX 4090", memory_total_bytes=24 * GiB,
-                                             memory_used_bytes=used_bytes),))
-        self.history.record(dataclasses.replace(self.base, last_ok=snap, ollama=snap, models=models, gpu=gpu,
-                                                procs=self.proc), self.t)
+        models = tuple(
+            dataclasses.replace(v, size_vram_bytes=(v.size_vram_bytes or 0) + vram_extra_bytes)
+            for v in self.base.models
+        )
+        gpu = GpuSnapshot(
+            taken_at=self.t,
+            status="GPU telemetry: NVML",
+            ok=True,
+            backend="nvml",
+            devices=(
+                GpuDevice(index=0, name="NVIDIA RTX 4090", memory_total_bytes=24 * GiB, memory_used_bytes=used_bytes),
+            ),
+        )
+        self.history.record(
+            dataclasses.replace(self.base, last_ok=snap, ollama=snap, models=models, gpu=gpu, procs=self.proc), self.t
+        )
 
 
 def flat_history(minutes: int = 15) -> tuple[History, Feed]:

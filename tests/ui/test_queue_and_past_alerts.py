@@ -37,8 +37,11 @@ FREE = "qwen3:1.7b-q4_K_M"
 
 
 def _app(**settings: Any) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none", **settings),
-                    FakeSource(snapshot_at(step_index("spills"))), poll=False)
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25, log_spec="none", **settings),
+        FakeSource(snapshot_at(step_index("spills"))),
+        poll=False,
+    )
 
 
 async def _loaded(pilot: Any) -> AppState:
@@ -53,8 +56,7 @@ def _queued(state: AppState) -> AppState:
     since TAKEN_AT − 30, three since TAKEN_AT (10.0.0.7 ×4, 10.0.0.9 ×1)."""
     slots = {FULL: SlotUse(total=1, busy=1, source="runner"), FREE: SlotUse(total=1, busy=0, source="runner")}
     models = tuple(dataclasses.replace(v, slots=slots[v.name]) if v.name in slots else v for v in state.models)
-    clients = (("10.0.0.7", 50001), ("10.0.0.7", 50002), ("10.0.0.7", 50003), ("10.0.0.7", 50004),
-               ("10.0.0.9", 41000))
+    clients = (("10.0.0.7", 50001), ("10.0.0.7", 50002), ("10.0.0.7", 50003), ("10.0.0.7", 50004), ("10.0.0.9", 41000))
     first = fold_connections(None, ConnSnapshot(TAKEN_AT - 30, PORT, clients[:2], own=1), models)
     queue = fold_connections(first, ConnSnapshot(TAKEN_AT, PORT, clients, own=1), models)
     # in flight 5, busy 1 (FULL) + 0 (FREE): 4 wait; the oldest of them arrived 30 s ago
@@ -77,8 +79,9 @@ async def test_the_header_says_how_many_wait_and_nothing_while_none_waits() -> N
         app.state = dataclasses.replace(app.state, queue=calm)
         lines = await screen_when(pilot, lambda ls: "queue" not in ls[1] and "3 models loaded" in ls[1])
         # connections not readable: the reason is the server view's, never the header's
-        failed = fold_connections(calm, ConnSnapshot(TAKEN_AT + 1, PORT, error="connections not readable: EACCES"),
-                                  app.state.models)
+        failed = fold_connections(
+            calm, ConnSnapshot(TAKEN_AT + 1, PORT, error="connections not readable: EACCES"), app.state.models
+        )
         app.state = dataclasses.replace(app.state, queue=failed)
         await pilot.pause(0.1)
         assert "queue" not in header.render().plain and "EACCES" not in header.render().plain
@@ -91,16 +94,24 @@ async def test_the_server_view_has_a_queue_section_with_the_summary_and_the_clie
         await pilot.press("i")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerScreen))
         body = lambda: str(app.screen.query_one("#server-body", Static).render())  # noqa: E731
-        assert "Queue\n  not read: kvtop counts the connections to a server on this machine (not in the demo or a replay)" in body()
+        assert (
+            "Queue\n  not read: kvtop counts the connections to a server on this machine (not in the demo or a replay)"
+            in body()
+        )
         app.state = _queued(state)
         await wait_for(pilot, lambda: "waiting 4~" in body())
         text = body()
-        assert ("Queue\n  in flight 5~ · waiting 4~ (oldest 30 s) · slots busy 1/2 · full: gemma4:latest"
-                " · clients 10.0.0.7 ×4, 10.0.0.9 ×1") in text, text
+        assert (
+            "Queue\n  in flight 5~ · waiting 4~ (oldest 30 s) · slots busy 1/2 · full: gemma4:latest"
+            " · clients 10.0.0.7 ×4, 10.0.0.9 ×1"
+        ) in text, text
         assert "  clients (connections to port 11434; kvtop's own 1 left out): 10.0.0.7 ×4, 10.0.0.9 ×1" in text
         assert "~ estimated: an idle keep-alive connection counts as in flight" in text
-        failed = fold_connections(app.state.queue, ConnSnapshot(TAKEN_AT + 1, PORT, error="connections not"
-                                                                " readable: EACCES"), app.state.models)
+        failed = fold_connections(
+            app.state.queue,
+            ConnSnapshot(TAKEN_AT + 1, PORT, error="connections not readable: EACCES"),
+            app.state.models,
+        )
         app.state = dataclasses.replace(app.state, queue=failed)
         await wait_for(pilot, lambda: "EACCES" in body())
         assert "Queue\n  connections not readable: EACCES\n" in body()
@@ -124,23 +135,40 @@ async def test_the_detail_view_says_a_new_request_would_wait_for_a_full_model_on
             return " ".join(text.split())
 
         full = await detail(FULL)
-        assert ("queue every slot busy: a new request would wait on this server: queue 4~ waiting (oldest 30 s)"
-                in full), full
+        assert (
+            "queue every slot busy: a new request would wait on this server: queue 4~ waiting (oldest 30 s)" in full
+        ), full
         assert "a new request would wait" not in await detail(FREE)
 
 
 def _alerts(state: AppState) -> AppState:
     """One current alert (about a loaded model) and one past (about a model no longer loaded)."""
-    current = Alert("spill", "critical", FULL, TAKEN_AT - 12, "19% of 6.1 GiB in system RAM",
-                    (Fix("num_ctx 2048", "frees 52 MiB of KV", True, "a shorter context"),), f"spill:{FULL}")
-    past = Alert("prompt_truncated", "warning", "qwen3:8b", TAKEN_AT - 200, "2 prompts cut to 4096 tokens",
-                 (Fix("num_ctx 8192 in the client", "KV +576 MiB", True, "more memory"),), "prompt_truncated:qwen3:8b")
+    current = Alert(
+        "spill",
+        "critical",
+        FULL,
+        TAKEN_AT - 12,
+        "19% of 6.1 GiB in system RAM",
+        (Fix("num_ctx 2048", "frees 52 MiB of KV", True, "a shorter context"),),
+        f"spill:{FULL}",
+    )
+    past = Alert(
+        "prompt_truncated",
+        "warning",
+        "qwen3:8b",
+        TAKEN_AT - 200,
+        "2 prompts cut to 4096 tokens",
+        (Fix("num_ctx 8192 in the client", "KV +576 MiB", True, "more memory"),),
+        "prompt_truncated:qwen3:8b",
+    )
     return dataclasses.replace(state, alerts=(current,), past_alerts=(past,))
 
 
 def _pane_rows(pane: EventsPane) -> list[str]:
-    return [" ".join(str(c.plain if isinstance(c, Text) else c) for c in pane.get_row_at(i)).replace("\n", " ")
-            for i in range(pane.row_count)]
+    return [
+        " ".join(str(c.plain if isinstance(c, Text) else c) for c in pane.get_row_at(i)).replace("\n", " ")
+        for i in range(pane.row_count)
+    ]
 
 
 async def test_a_past_alert_shows_only_in_the_events_pane_with_its_age() -> None:
@@ -182,10 +210,18 @@ async def test_the_focused_alerts_panel_marks_the_fix_and_says_what_enter_does()
         app = _app(readonly=readonly)
         async with app.run_test(size=(160, 48)) as pilot:
             state = await _loaded(pilot)
-            alert = Alert("spill", "critical", FULL, TAKEN_AT - 60, "19% of 6.1 GiB in system RAM",
-                          (Fix(f"unload {FREE}", "frees 1.4 GiB", True, "its clients reload it"),
-                           Fix("OLLAMA_KV_CACHE_TYPE=q8_0", "KV 52 MiB (−52 MiB)", True, "a restart")),
-                          f"spill:{FULL}")
+            alert = Alert(
+                "spill",
+                "critical",
+                FULL,
+                TAKEN_AT - 60,
+                "19% of 6.1 GiB in system RAM",
+                (
+                    Fix(f"unload {FREE}", "frees 1.4 GiB", True, "its clients reload it"),
+                    Fix("OLLAMA_KV_CACHE_TYPE=q8_0", "KV 52 MiB (−52 MiB)", True, "a restart"),
+                ),
+                f"spill:{FULL}",
+            )
             app.state = dataclasses.replace(state, alerts=(alert,))
             panel = app.query_one(AlertsPanel)
             await wait_for(pilot, lambda: len(panel.fixes) == 2)
@@ -198,7 +234,7 @@ async def test_the_focused_alerts_panel_marks_the_fix_and_says_what_enter_does()
             lines = panel.content.plain.split("\n")
             assert lines[1].startswith(f"▶ fix: unload {FREE}") and lines[2].startswith("  fix: OLLAMA_KV")
             cursor = [s for s in panel.content.spans if "reverse" in str(s.style)]
-            assert panel.content.plain[cursor[0].start:cursor[0].end].startswith(f"fix: unload {FREE}")
+            assert panel.content.plain[cursor[0].start : cursor[0].end].startswith(f"fix: unload {FREE}")
             if readonly:
                 assert panel.border_title.endswith("Enter: read-only: show it as text to copy")
                 footer = (await screen_when(pilot, lambda ls: "Show fix as text" in ls[-1]))[-1]

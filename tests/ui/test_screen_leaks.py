@@ -45,11 +45,13 @@ async def _until(pilot: Any, cond: Callable[[], bool], timeout_s: float = 30.0) 
 def _live() -> dict[str, int]:
     gc.collect()
     objs = gc.get_objects()
-    return {"nodes": sum(isinstance(o, DOMNode) for o in objs),
-            "footer_keys": sum(isinstance(o, FooterKey) for o in objs),
-            "plots": sum(isinstance(o, PlotView) for o in objs),
-            "styles_caches": sum(isinstance(o, StylesCache) for o in objs),
-            "screens": sum(isinstance(o, (HistoryScreen, ServerScreen)) for o in objs)}
+    return {
+        "nodes": sum(isinstance(o, DOMNode) for o in objs),
+        "footer_keys": sum(isinstance(o, FooterKey) for o in objs),
+        "plots": sum(isinstance(o, PlotView) for o in objs),
+        "styles_caches": sum(isinstance(o, StylesCache) for o in objs),
+        "screens": sum(isinstance(o, (HistoryScreen, ServerScreen)) for o in objs),
+    }
 
 
 async def _cycle(pilot: Any, key: str, screen_type: type) -> None:
@@ -65,12 +67,16 @@ async def _cycle(pilot: Any, key: str, screen_type: type) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("key", "screen_type", "max_rss_mib_per_cycle"), [
-    ("h", HistoryScreen, 0.5),  # was 1.4–1.7 MiB a cycle
-    ("i", ServerScreen, None),  # was ~0.25–0.45 MiB a cycle: the object counts tell it, RSS too coarse here
-])
-async def test_opening_and_closing_a_screen_returns_to_baseline(key: str, screen_type: type,
-                                                                max_rss_mib_per_cycle: float | None) -> None:
+@pytest.mark.parametrize(
+    ("key", "screen_type", "max_rss_mib_per_cycle"),
+    [
+        ("h", HistoryScreen, 0.5),  # was 1.4–1.7 MiB a cycle
+        ("i", ServerScreen, None),  # was ~0.25–0.45 MiB a cycle: the object counts tell it, RSS too coarse here
+    ],
+)
+async def test_opening_and_closing_a_screen_returns_to_baseline(
+    key: str, screen_type: type, max_rss_mib_per_cycle: float | None
+) -> None:
     assert install_textual_fixes()  # Textual's code is the one the fix expects (else this test says so)
     app = _app()
     me = psutil.Process()

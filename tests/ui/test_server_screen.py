@@ -34,25 +34,32 @@ def _pulled() -> PulledSnapshot:
 
 
 def _health() -> ServerHealth:
-    tree = ProcessTree(4242, 3, 12.5, 6 * GiB, TAKEN_AT - 5 * 3600 - 120,
-                       ((4300, 4 * GiB, 9.0), (4301, 1 * GiB, 1.5)))
-    return ServerHealth(TAKEN_AT, tree, CgroupLimits("/sys/fs/cgroup/system.slice/ollama.service", 2, 32 * GiB,
-                                                      7 * GiB, 8.0),
-                        Restarts(2, "systemd NRestarts (ollama.service)"),
-                        env=MappingProxyType({"OLLAMA_API_KEY": "****", "OLLAMA_CONTEXT_LENGTH": "8192",
-                                              "OLLAMA_HOST": "0.0.0.0:11434"}),
-                        env_source="systemctl show ollama.service")
+    tree = ProcessTree(4242, 3, 12.5, 6 * GiB, TAKEN_AT - 5 * 3600 - 120, ((4300, 4 * GiB, 9.0), (4301, 1 * GiB, 1.5)))
+    return ServerHealth(
+        TAKEN_AT,
+        tree,
+        CgroupLimits("/sys/fs/cgroup/system.slice/ollama.service", 2, 32 * GiB, 7 * GiB, 8.0),
+        Restarts(2, "systemd NRestarts (ollama.service)"),
+        env=MappingProxyType(
+            {"OLLAMA_API_KEY": "****", "OLLAMA_CONTEXT_LENGTH": "8192", "OLLAMA_HOST": "0.0.0.0:11434"}
+        ),
+        env_source="systemctl show ollama.service",
+    )
 
 
 def _gpu() -> GpuSnapshot:
-    dev = GpuDevice(0, name="NVIDIA GeForce RTX 4090", memory_total_bytes=24 * GiB, memory_used_bytes=9 * GiB,
-                    memory_free_bytes=15 * GiB)
+    dev = GpuDevice(
+        0,
+        name="NVIDIA GeForce RTX 4090",
+        memory_total_bytes=24 * GiB,
+        memory_used_bytes=9 * GiB,
+        memory_free_bytes=15 * GiB,
+    )
     return GpuSnapshot(TAKEN_AT, "GPU telemetry: NVML", ok=True, devices=(dev,))
 
 
 def _app() -> object:
-    return make_app(Settings(host_url=HOST, interval_s=0.25), FakeSource(snapshot_at(step_index("gemma4"))),
-                    poll=False)  # type: ignore[arg-type]
+    return make_app(Settings(host_url=HOST, interval_s=0.25), FakeSource(snapshot_at(step_index("gemma4"))), poll=False)  # type: ignore[arg-type]
 
 
 async def _feed(pilot: object) -> None:
@@ -60,8 +67,17 @@ async def _feed(pilot: object) -> None:
     lines = LOG.read_text().splitlines()
     app.post_message(SnapshotReceived(snapshot_at(step_index("gemma4"))))
     app.post_message(GpuSampled(_gpu(), ProcSnapshot(taken_at=TAKEN_AT)))
-    app.post_message(LogEventsReceived(tuple(parse_lines(lines, default_year=2025)), source="file:server.log",
-                                       status=None, ok=True, lines=len(lines), dropped_lines=0, raw_lines=lines))
+    app.post_message(
+        LogEventsReceived(
+            tuple(parse_lines(lines, default_year=2025)),
+            source="file:server.log",
+            status=None,
+            ok=True,
+            lines=len(lines),
+            dropped_lines=0,
+            raw_lines=lines,
+        )
+    )
     app.post_message(ServerSampled(HOST, _health(), _pulled()))
     await pilot.pause(0.3)  # type: ignore[attr-defined]
 
@@ -125,8 +141,10 @@ def test_preflight_says_what_num_ctx_it_assumed_without_the_vram_total() -> None
         assert len(said) == 1 and "4096~" in said[0] and ("VRAM" in said[0] or "total memory" in said[0])
         assert all(len(line) <= width - 2 for line in text), [line for line in text if len(line) > width - 2]
     known = server_defaults("0.22.1", None, 24 * GiB)
-    assert not any("assumed" in t.plain for t in preflight_lines(known, preflight(pulled, known, free_bytes=None),
-                                                                  ServerInfo(pulled=pulled), 160))
+    assert not any(
+        "assumed" in t.plain
+        for t in preflight_lines(known, preflight(pulled, known, free_bytes=None), ServerInfo(pulled=pulled), 160)
+    )
 
 
 def test_traffic_without_access_lines_says_where_it_looks() -> None:

@@ -12,8 +12,11 @@ OTHER = "http://gpu-box-2:11434"
 def _app() -> object:
     main = FakeSource(snapshot_at(step_index("gemma4")), hold=True)
     other = FakeSource(down_snapshot(TAKEN_AT, "connection refused (http://gpu-box-2:11434)"), hold=True)
-    return make_app(Settings(host_url=HOST, interval_s=0.25, more_hosts=(OTHER,)), main,  # type: ignore[arg-type]
-                    more_sources={OTHER: other})  # type: ignore[dict-item]
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25, more_hosts=(OTHER,)),
+        main,  # type: ignore[arg-type]
+        more_sources={OTHER: other},
+    )  # type: ignore[dict-item]
 
 
 def test_two_servers_80x24(snap_compare: object) -> None:

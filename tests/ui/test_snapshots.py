@@ -13,8 +13,12 @@ from tests.ui.fakes import HOST, TAKEN_AT, FakeSource, down_snapshot, snapshot_a
 
 
 def _app(*snaps: Any, demo: bool = False) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, demo=demo), FakeSource(*snaps, hold=True),
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25, demo=demo),
+        FakeSource(*snaps, hold=True),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 async def _settle(pilot: Any, rows: int | None = None) -> None:
@@ -25,7 +29,9 @@ def test_main_80x24(snap_compare: Any) -> None:
     async def run_before(pilot: Any) -> None:
         await _settle(pilot, 3)
 
-    assert snap_compare(_app(snapshot_at(step_index("spills")), demo=True), terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(
+        _app(snapshot_at(step_index("spills")), demo=True), terminal_size=(80, 24), run_before=run_before
+    )
 
 
 def test_main_160x48(snap_compare: Any) -> None:
@@ -63,7 +69,9 @@ def test_detail_view(snap_compare: Any) -> None:
         await pilot.press("enter")
         await pilot.pause(0.2)
 
-    assert snap_compare(_app(snapshot_at(step_index("raised to 32768"))), terminal_size=(100, 48), run_before=run_before)
+    assert snap_compare(
+        _app(snapshot_at(step_index("raised to 32768"))), terminal_size=(100, 48), run_before=run_before
+    )
 
 
 def test_help(snap_compare: Any) -> None:

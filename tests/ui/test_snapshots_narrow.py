@@ -22,8 +22,12 @@ SIZES = [(80, 24), (160, 48)]
 
 
 def _app(*snaps: Any, **settings: Any) -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25, **settings), FakeSource(*snaps, hold=True),
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25, **settings),
+        FakeSource(*snaps, hold=True),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 async def _settle(pilot: Any, rows: int | None = None) -> None:
@@ -84,6 +88,7 @@ def test_what_if_readonly_80x24(snap_compare: Any) -> None:
 
 def test_confirmation_opens_on_cancel_80x24(snap_compare: Any) -> None:
     """Armed (the state in which y sends): the button reads "Load (y)"."""
+
     async def run_before(pilot: Any) -> None:
         await _settle(pilot, 1)
         await pilot.press("w")
@@ -142,6 +147,8 @@ def test_header_with_every_flag_80x24(snap_compare: Any) -> None:
         await pilot.pause(0.1)
 
     # no GPU source: its samples would repaint the header from the app's (live, running) settings
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, demo=True),
-                   FakeSource(snapshot_at(step_index("raised to 32768")), down_snapshot(TAKEN_AT + 30), hold=True))
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, demo=True),
+        FakeSource(snapshot_at(step_index("raised to 32768")), down_snapshot(TAKEN_AT + 30), hold=True),
+    )
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

@@ -8,10 +8,21 @@ import subprocess
 import sys
 
 NOT_AT_STARTUP = (
-    "kvtop.ui.screens.plan", "kvtop.ui.screens.plan_text", "kvtop.ui.screens.history",
-    "kvtop.ui.screens.model_detail", "kvtop.ui.screens.server_view", "kvtop.ui.screens.help",
-    "kvtop.ui.screens.confirm", "kvtop.ui.screens.write_dialogs", "kvtop.ui.widgets.plot", "plotext",
-    "kvtop.model.preflight", "kvtop.model.server_view", "kvtop.model.plan", "kvtop.ui.replay_worker", "kvtop.sources.signals",
+    "kvtop.ui.screens.plan",
+    "kvtop.ui.screens.plan_text",
+    "kvtop.ui.screens.history",
+    "kvtop.ui.screens.model_detail",
+    "kvtop.ui.screens.server_view",
+    "kvtop.ui.screens.help",
+    "kvtop.ui.screens.confirm",
+    "kvtop.ui.screens.write_dialogs",
+    "kvtop.ui.widgets.plot",
+    "plotext",
+    "kvtop.model.preflight",
+    "kvtop.model.server_view",
+    "kvtop.model.plan",
+    "kvtop.ui.replay_worker",
+    "kvtop.sources.signals",
 )
 """Modules the first frame does not need: the pushed screens and dialogs, the plot widget and
 plotext, the server view's model and its pre-flight, the planner (the spill rule loads it for a spilled

@@ -26,8 +26,10 @@ class TableApp(App[None]):
 
 def thousand() -> tuple[ModelView, ...]:
     base = fold_with_alerts(AppState(host_url=HOST), snapshot_at(step_index("spill"))).models
-    return tuple(dataclasses.replace(base[i % len(base)], name=f"m{i:04d}-{base[i % len(base)].name}",
-                                     digest=f"{i:064x}") for i in range(N))
+    return tuple(
+        dataclasses.replace(base[i % len(base)], name=f"m{i:04d}-{base[i % len(base)].name}", digest=f"{i:064x}")
+        for i in range(N)
+    )
 
 
 def cells(table: ModelsTable) -> list[list[str]]:
@@ -156,7 +158,10 @@ async def test_same_model_listed_twice_keeps_both_rows() -> None:
         table.show((views[0], views[0], views[1]), WIDTH)
         await pilot.pause()
         assert [r[0].plain for r in (table.get_row_at(i) for i in range(3))] == [
-            views[0].name, views[0].name, views[1].name]
+            views[0].name,
+            views[0].name,
+            views[1].name,
+        ]
 
 
 async def test_a_key_between_polls_reuses_the_sparklines(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -14,27 +14,34 @@ from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 from tests.ui.screen_text import screen_when
 from tests.ui.test_plan_screen import wait_for
 
-LONG = {"qwen3:1.7b-q8_0": "embeddinggemma:latest",                     # 21 cells: the issue's case
-        "qwen3:1.7b-q4_K_M": "hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M"}  # 54 cells
+LONG = {
+    "qwen3:1.7b-q8_0": "embeddinggemma:latest",  # 21 cells: the issue's case
+    "qwen3:1.7b-q4_K_M": "hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M",
+}  # 54 cells
 
 
 def renamed(snap: OllamaSnapshot) -> OllamaSnapshot:
     """The snapshot with two models under long names (same digests, so /api/show still matches)."""
-    models = tuple(dataclasses.replace(m, name=LONG.get(m.name, m.name), model=LONG.get(m.name, m.name))
-                   for m in snap.models)
+    models = tuple(
+        dataclasses.replace(m, name=LONG.get(m.name, m.name), model=LONG.get(m.name, m.name)) for m in snap.models
+    )
     return dataclasses.replace(snap, models=models)
 
 
 def _app() -> KvtopApp:
-    return make_app(Settings(host_url=HOST, interval_s=0.25), FakeSource(renamed(snapshot_at(step_index("spills"))),
-                                                                         hold=True))
+    return make_app(
+        Settings(host_url=HOST, interval_s=0.25), FakeSource(renamed(snapshot_at(step_index("spills"))), hold=True)
+    )
 
 
-@pytest.mark.parametrize(("size", "whole"), [
-    ((160, 48), ["embeddinggemma:latest", "gemma4:latest"]),
-    ((220, 55), [*LONG.values(), "gemma4:latest"]),
-    ((120, 40), ["embeddinggemma:latest", "gemma4:latest"]),
-])
+@pytest.mark.parametrize(
+    ("size", "whole"),
+    [
+        ((160, 48), ["embeddinggemma:latest", "gemma4:latest"]),
+        ((220, 55), [*LONG.values(), "gemma4:latest"]),
+        ((120, 40), ["embeddinggemma:latest", "gemma4:latest"]),
+    ],
+)
 async def test_names_are_whole_when_the_terminal_has_room(size: tuple[int, int], whole: list[str]) -> None:
     app = _app()
     async with app.run_test(size=size) as pilot:

@@ -22,8 +22,12 @@ from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 
 def _app(*, ascii_mode: bool) -> KvtopApp:
     settings = Settings(host_url=HOST, interval_s=0.25, demo=True, extra={"ascii": "1" if ascii_mode else "0"})
-    return make_app(settings, FakeSource(snapshot_at(step_index("spills")), hold=True),
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        settings,
+        FakeSource(snapshot_at(step_index("spills")), hold=True),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 async def _settle(pilot: Any, rows: int | None = None) -> None:

@@ -19,9 +19,12 @@ from tests.ui.fakes import HOST, FakeSource, snapshot_at, step_index
 @pytest.mark.parametrize("theme", KVTOP_THEMES)
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 def test_theme_snapshot(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, theme=theme),
-                   FakeSource(snapshot_at(step_index("spills")), hold=True),
-                   gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, theme=theme),
+        FakeSource(snapshot_at(step_index("spills")), hold=True),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
     async def run_before(pilot: Any) -> None:
         await settle(pilot, 3)
@@ -40,7 +43,9 @@ def test_bundled_themes_define_every_kvtop_variable() -> None:
 
 
 def test_user_theme_is_loaded_and_a_broken_one_reported(tmp_path: Path) -> None:
-    (tmp_path / "mine.toml").write_text('name = "mine"\n[colors]\nprimary = "#123456"\n[variables]\nkv-kv = "#654321"\n')
+    (tmp_path / "mine.toml").write_text(
+        'name = "mine"\n[colors]\nprimary = "#123456"\n[variables]\nkv-kv = "#654321"\n'
+    )
     (tmp_path / "broken.toml").write_text('name = "broken"\n[colors\n')
     themes, problems = load_themes_reporting(tmp_path)
     assert "mine" in themes and themes["mine"].variables["kv-kv"] == "#654321"

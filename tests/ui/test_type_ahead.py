@@ -116,14 +116,18 @@ async def test_a_y_arriving_before_the_dialog_was_shown_is_swallowed_not_queued(
             await wait_for(pilot, lambda: dialog.swallowed == 1)
             assert app.screen is dialog and server.writes() == []
             hint = str(dialog.query_one("#confirm-hint").content)
-            assert hint == "Ignored: y came before this question was ready. Read it, then press y once the button reads Unload (y)."
+            assert (
+                hint
+                == "Ignored: y came before this question was ready. Read it, then press y once the button reads Unload (y)."
+            )
             await pilot.press("enter")  # Cancel has the focus: Enter cancels, armed or not
             await wait_for(pilot, lambda: len(app.screen_stack) == 1)
             assert server.writes() == [] and _log(app) == [f"unload {GEMMA}: cancelled: nothing sent"]
 
 
 async def test_keys_and_clicks_before_the_arming_do_nothing_and_the_button_says_wait(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Typed at the pace of a person (each key handled before the next) within the arming delay:
     y, a click on the action, Space and Tab do nothing; the button reads "wait…" and is disabled."""
     monkeypatch.setattr(ConfirmWrite, "ARM_S", 3600.0)  # never armed during this test
@@ -149,8 +153,7 @@ async def test_keys_and_clicks_before_the_arming_do_nothing_and_the_button_says_
             assert server.writes() == [] and _log(app) == [f"keep-alive forever (-1) for {Q4}: cancelled: nothing sent"]
 
 
-async def test_a_key_while_waiting_or_after_the_arming_starts_the_wait_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_key_while_waiting_or_after_the_arming_starts_the_wait_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A word typed into the wrong window at an ordinary pace ("fully" at 3 keys a second: its y
     came 0.9 s after the u, past the 0.6 s arming) unloaded the model: any key other than y, and a
     swallowed y, disarm the dialog and start the wait again, so y counts only after ARM_S with no
@@ -252,9 +255,50 @@ async def test_enter_y_in_the_signal_screen_signals_nothing(monkeypatch: pytest.
         child.wait(timeout=5)
 
 
-KEYS = ["u", "u", "a", "a", "y", "y", "y", "y", "k", "k", "enter", "enter", "9", "w", "n", "escape", "tab",
-        "up", "down", "down", "end", "home", "space", "s", "S", "l", "g", "m", "f", "v", "i", "h", "r", "b",
-        "p", "question_mark", "left", "right", "1", "5", "c", "minus"]
+KEYS = [
+    "u",
+    "u",
+    "a",
+    "a",
+    "y",
+    "y",
+    "y",
+    "y",
+    "k",
+    "k",
+    "enter",
+    "enter",
+    "9",
+    "w",
+    "n",
+    "escape",
+    "tab",
+    "up",
+    "down",
+    "down",
+    "end",
+    "home",
+    "space",
+    "s",
+    "S",
+    "l",
+    "g",
+    "m",
+    "f",
+    "v",
+    "i",
+    "h",
+    "r",
+    "b",
+    "p",
+    "question_mark",
+    "left",
+    "right",
+    "1",
+    "5",
+    "c",
+    "minus",
+]
 """The dashboard's keys (and the dialogs' and screens' own: y, n, 9, Enter, Tab, arrows), with the
 writing ones several times so that dialogs open often. Left out: q and Ctrl+C (they quit), ``/``
 (the filter box would take every later key as text), ``t`` (themes: harmless, slow to repaint)."""
@@ -278,8 +322,9 @@ async def _random_runs(monkeypatch: pytest.MonkeyPatch, seeds: range, *, paced: 
             gpu, procs = _gpu_with(child.pid)
             for seed in seeds:
                 keys = random.Random(seed).choices(KEYS, k=200)
-                app: KvtopApp = make_app(Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu,
-                                         proc_source=procs)
+                app: KvtopApp = make_app(
+                    Settings(host_url=server.url, interval_s=0.25), gpu_source=gpu, proc_source=procs
+                )
                 async with app.run_test(size=(120, 40)) as pilot:
                     await _select(pilot, GEMMA)
                     await wait_for(pilot, lambda: len(app.operator.foreign_processes()) == 1)
@@ -302,8 +347,7 @@ async def _random_runs(monkeypatch: pytest.MonkeyPatch, seeds: range, *, paced: 
         child.wait(timeout=5)
 
 
-async def test_random_bursts_of_the_dashboards_keys_write_and_signal_nothing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_random_bursts_of_the_dashboards_keys_write_and_signal_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """6 seeded runs of 200 random keys, each run one burst (as a terminal delivers keys typed
     ahead): no write, no signal. With y live as soon as a dialog opened (before the arming delay), the
     first seed already answered a confirmation yes."""
@@ -311,8 +355,7 @@ async def test_random_bursts_of_the_dashboards_keys_write_and_signal_nothing(
     assert opened >= 3  # the bursts did open confirmations (11 in a run here)
 
 
-async def test_random_keys_at_a_persons_pace_within_the_arming_write_nothing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_random_keys_at_a_persons_pace_within_the_arming_write_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """200 random keys, each handled before the next (a fast typist), all within the arming delay
     (made an hour here, so that a loaded machine cannot arm a dialog mid-run): every y that
     reaches a dialog is swallowed."""
@@ -322,7 +365,8 @@ async def test_random_keys_at_a_persons_pace_within_the_arming_write_nothing(
 
 
 async def test_a_press_begun_on_the_wait_button_is_not_a_click_and_a_covered_dialog_rearms(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The mouse button goes down on the disabled "wait… Unload" and the click completes after the
     arming: swallowed (Textual makes the Click only at the release). A dialog covered by another
     screen is disarmed, and arms again ARM_S after it is shown again."""

@@ -26,8 +26,11 @@ from tests.ui.test_plan_screen import wait_for
 
 
 def _app(server: Standin, *, readonly: bool = False) -> KvtopApp:
-    return make_app(Settings(host_url=server.url, interval_s=0.25, readonly=readonly),
-                    gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    return make_app(
+        Settings(host_url=server.url, interval_s=0.25, readonly=readonly),
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
 
 
 async def _open_what_if(pilot: Any, name: str = "qwen3:1.7b-q8_0") -> PlanScreen:
@@ -74,8 +77,14 @@ async def test_letters_while_typing_never_load_and_confirmations_open_on_cancel(
 
             # keys typed ahead into the dialog in one burst (Enter, space, Tab, k, f): it opens on
             # Cancel, the action button cannot take the focus, so they can only cancel
-            for burst in (("a", "enter"), ("a", "space", "enter"), ("a", "tab", "enter"),
-                          ("a", "tab", "tab", "space", "enter"), ("a", "k", "f", "escape"), ("a", "n")):
+            for burst in (
+                ("a", "enter"),
+                ("a", "space", "enter"),
+                ("a", "tab", "enter"),
+                ("a", "tab", "tab", "space", "enter"),
+                ("a", "k", "f", "escape"),
+                ("a", "n"),
+            ):
                 screen.status = ""
                 await pilot.press(*burst)
                 await wait_for(pilot, lambda: app.screen is screen and "load cancelled" in _body(screen))

@@ -22,8 +22,11 @@ def test_age_text_truncates_to_its_unit() -> None:
 def test_the_age_is_on_the_states_newest_sample_never_the_wall_clock() -> None:
     state = AppState("http://127.0.0.1:11434")
     assert state_clock(state) is None
-    state = AppState("http://127.0.0.1:11434", ollama=OllamaSnapshot("http://127.0.0.1:11434", 1000.0, True),
-                     gpu=GpuSnapshot(1003.5, "GPU telemetry: NVML", ok=True))
+    state = AppState(
+        "http://127.0.0.1:11434",
+        ollama=OllamaSnapshot("http://127.0.0.1:11434", 1000.0, True),
+        gpu=GpuSnapshot(1003.5, "GPU telemetry: NVML", ok=True),
+    )
     assert state_clock(state) == 1003.5  # the GPU sample came after the poll
     alert = Alert("spill", "critical", "qwen3:8b", 800.0, "spilled", (), "spill:qwen3:8b")
     assert alert_age(alert, state_clock(state)) == "3 min"

@@ -28,16 +28,7 @@ from kvtop.demo.api_bodies import ps_body, show_body, tags_body
 from kvtop.demo.scenario import model_blob
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
-from kvtop.model.alerts import (
-    DEFAULT_THRESHOLDS,
-    KINDS,
-    Alert,
-    Fix,
-    Thresholds,
-    alert_json,
-    evaluate,
-    exit_code,
-)
+from kvtop.model.alerts import DEFAULT_THRESHOLDS, KINDS, Alert, Fix, Thresholds, alert_json, evaluate, exit_code
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.views import AppState, ModelView
@@ -88,8 +79,12 @@ def corpus_line(stem: str, contains: str) -> str:
 
 TINY = "tiny:latest"
 TINY_INFO = {  # tests/llama_fixture.py TinyLlama(): the model of the real llama-server runs in fixtures/llama_server
-    "general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 128,
-    "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.context_length": 16384,
+    "general.architecture": "llama",
+    "llama.block_count": 4,
+    "llama.embedding_length": 128,
+    "llama.attention.head_count": 4,
+    "llama.attention.head_count_kv": 2,
+    "llama.context_length": 16384,
     "llama.feed_forward_length": 256,
 }
 
@@ -98,8 +93,7 @@ def _scenario_data(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The bundled scenario's catalog plus the tiny llama of fixtures/llama_server, with ``rows`` loaded."""
     data: dict[str, Any] = json.loads(BUNDLED.read_text(encoding="utf-8"))
     template = data["models"][Q8]
-    tiny = {**template, "model_info": TINY_INFO, "file_size": 1_048_576, "note": "tiny test model",
-            "digest": "7" * 64}
+    tiny = {**template, "model_info": TINY_INFO, "file_size": 1_048_576, "note": "tiny test model", "digest": "7" * 64}
     tiny["details"] = {**template["details"], "family": "llama", "families": ["llama"], "parameter_size": "1M"}
     data["models"][TINY] = tiny
     data["steps"] = [{"at_s": 0, "label": "test rows", "loaded": list(rows)}]
@@ -119,20 +113,35 @@ def ps_snapshot(rows: Sequence[dict[str, Any]], *, taken_at: float = TAKEN_AT) -
     models = parse_ps(body)
     shows = {m.digest: parse_show(show_body(sc.models[m.name], True), digest=m.digest, name=m.name) for m in models}
     tags = {d: t for d, t in parse_tags(tags_body(sc)).items() if d in shows}
-    return OllamaSnapshot(host_url=HOST, taken_at=taken_at, reachable=True, version=sc.version, latency_s=0.004,
-                          models=models, shows=MappingProxyType(shows), tags=MappingProxyType(tags))
+    return OllamaSnapshot(
+        host_url=HOST,
+        taken_at=taken_at,
+        reachable=True,
+        version=sc.version,
+        latency_s=0.004,
+        models=models,
+        shows=MappingProxyType(shows),
+        tags=MappingProxyType(tags),
+    )
 
 
 def row(model: str, ctx: int, size: int, size_vram: int | None = None) -> dict[str, Any]:
-    return {"model": model, "context_length": ctx, "size": size, "size_vram": size if size_vram is None else size_vram,
-            "expires_in_s": 300}
+    return {
+        "model": model,
+        "context_length": ctx,
+        "size": size,
+        "size_vram": size if size_vram is None else size_vram,
+        "expires_in_s": 300,
+    }
 
 
-def spawn_line(model_blob_name: str, num_ctx: int, parallel: int = 1, when: str = "2024-07-24T16:07:51.813+02:00") -> str:
+def spawn_line(
+    model_blob_name: str, num_ctx: int, parallel: int = 1, when: str = "2024-07-24T16:07:51.813+02:00"
+) -> str:
     """Corpus 004's real ``starting llama server`` line (journald prefix dropped) for another blob,
     context and slot count (Ollama passes num_ctx × parallel as --ctx-size, docs/ollama-internals.md §3.3)."""
     line = corpus_line("004", "starting llama server")
-    line = line[line.index("time="):]
+    line = line[line.index("time=") :]
     line = re.sub(r"sha256-[0-9a-f]{64}", model_blob_name, line)
     line = line.replace("--ctx-size 2048", f"--ctx-size {num_ctx * parallel}")
     line = line.replace("--parallel 1", f"--parallel {parallel}")
@@ -149,11 +158,18 @@ def llama_server_run(name: str, model_blob_name: str, when: str = "2026-11-29T12
     return [ollama_spawn_line([new if a == old else a for a in argv], when)] + stderr.splitlines()
 
 
-def with_log(state: AppState, lines: Sequence[str], *, ok: bool = True, status: str | None = None,
-             default_year: int | None = None) -> AppState:
+def with_log(
+    state: AppState,
+    lines: Sequence[str],
+    *,
+    ok: bool = True,
+    status: str | None = None,
+    default_year: int | None = None,
+) -> AppState:
     events = parse_lines(lines, default_year=default_year)
-    return fold_log_with_alerts(state, events, source="file:/var/log/ollama/server.log", status=status, ok=ok,
-                            lines=len(lines))
+    return fold_log_with_alerts(
+        state, events, source="file:/var/log/ollama/server.log", status=status, ok=ok, lines=len(lines)
+    )
 
 
 def state_of(snap: OllamaSnapshot, lines: Sequence[str] = (), **kw: Any) -> AppState:
@@ -204,10 +220,16 @@ def gpu_state(state: AppState, tmp_path: Path, nvml: FakeNvml | None = None, *, 
     demo's three runners, a foreign trainer on GPU 0, Xorg on GPU 1), ``swap_used`` bytes of swap."""
     nvml = nvml or shared_nvml()
     _, proc_source = sources(nvml, shared_processes(demo_models()), tmp_path)
-    gpu_source = GpuSource(nvml=nvml.module, sysfs_root=tmp_path, platform="linux",
-                           clock=lambda: GPU_TAKEN_AT, psutil_module=SimpleNamespace(
-                               virtual_memory=lambda: SimpleNamespace(total=64 * GiB, available=40 * GiB, used=22 * GiB),
-                               swap_memory=lambda: SimpleNamespace(total=8 * GiB, used=swap_used)))
+    gpu_source = GpuSource(
+        nvml=nvml.module,
+        sysfs_root=tmp_path,
+        platform="linux",
+        clock=lambda: GPU_TAKEN_AT,
+        psutil_module=SimpleNamespace(
+            virtual_memory=lambda: SimpleNamespace(total=64 * GiB, available=40 * GiB, used=22 * GiB),
+            swap_memory=lambda: SimpleNamespace(total=8 * GiB, used=swap_used),
+        ),
+    )
     gpu: GpuSnapshot = gpu_source.sample_sync()
     procs: ProcSnapshot = proc_source.sample_sync(gpu.pids)
     return fold_gpu_with_alerts(state, gpu, procs)
@@ -219,21 +241,39 @@ SPILLS = step_index("spills")
 def tight_nvml(free0: int, free1: int, *, xorg: int = 300 * MiB, q8_on_gpu: bool = True) -> FakeNvml:
     """The shared server's two GPUs (tests/fakes/scenario.py) with only ``free0`` / ``free1`` left."""
     q8 = [(Q8_PID, 6 * GiB + 128 * MiB)] if q8_on_gpu else []
-    return FakeNvml([
-        FakeGpu(name="NVIDIA RTX A6000", total=48 * GiB, reserved=512 * MiB, used=48 * GiB - 512 * MiB - free0,
-                compute=[(Q4_PID, 2 * GiB), (GEMMA_PID, 3 * GiB + 512 * MiB), (TRAINER_PID, 8 * GiB)]),
-        FakeGpu(name="NVIDIA GeForce RTX 4090", uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
-                bus_id="00000000:02:00.0", total=24 * GiB, reserved=300 * MiB, used=24 * GiB - 300 * MiB - free1,
-                compute=[(GEMMA_PID, 1 * GiB + 768 * MiB), *q8], graphics=[(XORG_PID, xorg)]),
-    ])
+    return FakeNvml(
+        [
+            FakeGpu(
+                name="NVIDIA RTX A6000",
+                total=48 * GiB,
+                reserved=512 * MiB,
+                used=48 * GiB - 512 * MiB - free0,
+                compute=[(Q4_PID, 2 * GiB), (GEMMA_PID, 3 * GiB + 512 * MiB), (TRAINER_PID, 8 * GiB)],
+            ),
+            FakeGpu(
+                name="NVIDIA GeForce RTX 4090",
+                uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
+                bus_id="00000000:02:00.0",
+                total=24 * GiB,
+                reserved=300 * MiB,
+                used=24 * GiB - 300 * MiB - free1,
+                compute=[(GEMMA_PID, 1 * GiB + 768 * MiB), *q8],
+                graphics=[(XORG_PID, xorg)],
+            ),
+        ]
+    )
 
 
 # the Ollama v0.5+ slog warning of docs/ollama-internals.md §3.2 (no corpus log has one), printed before the spawn
-FALLBACK = ('time=2024-07-24T16:07:51.800+02:00 level=WARN source=server.go:226'
-            ' msg="quantized kv cache requested but flash attention disabled" type=q8_0')
+FALLBACK = (
+    "time=2024-07-24T16:07:51.800+02:00 level=WARN source=server.go:226"
+    ' msg="quantized kv cache requested but flash attention disabled" type=q8_0'
+)
 # docs/ollama-internals.md §3.4 / §4.4: `slog.Warn("requested context size too large for model", "num_ctx", …, "n_ctx_train", …)`
-CLAMP = ('time=2026-11-18T11:05:00.000Z level=WARN source=llama_server.go:176'
-         ' msg="requested context size too large for model" num_ctx=65536 n_ctx_train=40960')
+CLAMP = (
+    "time=2026-11-18T11:05:00.000Z level=WARN source=llama_server.go:176"
+    ' msg="requested context size too large for model" num_ctx=65536 n_ctx_train=40960'
+)
 SPAWN_TIME = _utc(2024, 7, 24, 14, 7, 51) + 0.813  # corpus 004's spawn line, 16:07:51.813+02:00
 RUN_TIME = _utc(2026, 11, 29, 12, 0)  # llama_server_run's spawn line
 
@@ -246,8 +286,9 @@ def test_demo_spill_names_the_cause_and_computes_the_fixes() -> None:
     state = state_of(snapshot_at(SPILLS))
     spill = only(evaluate(state), "spill")
     assert (spill.model, spill.severity, spill.since, spill.key) == (GEMMA, "critical", TAKEN_AT, f"spill:{GEMMA}")
-    assert spill.message.startswith("19% of 6.1 GiB in system RAM (1.2 GiB); KV cache ~104 MiB at num_ctx"
-                                    " 4096 × 1 slot, f16;")
+    assert spill.message.startswith(
+        "19% of 6.1 GiB in system RAM (1.2 GiB); KV cache ~104 MiB at num_ctx 4096 × 1 slot, f16;"
+    )
     assert "the 5.0 GiB it holds in VRAM now (no GPU telemetry for its runner)" in spill.message
     gemma, q8 = view(state, GEMMA), view(state, Q8)
     assert gemma.size_bytes is not None and gemma.size_vram_bytes is not None and q8.memory.kv.value is not None
@@ -270,10 +311,13 @@ def test_demo_spill_names_the_cause_and_computes_the_fixes() -> None:
         ("partial: size_vram < size", [], [row(Q8, 32768, 6_106_141_568, 4_500_000_000)], [Q8]),
         ("100% GPU", [], [row(Q8, 32768, 6_106_141_568)], []),
         ("100% CPU, nothing says there is a GPU", [], [row(Q8, 4096, 2_754_892_672, 0)], []),
-        ("the runner log: 29/37 layers, KV on the CPU (corpus 032)",
-         "spawn+032", [row(Q8, 4096, 2_754_892_672)], [Q8]),
-        ("the runner log: every layer on the GPU (real llama-server run, CPU backend: no GPU at all)",
-         "tiny-run", [row(TINY, 2048, 5_000_000, 0)], []),
+        ("the runner log: 29/37 layers, KV on the CPU (corpus 032)", "spawn+032", [row(Q8, 4096, 2_754_892_672)], [Q8]),
+        (
+            "the runner log: every layer on the GPU (real llama-server run, CPU backend: no GPU at all)",
+            "tiny-run",
+            [row(TINY, 2048, 5_000_000, 0)],
+            [],
+        ),
     ],
 )
 def test_spill_fires_on_evidence_only(case: str, lines: Any, rows: list[dict[str, Any]], expected: list[str]) -> None:
@@ -304,8 +348,9 @@ def test_spill_fixes_recomputed_with_the_kv_arithmetic() -> None:
     kv_now = view(state, Q8).memory.kv.value
     assert kv_now == kv_bytes(state, Q8, 32768)
     budget = kv_now - (size - vram)  # budget = size_vram: the cache may take what it has minus the shortfall
-    assert spill.message.startswith("26% of 5.7 GiB in system RAM (1.5 GiB); KV cache ~3.5 GiB at num_ctx"
-                                    " 32768 × 1 slot, f16")
+    assert spill.message.startswith(
+        "26% of 5.7 GiB in system RAM (1.5 GiB); KV cache ~3.5 GiB at num_ctx 32768 × 1 slot, f16"
+    )
     ctx_fix = spill.fixes[0]
     n = _number(ctx_fix.action, "num_ctx ")
     assert ctx_fix.action == f"num_ctx {n}" and ctx_fix.fits is True and n % 256 == 0
@@ -352,8 +397,10 @@ def test_spill_budget_is_free_gpu_memory_plus_what_the_model_holds(tmp_path: Pat
     n = _number(other.action, "num_ctx ")
     assert kv_bytes(state, Q8, n) <= q8.memory.kv.value - short < kv_bytes(state, Q8, n + 256)
     assert "if it shares" not in other.detail  # NVML shows both runners on GPU 1
-    assert [a.model or a.key for a in alerts if a.kind == "gpu_nearly_full"] == ["gpu_nearly_full:gpu0",
-                                                                                  "gpu_nearly_full:gpu1"]
+    assert [a.model or a.key for a in alerts if a.kind == "gpu_nearly_full"] == [
+        "gpu_nearly_full:gpu0",
+        "gpu_nearly_full:gpu1",
+    ]
 
 
 def test_reload_is_the_fix_when_the_gpu_has_room_now(tmp_path: Path) -> None:
@@ -376,8 +423,10 @@ def test_unreachable_server_hides_stale_model_alerts() -> None:
     down = fold_with_alerts(fold_with_alerts(ok, down_snapshot(TAKEN_AT + 5)), down_snapshot(TAKEN_AT + 10))
     alerts = evaluate(down)
     assert kinds(alerts) == [("server_unreachable", None)]
-    assert alerts[0].message == ("Ollama at http://127.0.0.1:11434 does not answer: connection refused"
-                                 " (http://127.0.0.1:11434); last good poll 10 s earlier (2 failed polls in a row)")
+    assert alerts[0].message == (
+        "Ollama at http://127.0.0.1:11434 does not answer: connection refused"
+        " (http://127.0.0.1:11434); last good poll 10 s earlier (2 failed polls in a row)"
+    )
     assert exit_code(alerts, down.reachable) == 2
 
 
@@ -391,26 +440,55 @@ CONFIG_Q8_FA = "033"  # server config: OLLAMA_FLASH_ATTENTION:true OLLAMA_KV_CAC
 @pytest.mark.parametrize(
     ("case", "log", "rows", "now", "expected"),
     [
-        ("server config q8_0, llama-server run without a cache type: f16",
-         ["config", "run:default-fa-auto-np1"], [row(TINY, 2048, 5_000_000, 0)], RUN_TIME + 60,
-         ("KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
-         " the log gives no reason")),
-        ("Ollama's fallback warning, then an A/B1 runner without a cache type",
-         ["fallback", "spawn"], [row(Q8, 2048, 2_754_892_672)], SPAWN_TIME + 60,
-         ("KV cache f16 allocated, q8_0 requested (Ollama's warning):"
-         " quantized kv cache requested but flash attention disabled")),
-        ("server config q8_0 and flash attention, an A/B1 runner without either",
-         ["config", "spawn"], [row(Q8, 2048, 2_754_892_672)], SPAWN_TIME + 60,
-         ("KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
-         " flash attention is off (no --flash-attn on the runner command line)")),
-        ("q8_0 asked and allocated (real llama-server run)", ["config", "run:q8_0-fa-on-np2"],
-         [row(TINY, 4096, 5_000_000, 0)], RUN_TIME + 60, None),
-        ("nothing asked (real llama-server run, f16)", ["run:f16-fa-on-np1"], [row(TINY, 2048, 5_000_000, 0)],
-         RUN_TIME + 60, None),
+        (
+            "server config q8_0, llama-server run without a cache type: f16",
+            ["config", "run:default-fa-auto-np1"],
+            [row(TINY, 2048, 5_000_000, 0)],
+            RUN_TIME + 60,
+            (
+                "KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
+                " the log gives no reason"
+            ),
+        ),
+        (
+            "Ollama's fallback warning, then an A/B1 runner without a cache type",
+            ["fallback", "spawn"],
+            [row(Q8, 2048, 2_754_892_672)],
+            SPAWN_TIME + 60,
+            (
+                "KV cache f16 allocated, q8_0 requested (Ollama's warning):"
+                " quantized kv cache requested but flash attention disabled"
+            ),
+        ),
+        (
+            "server config q8_0 and flash attention, an A/B1 runner without either",
+            ["config", "spawn"],
+            [row(Q8, 2048, 2_754_892_672)],
+            SPAWN_TIME + 60,
+            (
+                "KV cache f16 allocated, q8_0 requested (OLLAMA_KV_CACHE_TYPE=q8_0 (server config)):"
+                " flash attention is off (no --flash-attn on the runner command line)"
+            ),
+        ),
+        (
+            "q8_0 asked and allocated (real llama-server run)",
+            ["config", "run:q8_0-fa-on-np2"],
+            [row(TINY, 4096, 5_000_000, 0)],
+            RUN_TIME + 60,
+            None,
+        ),
+        (
+            "nothing asked (real llama-server run, f16)",
+            ["run:f16-fa-on-np1"],
+            [row(TINY, 2048, 5_000_000, 0)],
+            RUN_TIME + 60,
+            None,
+        ),
     ],
 )
-def test_kv_type_not_applied(case: str, log: list[str], rows: list[dict[str, Any]], now: float,
-                             expected: str | None) -> None:
+def test_kv_type_not_applied(
+    case: str, log: list[str], rows: list[dict[str, Any]], now: float, expected: str | None
+) -> None:
     lines: list[str] = []
     for part in log:
         if part == "config":
@@ -438,24 +516,33 @@ def test_kv_type_not_applied(case: str, log: list[str], rows: list[dict[str, Any
         from kvtop.model.known import Known
 
         view = state.models[0]
-        doubled = dataclasses.replace(view, memory=dataclasses.replace(
-            view.memory, kv=Known(2 * view.memory.kv.value, "allocated", "test: twice the formula")))
-        (again,) = [a for a in evaluate(dataclasses.replace(state, models=(doubled,)))
-                    if a.kind == "kv_type_not_applied"]
+        doubled = dataclasses.replace(
+            view,
+            memory=dataclasses.replace(
+                view.memory, kv=Known(2 * view.memory.kv.value, "allocated", "test: twice the formula")
+            ),
+        )
+        (again,) = [
+            a for a in evaluate(dataclasses.replace(state, models=(doubled,))) if a.kind == "kv_type_not_applied"
+        ]
         assert fix(again, "OLLAMA_KV_CACHE_TYPE=q8_0 once it applies").detail == "KV ~2.1 MiB (~−1.9 MiB)"
 
 
 def test_flash_attention_off_although_requested_or_needed() -> None:
     config = corpus_line(CONFIG_Q8_FA, "server config")
-    state = state_of(ps_snapshot([row(Q8, 2048, 2_754_892_672)], taken_at=SPAWN_TIME + 60),
-                     [config, spawn_line(blob(Q8), 2048)])
+    state = state_of(
+        ps_snapshot([row(Q8, 2048, 2_754_892_672)], taken_at=SPAWN_TIME + 60), [config, spawn_line(blob(Q8), 2048)]
+    )
     alert = only(evaluate(state), "flash_attention_off", Q8)
-    assert alert.message == ("flash attention is off although OLLAMA_FLASH_ATTENTION=true (server config) and"
-                             " the q8_0 cache needs it: no --flash-attn on the runner command line")
+    assert alert.message == (
+        "flash attention is off although OLLAMA_FLASH_ATTENTION=true (server config) and"
+        " the q8_0 cache needs it: no --flash-attn on the runner command line"
+    )
     assert alert.fixes == ()  # asked for and still off: nothing in the environment turns it on
 
-    state = state_of(ps_snapshot([row(Q8, 2048, 2_754_892_672)], taken_at=SPAWN_TIME + 60),
-                     [FALLBACK, spawn_line(blob(Q8), 2048)])
+    state = state_of(
+        ps_snapshot([row(Q8, 2048, 2_754_892_672)], taken_at=SPAWN_TIME + 60), [FALLBACK, spawn_line(blob(Q8), 2048)]
+    )
     alert = only(evaluate(state), "flash_attention_off", Q8)
     assert alert.message.endswith("although the q8_0 cache needs it: no --flash-attn on the runner command line")
     assert [f.action for f in alert.fixes] == ["OLLAMA_FLASH_ATTENTION=1"]
@@ -493,8 +580,10 @@ def test_quantized_v_refused_by_llama_server_is_one_incident() -> None:
 
 
 def test_explicitly_disabled_flash_attention_with_f16_is_fine() -> None:
-    state = state_of(ps_snapshot([row(TINY, 1024, 5_000_000, 0)], taken_at=RUN_TIME + 60),
-                     llama_server_run("f16-fa-off-np1-ctx1000", blob(TINY)))
+    state = state_of(
+        ps_snapshot([row(TINY, 1024, 5_000_000, 0)], taken_at=RUN_TIME + 60),
+        llama_server_run("f16-fa-off-np1-ctx1000", blob(TINY)),
+    )
     assert view(state, TINY).flash_attention.value == "disabled"
     assert evaluate(state) == ()
 
@@ -507,14 +596,19 @@ def test_explicitly_disabled_flash_attention_with_f16_is_fine() -> None:
     ("case", "rows", "now", "expected"),
     [
         ("one model at 512, a minute after", [row(Q8, 512, 2_300_000_000)], _utc(2025, 6, 11, 8, 21), (Q8, 3)),
-        ("two models: the log does not say whose prompt", [row(Q8, 512, 2_300_000_000), row(Q4, 4096, 1_894_083_456)],
-         _utc(2025, 6, 11, 8, 21), (None, 3)),
+        (
+            "two models: the log does not say whose prompt",
+            [row(Q8, 512, 2_300_000_000), row(Q4, 4096, 1_894_083_456)],
+            _utc(2025, 6, 11, 8, 21),
+            (None, 3),
+        ),
         ("an hour later", [row(Q8, 512, 2_300_000_000)], _utc(2025, 6, 11, 9, 21), None),
         ("the model runs at 4096 now: the prompts fit", [row(Q8, 4096, 2_754_892_672)], _utc(2025, 6, 11, 8, 21), None),
     ],
 )
-def test_prompt_truncated_corpus_015(case: str, rows: list[dict[str, Any]], now: float,
-                                     expected: tuple[str | None, int] | None) -> None:
+def test_prompt_truncated_corpus_015(
+    case: str, rows: list[dict[str, Any]], now: float, expected: tuple[str | None, int] | None
+) -> None:
     state = state_of(ps_snapshot(rows, taken_at=now), corpus_lines("015"))
     found = [a for a in evaluate(state) if a.kind == "prompt_truncated"]
     if expected is None:
@@ -523,8 +617,9 @@ def test_prompt_truncated_corpus_015(case: str, rows: list[dict[str, Any]], now:
     (alert,) = found
     model, count = expected
     assert alert.model == model and alert.severity == "warning"
-    assert alert.message.startswith(f"{count} prompts truncated in the last 15 min (latest: a 587-token prompt cut to"
-                                    " 512, limit 512, keep 4)")
+    assert alert.message.startswith(
+        f"{count} prompts truncated in the last 15 min (latest: a 587-token prompt cut to 512, limit 512, keep 4)"
+    )
     assert alert.since == _utc(2025, 6, 11, 8, 7, 59) + 0.286  # the first one in the window
     (f,) = alert.fixes
     assert f.action == "num_ctx 1024"  # the longest prompt, 617 tokens, rounded up to a power of two
@@ -542,15 +637,18 @@ def test_era_a_truncation_without_a_prompt_length_corpus_017() -> None:
 
 @pytest.mark.parametrize(("now", "fires"), [(TAKEN_AT, True), (TAKEN_AT + 3600, False)])
 def test_context_clamped_is_info(now: float, fires: bool) -> None:
-    state = state_of(ps_snapshot([row(Q8, 40960, 6_106_141_568)], taken_at=now),
-                     [CLAMP, spawn_line(blob(Q8), 40960, when="2026-11-18T11:05:00.100Z")])
+    state = state_of(
+        ps_snapshot([row(Q8, 40960, 6_106_141_568)], taken_at=now),
+        [CLAMP, spawn_line(blob(Q8), 40960, when="2026-11-18T11:05:00.100Z")],
+    )
     alerts = evaluate(state)
     if not fires:
         assert alerts == ()
         return
     assert kinds(alerts) == [("context_clamped", Q8)]
     assert alerts[0].severity == "info" and alerts[0].message.startswith(
-        "num_ctx 65536 was requested; Ollama clamped it to the training context 40960")
+        "num_ctx 65536 was requested; Ollama clamped it to the training context 40960"
+    )
     assert exit_code(alerts, True) == 0  # info does not count
 
 
@@ -578,16 +676,29 @@ def test_context_over_training(num_ctx: int, fires: bool) -> None:
         ("two loads, churn_reloads = 2", (4096, 32768), 1, {"churn_reloads": 2}, "num_ctx 4096 → 32768"),
         ("three loads over 20 minutes", (4096, 32768, 4096), 9, {}, None),
         ("the same settings each time", (4096, 4096, 4096), 2, {}, "the same settings each time"),
-        ("nine loads: the middle of the chain is counted, not listed",
-         (4096, 8192, 12288, 16384, 20480, 24576, 28672, 32768, 4096), 1, {},
-         "num_ctx 4096 → 8192 → … (3 more) → 24576 → 28672 → 32768 → 4096"),
+        (
+            "nine loads: the middle of the chain is counted, not listed",
+            (4096, 8192, 12288, 16384, 20480, 24576, 28672, 32768, 4096),
+            1,
+            {},
+            "num_ctx 4096 → 8192 → … (3 more) → 24576 → 28672 → 32768 → 4096",
+        ),
     ],
 )
-def test_reload_churn(case: str, contexts: tuple[int, ...], minutes_apart: int, mapping: dict[str, Any],
-                      expected: str | None) -> None:
+def test_reload_churn(
+    case: str, contexts: tuple[int, ...], minutes_apart: int, mapping: dict[str, Any], expected: str | None
+) -> None:
     start = _utc(2026, 11, 18, 10, 40)
-    lines = [spawn_line(blob(Q8), c, when=datetime.fromtimestamp(start + i * 60 * minutes_apart, timezone.utc)
-                        .strftime("%Y-%m-%dT%H:%M:%S.000Z")) for i, c in enumerate(contexts)]
+    lines = [
+        spawn_line(
+            blob(Q8),
+            c,
+            when=datetime.fromtimestamp(start + i * 60 * minutes_apart, timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%S.000Z"
+            ),
+        )
+        for i, c in enumerate(contexts)
+    ]
     now = start + 60 * minutes_apart * (len(contexts) - 1) + 30
     state = state_of(ps_snapshot([row(Q8, contexts[-1], 2_754_892_672)], taken_at=now), lines)
     thresholds, warnings = Thresholds.from_mapping(mapping)
@@ -610,12 +721,27 @@ def test_reload_churn(case: str, contexts: tuple[int, ...], minutes_apart: int, 
     [
         ("031", _utc(2026, 3, 25, 1, 30), [("oom", "critical", "model request too large for system")]),
         ("031", _utc(2026, 3, 25, 2, 30), []),
-        ("005", _utc(2024, 7, 24, 16, 10), [("oom", "critical", "CUDA error: out of memory"),
-                                            ("runner_crash", "critical", "GGML_ASSERT")]),
-        ("009", _utc(2024, 4, 19, 3, 0), [("load_failed", "critical", ("sha256-e9e56e8bb5f0…: 1 failed load in the"
-                                                                       " last 15 min: unable to load model"))]),
-        ("050", _utc(2026, 8, 29, 8, 50), [("eviction", "warning", ("sha256-0800cbac9c20… unloaded to make room"
-                                                                   " (found an idle runner to unload)"))]),
+        (
+            "005",
+            _utc(2024, 7, 24, 16, 10),
+            [("oom", "critical", "CUDA error: out of memory"), ("runner_crash", "critical", "GGML_ASSERT")],
+        ),
+        (
+            "009",
+            _utc(2024, 4, 19, 3, 0),
+            [
+                (
+                    "load_failed",
+                    "critical",
+                    ("sha256-e9e56e8bb5f0…: 1 failed load in the last 15 min: unable to load model"),
+                )
+            ],
+        ),
+        (
+            "050",
+            _utc(2026, 8, 29, 8, 50),
+            [("eviction", "warning", ("sha256-0800cbac9c20… unloaded to make room (found an idle runner to unload)"))],
+        ),
         ("050", _utc(2026, 8, 29, 9, 50), []),
     ],
 )
@@ -632,7 +758,9 @@ def test_eviction_names_a_loaded_model() -> None:
     state = state_of(ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=_utc(2026, 8, 29, 8, 50)), lines)
     alert = only(evaluate(state), "eviction")
     assert alert.model == Q8 and alert.key == f"eviction:{Q8}"
-    assert alert.message == f"1 eviction in the last 15 min: {Q8} unloaded to make room (found an idle runner to unload)"
+    assert (
+        alert.message == f"1 eviction in the last 15 min: {Q8} unloaded to make room (found an idle runner to unload)"
+    )
 
 
 def test_eviction_names_a_model_that_has_since_unloaded() -> None:
@@ -670,20 +798,27 @@ def test_foreign_vram_on_a_gpu_ollama_uses(tmp_path: Path) -> None:
     state = gpu_state(state_of(snapshot_at(SPILLS)), tmp_path)
     alert = only(evaluate(state), "foreign_vram")
     assert alert.key == "foreign_vram:gpu0" and alert.model is None and alert.since == TAKEN_AT
-    assert alert.message == ("GPU 0 (NVIDIA RTX A6000): 8.0 GiB held by processes outside Ollama:"
-                             " python (PID 7777, alice) 8.0 GiB")
+    assert alert.message == (
+        "GPU 0 (NVIDIA RTX A6000): 8.0 GiB held by processes outside Ollama: python (PID 7777, alice) 8.0 GiB"
+    )
     assert alert.fixes == (Fix("stop PID 7777", "frees 8.0 GiB", None, "alice's python stops"),)
     # Xorg's 300 MiB on GPU 1 is under the 1 GiB threshold; with 256 MiB it is not
     thresholds, _ = Thresholds.from_mapping({"foreign_vram": "256MiB"})
-    assert [a.key for a in evaluate(state, thresholds) if a.kind == "foreign_vram"] == ["foreign_vram:gpu0",
-                                                                                         "foreign_vram:gpu1"]
+    assert [a.key for a in evaluate(state, thresholds) if a.kind == "foreign_vram"] == [
+        "foreign_vram:gpu0",
+        "foreign_vram:gpu1",
+    ]
 
 
 def test_only_gpus_ollama_uses_are_checked(tmp_path: Path) -> None:
     # no model loaded, but Ollama's runners (unloading, unmatched) still hold memory on both GPUs
     state = gpu_state(state_of(snapshot_at(0)), tmp_path, tight_nvml(100 * MiB, 100 * MiB, xorg=4 * GiB))
-    assert [a.key for a in evaluate(state)] == ["foreign_vram:gpu0", "foreign_vram:gpu1", "gpu_nearly_full:gpu0",
-                                                "gpu_nearly_full:gpu1"]
+    assert [a.key for a in evaluate(state)] == [
+        "foreign_vram:gpu0",
+        "foreign_vram:gpu1",
+        "gpu_nearly_full:gpu0",
+        "gpu_nearly_full:gpu1",
+    ]
     # a GPU without any Ollama process is not checked, however full and shared
     nvml = FakeNvml([FakeGpu(total=24 * GiB, used=24 * GiB - 512 * MiB - 100 * MiB, compute=[(TRAINER_PID, 20 * GiB)])])
     state = gpu_state(state_of(snapshot_at(SPILLS)), tmp_path, nvml)
@@ -699,8 +834,10 @@ def test_swap_in_use_while_a_model_is_spilled(tmp_path: Path, step: int, swap_us
     found = [a for a in evaluate(state) if a.kind == "swap_in_use"]
     assert bool(found) is fires
     if fires:
-        assert found[0].message.startswith(f"{'2.0 GiB' if swap_used == 2 * GiB else '257 MiB'} swap in use of 8.0 GiB"
-                                           f" while {GEMMA} runs partly in system RAM; 40.0 GiB RAM available")
+        assert found[0].message.startswith(
+            f"{'2.0 GiB' if swap_used == 2 * GiB else '257 MiB'} swap in use of 8.0 GiB"
+            f" while {GEMMA} runs partly in system RAM; 40.0 GiB RAM available"
+        )
 
 
 @pytest.mark.parametrize(("ok", "fires"), [(False, True), (True, False)])
@@ -735,7 +872,9 @@ def test_event_alerts_start_at_the_first_event_and_keep_it() -> None:
     a2 = evaluate(state_of(ps_snapshot([], taken_at=_utc(2025, 6, 11, 8, 25)), lines), previous=a1)
     # at 08:25 the 08:07 truncation left the window, but the alert has been up since then
     assert "2 prompts truncated" in only(a2, "prompt_truncated").message
-    assert only(a2, "prompt_truncated").since == only(a1, "prompt_truncated").since == _utc(2025, 6, 11, 8, 7, 59) + 0.286
+    assert (
+        only(a2, "prompt_truncated").since == only(a1, "prompt_truncated").since == _utc(2025, 6, 11, 8, 7, 59) + 0.286
+    )
 
 
 def test_most_severe_first() -> None:
@@ -743,7 +882,9 @@ def test_most_severe_first() -> None:
     state = state_of(snap, [CLAMP], ok=False, status="file:/var/log/ollama/server.log: rotated away")
     alerts = evaluate(state)
     assert [(a.severity, a.kind) for a in alerts] == [
-        ("critical", "spill"), ("warning", "log_source_lost"), ("warning", "context_over_training"),
+        ("critical", "spill"),
+        ("warning", "log_source_lost"),
+        ("warning", "context_over_training"),
         ("info", "context_clamped"),
     ]
     ranks = {"critical": 0, "warning": 1, "info": 2}
@@ -759,9 +900,12 @@ def test_alert_json_shape() -> None:
     assert list(doc) == ["kind", "severity", "model", "since", "message", "fixes"]
     assert doc["since"] == "2026-11-18T11:06:40+00:00" == datetime.fromtimestamp(TAKEN_AT, timezone.utc).isoformat()
     assert doc["fixes"] and all(list(f) == ["action", "detail", "fits", "cost"] for f in doc["fixes"])
-    assert doc["fixes"][0] == {"action": f"num_ctx 21760 for {Q8}", "detail": "frees 1.2 GiB of VRAM (if it shares"
-                               " the GPU)", "fits": True, "cost": f"{Q8}: prompts over 21760 tokens are truncated"
-                               " (now 32768); it reloads"}
+    assert doc["fixes"][0] == {
+        "action": f"num_ctx 21760 for {Q8}",
+        "detail": "frees 1.2 GiB of VRAM (if it shares the GPU)",
+        "fits": True,
+        "cost": f"{Q8}: prompts over 21760 tokens are truncated (now 32768); it reloads",
+    }
     assert json.loads(json.dumps(doc)) == doc
     assert alert_json(dataclasses.replace(alerts[0], since=None, fixes=()))["since"] is None
 
@@ -769,8 +913,14 @@ def test_alert_json_shape() -> None:
 @pytest.mark.parametrize(
     ("severities", "reachable", "code"),
     [
-        ((), True, 0), (("info",), True, 0), (("warning",), True, 1), (("info", "warning"), True, 1),
-        (("critical",), True, 2), (("warning", "critical"), True, 2), ((), False, 2), ((), None, 2),
+        ((), True, 0),
+        (("info",), True, 0),
+        (("warning",), True, 1),
+        (("info", "warning"), True, 1),
+        (("critical",), True, 2),
+        (("warning", "critical"), True, 2),
+        ((), False, 2),
+        ((), None, 2),
         (("warning",), False, 2),
     ],
 )
@@ -802,10 +952,14 @@ def test_evaluate_reads_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"gpu_headroom_bytes": "1GiB"}, {"gpu_headroom_bytes": GiB}),
         ({"gpu_headroom": 268435456}, {"gpu_headroom_bytes": 256 * MiB}),
         ({"foreign_vram_bytes": "2GB", "swap_used": "0"}, {"foreign_vram_bytes": 2_000_000_000, "swap_used_bytes": 0}),
-        ({"churn_window_s": "10m", "event-window": 300, "churn_reloads": 5},
-         {"churn_window_s": 600.0, "event_window_s": 300.0, "churn_reloads": 5}),
-        ({"fix_reserve_bytes": "512 MiB", "event_window_s": "1h"},
-         {"fix_reserve_bytes": 512 * MiB, "event_window_s": 3600.0}),
+        (
+            {"churn_window_s": "10m", "event-window": 300, "churn_reloads": 5},
+            {"churn_window_s": 600.0, "event_window_s": 300.0, "churn_reloads": 5},
+        ),
+        (
+            {"fix_reserve_bytes": "512 MiB", "event_window_s": "1h"},
+            {"fix_reserve_bytes": 512 * MiB, "event_window_s": 3600.0},
+        ),
     ],
 )
 def test_thresholds_from_mapping(mapping: dict[str, Any] | None, expected: dict[str, Any]) -> None:
@@ -837,12 +991,21 @@ def test_thresholds_bad_values_warn_and_keep_the_default(mapping: dict[str, Any]
 
 def test_default_thresholds() -> None:
     t = DEFAULT_THRESHOLDS
-    assert (t.gpu_headroom_bytes, t.foreign_vram_bytes, t.churn_reloads, t.churn_window_s, t.event_window_s,
-            t.swap_used_bytes, t.fix_reserve_bytes) == (512 * MiB, GiB, 3, 600.0, 900.0, 256 * MiB, 0)
+    assert (
+        t.gpu_headroom_bytes,
+        t.foreign_vram_bytes,
+        t.churn_reloads,
+        t.churn_window_s,
+        t.event_window_s,
+        t.swap_used_bytes,
+        t.fix_reserve_bytes,
+    ) == (512 * MiB, GiB, 3, 600.0, 900.0, 256 * MiB, 0)
 
 
 @pytest.mark.parametrize(("num_ctx", "model"), [(2048, Q8), (4096, None)])
-def test_era_a_truncation_is_the_single_model_s_only_when_its_context_matches_017(num_ctx: int, model: str | None) -> None:
+def test_era_a_truncation_is_the_single_model_s_only_when_its_context_matches_017(
+    num_ctx: int, model: str | None
+) -> None:
     """Corpus 017's line names no model and says n_ctx=2048: a model running at 4096 did not cut it."""
     when = _utc(2024, 7, 18, 23, 30)
     state = state_of(ps_snapshot([row(Q8, num_ctx, 2_754_892_672)], taken_at=when), corpus_lines("017"))
@@ -851,14 +1014,21 @@ def test_era_a_truncation_is_the_single_model_s_only_when_its_context_matches_01
     assert "(latest: limit 2048, keep 4)" in alert.message
 
 
-@pytest.mark.parametrize(("offsets_s", "said"), [((0.0, 29.5, 58.012), "loaded 3 times in 58 s:"),
-                                                 ((0.0, 40.0, 80.4), "loaded 3 times in 1 min 20 s:")])
+@pytest.mark.parametrize(
+    ("offsets_s", "said"),
+    [((0.0, 29.5, 58.012), "loaded 3 times in 58 s:"), ((0.0, 40.0, 80.4), "loaded 3 times in 1 min 20 s:")],
+)
 def test_reload_churn_says_its_span_in_whole_seconds(offsets_s: tuple[float, ...], said: str) -> None:
     """The demo read "loaded 3 times in 58.012 s" and "in 1.33338 min" (log times carry milliseconds)."""
     start = _utc(2026, 11, 18, 10, 40)
-    lines = [spawn_line(blob(Q8), c, when=datetime.fromtimestamp(start + dt, timezone.utc)
-                        .strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z")
-             for dt, c in zip(offsets_s, (4096, 32768, 4096))]
+    lines = [
+        spawn_line(
+            blob(Q8),
+            c,
+            when=datetime.fromtimestamp(start + dt, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        )
+        for dt, c in zip(offsets_s, (4096, 32768, 4096))
+    ]
     state = state_of(ps_snapshot([row(Q8, 4096, 2_754_892_672)], taken_at=start + offsets_s[-1] + 5), lines)
     (alert,) = [a for a in evaluate(state) if a.kind == "reload_churn"]
     assert said in alert.message
@@ -872,8 +1042,10 @@ def test_reload_churn_says_its_span_in_whole_seconds(offsets_s: tuple[float, ...
 # "truncated", N)); the refusals are corpus 015's own [GIN] lines with the status Ollama answers an over-long
 # prompt with (400: llm/llama_server.go, server/routes.go at v0.30.0, "the input length exceeds the context length").
 
-HISTORY_CUT = ('Jun 11 08:07:59 host ollama[159]: time=2025-06-11T08:07:59.286Z level=DEBUG source=prompt.go:77 '
-               'msg="truncating input messages which exceed context length" truncated=3')
+HISTORY_CUT = (
+    "Jun 11 08:07:59 host ollama[159]: time=2025-06-11T08:07:59.286Z level=DEBUG source=prompt.go:77 "
+    'msg="truncating input messages which exceed context length" truncated=3'
+)
 
 
 def refused(line: str) -> str:
@@ -896,8 +1068,10 @@ def test_http_400_on_a_prompt_route_is_a_context_overflow_with_its_form() -> Non
     state = state_of(ps_snapshot([row(Q8, 512, 2_300_000_000)], taken_at=_utc(2025, 6, 11, 8, 21)), gin)
     alert = only(evaluate(state), "prompt_truncated")
     assert alert.model == Q8
-    assert alert.message.startswith("2 requests refused with HTTP 400 in the last 15 min (HTTP 400 refusal on /api/chat"
-                                    " ×2): Ollama's answer to a prompt over the context")
+    assert alert.message.startswith(
+        "2 requests refused with HTTP 400 in the last 15 min (HTTP 400 refusal on /api/chat"
+        " ×2): Ollama's answer to a prompt over the context"
+    )
 
 
 def test_truncation_lines_and_refusals_make_one_alert_naming_both_forms() -> None:
@@ -907,11 +1081,14 @@ def test_truncation_lines_and_refusals_make_one_alert_naming_both_forms() -> Non
     alert = only(evaluate(state), "prompt_truncated")
     assert alert.message.startswith(
         "4 prompts over the context in the last 15 min (latest: a 587-token prompt cut to 512, limit 512, keep 4;"
-        " seen: truncation line ×3, HTTP 400 refusal on /api/chat ×1)")
+        " seen: truncation line ×3, HTTP 400 refusal on /api/chat ×1)"
+    )
     assert alert.fixes[0].action == "num_ctx 1024"  # the longest prompt, 617 tokens
 
 
-@pytest.mark.parametrize("status_path", [("| 200 |", '"/api/chat"'), ("| 400 |", '"/api/tags"'), ("| 404 |", '"/api/chat"')])
+@pytest.mark.parametrize(
+    "status_path", [("| 200 |", '"/api/chat"'), ("| 400 |", '"/api/tags"'), ("| 404 |", '"/api/chat"')]
+)
 def test_other_statuses_and_routes_are_no_overflow(status_path: tuple[str, str]) -> None:
     status, path = status_path
     line = [x for x in corpus_lines("015") if "[GIN]" in x][1].replace("| 200 |", status).replace('"/api/chat"', path)

@@ -38,8 +38,14 @@ from tests.unit.test_alerts import Q8, ps_snapshot, row
 GIB = 1 << 30
 
 
-def world(n: int, *, gpu: bool = True, short_bytes: int = 300_000_000, free_bytes: int = 100_000_000,
-          ctx_of: Callable[[int], int] = lambda i: 4096 * (1 + i % 8)) -> AppState:
+def world(
+    n: int,
+    *,
+    gpu: bool = True,
+    short_bytes: int = 300_000_000,
+    free_bytes: int = 100_000_000,
+    ctx_of: Callable[[int], int] = lambda i: 4096 * (1 + i % 8),
+) -> AppState:
     """``n`` loaded models, every third spilled by about ``short_bytes``; with ``gpu``, one GPU
     with ``free_bytes`` free and each model's runner on it."""
     base = ps_snapshot([row(Q8, 16384, 4 * GIB, 4 * GIB)])
@@ -50,25 +56,52 @@ def world(n: int, *, gpu: bool = True, short_bytes: int = 300_000_000, free_byte
     for i in range(n):
         size = 4 * GIB + i * 1_000_000
         vram = size - (short_bytes + i * 1000) if i % 3 == 0 else size
-        m = dataclasses.replace(m0, name=f"qwen3:m{i}", digest=f"{i + 1:064x}", size_bytes=size, size_vram_bytes=vram,
-                                context_length=ctx_of(i))
+        m = dataclasses.replace(
+            m0,
+            name=f"qwen3:m{i}",
+            digest=f"{i + 1:064x}",
+            size_bytes=size,
+            size_vram_bytes=vram,
+            context_length=ctx_of(i),
+        )
         models.append(m)
-        shows[m.digest] = dataclasses.replace(show0, digest=m.digest, name=m.name, model_blob=f"sha256-{i + 1:064x}",
-                                              model_info=MappingProxyType(dict(show0.model_info)))
+        shows[m.digest] = dataclasses.replace(
+            show0,
+            digest=m.digest,
+            name=m.name,
+            model_blob=f"sha256-{i + 1:064x}",
+            model_info=MappingProxyType(dict(show0.model_info)),
+        )
     snap = dataclasses.replace(base, models=tuple(models), shows=MappingProxyType(shows))
     state = fold_with_alerts(AppState(HOST), snap)
     if gpu:
-        runners = tuple(RunnerProcess(pid=1000 + i, kind="llama-server", era="v0.30+", blob=f"sha256-{i + 1:064x}",
-                                      ppid=1, server_pid=1) for i in range(n))
-        procs = ProcSnapshot(taken_at=TAKEN_AT, servers=(ServerProcess(1, "ollama", ("ollama", "serve")),),
-                             runners=runners)
+        runners = tuple(
+            RunnerProcess(
+                pid=1000 + i, kind="llama-server", era="v0.30+", blob=f"sha256-{i + 1:064x}", ppid=1, server_pid=1
+            )
+            for i in range(n)
+        )
+        procs = ProcSnapshot(
+            taken_at=TAKEN_AT, servers=(ServerProcess(1, "ollama", ("ollama", "serve")),), runners=runners
+        )
         total = n * 5 * GIB
-        dev = GpuDevice(index=0, name="GPU", memory_total_bytes=total, memory_used_bytes=total - free_bytes,
-                        memory_free_bytes=free_bytes,
-                        processes=tuple(GpuProcess(1000 + i, m.size_vram_bytes) for i, m in enumerate(models)))
-        sample = GpuSnapshot(taken_at=TAKEN_AT, status="ok", ok=True, devices=(dev,),
-                             system=SystemMemory(ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB,
-                                                 swap_total_bytes=0, swap_used_bytes=0))
+        dev = GpuDevice(
+            index=0,
+            name="GPU",
+            memory_total_bytes=total,
+            memory_used_bytes=total - free_bytes,
+            memory_free_bytes=free_bytes,
+            processes=tuple(GpuProcess(1000 + i, m.size_vram_bytes) for i, m in enumerate(models)),
+        )
+        sample = GpuSnapshot(
+            taken_at=TAKEN_AT,
+            status="ok",
+            ok=True,
+            devices=(dev,),
+            system=SystemMemory(
+                ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB, swap_total_bytes=0, swap_used_bytes=0
+            ),
+        )
         state = fold_gpu_with_alerts(state, sample, procs)
     return state
 
@@ -99,8 +132,9 @@ def _spilled(alerts: tuple[Alert, ...]) -> int:
 
 
 @pytest.mark.parametrize("others_can_give", [True, False], ids=["others-shrink", "no-other-can-give"])
-def test_kv_computations_per_evaluation_grow_linearly_with_models(monkeypatch: pytest.MonkeyPatch,
-                                                                   others_can_give: bool) -> None:
+def test_kv_computations_per_evaluation_grow_linearly_with_models(
+    monkeypatch: pytest.MonkeyPatch, others_can_give: bool
+) -> None:
     # no-other-can-give: every model at num_ctx 256, so no smaller context exists for any of them
     # (the pairwise search asked kv.max_num_ctx of every other model for every spill)
     ctx_of: Callable[[int], int] = (lambda i: 4096 * (1 + i % 8)) if others_can_give else (lambda i: 256)
@@ -115,8 +149,11 @@ def test_kv_computations_per_evaluation_grow_linearly_with_models(monkeypatch: p
     assert per_model_large <= 1.25 * per_model_small, (n_small, n_large)
     assert n_large <= 30 * 34 + 2 * 100  # a bounded search per spill, two figures per other model at most
     if others_can_give:
-        assert all(any(f.action.startswith("num_ctx ") and " for " in f.action for f in a.fixes)
-                   for a in a_large if a.kind == "spill")
+        assert all(
+            any(f.action.startswith("num_ctx ") and " for " in f.action for f in a.fixes)
+            for a in a_large
+            if a.kind == "spill"
+        )
     else:
         assert not any(" for " in f.action for a in a_large for f in a.fixes if f.action.startswith("num_ctx"))
 
@@ -163,18 +200,21 @@ def test_the_indexed_search_picks_what_the_pairwise_search_picked(short_bytes: i
 @pytest.mark.parametrize("parallel", [1, 3])
 @pytest.mark.parametrize("num_ctx", [256, 1000, 4096, 40960, 65536])
 @pytest.mark.parametrize(("k", "v", "fa"), [("f16", "f16", True), ("q8_0", "q8_0", True), ("f16", "f16", False)])
-def test_other_kv_says_exactly_when_max_num_ctx_finds_a_smaller_context(parallel: int, num_ctx: int, k: str, v: str,
-                                                                        fa: bool) -> None:
+def test_other_kv_says_exactly_when_max_num_ctx_finds_a_smaller_context(
+    parallel: int, num_ctx: int, k: str, v: str, fa: bool
+) -> None:
     state = world(1, gpu=False)
     (base,) = state.models
     assert state.last_ok is not None
     layout = kv.layout_from_model_info(state.last_ok.shows[base.digest].model_info)
     assert isinstance(layout, kv.KVLayout)
     view = dataclasses.replace(
-        base, context=dataclasses.replace(base.context, value=num_ctx),
+        base,
+        context=dataclasses.replace(base.context, value=num_ctx),
         parallel=dataclasses.replace(base.parallel, value=parallel),
         kv_type=dataclasses.replace(base.kv_type, value=k if k == v else f"{k}/{v}"),
-        flash_attention=dataclasses.replace(base.flash_attention, value="enabled" if fa else "disabled"))
+        flash_attention=dataclasses.replace(base.flash_attention, value="enabled" if fa else "disabled"),
+    )
     kv_now = kv.kv_allocation(layout, num_ctx, parallel, k, v, flash_attention=fa).total_bytes
     figures = other_kv(view, layout, kv_now)
     assert figures is not None
@@ -234,13 +274,16 @@ def _log_batches(size: int, *, one_stream: bool = True) -> list[list[Any]]:
     (line numbers start again: a parser reset)."""
     from tests.unit.test_alerts import LOGS
 
-    logs = [p.read_text(encoding="utf-8", errors="replace").splitlines() for _ in range(3)
-            for p in sorted(LOGS.glob("*.log"))]
+    logs = [
+        p.read_text(encoding="utf-8", errors="replace").splitlines()
+        for _ in range(3)
+        for p in sorted(LOGS.glob("*.log"))
+    ]
     if one_stream:
         events = parse_lines([line for log in logs for line in log])
     else:
         events = [e for log in logs for e in parse_lines(log)]
-    return [events[i:i + size] for i in range(0, len(events), size)]
+    return [events[i : i + size] for i in range(0, len(events), size)]
 
 
 def _fold(state: AppState, batch: list[Any]) -> AppState:
@@ -263,8 +306,9 @@ def test_each_log_event_is_scanned_once(scanned: list[int]) -> None:
 
 
 @pytest.mark.parametrize("one_stream", [True, False], ids=["ordered-lines", "parser-reset"])
-def test_an_extended_scan_equals_a_full_one(monkeypatch: pytest.MonkeyPatch, scanned: list[int],
-                                            one_stream: bool) -> None:
+def test_an_extended_scan_equals_a_full_one(
+    monkeypatch: pytest.MonkeyPatch, scanned: list[int], one_stream: bool
+) -> None:
     state = fold_with_alerts(AppState(HOST), ps_snapshot([row(Q8, 512, 2 * GIB)], taken_at=1_749_630_000.0))
     alerted = 0
     for batch in _log_batches(41, one_stream=one_stream):
@@ -276,7 +320,12 @@ def test_an_extended_scan_equals_a_full_one(monkeypatch: pytest.MonkeyPatch, sca
         fresh = log_scan.scan_log(events, state.naive_tz)  # one pass over the whole tuple
         assert fresh is not memo and memo.ordered is one_stream
         assert (fresh.timed, fresh.configs, fresh.launches, fresh.over_training, fresh.ordered) == (
-            memo.timed, memo.configs, memo.launches, memo.over_training, memo.ordered)
+            memo.timed,
+            memo.configs,
+            memo.launches,
+            memo.over_training,
+            memo.ordered,
+        )
         assert (list(fresh.line_nos), str(list(fresh.times))) == (list(memo.line_nos), str(list(memo.times)))
         assert evaluate(state, state.thresholds, (), naive_tz=state.naive_tz) == with_memo
         alerted += bool(with_memo)
@@ -290,8 +339,11 @@ def test_an_extended_scan_equals_a_full_one(monkeypatch: pytest.MonkeyPatch, sca
 def test_evaluate_state_returns_the_same_state_when_nothing_changed() -> None:
     state = world(10)
     assert state.alerts and evaluate_state(state) is state
-    later = dataclasses.replace(state, ollama=dataclasses.replace(state.ollama, taken_at=TAKEN_AT + 60),
-                                last_ok=dataclasses.replace(state.ollama, taken_at=TAKEN_AT + 60))
+    later = dataclasses.replace(
+        state,
+        ollama=dataclasses.replace(state.ollama, taken_at=TAKEN_AT + 60),
+        last_ok=dataclasses.replace(state.ollama, taken_at=TAKEN_AT + 60),
+    )
     again = evaluate_state(later)
     assert [a.since for a in again.alerts] == [a.since for a in state.alerts]  # carried over by key
     fresh = evaluate(later)

@@ -9,8 +9,9 @@ from kvtop.model.alerts.types import Alert
 
 
 def _alert(kind: str, model: str | None) -> Alert:
-    return Alert(kind=kind, severity="warning", model=model, since=1.0, message=f"{kind} {model}",
-                 key=f"{kind}:{model}")
+    return Alert(
+        kind=kind, severity="warning", model=model, since=1.0, message=f"{kind} {model}", key=f"{kind}:{model}"
+    )
 
 
 def test_a_log_alert_of_an_unloaded_model_is_past_and_a_load_event_stays_current() -> None:

@@ -35,9 +35,21 @@ def _queued(state: AppState, waiting_since: float, now: float, clients: int) -> 
 
 def _state(free_bytes: int = 10 * GiB) -> AppState:
     state = state_of(ps_snapshot([row(Q8, 4096, 2_900_000_000)]), [spawn_line(blob(Q8), 4096, parallel=2)])
-    gpu = GpuSnapshot(taken_at=1030.0, status="GPU telemetry: NVML", ok=True, backend="nvml", devices=(
-        GpuDevice(0, name="NVIDIA RTX A4000", memory_total_bytes=16 * GiB, memory_used_bytes=16 * GiB - free_bytes,
-                  memory_free_bytes=free_bytes),))
+    gpu = GpuSnapshot(
+        taken_at=1030.0,
+        status="GPU telemetry: NVML",
+        ok=True,
+        backend="nvml",
+        devices=(
+            GpuDevice(
+                0,
+                name="NVIDIA RTX A4000",
+                memory_total_bytes=16 * GiB,
+                memory_used_bytes=16 * GiB - free_bytes,
+                memory_free_bytes=free_bytes,
+            ),
+        ),
+    )
     return fold_gpu_with_alerts(state, gpu, ProcSnapshot(taken_at=1030.0))
 
 
@@ -45,8 +57,10 @@ def test_requests_waiting_past_the_threshold_raise_queue_wait_with_the_slots_fix
     state = _queued(_state(), 1000.0, 1030.0, 5)
     alert = only(evaluate(state), "queue_wait", Q8)
     assert alert.severity == "warning"
-    assert alert.message == ("3 requests waiting for a slot, the oldest 30 s: every slot of qwen3:1.7b-q8_0 is busy"
-                             " (2/2 slots busy) (estimated: 5 connections to port 11434)")
+    assert alert.message == (
+        "3 requests waiting for a slot, the oldest 30 s: every slot of qwen3:1.7b-q8_0 is busy"
+        " (2/2 slots busy) (estimated: 5 connections to port 11434)"
+    )
     kv_now = kv_bytes(state, Q8, 4096, 2)
     assert state.models[0].memory.kv.value == kv_now and state.models[0].parallel.value == 2
     slots_fix, queue_fix = alert.fixes
@@ -63,8 +77,9 @@ def test_no_alert_below_the_threshold_or_while_a_slot_is_free() -> None:
     assert [a for a in evaluate(state) if a.kind == "queue_wait"] == []
     assert [a.kind for a in evaluate(state, Thresholds(queue_wait_s=2.0)) if a.kind == "queue_wait"] == ["queue_wait"]
     free_slot = [SimpleNamespace(name=Q8, slots=SlotUse(total=2, busy=1, source="runner"))]
-    q = fold_connections(state.queue, ConnSnapshot(1060.0, PORT, tuple(("10.0.0.7", 40000 + i) for i in range(5))),
-                         free_slot)  # type: ignore[arg-type]
+    q = fold_connections(
+        state.queue, ConnSnapshot(1060.0, PORT, tuple(("10.0.0.7", 40000 + i) for i in range(5))), free_slot
+    )  # type: ignore[arg-type]
     assert [a for a in evaluate(dataclasses.replace(state, queue=q)) if a.kind == "queue_wait"] == []
 
 
@@ -88,7 +103,11 @@ def test_no_quantized_cache_fix_for_a_model_that_cannot_use_flash_attention() ->
 
     spilled = ps_snapshot([row(Q8, 32768, 6_100_000_000, 5_300_000_000)])  # KV 3.5 GiB, 763 MiB in RAM
     plain = only(evaluate(state_of(spilled, [spawn_line(blob(Q8), 32768)])), "spill", Q8)
-    assert [f.action for f in plain.fixes] == ["num_ctx 25600", "OLLAMA_KV_CACHE_TYPE=q8_0", "OLLAMA_KV_CACHE_TYPE=q4_0"]
+    assert [f.action for f in plain.fixes] == [
+        "num_ctx 25600",
+        "OLLAMA_KV_CACHE_TYPE=q8_0",
+        "OLLAMA_KV_CACHE_TYPE=q4_0",
+    ]
     forced = corpus_line("025", "forcing off")
     alert = only(evaluate(state_of(spilled, [spawn_line(blob(Q8), 32768), forced])), "spill", Q8)
     assert [f.action for f in alert.fixes] == ["num_ctx 25600"]

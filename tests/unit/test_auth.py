@@ -40,10 +40,12 @@ def test_redact_url_drops_userinfo_anywhere_in_text() -> None:
 
 def test_header_errors_name_the_header_never_its_value() -> None:
     assert parse_header("Authorization:  Bearer abc ") == ("Authorization", "Bearer abc")
-    for bad, words in [("no colon " + SECRET, "expected 'Name: value', got no ':'"),
-                       ("Accept-Encoding: br", "set by kvtop itself"),
-                       ("X-Key: " + SECRET + "\r\nInjected: 1", "line break"),
-                       ("Bad Name: " + SECRET, "got no header name before ':'")]:
+    for bad, words in [
+        ("no colon " + SECRET, "expected 'Name: value', got no ':'"),
+        ("Accept-Encoding: br", "set by kvtop itself"),
+        ("X-Key: " + SECRET + "\r\nInjected: 1", "line break"),
+        ("Bad Name: " + SECRET, "got no header name before ':'"),
+    ]:
         with pytest.raises(HeaderError) as info:
             parse_header(bad)
         assert words in str(info.value) and SECRET not in str(info.value)
@@ -51,8 +53,11 @@ def test_header_errors_name_the_header_never_its_value() -> None:
 
 def test_request_headers_bearer_basic_and_precedence() -> None:
     plain = ServerAccess("https://gpu-box:443", api_key="tok-123", api_key_env="OLLAMA_API_KEY")
-    assert plain.request_headers() == {"User-Agent": "kvtop", "Accept-Encoding": "gzip, deflate",
-                                       "Authorization": "Bearer tok-123"}
+    assert plain.request_headers() == {
+        "User-Agent": "kvtop",
+        "Accept-Encoding": "gzip, deflate",
+        "Authorization": "Bearer tok-123",
+    }
     assert plain.auth is None and plain.sent_words() == "Authorization: Bearer from OLLAMA_API_KEY"
     # an Authorization header given wins over OLLAMA_API_KEY (as ollama-python's BaseClient)
     given = ServerAccess("https://gpu-box:443", api_key="tok-123", headers=(("authorization", "Token x"),))
@@ -70,8 +75,9 @@ def test_request_headers_bearer_basic_and_precedence() -> None:
 
 
 def test_scrub_replaces_every_form_of_the_secrets() -> None:
-    access = ServerAccess("https://gpu-box:443", username="alice", password=SECRET,
-                          headers=(("X-Key", "Bearer k-987654"),))
+    access = ServerAccess(
+        "https://gpu-box:443", username="alice", password=SECRET, headers=(("X-Key", "Bearer k-987654"),)
+    )
     basic = base64.b64encode(f"alice:{SECRET}".encode()).decode()
     text = f"proxy said: Authorization: Basic {basic}; pass {SECRET}; key k-987654; via https://alice:{SECRET}@gpu-box/"
     out = access.scrub(text)
@@ -91,15 +97,24 @@ def test_tls_settings_only_speak_for_https() -> None:
 def test_server_accesses_flags_config_tables_and_environment(tmp_path: Path) -> None:
     hosts = [("https://a:443", "alice", SECRET), ("https://b:443", None, None), ("http://127.0.0.1:11434", None, None)]
     servers = {
-        "https://b/": {"headers": {"X-Team": "ml", "Authorization": "Bearer b-token"}, "insecure": True,
-                       "api_key_env": "B_KEY"},
+        "https://b/": {
+            "headers": {"X-Team": "ml", "Authorization": "Bearer b-token"},
+            "insecure": True,
+            "api_key_env": "B_KEY",
+        },
         "http://127.0.0.1:11434": {"api_key_env": "", "cacert": str(tmp_path / "missing.pem"), "colour": "red"},
         "https://nowhere": {"insecure": True},
     }
     env = {"OLLAMA_API_KEY": "env-token", "B_KEY": "b-env"}
     out, warnings = server_accesses(hosts, headers=["X-Run: 7"], servers=servers, env=env, file_origin="cfg.toml")
     a, b, local = out["https://a:443"], out["https://b:443"], out["http://127.0.0.1:11434"]
-    assert (a.username, a.password, a.api_key, a.headers, a.insecure) == ("alice", SECRET, "env-token", (("X-Run", "7"),), False)
+    assert (a.username, a.password, a.api_key, a.headers, a.insecure) == (
+        "alice",
+        SECRET,
+        "env-token",
+        (("X-Run", "7"),),
+        False,
+    )
     assert b.headers == (("X-Team", "ml"), ("Authorization", "Bearer b-token"), ("X-Run", "7")) and b.insecure
     assert b.api_key == "b-env" and not b.sends_bearer  # its own Authorization header wins
     assert local.api_key is None and local.cacert is None
@@ -108,7 +123,9 @@ def test_server_accesses_flags_config_tables_and_environment(tmp_path: Path) -> 
     assert any('[servers."https://nowhere:443"] names no server watched' in w for w in warnings)
     assert not any(SECRET in w or "b-token" in w for w in warnings)
     # --insecure on the command line beats a table's cacert; --cacert beats a table's insecure
-    out2, _ = server_accesses([("https://b:443", None, None)], insecure=True, servers={"https://b": {"insecure": False}}, env={})
+    out2, _ = server_accesses(
+        [("https://b:443", None, None)], insecure=True, servers={"https://b": {"insecure": False}}, env={}
+    )
     assert out2["https://b:443"].insecure is True
     with pytest.raises(ConfigError, match=r"--cacert .*missing.pem: no such file"):
         server_accesses(hosts, cacert=str(tmp_path / "missing.pem"), env={})
@@ -121,16 +138,21 @@ def test_server_accesses_flags_config_tables_and_environment(tmp_path: Path) -> 
 
 
 def test_a_password_over_plain_http_to_another_machine_is_warned_about() -> None:
-    _, warnings = server_accesses([("http://gpu-box:11434", "alice", SECRET), ("http://127.0.0.1:11434", "bob", "x")], env={})
-    assert warnings == ["the password for http://gpu-box:11434 goes over plain http (unencrypted): use https:// if"
-                        " its proxy offers it"]
+    _, warnings = server_accesses(
+        [("http://gpu-box:11434", "alice", SECRET), ("http://127.0.0.1:11434", "bob", "x")], env={}
+    )
+    assert warnings == [
+        "the password for http://gpu-box:11434 goes over plain http (unencrypted): use https:// if its proxy offers it"
+    ]
 
 
 def test_auth_messages_name_the_flags_and_what_was_sent() -> None:
     none = ServerAccess("https://gpu-box:443")
-    assert auth_message(401, none) == ("authentication required (401): set credentials with OLLAMA_API_KEY "
-                                       "(Bearer), --password-file FILE or --netrc (basic auth), or the config"
-                                       " file's [servers.\"URL\"] headers (sent: no credentials)")
+    assert auth_message(401, none) == (
+        "authentication required (401): set credentials with OLLAMA_API_KEY "
+        "(Bearer), --password-file FILE or --netrc (basic auth), or the config"
+        ' file\'s [servers."URL"] headers (sent: no credentials)'
+    )
     basic = ServerAccess("https://gpu-box:443", username="alice", password=SECRET)
     refused = auth_message(403, basic)
     assert refused.startswith("authentication refused (403)") and "basic auth as alice" in refused
@@ -144,8 +166,11 @@ async def test_a_401_is_an_auth_error_and_a_proxy_echo_of_the_secret_is_scrubbed
         assert request.headers["Authorization"] == f"Basic {basic}"
         return httpx.Response(403, json={"error": f"denied for {request.headers['Authorization']} ({SECRET})"})
 
-    client = OllamaClient("https://gpu-box:443", transport=httpx.MockTransport(handler),
-                          access=ServerAccess("https://gpu-box:443", username="alice", password=SECRET))
+    client = OllamaClient(
+        "https://gpu-box:443",
+        transport=httpx.MockTransport(handler),
+        access=ServerAccess("https://gpu-box:443", username="alice", password=SECRET),
+    )
     snap = await client.sample()
     await client.aclose()
     assert snap.reachable is False and snap.error_kind == "auth"
@@ -155,14 +180,20 @@ async def test_a_401_is_an_auth_error_and_a_proxy_echo_of_the_secret_is_scrubbed
 
 def test_print_config_masks_every_secret(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text('host = ["https://alice:' + SECRET + '@gpu-box/", "https://other/"]\n'
-                      '[servers."https://other"]\nheaders = { Authorization = "Bearer cfg-token-1" }\n',
-                      encoding="utf-8")
+    config.write_text(
+        'host = ["https://alice:' + SECRET + '@gpu-box/", "https://other/"]\n'
+        '[servers."https://other"]\nheaders = { Authorization = "Bearer cfg-token-1" }\n',
+        encoding="utf-8",
+    )
     config.chmod(0o600)  # it holds secrets: kvtop refuses it readable by others
-    proc = subprocess.run([sys.executable, "-m", "kvtop", "--config", str(config), "--print-config",
-                           "--header", "X-Key: flag-secret-2"], capture_output=True, text=True, timeout=30,
-                          cwd=str(REPO), env={"PATH": "/usr/bin:/bin", "OLLAMA_API_KEY": "env-secret-3",
-                                              "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--config", str(config), "--print-config", "--header", "X-Key: flag-secret-2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(REPO),
+        env={"PATH": "/usr/bin:/bin", "OLLAMA_API_KEY": "env-secret-3", "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     for secret in (SECRET, "cfg-token-1", "flag-secret-2", "env-secret-3"):

@@ -30,8 +30,11 @@ def plain_rule(values: list[int], total: int, width: int) -> list[int]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.one_of(st.just(0), st.just(1), st.integers(0, 10**10)), max_size=80),
-       st.integers(0, 10**10), st.integers(0, 160))
+@given(
+    st.lists(st.one_of(st.just(0), st.just(1), st.integers(0, 10**10)), max_size=80),
+    st.integers(0, 10**10),
+    st.integers(0, 160),
+)
 def test_same_cells_as_the_plain_rule(values: list[int], extra: int, width: int) -> None:
     total = sum(values) + extra
     got = _cells(values, total, width)

@@ -14,7 +14,7 @@ from kvtop.export.command import build_parser as export_parser
 
 def _epilog_lines() -> list[str]:
     text = cli.build_parser().format_help()
-    return text[text.index("subcommands"):].splitlines()
+    return text[text.index("subcommands") :].splitlines()
 
 
 def test_every_dispatched_subcommand_is_in_the_epilog() -> None:
@@ -38,12 +38,16 @@ def test_epilog_keeps_its_lines_within_80_columns() -> None:
     assert [line for line in lines if len(line) > 80] == []
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["export", "--help"], ["prometheus", "textfile", "node_exporter", "atomically", "no port"]),
-    (["plan", "--help"], ["--all", "pre-flight", "VRAM-tiered"]),
-])
-def test_subcommand_help_names_what_it_does(argv: list[str], words: list[str],
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["export", "--help"], ["prometheus", "textfile", "node_exporter", "atomically", "no port"]),
+        (["plan", "--help"], ["--all", "pre-flight", "VRAM-tiered"]),
+    ],
+)
+def test_subcommand_help_names_what_it_does(
+    argv: list[str], words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
         rc = cli.main(argv)  # plan returns its code; export lets argparse exit
     except SystemExit as exc:

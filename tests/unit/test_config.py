@@ -70,8 +70,7 @@ def test_host_from_environment() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "shown"),
-    [("http://127.0.0.1:11434", "127.0.0.1:11434"), ("https://gpu:443/x", "https://gpu:443/x")],
+    ("url", "shown"), [("http://127.0.0.1:11434", "127.0.0.1:11434"), ("https://gpu:443/x", "https://gpu:443/x")]
 )
 def test_display_host(url: str, shown: str) -> None:
     assert display_host(url) == shown
@@ -82,11 +81,20 @@ def test_the_local_server_is_the_first_on_this_machine_else_the_first() -> None:
     from kvtop.sources.hosts import local_host
 
     mine = {"10.1.2.3"}
-    assert local_host(["http://gpu-b:11434", "http://127.0.0.1:11434"], addresses=mine, hostname="box") \
+    assert (
+        local_host(["http://gpu-b:11434", "http://127.0.0.1:11434"], addresses=mine, hostname="box")
         == "http://127.0.0.1:11434"
-    assert local_host(["http://gpu-b:11434", "http://10.1.2.3:11434", "http://localhost:1"], addresses=mine,
-                      hostname="box") == "http://10.1.2.3:11434"
-    assert local_host(["http://gpu-b:11434", "http://box.lan:11434"], addresses=mine, hostname="box") \
+    )
+    assert (
+        local_host(
+            ["http://gpu-b:11434", "http://10.1.2.3:11434", "http://localhost:1"], addresses=mine, hostname="box"
+        )
+        == "http://10.1.2.3:11434"
+    )
+    assert (
+        local_host(["http://gpu-b:11434", "http://box.lan:11434"], addresses=mine, hostname="box")
         == "http://box.lan:11434"
-    assert local_host(["http://gpu-a:11434", "http://gpu-b:11434"], addresses=mine, hostname="box") \
-        == "http://gpu-a:11434"  # none here: the first (a single --host may be an SSH tunnel)
+    )
+    assert (
+        local_host(["http://gpu-a:11434", "http://gpu-b:11434"], addresses=mine, hostname="box") == "http://gpu-a:11434"
+    )  # none here: the first (a single --host may be an SSH tunnel)

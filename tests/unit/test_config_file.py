@@ -36,8 +36,9 @@ def _write(tmp_path: Path, text: str) -> Path:
         (None, None, "interval = 500", 60.0, "file"),  # clamped to 0.25–60
     ],
 )
-def test_precedence_flag_env_file_default(tmp_path: Path, flag: float | None, env: str | None, file: str | None,
-                                          value: float, origin: str) -> None:
+def test_precedence_flag_env_file_default(
+    tmp_path: Path, flag: float | None, env: str | None, file: str | None, value: float, origin: str
+) -> None:
     if file:
         _write(tmp_path, file)
     e = _env(tmp_path, **({"KVTOP_INTERVAL": env} if env else {}))
@@ -53,7 +54,10 @@ def test_theme_precedence_includes_saved_choice_and_no_color(tmp_path: Path) -> 
     assert save_theme("kvtop-light", e) is None and saved_theme(e) == "kvtop-light"
     r = resolve_config({}, {**e, "NO_COLOR": "1"}, saved_theme=saved_theme(e))
     assert r.values["theme"] == "kvtop-light" and r.origins["theme"].startswith("saved choice")
-    assert resolve_config({"theme": "kvtop-high-contrast"}, e, saved_theme="kvtop-light").values["theme"] == "kvtop-high-contrast"
+    assert (
+        resolve_config({"theme": "kvtop-high-contrast"}, e, saved_theme="kvtop-light").values["theme"]
+        == "kvtop-high-contrast"
+    )
 
 
 def test_broken_file_names_the_line_and_defaults_are_used(tmp_path: Path) -> None:
@@ -90,8 +94,14 @@ def test_kvtop_config_points_elsewhere(tmp_path: Path) -> None:
 def test_print_config_cli(tmp_path: Path) -> None:
     _write(tmp_path, 'interval = 5\nlog = "none"\n')
     env = {"PATH": "/usr/bin:/bin", **_env(tmp_path), "OLLAMA_HOST": "gpu-box:1234"}
-    proc = subprocess.run([sys.executable, "-m", "kvtop", "--print-config", "--theme", "kvtop-mono"],
-                          capture_output=True, text=True, cwd=str(REPO), env=env, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--print-config", "--theme", "kvtop-mono"],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        env=env,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:]}
     assert "http://gpu-box:1234" in lines["host"] and lines["host"].endswith("env OLLAMA_HOST")

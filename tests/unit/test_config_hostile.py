@@ -29,11 +29,24 @@ DEEP_TABLE = "interval = 2\n# a comment [[[[\nx = " + "{a = " * 2_000 + "1" + "}
 
 def _kvtop(args: list[str], tmp_path: Path, env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OLLAMA_HOST", "NO_COLOR") and not k.startswith("KVTOP_")}
-    env.update({"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
-                "NO_PROXY": "*", "PYTHONIOENCODING": "utf-8"})
+    env.update(
+        {
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+            "NO_PROXY": "*",
+            "PYTHONIOENCODING": "utf-8",
+        }
+    )
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, text=True, env=env,
-                          timeout=60, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def test_the_attack_is_real_for_plain_tomllib() -> None:
@@ -101,13 +114,16 @@ def test_config_that_never_ends_is_not_read_to_the_end(tmp_path: Path) -> None:
 def test_deep_state_file_gives_no_saved_theme(tmp_path: Path) -> None:
     env = {"XDG_STATE_HOME": str(tmp_path / "state")}
     (tmp_path / "state" / "kvtop").mkdir(parents=True)
-    (tmp_path / "state" / "kvtop" / "state.toml").write_text('theme = "kvtop-light"\nx = ' + "[" * 5000, encoding="utf-8")
+    (tmp_path / "state" / "kvtop" / "state.toml").write_text(
+        'theme = "kvtop-light"\nx = ' + "[" * 5000, encoding="utf-8"
+    )
     assert saved_theme(env) is None
 
 
 def test_deep_theme_file_is_reported_and_the_others_load(tmp_path: Path) -> None:
-    (tmp_path / "deep.toml").write_text('name = "deep"\n[colors]\nprimary = "#ff0000"\nx = ' + "[" * 5000 + "]" * 5000,
-                                        encoding="utf-8")
+    (tmp_path / "deep.toml").write_text(
+        'name = "deep"\n[colors]\nprimary = "#ff0000"\nx = ' + "[" * 5000 + "]" * 5000, encoding="utf-8"
+    )
     (tmp_path / "fine.toml").write_text('name = "fine"\n[colors]\nprimary = "#00ff00"\n', encoding="utf-8")
     themes, problems = load_themes_reporting(tmp_path)
     assert "fine" in themes and "deep" not in themes and "kvtop-dark" in themes
@@ -123,8 +139,10 @@ def test_alerts_that_is_not_a_table_is_reported(tmp_path: Path) -> None:
     path.write_text("alerts = 5\n", encoding="utf-8")
     values, warnings = read_config_file(path)
     assert "alerts" not in values
-    assert warnings == [f"{path}: alerts = 5: must be a table ([alerts] with one threshold a line)"
-                        " — ignored, the default thresholds are used"]
+    assert warnings == [
+        f"{path}: alerts = 5: must be a table ([alerts] with one threshold a line)"
+        " — ignored, the default thresholds are used"
+    ]
     resolved = resolve_config({}, {"KVTOP_CONFIG": str(path)})
     assert resolved.values["alerts"] == {}
     assert resolved.warnings == tuple(warnings)

@@ -88,11 +88,14 @@ def test_clamp_warning_without_numbers() -> None:
 
 
 def test_clamp_alert_reads_the_event() -> None:
-    state = state_of(ps_snapshot([row(Q8, 40960, 6_106_141_568)], taken_at=_utc(2026, 11, 18, 11, 6)),
-                     [CLAMP, spawn_line(blob(Q8), 40960, when="2026-11-18T11:05:00.100Z")])
+    state = state_of(
+        ps_snapshot([row(Q8, 40960, 6_106_141_568)], taken_at=_utc(2026, 11, 18, 11, 6)),
+        [CLAMP, spawn_line(blob(Q8), 40960, when="2026-11-18T11:05:00.100Z")],
+    )
     alert = only(evaluate(state), "context_clamped", Q8)
-    assert alert.message == ("num_ctx 65536 was requested; Ollama clamped it to the training context 40960:"
-                             " longer prompts are truncated")
+    assert alert.message == (
+        "num_ctx 65536 was requested; Ollama clamped it to the training context 40960: longer prompts are truncated"
+    )
     assert alert.since == _utc(2026, 11, 18, 11, 5)
 
 
@@ -104,16 +107,20 @@ def _spawned_006(model_blob: str) -> list[str]:
 @pytest.mark.parametrize(("minutes_after", "fires"), [(1, True), (60, False)])
 def test_runner_line_of_an_unloaded_model_raises_context_over_training(minutes_after: int, fires: bool) -> None:
     other = "sha256-" + "ab" * 32
-    state = state_of(ps_snapshot([], taken_at=_utc(2025, 1, 12, 10, minutes_after % 60) + 3600 * (minutes_after // 60)),
-                     _spawned_006(other))
+    state = state_of(
+        ps_snapshot([], taken_at=_utc(2025, 1, 12, 10, minutes_after % 60) + 3600 * (minutes_after // 60)),
+        _spawned_006(other),
+    )
     found = [a for a in evaluate(state) if a.kind == "context_over_training"]
     if not fires:
         assert found == []
         return
     (alert,) = found
     assert alert.model is None and alert.severity == "warning"
-    assert alert.message == ("sha256-abababababab…: the runner ran num_ctx 32768 per slot, above the training context"
-                             " 8192 (log line 14): past 8192 tokens the model degrades")
+    assert alert.message == (
+        "sha256-abababababab…: the runner ran num_ctx 32768 per slot, above the training context"
+        " 8192 (log line 14): past 8192 tokens the model degrades"
+    )
     assert alert.since == _utc(2025, 1, 12, 10)  # the spawn line's stamp (llama.cpp lines have none)
     assert [(f.action, f.fits) for f in alert.fixes] == [("num_ctx 8192", None)]
 
@@ -132,7 +139,9 @@ def test_loaded_model_without_a_training_context_uses_the_runner_line() -> None:
     assert state.models[0].load is not None  # the 006 load is this row's runner
     alerts = evaluate(state)
     alert = only(alerts, "context_over_training", TINY)
-    assert alert.message == ("num_ctx 32768 is above the training context 8192 (allocated): past 8192 tokens the model"
-                             " degrades, and the extra cache is allocated anyway; the runner said so (log line 14)")
+    assert alert.message == (
+        "num_ctx 32768 is above the training context 8192 (allocated): past 8192 tokens the model"
+        " degrades, and the extra cache is allocated anyway; the runner said so (log line 14)"
+    )
     assert alert.fixes[0].action == "num_ctx 8192"
     assert len([a for a in alerts if a.kind == "context_over_training"]) == 1  # not again from the event rule

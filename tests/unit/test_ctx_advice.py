@@ -48,8 +48,9 @@ RUN = (LLAMA / "q8_0-fa-on-np2.log").read_text(encoding="utf-8").splitlines()
 PROMPT_LINE = next(x for x in RUN if "task 0 | new prompt" in x)
 PREFILL_LINE = next(x for x in RUN if "task 0 | prompt eval time" in x)
 EVAL_LINE = next(x for x in RUN if "task 0 |        eval time" in x)
-REJECT_LINE = next(x for x in (LLAMA / "reject-over-context-ctx256.log").read_text(encoding="utf-8").splitlines()
-                   if "send_error" in x)
+REJECT_LINE = next(
+    x for x in (LLAMA / "reject-over-context-ctx256.log").read_text(encoding="utf-8").splitlines() if "send_error" in x
+)
 
 
 def request_lines(task: int, prompt: int, generated: int) -> list[str]:
@@ -68,7 +69,7 @@ def reject_line(prompt: int, n_ctx: int) -> str:
 def truncation_line() -> str:
     """Corpus 015's first cut (limit 512, a 617-token prompt), journald prefix dropped."""
     line = corpus_line("015", "truncating input prompt")
-    return line[line.index("time="):]
+    return line[line.index("time=") :]
 
 
 PROMPTS = [20 * (i + 1) for i in range(118)]
@@ -103,7 +104,9 @@ def test_sizes_from_real_llama_server_lines() -> None:
     served = served_requests(events, loads, model_blob=blob(TINY))
     # the run's two requests: 28 + 8 and 16 + 8 tokens (new prompt task.n_tokens + eval tokens)
     assert [(r.prompt_tokens, r.generated_tokens, r.tokens, r.lower_bound) for r in served.requests] == [
-        (28, 8, 36, False), (16, 8, 24, False)]
+        (28, 8, 36, False),
+        (16, 8, 24, False),
+    ]
     assert served.cuts == ()
     other = served_requests(events, loads, model_blob="sha256-" + "0" * 64)
     assert other.requests == ()  # another model's lines are not this one's
@@ -113,21 +116,33 @@ def test_cuts_without_timing_lines_count_as_their_prompt() -> None:
     """Corpus 015: four cut prompts of an Era B runner, which logs no timing lines."""
     from kvtop.logparse.load_grouping import group_loads
 
-    lines = [spawn_line(blob(TINY), 512)] + [x[x.index("time="):] for x in
-                                             (corpus_line("015", "prompt=617"),)] + [
-        line[line.index("time="):] for line in _corpus_015_cuts()[1:]]
+    lines = (
+        [spawn_line(blob(TINY), 512)]
+        + [x[x.index("time=") :] for x in (corpus_line("015", "prompt=617"),)]
+        + [line[line.index("time=") :] for line in _corpus_015_cuts()[1:]]
+    )
     events = parse_lines(lines)
     served = served_requests(events, group_loads(events), model_blob=blob(TINY))
     assert [(c.form, c.prompt_tokens, c.limit) for c in served.cuts] == [
-        ("truncated", 617, 512), ("truncated", 617, 512), ("truncated", 529, 512), ("truncated", 587, 512)]
+        ("truncated", 617, 512),
+        ("truncated", 617, 512),
+        ("truncated", 529, 512),
+        ("truncated", 587, 512),
+    ]
     assert [(r.tokens, r.cut, r.lower_bound) for r in served.requests] == [
-        (617, True, True), (617, True, True), (529, True, True), (587, True, True)]
+        (617, True, True),
+        (617, True, True),
+        (529, True, True),
+        (587, True, True),
+    ]
     assert any("only the cut prompts are sized" in n for n in served.notes)
     a = advise(TINY, served, plan.PlanConfig(512), spec=None, budget_bytes=None)
     assert a.recommendation is None
     assert a.reason == f"4 sized requests in the log: too few to recommend (at least {MIN_REQUESTS})"
-    assert advice_line(a) == ("4 requests, tokens p50 587 · p95 617 · p99 617 · max 617; 4 cut or refused: "
-                              "4 sized requests in the log: too few to recommend (at least 20)")
+    assert advice_line(a) == (
+        "4 requests, tokens p50 587 · p95 617 · p99 617 · max 617; 4 cut or refused: "
+        "4 sized requests in the log: too few to recommend (at least 20)"
+    )
 
 
 def _corpus_015_cuts() -> list[str]:
@@ -149,7 +164,12 @@ def test_recommendation_from_the_state() -> None:
     assert (d.requests, d.p50, d.p95, d.p99, d.max, d.cut, d.lower_bounds) == (122, 1168, 2268, 2368, 9000, 2, 0)
     r = a.recommendation
     assert r is not None
-    assert (r.config.num_ctx, r.config.cache_type, r.config.parallel, r.config.flash_attention) == (3072, "q8_0", 2, True)
+    assert (r.config.num_ctx, r.config.cache_type, r.config.parallel, r.config.flash_attention) == (
+        3072,
+        "q8_0",
+        2,
+        True,
+    )
     assert r.holds_tokens == 2368 and not r.capped
     # exact KV: 4 layers × 2 KV heads × (32 + 32) × 34/32 B (q8_0) × 3,072 cells × 2 slots
     assert r.kv_bytes == 4 * 2 * 64 * 34 // 32 * 3072 * 2 == 3_342_336
@@ -161,17 +181,31 @@ def test_recommendation_from_the_state() -> None:
     doc = advice_json(a)
     assert doc is not None
     assert doc["request_tokens"] == {"p50": 1168, "p95": 2268, "p99": 2368, "max": 9000}
-    assert doc["cuts"] == {"total": 2, "by_form": {"truncated": 1, "rejected": 1}, "sized": 2,
-                           "longest_prompt_tokens": 9000, "limits": [512, 4096]}
+    assert doc["cuts"] == {
+        "total": 2,
+        "by_form": {"truncated": 1, "rejected": 1},
+        "sized": 2,
+        "longest_prompt_tokens": 9000,
+        "limits": [512, 4096],
+    }
     rec = doc["recommendation"]
     assert (rec["num_ctx"], rec["rounding"], rec["kv_type"], rec["parallel"], rec["applied"]) == (
-        3072, "multiple of 1024", "q8_0", 2, False)
+        3072,
+        "multiple of 1024",
+        "q8_0",
+        2,
+        False,
+    )
     assert rec["kv_bytes"] == 3_342_336 and rec["fit"] is None
     line = advice_line(a)
-    assert line.startswith("122 requests, tokens p50 1,168 · p95 2,268 · p99 2,368 · max 9,000; 2 cut or refused → "
-                           "num_ctx 3072 (multiple of 1024) × q8_0 × 2 slots: KV ~3.2 MiB, frees ~")
-    assert line.endswith("of VRAM vs now (num_ctx 4096), fit not known; would have held 1 of 2 cut; "
-                         "Modelfile PARAMETER num_ctx 3072 or OLLAMA_CONTEXT_LENGTH=3072 (not applied)")
+    assert line.startswith(
+        "122 requests, tokens p50 1,168 · p95 2,268 · p99 2,368 · max 9,000; 2 cut or refused → "
+        "num_ctx 3072 (multiple of 1024) × q8_0 × 2 slots: KV ~3.2 MiB, frees ~"
+    )
+    assert line.endswith(
+        "of VRAM vs now (num_ctx 4096), fit not known; would have held 1 of 2 cut; "
+        "Modelfile PARAMETER num_ctx 3072 or OLLAMA_CONTEXT_LENGTH=3072 (not applied)"
+    )
 
 
 def _tiny_served() -> tuple[plan.ModelSpec, Sequence[object]]:
@@ -204,14 +238,18 @@ def test_a_budget_too_small_for_the_cache_type_picks_a_compact_one() -> None:
     q4 = advise(TINY, served, now, spec=spec, budget_bytes=budget)
     assert q4.recommendation is not None
     assert (q4.recommendation.config.cache_type, q4.recommendation.config.parallel, q4.recommendation.verdict) == (
-        "q4_0", 2, "fits")
+        "q4_0",
+        2,
+        "fits",
+    )
     assert q4.recommendation.changes == ("KV cache type q4_0 (server-wide: OLLAMA_KV_CACHE_TYPE=q4_0)",)
     none = advise(TINY, served, now, spec=spec, budget_bytes=1024)
     assert none.recommendation is not None  # the tiny model's need is within the 32 MiB stated error of 1 KiB
     assert (none.recommendation.config.cache_type, none.recommendation.verdict) == ("q8_0", "marginal")
     assert any("it may spill" in n for n in none.notes)
-    no_fa = advise(TINY, served, dataclasses.replace(now, cache_type="f16", flash_attention=False), spec=spec,
-                   budget_bytes=budget)
+    no_fa = advise(
+        TINY, served, dataclasses.replace(now, cache_type="f16", flash_attention=False), spec=spec, budget_bytes=budget
+    )
     assert no_fa.recommendation is not None
     assert no_fa.recommendation.config.cache_type == "f16"  # a quantized cache needs flash attention: not offered
 
@@ -270,9 +308,13 @@ def test_a_busy_slot_of_the_runner_is_the_request_in_flight() -> None:
     from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
 
     state = state_of(ps_snapshot([row(TINY, 4096, 5_000_000, 0)], taken_at=RUN_TIME + 60), traffic_log())
-    slots = (SlotState(0, 4096, True, id_task=300, n_tokens=3500, n_decoded=120),
-             SlotState(1, 4096, False, id_task=299, n_tokens=3900, n_decoded=8))
-    state = fold_slots_with_alerts(state, SlotsSnapshot(RUN_TIME + 61, (RunnerSlots(4242, 40123, blob(TINY), 8192, slots),)))
+    slots = (
+        SlotState(0, 4096, True, id_task=300, n_tokens=3500, n_decoded=120),
+        SlotState(1, 4096, False, id_task=299, n_tokens=3900, n_decoded=8),
+    )
+    state = fold_slots_with_alerts(
+        state, SlotsSnapshot(RUN_TIME + 61, (RunnerSlots(4242, 40123, blob(TINY), 8192, slots),))
+    )
     a = advice_for(state, view(state, TINY))
     assert a is not None and a.in_flight_tokens == 3500
     assert "a request in flight now already holds 3,500 tokens of its slot (/slots), more than num_ctx 3072" in a.notes

@@ -59,9 +59,13 @@ def test_the_demo_log_parses_to_the_scenarios_loads() -> None:
     assert [ld.model_blob for ld in loads] == [q8, q8, q4, gemma, q8]
     assert all(ld.era == "C" for ld in loads)
     # each load's buffers add up to the /api/ps row it stands for, the GPU ones to size_vram
-    rows = [(4096, 2_754_892_672, 2_754_892_672), (32768, 6_106_141_568, 6_106_141_568),
-            (4096, 1_894_083_456, 1_894_083_456), (4096, 6_591_830_464, 5_333_539_264),
-            (4096, 2_754_892_672, 2_754_892_672)]
+    rows = [
+        (4096, 2_754_892_672, 2_754_892_672),
+        (32768, 6_106_141_568, 6_106_141_568),
+        (4096, 1_894_083_456, 1_894_083_456),
+        (4096, 6_591_830_464, 5_333_539_264),
+        (4096, 2_754_892_672, 2_754_892_672),
+    ]
     for ld, (ctx, size, vram) in zip(loads, rows):
         buffers = [(dev, n) for comp in ld.memory.values() for dev, n in comp.items()]
         assert ld.num_ctx_per_seq == ctx and ld.parallel == 1
@@ -107,10 +111,16 @@ def test_gin_line_prints_the_corpus_access_lines_byte_for_byte() -> None:
         assert mine[2].strip() == theirs[2].strip() and mine[:2] + mine[3:] == theirs[:2] + theirs[3:], line
         if e.client != "192.0.2.16":
             assert ours.split(" | ", 1)[1] == line.split(" | ", 1)[1], line
-    assert [go_duration(s) for s in (0, 5e-7, 3.1775e-5, 60.4, 3600 + 61.9)] == ["0s", "500ns", "31.775µs", "1m0s",
-                                                                                 "1h1m1s"]
+    assert [go_duration(s) for s in (0, 5e-7, 3.1775e-5, 60.4, 3600 + 61.9)] == [
+        "0s",
+        "500ns",
+        "31.775µs",
+        "1m0s",
+        "1h1m1s",
+    ]
     assert gin_line(404, 0.0015, "::1", "GET", '/api/x?q="1"\n').endswith(
-        '|         1.5ms |             ::1 | GET      "/api/x?q=\\"1\\"\\n"')
+        '|         1.5ms |             ::1 | GET      "/api/x?q=\\"1\\"\\n"'
+    )
 
 
 def test_every_scripted_request_ends_with_its_access_line() -> None:
@@ -126,8 +136,11 @@ def test_every_scripted_request_ends_with_its_access_line() -> None:
         assert {e.path for e in gin} == {"/api/chat", "/api/generate"} and len({e.client for e in gin}) == 2
         # one slot: a request starts once the one before it is answered (the spilled gemma4's take 7 s)
         assert all(a.end_s < b.start_s for a, b in zip(script.requests, script.requests[1:]))
-    spilled = [e.latency_s for e in parse_lines(_stamped(script_lines(INCIDENT)))
-               if isinstance(e, GinRequest) and e.latency_s is not None]
+    spilled = [
+        e.latency_s
+        for e in parse_lines(_stamped(script_lines(INCIDENT)))
+        if isinstance(e, GinRequest) and e.latency_s is not None
+    ]
     assert max(spilled) > 5 > min(spilled)  # the spilled gemma4's requests take seconds longer
 
 
@@ -141,8 +154,13 @@ def test_the_incident_log_has_the_spill_cliff_and_the_recovery() -> None:
 
     def tps(load_index: int) -> list[float]:
         starts = [ld.first_line for ld in loads]
-        return [e.eval_tps for e in events if isinstance(e, RequestTiming) and e.eval_tps
-                and max(i for i, s in enumerate(starts) if s <= e.line_no) == load_index]
+        return [
+            e.eval_tps
+            for e in events
+            if isinstance(e, RequestTiming)
+            and e.eval_tps
+            and max(i for i, s in enumerate(starts) if s <= e.line_no) == load_index
+        ]
 
     before, during, after = tps(loads.index(spilled) - 1), tps(loads.index(spilled)), tps(loads.index(fixed))
     assert min(before) > 80 and max(during) < 11 and min(after) > 38
@@ -166,28 +184,25 @@ def _shape(line: str) -> str:
 
 
 NOT_IN_FIXTURES = {
-    'level=INFO source=S msg="loading model via llama-server" BLOB':
-        "docs/ollama-internals.md §4.4 (corpus 062's next line, cut in the excerpt)",
+    'level=INFO source=S msg="loading model via llama-server" BLOB': "docs/ollama-internals.md §4.4 (corpus 062's next line, cut in the excerpt)",
     'level=INFO source=S msg="llama-server started in N seconds"': "docs/ollama-internals.md §4.4",
-    'level=WARN source=S msg="truncating input prompt" limit=N prompt=N keep=N new=N':
-        "docs/ollama-internals.md §4.7 (v0.30+: the server prints it; corpus 014's line with llama_server.go's source)",
-    'level=WARN source=S msg="kv cache type not supported by model" type=qN_N':
-        "docs/ollama-internals.md §3.2 (slog.Warn with the type; corpus has only the spurious type=\"\")",
-    "llama_kv_cache_iswa: creating SWA KV cache, size = N cells":
-        "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
-    "llama_kv_cache_iswa: creating non-SWA KV cache, size = N cells":
-        "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
+    'level=WARN source=S msg="truncating input prompt" limit=N prompt=N keep=N new=N': "docs/ollama-internals.md §4.7 (v0.30+: the server prints it; corpus 014's line with llama_server.go's source)",
+    'level=WARN source=S msg="kv cache type not supported by model" type=qN_N': 'docs/ollama-internals.md §3.2 (slog.Warn with the type; corpus has only the spurious type="")',
+    "llama_kv_cache_iswa: creating SWA KV cache, size = N cells": "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
+    "llama_kv_cache_iswa: creating non-SWA KV cache, size = N cells": "corpus 042's llama_kv_cache_unified_iswa line under llama.cpp's newer class name (§4.5)",
     "sched_reserve: Flash Attention was auto, set to disabled": "docs/ollama-internals.md §4.6 (sched_reserve wording)",
-    '[GIN] N/N/N - N:N:N | N | Ns | N.N | POST "/api/generate"':
-        "docs/ollama-internals.md §4.9's observed line (the corpus's timed POSTs are /api/chat and /v1/chat/completions)",
+    '[GIN] N/N/N - N:N:N | N | Ns | N.N | POST "/api/generate"': "docs/ollama-internals.md §4.9's observed line (the corpus's timed POSTs are /api/chat and /v1/chat/completions)",
 }
 """Shapes not in tests/fixtures, each with where it is documented."""
 
 
 def test_every_demo_line_has_the_shape_of_a_real_line() -> None:
     real: set[str] = set()
-    for path in (glob.glob(str(FIXTURES / "llama_server" / "*.log")) + glob.glob(str(FIXTURES / "logs" / "*.log"))
-                 + glob.glob(str(FIXTURES / "gin" / "*.log"))):
+    for path in (
+        glob.glob(str(FIXTURES / "llama_server" / "*.log"))
+        + glob.glob(str(FIXTURES / "logs" / "*.log"))
+        + glob.glob(str(FIXTURES / "gin" / "*.log"))
+    ):
         with open(path, encoding="utf-8", errors="replace") as f:
             real.update(_shape(line.rstrip("\n")) for line in f)
     used: set[str] = set()
@@ -222,6 +237,7 @@ def test_the_log_loops_with_the_scenario(tmp_path: Path) -> None:
         clock.t += step_s
         writer.tick()
     lines = (tmp_path / "server.log").read_text(encoding="utf-8").splitlines()
+
     def unstamped(text: str) -> str:
         return re.sub(r"time=\S+ |\[GIN\] \S+ - \S+ ", "", text)
 
@@ -243,24 +259,45 @@ def test_the_writer_refuses_a_scenario_it_cannot_size(tmp_path: Path) -> None:
 def test_the_simulated_machine_accounts_for_every_byte() -> None:
     gpu = DEMO.machine.gpu if DEMO.machine is not None else None
     assert gpu is not None
-    runners = [{"pid": 4100, "model": "qwen3:1.7b-q8_0", "size": 6_106_141_568, "size_vram": 6_106_141_568,
-                "argv": runner_argv(DEMO, "qwen3:1.7b-q8_0", 32768)},
-               {"pid": 4132, "model": "gemma4:latest", "size": 6_591_830_464, "size_vram": 5_333_539_264,
-                "argv": runner_argv(DEMO, "gemma4:latest", 4096)}]
+    runners = [
+        {
+            "pid": 4100,
+            "model": "qwen3:1.7b-q8_0",
+            "size": 6_106_141_568,
+            "size_vram": 6_106_141_568,
+            "argv": runner_argv(DEMO, "qwen3:1.7b-q8_0", 32768),
+        },
+        {
+            "pid": 4132,
+            "model": "gemma4:latest",
+            "size": 6_591_830_464,
+            "size_vram": 5_333_539_264,
+            "argv": runner_argv(DEMO, "gemma4:latest", 4096),
+        },
+    ]
     idle, busy = machine_doc(1 << 35, 3 << 30, gpu, runners, False), machine_doc(1 << 35, 3 << 30, gpu, runners, True)
     g = idle["gpu"]
     # each runner: its size_vram (the GPU buffers its log prints) + its CUDA context; dana's job; the driver's own
     assert {p["pid"]: p["gpu_bytes"] for p in g["processes"]} == {
-        4100: 6_106_141_568 + RUNNER_CUDA_CONTEXT_BYTES, 4132: 5_333_539_264 + RUNNER_CUDA_CONTEXT_BYTES,
-        23011: 2_621_440_000}
+        4100: 6_106_141_568 + RUNNER_CUDA_CONTEXT_BYTES,
+        4132: 5_333_539_264 + RUNNER_CUDA_CONTEXT_BYTES,
+        23011: 2_621_440_000,
+    }
     assert RUNNER_CUDA_CONTEXT_BYTES == 240 * MIB
     assert g["memory_used"] == 83_886_080 + 6_106_141_568 + 5_333_539_264 + 2 * 240 * MIB + 2_621_440_000
     assert g["memory_free"] == 17_175_674_880 - g["memory_used"]
     assert idle["ram_used"] == (3 << 30) + 1_258_291_200
-    assert (g["gpu_util"], g["power_draw_mw"]) == (1, 34_000) and (busy["gpu"]["gpu_util"], busy["gpu"]["power_draw_mw"]) == (97, 148_000)
+    assert (g["gpu_util"], g["power_draw_mw"]) == (1, 34_000) and (
+        busy["gpu"]["gpu_util"],
+        busy["gpu"]["power_draw_mw"],
+    ) == (97, 148_000)
     kinds = {p["pid"]: (p["kind"], p["user"]) for p in idle["processes"]}
-    assert kinds == {1187: ("server", "ollama"), 4100: ("runner", "ollama"), 4132: ("runner", "ollama"),
-                     23011: ("other", "dana")}
+    assert kinds == {
+        1187: ("server", "ollama"),
+        4100: ("runner", "ollama"),
+        4132: ("runner", "ollama"),
+        23011: ("other", "dana"),
+    }
     assert next(p for p in idle["processes"] if p["pid"] == 4100)["cmdline"][0] == LLAMA_SERVER
     assert machine_doc(1 << 35, 3 << 30, None, runners, True)["gpu"] is None
     with pytest.raises(ValueError, match=r"\$\.machine\.gpu\.memory_total: expected a non-negative integer"):
@@ -280,4 +317,5 @@ def test_every_model_runs_the_blob_its_modelfile_names(name: str) -> None:
         assert any(blob in arg for arg in runner_argv(sc, model.name, 2048))
     if name.startswith("incident"):
         assert model_blob(sc.models["embeddinggemma:latest"]) == (
-            "sha256-0800cbac9c2064dde519420e75e512a83cb360de3ad5df176185dc69652fc515")
+            "sha256-0800cbac9c2064dde519420e75e512a83cb360de3ad5df176185dc69652fc515"
+        )

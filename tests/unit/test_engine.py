@@ -69,6 +69,7 @@ class FakeRecorder:
             if name == self.fail_on:
                 raise OSError("disk full")
             self.calls.append(name)
+
         return write
 
     def close(self) -> None:
@@ -151,7 +152,9 @@ def test_one_apply_step_folds_every_staged_message_and_evaluates_once() -> None:
     assert engine.apply_steps == 1 and engine.alert_evaluations == 1
     assert step.changed == (HOST,) and step.states[HOST] is engine.states[HOST]
     state = engine.states[HOST]
-    assert state.models and state.gpu is not None and state.log.lines == len(LOG.read_text(encoding="utf-8").splitlines())
+    assert (
+        state.models and state.gpu is not None and state.log.lines == len(LOG.read_text(encoding="utf-8").splitlines())
+    )
     assert len(step.polls[HOST]) == 1 and step.log_events
     assert engine.histories[HOST].point_count() > 0
     engine.stage_slots(SlotsSnapshot(taken_at=1.0))  # the same round again: nothing changes
@@ -263,15 +266,24 @@ async def test_the_loop_polls_follows_the_log_and_reports_failures_once(monkeypa
     bad = RaisingSource()
     log = ListLog(lines[:10], ["x " + MARKER], lines[10:])
     s = settings(more_hosts=(other,), interval_s=0.05)
-    engine = Engine(s, EngineSources(servers={HOST: FakeSource(snapshot_at(step_index("spills"))), other: bad},
-                                     log=log, gpu=FixedGpuSource(), procs=FixedProcSource()))  # type: ignore[arg-type]
+    engine = Engine(
+        s,
+        EngineSources(
+            servers={HOST: FakeSource(snapshot_at(step_index("spills"))), other: bad},
+            log=log,
+            gpu=FixedGpuSource(),
+            procs=FixedProcSource(),
+        ),
+    )  # type: ignore[arg-type]
     notices: list[Notice] = []
     engine.on_notice(notices.append)
     steps: list[Step] = []
     engine.subscribe(steps.append)
     task = asyncio.ensure_future(engine.run())
     deadline = asyncio.get_running_loop().time() + 10
-    while (bad.calls < 3 or engine.states[HOST].log.lines < len(lines) + 1) and asyncio.get_running_loop().time() < deadline:
+    while (
+        bad.calls < 3 or engine.states[HOST].log.lines < len(lines) + 1
+    ) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
@@ -313,8 +325,9 @@ async def test_a_down_server_is_data_not_a_failure() -> None:
 
 async def test_a_loop_that_breaks_is_reported_and_the_others_go_on() -> None:
     source = FakeSource(snapshot_at(step_index("spills")))
-    engine = Engine(settings(interval_s=0.05), EngineSources(servers={HOST: source}, gpu=FixedGpuSource(),
-                                                             procs=FixedProcSource()))
+    engine = Engine(
+        settings(interval_s=0.05), EngineSources(servers={HOST: source}, gpu=FixedGpuSource(), procs=FixedProcSource())
+    )
     notices: list[Notice] = []
     engine.on_notice(notices.append)
 

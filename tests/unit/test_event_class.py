@@ -15,9 +15,11 @@ from kvtop.logparse.events import Oom
 
 
 def test_no_event_class_generates_code_at_import() -> None:
-    code = ("import kvtop.logparse.events as e, kvtop.logparse.request_events as r\n"
-            "classes = [c for m in (e, r) for c in vars(m).values() if isinstance(c, type) and hasattr(c, '_lean')]\n"
-            "print(len(classes), sum(c.__init__.__name__ == 'first_init' for c in classes))")
+    code = (
+        "import kvtop.logparse.events as e, kvtop.logparse.request_events as r\n"
+        "classes = [c for m in (e, r) for c in vars(m).values() if isinstance(c, type) and hasattr(c, '_lean')]\n"
+        "print(len(classes), sum(c.__init__.__name__ == 'first_init' for c in classes))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     total, stubs = map(int, done.stdout.split())
     assert total >= 25 and stubs == total

@@ -12,8 +12,15 @@ from tests.ui.fakes import snapshot_at, step_index
 
 @pytest.mark.parametrize(
     ("n", "long", "short"),
-    [(0, "0 B", "0B"), (1023, "1023 B", "1023B"), (448 * 2**20, "448 MiB", "448M"), (4 * 2**30, "4.0 GiB", "4.0G"),
-     (int(61.3 * 2**20), "61.3 MiB", "61M"), (6_106_141_568, "5.7 GiB", "5.7G"), (None, "?", "?")],
+    [
+        (0, "0 B", "0B"),
+        (1023, "1023 B", "1023B"),
+        (448 * 2**20, "448 MiB", "448M"),
+        (4 * 2**30, "4.0 GiB", "4.0G"),
+        (int(61.3 * 2**20), "61.3 MiB", "61M"),
+        (6_106_141_568, "5.7 GiB", "5.7G"),
+        (None, "?", "?"),
+    ],
 )
 def test_ibytes(n: int | None, long: str, short: str) -> None:
     assert ibytes(n) == long and ibytes(n, short=True) == short
@@ -44,12 +51,14 @@ def test_memory_bar_segments_follow_the_split() -> None:
 
 @pytest.mark.parametrize(
     ("name", "limit", "shown"),
-    [("qwen3:1.7b-q8_0", 20, "qwen3:1.7b-q8_0"),
-     ("hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M", 22, "hf.co/unsloth/…:Q4_K_M"),
-     ("averyveryverylongnamewithouttag", 12, "averyver…tag"),
-     # a credential a server echoes in a name is not shown (the table, --once)
-     ("mirror:https://bob:pw/9@x.example/m", 40, "mirror:https://x.example/m"),
-     ("evil:latest?token=abc123", 40, "evil:latest?token=***")],
+    [
+        ("qwen3:1.7b-q8_0", 20, "qwen3:1.7b-q8_0"),
+        ("hf.co/unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF:Q4_K_M", 22, "hf.co/unsloth/…:Q4_K_M"),
+        ("averyveryverylongnamewithouttag", 12, "averyver…tag"),
+        # a credential a server echoes in a name is not shown (the table, --once)
+        ("mirror:https://bob:pw/9@x.example/m", 40, "mirror:https://x.example/m"),
+        ("evil:latest?token=abc123", 40, "evil:latest?token=***"),
+    ],
 )
 def test_safe_name_keeps_the_tag(name: str, limit: int, shown: str) -> None:
     from kvtop.ui.format import safe_name
@@ -70,8 +79,10 @@ def test_columns_fit_every_supported_width(width: int) -> None:
     assert ("id" in keys) == (width >= 160)
 
 
-@pytest.mark.parametrize(("n", "text"), [(4096, "4096"), (32768, "32768"), (99999, "99999"), (131072, "128K"),
-                                          (1048576, "1024K"), (100001, "100001")])
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(4096, "4096"), (32768, "32768"), (99999, "99999"), (131072, "128K"), (1048576, "1024K"), (100001, "100001")],
+)
 def test_ctx_number(n: int, text: str) -> None:
     from kvtop.ui.format import ctx_number
 

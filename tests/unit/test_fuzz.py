@@ -33,21 +33,50 @@ FUZZ_EXAMPLES = int(os.environ.get("KVTOP_FUZZ_EXAMPLES", "2000"))
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 pytestmark = pytest.mark.timeout(900)  # KVTOP_FUZZ_EXAMPLES=10000 takes longer than the suite's 120 s per test
 
-NASTY = st.sampled_from(["\x1b]52;c;aGk=\x07", "\x1b[2J", "\x1b[31m", "[bold red]x[/]", "\x00", "\u202e", "\x9b1m",
-                         "\r", "-1", "9223372036854775808", "1e400", "NaN", "sha256-", "", " "])
+NASTY = st.sampled_from(
+    [
+        "\x1b]52;c;aGk=\x07",
+        "\x1b[2J",
+        "\x1b[31m",
+        "[bold red]x[/]",
+        "\x00",
+        "\u202e",
+        "\x9b1m",
+        "\r",
+        "-1",
+        "9223372036854775808",
+        "1e400",
+        "NaN",
+        "sha256-",
+        "",
+        " ",
+    ]
+)
 TEXT = st.one_of(st.text(max_size=24), NASTY, st.lists(st.one_of(st.text(max_size=6), NASTY), max_size=4).map("".join))
-SCALAR = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                   st.sampled_from([0.5, -1.0, float("nan"), float("inf"), 1e300]), TEXT)
-JSON = st.recursive(SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=4),
-                                                   st.dictionaries(TEXT, kids, max_size=4)), max_leaves=12)
+SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0.5, -1.0, float("nan"), float("inf"), 1e300]),
+    TEXT,
+)
+JSON = st.recursive(
+    SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(TEXT, kids, max_size=4)), max_leaves=12
+)
 
-SMALL_JSON = st.recursive(SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=3),
-                                                         st.dictionaries(TEXT, kids, max_size=3)), max_leaves=6)
+SMALL_JSON = st.recursive(
+    SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(TEXT, kids, max_size=3)), max_leaves=6
+)
 
 PS_KEYS = ["name", "model", "size", "size_vram", "digest", "expires_at", "context_length", "details"]
 PS_ROW = st.fixed_dictionaries({}, optional={k: SMALL_JSON for k in PS_KEYS})
@@ -111,8 +140,18 @@ def test_parse_show_and_tags_never_escape(body: Any) -> None:
 
 
 @FUZZ
-@given(st.one_of(SMALL_JSON, st.lists(st.dictionaries(st.sampled_from(
-    ["id", "n_ctx", "is_processing", "state", "id_task", "n_prompt_tokens", "next_token"]), SMALL_JSON), max_size=3)))
+@given(
+    st.one_of(
+        SMALL_JSON,
+        st.lists(
+            st.dictionaries(
+                st.sampled_from(["id", "n_ctx", "is_processing", "state", "id_task", "n_prompt_tokens", "next_token"]),
+                SMALL_JSON,
+            ),
+            max_size=3,
+        ),
+    )
+)
 def test_runner_endpoints_never_escape(body: Any) -> None:
     for parse in (parse_slots, parse_props):
         try:
@@ -141,9 +180,31 @@ def test_log_parser_never_escapes_and_describes_safely(lines: list[str]) -> None
 SCRATCH = Path(__import__("tempfile").mkdtemp(prefix="kvtop-fuzz-"))
 """One folder for the files the file readers are fuzzed with (rewritten per case; left in the temp dir)."""
 
-TOML_PIECES = st.sampled_from(["a = 1\n", "[alerts]\n", "interval = ", "host = [", "]", "{", "}", "x = {y = ", '"',
-                               "'''", "\n", "= =", "[[t]]\n", "1e999", "\x00", "\x1b[2J", "theme = \"", "alerts = 5\n"])
-TOML_TEXT = st.one_of(st.text(max_size=200), st.lists(st.one_of(TOML_PIECES, st.text(max_size=6)), max_size=40).map("".join))
+TOML_PIECES = st.sampled_from(
+    [
+        "a = 1\n",
+        "[alerts]\n",
+        "interval = ",
+        "host = [",
+        "]",
+        "{",
+        "}",
+        "x = {y = ",
+        '"',
+        "'''",
+        "\n",
+        "= =",
+        "[[t]]\n",
+        "1e999",
+        "\x00",
+        "\x1b[2J",
+        'theme = "',
+        "alerts = 5\n",
+    ]
+)
+TOML_TEXT = st.one_of(
+    st.text(max_size=200), st.lists(st.one_of(TOML_PIECES, st.text(max_size=6)), max_size=40).map("".join)
+)
 
 
 @FUZZ
@@ -165,18 +226,31 @@ def _valid_header() -> bytes:
     from kvtop.model.alerts import Thresholds
     from kvtop.sources.recorder import recording_header
 
-    header = recording_header(hosts=("http://127.0.0.1:11434",), log_spec="none", gpu=False, demo=False,
-                              naive_tz=timezone.utc, thresholds=Thresholds(), started_at=1_795_963_473.0)
+    header = recording_header(
+        hosts=("http://127.0.0.1:11434",),
+        log_spec="none",
+        gpu=False,
+        demo=False,
+        naive_tz=timezone.utc,
+        thresholds=Thresholds(),
+        started_at=1_795_963_473.0,
+    )
     return json.dumps(header).encode() + b"\n"
 
 
 HEADER = _valid_header()
 RECORD_LINE = st.one_of(
     JSON.map(lambda v: json.dumps(v, default=str).encode()),
-    st.fixed_dictionaries({"t": SCALAR, "kind": st.sampled_from(["ollama", "gpu", "log", "slots", "x"])},
-                          optional={"snapshot": SMALL_JSON, "gpu": SMALL_JSON, "procs": SMALL_JSON,
-                                    "slots": SMALL_JSON, "raw_lines": SMALL_JSON},
-                          ).map(lambda v: json.dumps(v, default=str).encode()),
+    st.fixed_dictionaries(
+        {"t": SCALAR, "kind": st.sampled_from(["ollama", "gpu", "log", "slots", "x"])},
+        optional={
+            "snapshot": SMALL_JSON,
+            "gpu": SMALL_JSON,
+            "procs": SMALL_JSON,
+            "slots": SMALL_JSON,
+            "raw_lines": SMALL_JSON,
+        },
+    ).map(lambda v: json.dumps(v, default=str).encode()),
     st.binary(max_size=60),
 )
 

@@ -67,17 +67,20 @@ def test_plain_text_output_uses_the_clearer_forms() -> None:
     assert to_ascii("qwen…:q8_0 4096×1", keep_cells=False) == "qwen.:q8_0 4096x1"  # aligned columns keep one cell
 
 
-@pytest.mark.parametrize(("environ", "encoding", "expected"), [
-    ({"LANG": "C.UTF-8"}, "utf-8", False),
-    ({"LANG": "en_US.utf8"}, None, False),
-    ({"LC_ALL": "C", "LANG": "en_US.UTF-8"}, "utf-8", True),  # LC_ALL wins; Python's UTF-8 mode does not count
-    ({"LC_CTYPE": "en_US.UTF-8", "LANG": "C"}, None, False),
-    ({"LANG": "POSIX"}, None, True),
-    ({"LANG": "de_DE.ISO-8859-1"}, None, True),
-    ({}, None, True),  # no locale variable: the C locale
-    ({"LANG": "en_US.UTF-8"}, "ascii", True),
-    ({"LC_ALL": "", "LANG": "en_US.UTF-8"}, "UTF-8", False),  # an empty variable is not set
-])
+@pytest.mark.parametrize(
+    ("environ", "encoding", "expected"),
+    [
+        ({"LANG": "C.UTF-8"}, "utf-8", False),
+        ({"LANG": "en_US.utf8"}, None, False),
+        ({"LC_ALL": "C", "LANG": "en_US.UTF-8"}, "utf-8", True),  # LC_ALL wins; Python's UTF-8 mode does not count
+        ({"LC_CTYPE": "en_US.UTF-8", "LANG": "C"}, None, False),
+        ({"LANG": "POSIX"}, None, True),
+        ({"LANG": "de_DE.ISO-8859-1"}, None, True),
+        ({}, None, True),  # no locale variable: the C locale
+        ({"LANG": "en_US.UTF-8"}, "ascii", True),
+        ({"LC_ALL": "", "LANG": "en_US.UTF-8"}, "UTF-8", False),  # an empty variable is not set
+    ],
+)
 def test_wants_ascii(environ: dict[str, str], encoding: str | None, expected: bool) -> None:
     assert wants_ascii(environ, encoding) is expected
 
@@ -87,10 +90,14 @@ def test_pythons_own_locale_coercion_is_not_the_users() -> None:
     ``LC_CTYPE=C.UTF-8`` in its own environment (PEP 538/540); the terminal still is not UTF-8."""
     coerced = {"LANG": "C", "LC_CTYPE": "C.UTF-8"}
     assert started_in_c_locale(1, coerced, {}) and not started_in_c_locale(0, coerced, {})
-    assert not started_in_c_locale(1, {**coerced, "PYTHONUTF8": "1"}, {}) and not started_in_c_locale(1, coerced, {"utf8": True})
+    assert not started_in_c_locale(1, {**coerced, "PYTHONUTF8": "1"}, {}) and not started_in_c_locale(
+        1, coerced, {"utf8": True}
+    )
     assert wants_ascii(coerced, "utf-8", c_locale_start=True)
     assert wants_ascii({"LC_CTYPE": "C.UTF-8"}, "utf-8", c_locale_start=True)  # no LANG at all
-    assert not wants_ascii({"LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"}, "utf-8", c_locale_start=True)  # not installed here
+    assert not wants_ascii(
+        {"LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"}, "utf-8", c_locale_start=True
+    )  # not installed here
     assert not wants_ascii(coerced, "utf-8")  # a user's own LC_CTYPE=C.UTF-8 counts
     assert output_wants_ascii(coerced, "utf-8", 1, {}) and not output_wants_ascii({"LANG": "C.UTF-8"}, "utf-8", 0, {})
 
@@ -98,8 +105,15 @@ def test_pythons_own_locale_coercion_is_not_the_users() -> None:
 def _once(env_extra: dict[str, str], *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-m", "kvtop", "--demo", "--once", *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, encoding="utf-8", timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--demo", "--once", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 

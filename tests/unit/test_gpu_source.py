@@ -35,8 +35,21 @@ def _source(tmp_path: Path, **kwargs: Any) -> GpuSource:
 # the guarded call
 
 
-@pytest.mark.parametrize("code", [ERROR_CODES[c] for c in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NO_PERMISSION",
-                                                           "NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN", "TIMEOUT")])
+@pytest.mark.parametrize(
+    "code",
+    [
+        ERROR_CODES[c]
+        for c in (
+            "NOT_SUPPORTED",
+            "FUNCTION_NOT_FOUND",
+            "NO_PERMISSION",
+            "NOT_FOUND",
+            "INVALID_ARGUMENT",
+            "UNKNOWN",
+            "TIMEOUT",
+        )
+    ],
+)
 def test_nvml_query_field_errors_become_none(code: int) -> None:
     fake = FakeNvml()
 
@@ -47,11 +60,17 @@ def test_nvml_query_field_errors_become_none(code: int) -> None:
     assert nvml_query(fake.module, "nvmlDeviceGetPowerUsage", object()) is None
 
 
-@pytest.mark.parametrize(("code", "exc"), [
-    (ERROR_CODES["GPU_IS_LOST"], GpuLost), (ERROR_CODES["RESET_REQUIRED"], GpuLost),
-    (ERROR_CODES["LIBRARY_NOT_FOUND"], NvmlUnavailable), (ERROR_CODES["DRIVER_NOT_LOADED"], NvmlUnavailable),
-    (ERROR_CODES["LIB_RM_VERSION_MISMATCH"], NvmlUnavailable), (ERROR_CODES["UNINITIALIZED"], NvmlUnavailable),
-])
+@pytest.mark.parametrize(
+    ("code", "exc"),
+    [
+        (ERROR_CODES["GPU_IS_LOST"], GpuLost),
+        (ERROR_CODES["RESET_REQUIRED"], GpuLost),
+        (ERROR_CODES["LIBRARY_NOT_FOUND"], NvmlUnavailable),
+        (ERROR_CODES["DRIVER_NOT_LOADED"], NvmlUnavailable),
+        (ERROR_CODES["LIB_RM_VERSION_MISMATCH"], NvmlUnavailable),
+        (ERROR_CODES["UNINITIALIZED"], NvmlUnavailable),
+    ],
+)
 def test_nvml_query_raises_only_when_nvml_or_the_device_is_gone(code: int, exc: type[Exception]) -> None:
     fake = FakeNvml()
 
@@ -102,8 +121,12 @@ async def test_two_gpus_every_field(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert snap.status == "GPU telemetry: 2 NVIDIA GPUs (NVML, driver 550.54.15)"
     assert snap.driver_version == "550.54.15"
     d0, d1 = snap.devices
-    assert (d0.index, d0.name, d0.uuid, d0.bus_id) == (0, "NVIDIA RTX A6000", "GPU-aaaaaaaa-0000-0000-0000-000000000000",
-                                                      "00000000:01:00.0")
+    assert (d0.index, d0.name, d0.uuid, d0.bus_id) == (
+        0,
+        "NVIDIA RTX A6000",
+        "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+        "00000000:01:00.0",
+    )
     # v2 memory: reserved apart, not counted as free
     assert d0.memory_total_bytes == 48 * GiB
     assert d0.memory_reserved_bytes == 512 * MiB
@@ -112,7 +135,10 @@ async def test_two_gpus_every_field(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (d0.gpu_util_percent, d0.memory_util_percent, d0.temperature_c) == (45, 20, 61)
     assert (d0.power_draw_mw, d0.power_limit_mw) == (250_000, 300_000)
     assert [(p.pid, p.used_memory_bytes, p.kinds) for p in d0.processes or ()] == [
-        (4101, 5 * GiB, ("compute",)), (4102, 9 * GiB, ("compute",)), (7777, 4 * GiB, ("compute",))]
+        (4101, 5 * GiB, ("compute",)),
+        (4102, 9 * GiB, ("compute",)),
+        (7777, 4 * GiB, ("compute",)),
+    ]
     assert [(p.pid, p.kinds) for p in d1.processes or ()] == [(1234, ("graphics",)), (4102, ("compute",))]
     assert snap.pids == (1234, 4101, 4102, 7777)
     assert snap.system is not None and snap.system.swap_total_bytes == 8 * GiB
@@ -121,9 +147,15 @@ async def test_two_gpus_every_field(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 async def test_unsupported_fields_are_not_available(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gpus = two_gpus()
-    gpus[1].unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
-                           "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetComputeRunningProcesses",
-                           "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetPciInfo"}
+    gpus[1].unsupported = {
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+        "nvmlDeviceGetPciInfo",
+    }
     FakeNvml(gpus).install(monkeypatch)
     snap = await _source(tmp_path).sample()
     d1 = snap.devices[1]
@@ -207,14 +239,18 @@ async def test_library_missing_says_so_and_recovers(tmp_path: Path, monkeypatch:
     assert snap.ok and len(snap.devices) == 2
 
 
-@pytest.mark.parametrize(("code", "problem", "words"), [
-    (ERROR_CODES["DRIVER_NOT_LOADED"], "no_driver", "NVIDIA driver not loaded"),
-    (ERROR_CODES["LIB_RM_VERSION_MISMATCH"], "version_mismatch", "version mismatch"),
-    (ERROR_CODES["NO_PERMISSION"], "no_permission", "no permission"),
-    (ERROR_CODES["UNKNOWN"], "error", "NVML failed (Unknown Error)"),
-])
-async def test_init_failures_in_plain_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int,
-                                            problem: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("code", "problem", "words"),
+    [
+        (ERROR_CODES["DRIVER_NOT_LOADED"], "no_driver", "NVIDIA driver not loaded"),
+        (ERROR_CODES["LIB_RM_VERSION_MISMATCH"], "version_mismatch", "version mismatch"),
+        (ERROR_CODES["NO_PERMISSION"], "no_permission", "no permission"),
+        (ERROR_CODES["UNKNOWN"], "error", "NVML failed (Unknown Error)"),
+    ],
+)
+async def test_init_failures_in_plain_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, problem: str, words: str
+) -> None:
     FakeNvml(two_gpus(), init_error=code).install(monkeypatch)
     snap = await _source(tmp_path).sample()
     assert snap.problem == problem and words in snap.status and not snap.ok
@@ -285,9 +321,20 @@ def test_system_memory_survives_a_failing_swap(tmp_path: Path) -> None:
 
 
 def test_amd_sysfs_cards(tmp_path: Path) -> None:
-    add_amd_card(tmp_path, 0, product="AMD Radeon RX 7900 XTX", total=24 * GiB, used=3 * GiB, busy=37, slot="0000:03:00.0")
-    add_amd_card(tmp_path, 1, total=16 * GiB, used=1 * GiB, busy=0, mem_busy=None, power_file="power1_input",
-                 cap_uw=None, slot="0000:04:00.0")
+    add_amd_card(
+        tmp_path, 0, product="AMD Radeon RX 7900 XTX", total=24 * GiB, used=3 * GiB, busy=37, slot="0000:03:00.0"
+    )
+    add_amd_card(
+        tmp_path,
+        1,
+        total=16 * GiB,
+        used=1 * GiB,
+        busy=0,
+        mem_busy=None,
+        power_file="power1_input",
+        cap_uw=None,
+        slot="0000:04:00.0",
+    )
     devices, others = read_amd_sysfs(tmp_path)
     assert others == []
     a, b = devices
@@ -348,7 +395,14 @@ def test_sources_do_not_import_textual_or_rich() -> None:
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_module_constants_match_pynvml() -> None:
     pynvml = pytest.importorskip("pynvml")
-    for name in ("UNINITIALIZED", "NO_PERMISSION", "DRIVER_NOT_LOADED", "LIBRARY_NOT_FOUND", "GPU_IS_LOST",
-                 "RESET_REQUIRED", "LIB_RM_VERSION_MISMATCH"):
+    for name in (
+        "UNINITIALIZED",
+        "NO_PERMISSION",
+        "DRIVER_NOT_LOADED",
+        "LIBRARY_NOT_FOUND",
+        "GPU_IS_LOST",
+        "RESET_REQUIRED",
+        "LIB_RM_VERSION_MISMATCH",
+    ):
         assert getattr(gpu_nvml, f"NVML_ERROR_{name}") == getattr(pynvml, f"NVML_ERROR_{name}") == ERROR_CODES[name]
     assert pynvml.nvmlMemory_v2 == FakeNvml().module.nvmlMemory_v2

@@ -40,8 +40,14 @@ def _source(tmp_path: Path, **kwargs: Any) -> GpuSource:
 
 
 def _gb10(**kwargs: Any) -> FakeGpu:
-    return FakeGpu(name="NVIDIA GB10", uuid="GPU-gb10-0000", bus_id="0000000F:01:00.0",
-                   unsupported={"nvmlDeviceGetMemoryInfo"}, compute=[(4101, 9 * GiB)], **kwargs)
+    return FakeGpu(
+        name="NVIDIA GB10",
+        uuid="GPU-gb10-0000",
+        bus_id="0000000F:01:00.0",
+        unsupported={"nvmlDeviceGetMemoryInfo"},
+        compute=[(4101, 9 * GiB)],
+        **kwargs,
+    )
 
 
 def test_nvml_memory_not_supported_is_unified_memory_from_the_system(tmp_path: Path) -> None:
@@ -68,8 +74,10 @@ def test_a_discrete_gpu_keeps_its_own_memory(tmp_path: Path) -> None:
 
 def test_unified_memory_without_psutil_is_unknown_not_invented(tmp_path: Path) -> None:
     fake = FakeNvml([_gb10()])
-    broken = SimpleNamespace(virtual_memory=lambda: (_ for _ in ()).throw(OSError("no /proc")),
-                             swap_memory=lambda: (_ for _ in ()).throw(OSError("no /proc")))
+    broken = SimpleNamespace(
+        virtual_memory=lambda: (_ for _ in ()).throw(OSError("no /proc")),
+        swap_memory=lambda: (_ for _ in ()).throw(OSError("no /proc")),
+    )
     d = _source(tmp_path, nvml=fake.module, psutil_module=broken).sample_sync().devices[0]
     assert d.unified_memory is False and d.memory_total_bytes is None and d.memory_free_bytes is None
 
@@ -98,8 +106,9 @@ def test_apple_gpu_from_ioreg_shares_system_ram(tmp_path: Path) -> None:
     snap = _source(tmp_path, platform="darwin", ioreg=ioreg).sample_sync()
     assert calls == [1]
     assert snap.ok and snap.backend == "ioreg" and snap.problem is None
-    assert snap.status == ("GPU telemetry: 1 Apple GPU (ioreg; unified memory: shares system RAM;"
-                           " no per-process GPU memory)")
+    assert snap.status == (
+        "GPU telemetry: 1 Apple GPU (ioreg; unified memory: shares system RAM; no per-process GPU memory)"
+    )
     d = snap.devices[0]
     assert (d.vendor, d.name, d.unified_memory) == ("apple", "Apple GPU (AGXAcceleratorG13X)", True)
     assert d.memory_used_bytes == 340983808 and d.memory_allocated_bytes == 1214005248
@@ -113,22 +122,34 @@ def test_apple_gpu_from_ioreg_shares_system_ram(tmp_path: Path) -> None:
 
 
 def test_model_name_and_core_count_are_used_when_ioreg_gives_them(tmp_path: Path) -> None:
-    text = M1_PRO.replace('      "IONameMatched"', '      "model" = "Apple M1 Pro"\n      "gpu-core-count" = 16\n'
-                                                     '      "IONameMatched"')
+    text = M1_PRO.replace(
+        '      "IONameMatched"', '      "model" = "Apple M1 Pro"\n      "gpu-core-count" = 16\n      "IONameMatched"'
+    )
     d = _source(tmp_path, platform="darwin", ioreg=lambda: text).sample_sync().devices[0]
     assert d.name == "Apple M1 Pro, 16 GPU cores"
 
 
-@pytest.mark.parametrize(("error", "status", "problem"), [
-    (FileNotFoundError(2, "No such file or directory: 'ioreg'"),
-     "GPU telemetry: not available (the ioreg command is not found)", "not_supported"),
-    (subprocess.TimeoutExpired(["ioreg"], 2.0),
-     "GPU telemetry: ioreg did not answer within 2 s; kvtop keeps trying", "error"),
-    (PermissionError(13, "Permission denied"),
-     "GPU telemetry: ioreg failed ([Errno 13] Permission denied); kvtop keeps trying", "error"),
-])
-def test_ioreg_failures_are_a_sentence_not_a_crash(tmp_path: Path, error: Exception, status: str,
-                                                   problem: str) -> None:
+@pytest.mark.parametrize(
+    ("error", "status", "problem"),
+    [
+        (
+            FileNotFoundError(2, "No such file or directory: 'ioreg'"),
+            "GPU telemetry: not available (the ioreg command is not found)",
+            "not_supported",
+        ),
+        (
+            subprocess.TimeoutExpired(["ioreg"], 2.0),
+            "GPU telemetry: ioreg did not answer within 2 s; kvtop keeps trying",
+            "error",
+        ),
+        (
+            PermissionError(13, "Permission denied"),
+            "GPU telemetry: ioreg failed ([Errno 13] Permission denied); kvtop keeps trying",
+            "error",
+        ),
+    ],
+)
+def test_ioreg_failures_are_a_sentence_not_a_crash(tmp_path: Path, error: Exception, status: str, problem: str) -> None:
     def ioreg() -> str:
         raise error
 
@@ -163,8 +184,9 @@ def test_xe_vram_size_is_read_per_tile(tmp_path: Path, monkeypatch: pytest.Monke
     assert (d.vendor, d.index, d.name, d.bus_id) == ("intel", 0, "Intel GPU 0xe20b (card1, xe)", "0000:03:00.0")
     assert d.memory_total_bytes == 12 * GiB and d.memory_used_bytes is None and d.memory_free_bytes is None
     assert (d.temperature_c, d.power_draw_mw) == (48, 35_000)
-    assert d.memory_note == ("VRAM size from sysfs tileN/physical_vram_size_bytes (xe); the kernel exposes no"
-                             " VRAM use for Intel GPUs")
+    assert d.memory_note == (
+        "VRAM size from sysfs tileN/physical_vram_size_bytes (xe); the kernel exposes no VRAM use for Intel GPUs"
+    )
 
 
 def test_multi_tile_xe_and_the_memory_subdirectory(tmp_path: Path) -> None:
@@ -185,8 +207,10 @@ def test_mainline_i915_is_not_supported_with_the_reason(tmp_path: Path, monkeypa
     add_intel_card(tmp_path, 0, driver="i915", device_id="0x46a6")
     snap = _source(tmp_path).sample_sync()
     assert not snap.ok and not snap.devices and snap.problem == "no_library"
-    assert snap.notes == ("Intel GPU 0x46a6 (card0, i915): not supported: the i915 driver exposes no GPU memory"
-                          " in sysfs (an integrated GPU uses system RAM; mainline i915 has no VRAM counters)",)
+    assert snap.notes == (
+        "Intel GPU 0x46a6 (card0, i915): not supported: the i915 driver exposes no GPU memory"
+        " in sysfs (an integrated GPU uses system RAM; mainline i915 has no VRAM counters)",
+    )
 
 
 def test_amd_and_intel_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,8 +219,9 @@ def test_amd_and_intel_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     add_intel_card(tmp_path, 1, tiles=(16 * GiB,))
     snap = _source(tmp_path).sample_sync()
     assert snap.backend == "sysfs" and [(d.vendor, d.index) for d in snap.devices] == [("amd", 0), ("intel", 1)]
-    assert snap.status == ("GPU telemetry: 1 AMD GPU, 1 Intel GPU (sysfs; no per-process GPU memory;"
-                           " Intel: VRAM size only)")
+    assert snap.status == (
+        "GPU telemetry: 1 AMD GPU, 1 Intel GPU (sysfs; no per-process GPU memory; Intel: VRAM size only)"
+    )
 
 
 def test_unreadable_sysfs_never_crashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

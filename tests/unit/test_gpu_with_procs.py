@@ -16,8 +16,9 @@ class Gpus:
 
     async def sample(self) -> GpuSnapshot:
         procs = tuple(GpuProcess(pid=p, used_memory_bytes=1) for p in self.pids)
-        return GpuSnapshot(taken_at=1.0, status="GPU telemetry: fake", ok=True,
-                           devices=(GpuDevice(index=0, processes=procs),))
+        return GpuSnapshot(
+            taken_at=1.0, status="GPU telemetry: fake", ok=True, devices=(GpuDevice(index=0, processes=procs),)
+        )
 
     async def aclose(self) -> None:
         return None

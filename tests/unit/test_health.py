@@ -21,13 +21,16 @@ from kvtop.sources.health import HealthSource
 @pytest.fixture
 def tree():
     """A parent that starts two children (its "runners"), all of them the test's own."""
-    code = ("import subprocess,sys,time\n"
-            "kids=[subprocess.Popen([sys.executable,'-c','import time\\nx=bytearray(8<<20)\\ntime.sleep(60)'])"
-            " for _ in range(2)]\n"
-            "print('ready',flush=True)\ntime.sleep(60)\n")
+    code = (
+        "import subprocess,sys,time\n"
+        "kids=[subprocess.Popen([sys.executable,'-c','import time\\nx=bytearray(8<<20)\\ntime.sleep(60)'])"
+        " for _ in range(2)]\n"
+        "print('ready',flush=True)\ntime.sleep(60)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 10
+
     def settled() -> bool:  # both children started and hold their 8 MiB
         kids = psutil.Process(parent.pid).children()
         return len(kids) == 2 and all(k.memory_info().rss > 16 << 20 for k in kids)
@@ -88,9 +91,12 @@ def _fake_tool(bin_dir: Path, name: str, body: str) -> None:
 
 
 def test_systemd_nrestarts_from_fake_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_tool(tmp_path / "bin", "systemctl",
-               'echo "$@" >> "' + str(tmp_path / "calls") + '"\n'
-               '[ "$1 $2 $3 $4 $5" = "show -p NRestarts --value ollama.service" ] && echo 3 && exit 0\nexit 1\n')
+    _fake_tool(
+        tmp_path / "bin",
+        "systemctl",
+        'echo "$@" >> "' + str(tmp_path / "calls") + '"\n'
+        '[ "$1 $2 $3 $4 $5" = "show -p NRestarts --value ollama.service" ] && echo 3 && exit 0\nexit 1\n',
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "proc" / "4242").mkdir(parents=True)
     (tmp_path / "proc" / "4242" / "cgroup").write_text("0::/system.slice/ollama.service\n")
@@ -132,7 +138,11 @@ def test_cgroup_v2_limits(tmp_path: Path) -> None:
     limits = HealthSource(proc_root=proc, cgroup_root=cg).cgroup_limits(9)
     assert limits is not None
     assert (limits.version, limits.memory_max_bytes, limits.memory_current_bytes, limits.cpu_max_cores) == (
-        2, 17179869184, 1073741824, 4.0)
+        2,
+        17179869184,
+        1073741824,
+        4.0,
+    )
     (unit / "memory.max").write_text("max\n")
     (unit / "cpu.max").write_text("max 100000\n")
     limits = HealthSource(proc_root=proc, cgroup_root=cg).cgroup_limits(9)
@@ -165,7 +175,11 @@ def test_cgroup_v1_limits(tmp_path: Path) -> None:
     limits = HealthSource(proc_root=proc, cgroup_root=cg).cgroup_limits(9)
     assert limits is not None
     assert (limits.version, limits.memory_max_bytes, limits.memory_current_bytes, limits.cpu_max_cores) == (
-        1, 4294967296, 1000, 2.0)
+        1,
+        4294967296,
+        1000,
+        2.0,
+    )
     (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1 "no limit"
     (cpu / "cpu.cfs_quota_us").write_text("-1\n")
     limits = HealthSource(proc_root=proc, cgroup_root=cg).cgroup_limits(9)
@@ -194,7 +208,9 @@ def test_descendants_listed_again_only_when_the_ollama_processes_change(tree, tm
     with_runner = _procs(tree.pid)
     import dataclasses
 
-    with_runner = dataclasses.replace(with_runner, runners=(RunnerProcess(kids[0], "llama-server", "C", server_pid=tree.pid),))
+    with_runner = dataclasses.replace(
+        with_runner, runners=(RunnerProcess(kids[0], "llama-server", "C", server_pid=tree.pid),)
+    )
     now[0] += 1
     src.sample_sync(with_runner, "http://127.0.0.1:11434")
     assert src.tree_walks == 3  # a new runner in the sample: listed again

@@ -7,13 +7,7 @@ import dataclasses
 import pytest
 
 from kvtop.model.gpu_snapshots import GpuDevice, GpuSnapshot
-from kvtop.model.history import (
-    MAX_MARKERS,
-    History,
-    Series,
-    downsample,
-    sparkline,
-)
+from kvtop.model.history import MAX_MARKERS, History, Series, downsample, sparkline
 from kvtop.model.logstate import Throughput
 from kvtop.model.views import AppState
 from kvtop.model.fold_alerts import fold_with_alerts, fold_gpu_with_alerts
@@ -32,9 +26,21 @@ def _state_at(step: int, t: float, prev: AppState | None = None) -> AppState:
 
 
 def _gpu(t: float, used: int, total: int = 24 * GiB, index: int = 0) -> GpuSnapshot:
-    return GpuSnapshot(taken_at=t, status="GPU telemetry: NVML", ok=True, backend="nvml",
-                       devices=(GpuDevice(index=index, name="NVIDIA RTX 4090", memory_total_bytes=total,
-                                          memory_used_bytes=used, memory_free_bytes=total - used),))
+    return GpuSnapshot(
+        taken_at=t,
+        status="GPU telemetry: NVML",
+        ok=True,
+        backend="nvml",
+        devices=(
+            GpuDevice(
+                index=index,
+                name="NVIDIA RTX 4090",
+                memory_total_bytes=total,
+                memory_used_bytes=used,
+                memory_free_bytes=total - used,
+            ),
+        ),
+    )
 
 
 def test_samples_in_one_bucket_coalesce_newest_wins() -> None:
@@ -72,12 +78,15 @@ def test_invalid_bucket_is_refused() -> None:
         Series(bucket_s=10.0, retention_s=5.0)
 
 
-@pytest.mark.parametrize(("start", "end", "expected"), [
-    (0.0, 1e9, (10.0, 11.0, 12.0, 13.0, 14.0)),
-    (11.0, 13.0, (11.0, 12.0, 13.0)),
-    (11.5, 12.5, (12.0,)),
-    (20.0, 30.0, ()),
-])
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        (0.0, 1e9, (10.0, 11.0, 12.0, 13.0, 14.0)),
+        (11.0, 13.0, (11.0, 12.0, 13.0)),
+        (11.5, 12.5, (12.0,)),
+        (20.0, 30.0, ()),
+    ],
+)
 def test_window_slicing(start: float, end: float, expected: tuple[float, ...]) -> None:
     s = Series(bucket_s=1.0, retention_s=100.0)
     for t in range(10, 15):
@@ -93,13 +102,16 @@ def test_downsample_keeps_the_peak_of_each_slice() -> None:
     assert downsample(pts[:5], 0.0, 100.0, 10) == pts[:5]
 
 
-@pytest.mark.parametrize(("values", "cells", "expected"), [
-    ([(0.0, 1.0), (10.0, 1.0), (20.0, 1.0)], 3, "███"),
-    ([(0.0, 1.0), (29.0, 8.0)], 3, "▂ █"),  # 1/8 of the peak: index round(7 / 8) = 1
-    ([(20.0, 4.0)], 3, "  █"),
-    ([], 3, "   "),
-    ([(0.0, 0.0), (29.0, 0.0)], 3, "▁ ▁"),
-])
+@pytest.mark.parametrize(
+    ("values", "cells", "expected"),
+    [
+        ([(0.0, 1.0), (10.0, 1.0), (20.0, 1.0)], 3, "███"),
+        ([(0.0, 1.0), (29.0, 8.0)], 3, "▂ █"),  # 1/8 of the peak: index round(7 / 8) = 1
+        ([(20.0, 4.0)], 3, "  █"),
+        ([], 3, "   "),
+        ([(0.0, 0.0), (29.0, 0.0)], 3, "▁ ▁"),
+    ],
+)
 def test_sparkline(values: list[tuple[float, float]], cells: int, expected: str) -> None:
     assert sparkline(values, 0.0, 30.0, cells) == expected
 
@@ -126,8 +138,17 @@ def test_load_unload_and_reload_markers() -> None:
     t = TAKEN_AT
     state = _state_at(0, t)
     h.record(state, t)
-    for i, label in enumerate(("loads at num_ctx 4096", "raised to 32768", "A second model", "gemma4 loads",
-                               "gemma4 finished", "Models unloaded"), 1):
+    for i, label in enumerate(
+        (
+            "loads at num_ctx 4096",
+            "raised to 32768",
+            "A second model",
+            "gemma4 loads",
+            "gemma4 finished",
+            "Models unloaded",
+        ),
+        1,
+    ):
         state = _state_at(step_index(label), t + 10 * i, state)
         h.record(state, t + 10 * i)
     got = [(m.t_s - t, m.kind, m.model) for m in h.markers]
@@ -146,8 +167,10 @@ def test_load_unload_and_reload_markers() -> None:
 
 def _with_loads(state: AppState, loads: dict[str, int | None], all_loads: list[Load]) -> AppState:
     """``state`` with its rows paired to the demo log's loads by index (None: not paired yet)."""
-    models = tuple(dataclasses.replace(v, load=None if loads.get(v.name) is None else all_loads[loads[v.name] or 0])
-                   for v in state.models)
+    models = tuple(
+        dataclasses.replace(v, load=None if loads.get(v.name) is None else all_loads[loads[v.name] or 0])
+        for v in state.models
+    )
     return dataclasses.replace(state, models=models)
 
 
@@ -202,8 +225,9 @@ def test_gpu_devices_are_recorded_from_their_own_sample_time() -> None:
     assert dev.used_bytes.latest == (500.0, 3.0 * GiB)
     assert dev.total_bytes.latest == (500.0, 24.0 * GiB)
     assert h.latest_s == 500.0 and h.gpu_note is None
-    failed = fold_gpu_with_alerts(state, GpuSnapshot(taken_at=501.0, status="GPU telemetry: no NVIDIA driver"),
-                       ProcSnapshot(taken_at=501.0))
+    failed = fold_gpu_with_alerts(
+        state, GpuSnapshot(taken_at=501.0, status="GPU telemetry: no NVIDIA driver"), ProcSnapshot(taken_at=501.0)
+    )
     h.record(failed, 901.0)
     assert h.gpu_note == "GPU telemetry: no NVIDIA driver" and len(dev.used_bytes) == 1
 
@@ -255,8 +279,7 @@ def test_long_run_stays_at_the_cap() -> None:
         t = TAKEN_AT + i * 0.25
         base = states[(i // 20_000) % 2]  # gemma4 loads and unloads every 20 000 samples
         snap = dataclasses.replace(base.last_ok, taken_at=t)
-        state = dataclasses.replace(base, last_ok=snap, ollama=snap,
-                                    gpu=_gpu(t, (10 + i % 7) * GiB), procs=proc)
+        state = dataclasses.replace(base, last_ok=snap, ollama=snap, gpu=_gpu(t, (10 + i % 7) * GiB), procs=proc)
         h.record(state, t)
         if i % 10_000 == 9_999:
             counts.append(h.point_count())

@@ -41,8 +41,10 @@ class DequeSeries:
         return tuple(p for p in self.points if start_s <= p[0] <= end_s)
 
 
-@pytest.mark.parametrize(("bucket_s", "retention_s", "seed"), [
-    (1.0, 100.0, 1), (1.0, 100.0, 2), (0.25, 30.0, 3), (2.0, 2.0, 4), (1.0, 3600.0, 5), (1.0, 7.0, 6)])
+@pytest.mark.parametrize(
+    ("bucket_s", "retention_s", "seed"),
+    [(1.0, 100.0, 1), (1.0, 100.0, 2), (0.25, 30.0, 3), (2.0, 2.0, 4), (1.0, 3600.0, 5), (1.0, 7.0, 6)],
+)
 def test_the_ring_answers_as_the_deque_did(bucket_s: float, retention_s: float, seed: int) -> None:
     """Random sample times (coalescing, samples older than the newest bucket, gaps longer than the
     retention, bursts that fill the ring and wrap it many times): after every sample the length,
@@ -68,8 +70,13 @@ def test_the_ring_answers_as_the_deque_did(bucket_s: float, retention_s: float, 
         assert ring.oldest_s == ref.points[0][0]
         if i % 7 == 0:
             newest = ref.points[-1][0]
-            for lo, hi in ((0.0, 1e12), (newest - retention_s / 3, newest), (newest - retention_s / 2, newest - 2.0),
-                           (newest + 1, newest + 5), (newest - 3.0, newest - 3.0)):
+            for lo, hi in (
+                (0.0, 1e12),
+                (newest - retention_s / 3, newest),
+                (newest - retention_s / 2, newest - 2.0),
+                (newest + 1, newest + 5),
+                (newest - 3.0, newest - 3.0),
+            ):
                 assert ring.window(lo, hi) == ref.window(lo, hi), (i, lo, hi)
     assert wrapped or ring.cap == 1  # the test went through the wrap-around, not only appends
 
@@ -119,9 +126,15 @@ def test_the_history_of_100_models_for_an_hour_stays_small() -> None:
     for i in range(3600):
         t = TAKEN_AT + i
         snap = dataclasses.replace(base.last_ok, taken_at=t)
-        gpu = GpuSnapshot(taken_at=t, status="GPU telemetry: NVML", ok=True, backend="nvml",
-                          devices=(GpuDevice(index=0, name="gpu", memory_total_bytes=80 * 2**30,
-                                             memory_used_bytes=(40 + i % 3) * 2**30),))
+        gpu = GpuSnapshot(
+            taken_at=t,
+            status="GPU telemetry: NVML",
+            ok=True,
+            backend="nvml",
+            devices=(
+                GpuDevice(index=0, name="gpu", memory_total_bytes=80 * 2**30, memory_used_bytes=(40 + i % 3) * 2**30),
+            ),
+        )
         h.record(dataclasses.replace(base, last_ok=snap, ollama=snap, models=views, gpu=gpu, procs=proc), t)
     points = h.point_count()
     assert points == (100 * 3 + 2) * 3600

@@ -40,8 +40,19 @@ import pytest
 from tests.import_graph import all_modules, circles, edges, graph, imports_of
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("faces", ("kvtop.ui", "kvtop.cli", "kvtop.plan_cli", "kvtop.inspect_log", "kvtop.report", "kvtop.export",
-               "kvtop.demo", "kvtop.__main__")),
+    (
+        "faces",
+        (
+            "kvtop.ui",
+            "kvtop.cli",
+            "kvtop.plan_cli",
+            "kvtop.inspect_log",
+            "kvtop.report",
+            "kvtop.export",
+            "kvtop.demo",
+            "kvtop.__main__",
+        ),
+    ),
     ("engine", ("kvtop.engine",)),
     ("settings", ("kvtop.config",)),
     ("sources", ("kvtop.sources",)),
@@ -52,8 +63,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Top to bottom. A module belongs to the layer of its longest matching prefix (``kvtop`` itself
 only as the package ``kvtop/__init__.py``)."""
 
-CIRCLES_ALLOWED: frozenset[frozenset[str]] = frozenset({
-})
+CIRCLES_ALLOWED: frozenset[frozenset[str]] = frozenset({})
 """Import circles that exist today, each with what removes it. Only ever shrinks."""
 
 LAYER_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
@@ -89,7 +99,8 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     upward = {(e.source, e.target): e for e in edges() if layer_of(e.target) < layer_of(e.source)}
     unexpected = sorted(
         f"{e.source}:{e.line} ({LAYERS[layer_of(e.source)][0]}) imports {e.target} ({LAYERS[layer_of(e.target)][0]}, {e.kind})"
-        for pair, e in upward.items() if pair not in LAYER_EXCEPTIONS
+        for pair, e in upward.items()
+        if pair not in LAYER_EXCEPTIONS
     )
     assert not unexpected, "imports of a layer above:\n" + "\n".join(unexpected)
     stale = sorted(LAYER_EXCEPTIONS - set(upward))
@@ -117,7 +128,9 @@ def test_no_textual_nor_rich_below_the_faces_and_only_the_ui_among_them() -> Non
             seen.add((e.source, e.target))
     assert not below, "Textual/Rich below the faces:\n" + "\n".join(below)
     unexpected = sorted(seen - set(FACE_TOOLKIT_EXCEPTIONS))
-    assert not unexpected, f"faces other than kvtop.ui importing Textual/Rich (list them with a reason or move the code to kvtop.ui): {unexpected}"
+    assert not unexpected, (
+        f"faces other than kvtop.ui importing Textual/Rich (list them with a reason or move the code to kvtop.ui): {unexpected}"
+    )
     stale = sorted(set(FACE_TOOLKIT_EXCEPTIONS) - seen)
     assert not stale, f"listed in FACE_TOOLKIT_EXCEPTIONS but gone: delete them: {stale}"
 
@@ -126,9 +139,15 @@ def test_core_is_standard_library_only() -> None:
     """``kvtop.core`` is the leaf every layer may import: nothing of kvtop, nothing installed."""
     core = [e for e in edges(external=True) if e.source == "kvtop.core" or e.source.startswith("kvtop.core.")]
     assert core, "no import found in kvtop.core: is the graph reading the files?"
-    bad = [f"{e.source}:{e.line} imports {e.target}" for e in core
-           if not e.external and not e.target.startswith("kvtop.core")
-           or e.external and e.target not in sys.stdlib_module_names and e.target != "__future__"]
+    bad = [
+        f"{e.source}:{e.line} imports {e.target}"
+        for e in core
+        if not e.external
+        and not e.target.startswith("kvtop.core")
+        or e.external
+        and e.target not in sys.stdlib_module_names
+        and e.target != "__future__"
+    ]
     assert not bad, bad
 
 
@@ -138,26 +157,33 @@ def test_core_is_standard_library_only() -> None:
 MODULES = {"kvtop", "kvtop.a", "kvtop.a.b", "kvtop.a.c", "kvtop.d"}
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ("import kvtop.a.b", {("kvtop.a.b", "module")}),
-    ("from kvtop.a import b, x", {("kvtop.a.b", "module"), ("kvtop.a", "module")}),
-    ("from kvtop.a.b import thing", {("kvtop.a.b", "module")}),
-    ("from . import c", {("kvtop.a.c", "module")}),
-    ("from .. import d", {("kvtop.d", "module")}),
-    ("def f():\n    from kvtop.d import y\n", {("kvtop.d", "function")}),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kvtop.d import y\n", {("kvtop.d", "type")}),
-    ("import typing\nif typing.TYPE_CHECKING:\n    import kvtop.d\nelse:\n    import kvtop.a.c\n",
-     {("kvtop.d", "type"), ("kvtop.a.c", "module")}),
-    ("class K:\n    async def f(self):\n        import kvtop.d\n", {("kvtop.d", "function")}),
-    ("import kvtop.a.b.missing", {("kvtop.a.b", "module")}),
-])
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import kvtop.a.b", {("kvtop.a.b", "module")}),
+        ("from kvtop.a import b, x", {("kvtop.a.b", "module"), ("kvtop.a", "module")}),
+        ("from kvtop.a.b import thing", {("kvtop.a.b", "module")}),
+        ("from . import c", {("kvtop.a.c", "module")}),
+        ("from .. import d", {("kvtop.d", "module")}),
+        ("def f():\n    from kvtop.d import y\n", {("kvtop.d", "function")}),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kvtop.d import y\n", {("kvtop.d", "type")}),
+        (
+            "import typing\nif typing.TYPE_CHECKING:\n    import kvtop.d\nelse:\n    import kvtop.a.c\n",
+            {("kvtop.d", "type"), ("kvtop.a.c", "module")},
+        ),
+        ("class K:\n    async def f(self):\n        import kvtop.d\n", {("kvtop.d", "function")}),
+        ("import kvtop.a.b.missing", {("kvtop.a.b", "module")}),
+    ],
+)
 def test_the_graph_sees_every_kind_of_import(source: str, expected: set[tuple[str, str]]) -> None:
     found = {(e.target, e.kind) for e in imports_of(source, "kvtop.a.e", MODULES) if not e.external}
     assert found == expected
 
 
 def test_external_imports_are_named_by_their_top_package() -> None:
-    found = {(e.target, e.kind) for e in imports_of("import rich.text\nfrom textual.app import App\n", "kvtop.d", MODULES)}
+    found = {
+        (e.target, e.kind) for e in imports_of("import rich.text\nfrom textual.app import App\n", "kvtop.d", MODULES)
+    }
     assert found == {("rich", "module"), ("textual", "module")}
 
 

@@ -27,8 +27,9 @@ LOGS = FIXTURES / "logs"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtop", "inspect-log", *args], capture_output=True, text=True,
-                          timeout=60, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", "inspect-log", *args], capture_output=True, text=True, timeout=60, cwd=str(REPO)
+    )
 
 
 def log(prefix: str) -> Path:
@@ -36,11 +37,14 @@ def log(prefix: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("path", [
-    FIXTURES / "api" / "001-api-ps-gemma3-full-gpu.json",
-    FIXTURES / "api" / "003-ollama-ps-llama4-cpu-gpu-split-forever.txt",
-    REPO / "README.md",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        FIXTURES / "api" / "001-api-ps-gemma3-full-gpu.json",
+        FIXTURES / "api" / "003-ollama-ps-llama4-cpu-gpu-split-forever.txt",
+        REPO / "README.md",
+    ],
+)
 def test_a_file_without_an_ollama_line_says_so_and_exits_1(path: Path) -> None:
     proc = run(str(path))
     assert proc.returncode == EXIT_NOT_A_LOG == 1
@@ -62,8 +66,14 @@ def test_an_empty_stdin_is_not_a_log(monkeypatch: pytest.MonkeyPatch, capsys: py
 
 def test_one_real_line_is_enough() -> None:
     text = log("031").read_text(encoding="utf-8")  # one cut WARN line: the OOM
-    proc = subprocess.run([sys.executable, "-m", "kvtop", "inspect-log", "-"], input=text, capture_output=True,
-                          text=True, timeout=60, cwd=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvtop", "inspect-log", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "oom" in proc.stdout
 

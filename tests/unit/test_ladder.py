@@ -42,10 +42,24 @@ def runner_of(argv: list[str], pid: int = 77) -> RunnerProcess:
     """What ``ProcSource`` makes of a runner's argv (the same ``classify_cmdline``)."""
     c = classify_cmdline(argv)
     assert c is not None and c.kind == "runner" and c.runner_kind is not None
-    return RunnerProcess(pid=pid, kind=c.runner_kind, era=c.era, model_arg=c.model_arg, blob=c.blob, port=c.port,
-                         ctx_size=c.ctx_size, parallel=c.parallel, engine=c.engine, cache_type_k=c.cache_type_k,
-                         cache_type_v=c.cache_type_v, flash_attn=c.flash_attn, n_gpu_layers=c.n_gpu_layers,
-                         tensor_split=c.tensor_split, server_pid=1, cmdline=tuple(argv))
+    return RunnerProcess(
+        pid=pid,
+        kind=c.runner_kind,
+        era=c.era,
+        model_arg=c.model_arg,
+        blob=c.blob,
+        port=c.port,
+        ctx_size=c.ctx_size,
+        parallel=c.parallel,
+        engine=c.engine,
+        cache_type_k=c.cache_type_k,
+        cache_type_v=c.cache_type_v,
+        flash_attn=c.flash_attn,
+        n_gpu_layers=c.n_gpu_layers,
+        tensor_split=c.tensor_split,
+        server_pid=1,
+        cmdline=tuple(argv),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -58,27 +72,108 @@ ERA_TABLE = [
     ("001 B1 runner, bare --flash-attn, 4 GPUs", corpus_cmd("001"), 64000, 1, "f16", "enabled", 44, "11,11,11,11"),
     ("012 B1 ollama engine --parallel 2", corpus_cmd("012"), 4096, 2, "f16", "disabled", None, None),
     ("061 B1 runner with a projector", corpus_cmd("061"), 16384, 1, "f16", "disabled", None, None),
-    ("028 B2 runner: settings go over /load", corpus_cmd("028")[:0] + ["/usr/local/bin/ollama", "runner",
-     "--ollama-engine", "--model", "/usr/share/ollama/.ollama/models/blobs/sha256-" + "b1" * 32, "--port", "42059"],
-     None, None, None, None, None, None),
+    (
+        "028 B2 runner: settings go over /load",
+        corpus_cmd("028")[:0]
+        + [
+            "/usr/local/bin/ollama",
+            "runner",
+            "--ollama-engine",
+            "--model",
+            "/usr/share/ollama/.ollama/models/blobs/sha256-" + "b1" * 32,
+            "--port",
+            "42059",
+        ],
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ),
     ("053 B2 runner on Windows", corpus_cmd("053"), None, None, None, None, None, None),
     ("062 era C llama-server, fa auto", corpus_cmd("062"), 131072, 1, "f16", "auto", None, None),
-    ("real llama-server q8_0 -np 2 fa on", (FIXTURES / "llama_server" / "q8_0-fa-on-np2.cmd").read_text().split(),
-     4096, 2, "q8_0", "enabled", 0, None),
-    ("C with K/V types that differ, = and short spellings",
-     ["/usr/local/lib/ollama/llama-server", "--model", "/m/blobs/sha256-" + "ab" * 32, "--port", "1", "-c=8192",
-      "-np", "4", "-ctk", "q8_0", "-ctv", "q4_0", "-fa", "off", "-ngl", "99", "-ts", "3,1"],
-     2048, 4, "q8_0/q4_0", "disabled", 99, "3,1"),
-    ("B1 --kv-cache-type and --flash-attn", ["/usr/bin/ollama", "runner", "--model", "/m/blobs/sha256-" + "cd" * 32,
-     "--ctx-size", "16384", "--batch-size", "512", "--flash-attn", "--kv-cache-type", "q4_0", "--parallel", "2",
-     "--port", "40000"], 8192, 2, "q4_0", "enabled", None, None),
+    (
+        "real llama-server q8_0 -np 2 fa on",
+        (FIXTURES / "llama_server" / "q8_0-fa-on-np2.cmd").read_text().split(),
+        4096,
+        2,
+        "q8_0",
+        "enabled",
+        0,
+        None,
+    ),
+    (
+        "C with K/V types that differ, = and short spellings",
+        [
+            "/usr/local/lib/ollama/llama-server",
+            "--model",
+            "/m/blobs/sha256-" + "ab" * 32,
+            "--port",
+            "1",
+            "-c=8192",
+            "-np",
+            "4",
+            "-ctk",
+            "q8_0",
+            "-ctv",
+            "q4_0",
+            "-fa",
+            "off",
+            "-ngl",
+            "99",
+            "-ts",
+            "3,1",
+        ],
+        2048,
+        4,
+        "q8_0/q4_0",
+        "disabled",
+        99,
+        "3,1",
+    ),
+    (
+        "B1 --kv-cache-type and --flash-attn",
+        [
+            "/usr/bin/ollama",
+            "runner",
+            "--model",
+            "/m/blobs/sha256-" + "cd" * 32,
+            "--ctx-size",
+            "16384",
+            "--batch-size",
+            "512",
+            "--flash-attn",
+            "--kv-cache-type",
+            "q4_0",
+            "--parallel",
+            "2",
+            "--port",
+            "40000",
+        ],
+        8192,
+        2,
+        "q4_0",
+        "enabled",
+        None,
+        None,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "argv", "ctx", "slots", "cache", "fa", "ngl", "split"), ERA_TABLE,
-                         ids=[c[0] for c in ERA_TABLE])
-def test_requested_rung_for_every_era(case: str, argv: list[str], ctx: int | None, slots: int | None,
-                                      cache: str | None, fa: str | None, ngl: int | None, split: str | None) -> None:
+@pytest.mark.parametrize(
+    ("case", "argv", "ctx", "slots", "cache", "fa", "ngl", "split"), ERA_TABLE, ids=[c[0] for c in ERA_TABLE]
+)
+def test_requested_rung_for_every_era(
+    case: str,
+    argv: list[str],
+    ctx: int | None,
+    slots: int | None,
+    cache: str | None,
+    fa: str | None,
+    ngl: int | None,
+    split: str | None,
+) -> None:
     r = runner_of(argv)
     assert ladder.requested_context(r).value == ctx
     assert ladder.requested_parallel(r).value == slots
@@ -101,10 +196,23 @@ def test_the_flags_line_reads_back_as_given() -> None:
 # Service: the environment as Ollama's envconfig reads it
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    (None, None), ("", None), ("1", True), ("true", True), ("TRUE", True), ("t", True), ("0", False),
-    ("false", False), ("F", False), ("auto", True), ("yes", True), ("off", True),  # any other word is true (§3)
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        ("t", True),
+        ("0", False),
+        ("false", False),
+        ("F", False),
+        ("auto", True),
+        ("yes", True),
+        ("off", True),  # any other word is true (§3)
+    ],
+)
 def test_go_bool(text: str | None, expected: bool | None) -> None:
     assert ladder.go_bool(text) is expected
 
@@ -114,9 +222,13 @@ def env(**values: str) -> ServiceEnv:
 
 
 def test_service_rungs() -> None:
-    e = env(OLLAMA_KV_CACHE_TYPE=' "Q8_0" ', OLLAMA_NUM_PARALLEL="2", OLLAMA_FLASH_ATTENTION="auto",
-            OLLAMA_CONTEXT_LENGTH="16384")
-    assert ladder.service_kv_type(e) == Known("q8_0", "service", 'OLLAMA_KV_CACHE_TYPE=Q8_0 (/proc/10/environ)')
+    e = env(
+        OLLAMA_KV_CACHE_TYPE=' "Q8_0" ',
+        OLLAMA_NUM_PARALLEL="2",
+        OLLAMA_FLASH_ATTENTION="auto",
+        OLLAMA_CONTEXT_LENGTH="16384",
+    )
+    assert ladder.service_kv_type(e) == Known("q8_0", "service", "OLLAMA_KV_CACHE_TYPE=Q8_0 (/proc/10/environ)")
     assert ladder.service_parallel(e, "llama", False).value == 2
     assert ladder.service_flash(e).value == "enabled"  # "auto" is not a Go bool: it forces flash attention on
     assert ladder.service_context(e).value == 16384
@@ -144,17 +256,45 @@ def test_setting_in_force() -> None:
 # --------------------------------------------------------------------------------------------
 # The whole row: the issue's shared-box case, without a log
 
-ISSUE_ARGV = ["/usr/local/lib/ollama/llama-server", "--model", f"/usr/share/ollama/.ollama/models/blobs/{blob(TINY)}",
-              "--port", "40123", "--host", "127.0.0.1", "--no-webui", "--offline", "-c", "16384", "-np", "2",
-              "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps", "--cache-type-k", "q8_0",
-              "--cache-type-v", "q8_0", "--flash-attn", "on", "-b", "512", "-ub", "512"]
+ISSUE_ARGV = [
+    "/usr/local/lib/ollama/llama-server",
+    "--model",
+    f"/usr/share/ollama/.ollama/models/blobs/{blob(TINY)}",
+    "--port",
+    "40123",
+    "--host",
+    "127.0.0.1",
+    "--no-webui",
+    "--offline",
+    "-c",
+    "16384",
+    "-np",
+    "2",
+    "--log-verbosity",
+    "4",
+    "--no-log-prefix",
+    "--no-log-timestamps",
+    "--cache-type-k",
+    "q8_0",
+    "--cache-type-v",
+    "q8_0",
+    "--flash-attn",
+    "on",
+    "-b",
+    "512",
+    "-ub",
+    "512",
+]
 SERVE_ENV = {"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_NUM_PARALLEL": "2", "OLLAMA_FLASH_ATTENTION": "1"}
 
 
 def procs(argv: list[str] = ISSUE_ARGV, **environment: str) -> ProcSnapshot:
-    server = ServerProcess(pid=1, user="ollama", cmdline=("/usr/local/bin/ollama", "serve"),
-                           env=ServiceEnv(values=MappingProxyType(environment or SERVE_ENV),
-                                          source="systemctl show ollama.service"))
+    server = ServerProcess(
+        pid=1,
+        user="ollama",
+        cmdline=("/usr/local/bin/ollama", "serve"),
+        env=ServiceEnv(values=MappingProxyType(environment or SERVE_ENV), source="systemctl show ollama.service"),
+    )
     return ProcSnapshot(taken_at=1.0, servers=(server,), runners=(runner_of(argv),))
 
 
@@ -166,7 +306,8 @@ def test_no_log_the_runner_command_line_and_the_environment_win_over_defaults() 
     plain = state_of(ps_snapshot([row(TINY, 8192, 60_000_000)]))
     (before,) = plain.models
     assert context_text(before) == "8192×1*" and before.kv_type == Known(
-        "f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; nothing readable says otherwise")
+        "f16", "default", "OLLAMA_KV_CACHE_TYPE unset means f16; nothing readable says otherwise"
+    )
     (v,) = with_procs(plain, procs()).models
     assert (v.context.value, v.context.source) == (8192, "reported")
     assert (v.parallel.value, v.parallel.source) == (2, "requested")
@@ -184,20 +325,28 @@ def test_the_runner_endpoints_outrank_the_command_line_and_differences_are_kept(
     argv = [a if a != "2" else "1" for a in ISSUE_ARGV]
     argv[argv.index("-c") + 1] = "8192"
     state = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000)])), procs(argv))
-    slots = SlotsSnapshot(2.0, (RunnerSlots(77, 40123, blob(TINY), 8192, (SlotState(0, 8192, False),),
-                                            props=RunnerProps(8192, 1, None, "b10488")),))
+    slots = SlotsSnapshot(
+        2.0,
+        (
+            RunnerSlots(
+                77, 40123, blob(TINY), 8192, (SlotState(0, 8192, False),), props=RunnerProps(8192, 1, None, "b10488")
+            ),
+        ),
+    )
     (v,) = fold_slots_with_alerts(state, slots).models
     assert (v.parallel.value, v.parallel.source) == (1, "runner")
     assert v.parallel.note == "GET http://127.0.0.1:40123/props total_slots"
     assert v.differences == (
-        "slots: 1 [runner], but 2 [service]: OLLAMA_NUM_PARALLEL=2 (systemctl show ollama.service)",)
+        "slots: 1 [runner], but 2 [service]: OLLAMA_NUM_PARALLEL=2 (systemctl show ollama.service)",
+    )
 
 
 def test_allocated_wins_and_a_requested_type_that_did_not_apply_is_a_difference() -> None:
     # the real llama-server run with f16 and flash attention off: the log says f16; the environment asked q8_0
     state = state_of(ps_snapshot([row(TINY, 1000, 60_000_000)]), llama_server_run("f16-fa-off-np1-ctx1000", blob(TINY)))
-    (v,) = with_procs(state, procs(ISSUE_ARGV[:1] + ["--model", f"/m/blobs/{blob(TINY)}", "--port", "1"],
-                                   OLLAMA_KV_CACHE_TYPE="q8_0")).models
+    (v,) = with_procs(
+        state, procs(ISSUE_ARGV[:1] + ["--model", f"/m/blobs/{blob(TINY)}", "--port", "1"], OLLAMA_KV_CACHE_TYPE="q8_0")
+    ).models
     assert (v.kv_type.value, v.kv_type.source) == ("f16", "allocated")
     assert any(d.startswith("KV cache type: f16 [allocated], but q8_0 [service]") for d in v.differences), v.differences
 
@@ -212,7 +361,11 @@ def test_a_spill_fix_never_asks_for_a_setting_in_force() -> None:
     actions = [f.action for f in spill.fixes]
     assert "OLLAMA_KV_CACHE_TYPE=q8_0" not in actions and "OLLAMA_NUM_PARALLEL=2" not in actions
     q4 = [f for f in spill.fixes if f.action.startswith("OLLAMA_KV_CACHE_TYPE=q4_0")]
-    assert q4 and "OLLAMA_FLASH_ATTENTION=1" not in q4[0].cost and "needs flash attention (on now, requested)" in q4[0].cost
+    assert (
+        q4
+        and "OLLAMA_FLASH_ATTENTION=1" not in q4[0].cost
+        and "needs flash attention (on now, requested)" in q4[0].cost
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,7 +373,9 @@ def test_a_spill_fix_never_asks_for_a_setting_in_force() -> None:
 
 
 def _round(t: float, n_decoded: int | None, *, task: int = 5, busy: bool = True) -> SlotsSnapshot:
-    return SlotsSnapshot(t, (RunnerSlots(77, 40123, blob(TINY), 8192, (SlotState(0, 8192, busy, task, 900, n_decoded),)),))
+    return SlotsSnapshot(
+        t, (RunnerSlots(77, 40123, blob(TINY), 8192, (SlotState(0, 8192, busy, task, 900, n_decoded),)),)
+    )
 
 
 def test_decode_rate_counts_from_the_first_round_that_saw_the_task_decoding() -> None:
@@ -273,11 +428,22 @@ def test_two_runners_of_the_same_weights_are_told_apart_by_their_context() -> No
 
 
 def test_the_hosts_server_is_found_by_its_listen_port_and_only_its_runners_count() -> None:
-    mine = ServerProcess(pid=1, cmdline=("ollama", "serve"), env=ServiceEnv(
-        values=MappingProxyType({"OLLAMA_HOST": "0.0.0.0:11434", "OLLAMA_KV_CACHE_TYPE": "q8_0"}), source="/proc/1/environ"))
-    other = ServerProcess(pid=2, cmdline=("ollama", "serve"), env=ServiceEnv(
-        values=MappingProxyType({"OLLAMA_HOST": "http://127.0.0.1:18001", "OLLAMA_KV_CACHE_TYPE": "q4_0"}),
-        source="/proc/2/environ"))
+    mine = ServerProcess(
+        pid=1,
+        cmdline=("ollama", "serve"),
+        env=ServiceEnv(
+            values=MappingProxyType({"OLLAMA_HOST": "0.0.0.0:11434", "OLLAMA_KV_CACHE_TYPE": "q8_0"}),
+            source="/proc/1/environ",
+        ),
+    )
+    other = ServerProcess(
+        pid=2,
+        cmdline=("ollama", "serve"),
+        env=ServiceEnv(
+            values=MappingProxyType({"OLLAMA_HOST": "http://127.0.0.1:18001", "OLLAMA_KV_CACHE_TYPE": "q4_0"}),
+            source="/proc/2/environ",
+        ),
+    )
     theirs = runner_of(ISSUE_ARGV, pid=90)
     theirs = type(theirs)(**{**{f: getattr(theirs, f) for f in theirs.__slots__}, "server_pid": 2, "ppid": 2})
     p = ProcSnapshot(taken_at=1.0, servers=(mine, other), runners=(theirs,))
@@ -302,7 +468,9 @@ def test_another_server_on_this_machine_takes_the_process_sample_without_the_gpu
 
 def test_flash_attention_auto_is_not_called_on_in_a_fix() -> None:
     argv = [a if a != "on" else "auto" for a in ISSUE_ARGV]
-    state = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000, 55_000_000)])), procs(argv, OLLAMA_NUM_PARALLEL="2"))
+    state = with_procs(
+        state_of(ps_snapshot([row(TINY, 8192, 60_000_000, 55_000_000)])), procs(argv, OLLAMA_NUM_PARALLEL="2")
+    )
     (v,) = state.models
     assert (v.flash_attention.value, v.flash_attention.source) == ("auto", "requested")
     (spill,) = [a for a in state.alerts if a.kind == "spill"]
@@ -315,9 +483,19 @@ def test_the_detail_views_slot_fill_follows_every_round() -> None:
     state = with_procs(state_of(ps_snapshot([row(TINY, 8192, 60_000_000)])), procs())
 
     def rnd(t: float, tokens: int) -> SlotsSnapshot:
-        return SlotsSnapshot(t, (RunnerSlots(77, 40123, blob(TINY), 16384,
-                                             (SlotState(0, 8192, True, 5, tokens, 0), SlotState(1, 8192, False)),
-                                             props=RunnerProps(8192, 2, None, "b1")),))
+        return SlotsSnapshot(
+            t,
+            (
+                RunnerSlots(
+                    77,
+                    40123,
+                    blob(TINY),
+                    16384,
+                    (SlotState(0, 8192, True, 5, tokens, 0), SlotState(1, 8192, False)),
+                    props=RunnerProps(8192, 2, None, "b1"),
+                ),
+            ),
+        )
 
     state = fold_slots_with_alerts(state, rnd(1.0, 512))
     state = fold_slots_with_alerts(state, rnd(2.0, 2048))  # a prefill: nothing decoded, only the fill moves

@@ -43,8 +43,13 @@ def test_no_import_circles_between_state_and_alerts_nor_app_and_replay_worker() 
 
     root = Path(__file__).resolve().parents[2] / "kvtop"
     state = _imports(root / "model" / "state.py")
-    assert not {m for m in state if m.startswith("kvtop.model.alerts") and m != "kvtop.model.alerts.types"
-                and not m.startswith("kvtop.model.alerts.types.")}, state
+    assert not {
+        m
+        for m in state
+        if m.startswith("kvtop.model.alerts")
+        and m != "kvtop.model.alerts.types"
+        and not m.startswith("kvtop.model.alerts.types.")
+    }, state
     assert "kvtop.model.alerts" not in state
     types = _imports(root / "model" / "alerts" / "types.py")
     assert not any(m.startswith("kvtop.model.state") for m in types), types

@@ -33,7 +33,7 @@ def test_incremental_grouping_equals_grouping_from_scratch(path: Path) -> None:
     i = 0
     while i < len(events):
         n = rng.choice((1, 2, 3, 7, 50))
-        g.extend(events[i:i + n])
+        g.extend(events[i : i + n])
         i += n
         assert g.loads_now() == group_loads(events[:i])
     assert g.loads_now() == group_loads(events)
@@ -45,12 +45,12 @@ def test_apply_log_in_batches_equals_one_batch_and_an_older_state_regroups() -> 
     state = LogState()
     states = []
     for k in range(0, len(events), 13):
-        state = fold_events(state, events[k:k + 13], source="s", status=None, ok=True, lines=len(events[k:k + 13]))
+        state = fold_events(state, events[k : k + 13], source="s", status=None, ok=True, lines=len(events[k : k + 13]))
         states.append(state)
     assert state.loads == one.loads and len(state.loads) == 3
     # an older state applied again (its grouper has moved on) is regrouped: the same answer
     old = states[len(states) // 2]
-    rest = events[(len(states) // 2 + 1) * 13:]
+    rest = events[(len(states) // 2 + 1) * 13 :]
     again = fold_events(old, rest, source="s", status=None, ok=True, lines=len(rest))
     assert again.loads == one.loads
 
@@ -80,8 +80,13 @@ def test_grouping_work_grows_with_new_events_not_with_history(monkeypatch: pytes
 
 def test_request_noise_never_pushes_an_oom_out_and_the_history_stays_bounded() -> None:
     events = _events(LOAD_LOG)
-    gin = next(e for e in parse_lines(
-        ['[GIN] 2026/11/29 - 12:00:00 | 200 |  1.234567ms |       127.0.0.1 | POST     "/api/chat"'], default_year=2026))
+    gin = next(
+        e
+        for e in parse_lines(
+            ['[GIN] 2026/11/29 - 12:00:00 | 200 |  1.234567ms |       127.0.0.1 | POST     "/api/chat"'],
+            default_year=2026,
+        )
+    )
     assert gin.kind in logstate.PER_REQUEST_KINDS
     state = fold_events(LogState(), events, source="s", status=None, ok=True, lines=len(events))
     important = [e for e in state.load_events if e.kind not in logstate.PER_REQUEST_KINDS]

@@ -56,8 +56,9 @@ def follow(state: AppState, parser: LogParser, lines: Iterator[str], n_lines: in
         batch = [next(lines) for _ in range(per_batch)]
         events = [e for line in batch for e in parser.feed(line)]
         events.extend(parser.end_batch())
-        state = fold_log_events(state, events, source="file:/x.log", status=None, ok=True, lines=len(batch),
-                                raw_lines=batch)
+        state = fold_log_events(
+            state, events, source="file:/x.log", status=None, ok=True, lines=len(batch), raw_lines=batch
+        )
         state = evaluate_state(state)
     return state
 
@@ -74,7 +75,8 @@ def test_compact_events_keep_every_field_but_the_raw_line() -> None:
     for a, b in zip(events, lean, strict=True):
         assert type(b) is type(a) and b.raw == "" and a.raw
         assert {k: v for k, v in event_to_dict(b).items() if k != "raw"} == {
-            k: v for k, v in event_to_dict(a).items() if k != "raw"}
+            k: v for k, v in event_to_dict(a).items() if k != "raw"
+        }
         assert b == dataclasses.replace(a, raw="")
         with pytest.raises(dataclasses.FrozenInstanceError):
             b.line_no = 0  # type: ignore[misc]
@@ -82,9 +84,9 @@ def test_compact_events_keep_every_field_but_the_raw_line() -> None:
 
 def test_compact_events_share_repeated_text_configs_and_equal_times() -> None:
     lines = [
-        "time=2026-11-29T12:00:00.000Z level=WARN source=runner.go:131 msg=\"truncating input prompt\" limit=2048 "
+        'time=2026-11-29T12:00:00.000Z level=WARN source=runner.go:131 msg="truncating input prompt" limit=2048 '
         "prompt=5065 keep=5 new=2048",
-        "time=2026-11-29T12:00:00.000Z level=WARN source=runner.go:131 msg=\"truncating input prompt\" limit=2048 "
+        'time=2026-11-29T12:00:00.000Z level=WARN source=runner.go:131 msg="truncating input prompt" limit=2048 '
         "prompt=6000 keep=5 new=2048",
         "load_tensors:        CUDA0 model buffer size =  1918.35 MiB",
         "load_tensors:        CUDA0 model buffer size =  1918.35 MiB",
@@ -111,8 +113,10 @@ def test_the_string_table_is_bounded_and_long_text_is_not_remembered() -> None:
     assert 0 < c.strings_held <= 8
     long = "x" * 41
     assert c.share(long) is long and c.share((long + "\n")[:-1]) is not long  # never remembered
-    odd = [UnknownWarning(1, None, "x", level="WARN", message=None, source=None),  # not what the parser makes,
-           UnknownWarning(2, None, "x", level=7, message=b"\x1b", source=None)]  # but never a traceback
+    odd = [
+        UnknownWarning(1, None, "x", level="WARN", message=None, source=None),  # not what the parser makes,
+        UnknownWarning(2, None, "x", level=7, message=b"\x1b", source=None),
+    ]  # but never a traceback
     assert [(e.level, e.message, e.raw) for e in c.compact(odd)] == [("WARN", None, ""), (7, b"\x1b", "")]
 
 
@@ -127,8 +131,8 @@ def test_the_grouper_keeps_the_newest_builder_alone_and_follows_a_new_server_ver
     g = LoadGrouper()
     fed: list[Any] = []
     for i in range(0, len(events), 17):
-        g.extend(events[i:i + 17])
-        fed.extend(events[i:i + 17])
+        g.extend(events[i : i + 17])
+        fed.extend(events[i : i + 17])
         assert g.loads_now() == group_loads(fed)
         assert sum(b is not None for b in g.loads) <= 1  # the newest builder alone
     final = g.loads_now()
@@ -144,7 +148,9 @@ def test_the_grouper_keeps_the_newest_builder_alone_and_follows_a_new_server_ver
 def test_a_busy_log_keeps_few_bytes_per_event_and_counts_every_line(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = corpus_lines()
     warm = fresh_lines(lines)
-    follow(AppState(host_url=HOST), LogParser(default_year=2026), warm, len(lines) // 100 * 100 + 100)  # lazy imports, regex caches
+    follow(
+        AppState(host_url=HOST), LogParser(default_year=2026), warm, len(lines) // 100 * 100 + 100
+    )  # lazy imports, regex caches
     monkeypatch.setattr(log_scan, "_scans", {})
     gc.collect()
     tracemalloc.start()
@@ -179,9 +185,10 @@ def _history(n_events: int) -> tuple[AppState, list[Any]]:
     assert len(events) >= n_events + 50
     state = AppState(host_url=HOST)
     for i in range(0, n_events, 500):
-        state = fold_log_events(state, events[i:min(i + 500, n_events)], source="file:/x", status=None, ok=True,
-                                lines=1)
-    return state, events[n_events:n_events + 50]
+        state = fold_log_events(
+            state, events[i : min(i + 500, n_events)], source="file:/x", status=None, ok=True, lines=1
+        )
+    return state, events[n_events : n_events + 50]
 
 
 @pytest.mark.parametrize("history", [1_000, 15_000])
@@ -209,7 +216,12 @@ def test_extending_the_scan_copies_nothing_kept(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(log_scan, "_scans", fresh_memo)
     full = log_scan.scan_log(log_scan.log_events(later), tz)
     assert (full.timed, full.configs, full.launches, full.over_training, full.ordered) == (
-        scan.timed, scan.configs, scan.launches, scan.over_training, scan.ordered)
+        scan.timed,
+        scan.configs,
+        scan.launches,
+        scan.over_training,
+        scan.ordered,
+    )
     assert str(list(full.times)) == str(list(scan.times))
 
 
@@ -231,8 +243,10 @@ def test_an_older_state_extended_again_gets_its_own_columns(monkeypatch: pytest.
 def test_the_recent_window_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
     """``timed_since`` (the events within the alert windows) looks at O(log n) entries of a long
     history of warnings, not at each of them."""
-    base = ('time=2026-11-29T{h:02d}:{m:02d}:{s:02d}.000Z level=WARN source=runner.go:131 msg="truncating input '
-            'prompt" limit=2048 prompt=5065 keep=5 new=2048')
+    base = (
+        'time=2026-11-29T{h:02d}:{m:02d}:{s:02d}.000Z level=WARN source=runner.go:131 msg="truncating input '
+        'prompt" limit=2048 prompt=5065 keep=5 new=2048'
+    )
     lines = [base.format(h=8 + i // 3600, m=i // 60 % 60, s=i % 60) for i in range(16_000)]
     events = tuple(EventCompactor().compact(parse_lines(lines)))
     monkeypatch.setattr(log_scan, "_scans", {})
@@ -271,7 +285,7 @@ def test_a_batch_appends_to_the_history_without_copying_it(monkeypatch: pytest.M
     events = parse_lines([x for _ in range(60) for x in corpus_lines()], default_year=2026)[:15_050]
     state = LogState()
     for i in range(0, 15_000, 500):
-        state = fold_events(state, events[i:i + 500], source="s", status=None, ok=True, lines=500)
+        state = fold_events(state, events[i : i + 500], source="s", status=None, ok=True, lines=500)
     assert copied == [0]  # the first batch's list; every later batch appended to it
     before = state
     later = fold_events(before, events[15_000:], source="s", status=None, ok=True, lines=50)
@@ -299,4 +313,3 @@ def test_prefix_reads_as_the_tuple_of_its_items() -> None:
         p[-4]
     with pytest.raises(TypeError):
         hash(p)
-

@@ -88,8 +88,15 @@ def test_sizes_are_exact_binary_multiples() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("22.255653701s", 22.255653701), ("444.455595ms", 0.444455595), ("31.775µs", 31.775e-6),
-     ("1h24m39s", 5079.0), ("2m39s", 159.0), ("100ns", 1e-7), ("bogus", None)],
+    [
+        ("22.255653701s", 22.255653701),
+        ("444.455595ms", 0.444455595),
+        ("31.775µs", 31.775e-6),
+        ("1h24m39s", 5079.0),
+        ("2m39s", 159.0),
+        ("100ns", 1e-7),
+        ("bogus", None),
+    ],
 )
 def test_go_durations(text: str, seconds: float | None) -> None:
     got = go_duration_s(text)
@@ -103,8 +110,9 @@ def test_go_durations(text: str, seconds: float | None) -> None:
 def test_journald_prefix_and_time() -> None:
     # 004-rocm-0.2-starting-llama-server-cmd-ngl48.log
     line = corpus_line("004", "loaded runners")
-    (event,) = [e for e in parse_lines([line, corpus_line("004", "starting llama server")])
-                if isinstance(e, RunnerStarted)]
+    (event,) = [
+        e for e in parse_lines([line, corpus_line("004", "starting llama server")]) if isinstance(e, RunnerStarted)
+    ]
     assert event.time == datetime(2024, 7, 24, 16, 7, 51, 813000, tzinfo=timezone(timedelta(hours=2)))
 
 
@@ -117,13 +125,16 @@ def test_journald_year_comes_from_an_earlier_full_timestamp() -> None:
     assert parse_lines(lines[:1], default_year=2024)[0].time == datetime(2024, 7, 24, 16, 7, 57)
 
 
-@pytest.mark.parametrize(("stem", "contains"), [
-    ("028", 'msg="starting runner" cmd="/usr/local/bin/ollama runner --ollama-engine --model'),  # "oct." (French)
-    ("031", "model request too large"),  # "3月" (Chinese), line cut by systemctl
-    ("012", "starting llama server"),  # "> " quote + "<ollama server>" host placeholder
-    ("018", "Listening on"),  # docker compose "llm-api-ollama  | "
-    ("040", "KV self size"),  # docker compose with 20 leading spaces
-])
+@pytest.mark.parametrize(
+    ("stem", "contains"),
+    [
+        ("028", 'msg="starting runner" cmd="/usr/local/bin/ollama runner --ollama-engine --model'),  # "oct." (French)
+        ("031", "model request too large"),  # "3月" (Chinese), line cut by systemctl
+        ("012", "starting llama server"),  # "> " quote + "<ollama server>" host placeholder
+        ("018", "Listening on"),  # docker compose "llm-api-ollama  | "
+        ("040", "KV self size"),  # docker compose with 20 leading spaces
+    ],
+)
 def test_localized_and_prefixed_lines_are_unwrapped(stem: str, contains: str) -> None:
     events = parse_lines([corpus_line(stem, contains)])
     assert events, f"no event from {stem}"
@@ -132,9 +143,11 @@ def test_localized_and_prefixed_lines_are_unwrapped(stem: str, contains: str) ->
 
 def test_rsyslog_and_docker_timestamps() -> None:
     # §6/§8: rsyslog ISO prefix; `docker logs --timestamps` nanosecond prefix
-    rsyslog = ('2024-06-02T18:43:45.123456+02:00 host ollama[123]: time=2024-06-02T18:43:45.633+02:00 level=INFO '
-               'source=routes.go:1053 msg="Listening on [::]:11434 (version 0.1.41)"')
-    docker = '2024-06-02T16:43:45.633123456Z llama_kv_cache:      CUDA0 KV buffer size =  2000.00 MiB'
+    rsyslog = (
+        "2024-06-02T18:43:45.123456+02:00 host ollama[123]: time=2024-06-02T18:43:45.633+02:00 level=INFO "
+        'source=routes.go:1053 msg="Listening on [::]:11434 (version 0.1.41)"'
+    )
+    docker = "2024-06-02T16:43:45.633123456Z llama_kv_cache:      CUDA0 KV buffer size =  2000.00 MiB"
     listening = only(ServerListening, rsyslog)
     assert listening.version == "0.1.41"
     alloc = only(Allocation, docker)
@@ -147,9 +160,13 @@ def test_journald_json_message_string_and_bytes() -> None:
     as_bytes = list(text.encode()) + [0xFF]
     lines = [
         json.dumps({"__REALTIME_TIMESTAMP": "1717346625633000", "_PID": "1", "MESSAGE": as_bytes}),
-        json.dumps({"__REALTIME_TIMESTAMP": "1717346625633000", "MESSAGE":
-                    'time=2024-06-02T18:43:45.633Z level=INFO source=routes.go:1053 msg="Listening on [::]:11434 '
-                    '(version 0.1.41)"'}),
+        json.dumps(
+            {
+                "__REALTIME_TIMESTAMP": "1717346625633000",
+                "MESSAGE": 'time=2024-06-02T18:43:45.633Z level=INFO source=routes.go:1053 msg="Listening on [::]:11434 '
+                '(version 0.1.41)"',
+            }
+        ),
     ]
     alloc, listening = parse_lines(lines)
     assert isinstance(alloc, Allocation) and alloc.bytes == 2000 * MIB
@@ -190,8 +207,10 @@ def test_hard_wrap_across_a_blank_line_and_between_keys() -> None:
 def test_hard_wrap_between_attributes_with_indented_continuation() -> None:
     # the offload line of corpus 001 as re-posted wrapped in ollama/ollama#9181 (docs/ollama-internals.md §4.2 format)
     lines = [
-        ("time=2025-02-18T02:29:51.627Z level=INFO source=server.go:130 msg=offload library=cuda "
-        "layers.requested=-1 layers.model=81 "),
+        (
+            "time=2025-02-18T02:29:51.627Z level=INFO source=server.go:130 msg=offload library=cuda "
+            "layers.requested=-1 layers.model=81 "
+        ),
         '  layers.offload=44 layers.split=11,11,11,11 memory.available="[22.0 GiB 22.0 GiB]" ',
         '  memory.required.full="127.4 GiB" memory.required.partial="87.1 GiB" memory.required.kv="19.5 GiB"',
         'time=2025-02-18T02:29:51.628Z level=INFO source=server.go:182 msg="enabling flash attention"',
@@ -205,11 +224,13 @@ def test_hard_wrap_between_attributes_with_indented_continuation() -> None:
 def test_wide_record_wrapped_without_trailing_space() -> None:
     # an offload line re-posted wrapped in ollama/ollama#8430 (docs/ollama-internals.md §4.2 format): continuation lines indented by one space
     lines = [
-        ("time=2025-05-23T17:16:43.377Z level=INFO source=server.go:168 msg=offload library=cuda "
-        "layers.requested=49 layers.model=49"),
+        (
+            "time=2025-05-23T17:16:43.377Z level=INFO source=server.go:168 msg=offload library=cuda "
+            "layers.requested=49 layers.model=49"
+        ),
         ' layers.offload=37 layers.split=37,0 memory.available="[11.5 GiB 4.6 GiB]" memory.gpu_overhead="0 B"',
         ' memory.required.full="14.9 GiB" memory.required.partial="11.4 GiB" memory.required.kv="2.0 GiB"',
-        "time=2025-05-23T17:16:43.400Z level=INFO source=server.go:431 msg=\"loaded runners\" count=1",
+        'time=2025-05-23T17:16:43.400Z level=INFO source=server.go:431 msg="loaded runners" count=1',
         "  Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes",
     ]
     estimate = only(SchedulerEstimate, *lines)
@@ -232,7 +253,7 @@ def test_cut_lines_are_parsed_as_far_as_they_go() -> None:
 def test_cut_command_line_is_not_complete() -> None:
     # 011-cuda-starting-llama-server-ngl81-0.1.4x.log, cut before "--parallel"
     line = corpus_line("011", "starting llama server")
-    cut = line[:line.index("--verbose")]
+    cut = line[: line.index("--verbose")]
     started = only(RunnerStarted, cut)
     assert not started.complete and started.parallel is None
     assert only(RunnerStarted, line).complete
@@ -240,10 +261,14 @@ def test_cut_command_line_is_not_complete() -> None:
 
 def test_no_raw_contains_control_characters() -> None:
     nasty = [
-        ("time=2025-04-22T11:21:47.546Z level=WARN source=runner.go:131 msg=\"truncating input prompt\" "
-        "limit=2048 prompt=5065 keep=5 new=2048 \x1b[31mred\x1b[0m\x00\x07"),
-        ("[GIN] 2024/07/10 - 17:33:55 |\x1b[97;42m 200 \x1b[0m|   22.255653701s |       127.0.0.1 |\x1b[97;46m POST    "
-        "\x1b[0m \"/api/generate\""),
+        (
+            'time=2025-04-22T11:21:47.546Z level=WARN source=runner.go:131 msg="truncating input prompt" '
+            "limit=2048 prompt=5065 keep=5 new=2048 \x1b[31mred\x1b[0m\x00\x07"
+        ),
+        (
+            "[GIN] 2024/07/10 - 17:33:55 |\x1b[97;42m 200 \x1b[0m|   22.255653701s |       127.0.0.1 |\x1b[97;46m POST    "
+            '\x1b[0m "/api/generate"'
+        ),
         "llama_kv_cache_init:        CPU KV buffer size =  4096.00 MiB\t\x85",
     ]
     corpus = [line for path in sorted(LOGS.glob("*.log")) for line in path.read_text(encoding="utf-8").splitlines()]
@@ -289,7 +314,13 @@ def test_runner_started_era_b1_flags() -> None:
     # 001-multigpu-4x-partial-offload-fa-kvtype-unsupported-0.5.log
     r = only(RunnerStarted, corpus_line("001", "starting llama server"))
     assert (r.era, r.ctx_size, r.parallel, r.flash_attn, r.tensor_split, r.batch_size) == (
-        "B1", 64000, 1, "true", "11,11,11,11", 512)
+        "B1",
+        64000,
+        1,
+        "true",
+        "11,11,11,11",
+        512,
+    )
     # 012-cpu-only-newengine-offload-parallel2-quoted.log
     r = only(RunnerStarted, corpus_line("012", "starting llama server"))
     assert (r.era, r.engine, r.parallel, r.no_mmap) == ("B1", "ollama", 2, True)
@@ -306,7 +337,14 @@ def test_runner_started_era_b2_windows_path() -> None:
 def test_runner_started_era_c_and_mmproj() -> None:
     # 062-era-c-starting-llama-server-vulkan-gemma4-ctx131072-fa-auto-2026.log
     r = only(RunnerStarted, corpus_line("062", "starting llama-server"))
-    assert (r.era, r.ctx_size, r.parallel, r.flash_attn, r.batch_size, r.ubatch_size) == ("C", 131072, 1, "auto", 512, 512)
+    assert (r.era, r.ctx_size, r.parallel, r.flash_attn, r.batch_size, r.ubatch_size) == (
+        "C",
+        131072,
+        1,
+        "auto",
+        512,
+        512,
+    )
     # 061-starting-llama-server-mmproj-vision-ctx16384-0.5.13rc.log: the model is --model, not --mmproj
     r = only(RunnerStarted, corpus_line("061", "starting llama server"))
     assert r.model_blob == "sha256-1aefcd9a8a15091b670951963b5f8a7e6653bb1350345e9621e179685ac9bc5f"
@@ -334,7 +372,14 @@ def test_load_request_b2() -> None:
     # 058-newengine-hybrid-qwen3-coder-next-kv-q4_0-split.log
     r = only(LoadRequest, corpus_line("058", "load request"))
     assert (r.operation, r.kv_size, r.parallel, r.flash_attention, r.kv_cache_type, r.gpu_layers, r.batch_size) == (
-        "commit", 32768, 1, "Enabled", "q4_0", 20, 1024)
+        "commit",
+        32768,
+        1,
+        "Enabled",
+        "q4_0",
+        20,
+        1024,
+    )
     # 056: empty KvCacheType means the default
     assert only(LoadRequest, corpus_line("056", "load request")).kv_cache_type == ""
     # FlashAttention:Enabled is passed resolved (an event); Auto is left to llama.cpp (§3.1)
@@ -357,18 +402,21 @@ def test_load_decisions() -> None:
     assert only(LoadDecision, corpus_line("051", "new model will fit")).parallel == 1
 
 
-@pytest.mark.parametrize(("stem", "contains", "component", "device", "nbytes"), [
-    ("006", "CUDA0 model buffer size", "weights", "CUDA0", mib_bytes("577.22")),
-    ("006", "CPU_Mapped model buffer size", "weights", "CPU_Mapped", mib_bytes("520.30")),
-    ("002", "CUDA_Host KV buffer size", "kv", "CUDA_Host", 384 * MIB),
-    ("045", "CUDA1 compute buffer size", "compute", "CUDA1", 2218 * MIB),
-    ("002", "CUDA_Host  output buffer size", "output", "CUDA_Host", mib_bytes("0.15")),
-    ("040", "input buffer size", "input", "CUDA_Host", mib_bytes("6.52")),
-    ("063", "Vulkan0 compute buffer size", "compute", "Vulkan0", mib_bytes("55.02")),  # sched_reserve (C)
-    ("056", 'msg="kv cache" device=CPU', "kv", "CPU", size_bytes("1.5 GiB")),  # device.go (B2)
-    ("054", "buffer=CUDA1", "weights", "CUDA1", size_bytes("11.0 GiB")),  # PR-build key
-    ("054", "compute graph", "compute", "CUDA0", 0),
-])
+@pytest.mark.parametrize(
+    ("stem", "contains", "component", "device", "nbytes"),
+    [
+        ("006", "CUDA0 model buffer size", "weights", "CUDA0", mib_bytes("577.22")),
+        ("006", "CPU_Mapped model buffer size", "weights", "CPU_Mapped", mib_bytes("520.30")),
+        ("002", "CUDA_Host KV buffer size", "kv", "CUDA_Host", 384 * MIB),
+        ("045", "CUDA1 compute buffer size", "compute", "CUDA1", 2218 * MIB),
+        ("002", "CUDA_Host  output buffer size", "output", "CUDA_Host", mib_bytes("0.15")),
+        ("040", "input buffer size", "input", "CUDA_Host", mib_bytes("6.52")),
+        ("063", "Vulkan0 compute buffer size", "compute", "Vulkan0", mib_bytes("55.02")),  # sched_reserve (C)
+        ("056", 'msg="kv cache" device=CPU', "kv", "CPU", size_bytes("1.5 GiB")),  # device.go (B2)
+        ("054", "buffer=CUDA1", "weights", "CUDA1", size_bytes("11.0 GiB")),  # PR-build key
+        ("054", "compute graph", "compute", "CUDA0", 0),
+    ],
+)
 def test_allocations(stem: str, contains: str, component: str, device: str, nbytes: int) -> None:
     a = only(Allocation, corpus_line(stem, contains))
     assert (a.component, a.device, a.bytes) == (component, device, nbytes)
@@ -398,8 +446,11 @@ def test_kv_summaries() -> None:
 
 def test_kv_summary_with_types_b2_format() -> None:
     # §4.5 v0.11.5+ format
-    s = only(KvSummary, "llama_kv_cache: size = 1024.00 MiB (  8192 cells,  32 layers,  4/4 seqs), "
-                        "K (q8_0):  512.00 MiB, V (q8_0):  512.00 MiB")
+    s = only(
+        KvSummary,
+        "llama_kv_cache: size = 1024.00 MiB (  8192 cells,  32 layers,  4/4 seqs), "
+        "K (q8_0):  512.00 MiB, V (q8_0):  512.00 MiB",
+    )
     assert (s.cells, s.seqs, s.streams, s.k_type, s.v_type) == (8192, 4, 4, "q8_0", "q8_0")
 
 
@@ -421,15 +472,20 @@ def test_offloaded_layers_and_fit_overflow() -> None:
     o = only(OffloadedLayers, corpus_line("032", "offloaded 29/37"))
     assert (o.n, o.total) == (29, 37)
     # §4.5 Era C fit line
-    f = only(FitOverflow, "common_params_fit_impl:   - ROCm0 (AMD Radeon RX 7900 XTX): 25 layers ( 5 overflowing),  "
-                          "11065 MiB used,   1036 MiB free")
+    f = only(
+        FitOverflow,
+        "common_params_fit_impl:   - ROCm0 (AMD Radeon RX 7900 XTX): 25 layers ( 5 overflowing),  "
+        "11065 MiB used,   1036 MiB free",
+    )
     assert (f.device, f.layers, f.overflowing) == ("ROCm0", 25, 5)
 
 
 def test_device_free() -> None:
     # §4.5: llama_model_load_from_file_impl
-    d = only(DeviceFree, "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) "
-                         "(0000:01:00.0) - 15221 MiB free")
+    d = only(
+        DeviceFree,
+        "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) (0000:01:00.0) - 15221 MiB free",
+    )
     assert (d.device, d.description, d.free_bytes) == ("CUDA0", "NVIDIA GeForce RTX 4090", 15221 * MIB)
 
 
@@ -462,20 +518,29 @@ def test_flash_attention_forced_off_and_decision() -> None:
     assert "Grok" in off.reason and off.source == "llama.cpp"
     assert only(FlashAttention, corpus_line("025", "forcing off")).state == "disabled"
     assert only(FlashAttentionDecision, corpus_line("001", "enabling flash attention")).state == "enabled"
-    ollama_off = only(FlashAttentionForcedOff, 'time=2024-06-01T10:00:00Z level=WARN source=server.go:190 '
-                                               'msg="flash attention enabled but not supported by gpu"')
+    ollama_off = only(
+        FlashAttentionForcedOff,
+        "time=2024-06-01T10:00:00Z level=WARN source=server.go:190 "
+        'msg="flash attention enabled but not supported by gpu"',
+    )
     assert ollama_off.source == "ollama"
 
 
 def test_kv_type_fallback_and_the_spurious_warning() -> None:
     # §3.2 wording; 001 holds Ollama's spurious type="" warning, which is no fallback
-    f = only(KvTypeFallback, 'time=2025-01-01T00:00:00Z level=WARN source=server.go:200 '
-                             'msg="quantized kv cache requested but flash attention disabled" type=q8_0')
+    f = only(
+        KvTypeFallback,
+        "time=2025-01-01T00:00:00Z level=WARN source=server.go:200 "
+        'msg="quantized kv cache requested but flash attention disabled" type=q8_0',
+    )
     assert f.requested == "q8_0"
     spurious = parse_lines([corpus_line("001", "kv cache type not supported")])
     assert [type(e) for e in spurious] == [UnknownWarning]
-    g = only(KvTypeFallback, 'time=2025-08-20T00:00:00Z level=WARN source=server.go:210 '
-                             'msg="model only supports non-quantized cache types " mode=gptoss')
+    g = only(
+        KvTypeFallback,
+        "time=2025-08-20T00:00:00Z level=WARN source=server.go:210 "
+        'msg="model only supports non-quantized cache types " mode=gptoss',
+    )
     assert g.requested is None
 
 
@@ -490,18 +555,25 @@ def test_truncations() -> None:
     t = only(Truncation, corpus_line("017", "input truncated"))
     assert (t.limit, t.prompt, t.keep, t.new) == (2048, None, 4, None)
     assert t.time == datetime.fromtimestamp(1721345155, tz=timezone.utc)
-    t = only(Truncation, "slot update_slots: id  0 | task 0 | input truncated, n_ctx = 4096, n_keep = 0, "
-                         "n_left = 4096, n_prompt_tokens = 2048")
+    t = only(
+        Truncation,
+        "slot update_slots: id  0 | task 0 | input truncated, n_ctx = 4096, n_keep = 0, "
+        "n_left = 4096, n_prompt_tokens = 2048",
+    )
     assert (t.limit, t.keep, t.new) == (4096, 0, 2048)
 
 
 def test_request_timing_era_c_one_event_per_request() -> None:
     # §4.10 llama-server slot print_timing lines
     lines = [
-        ("slot print_timing: id  0 | task 3 | prompt eval time =     519.73 ms /    13 tokens "
-        "(   39.98 ms per token,    25.01 tokens per second)"),
-        ("slot print_timing: id  0 | task 3 |        eval time =    1234.56 ms /    50 tokens "
-        "(   24.69 ms per token,    40.50 tokens per second)"),
+        (
+            "slot print_timing: id  0 | task 3 | prompt eval time =     519.73 ms /    13 tokens "
+            "(   39.98 ms per token,    25.01 tokens per second)"
+        ),
+        (
+            "slot print_timing: id  0 | task 3 |        eval time =    1234.56 ms /    50 tokens "
+            "(   24.69 ms per token,    40.50 tokens per second)"
+        ),
         "slot print_timing: id  0 | task 3 |       total time =    1754.29 ms /    63 tokens",
     ]
     t = only(RequestTiming, *lines)
@@ -510,27 +582,38 @@ def test_request_timing_era_c_one_event_per_request() -> None:
 
 def test_request_timing_older_layouts() -> None:
     # §4.10: older llama-server (unprefixed lines after a header), Era A [print_timings], llama_print_timings
-    older = only(RequestTiming, "slot print_timing: id  1 | task 7 | ",
-                 "prompt eval time =     100.00 ms /    10 tokens (   10.00 ms per token,   100.00 tokens per second)",
-                 "       eval time =     200.00 ms /    20 tokens (   10.00 ms per token,   100.00 tokens per second)",
-                 "      total time =     300.00 ms /    30 tokens")
+    older = only(
+        RequestTiming,
+        "slot print_timing: id  1 | task 7 | ",
+        "prompt eval time =     100.00 ms /    10 tokens (   10.00 ms per token,   100.00 tokens per second)",
+        "       eval time =     200.00 ms /    20 tokens (   10.00 ms per token,   100.00 tokens per second)",
+        "      total time =     300.00 ms /    30 tokens",
+    )
     assert (older.slot, older.task, older.prompt_tokens, older.eval_tokens) == (1, 7, 10, 20)
-    era_a = only(RequestTiming,
-                 'INFO [print_timings] prompt eval time     =     519.73 ms /    13 tokens (   39.98 ms per token,    '
-                 '25.01 tokens per second) | tid="140" timestamp=1721345155 slot_id=0 task_id=5',
-                 'INFO [print_timings] generation eval time =    1234.56 ms /    50 runs   (   24.69 ms per token,    '
-                 '40.50 tokens per second) | tid="140" timestamp=1721345156 slot_id=0 task_id=5')
+    era_a = only(
+        RequestTiming,
+        "INFO [print_timings] prompt eval time     =     519.73 ms /    13 tokens (   39.98 ms per token,    "
+        '25.01 tokens per second) | tid="140" timestamp=1721345155 slot_id=0 task_id=5',
+        "INFO [print_timings] generation eval time =    1234.56 ms /    50 runs   (   24.69 ms per token,    "
+        '40.50 tokens per second) | tid="140" timestamp=1721345156 slot_id=0 task_id=5',
+    )
     assert (era_a.prompt_tokens, era_a.eval_tokens, era_a.eval_tps, era_a.task) == (13, 50, 40.5, 5)
-    embedding = only(RequestTiming, "llama_print_timings: prompt eval time =  20.00 ms /  8 tokens "
-                                    "(    2.50 ms per token,   400.00 tokens per second)",
-                     "llama_print_timings:       total time =      25.00 ms /     8 tokens")
+    embedding = only(
+        RequestTiming,
+        "llama_print_timings: prompt eval time =  20.00 ms /  8 tokens "
+        "(    2.50 ms per token,   400.00 tokens per second)",
+        "llama_print_timings:       total time =      25.00 ms /     8 tokens",
+    )
     assert (embedding.prompt_tokens, embedding.eval_tokens) == (8, None)
 
 
 def test_prefill_progress() -> None:
     # §4.10 llama-server progress line
-    p = only(PrefillProgress, "slot update_slots: id  0 | task 0 | prompt processing progress, n_past = 2048, "
-                              "n_tokens = 2048, progress = 0.250000")
+    p = only(
+        PrefillProgress,
+        "slot update_slots: id  0 | task 0 | prompt processing progress, n_past = 2048, "
+        "n_tokens = 2048, progress = 0.250000",
+    )
     assert (p.slot, p.task, p.n_past, p.n_tokens, p.progress) == (0, 0, 2048, 2048, 0.25)
 
 
@@ -556,18 +639,21 @@ def test_eviction_unload_and_ready() -> None:
     assert only(RunnerReady, corpus_line("035", "llama runner started")).seconds == 2.75
 
 
-@pytest.mark.parametrize(("stem", "contains", "kind"), [
-    ("005", "CUDA error: out of memory", Oom),
-    ("009", "cudaMalloc failed", Oom),
-    ("009", "failed to allocate ROCm0 buffer", Oom),
-    ("009", "failed to allocate compute buffers", Oom),
-    ("031", "model request too large for system", Oom),
-    ("009", "failed to create context with model", LoadFailed),
-    ("009", '"msg":"unable to load model"', LoadFailed),  # JSON runner line
-    ("009", "error starting llama server", LoadFailed),
-    ("023", "V cache quantization requires flash_attn", LoadFailed),
-    ("023", "panic: unable to create llama context", LoadFailed),
-])
+@pytest.mark.parametrize(
+    ("stem", "contains", "kind"),
+    [
+        ("005", "CUDA error: out of memory", Oom),
+        ("009", "cudaMalloc failed", Oom),
+        ("009", "failed to allocate ROCm0 buffer", Oom),
+        ("009", "failed to allocate compute buffers", Oom),
+        ("031", "model request too large for system", Oom),
+        ("009", "failed to create context with model", LoadFailed),
+        ("009", '"msg":"unable to load model"', LoadFailed),  # JSON runner line
+        ("009", "error starting llama server", LoadFailed),
+        ("023", "V cache quantization requires flash_attn", LoadFailed),
+        ("023", "panic: unable to create llama context", LoadFailed),
+    ],
+)
 def test_oom_and_load_failures(stem: str, contains: str, kind: type[Any]) -> None:
     only(kind, corpus_line(stem, contains))
 
@@ -581,7 +667,11 @@ def test_load_failed_names_the_blob() -> None:
 def test_unknown_warnings_and_silent_lines() -> None:
     # 053: WARN with no model; 036: INFO lines and Metal init lines give nothing
     w = only(UnknownWarning, corpus_line("053", "unable to refresh free memory"))
-    assert (w.level, w.message, w.source) == ("WARN", "unable to refresh free memory, using old values", "runner.go:356")
+    assert (w.level, w.message, w.source) == (
+        "WARN",
+        "unable to refresh free memory, using old values",
+        "runner.go:356",
+    )
     quiet = parse_lines((LOGS / "036-metal-partial-offload-10of29-memory-pressure-0.12.log").read_text().splitlines())
     assert [type(e) for e in quiet] == [GinRequest]
     assert only(UnknownWarning, corpus_line("005", "GGML_ASSERT")).level == "ERROR"
@@ -646,9 +736,11 @@ def test_logparse_is_pure() -> None:
     """kvtop.logparse imports no UI, network or I/O-heavy library (CONTRIBUTING.md "Layers": pure)."""
     import subprocess
 
-    code = ("import sys, kvtop.logparse; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'httpx', 'psutil', 'pynvml')]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, kvtop.logparse; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'httpx', 'psutil', 'pynvml')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -658,11 +750,18 @@ def test_end_batch_releases_a_held_record_but_keeps_timing_state() -> None:
     parser = LogParser()
     assert parser.feed(corpus_line("062", "starting llama-server")) == []
     assert [type(e) for e in parser.end_batch()] == [RunnerStarted]
-    assert parser.feed("slot print_timing: id  0 | task 3 | prompt eval time =     519.73 ms /    13 tokens "
-                       "(   39.98 ms per token,    25.01 tokens per second)") == []
+    assert (
+        parser.feed(
+            "slot print_timing: id  0 | task 3 | prompt eval time =     519.73 ms /    13 tokens "
+            "(   39.98 ms per token,    25.01 tokens per second)"
+        )
+        == []
+    )
     assert parser.end_batch() == []
-    (timing,) = parser.feed("slot print_timing: id  0 | task 3 |        eval time =    1234.56 ms /    50 tokens "
-                            "(   24.69 ms per token,    40.50 tokens per second)")
+    (timing,) = parser.feed(
+        "slot print_timing: id  0 | task 3 |        eval time =    1234.56 ms /    50 tokens "
+        "(   24.69 ms per token,    40.50 tokens per second)"
+    )
     assert isinstance(timing, RequestTiming) and timing.prompt_tokens == 13 and timing.eval_tokens == 50
 
 

@@ -73,7 +73,9 @@ def test_human_report_memory_in_units_and_exact_bytes(capsys: pytest.CaptureFixt
     assert "spill: KV cache partly in system memory (CPU)" in out
 
 
-def test_stdin_binary_crlf_and_invalid_utf8(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stdin_binary_crlf_and_invalid_utf8(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = (LOGS / "033-server-config-fa-true-kv-q8_0-wrapped-0.6.6.log").read_bytes().replace(b"\n", b"\r\n")
     data += b'time=2025-04-28T19:02:12.000Z level=WARN source=x.go:1 msg="bad \xff\xfe bytes \x1b[31m"\r\n'
     _stdin(monkeypatch, data)
@@ -109,8 +111,10 @@ def test_every_corpus_log_reports(path: Path, capsys: pytest.CaptureFixture[str]
 def test_context_over_training_finding_in_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     # 006 (ollama/ollama#10114): `n_ctx_pre_seq (32768) > n_ctx_train (8192) -- possible training context overflow`
     path = LOGS / "006-cuda-llama_init_from_model-ctx32768-exceeds-train-0.5.log"
-    finding = ("context over training: 32768 tokens per slot > the model's training context 8192 "
-               "(llama.cpp: possible training context overflow)")
+    finding = (
+        "context over training: 32768 tokens per slot > the model's training context 8192 "
+        "(llama.cpp: possible training context overflow)"
+    )
     rc, out, _ = _run([str(path)], capsys)
     assert rc == 0
     assert f"    ! {finding}\n" in out
@@ -121,8 +125,11 @@ def test_context_over_training_finding_in_text_and_json(capsys: pytest.CaptureFi
     assert load["findings"] == [finding] and load["n_ctx_train"] == 8192
 
 
-@pytest.mark.parametrize("path", sorted([*(LOGS / "posted").glob("*.log"), *(LOGS / "llama-server-runs").glob("*.log")]),
-                         ids=lambda p: p.stem[:16])
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(LOGS / "posted").glob("*.log"), *(LOGS / "llama-server-runs").glob("*.log")]),
+    ids=lambda p: p.stem[:16],
+)
 def test_every_posted_log_reports(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run([str(path)], capsys)
     assert rc == 0 and out.startswith("kvtop inspect-log: ")

@@ -121,7 +121,7 @@ def model_read(stem: str, first: str) -> list[str]:
     lines = (LLAMA_SERVER / f"{stem}.log").read_text(encoding="utf-8").splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith(first))
     end = next(i for i, x in enumerate(lines) if x.startswith("load_tensors: loading model tensors"))
-    return lines[start:end + 1]
+    return lines[start : end + 1]
 
 
 def test_model_read_lines_start_a_load() -> None:
@@ -130,8 +130,11 @@ def test_model_read_lines_start_a_load() -> None:
         excerpt = model_read("f16-fa-on-np1", first)
         (load,) = inspect_lines(excerpt)["loads"]
         assert load["model_blob"] is None and load["memory"] == {"weights": {}, "kv": {}, "compute": {}}, first
-    assert [e.grammar for e in parse_lines(model_read("f16-fa-on-np1", "print_info: file format"))
-            if isinstance(e, ModelLoad)] == ["print_info", "print_info", "load_tensors"]  # format, arch, tensors
+    assert [
+        e.grammar
+        for e in parse_lines(model_read("f16-fa-on-np1", "print_info: file format"))
+        if isinstance(e, ModelLoad)
+    ] == ["print_info", "print_info", "load_tensors"]  # format, arch, tensors
 
 
 def test_a_load_that_fails_before_any_buffer_line_is_a_load_with_its_failure() -> None:
@@ -154,7 +157,7 @@ def test_a_second_model_read_after_allocations_is_a_second_load() -> None:
     lines = (LLAMA_SERVER / "f16-fa-on-np1.log").read_text(encoding="utf-8").splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("llama_model_loader: Dumping metadata"))
     end = next(i for i, x in enumerate(lines) if "KV buffer size" in x)
-    part = lines[start:end + 1]
+    part = lines[start : end + 1]
     assert len(inspect_lines(part + part)["loads"]) == 2
 
 
@@ -173,12 +176,23 @@ def test_inf_rate_keeps_the_counts_and_is_unknown() -> None:
         "llama_perf_context_print:       total time =      12.00 ms /     5 tokens",
     )
     assert (timing.prompt_tokens, timing.prompt_tps, timing.eval_tokens, timing.eval_ms, timing.eval_tps) == (
-        4, 333.33, 1, 0.0, None)
-    nan = only_timing("slot print_timing: id  0 | task 3 | prompt eval time =       0.00 ms /     0 tokens "
-                      "(    -nan ms per token,     -nan tokens per second)")
+        4,
+        333.33,
+        1,
+        0.0,
+        None,
+    )
+    nan = only_timing(
+        "slot print_timing: id  0 | task 3 | prompt eval time =       0.00 ms /     0 tokens "
+        "(    -nan ms per token,     -nan tokens per second)"
+    )
     assert (nan.prompt_tokens, nan.prompt_ms, nan.prompt_tps, nan.task) == (0, 0.0, None, 3)
-    doc = inspect_lines(["llama_perf_context_print:        eval time =       0.00 ms /     1 runs   "
-                         "(    0.00 ms per token,      inf tokens per second)"])
+    doc = inspect_lines(
+        [
+            "llama_perf_context_print:        eval time =       0.00 ms /     1 runs   "
+            "(    0.00 ms per token,      inf tokens per second)"
+        ]
+    )
     (event,) = doc["events"]
     assert (event["eval_tokens"], event["eval_tps"]) == (1, None)
     json.dumps(doc, allow_nan=False)  # raises on an infinite or NaN number anywhere in the document
@@ -200,7 +214,7 @@ def only_timing(*lines: str) -> RequestTiming:
 
 def cut(line: str, width: int) -> list[str]:
     """``line`` as a terminal prints it at ``width`` columns: pieces of ``width`` characters, no character lost."""
-    return [line[i:i + width] for i in range(0, len(line), width)]
+    return [line[i : i + width] for i in range(0, len(line), width)]
 
 
 def test_slog_record_cut_inside_a_key_is_joined() -> None:
@@ -243,8 +257,11 @@ def test_a_wrap_width_is_learned_and_a_continuation_may_start_with_a_space() -> 
     # learned width joins it.
     teach = corpus_lines("050")[0]
     line = corpus_lines("051")[1]
-    width = next(w for w in range(80, min(len(teach), len(line)))
-                 if line[w] == " " and ends_a_record(line[:w]) and ends_a_record(teach[:w]) and teach[w] != " ")
+    width = next(
+        w
+        for w in range(80, min(len(teach), len(line)))
+        if line[w] == " " and ends_a_record(line[:w]) and ends_a_record(teach[:w]) and teach[w] != " "
+    )
     pieces = cut(line, width)
     assert pieces[1].startswith(" ")
     (load,) = inspect_lines(cut(teach, width) + pieces)["loads"]
@@ -273,9 +290,10 @@ def test_chat_history_cut_and_http_400_are_context_overflow_events() -> None:
     # input messages which exceed context length", "truncated", N) on corpus 015's first line; the refusal is corpus
     # 015's second line ([GIN] … POST "/api/chat") with status 400 (docs/ollama-internals.md §4.7).
     first, gin = corpus_lines("015")[:2]
-    debug = first.replace('level=WARN source=runner.go:128 msg="truncating input prompt" limit=512 prompt=617 keep=4 '
-                          'new=512', 'level=DEBUG source=prompt.go:77 msg="truncating input messages which exceed '
-                          'context length" truncated=3')
+    debug = first.replace(
+        'level=WARN source=runner.go:128 msg="truncating input prompt" limit=512 prompt=617 keep=4 new=512',
+        'level=DEBUG source=prompt.go:77 msg="truncating input messages which exceed context length" truncated=3',
+    )
     assert debug != first
     (cut,) = parse_lines([debug])
     assert isinstance(cut, ContextOverflow) and (cut.form, cut.messages_kept, cut.path) == ("messages", 3, None)
@@ -286,8 +304,10 @@ def test_chat_history_cut_and_http_400_are_context_overflow_events() -> None:
     v1 = gin.replace("| 200 |", "| 400 |").replace('"/api/chat"', '"/v1/chat/completions?x=1"')
     assert parse_lines([v1])[1].path == "/v1/chat/completions"
     doc = inspect_lines([debug, gin.replace("| 200 |", "| 400 |")])
-    assert [(e["kind"], e["form"]) for e in doc["events"]] == [("context_overflow", "messages"),
-                                                               ("context_overflow", "http_400")]
+    assert [(e["kind"], e["form"]) for e in doc["events"]] == [
+        ("context_overflow", "messages"),
+        ("context_overflow", "http_400"),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,9 +328,13 @@ def test_a_reused_prefix_is_kept_and_the_printed_rate_stays() -> None:
     # llama.cpp prints it ("cached n_tokens = %d, memory_seq_rm [%d, end)", tools/server/server-context.cpp, §4.10),
     # and the timing line counts the 4 evaluated tokens: the rate is theirs, (16 - 12) / 1.83 ms.
     lines = (LLAMA_SERVER / "default-fa-auto-np1.log").read_text(encoding="utf-8").splitlines()[207:216]
-    lines[2] = lines[2].replace("cached n_tokens = 0, memory_seq_rm [0, end)", "cached n_tokens = 12, memory_seq_rm [12, end)")
-    lines[4] = lines[4].replace("7.31 ms /    16 tokens (    0.46 ms per token,  2189.38 tokens per second)",
-                                "1.83 ms /     4 tokens (    0.46 ms per token,  2185.79 tokens per second)")
+    lines[2] = lines[2].replace(
+        "cached n_tokens = 0, memory_seq_rm [0, end)", "cached n_tokens = 12, memory_seq_rm [12, end)"
+    )
+    lines[4] = lines[4].replace(
+        "7.31 ms /    16 tokens (    0.46 ms per token,  2189.38 tokens per second)",
+        "1.83 ms /     4 tokens (    0.46 ms per token,  2185.79 tokens per second)",
+    )
     (timing,) = [e for e in parse_lines(lines) if isinstance(e, RequestTiming)]
     assert (timing.task, timing.prompt_tokens, timing.prompt_cached_tokens, timing.prompt_tps) == (9, 4, 12, 2185.79)
     (event,) = inspect_lines(lines)["events"]
@@ -345,8 +369,14 @@ def test_fit_pass_summary_is_a_fact_of_the_load() -> None:
     (path,) = POSTED.glob("ollama-16416-*.log")
     (load,) = inspect_lines(path.read_text(encoding="utf-8").splitlines())["loads"]
     assert load["fit"] == {
-        "memory": "device", "target_bytes": 1024 * MIB, "projected_bytes": 71326 * MIB, "free_bytes": 120459 * MIB,
-        "left_bytes": 49133 * MIB, "shortfall_bytes": None, "overflowing_layers": None, "devices": {},
+        "memory": "device",
+        "target_bytes": 1024 * MIB,
+        "projected_bytes": 71326 * MIB,
+        "free_bytes": 120459 * MIB,
+        "left_bytes": 49133 * MIB,
+        "shortfall_bytes": None,
+        "overflowing_layers": None,
+        "devices": {},
     }
 
 
@@ -357,7 +387,12 @@ def test_fit_pass_of_a_cpu_only_runner_is_host_memory() -> None:
     (load,) = inspect_lines(lines)["loads"]
     fit = load["fit"]
     assert (fit["memory"], fit["projected_bytes"], fit["free_bytes"], fit["left_bytes"], fit["target_bytes"]) == (
-        "host", 9 * MIB, 24105 * MIB, 24096 * MIB, 1024 * MIB)
+        "host",
+        9 * MIB,
+        24105 * MIB,
+        24096 * MIB,
+        1024 * MIB,
+    )
 
 
 def test_fit_overflow_and_device_margins() -> None:
@@ -368,7 +403,7 @@ def test_fit_overflow_and_device_margins() -> None:
     (path,) = POSTED.glob("ollama-16416-*.log")
     lines = path.read_text(encoding="utf-8").splitlines()
     at = next(i for i, x in enumerate(lines) if "will leave" in x)
-    lines[at + 1:at + 1] = [
+    lines[at + 1 : at + 1] = [
         "common_params_fit_impl: cannot fulfill margin of 1024 MiB, need to reduce device memory by 6210 MiB",
         "common_params_fit_impl:   - ROCm0 (8060S Graphics): 120459 total, 121669 used,   1210 deficit",
         "common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing),  11065 MiB used,   1036 MiB free",
@@ -376,8 +411,9 @@ def test_fit_overflow_and_device_margins() -> None:
     (load,) = inspect_lines(lines)["loads"]
     fit = load["fit"]
     assert (fit["shortfall_bytes"], fit["target_bytes"], fit["overflowing_layers"]) == (6210 * MIB, 1024 * MIB, 5)
-    assert fit["devices"] == {"ROCm0": {"margin_bytes": 1036 * MIB, "layers": 25, "overflowing": 5,
-                                        "used_bytes": 11065 * MIB}}  # the overflow line comes last: its margin wins
+    assert fit["devices"] == {
+        "ROCm0": {"margin_bytes": 1036 * MIB, "layers": 25, "overflowing": 5, "used_bytes": 11065 * MIB}
+    }  # the overflow line comes last: its margin wins
     assert "spill: 5 layers overflow the GPU (llama-server fit)" in load["findings"]
     deficit = [e for e in parse_lines(lines) if isinstance(e, FitPlan) and e.device is not None]
     assert [(e.device, e.margin_bytes) for e in deficit] == [("ROCm0", -1210 * MIB)]
@@ -414,7 +450,10 @@ def test_events_pane_describes_the_new_events() -> None:
 
     first, gin = corpus_lines("015")[:2]
     refused = parse_lines([gin.replace("| 200 |", "| 400 |")])[1]
-    assert describe(refused) == "HTTP 400 on /api/chat (Ollama's answer to a prompt over the context; the line does not say why)"
+    assert (
+        describe(refused)
+        == "HTTP 400 on /api/chat (Ollama's answer to a prompt over the context; the line does not say why)"
+    )
     (path,) = POSTED.glob("ollama-16416-*.log")
     plans = [e for e in parse_lines(path.read_text(encoding="utf-8").splitlines()) if isinstance(e, FitPlan)]
     assert [describe(e) for e in plans] == [

@@ -169,7 +169,9 @@ def test_under_training_line_n_ctx_seq_spelling() -> None:
 
 def test_iswa_creation_lines_are_kv_summaries_marked_swa() -> None:
     """ollama/ollama#16480 (0.30.2, gpt-oss): ``creating non-SWA KV cache, size = 131072 cells`` / ``… SWA … 1280``."""
-    marks = [(e.cells, e.swa) for e in parse_lines(posted("ollama-16480")) if isinstance(e, KvSummary) and e.swa is not None]
+    marks = [
+        (e.cells, e.swa) for e in parse_lines(posted("ollama-16480")) if isinstance(e, KvSummary) and e.swa is not None
+    ]
     assert marks == [(131072, False), (1280, True)]
 
 
@@ -194,7 +196,12 @@ def test_iswa_real_run_context_from_non_swa_cache_and_kv_from_both() -> None:
     assert summaries == [(4096, None, None, False), (4096, 1, 2, None), (768, None, None, True), (768, 5, 2, None)]
     load = one_load(lines)
     assert (load.num_ctx_total, load.parallel, load.num_ctx_per_seq) == (8192, 2, 4096)
-    assert (load.kv_type_k, load.kv_type_v, load.flash_attention, load.n_ctx_train) == ("q8_0", "q8_0", "enabled", 16384)
+    assert (load.kv_type_k, load.kv_type_v, load.flash_attention, load.n_ctx_train) == (
+        "q8_0",
+        "q8_0",
+        "enabled",
+        16384,
+    )
     assert load.kv_bytes == round(1.06 * MIB) + round(1.00 * MIB) and load.kv_bytes_stated
     assert dict(load.memory["kv"]) == {"CPU": round(1.06 * MIB) + round(1.00 * MIB)}
     assert load.model_blob == "sha256-54e93e7aded92774254cafb64e3fb47db070ee62bee3fdb786ac7615dd7f4849"
@@ -203,7 +210,7 @@ def test_iswa_real_run_context_from_non_swa_cache_and_kv_from_both() -> None:
 # --------------------------------------------------------------------------------------------
 # 5. A fit pass followed by llama_model_loader is one load
 
-FIT_LINE = ("common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing),  11065 MiB used,   1036 MiB free")
+FIT_LINE = "common_params_fit_impl:   - ROCm0 (AMD …): 25 layers ( 5 overflowing),  11065 MiB used,   1036 MiB free"
 """The Era C fit line as docs/ollama-internals.md §4.5 quotes it (observed; the device description elided there).
 No posted log with an overflowing fit line could be found, so it is inserted into #16416's real fit pass."""
 
@@ -222,7 +229,9 @@ def test_fit_pass_with_overflowing_layers_then_model_loader_is_one_load() -> Non
     events = parse_lines(lines)
     (fit,) = [e for e in events if isinstance(e, FitOverflow)]
     assert (fit.device, fit.layers, fit.overflowing) == ("ROCm0", 25, 5)
-    assert len([e for e in events if isinstance(e, ModelLoad) and e.path is not None]) == 1  # (and the dump's first line)
+    assert (
+        len([e for e in events if isinstance(e, ModelLoad) and e.path is not None]) == 1
+    )  # (and the dump's first line)
     load = one_load(lines)
     assert load.fit_overflowing == 5
     assert load.model_blob == "sha256-6be6d66a3f546d8c19b130dc41dc24b2fc159f84ffbc76a0ee0676205083cf5a"
@@ -235,7 +244,8 @@ def test_fit_pass_after_the_spawn_line_is_the_same_load() -> None:
     spawn = corpus("062")[0]
     loader = posted("ollama-16416")[-2].replace(
         "sha256-6be6d66a3f546d8c19b130dc41dc24b2fc159f84ffbc76a0ee0676205083cf5a",
-        "sha256-4c27e0f5b5adf02ac956c7322bd2ee7636fe3f45a8512c9aba5385242cb6e09a")
+        "sha256-4c27e0f5b5adf02ac956c7322bd2ee7636fe3f45a8512c9aba5385242cb6e09a",
+    )
     load = one_load([spawn, FIT_LINE, loader])
     assert load.model_blob == "sha256-4c27e0f5b5adf02ac956c7322bd2ee7636fe3f45a8512c9aba5385242cb6e09a"
     assert (load.num_ctx_total, load.parallel, load.fit_overflowing) == (131072, 1, 5)
@@ -289,7 +299,7 @@ def test_flash_attention_not_supported_before_an_a_era_spawn_keeps_ollamas_reaso
 # ollama/ollama#2805; the "line" numbers are placeholders (they differ between builds and are not read).
 SLOT_LINES = [
     '{"function":"initialize","level":"INFO","line":433,"msg":"initializing slots","n_slots":4,'
-    '"tid":"139810345842240","timestamp":1710561460}',
+    '"tid":"139810345842240","timestamp":1710561460}'
 ] + [
     f'{{"function":"initialize","level":"INFO","line":445,"msg":"new slot","n_ctx_slot":2048,"slot_id":{i},'
     f'"tid":"139810345842240","timestamp":1710561460}}'
@@ -313,10 +323,12 @@ def test_json_slot_lines_give_the_loads_slots_and_context() -> None:
 
 def test_text_form_slot_lines() -> None:
     """The same records in the Era A text form (``INFO [initialize] … | k=v``, corpus 017's shape)."""
-    events = parse_lines([
-        'INFO [initialize] initializing slots | n_slots=2 tid="140182396393344" timestamp=1727366911',
-        'INFO [initialize] new slot | n_ctx_slot=4096 slot_id=0 tid="140182396393344" timestamp=1727366911',
-    ])
+    events = parse_lines(
+        [
+            'INFO [initialize] initializing slots | n_slots=2 tid="140182396393344" timestamp=1727366911',
+            'INFO [initialize] new slot | n_ctx_slot=4096 slot_id=0 tid="140182396393344" timestamp=1727366911',
+        ]
+    )
     assert [(e.n_seq_max, e.n_ctx_per_seq) for e in events] == [(2, None), (None, 4096)]
 
 
@@ -329,8 +341,9 @@ def test_ggml_assert_is_described_with_its_text() -> None:
     line = next(x for x in corpus("005") if "GGML_ASSERT" in x)
     (w,) = [e for e in parse_lines([line]) if isinstance(e, UnknownWarning)]
     text = describe(w)
-    assert text == ('ERROR: GGML_ASSERT: /go/src/github.com/ollama/ollama/llm/llama.cpp/ggml/src/ggml-cuda.cu:101: '
-                    '!"CUDA error"')
+    assert text == (
+        'ERROR: GGML_ASSERT: /go/src/github.com/ollama/ollama/llm/llama.cpp/ggml/src/ggml-cuda.cu:101: !"CUDA error"'
+    )
 
 
 def test_ggml_assert_with_terminal_escapes_is_made_safe() -> None:
@@ -352,7 +365,8 @@ def test_inspect_document_has_the_over_training_finding() -> None:
     (load,) = doc["loads"]
     assert load["findings"] == [
         "context over training: 32768 tokens per slot > the model's training context 8192 "
-        "(llama.cpp: possible training context overflow)"]
+        "(llama.cpp: possible training context overflow)"
+    ]
     assert load["n_ctx_train"] == 8192
     assert doc["events"] == []  # not an event kind of the document (the corpus oracle)
     json.dumps(doc)

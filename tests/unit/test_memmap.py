@@ -47,8 +47,12 @@ def test_two_gpus_split_and_spilled_model(tmp_path: Path) -> None:
         ("model", 3 * GiB + 512 * MiB, "reported", GEMMA),
         ("other", 8 * GiB, "reported", "alice python"),
         # total − free − listed: the driver's 512 MiB reserve is in it (NVML's free is net of it)
-        ("unattributed", 48 * GiB - (48 * GiB - 512 * MiB - 14 * GiB) - 2 * GiB - (3 * GiB + 512 * MiB) - 8 * GiB,
-         "estimated", "unattributed"),
+        (
+            "unattributed",
+            48 * GiB - (48 * GiB - 512 * MiB - 14 * GiB) - 2 * GiB - (3 * GiB + 512 * MiB) - 8 * GiB,
+            "estimated",
+            "unattributed",
+        ),
         ("free", 48 * GiB - 512 * MiB - 14 * GiB, "reported", "free"),
     ]
     assert _rows(gpu1)[0] == ("model", 1 * GiB + 768 * MiB, "reported", GEMMA)
@@ -69,33 +73,58 @@ def test_one_gpu_three_models(tmp_path: Path) -> None:
     mm = memory_map(*sample_with(tmp_path, one_gpu_nvml()))
     gpu0 = mm.bars[0]
     assert [(s.kind, s.label) for s in gpu0.segments if s.model] == [
-        ("weights", Q4), ("kv", Q4), ("compute", Q4), ("overhead", Q4), ("model", GEMMA),
-        ("weights", Q8), ("kv", Q8), ("compute", Q8), ("overhead", Q8)]
+        ("weights", Q4),
+        ("kv", Q4),
+        ("compute", Q4),
+        ("overhead", Q4),
+        ("model", GEMMA),
+        ("weights", Q8),
+        ("kv", Q8),
+        ("compute", Q8),
+        ("overhead", Q8),
+    ]
     assert sum(s.bytes for s in gpu0.segments if s.model) == 2 * GiB + 6 * GiB + 6 * GiB + 256 * MiB
-    assert gpu0.segments[-1] == dataclasses.replace(gpu0.segments[-1], kind="free", bytes=48 * GiB - 512 * MiB - 15 * GiB)
+    assert gpu0.segments[-1] == dataclasses.replace(
+        gpu0.segments[-1], kind="free", bytes=48 * GiB - 512 * MiB - 15 * GiB
+    )
 
 
 def test_allocated_per_device_from_the_runner_log(tmp_path: Path) -> None:
     gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
-    models = with_devices(models, Q8, {"weights": {"CUDA0": 1_900_000_000, "CPU_Mapped": 300_000_000},
-                                       "kv": {"CUDA0": 3_758_096_384}, "compute": {"CUDA0": 300_000_000}})
+    models = with_devices(
+        models,
+        Q8,
+        {
+            "weights": {"CUDA0": 1_900_000_000, "CPU_Mapped": 300_000_000},
+            "kv": {"CUDA0": 3_758_096_384},
+            "compute": {"CUDA0": 300_000_000},
+        },
+    )
     segs = [s for s in memory_map(gpu, procs, models).bars[0].segments if s.label == Q8]
     assert [(s.kind, s.bytes, s.source) for s in segs] == [
-        ("weights", 1_900_000_000, "allocated"), ("kv", 3_758_096_384, "allocated"),
+        ("weights", 1_900_000_000, "allocated"),
+        ("kv", 3_758_096_384, "allocated"),
         ("compute", 300_000_000, "allocated"),
-        ("overhead", 6 * GiB + 256 * MiB - 1_900_000_000 - 3_758_096_384 - 300_000_000, "estimated")]
+        ("overhead", 6 * GiB + 256 * MiB - 1_900_000_000 - 3_758_096_384 - 300_000_000, "estimated"),
+    ]
     assert "CUDA0" in segs[0].note
 
 
 def test_split_model_paired_by_pid_not_by_number(tmp_path: Path) -> None:
     """The runner's CUDA0 is the GPU its PID is on, in index order, unless only size order fits."""
     gpu, procs, models = shared_sample(tmp_path)  # gemma: 3.5 GiB on GPU 0, 1.75 GiB on GPU 1
-    in_order = {"weights": {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB}, "kv": {"CUDA0": 64 * MiB, "CUDA1": 40 * MiB},
-                "compute": {"CUDA0": 200 * MiB, "CUDA1": 100 * MiB}}
+    in_order = {
+        "weights": {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB},
+        "kv": {"CUDA0": 64 * MiB, "CUDA1": 40 * MiB},
+        "compute": {"CUDA0": 200 * MiB, "CUDA1": 100 * MiB},
+    }
     bars = memory_map(gpu, procs, with_devices(models, GEMMA, in_order)).bars
     assert [(s.kind, s.bytes, s.source) for s in bars[0].segments if s.label == GEMMA] == [
-        ("weights", 3 * GiB, "allocated"), ("kv", 64 * MiB, "allocated"), ("compute", 200 * MiB, "allocated"),
-        ("overhead", 512 * MiB - 264 * MiB, "estimated")]
+        ("weights", 3 * GiB, "allocated"),
+        ("kv", 64 * MiB, "allocated"),
+        ("compute", 200 * MiB, "allocated"),
+        ("overhead", 512 * MiB - 264 * MiB, "estimated"),
+    ]
     assert [(s.kind, s.bytes) for s in bars[1].segments if s.label == GEMMA][0] == ("weights", 1 * GiB)
     swapped = {k: {"CUDA0": v["CUDA1"], "CUDA1": v["CUDA0"]} for k, v in in_order.items()}
     bars = memory_map(gpu, procs, with_devices(models, GEMMA, swapped)).bars
@@ -107,12 +136,21 @@ def test_split_model_paired_by_pid_not_by_number(tmp_path: Path) -> None:
 
 def test_spill_cpu_part_from_the_log(tmp_path: Path) -> None:
     gpu, procs, models = shared_sample(tmp_path)
-    models = with_devices(models, GEMMA, {"weights": {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB, "CPU": 1_000_000_000},
-                                          "kv": {"CUDA0": 64 * MiB, "CUDA1": 40 * MiB, "CUDA_Host": 8 * MiB},
-                                          "compute": {"CUDA0": 200 * MiB, "CUDA1": 100 * MiB, "CUDA_Host": 20 * MiB}})
+    models = with_devices(
+        models,
+        GEMMA,
+        {
+            "weights": {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB, "CPU": 1_000_000_000},
+            "kv": {"CUDA0": 64 * MiB, "CUDA1": 40 * MiB, "CUDA_Host": 8 * MiB},
+            "compute": {"CUDA0": 200 * MiB, "CUDA1": 100 * MiB, "CUDA_Host": 20 * MiB},
+        },
+    )
     ram = memory_map(gpu, procs, models).bars[-1]
     assert [(s.kind, s.bytes, s.source) for s in ram.segments if s.label == GEMMA] == [
-        ("weights", 1_000_000_000, "allocated"), ("kv", 8 * MiB, "allocated"), ("compute", 20 * MiB, "allocated")]
+        ("weights", 1_000_000_000, "allocated"),
+        ("kv", 8 * MiB, "allocated"),
+        ("compute", 20 * MiB, "allocated"),
+    ]
 
 
 def test_foreign_processes_one_segment_each(tmp_path: Path) -> None:
@@ -165,8 +203,9 @@ def test_rounding_is_not_an_overhead_segment(tmp_path: Path) -> None:
 
 def _waiting_for_show(models: tuple[ModelView, ...], name: str) -> tuple[ModelView, ...]:
     """``models`` with ``name`` as in the poll that first lists it: its /api/show not read yet."""
-    return tuple(dataclasses.replace(m, model_blob=None, kv_unavailable=SHOW_PENDING) if m.name == name else m
-                 for m in models)
+    return tuple(
+        dataclasses.replace(m, model_blob=None, kv_unavailable=SHOW_PENDING) if m.name == name else m for m in models
+    )
 
 
 def test_a_runner_not_paired_yet_is_loading_its_model(tmp_path: Path) -> None:

@@ -144,10 +144,15 @@ def _parse(body: bytes) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(body.decode())}
 
 
-def _samples(fams: dict[str, Any], drop: tuple[str, ...] = ("kvtop_exporter_scrapes",
-                                                             "kvtop_exporter_collect_duration_seconds")) -> set[Any]:
-    return {(s.name, tuple(sorted(s.labels.items())), s.value)
-            for name, f in fams.items() if name not in drop for s in f.samples}
+def _samples(
+    fams: dict[str, Any], drop: tuple[str, ...] = ("kvtop_exporter_scrapes", "kvtop_exporter_collect_duration_seconds")
+) -> set[Any]:
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for name, f in fams.items()
+        if name not in drop
+        for s in f.samples
+    }
 
 
 def _scrapes(fams: dict[str, Any]) -> float:
@@ -225,8 +230,12 @@ async def test_the_exporter_renders_at_most_once_per_poll_under_many_scrapes() -
     from kvtop.demo.server import load_default_scenario
 
     source = CountingSource(StandinTransport(load_default_scenario(), 4).client())
-    exporter = Exporter([HostPoller(HOST, source, local=True, alerts={})], interval_s=0.1,
-                        gpu_source=FixedGpuSource(), proc_source=FixedProcSource())
+    exporter = Exporter(
+        [HostPoller(HOST, source, local=True, alerts={})],
+        interval_s=0.1,
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(),
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(exporter.run(stop))
     scrapes = 0
@@ -316,8 +325,9 @@ async def test_the_model_memo_changes_nothing_exported() -> None:
     assert samples(build_metrics([hv], None, memo=memo)) == plain
     assert all(memo[k][1] is reused[k] for k in memo)  # equal views: their samples are reused
     first = state.models[0]
-    changed = dataclasses.replace(state, models=(dataclasses.replace(first, size_bytes=(first.size_bytes or 0) + 1),
-                                                 state.models[1]))
+    changed = dataclasses.replace(
+        state, models=(dataclasses.replace(first, size_bytes=(first.size_bytes or 0) + 1), state.models[1])
+    )
     hv2 = HostView(url=HOST, local=False, log=False, state=changed)
     assert samples(build_metrics([hv2], None, memo=memo)) == samples(build_metrics([hv2], None))
     assert len(memo) == 2  # the unloaded model is forgotten
@@ -336,8 +346,13 @@ async def test_gzip_bodies_stay_whole_across_renders_that_reuse_the_stable_famil
         views[0] = dataclasses.replace(views[0], polls=i, poll_duration_s=0.01 * i)
         if i == 3:  # one model changes once: the stable run differs, then settles again
             first = state.models[0]
-            views[0] = dataclasses.replace(views[0], state=dataclasses.replace(state, models=(
-                dataclasses.replace(first, size_bytes=(first.size_bytes or 0) + 1), *state.models[1:])))
+            views[0] = dataclasses.replace(
+                views[0],
+                state=dataclasses.replace(
+                    state,
+                    models=(dataclasses.replace(first, size_bytes=(first.size_bytes or 0) + 1), *state.models[1:]),
+                ),
+            )
         cache.invalidate()
         for accept in (None, om):
             body, _ = cache.body(accept, "gzip")
@@ -355,13 +370,19 @@ async def test_gzip_bodies_stay_whole_across_renders_that_reuse_the_stable_famil
 def test_sources_and_the_load_grouping_import_no_line_grammar() -> None:
     import subprocess
 
-    code = ("import sys, kvtop.logparse, kvtop.logparse.events, kvtop.logparse.loads, kvtop.sources.tail, "
-            "kvtop.sources.ollama, kvtop.sources.slots, kvtop.sources.hosts; "
-            "print(sorted(m for m in sys.modules if m.startswith('kvtop.logparse.')))")
+    code = (
+        "import sys, kvtop.logparse, kvtop.logparse.events, kvtop.logparse.loads, kvtop.sources.tail, "
+        "kvtop.sources.ollama, kvtop.sources.slots, kvtop.sources.hosts; "
+        "print(sorted(m for m in sys.modules if m.startswith('kvtop.logparse.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(eval(out))  # noqa: S307 - our own print of a sorted list of names
-    assert not loaded & {"kvtop.logparse.parser", "kvtop.logparse.llamacpp_lines", "kvtop.logparse.ollama_lines",
-                         "kvtop.logparse.runner_lines"}, loaded
+    assert not loaded & {
+        "kvtop.logparse.parser",
+        "kvtop.logparse.llamacpp_lines",
+        "kvtop.logparse.ollama_lines",
+        "kvtop.logparse.runner_lines",
+    }, loaded
     from kvtop.sources import tail_base
 
     assert tail_base.keep_line('time=x level=WARN source=y.go:1 msg="z"') and len(tail_base.EVENT_MARKERS) > 20

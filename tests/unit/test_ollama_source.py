@@ -20,7 +20,10 @@ API = FIXTURES / "api"
 
 # --- /api/ps JSON corpus files, against their expected facts -------------------------------------
 
-@pytest.mark.parametrize("stem", ["001-api-ps-gemma3-full-gpu", "011-api-ps-docs-example-gemma4-partial-vram-context_length"])
+
+@pytest.mark.parametrize(
+    "stem", ["001-api-ps-gemma3-full-gpu", "011-api-ps-docs-example-gemma4-partial-vram-context_length"]
+)
 def test_parse_ps_corpus_json(stem: str) -> None:
     from kvtop.model.kv import processor_string
 
@@ -44,6 +47,7 @@ def test_parse_ps_expires_at_with_nanoseconds_and_offset() -> None:
 
 
 # --- `ollama ps` text captures: the PROCESSOR and SIZE strings kvtop reproduces -----------------
+
 
 def _ps_text_rows(text: str) -> list[dict[str, str]]:
     """Rows of `ollama ps` tables in a pasted capture (prompts, comments and output skipped)."""
@@ -95,6 +99,7 @@ def test_ollama_ps_text_corpus(name: str) -> None:
 
 # --- /api/show -----------------------------------------------------------------------------------
 
+
 def test_parse_show_cloud_stub() -> None:
     info = parse_show(load_json("api/007-api-show-deepseek-v4-flash-cloud-compact.json"), digest="d", name="x")
     exp = load_json("api/expected/007-api-show-deepseek-v4-flash-cloud-compact.json")
@@ -105,7 +110,9 @@ def test_parse_show_cloud_stub() -> None:
 
 
 def test_parse_show_drops_tokenizer_arrays() -> None:
-    body = {"model_info": {"general.architecture": "llama", "tokenizer.ggml.tokens": ["a"] * 10, "llama.block_count": 32}}
+    body = {
+        "model_info": {"general.architecture": "llama", "tokenizer.ggml.tokens": ["a"] * 10, "llama.block_count": 32}
+    }
     info = parse_show(body, digest="d", name="n")
     assert dict(info.model_info) == {"general.architecture": "llama", "llama.block_count": 32}
 
@@ -118,14 +125,37 @@ def test_parse_show_rejects_non_objects(body: Any) -> None:
 
 # --- tolerant /api/ps shapes ----------------------------------------------------------------------
 
+
 def test_parse_ps_tolerates_every_shape() -> None:
     body = {
         "models": [
-            {"name": "old:latest", "size": 10, "size_vram": 10, "digest": "ab" * 32, "details": {}, "expires_at": "2024-06-01T10:00:00Z"},
-            {"name": "cloud:cloud", "model": "cloud:cloud", "size": 0, "size_vram": 0, "digest": "cd" * 32,
-             "details": {"format": "", "families": None}, "expires_at": "0001-01-01T00:00:00Z", "remote_host": "x"},
-            {"name": "new", "size": 5, "size_vram": 3, "digest": "sha256:" + "ef" * 32, "context_length": 4096,
-             "expires_at": "2318-04-11T23:47:16.854775807+01:00", "unknown_field": {"nested": [1, 2]}},
+            {
+                "name": "old:latest",
+                "size": 10,
+                "size_vram": 10,
+                "digest": "ab" * 32,
+                "details": {},
+                "expires_at": "2024-06-01T10:00:00Z",
+            },
+            {
+                "name": "cloud:cloud",
+                "model": "cloud:cloud",
+                "size": 0,
+                "size_vram": 0,
+                "digest": "cd" * 32,
+                "details": {"format": "", "families": None},
+                "expires_at": "0001-01-01T00:00:00Z",
+                "remote_host": "x",
+            },
+            {
+                "name": "new",
+                "size": 5,
+                "size_vram": 3,
+                "digest": "sha256:" + "ef" * 32,
+                "context_length": 4096,
+                "expires_at": "2318-04-11T23:47:16.854775807+01:00",
+                "unknown_field": {"nested": [1, 2]},
+            },
             {"no_name": True},
             "garbage",
         ],
@@ -149,7 +179,13 @@ def test_parse_ps_rejects_wrong_shapes(body: Any) -> None:
 
 @pytest.mark.parametrize(
     ("text", "ok"),
-    [("2025-10-17T16:47:07.93355-07:00", True), ("2026-01-01T00:00:00Z", True), ("not a time", False), (None, False), (3, False)],
+    [
+        ("2025-10-17T16:47:07.93355-07:00", True),
+        ("2026-01-01T00:00:00Z", True),
+        ("not a time", False),
+        (None, False),
+        (3, False),
+    ],
 )
 def test_parse_go_time(text: Any, ok: bool) -> None:
     assert (parse_go_time(text) is not None) is ok
@@ -177,10 +213,13 @@ def _server(calls: list[str], ps: Any = PS_BODY, show_status: int = 200) -> Call
             assert body["verbose"] is True
             if show_status != 200:
                 return httpx.Response(show_status, json={"error": "boom"})
-            return httpx.Response(200, json={"model_info": {"general.architecture": "gemma4"}, "capabilities": ["completion"]})
+            return httpx.Response(
+                200, json={"model_info": {"general.architecture": "gemma4"}, "capabilities": ["completion"]}
+            )
         if request.url.path == "/api/tags":
             return httpx.Response(200, json={"models": [{"name": "gemma4", "digest": DIGEST, "size": 9608350718}]})
         return httpx.Response(404, json={"error": "not found"})
+
     return handler
 
 
@@ -215,7 +254,9 @@ async def test_client_refetches_show_when_digest_changes() -> None:
 async def test_show_failure_is_kept_per_model_and_retried_later() -> None:
     calls: list[str] = []
     now = [1000.0]
-    client = OllamaClient("http://x:1", transport=httpx.MockTransport(_server(calls, show_status=500)), clock=lambda: now[0])
+    client = OllamaClient(
+        "http://x:1", transport=httpx.MockTransport(_server(calls, show_status=500)), clock=lambda: now[0]
+    )
     snap = await client.sample()
     assert snap.reachable
     assert snap.shows[DIGEST].error == "/api/show: HTTP 500 Internal Server Error: boom"
@@ -232,22 +273,45 @@ async def test_show_failure_is_kept_per_model_and_retried_later() -> None:
 def _raiser(exc: Exception) -> Callable[[httpx.Request], httpx.Response]:
     def handler(request: httpx.Request) -> httpx.Response:
         raise exc
+
     return handler
 
 
 @pytest.mark.parametrize(
     ("handler", "kind", "message"),
     [
-        (_raiser(httpx.ConnectError("[Errno 111] Connection refused")), "refused", "connection refused (http://127.0.0.1:11434)"),
+        (
+            _raiser(httpx.ConnectError("[Errno 111] Connection refused")),
+            "refused",
+            "connection refused (http://127.0.0.1:11434)",
+        ),
         (_raiser(httpx.ReadTimeout("timed out")), "timeout", "/api/ps: no answer within 3 s"),
         (_raiser(httpx.ConnectTimeout("timed out")), "timeout", "/api/ps: connect timed out after 3 s"),
-        (lambda r: httpx.Response(503, json={"error": "server busy"}), "http", "/api/ps: HTTP 503 Service Unavailable: server busy"),
-        (lambda r: httpx.Response(502, text="<html>bad gateway</html>"), "http", "/api/ps: HTTP 502 Bad Gateway: <html>bad gateway</html>"),
-        (lambda r: httpx.Response(200, text="<html>proxy login</html>"), "invalid_json", "/api/ps: invalid JSON ('<html>proxy login</html>')"),
-        (lambda r: httpx.Response(200, json=["not", "an", "object"]), "invalid_shape", "/api/ps: unexpected shape: expected a JSON object, got list"),
+        (
+            lambda r: httpx.Response(503, json={"error": "server busy"}),
+            "http",
+            "/api/ps: HTTP 503 Service Unavailable: server busy",
+        ),
+        (
+            lambda r: httpx.Response(502, text="<html>bad gateway</html>"),
+            "http",
+            "/api/ps: HTTP 502 Bad Gateway: <html>bad gateway</html>",
+        ),
+        (
+            lambda r: httpx.Response(200, text="<html>proxy login</html>"),
+            "invalid_json",
+            "/api/ps: invalid JSON ('<html>proxy login</html>')",
+        ),
+        (
+            lambda r: httpx.Response(200, json=["not", "an", "object"]),
+            "invalid_shape",
+            "/api/ps: unexpected shape: expected a JSON object, got list",
+        ),
     ],
 )
-async def test_client_failures_become_snapshots(handler: Callable[[httpx.Request], httpx.Response], kind: str, message: str) -> None:
+async def test_client_failures_become_snapshots(
+    handler: Callable[[httpx.Request], httpx.Response], kind: str, message: str
+) -> None:
     client = _client(handler)
     snap = await client.sample()
     assert not snap.reachable
@@ -335,14 +399,17 @@ def test_duplicate_rows_are_shown_once() -> None:
 
 def test_show_reads_the_weights_blob_from_the_modelfile() -> None:
     # `ollama show --modelfile` / /api/show "modelfile": FROM names the blob the runner gets as --model
-    modelfile = ('# Modelfile generated by "ollama show"\n# FROM llama3.2:latest\n\n'
-                 "FROM /usr/share/ollama/.ollama/models/blobs/sha256-" + "ab" * 32 + "\nPARAMETER num_ctx 4096\n")
+    modelfile = (
+        '# Modelfile generated by "ollama show"\n# FROM llama3.2:latest\n\n'
+        "FROM /usr/share/ollama/.ollama/models/blobs/sha256-" + "ab" * 32 + "\nPARAMETER num_ctx 4096\n"
+    )
     info = parse_show({"modelfile": modelfile, "model_info": {}}, digest="d", name="n")
     assert info.model_blob == "sha256-" + "ab" * 32
     assert parse_show({"modelfile": "FROM llama3.2\n"}, digest="d", name="n").model_blob is None
 
 
 # --- bounded bodies, redirects, hostile text, many models -----------------------------------------
+
 
 class _Chunks(httpx.AsyncByteStream):
     """A response body streamed piece by piece (not built in memory), counting the pieces taken."""
@@ -361,6 +428,7 @@ def _ps_only(response: Callable[[], httpx.Response]) -> Callable[[httpx.Request]
         if request.url.path == "/api/ps":
             return response()
         return _server([])(request)
+
     return handler
 
 
@@ -396,6 +464,7 @@ def test_the_bounded_decoder_inflates_a_bomb_only_as_far_as_asked() -> None:
     assert out == b'{"models":[' + b" " * 989
     assert len(decoder.decode(b"", 5000)) == 5000  # the rest stays in zlib, inflated on demand
     import zlib
+
     assert len(zlib.decompressobj(31).decompress(bomb)) > 60 * 2**20  # the bomb is real
 
 
@@ -404,7 +473,7 @@ async def test_a_gzip_bomb_is_stopped_at_the_limit_of_decompressed_bytes() -> No
 
     bomb = gzip_bomb_bytes(4 * 2**20)  # about 4 GiB inflated
     body = _Chunks(b"", 0)
-    pieces = [bomb[i:i + 65536] for i in range(0, len(bomb), 65536)]
+    pieces = [bomb[i : i + 65536] for i in range(0, len(bomb), 65536)]
 
     class Stream(httpx.AsyncByteStream):
         async def __aiter__(self):  # type: ignore[override]
@@ -425,33 +494,60 @@ async def test_compressed_answers_within_the_limit_are_read(encoding: str) -> No
     import zlib
 
     raw = json.dumps(PS_BODY).encode()
-    data = {"gzip": gzip.compress(raw), "deflate": zlib.compress(raw), "identity": raw,
-            "deflate-raw": zlib.compress(raw)[2:-4]}[encoding]
+    data = {
+        "gzip": gzip.compress(raw),
+        "deflate": zlib.compress(raw),
+        "identity": raw,
+        "deflate-raw": zlib.compress(raw)[2:-4],
+    }[encoding]
     header = "deflate" if encoding == "deflate-raw" else encoding
-    client = _client(_ps_only(lambda: httpx.Response(200, stream=_Chunks(data, 1), headers={"Content-Encoding": header})))
+    client = _client(
+        _ps_only(lambda: httpx.Response(200, stream=_Chunks(data, 1), headers={"Content-Encoding": header}))
+    )
     snap = await client.sample()
     assert snap.reachable and snap.models[0].size_vram_bytes == 5333539264
     await client.aclose()
 
 
-@pytest.mark.parametrize(("encoding", "message"), [
-    ("br", "/api/ps: cannot decode the body: unsupported Content-Encoding 'br'"),
-    ("gzip", "/api/ps: cannot decode the body: Error -3 while decompressing data: incorrect header check"),
-])
+@pytest.mark.parametrize(
+    ("encoding", "message"),
+    [
+        ("br", "/api/ps: cannot decode the body: unsupported Content-Encoding 'br'"),
+        ("gzip", "/api/ps: cannot decode the body: Error -3 while decompressing data: incorrect header check"),
+    ],
+)
 async def test_bodies_that_cannot_be_decoded_are_reported(encoding: str, message: str) -> None:
-    client = _client(_ps_only(lambda: httpx.Response(200, stream=_Chunks(b"not compressed", 1),
-                                                     headers={"Content-Encoding": encoding})))
+    client = _client(
+        _ps_only(
+            lambda: httpx.Response(200, stream=_Chunks(b"not compressed", 1), headers={"Content-Encoding": encoding})
+        )
+    )
     snap = await client.sample()
     assert not snap.reachable and snap.error == message
     await client.aclose()
 
 
-@pytest.mark.parametrize(("status", "location", "message"), [
-    (302, "http://proxy.example/login", "/api/ps: HTTP 302 Found: redirect to http://proxy.example/login, not followed"),
-    (301, "http://user:secret@proxy.example/x", "/api/ps: HTTP 301 Moved Permanently: redirect to http://proxy.example/x, not followed"),
-    (307, "/api/ps/\u202eevil".encode(), "/api/ps: HTTP 307 Temporary Redirect: redirect to /api/ps/\ufffdevil, not followed"),
-    (302, None, "/api/ps: HTTP 302 Found: redirect without a Location, not followed"),
-])
+@pytest.mark.parametrize(
+    ("status", "location", "message"),
+    [
+        (
+            302,
+            "http://proxy.example/login",
+            "/api/ps: HTTP 302 Found: redirect to http://proxy.example/login, not followed",
+        ),
+        (
+            301,
+            "http://user:secret@proxy.example/x",
+            "/api/ps: HTTP 301 Moved Permanently: redirect to http://proxy.example/x, not followed",
+        ),
+        (
+            307,
+            "/api/ps/\u202eevil".encode(),
+            "/api/ps: HTTP 307 Temporary Redirect: redirect to /api/ps/\ufffdevil, not followed",
+        ),
+        (302, None, "/api/ps: HTTP 302 Found: redirect without a Location, not followed"),
+    ],
+)
 async def test_a_redirect_is_named_not_followed(status: int, location: str | bytes | None, message: str) -> None:
     headers = [(b"Location", location if isinstance(location, bytes) else location.encode())] if location else []
     client = _client(_ps_only(lambda: httpx.Response(status, headers=headers)))
@@ -593,8 +689,15 @@ def test_json_values_are_bounded_before_decoding() -> None:
 
     bomb = b'{"models":[' + b"{}," * 1_000_000 + b"{}]}"
     assert json_values_upper_bound(bomb) > JSON_VALUE_LIMIT["/api/ps"]
-    real = json.dumps({"model_info": {"tokenizer.ggml.tokens": ["a"] * 262_144, "tokenizer.ggml.scores": [0.0] * 262_144,
-                                      "tokenizer.ggml.token_type": [1] * 262_144}}).encode()
+    real = json.dumps(
+        {
+            "model_info": {
+                "tokenizer.ggml.tokens": ["a"] * 262_144,
+                "tokenizer.ggml.scores": [0.0] * 262_144,
+                "tokenizer.ggml.token_type": [1] * 262_144,
+            }
+        }
+    ).encode()
     assert json_values_upper_bound(real) < JSON_VALUE_LIMIT["/api/show"]
 
 
@@ -623,8 +726,22 @@ async def test_an_object_bomb_is_refused_with_a_message_and_bounded_memory() -> 
 def test_model_info_keeps_scalars_and_flat_arrays_only() -> None:
     from kvtop.sources.ollama_decode import MAX_MODEL_INFO_ARRAY, parse_show
 
-    show = parse_show({"model_info": {"general.architecture": "llama", "llama.block_count": 4,
-                                      "llama.attention.sliding_window_pattern": [True, False] * 2,
-                                      "x.nested": [{}, {}], "x.huge": [0] * (MAX_MODEL_INFO_ARRAY + 1), "x.obj": {"a": 1}}},
-                      digest="d", name="m")
-    assert set(show.model_info) == {"general.architecture", "llama.block_count", "llama.attention.sliding_window_pattern"}
+    show = parse_show(
+        {
+            "model_info": {
+                "general.architecture": "llama",
+                "llama.block_count": 4,
+                "llama.attention.sliding_window_pattern": [True, False] * 2,
+                "x.nested": [{}, {}],
+                "x.huge": [0] * (MAX_MODEL_INFO_ARRAY + 1),
+                "x.obj": {"a": 1},
+            }
+        },
+        digest="d",
+        name="m",
+    )
+    assert set(show.model_info) == {
+        "general.architecture",
+        "llama.block_count",
+        "llama.attention.sliding_window_pattern",
+    }

@@ -13,7 +13,7 @@ def _table(step: str) -> list[str]:
     snap = snapshot_at(step_index(step))
     lines = state_text(fold_with_alerts(AppState(snap.host_url), snap)).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("NAME"))
-    return lines[start:start + 4]
+    return lines[start : start + 4]
 
 
 def test_a_spilled_model_shows_its_vram_then_its_ram() -> None:

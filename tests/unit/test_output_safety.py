@@ -83,30 +83,54 @@ class _Hostile(BaseHTTPRequestHandler):
         if path == "/api/version":
             self._send(200, {"version": "0.12.0" + HOSTILE})
         elif path == "/api/ps":
-            self._send(200, {"models": [{
-                "name": "gem" + HOSTILE + ":latest", "model": "gem:latest", "size": 5964735424,
-                "digest": DIGEST, "size_vram": 5964735424, "context_length": 4096,
-                "expires_at": "2025-08-08T00:07:26.817827822+02:00",
-                "details": {"format": "gguf", "family": "x" + HOSTILE, "families": ["x" + HOSTILE],
-                            "parameter_size": "4.3B" + HOSTILE, "quantization_level": "Q4_K_M" + HOSTILE},
-            }]})
+            self._send(
+                200,
+                {
+                    "models": [
+                        {
+                            "name": "gem" + HOSTILE + ":latest",
+                            "model": "gem:latest",
+                            "size": 5964735424,
+                            "digest": DIGEST,
+                            "size_vram": 5964735424,
+                            "context_length": 4096,
+                            "expires_at": "2025-08-08T00:07:26.817827822+02:00",
+                            "details": {
+                                "format": "gguf",
+                                "family": "x" + HOSTILE,
+                                "families": ["x" + HOSTILE],
+                                "parameter_size": "4.3B" + HOSTILE,
+                                "quantization_level": "Q4_K_M" + HOSTILE,
+                            },
+                        }
+                    ]
+                },
+            )
         elif path == "/api/tags":
-            self._send(200, {"models": [{"name": "gem:latest", "model": "gem:latest", "size": 3338801804,
-                                         "digest": DIGEST}]})
+            self._send(
+                200, {"models": [{"name": "gem:latest", "model": "gem:latest", "size": 3338801804, "digest": DIGEST}]}
+            )
         elif path == "/api/show":
             arch = "gemma3" + HOSTILE
-            self._send(200, {
-                "modelfile": "FROM /root/.ollama/models/blobs/sha256-" + DIGEST + "\n",
-                "parameters": "stop " + HOSTILE,
-                "details": {"family": arch},
-                "capabilities": ["completion" + HOSTILE],
-                "model_info": {
-                    "general.architecture": arch, "general.name": HOSTILE,
-                    f"{arch}.block_count": 34, f"{arch}.context_length": 131072,
-                    f"{arch}.attention.head_count": 8, f"{arch}.attention.head_count_kv": 4,
-                    f"{arch}.embedding_length": 2560, f"{arch}.attention.key_length": 256,
+            self._send(
+                200,
+                {
+                    "modelfile": "FROM /root/.ollama/models/blobs/sha256-" + DIGEST + "\n",
+                    "parameters": "stop " + HOSTILE,
+                    "details": {"family": arch},
+                    "capabilities": ["completion" + HOSTILE],
+                    "model_info": {
+                        "general.architecture": arch,
+                        "general.name": HOSTILE,
+                        f"{arch}.block_count": 34,
+                        f"{arch}.context_length": 131072,
+                        f"{arch}.attention.head_count": 8,
+                        f"{arch}.attention.head_count_kv": 4,
+                        f"{arch}.embedding_length": 2560,
+                        f"{arch}.attention.key_length": 256,
+                    },
                 },
-            })
+            )
         else:
             self._send(404, {"error": "not found" + HOSTILE})
 
@@ -124,14 +148,28 @@ def hostile() -> Iterator[tuple[str, type[_Hostile]]]:
         server.server_close()
 
 
-def _kvtop(args: list[str], tmp_path: Path, env_extra: dict[str, str] | None = None,
-           stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def _kvtop(
+    args: list[str], tmp_path: Path, env_extra: dict[str, str] | None = None, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in ("OLLAMA_HOST", "NO_COLOR") and not k.startswith("KVTOP_")}
-    env.update({"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
-                "NO_PROXY": "*", "PYTHONIOENCODING": "utf-8"})
+    env.update(
+        {
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+            "NO_PROXY": "*",
+            "PYTHONIOENCODING": "utf-8",
+        }
+    )
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "kvtop", *args], capture_output=True, env=env, input=stdin,
-                          timeout=60, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kvtop", *args],
+        capture_output=True,
+        env=env,
+        input=stdin,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,13 +301,15 @@ LOG_LINES = [
     'time=2025-02-18T02:21:25.000Z level=INFO source=routes.go:1 msg="server config" '
     'env="map[OLLAMA_CONTEXT_LENGTH:4096 OLLAMA_HOST:http://0.0.0.0:11434' + HOSTILE + ']"',
     'time=2025-02-18T02:21:25.100Z level=INFO source=routes.go:2 msg="Listening on 127.0.0.1:11434 (version 0.5.7'
-    + HOSTILE + ')"',
+    + HOSTILE
+    + ')"',
     "llama_model_loader: loaded meta data with 26 key-value pairs and 995 tensors from "
     "/root/.ollama/models/blobs/sha256-" + DIGEST + HOSTILE + " (version GGUF V3 (latest))",
     "llama_new_context_with_model: n_ctx      = 8192",
     "llama_kv_cache_init:      CUDA0 KV buffer size =  1024.00 MiB",
     'time=2025-02-18T02:21:26.000Z level=ERROR source=sched.go:3 msg="error loading llama server" error="'
-    + HOSTILE.replace("\x00", "") + '"',
+    + HOSTILE.replace("\x00", "")
+    + '"',
 ]
 
 

@@ -17,8 +17,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_every_kvtop_package_is_listed_in_pyproject() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "kvtop").rglob("__init__.py")
-               if "__pycache__" not in p.parts}
+    on_disk = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "kvtop").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
     assert "kvtop.model.alerts" in on_disk
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
 

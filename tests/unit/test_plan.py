@@ -35,16 +35,36 @@ def info(arch: str, **keys: Any) -> dict[str, Any]:
 
 
 GEMMA3_12B = info(  # gemma-3-12b config: 48 layers, 16 heads, 8 KV x 256, window 1024 (5 SWA : 1)
-    "gemma3", block_count=48, context_length=131072, embedding_length=3840, feed_forward_length=15360,
-    attention__head_count=16, attention__head_count_kv=8, attention__key_length=256,
-    attention__value_length=256, attention__sliding_window=1024, vocab_size=262208,
+    "gemma3",
+    block_count=48,
+    context_length=131072,
+    embedding_length=3840,
+    feed_forward_length=15360,
+    attention__head_count=16,
+    attention__head_count_kv=8,
+    attention__key_length=256,
+    attention__value_length=256,
+    attention__sliding_window=1024,
+    vocab_size=262208,
 )
 QWEN3NEXT_80B = info(  # Qwen3-Next-80B-A3B: 48 layers, 12 full attention (2 KV x 256), 36 Gated DeltaNet
-    "qwen3next", block_count=48, context_length=262144, embedding_length=2048, feed_forward_length=5120,
-    attention__head_count=16, attention__head_count_kv=2, attention__key_length=256,
-    attention__value_length=256, full_attention_interval=4, ssm__conv_kernel=4, ssm__inner_size=4096,
-    ssm__state_size=128, ssm__group_count=16, ssm__time_step_rank=32,
-    expert_feed_forward_length=512, expert_used_count=10,
+    "qwen3next",
+    block_count=48,
+    context_length=262144,
+    embedding_length=2048,
+    feed_forward_length=5120,
+    attention__head_count=16,
+    attention__head_count_kv=2,
+    attention__key_length=256,
+    attention__value_length=256,
+    full_attention_interval=4,
+    ssm__conv_kernel=4,
+    ssm__inner_size=4096,
+    ssm__state_size=128,
+    ssm__group_count=16,
+    ssm__time_step_rank=32,
+    expert_feed_forward_length=512,
+    expert_used_count=10,
 )
 
 
@@ -59,17 +79,28 @@ def test_ggml_type_sizes_match_gguf() -> None:
     assert set(plan.GGML_TYPE_SIZES) == {q.name for q in constants.GGML_QUANT_SIZES}
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("25769803776", 25769803776), ("24GiB", 24 * GIB), ("24GB", 24 * 10**9), ("24 gib", 24 * GIB),
-    ("1.5TiB", 3 * 2**39), ("512MiB", 512 * MIB), ("0", 0), ("100B", 100), ("2.25GB", 2_250_000_000),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("25769803776", 25769803776),
+        ("24GiB", 24 * GIB),
+        ("24GB", 24 * 10**9),
+        ("24 gib", 24 * GIB),
+        ("1.5TiB", 3 * 2**39),
+        ("512MiB", 512 * MIB),
+        ("0", 0),
+        ("100B", 100),
+        ("2.25GB", 2_250_000_000),
+    ],
+)
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("24G", "ambiguous"), ("x", "not a byte count"), ("-1GiB", "not a byte count"), ("", "not a byte count"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("24G", "ambiguous"), ("x", "not a byte count"), ("-1GiB", "not a byte count"), ("", "not a byte count")],
+)
 def test_parse_bytes_rejects(text: str, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         parse_bytes(text)
@@ -86,10 +117,18 @@ def test_parse_num_ctx_rejects(text: str) -> None:
         plan.parse_num_ctx(text)
 
 
-@pytest.mark.parametrize(("version", "engine"), [
-    ("0.30.0", "llama-server"), ("0.33.0-rc2", "llama-server"), ("1.0.0", "llama-server"),
-    ("0.24.0", "go-runner"), ("0.22.1", "go-runner"), (None, "llama-server"), ("garbage", "llama-server"),
-])
+@pytest.mark.parametrize(
+    ("version", "engine"),
+    [
+        ("0.30.0", "llama-server"),
+        ("0.33.0-rc2", "llama-server"),
+        ("1.0.0", "llama-server"),
+        ("0.24.0", "go-runner"),
+        ("0.22.1", "go-runner"),
+        (None, "llama-server"),
+        ("garbage", "llama-server"),
+    ],
+)
 def test_engine_for_version(version: str | None, engine: str) -> None:
     assert plan.engine_for_version(version) == engine
 
@@ -106,9 +145,7 @@ def test_gpu_budget() -> None:
 # Llama 3.1 8B (the table)
 
 
-@pytest.mark.parametrize(("cache_type", "kv_bytes"), [
-    ("f16", 4 * GIB), ("q8_0", 2176 * MIB), ("q4_0", 1152 * MIB),
-])
+@pytest.mark.parametrize(("cache_type", "kv_bytes"), [("f16", 4 * GIB), ("q8_0", 2176 * MIB), ("q4_0", 1152 * MIB)])
 def test_llama31_8b_kv_at_32768(cache_type: str, kv_bytes: int) -> None:
     p = predict(llama(), PlanConfig(32768, cache_type))
     assert p.kv_bytes == kv_bytes
@@ -287,8 +324,9 @@ def test_qwen3_total_against_the_seeds(num_ctx: int) -> None:
     # calibrated from the 4096 row (compute = size - weights - KV, as the dashboard derives it)
     at4096 = predict(spec, PlanConfig(4096), engine="go-runner")
     assert at4096.kv_bytes is not None
-    cal = plan.Calibration(PlanConfig(4096), SEEDS_Q8_0[4096][0] - SEEDS_FILE_SIZE - at4096.kv_bytes,
-                           "derived", "seeds 4096 row")
+    cal = plan.Calibration(
+        PlanConfig(4096), SEEDS_Q8_0[4096][0] - SEEDS_FILE_SIZE - at4096.kv_bytes, "derived", "seeds 4096 row"
+    )
     c = predict(spec, PlanConfig(num_ctx), calibration=cal, engine="go-runner")
     assert c.compute_calibrated and c.compute_note.startswith("estimated")
     assert c.total_bytes is not None and abs(c.total_bytes - size) <= c.total_error_bytes
@@ -345,12 +383,21 @@ def test_hybrid_qwen3next_counts_the_recurrent_state() -> None:
     assert p.fit.gpu_used_bytes + p.fit.cpu_bytes == p.gpu_bytes  # layers (weights + KV + state) add up
 
 
-@pytest.mark.parametrize(("model_info", "fragment"), [
-    (info("mllama", block_count=40, attention__head_count=32), "cross-attention"),
-    (info("bert", block_count=12, attention__head_count=12), "no KV cache"),
-    ({"general.architecture": "deepseek4", "deepseek4.context_length": 1048576,
-      "deepseek4.embedding_length": 7168}, "stub"),
-])
+@pytest.mark.parametrize(
+    ("model_info", "fragment"),
+    [
+        (info("mllama", block_count=40, attention__head_count=32), "cross-attention"),
+        (info("bert", block_count=12, attention__head_count=12), "no KV cache"),
+        (
+            {
+                "general.architecture": "deepseek4",
+                "deepseek4.context_length": 1048576,
+                "deepseek4.embedding_length": 7168,
+            },
+            "stub",
+        ),
+    ],
+)
 def test_unavailable_kv_math_is_said_not_guessed(model_info: dict[str, Any], fragment: str) -> None:
     spec = model_spec("m", model_info, file_size=10 * GIB)
     assert spec.kv_reason is not None and fragment in spec.kv_reason
@@ -366,8 +413,14 @@ def test_llama_cpp_refusals_are_reported() -> None:
     p = predict(llama(), PlanConfig(4096, "q8_0", flash_attention=False))
     assert p.kv is None and p.kv_problem is not None and "flash attention" in p.kv_problem
     assert any("needs flash attention" in note for note in p.notes)
-    odd = info("llama", block_count=2, context_length=4096, embedding_length=192,
-               attention__head_count=4, attention__head_count_kv=2)  # head dim 48
+    odd = info(
+        "llama",
+        block_count=2,
+        context_length=4096,
+        embedding_length=192,
+        attention__head_count=4,
+        attention__head_count_kv=2,
+    )  # head dim 48
     p2 = predict(model_spec("odd", odd, file_size=10**6), PlanConfig(2048, "q8_0"))
     assert p2.kv is None and p2.kv_problem is not None and "does not divide" in p2.kv_problem
 
@@ -449,8 +502,15 @@ def test_calibration_moves_the_compute_by_the_modelled_change_only() -> None:
 
 def test_compare_derived_has_compute_and_total_only() -> None:
     spec = model_spec("q", qwen3_17b_info(), file_size=SEEDS_FILE_SIZE)
-    cal = plan.Calibration(PlanConfig(32768), 148_045_184, "derived", "ps",
-                           weights_bytes=SEEDS_FILE_SIZE, kv_bytes=3584 * MIB, total_bytes=6_106_141_568)
+    cal = plan.Calibration(
+        PlanConfig(32768),
+        148_045_184,
+        "derived",
+        "ps",
+        weights_bytes=SEEDS_FILE_SIZE,
+        kv_bytes=3584 * MIB,
+        total_bytes=6_106_141_568,
+    )
     c = plan.compare(spec, cal, engine="go-runner")
     assert [r.component for r in c.rows] == ["compute", "total"]
     assert all(r.within for r in c.rows)
@@ -482,8 +542,11 @@ def test_calibration_from_load_needs_compute() -> None:
         kv_bytes_stated: bool = True
 
     assert plan.calibration_from_load(FakeLoad({"weights": {"CUDA0": 5}})) is None
-    cal = plan.calibration_from_load(FakeLoad({"weights": {"CUDA0": 5, "CPU_Mapped": 1}, "kv": {"CUDA0": 100},
-                                               "compute": {"CUDA0": 7, "CUDA_Host": 3}}))
+    cal = plan.calibration_from_load(
+        FakeLoad(
+            {"weights": {"CUDA0": 5, "CPU_Mapped": 1}, "kv": {"CUDA0": 100}, "compute": {"CUDA0": 7, "CUDA_Host": 3}}
+        )
+    )
     assert cal is not None
     assert cal.config == PlanConfig(4096, "q8_0", 2, True)
     assert (cal.compute_bytes, cal.weights_bytes, cal.kv_bytes, cal.total_bytes) == (10, 6, 100, 116)
@@ -505,10 +568,15 @@ def test_server_settings_lines() -> None:
         'Environment="OLLAMA_NUM_PARALLEL=2"',
         "sudo systemctl daemon-reload && sudo systemctl restart ollama",
     )
-    assert s.launchctl[:3] == ("launchctl setenv OLLAMA_FLASH_ATTENTION 1", "launchctl setenv OLLAMA_KV_CACHE_TYPE q8_0",
-                               "launchctl setenv OLLAMA_NUM_PARALLEL 2")
-    assert s.docker == ("docker run -d -e OLLAMA_FLASH_ATTENTION=1 -e OLLAMA_KV_CACHE_TYPE=q8_0 "
-                        "-e OLLAMA_NUM_PARALLEL=2 -p 11434:11434 ollama/ollama")
+    assert s.launchctl[:3] == (
+        "launchctl setenv OLLAMA_FLASH_ATTENTION 1",
+        "launchctl setenv OLLAMA_KV_CACHE_TYPE q8_0",
+        "launchctl setenv OLLAMA_NUM_PARALLEL 2",
+    )
+    assert s.docker == (
+        "docker run -d -e OLLAMA_FLASH_ATTENTION=1 -e OLLAMA_KV_CACHE_TYPE=q8_0 "
+        "-e OLLAMA_NUM_PARALLEL=2 -p 11434:11434 ollama/ollama"
+    )
     refused = plan.server_settings("q4_0", 1, False)
     assert any("refused" in note for note in refused.notes)
     with pytest.raises(ValueError):
@@ -534,8 +602,10 @@ def test_planner_and_cli_do_not_import_textual() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, kvtop.model.plan, kvtop.plan_cli;"
-            "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, kvtop.model.plan, kvtop.plan_cli;"
+        "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr

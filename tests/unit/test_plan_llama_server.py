@@ -54,8 +54,9 @@ def test_prediction_next_to_the_allocation(stem: str) -> None:
 def test_the_inspect_log_document_agrees(stem: str) -> None:
     doc = inspect_lines((FIXTURES / f"{stem}.log").read_text(encoding="utf-8").splitlines())
     (load,) = doc["loads"]
-    config = plan.PlanConfig(load["num_ctx_per_seq"], load["kv_type_k"], load["parallel"],
-                             load["flash_attention"] == "enabled")
+    config = plan.PlanConfig(
+        load["num_ctx_per_seq"], load["kv_type_k"], load["parallel"], load["flash_attention"] == "enabled"
+    )
     p = plan.predict(spec(), config)
     assert p.kv_bytes == load["kv_bytes"] == sum(load["memory"]["kv"].values())
 
@@ -102,7 +103,13 @@ def test_refused_configurations_are_refused_by_the_planner_too(stem: str) -> Non
     if stem == "fail-q8_0-fa-off":
         p = plan.predict(spec(), plan.PlanConfig(2048, "q8_0", flash_attention=False))
     else:
-        odd = {"general.architecture": "llama", "llama.block_count": 2, "llama.context_length": 16384,
-               "llama.embedding_length": 192, "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2}
+        odd = {
+            "general.architecture": "llama",
+            "llama.block_count": 2,
+            "llama.context_length": 16384,
+            "llama.embedding_length": 192,
+            "llama.attention.head_count": 4,
+            "llama.attention.head_count_kv": 2,
+        }
         p = plan.predict(plan.model_spec("odd", odd, file_size=2_569_011), plan.PlanConfig(2048, "q8_0"))
     assert p.kv is None and p.kv_problem is not None and p.kv_problem.startswith("llama.cpp refuses")

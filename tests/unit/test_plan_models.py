@@ -31,11 +31,19 @@ def _q4_k_m(il: int, n: int) -> str:
 def llama31_8b_info() -> dict[str, Any]:
     """``model_info`` of llama3.1:8b (the keys the planner reads)."""
     return {
-        "general.architecture": "llama", "general.file_type": 15, "general.parameter_count": 8030261312,
-        "llama.block_count": LLAMA_N, "llama.context_length": 131072, "llama.embedding_length": LLAMA_E,
-        "llama.feed_forward_length": LLAMA_FF, "llama.attention.head_count": LLAMA_HEADS,
-        "llama.attention.head_count_kv": LLAMA_KV, "llama.attention.layer_norm_rms_epsilon": 1e-5,
-        "llama.rope.dimension_count": 128, "llama.rope.freq_base": 500000.0, "llama.vocab_size": LLAMA_VOCAB,
+        "general.architecture": "llama",
+        "general.file_type": 15,
+        "general.parameter_count": 8030261312,
+        "llama.block_count": LLAMA_N,
+        "llama.context_length": 131072,
+        "llama.embedding_length": LLAMA_E,
+        "llama.feed_forward_length": LLAMA_FF,
+        "llama.attention.head_count": LLAMA_HEADS,
+        "llama.attention.head_count_kv": LLAMA_KV,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "llama.rope.dimension_count": 128,
+        "llama.rope.freq_base": 500000.0,
+        "llama.vocab_size": LLAMA_VOCAB,
     }
 
 
@@ -101,15 +109,23 @@ def tiny_llama_show(spec: TinyLlama = TinyLlama()) -> dict[str, Any]:
             {"name": f"{b}.ffn_up.weight", "type": "F32", "shape": [e, ff]},
             {"name": f"{b}.ffn_down.weight", "type": "F32", "shape": [ff, e]},
         ]
-    t += [{"name": "output_norm.weight", "type": "F32", "shape": [e]},
-          {"name": "output.weight", "type": "F32", "shape": [e, n_vocab]}]
+    t += [
+        {"name": "output_norm.weight", "type": "F32", "shape": [e]},
+        {"name": "output.weight", "type": "F32", "shape": [e, n_vocab]},
+    ]
     info = {
-        "general.architecture": "llama", "general.file_type": 0,
-        "llama.block_count": spec.n_layer, "llama.context_length": spec.context_length,
-        "llama.embedding_length": e, "llama.feed_forward_length": ff,
-        "llama.attention.head_count": spec.n_head, "llama.attention.head_count_kv": spec.n_head_kv,
-        "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.dimension_count": hd,
-        "llama.rope.freq_base": 10000.0, "llama.vocab_size": n_vocab,
+        "general.architecture": "llama",
+        "general.file_type": 0,
+        "llama.block_count": spec.n_layer,
+        "llama.context_length": spec.context_length,
+        "llama.embedding_length": e,
+        "llama.feed_forward_length": ff,
+        "llama.attention.head_count": spec.n_head,
+        "llama.attention.head_count_kv": spec.n_head_kv,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "llama.rope.dimension_count": hd,
+        "llama.rope.freq_base": 10000.0,
+        "llama.vocab_size": n_vocab,
     }
     return {"model_info": info, "tensors": t}
 

@@ -68,8 +68,9 @@ class StandinTransport:
         path = request.url.path
         if path == "/api/ps":
             self.ps_calls += 1
-            return httpx.Response(200, json=ps_body(self.scenario, self.scenario.steps[self.step], self.since_ns,
-                                                    timezone.utc))
+            return httpx.Response(
+                200, json=ps_body(self.scenario, self.scenario.steps[self.step], self.since_ns, timezone.utc)
+            )
         if path == "/api/version":
             return httpx.Response(200, json={"version": self.scenario.version})
         if path == "/api/tags":
@@ -148,7 +149,8 @@ async def test_every_model_of_the_spill_step_is_exported_with_the_scenarios_numb
         if model.file_size is not None:
             assert value(fams, "kvtop_model_memory_bytes", **ids, part="weights", source="reported") == model.file_size
             assert value(fams, "kvtop_model_memory_bytes", **ids, part="compute", source="estimated") == (
-                row.size - model.file_size - kv_bytes)
+                row.size - model.file_size - kv_bytes
+            )
         else:  # gemma4: no file size in /api/tags: weights and compute are not known, so not exported
             assert samples(fams, "kvtop_model_memory_bytes", **ids, part="weights") == []
             assert samples(fams, "kvtop_model_memory_bytes", **ids, part="compute") == []
@@ -178,8 +180,13 @@ async def test_metric_names_follow_prometheus_conventions() -> None:
     for name in fams:
         spec = next(m for m in METRICS if m.name == name or m.name == name + "_total")
         assert spec.name.endswith(units) or spec.name in {
-            "kvtop_server_up", "kvtop_model_slots", "kvtop_model_spilled", "kvtop_alerts", "kvtop_log_up",
-            "kvtop_gpu_telemetry_up"}, spec.name
+            "kvtop_server_up",
+            "kvtop_model_slots",
+            "kvtop_model_spilled",
+            "kvtop_alerts",
+            "kvtop_log_up",
+            "kvtop_gpu_telemetry_up",
+        }, spec.name
     assert fams["kvtop_server_polls"].type == "counter"
     assert value(fams, "kvtop_server_polls_total", host=HOST) == 3
 
@@ -201,17 +208,33 @@ def dataclass_replace_snapshot(state: AppState) -> Any:
     from kvtop.model.snapshots import OllamaSnapshot
 
     assert state.ollama is not None
-    return OllamaSnapshot(host_url=HOST, taken_at=state.ollama.taken_at + 5, reachable=False,
-                          error="connection refused", error_kind="refused")
+    return OllamaSnapshot(
+        host_url=HOST,
+        taken_at=state.ollama.taken_at + 5,
+        reachable=False,
+        error="connection refused",
+        error_kind="refused",
+    )
 
 
 def test_gpu_telemetry_is_exported_in_base_units() -> None:
     gpu = GpuSnapshot(
-        taken_at=1.0, status="GPU telemetry: NVML", ok=True, backend="nvml",
+        taken_at=1.0,
+        status="GPU telemetry: NVML",
+        ok=True,
+        backend="nvml",
         devices=(
-            GpuDevice(index=0, name="NVIDIA H200", uuid="GPU-1234", memory_total_bytes=150_000_000_000,
-                      memory_used_bytes=6_000_000_000, memory_free_bytes=144_000_000_000, gpu_util_percent=37,
-                      temperature_c=41, power_draw_mw=123_456),
+            GpuDevice(
+                index=0,
+                name="NVIDIA H200",
+                uuid="GPU-1234",
+                memory_total_bytes=150_000_000_000,
+                memory_used_bytes=6_000_000_000,
+                memory_free_bytes=144_000_000_000,
+                gpu_util_percent=37,
+                temperature_c=41,
+                power_draw_mw=123_456,
+            ),
             GpuDevice(index=1, error="GPU is lost"),
         ),
         system=SystemMemory(ram_total_bytes=64 * 2**30, ram_available_bytes=48 * 2**30, swap_used_bytes=2**20),
@@ -246,8 +269,9 @@ async def test_label_values_lose_control_characters_and_keep_printable_text() ->
     arch = "llama\x1b]52;c;SGVsbG8=\x07\x1b[2J\u202e"
     name = "qwen3-日本語-🦙:1.7b"
     state = dataclasses.replace(state, models=(dataclasses.replace(state.models[0], architecture=arch, name=name),))
-    text = generate_latest(make_registry(KvtopCollector(
-        lambda: [HostView(url=HOST, local=False, log=False, state=state)], lambda: None))).decode("utf-8")
+    text = generate_latest(
+        make_registry(KvtopCollector(lambda: [HostView(url=HOST, local=False, log=False, state=state)], lambda: None))
+    ).decode("utf-8")
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     assert 'architecture="llama\ufffd]52;c;SGVsbG8=\ufffd\ufffd[2J\ufffd"' in text
     assert f'model="{name}"' in text  # other scripts and emoji are kept
@@ -268,8 +292,10 @@ def _runner_lines(name: str, blob: str) -> list[str]:
     return [ollama_spawn_line([new if a == old else a for a in argv]), *stderr.splitlines()]
 
 
-TRUNCATION = ('time=2026-11-29T12:00:05.000Z level=WARN source=runner.go:131 msg="truncating input prompt" '
-              'limit=2048 prompt=5065 keep=5 new=2048')
+TRUNCATION = (
+    'time=2026-11-29T12:00:05.000Z level=WARN source=runner.go:131 msg="truncating input prompt" '
+    "limit=2048 prompt=5065 keep=5 new=2048"
+)
 BLOB_A = "sha256-" + "a" * 64
 BLOB_B = "sha256-" + "b" * 64
 
@@ -313,8 +339,9 @@ async def test_log_counters_reach_the_scrape() -> None:
     lines = _runner_lines("f16-fa-on-np1", blob) + [TRUNCATION]
     events = [e for line in lines for e in parser.feed(line)] + parser.end_batch()
     state = fold_log_with_alerts(await state_at(1), events, source="file:x", status=None, ok=True, lines=len(lines))
-    view = HostView(url=HOST, local=False, log=True, state=state,
-                    counters=count_log(LogCounters(), events, state.log.loads))
+    view = HostView(
+        url=HOST, local=False, log=True, state=state, counters=count_log(LogCounters(), events, state.log.loads)
+    )
     fams = scrape([view])
     assert value(fams, "kvtop_prompt_truncations_total", host=HOST, blob=blob) == 1
     assert value(fams, "kvtop_model_reloads_total", host=HOST, blob=blob) == 0
@@ -354,9 +381,12 @@ async def test_scrapes_never_poll_and_a_slow_host_does_not_slow_another() -> Non
     fast = CountingSource(StandinTransport(scenario, 4).client())
     slow = CountingSource(StandinTransport(scenario, 2).client(), delay_s=5.0)
     gpu, procs = FixedGpuSource(), FixedProcSource()
-    exporter = Exporter([HostPoller("http://slow:1", slow, local=False, alerts={}),
-                         HostPoller(HOST, fast, local=True, alerts={})],
-                        interval_s=0.25, gpu_source=gpu, proc_source=procs)
+    exporter = Exporter(
+        [HostPoller("http://slow:1", slow, local=False, alerts={}), HostPoller(HOST, fast, local=True, alerts={})],
+        interval_s=0.25,
+        gpu_source=gpu,
+        proc_source=procs,
+    )
     registry = make_registry(exporter.collector)
     stop = asyncio.Event()
     task = asyncio.create_task(exporter.run(stop))
@@ -380,10 +410,15 @@ async def test_scrapes_never_poll_and_a_slow_host_does_not_slow_another() -> Non
 
 def test_gpu_samples_join_only_hosts_on_this_machine() -> None:
     first, _ = initial_state(HOST, {}, timezone.utc)
-    local = HostPoller(HOST, CountingSource(StandinTransport(load_default_scenario(), 0).client()),
-                       local=True, alerts={})
-    remote = HostPoller("http://10.0.0.9:11434", CountingSource(StandinTransport(load_default_scenario(), 0).client()),
-                        local=False, alerts={})
+    local = HostPoller(
+        HOST, CountingSource(StandinTransport(load_default_scenario(), 0).client()), local=True, alerts={}
+    )
+    remote = HostPoller(
+        "http://10.0.0.9:11434",
+        CountingSource(StandinTransport(load_default_scenario(), 0).client()),
+        local=False,
+        alerts={},
+    )
     exporter = Exporter([local, remote], interval_s=1.0)
     gpu = no_gpu_snapshot(5.0)
     from kvtop.model.gpu_snapshots import ProcSnapshot
@@ -399,53 +434,63 @@ def test_gpu_samples_join_only_hosts_on_this_machine() -> None:
 # arguments and locality
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("127.0.0.1:9877", ("127.0.0.1", 9877)),
-    ("[::1]:9877", ("::1", 9877)),
-    (":9100", ("0.0.0.0", 9100)),
-    ("localhost:0", ("localhost", 0)),
-    (" 0.0.0.0:65535 ", ("0.0.0.0", 65535)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9877", ("127.0.0.1", 9877)),
+        ("[::1]:9877", ("::1", 9877)),
+        (":9100", ("0.0.0.0", 9100)),
+        ("localhost:0", ("localhost", 0)),
+        (" 0.0.0.0:65535 ", ("0.0.0.0", 65535)),
+    ],
+)
 def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
     assert parse_listen(text) == expected
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("9877", "expected HOST:PORT"),
-    ("::1:9877", "IPv6 address goes in brackets"),
-    ("[::1]9877", r"expected \[IPV6\]:PORT"),
-    ("[nope]:9877", "not an IPv6 address"),
-    ("127.0.0.1:65536", "0–65535"),
-    ("127.0.0.1:http", "0–65535"),
-    ("127.0.0.1:", "0–65535"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("9877", "expected HOST:PORT"),
+        ("::1:9877", "IPv6 address goes in brackets"),
+        ("[::1]9877", r"expected \[IPV6\]:PORT"),
+        ("[nope]:9877", "not an IPv6 address"),
+        ("127.0.0.1:65536", "0–65535"),
+        ("127.0.0.1:http", "0–65535"),
+        ("127.0.0.1:", "0–65535"),
+    ],
+)
 def test_bad_listen_addresses_say_what_is_expected(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_listen(text)
 
 
-@pytest.mark.parametrize(("url", "local"), [
-    ("http://127.0.0.1:11434", True),
-    ("http://127.3.4.5:11434", True),
-    ("http://[::1]:11434", True),
-    ("http://localhost:11434", True),
-    ("http://LOCALHOST:11434", True),
-    ("http://10.1.2.3:11434", True),  # one of this machine's interface addresses
-    ("http://10.1.2.4:11434", False),
-    ("http://[fe80::1]:11434", True),
-    ("http://box:11434", True),  # this machine's own name
-    ("http://box.example.org:11434", True),
-    ("http://gpu-box:11434", False),
-    ("https://ollama.example.org/ollama", False),
-])
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://127.0.0.1:11434", True),
+        ("http://127.3.4.5:11434", True),
+        ("http://[::1]:11434", True),
+        ("http://localhost:11434", True),
+        ("http://LOCALHOST:11434", True),
+        ("http://10.1.2.3:11434", True),  # one of this machine's interface addresses
+        ("http://10.1.2.4:11434", False),
+        ("http://[fe80::1]:11434", True),
+        ("http://box:11434", True),  # this machine's own name
+        ("http://box.example.org:11434", True),
+        ("http://gpu-box:11434", False),
+        ("https://ollama.example.org/ollama", False),
+    ],
+)
 def test_which_hosts_are_on_this_machine(url: str, local: bool) -> None:
     assert host_is_this_machine(url, addresses={"10.1.2.3", "fe80::1"}, hostname="box") is local
 
 
 def test_the_exporter_never_imports_textual() -> None:
-    code = ("import sys, kvtop.export.command;"
-            "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, kvtop.export.command;"
+        "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run(check=False, args=[sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-

@@ -28,8 +28,10 @@ from tests.unit.test_alerts import (
 )
 
 CASE = "reject-over-context-ctx256"
-LINE = ("srv    send_error: task id = 0, error: request (2104 tokens) exceeds the available context size (256 tokens),"
-        " try increasing it")
+LINE = (
+    "srv    send_error: task id = 0, error: request (2104 tokens) exceeds the available context size (256 tokens),"
+    " try increasing it"
+)
 TINY_SIZE_256 = 3_000_000
 """A size for the tiny model's /api/ps row (weights 1 MiB in the catalog + KV + compute)."""
 
@@ -66,14 +68,17 @@ def test_the_run_has_one_rejection_attached_to_its_load() -> None:
 
 
 def test_prompt_rejected_alert_with_the_num_ctx_that_holds_it() -> None:
-    state = state_of(ps_snapshot([row(TINY, 256, TINY_SIZE_256)], taken_at=RUN_TIME + 60),
-                     llama_server_run(CASE, blob(TINY)))
+    state = state_of(
+        ps_snapshot([row(TINY, 256, TINY_SIZE_256)], taken_at=RUN_TIME + 60), llama_server_run(CASE, blob(TINY))
+    )
     assert state.models[0].load is not None  # the log's load is this row's runner
     alerts = evaluate(state)
     alert = only(alerts, "prompt_rejected", TINY)
     assert alert.severity == "warning" == KINDS["prompt_rejected"][0]
-    assert alert.message == ("prompt rejected: 2104 tokens > num_ctx 256; num_ctx 4096 would hold it"
-                             " (llama-server answered HTTP 400, nothing was generated)")
+    assert alert.message == (
+        "prompt rejected: 2104 tokens > num_ctx 256; num_ctx 4096 would hold it"
+        " (llama-server answered HTTP 400, nothing was generated)"
+    )
     assert alert.since == RUN_TIME
     (f,) = alert.fixes
     now, new = kv_bytes(state, TINY, 256), kv_bytes(state, TINY, 4096)

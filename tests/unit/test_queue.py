@@ -78,9 +78,17 @@ def test_slots_not_known_leave_waiting_unknown_and_a_failed_read_says_why() -> N
     assert failed.in_flight is None and failed.error == "connections not readable: AccessDenied"
     assert queue_json(failed)["error"] == "connections not readable: AccessDenied"
     assert queue_json(unknown) == {
-        "port": PORT, "in_flight": 1, "busy_slots": None, "total_slots": None, "waiting": None,
-        "oldest_wait_s": None, "full_models": [], "clients": [{"address": "10.0.0.7", "connections": 1}],
-        "own_connections_left_out": 0, "source": "estimated", "error": None,
+        "port": PORT,
+        "in_flight": 1,
+        "busy_slots": None,
+        "total_slots": None,
+        "waiting": None,
+        "oldest_wait_s": None,
+        "full_models": [],
+        "clients": [{"address": "10.0.0.7", "connections": 1}],
+        "own_connections_left_out": 0,
+        "source": "estimated",
+        "error": None,
     }
 
 
@@ -103,11 +111,18 @@ def test_the_exporter_gives_the_queue_as_gauges_and_leaves_out_a_failed_read() -
     def scrape(q: object) -> dict[str, float]:
         view = HostView(url=host, local=True, log=False, state=dataclasses.replace(state, queue=q))
         text = generate_latest(make_registry(KvtopCollector(lambda: [view], lambda: None))).decode("utf-8")
-        return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-                if s.name.startswith("kvtop_request")}
+        return {
+            s.name: s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name.startswith("kvtop_request")
+        }
 
-    assert scrape(queue) == {"kvtop_requests_in_flight": 3.0, "kvtop_requests_waiting": 2.0,
-                             "kvtop_request_oldest_wait_seconds": 30.0}
+    assert scrape(queue) == {
+        "kvtop_requests_in_flight": 3.0,
+        "kvtop_requests_waiting": 2.0,
+        "kvtop_request_oldest_wait_seconds": 30.0,
+    }
     failed = fold_connections(queue, ConnSnapshot(131.0, PORT, error="connections not readable: AccessDenied"), [])
     assert scrape(failed) == {}
 
@@ -118,8 +133,9 @@ def test_one_line_for_every_face_with_the_estimated_mark() -> None:
     clients = tuple(("10.0.0.7", 50000 + i) for i in range(3)) + (("10.0.0.9", 1),)
     first = fold_connections(None, ConnSnapshot(100.0, PORT, clients[:2]), [_model("qwen3", 1, 1)])  # type: ignore[list-item]
     queue = fold_connections(first, ConnSnapshot(130.0, PORT, clients), [_model("qwen3", 1, 1)])  # type: ignore[list-item]
-    assert queue_summary(queue) == ("in flight 4~ · waiting 3~ (oldest 30 s) · slots busy 1/1 · full: qwen3"
-                                    " · clients 10.0.0.7 ×3, 10.0.0.9 ×1")
+    assert queue_summary(queue) == (
+        "in flight 4~ · waiting 3~ (oldest 30 s) · slots busy 1/1 · full: qwen3 · clients 10.0.0.7 ×3, 10.0.0.9 ×1"
+    )
     assert queue_summary(None) is None
     failed = ConnSnapshot(1.0, PORT, error="connections not readable: AccessDenied")
     assert queue_summary(fold_connections(None, failed, [])) == "connections not readable: AccessDenied"

@@ -43,7 +43,11 @@ def test_update_readme_replaces_only_the_marked_screen() -> None:
     assert "old screen" not in first and "line 1\nline 2\n```\n<!-- /kvtop-demo-screen -->" in first
     assert first.endswith("## Quick start\n\n```sh\nkvtop --demo\n```\n")
     again = update_readme(first, ["new"], "fedcba9876543210")
-    assert readme_hash(again) == "fedcba9876543210" and "line 1" not in again and again.count("kvtop-demo-screen layout") == 1
+    assert (
+        readme_hash(again) == "fedcba9876543210"
+        and "line 1" not in again
+        and again.count("kvtop-demo-screen layout") == 1
+    )
     assert again.endswith("## Quick start\n\n```sh\nkvtop --demo\n```\n")
 
 

@@ -35,21 +35,24 @@ def _registry() -> Any:
 # free text
 
 
-@pytest.mark.parametrize(("text", "shown"), [
-    ("see https://alice:pa/ss@gpu-box:443/x now", "see https://gpu-box:443/x now"),  # '/' in the password
-    ("https://alice:p?w#d@gpu-box/", "https://gpu-box/"),
-    ("https://alice:p@ss@gpu-box/", "https://gpu-box/"),
-    ("http://u@h and HTTPS://a:b@c", "http://h and HTTPS://c"),
-    ("pull http://hub/v2/m?token=abc123&page=2", f"pull http://hub/v2/m?token={MASK}&page=2"),
-    ("u?api_key=k1;sig=s2&x_access_token=t3", f"u?api_key={MASK};sig={MASK}&x_access_token={MASK}"),
-    ("proxy said: Authorization: Bearer abcdefgh123", f"proxy said: Authorization: Bearer {MASK}"),
-    ("bearer eyJhbGciOiJIUzI1NiJ9.x", f"bearer {MASK}"),
-    # kvtop's own words stay readable
-    ("sent: Authorization: Bearer from OLLAMA_API_KEY", "sent: Authorization: Bearer from OLLAMA_API_KEY"),
-    ("no url here: a@b, host:port 10.0.0.1:11434", "no url here: a@b, host:port 10.0.0.1:11434"),
-    ("http://gpu-box:11434/a@b", "http://gpu-box:11434/a@b"),
-    ("gemma3:27b-it-q4_K_M", "gemma3:27b-it-q4_K_M"),
-])
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("see https://alice:pa/ss@gpu-box:443/x now", "see https://gpu-box:443/x now"),  # '/' in the password
+        ("https://alice:p?w#d@gpu-box/", "https://gpu-box/"),
+        ("https://alice:p@ss@gpu-box/", "https://gpu-box/"),
+        ("http://u@h and HTTPS://a:b@c", "http://h and HTTPS://c"),
+        ("pull http://hub/v2/m?token=abc123&page=2", f"pull http://hub/v2/m?token={MASK}&page=2"),
+        ("u?api_key=k1;sig=s2&x_access_token=t3", f"u?api_key={MASK};sig={MASK}&x_access_token={MASK}"),
+        ("proxy said: Authorization: Bearer abcdefgh123", f"proxy said: Authorization: Bearer {MASK}"),
+        ("bearer eyJhbGciOiJIUzI1NiJ9.x", f"bearer {MASK}"),
+        # kvtop's own words stay readable
+        ("sent: Authorization: Bearer from OLLAMA_API_KEY", "sent: Authorization: Bearer from OLLAMA_API_KEY"),
+        ("no url here: a@b, host:port 10.0.0.1:11434", "no url here: a@b, host:port 10.0.0.1:11434"),
+        ("http://gpu-box:11434/a@b", "http://gpu-box:11434/a@b"),
+        ("gemma3:27b-it-q4_K_M", "gemma3:27b-it-q4_K_M"),
+    ],
+)
 def test_scrub_text_masks_userinfo_query_secrets_and_authorization(text: str, shown: str) -> None:
     assert scrub_text(text) == shown
 
@@ -68,19 +71,33 @@ def test_registered_secrets_are_masked_in_every_boundary() -> None:
 # command lines
 
 
-@pytest.mark.parametrize(("argv", "shown"), [
-    (["llama-server", "--api-key", "SEKRET1", "--port", "8080"], ["llama-server", "--api-key", MASK, "--port", "8080"]),
-    (["llama-server", "--api-key=SEKRET1", "--password=p2", "-hf-token", "t3"],
-     ["llama-server", f"--api-key={MASK}", f"--password={MASK}", "-hf-token", MASK]),
-    (["env", "HF_TOKEN=t4", "OLLAMA_PASS=p5", "PATH=/bin", "python", "x.py"],
-     ["env", f"HF_TOKEN={MASK}", f"OLLAMA_PASS={MASK}", "PATH=/bin", "python", "x.py"]),
-    (["curl", "https://bob:pw6@x.example/m?token=t7"], ["curl", f"https://x.example/m?token={MASK}"]),
-    (["llama-server", "--api-key", "--port", "1"], ["llama-server", "--api-key", "--port", "1"]),  # a flag follows
-    (["ollama runner --model /m --api-key SEKRET8 --port 1 TOKEN=t9"],
-     [f"ollama runner --model /m --api-key {MASK} --port 1 TOKEN={MASK}"]),  # a title rewritten as one string
-    (["/usr/bin/ollama", "runner", "--model", "/b/sha256-1", "--ctx-size", "8192", "--port", "4"],
-     ["/usr/bin/ollama", "runner", "--model", "/b/sha256-1", "--ctx-size", "8192", "--port", "4"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (
+            ["llama-server", "--api-key", "SEKRET1", "--port", "8080"],
+            ["llama-server", "--api-key", MASK, "--port", "8080"],
+        ),
+        (
+            ["llama-server", "--api-key=SEKRET1", "--password=p2", "-hf-token", "t3"],
+            ["llama-server", f"--api-key={MASK}", f"--password={MASK}", "-hf-token", MASK],
+        ),
+        (
+            ["env", "HF_TOKEN=t4", "OLLAMA_PASS=p5", "PATH=/bin", "python", "x.py"],
+            ["env", f"HF_TOKEN={MASK}", f"OLLAMA_PASS={MASK}", "PATH=/bin", "python", "x.py"],
+        ),
+        (["curl", "https://bob:pw6@x.example/m?token=t7"], ["curl", f"https://x.example/m?token={MASK}"]),
+        (["llama-server", "--api-key", "--port", "1"], ["llama-server", "--api-key", "--port", "1"]),  # a flag follows
+        (
+            ["ollama runner --model /m --api-key SEKRET8 --port 1 TOKEN=t9"],
+            [f"ollama runner --model /m --api-key {MASK} --port 1 TOKEN={MASK}"],
+        ),  # a title rewritten as one string
+        (
+            ["/usr/bin/ollama", "runner", "--model", "/b/sha256-1", "--ctx-size", "8192", "--port", "4"],
+            ["/usr/bin/ollama", "runner", "--model", "/b/sha256-1", "--ctx-size", "8192", "--port", "4"],
+        ),
+    ],
+)
 def test_mask_argv(argv: list[str], shown: list[str]) -> None:
     assert mask_argv(argv) == tuple(shown)
 
@@ -96,9 +113,16 @@ def test_mask_argv_keeps_none() -> None:
 PW = "pa/ss?w#rd"
 
 
-@pytest.mark.parametrize("raw", [f"https://alice:{PW}@gpu-box/", "https://alice:pa/ss@gpu-box:443/x",
-                                 "https://alice:p#x@gpu-box/", "alice:pa/ss@10.0.0.5:11434",
-                                 "https://alice:pa?ss@[::1]:443/"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        f"https://alice:{PW}@gpu-box/",
+        "https://alice:pa/ss@gpu-box:443/x",
+        "https://alice:p#x@gpu-box/",
+        "alice:pa/ss@10.0.0.5:11434",
+        "https://alice:pa?ss@[::1]:443/",
+    ],
+)
 def test_an_unencoded_slash_question_or_hash_in_a_password_is_refused_without_printing_it(raw: str) -> None:
     with pytest.raises(UserinfoError) as info:
         split_userinfo(raw)
@@ -109,11 +133,17 @@ def test_an_unencoded_slash_question_or_hash_in_a_password_is_refused_without_pr
         parse_host_access(raw, strict=True)
 
 
-@pytest.mark.parametrize("raw", ["http://al/ice:s3cr3t@gpu-box:11434", "http://al?ice:s3cr3t@gpu-box/",
-                                 "http://al#ice:s3cr3t@gpu-box/", "al/ice:s3cr3t@10.0.0.5:11434",
-                                 "https://al/ice:p/w@gpu-box/"])
-def test_an_unencoded_slash_question_or_hash_in_a_user_name_is_refused_without_printing_the_password(
-        raw: str) -> None:
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "http://al/ice:s3cr3t@gpu-box:11434",
+        "http://al?ice:s3cr3t@gpu-box/",
+        "http://al#ice:s3cr3t@gpu-box/",
+        "al/ice:s3cr3t@10.0.0.5:11434",
+        "https://al/ice:p/w@gpu-box/",
+    ],
+)
+def test_an_unencoded_slash_question_or_hash_in_a_user_name_is_refused_without_printing_the_password(raw: str) -> None:
     # "al" reads as a host name: before this, kvtop resolved "al" and printed the password (the
     # rest of the value read as a path) in its unreachable error, --check --json included.
     with pytest.raises(UserinfoError) as info:
@@ -125,10 +155,18 @@ def test_an_unencoded_slash_question_or_hash_in_a_user_name_is_refused_without_p
         parse_host_access(raw, strict=True)
 
 
-@pytest.mark.parametrize("raw", ["http://al/iceW0RDX@gpu-box", "http://al/iceW0RDX@gpu-box:11434/x",
-                                 "al/iceW0RDX@10.0.0.5:11434", "http://al?iceW0RDX@gpu-box/",
-                                 "https://al#iceW0RDX@gpu-box", "http://al:1234/iceW0RDX@gpu-box",
-                                 "gpu-box:11434/a@b"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "http://al/iceW0RDX@gpu-box",
+        "http://al/iceW0RDX@gpu-box:11434/x",
+        "al/iceW0RDX@10.0.0.5:11434",
+        "http://al?iceW0RDX@gpu-box/",
+        "https://al#iceW0RDX@gpu-box",
+        "http://al:1234/iceW0RDX@gpu-box",
+        "gpu-box:11434/a@b",
+    ],
+)
 def test_an_at_after_the_host_is_refused_without_printing_what_precedes_it(raw: str) -> None:
     # a user name with an unencoded "/" and no password: "al" read as the host and "iceW0RDX" sent
     # in the path; "al:1234/iceW0RDX" may as well be a user and a password starting with digits.
@@ -191,28 +229,33 @@ def test_netrc_entry_for_the_host(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.name != "posix", reason="POSIX mode bits")
 def test_server_accesses_take_passwords_from_files_and_warn_about_argv(tmp_path: Path) -> None:
     pw = _private(tmp_path / "pw", "file-pw-1\n")
-    access, warnings = server_accesses([("https://gpu-box:443", "alice", None)], password_file=str(pw), env={},
-                                       host_origin="flag")
+    access, warnings = server_accesses(
+        [("https://gpu-box:443", "alice", None)], password_file=str(pw), env={}, host_origin="flag"
+    )
     assert (access["https://gpu-box:443"].username, access["https://gpu-box:443"].password) == ("alice", "file-pw-1")
     assert warnings == []  # nothing secret on the command line
     assert "file-pw-1" in known_secrets()  # registered: no output of this process shows it
     with pytest.raises(ConfigError, match="names its user"):
         server_accesses([("https://gpu-box:443", None, None)], password_file=str(pw), env={})
-    access, _ = server_accesses([("https://gpu-box:443", "alice", None), ("http://127.0.0.1:11434", None, None)],
-                                password_file=str(pw), env={})  # for the server that names its user only
+    access, _ = server_accesses(
+        [("https://gpu-box:443", "alice", None), ("http://127.0.0.1:11434", None, None)], password_file=str(pw), env={}
+    )  # for the server that names its user only
     assert access["https://gpu-box:443"].password == "file-pw-1" and access["http://127.0.0.1:11434"].username is None
     rc = _private(tmp_path / "netrc", "machine gpu-box login bob password netrc-pw-2\n")
     access, _ = server_accesses([("https://gpu-box:443", None, None)], netrc=True, env={"NETRC": str(rc)})
     assert (access["https://gpu-box:443"].username, access["https://gpu-box:443"].password) == ("bob", "netrc-pw-2")
     access, _ = server_accesses([("https://gpu-box:443", "carol", None)], netrc_file=str(rc), env={})
     assert access["https://gpu-box:443"].password is None  # the entry is bob's, not carol's
-    _, warnings = server_accesses([("https://gpu-box:443", "alice", "argv-pw-3")], env={}, host_origin="flag",
-                                  headers=["Authorization: Bearer argv-tok-4", "X-Trace: 1"])
+    _, warnings = server_accesses(
+        [("https://gpu-box:443", "alice", "argv-pw-3")],
+        env={},
+        host_origin="flag",
+        headers=["Authorization: Bearer argv-tok-4", "X-Trace: 1"],
+    )
     assert len(warnings) == 2 and all("visible to every user of this machine (ps)" in w for w in warnings)
     assert "--header Authorization" in warnings[0] and "--password-file" in warnings[1]
     assert not any("argv-pw-3" in w or "argv-tok-4" in w for w in warnings)
-    _, warnings = server_accesses([("https://gpu-box:443", "alice", "env-pw-5")], env={},
-                                  host_origin="env OLLAMA_HOST")
+    _, warnings = server_accesses([("https://gpu-box:443", "alice", "env-pw-5")], env={}, host_origin="env OLLAMA_HOST")
     assert warnings == []  # the environment is the user's own
 
 
@@ -224,16 +267,25 @@ def test_a_config_file_holding_a_secret_must_be_private(tmp_path: Path) -> None:
         server_accesses([("https://gpu-box:443", None, None)], servers=servers, env={}, file_origin=str(cfg))
     assert f"chmod 600 {cfg}" in str(info.value) and "cfg-tok-6" not in str(info.value)
     with pytest.raises(ConfigError, match="chmod 600"):  # a password in its host value
-        server_accesses([("https://gpu-box:443", "alice", "cfg-pw-7")], env={}, file_origin=str(cfg),
-                        host_origin=f"file {cfg}")
-    server_accesses([("https://gpu-box:443", None, None)], servers={"https://gpu-box/": {"insecure": True}},
-                    env={}, file_origin=str(cfg))  # no secret in it: readable is fine
+        server_accesses(
+            [("https://gpu-box:443", "alice", "cfg-pw-7")], env={}, file_origin=str(cfg), host_origin=f"file {cfg}"
+        )
+    server_accesses(
+        [("https://gpu-box:443", None, None)],
+        servers={"https://gpu-box/": {"insecure": True}},
+        env={},
+        file_origin=str(cfg),
+    )  # no secret in it: readable is fine
     cfg.chmod(0o600)
     access, _ = server_accesses([("https://gpu-box:443", None, None)], servers=servers, env={}, file_origin=str(cfg))
     assert access["https://gpu-box:443"].headers == (("Authorization", "Bearer cfg-tok-6"),)
     pw = _private(tmp_path / "gpu.pass", "table-pw-8\n")
-    access, _ = server_accesses([("https://gpu-box:443", "alice", None)], env={}, file_origin=str(cfg),
-                                servers={"https://gpu-box/": {"password_file": str(pw)}})
+    access, _ = server_accesses(
+        [("https://gpu-box:443", "alice", None)],
+        env={},
+        file_origin=str(cfg),
+        servers={"https://gpu-box/": {"password_file": str(pw)}},
+    )
     assert access["https://gpu-box:443"].password == "table-pw-8"
 
 
@@ -270,8 +322,11 @@ def test_clean_json_replaces_every_control_in_every_string_and_key() -> None:
 
 
 def test_only_secret_header_values_are_registered() -> None:
-    server_accesses([("https://gpu-box:443", None, None)], env={"OLLAMA_API_KEY": "env-key-reg-9"},
-                    headers=["X-Team: research-team-x", "X-Api-Key: hdr-key-reg-10"])
+    server_accesses(
+        [("https://gpu-box:443", None, None)],
+        env={"OLLAMA_API_KEY": "env-key-reg-9"},
+        headers=["X-Team: research-team-x", "X-Api-Key: hdr-key-reg-10"],
+    )
     assert "env-key-reg-9" in known_secrets() and "hdr-key-reg-10" in known_secrets()
     assert "research-team-x" not in known_secrets()  # a plain header is no secret: model names keep it
 
@@ -280,9 +335,23 @@ def test_only_secret_header_values_are_registered() -> None:
 def test_safe_json_on_the_text_equals_clean_json_per_string(indent: int | None) -> None:
     """safe_json works on the serialized text (one pass); it must give exactly what cleaning each
     string would: escaped backslashes before a letter are text, not controls."""
-    strings = ["plain", "a\\nb", "a\\\nb", "\\\\\x1b[2J", "\\u001b literally", "\x7f del", "tab\there",
-               "\u202eevil", "\x9b31m", "emoji 🦙 and CJK 模型", "surrogate \ud800 lone",
-               "https://bob:pw/x@h/m?token=abc&k=1", "Authorization: Bearer abcdefghijk", '"quoted\\"', "\x00"]
+    strings = [
+        "plain",
+        "a\\nb",
+        "a\\\nb",
+        "\\\\\x1b[2J",
+        "\\u001b literally",
+        "\x7f del",
+        "tab\there",
+        "\u202eevil",
+        "\x9b31m",
+        "emoji 🦙 and CJK 模型",
+        "surrogate \ud800 lone",
+        "https://bob:pw/x@h/m?token=abc&k=1",
+        "Authorization: Bearer abcdefghijk",
+        '"quoted\\"',
+        "\x00",
+    ]
     doc = {"list": strings, "nested": {s: {"v": s, "n": 1.5, "t": True, "z": None} for s in strings}}
     assert safe_json(doc, indent=indent) == json.dumps(clean_json(doc), indent=indent, ensure_ascii=False)
     assert_no_control(json.loads(safe_json(doc, indent=indent)))

@@ -37,32 +37,71 @@ CET = timezone(timedelta(hours=1), "CET")
 def ollama_snapshot(taken_at: float = 1_795_963_473.73) -> OllamaSnapshot:
     """A snapshot built from the Ollama docs' /api/ps example (gemma4 19%/81% CPU/GPU)."""
     models = parse_ps(load_json(GEMMA4_PS))
-    show = ShowInfo(digest=models[0].digest, name=models[0].name,
-                    model_info={"general.architecture": "gemma4", "gemma4.block_count": 42,
-                                "gemma4.attention.sliding_window_pattern": [True, True, False],
-                                "gemma4.attention.layer_norm_rms_epsilon": 1e-06},
-                    parameters="temperature 1\nnum_ctx 4096", capabilities=("completion",),
-                    model_blob="sha256-" + "ab" * 32)
-    return OllamaSnapshot(host_url="http://127.0.0.1:11434", taken_at=taken_at, reachable=True, version="0.22.1",
-                          latency_s=0.003, models=models, shows={models[0].digest: show},
-                          tags={models[0].digest: TagInfo(models[0].name, models[0].digest, None)})
+    show = ShowInfo(
+        digest=models[0].digest,
+        name=models[0].name,
+        model_info={
+            "general.architecture": "gemma4",
+            "gemma4.block_count": 42,
+            "gemma4.attention.sliding_window_pattern": [True, True, False],
+            "gemma4.attention.layer_norm_rms_epsilon": 1e-06,
+        },
+        parameters="temperature 1\nnum_ctx 4096",
+        capabilities=("completion",),
+        model_blob="sha256-" + "ab" * 32,
+    )
+    return OllamaSnapshot(
+        host_url="http://127.0.0.1:11434",
+        taken_at=taken_at,
+        reachable=True,
+        version="0.22.1",
+        latency_s=0.003,
+        models=models,
+        shows={models[0].digest: show},
+        tags={models[0].digest: TagInfo(models[0].name, models[0].digest, None)},
+    )
 
 
 def gpu_snapshot() -> tuple[GpuSnapshot, ProcSnapshot]:
     """A populated GPU + process sample (every nested dataclass kind, integer PID keys)."""
     gpu = GpuSnapshot(
-        taken_at=1_795_963_474.0, status="GPU telemetry: NVML 1 GPU", ok=True, backend="nvml", driver_version="580.1",
-        devices=(GpuDevice(index=0, name="NVIDIA GeForce RTX 3060", uuid="GPU-00000000-0000-0000-0000-000000000001",
-                           memory_total_bytes=12 * 2**30, memory_used_bytes=11 * 2**30, memory_free_bytes=2**30,
-                           gpu_util_percent=97, temperature_c=71, power_draw_mw=170_000,
-                           processes=(GpuProcess(pid=4242, used_memory_bytes=5_333_539_264),)),),
+        taken_at=1_795_963_474.0,
+        status="GPU telemetry: NVML 1 GPU",
+        ok=True,
+        backend="nvml",
+        driver_version="580.1",
+        devices=(
+            GpuDevice(
+                index=0,
+                name="NVIDIA GeForce RTX 3060",
+                uuid="GPU-00000000-0000-0000-0000-000000000001",
+                memory_total_bytes=12 * 2**30,
+                memory_used_bytes=11 * 2**30,
+                memory_free_bytes=2**30,
+                gpu_util_percent=97,
+                temperature_c=71,
+                power_draw_mw=170_000,
+                processes=(GpuProcess(pid=4242, used_memory_bytes=5_333_539_264),),
+            ),
+        ),
         system=SystemMemory(ram_total_bytes=64 * 2**30, ram_available_bytes=40 * 2**30, swap_used_bytes=0),
         notes=("one note",),
     )
     procs = ProcSnapshot(
-        taken_at=1_795_963_474.1, servers=(ServerProcess(pid=100, user="ollama", cmdline=("ollama", "serve")),),
-        runners=(RunnerProcess(pid=4242, kind="llama-server", era="C", blob="sha256-" + "ab" * 32, ctx_size=4096,
-                               parallel=1, server_pid=100, rss_bytes=1_258_291_200),),
+        taken_at=1_795_963_474.1,
+        servers=(ServerProcess(pid=100, user="ollama", cmdline=("ollama", "serve")),),
+        runners=(
+            RunnerProcess(
+                pid=4242,
+                kind="llama-server",
+                era="C",
+                blob="sha256-" + "ab" * 32,
+                ctx_size=4096,
+                parallel=1,
+                server_pid=100,
+                rss_bytes=1_258_291_200,
+            ),
+        ),
         discovery_pids=(4300,),
         processes={4242: ProcessInfo(pid=4242, name="llama-server", cmdline=("llama-server", "-c", "4096"))},
         namespace=PidNamespace(container="docker", private=True, mismatch=False, note="in a container"),
@@ -71,8 +110,15 @@ def gpu_snapshot() -> tuple[GpuSnapshot, ProcSnapshot]:
 
 
 def _header() -> dict[str, object]:
-    return recording_header(hosts=("http://127.0.0.1:11434",), log_spec="file:/var/log/ollama.log", gpu=True,
-                            demo=False, naive_tz=CET, thresholds=Thresholds(), started_at=1_795_963_473.0)
+    return recording_header(
+        hosts=("http://127.0.0.1:11434",),
+        log_spec="file:/var/log/ollama.log",
+        gpu=True,
+        demo=False,
+        naive_tz=CET,
+        thresholds=Thresholds(),
+        started_at=1_795_963_473.0,
+    )
 
 
 def _clock(start: float = 1_795_963_473.0, step: float = 1.0):
@@ -87,10 +133,16 @@ def _write_session(path: Path) -> list[str]:
     rec = Recorder.create(path, _header(), clock=_clock())
     rec.ollama(ollama_snapshot())
     rec.gpu(gpu, procs)
-    rec.log(source="file:/var/log/ollama.log", status=None, ok=True, lines=len(lines), dropped_lines=0,
-            raw_lines=lines)
-    rec.ollama(OllamaSnapshot(host_url="http://127.0.0.1:11434", taken_at=1_795_963_477.0, reachable=False,
-                              error="connection refused", error_kind="refused"))
+    rec.log(source="file:/var/log/ollama.log", status=None, ok=True, lines=len(lines), dropped_lines=0, raw_lines=lines)
+    rec.ollama(
+        OllamaSnapshot(
+            host_url="http://127.0.0.1:11434",
+            taken_at=1_795_963_477.0,
+            reachable=False,
+            error="connection refused",
+            error_kind="refused",
+        )
+    )
     rec.close()
     return lines
 
@@ -139,8 +191,12 @@ def test_recording_reads_back_what_was_written(tmp_path: Path, name: str) -> Non
     first = (gzip.decompress(raw) if name.endswith(".gz") else raw).split(b"\n", 1)[0]
     head = json.loads(first)
     assert head["kvtop_recording"] == FORMAT_VERSION and head["kvtop_version"] == "0.1.0"
-    assert head["sources"] == {"ollama": "http://127.0.0.1:11434", "hosts": ["http://127.0.0.1:11434"],
-                               "log": "file:/var/log/ollama.log", "gpu": True}
+    assert head["sources"] == {
+        "ollama": "http://127.0.0.1:11434",
+        "hosts": ["http://127.0.0.1:11434"],
+        "log": "file:/var/log/ollama.log",
+        "gpu": True,
+    }
     rec = read_recording(path)
     assert rec.damage is None
     assert rec.header.naive_tz.utcoffset(None) == timedelta(hours=1)
@@ -190,13 +246,16 @@ def test_corrupt_lines_stop_the_replay_where_they_are(tmp_path: Path) -> None:
     _write_session(good)
     lines = good.read_text(encoding="utf-8").splitlines()
     bad_json = tmp_path / "bad-json.jsonl"
-    bad_json.write_text("\n".join(lines[:3] + ['{"t": 1, "kind": "ollama", "snap'] + lines[4:]) + "\n", encoding="utf-8")
+    bad_json.write_text(
+        "\n".join(lines[:3] + ['{"t": 1, "kind": "ollama", "snap'] + lines[4:]) + "\n", encoding="utf-8"
+    )
     rec = read_recording(bad_json)
     assert len(rec.records) == 2
     assert rec.damage is not None and rec.damage.startswith("recording ends at line 4: not valid JSON")
     bad_record = tmp_path / "bad-record.jsonl"
-    bad_record.write_text("\n".join(lines[:2] + ['{"t": 5, "kind": "ollama", "snapshot": {"host_url": 3}}']) + "\n",
-                          encoding="utf-8")
+    bad_record.write_text(
+        "\n".join(lines[:2] + ['{"t": 5, "kind": "ollama", "snapshot": {"host_url": 3}}']) + "\n", encoding="utf-8"
+    )
     rec = read_recording(bad_record)
     assert len(rec.records) == 1
     assert rec.damage == "recording ends at line 3: OllamaSnapshot.host_url: expected a string, got int"
@@ -211,8 +270,10 @@ def test_corrupt_lines_stop_the_replay_where_they_are(tmp_path: Path) -> None:
 
 def test_files_that_are_not_replayable_say_why(tmp_path: Path) -> None:
     newer = tmp_path / "newer.jsonl"
-    newer.write_text(json.dumps({**_header(), "kvtop_recording": FORMAT_VERSION + 1, "kvtop_version": "9.0"}) + "\n",
-                     encoding="utf-8")
+    newer.write_text(
+        json.dumps({**_header(), "kvtop_recording": FORMAT_VERSION + 1, "kvtop_version": "9.0"}) + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(RecordingError, match=r"format 2 \(written by kvtop 9.0\) is newer than this kvtop"):
         read_recording(newer)
     other = tmp_path / "other.json"
@@ -289,8 +350,9 @@ def test_an_unfinished_gzip_recording_says_so_at_its_end(tmp_path: Path) -> None
     control = ReplayControl(read_recording(path))
     assert control.status_text() is None  # not at the end yet
     control.player.position = len(control.recording.records)
-    assert control.status_text() == ("recording ends after 1 record without its gzip end: kvtop was still"
-                                     " recording, was killed, or the file was cut")
+    assert control.status_text() == (
+        "recording ends after 1 record without its gzip end: kvtop was still recording, was killed, or the file was cut"
+    )
     rec.close()
     closed = ReplayControl(read_recording(path))
     closed.player.position = 1
@@ -304,15 +366,42 @@ def test_the_runner_and_service_rungs_are_recorded_and_read_back(tmp_path: Path)
     from kvtop.model.gpu_snapshots import RunnerProcess, ServerProcess, ServiceEnv
     from kvtop.model.slot_snapshots import RunnerProps, RunnerSlots, SlotState, SlotsSnapshot
 
-    env = ServiceEnv(values=MappingProxyType({"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_API_KEY": "••••"}),
-                     source="/proc/10/environ")
-    procs = ProcSnapshot(taken_at=1.0, servers=(ServerProcess(10, "ollama", ("ollama", "serve"), env),),
-                         runners=(RunnerProcess(11, "llama-server", "v0.30+", blob="sha256-" + "ab" * 32, port=40123,
-                                                ctx_size=16384, parallel=2, cache_type_k="q8_0", cache_type_v="q8_0",
-                                                flash_attn="on", n_gpu_layers=99, server_pid=10),))
-    slots = SlotsSnapshot(2.0, (RunnerSlots(11, 40123, "sha256-" + "ab" * 32, 16384,
-                                            (SlotState(0, 8192, True, 7, 1200, 300), SlotState(1, 8192, False)),
-                                            props=RunnerProps(8192, 2, "/m/blobs/sha256-" + "ab" * 32, "b10488", False)),))
+    env = ServiceEnv(
+        values=MappingProxyType({"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_API_KEY": "••••"}), source="/proc/10/environ"
+    )
+    procs = ProcSnapshot(
+        taken_at=1.0,
+        servers=(ServerProcess(10, "ollama", ("ollama", "serve"), env),),
+        runners=(
+            RunnerProcess(
+                11,
+                "llama-server",
+                "v0.30+",
+                blob="sha256-" + "ab" * 32,
+                port=40123,
+                ctx_size=16384,
+                parallel=2,
+                cache_type_k="q8_0",
+                cache_type_v="q8_0",
+                flash_attn="on",
+                n_gpu_layers=99,
+                server_pid=10,
+            ),
+        ),
+    )
+    slots = SlotsSnapshot(
+        2.0,
+        (
+            RunnerSlots(
+                11,
+                40123,
+                "sha256-" + "ab" * 32,
+                16384,
+                (SlotState(0, 8192, True, 7, 1200, 300), SlotState(1, 8192, False)),
+                props=RunnerProps(8192, 2, "/m/blobs/sha256-" + "ab" * 32, "b10488", False),
+            ),
+        ),
+    )
     gpu, _ = gpu_snapshot()
     path = tmp_path / "rungs.jsonl"
     rec = Recorder.create(path, _header(), clock=_clock())

@@ -23,13 +23,7 @@ import pytest
 from kvtop.config import Settings
 from kvtop.model.codec import MAX_ANY_DEPTH
 from kvtop.sources.recorder import Recorder
-from kvtop.sources.recording import (
-    MAX_LINE_BYTES,
-    RecordingError,
-    open_recording,
-    read_recording,
-    resolve_recording,
-)
+from kvtop.sources.recording import MAX_LINE_BYTES, RecordingError, open_recording, read_recording, resolve_recording
 from kvtop.sources.replay import Player
 from kvtop.ui.replay_worker import ReplayControl
 from tests.unit.test_replay import _clock, _header, ollama_snapshot
@@ -46,8 +40,10 @@ def _record_line(t: float = T0) -> bytes:
     """One real ``ollama`` record line, as the Recorder writes it."""
     from kvtop.model.codec import encode
 
-    return json.dumps({"t": t, "kind": "ollama", "snapshot": encode(ollama_snapshot(t))},
-                      separators=(",", ":")).encode() + b"\n"
+    return (
+        json.dumps({"t": t, "kind": "ollama", "snapshot": encode(ollama_snapshot(t))}, separators=(",", ":")).encode()
+        + b"\n"
+    )
 
 
 def _write(path: Path, *lines: bytes) -> Path:
@@ -83,11 +79,15 @@ def test_a_nested_value_under_the_recursion_limit_is_stopped_by_the_codec(tmp_pa
     assert read_recording(_write(tmp_path / "ok.jsonl", _head(), _record_line())).damage is None
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    (10**400, "the record's time 1" + "0" * 38 + "… is not a time in years 1970-9999"),
-    (1e308, "the record's time 1e+308 is not a time in years 1970-9999"),
-    (-5, "the record's time -5 is not a time in years 1970-9999"),
-], ids=["10**400", "1e308", "negative"])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (10**400, "the record's time 1" + "0" * 38 + "… is not a time in years 1970-9999"),
+        (1e308, "the record's time 1e+308 is not a time in years 1970-9999"),
+        (-5, "the record's time -5 is not a time in years 1970-9999"),
+    ],
+    ids=["10**400", "1e308", "negative"],
+)
 def test_absurd_record_times_are_damage(tmp_path: Path, value: object, reason: str) -> None:
     line = _record_line().replace(b'{"t":1795963473.0', b'{"t":' + str(value).encode(), 1)
     rec = read_recording(_write(tmp_path / "t.jsonl", _head(), _record_line(), line))
@@ -110,13 +110,17 @@ def test_control_characters_in_a_damage_reason_are_replaced(tmp_path: Path) -> N
     assert rec.damage.startswith("recording ends at line 2: ")
 
 
-@pytest.mark.parametrize(("tz", "reason"), [
-    ({"offset_s": 10**30, "name": "X"}, "naive_tz offset_s 1000000000000000000000000000000 is not under a day"),
-    ({"offset_s": 86_400, "name": "X"}, "naive_tz offset_s 86400 is not under a day"),
-    ({"offset_s": 1.5e300}, "naive_tz offset_s 1.5e+300 is not a whole number"),
-    ({"offset_s": 0, "name": ["x"]}, "naive_tz name must be a string"),
-    ([1, 2], "'list' object has no attribute 'get'"),
-], ids=["10**30", "a-day", "1.5e300", "name-list", "list"])
+@pytest.mark.parametrize(
+    ("tz", "reason"),
+    [
+        ({"offset_s": 10**30, "name": "X"}, "naive_tz offset_s 1000000000000000000000000000000 is not under a day"),
+        ({"offset_s": 86_400, "name": "X"}, "naive_tz offset_s 86400 is not under a day"),
+        ({"offset_s": 1.5e300}, "naive_tz offset_s 1.5e+300 is not a whole number"),
+        ({"offset_s": 0, "name": ["x"]}, "naive_tz name must be a string"),
+        ([1, 2], "'list' object has no attribute 'get'"),
+    ],
+    ids=["10**30", "a-day", "1.5e300", "name-list", "list"],
+)
 def test_a_bad_naive_tz_is_a_clear_header_error(tmp_path: Path, tz: object, reason: str) -> None:
     path = _write(tmp_path / "tz.jsonl", json.dumps({**_header(), "naive_tz": tz}).encode() + b"\n", _record_line())
     with pytest.raises(RecordingError, match="the recording header is invalid") as info:
@@ -134,8 +138,14 @@ def test_the_cli_says_one_line_and_exits_2_for_a_huge_offset(tmp_path: Path) -> 
     path = _write(tmp_path / "tz.jsonl", json.dumps({**_header(), "naive_tz": {"offset_s": 10**30}}).encode() + b"\n")
     nested = _write(tmp_path / "nested.jsonl", b'{"kvtop_recording": 1, "host": ' + b"[" * 100_000 + b"\n")
     for bad in (path, nested):
-        proc = subprocess.run([sys.executable, "-m", "kvtop", "--replay", str(bad)], capture_output=True, text=True,
-                              timeout=60, cwd=REPO, env={**os.environ, "TERM": "dumb"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvtop", "--replay", str(bad)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env={**os.environ, "TERM": "dumb"},
+        )
         assert proc.returncode == 2, proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
         assert proc.stderr.startswith(f"kvtop: --replay: {bad}: ")
@@ -242,8 +252,9 @@ def test_a_streamed_damaged_recording_reports_at_its_end(tmp_path: Path) -> None
     unfinished.write_bytes(gzip.compress(_head() + _record_line())[:-8])
     control = ReplayControl(open_recording(unfinished))
     control.player.position = 1
-    assert control.status_text() == ("recording ends after 1 record without its gzip end: kvtop was still"
-                                     " recording, was killed, or the file was cut")
+    assert control.status_text() == (
+        "recording ends after 1 record without its gzip end: kvtop was still recording, was killed, or the file was cut"
+    )
 
 
 def test_a_file_removed_while_playing_is_damage(tmp_path: Path) -> None:
@@ -282,8 +293,10 @@ async def test_the_dashboard_replays_a_streamed_recording_like_an_in_memory_one(
             assert app.replay is not None
             start_s = app.replay.player.time_s or 0.0  # the first seconds: a few records in
             app.replay.request(jump=SPILLED_AT_S)  # into the spill: gemma4 at 19%/81% CPU/GPU (40 s to 60 s)
-            await until(pilot, lambda: app.replay is not None
-                        and (app.replay.player.time_s or 0.0) >= start_s + SPILLED_AT_S - 1)
+            await until(
+                pilot,
+                lambda: app.replay is not None and (app.replay.player.time_s or 0.0) >= start_s + SPILLED_AT_S - 1,
+            )
             await pilot.pause(0.2)
             mids.append(app.state)
             await pilot.press("J")
@@ -320,11 +333,19 @@ def test_replay_cli_exits_2_on_a_hostile_header_host(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    path = _write(tmp_path / "h.jsonl", json.dumps({**_header(), "host": "http://x\x1b[2J/"}).encode() + b"\n",
-                  _record_line())
+    path = _write(
+        tmp_path / "h.jsonl", json.dumps({**_header(), "host": "http://x\x1b[2J/"}).encode() + b"\n", _record_line()
+    )
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, "-m", "kvtop", "--replay", str(path)], capture_output=True, text=True,
-                          timeout=60, env=env, cwd=repo, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtop", "--replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=repo,
+        check=False,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "\x1b" not in done.stderr
     assert "the recording header is invalid (host " in done.stderr

@@ -54,49 +54,70 @@ def proc_dir(tmp_path: Path, pid: int, *, environ: bytes | None, cgroup: str = "
 
 def test_parsers() -> None:
     assert parse_environ(b"HOME=/usr/share/ollama\0OLLAMA_HOST=0.0.0.0:11434\0BROKEN\0EMPTY=\0") == {
-        "HOME": "/usr/share/ollama", "OLLAMA_HOST": "0.0.0.0:11434", "EMPTY": ""}
+        "HOME": "/usr/share/ollama",
+        "OLLAMA_HOST": "0.0.0.0:11434",
+        "EMPTY": "",
+    }
     env, files = parse_systemctl_show(
         'Environment=OLLAMA_KV_CACHE_TYPE=q8_0 "OLLAMA_ORIGINS=http://a http://b" OLLAMA_NUM_PARALLEL=2\n'
         "EnvironmentFiles=/etc/default/ollama (ignore_errors=yes)\n"
-        "EnvironmentFiles=-/etc/ollama.env (ignore_errors=no)\n")
+        "EnvironmentFiles=-/etc/ollama.env (ignore_errors=no)\n"
+    )
     assert env == {"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_ORIGINS": "http://a http://b", "OLLAMA_NUM_PARALLEL": "2"}
     assert files == ["/etc/default/ollama", "/etc/ollama.env"]
     assert parse_env_file('# comment\n; also\nexport OLLAMA_FLASH_ATTENTION=1\nOLLAMA_MODELS="/srv/models"\nbad\n') == {
-        "OLLAMA_FLASH_ATTENTION": "1", "OLLAMA_MODELS": "/srv/models"}
+        "OLLAMA_FLASH_ATTENTION": "1",
+        "OLLAMA_MODELS": "/srv/models",
+    }
     assert unit_of("0::/system.slice/ollama.service\n") == ("ollama.service", False)
-    assert unit_of("0::/user.slice/user-1000.slice/user@1000.service/app.slice/ollama.service\n") == ("ollama.service", True)
+    assert unit_of("0::/user.slice/user-1000.slice/user@1000.service/app.slice/ollama.service\n") == (
+        "ollama.service",
+        True,
+    )
     assert unit_of("0::/user.slice/user-1000.slice/session-4.scope\n") == (None, False)
     assert container_of(f"0::/system.slice/docker-{DOCKER_ID}.scope\n") == DOCKER_ID
     assert container_of(f"12:memory:/docker/{DOCKER_ID}\n") == DOCKER_ID
 
 
-@pytest.mark.parametrize(("name", "value", "shown"), [
-    ("OLLAMA_API_KEY", "sk-123", MASK),
-    ("OLLAMA_AUTH_TOKEN", "t", MASK),
-    ("OLLAMA_HOST", "https://user:pass@gpu-box:443", f"https://{MASK}@gpu-box:443"),
-    ("OLLAMA_HOST", "admin:hunter2@127.0.0.1:18004", f"{MASK}@127.0.0.1:18004"),  # Ollama's scheme is optional
-    ("OLLAMA_ORIGINS", "http://user:p@ss@evil.com,http://u:pa/ss@x.org app://ok",
-     f"http://{MASK}@evil.com,http://{MASK}@x.org app://ok"),  # @ and / inside passwords; a list item by item
-    ("LLAMA_ARG_HF_TOKEN", "hf_abc", MASK),
-    ("OLLAMA_KV_CACHE_TYPE", "q8_0", "q8_0"),
-    # a name pattern that wanted PASSW showed OLLAMA_PASS; URL query secrets must be masked too
-    ("OLLAMA_PASS", "hunter2", MASK),
-    ("OLLAMA_PROXY_PASSPHRASE", "x y", MASK),
-    ("OLLAMA_REMOTES", "https://hub.example/v2?token=abc123&page=2",
-     f"https://hub.example/v2?token={MASK}&page=2"),
-    ("OLLAMA_ORIGINS", "https://a.example/?key=k1,https://b.example/x?sig=s2;app://ok?api_key=k3",
-     f"https://a.example/?key={MASK},https://b.example/x?sig={MASK};app://ok?api_key={MASK}"),
-    ("OLLAMA_MODELS", "/srv/models", "/srv/models"),
-    ("OLLAMA_KEEP_ALIVE", "24h", "24h"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("OLLAMA_API_KEY", "sk-123", MASK),
+        ("OLLAMA_AUTH_TOKEN", "t", MASK),
+        ("OLLAMA_HOST", "https://user:pass@gpu-box:443", f"https://{MASK}@gpu-box:443"),
+        ("OLLAMA_HOST", "admin:hunter2@127.0.0.1:18004", f"{MASK}@127.0.0.1:18004"),  # Ollama's scheme is optional
+        (
+            "OLLAMA_ORIGINS",
+            "http://user:p@ss@evil.com,http://u:pa/ss@x.org app://ok",
+            f"http://{MASK}@evil.com,http://{MASK}@x.org app://ok",
+        ),  # @ and / inside passwords; a list item by item
+        ("LLAMA_ARG_HF_TOKEN", "hf_abc", MASK),
+        ("OLLAMA_KV_CACHE_TYPE", "q8_0", "q8_0"),
+        # a name pattern that wanted PASSW showed OLLAMA_PASS; URL query secrets must be masked too
+        ("OLLAMA_PASS", "hunter2", MASK),
+        ("OLLAMA_PROXY_PASSPHRASE", "x y", MASK),
+        ("OLLAMA_REMOTES", "https://hub.example/v2?token=abc123&page=2", f"https://hub.example/v2?token={MASK}&page=2"),
+        (
+            "OLLAMA_ORIGINS",
+            "https://a.example/?key=k1,https://b.example/x?sig=s2;app://ok?api_key=k3",
+            f"https://a.example/?key={MASK},https://b.example/x?sig={MASK};app://ok?api_key={MASK}",
+        ),
+        ("OLLAMA_MODELS", "/srv/models", "/srv/models"),
+        ("OLLAMA_KEEP_ALIVE", "24h", "24h"),
+    ],
+)
 def test_secrets_are_masked(name: str, value: str, shown: str) -> None:
     assert mask(name, value) == shown
 
 
 def test_proc_environ_first_only_ollama_and_gpu_variables_kept(tmp_path: Path) -> None:
-    root = proc_dir(tmp_path, 41, environ=b"PATH=/usr/bin\0OLLAMA_KV_CACHE_TYPE=q8_0\0CUDA_VISIBLE_DEVICES=1\0"
-                                         b"OLLAMA_API_KEY=sk-x\0AWS_SECRET=z\0",
-                    cgroup="0::/system.slice/ollama.service\n")
+    root = proc_dir(
+        tmp_path,
+        41,
+        environ=b"PATH=/usr/bin\0OLLAMA_KV_CACHE_TYPE=q8_0\0CUDA_VISIBLE_DEVICES=1\0"
+        b"OLLAMA_API_KEY=sk-x\0AWS_SECRET=z\0",
+        cgroup="0::/system.slice/ollama.service\n",
+    )
     run = FakeRun({})
     got = ServiceEnvReader(root, run=run, platform="linux").read(41)
     assert got.source == "/proc/41/environ" and got.error is None
@@ -114,15 +135,23 @@ def test_another_users_server_falls_back_to_its_systemd_unit(tmp_path: Path, mon
         return real(self)
 
     monkeypatch.setattr(Path, "read_bytes", denied)
-    run = FakeRun({"systemctl show ollama.service": (0, 'Environment="OLLAMA_HOST=0.0.0.0" OLLAMA_NUM_PARALLEL=4\n'
-                                                        "EnvironmentFiles=/etc/default/ollama (ignore_errors=yes)\n")})
+    run = FakeRun(
+        {
+            "systemctl show ollama.service": (
+                0,
+                'Environment="OLLAMA_HOST=0.0.0.0" OLLAMA_NUM_PARALLEL=4\n'
+                "EnvironmentFiles=/etc/default/ollama (ignore_errors=yes)\n",
+            )
+        }
+    )
     files = {"/etc/default/ollama": "OLLAMA_NUM_PARALLEL=2\nOLLAMA_FLASH_ATTENTION=1\n"}
     reader = ServiceEnvReader(root, run=run, platform="linux", read_file=files.__getitem__)
     got = reader.read(42)
     assert got.source == "systemctl show ollama.service + /etc/default/ollama"
     assert dict(got.values) == {"OLLAMA_FLASH_ATTENTION": "1", "OLLAMA_HOST": "0.0.0.0", "OLLAMA_NUM_PARALLEL": "2"}
-    assert run.calls == [["systemctl", "show", "ollama.service", "-p", "Environment", "-p", "EnvironmentFiles",
-                          "--no-pager"]]
+    assert run.calls == [
+        ["systemctl", "show", "ollama.service", "-p", "Environment", "-p", "EnvironmentFiles", "--no-pager"]
+    ]
     assert reader.read(42) is got and len(run.calls) == 1  # once per server PID
     reader.forget_except(set())
     reader.read(42)
@@ -143,7 +172,9 @@ def test_unreadable_env_file_is_said_and_the_rest_is_kept(tmp_path: Path) -> Non
 
 def test_docker_container_env(tmp_path: Path) -> None:
     root = proc_dir(tmp_path, 44, environ=None, cgroup=f"0::/system.slice/docker-{DOCKER_ID}.scope\n")
-    run = FakeRun({"docker inspect": (0, '["PATH=/usr/local/sbin","OLLAMA_HOST=0.0.0.0:11434","OLLAMA_KEEP_ALIVE=24h"]\n')})
+    run = FakeRun(
+        {"docker inspect": (0, '["PATH=/usr/local/sbin","OLLAMA_HOST=0.0.0.0:11434","OLLAMA_KEEP_ALIVE=24h"]\n')}
+    )
     got = ServiceEnvReader(root, run=run, platform="linux").read(44)
     assert got.source == f"docker inspect {DOCKER_ID[:12]}"
     assert dict(got.values) == {"OLLAMA_HOST": "0.0.0.0:11434", "OLLAMA_KEEP_ALIVE": "24h"}

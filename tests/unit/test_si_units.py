@@ -14,13 +14,16 @@ from kvtop.model.humanize import human_bytes_decimal
 QWEN_Q8_SIZE = 6_106_141_568  # qwen3:1.7b-q8_0 at num_ctx 32768 in the bundled scenario
 
 
-@pytest.mark.parametrize(("n", "binary", "decimal", "short"), [
-    (QWEN_Q8_SIZE, "5.7 GiB", "6.1 GB", "6.1G"),
-    (469_762_048, "448 MiB", "470 MB", "470M"),
-    (61_300_000, "58.5 MiB", "61.3 MB", "61M"),
-    (512, "512 B", "512 B", "512B"),
-    (None, "?", "?", "?"),
-])
+@pytest.mark.parametrize(
+    ("n", "binary", "decimal", "short"),
+    [
+        (QWEN_Q8_SIZE, "5.7 GiB", "6.1 GB", "6.1G"),
+        (469_762_048, "448 MiB", "470 MB", "470M"),
+        (61_300_000, "58.5 MiB", "61.3 MB", "61M"),
+        (512, "512 B", "512 B", "512B"),
+        (None, "?", "?", "?"),
+    ],
+)
 def test_ibytes_in_both_units(n: int | None, binary: str, decimal: str, short: str) -> None:
     assert ibytes(n) == binary
     with si_units():

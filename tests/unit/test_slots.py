@@ -25,8 +25,10 @@ LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
 
 
 def test_parse_llama_server_and_era_a_shapes() -> None:
-    body = [{"id": 1, "n_ctx": 4096, "speculative": False, "is_processing": True},
-            {"id": 0, "n_ctx": 4096, "speculative": False, "is_processing": False}]
+    body = [
+        {"id": 1, "n_ctx": 4096, "speculative": False, "is_processing": True},
+        {"id": 0, "n_ctx": 4096, "speculative": False, "is_processing": False},
+    ]
     assert parse_slots(body) == (SlotState(0, 4096, False), SlotState(1, 4096, True))
     assert parse_slots([{"id": 0, "n_ctx": 2048, "state": 1}]) == (SlotState(0, 2048, True),)
     for bad in ({"slots": []}, [1], [{"n_ctx": 1}], [{"id": True}]):
@@ -35,8 +37,12 @@ def test_parse_llama_server_and_era_a_shapes() -> None:
 
 
 def test_only_slot_serving_runners_with_a_port_are_asked() -> None:
-    runners = [RunnerProcess(1, "llama-server", "C", port=40000), RunnerProcess(2, "ollama runner", "B", port=40001),
-               RunnerProcess(3, "llama-server", "C"), RunnerProcess(4, "ollama_llama_server", "A", port=40002)]
+    runners = [
+        RunnerProcess(1, "llama-server", "C", port=40000),
+        RunnerProcess(2, "ollama runner", "B", port=40001),
+        RunnerProcess(3, "llama-server", "C"),
+        RunnerProcess(4, "ollama_llama_server", "A", port=40002),
+    ]
     assert [r.pid for r in slot_runners(runners)] == [1, 4]
 
 
@@ -81,12 +87,15 @@ def server() -> Iterator[ThreadingHTTPServer]:
         srv.server_close()
 
 
-@pytest.mark.parametrize(("mode", "error"), [
-    ("501", "HTTP 501: This server does not support slots endpoint."),
-    ("text", "the answer is not JSON"),
-    ("huge", "the answer is larger than 1024 KiB"),
-    ("trickle", "no answer within 0.5 s"),
-])
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("501", "HTTP 501: This server does not support slots endpoint."),
+        ("text", "the answer is not JSON"),
+        ("huge", "the answer is larger than 1024 KiB"),
+        ("trickle", "no answer within 0.5 s"),
+    ],
+)
 async def test_failures_are_reasons(server: ThreadingHTTPServer, mode: str, error: str) -> None:
     server.mode = mode  # type: ignore[attr-defined]
     runner = RunnerProcess(7, "llama-server", "C", blob="sha256-" + "a" * 64, port=server.server_address[1])
@@ -114,13 +123,16 @@ def _state(lines_upto: int | None) -> AppState:
     return state_of(ps_snapshot([row(TINY, 4096, 60_000_000)]), lines)
 
 
-@pytest.mark.parametrize(("upto", "busy", "prefill"), [
-    (184, 0, None),               # before the request
-    (187, 1, (0, 1804, 0)),       # "new prompt, …, task.n_tokens = 1804"
-    (190, 1, (1024, 1804, 56)),   # "cached n_tokens = 1024": 1024 of 1804 tokens
-    (192, 1, None),               # "init sampler": the prompt is in, generation runs
-    (None, 0, None),              # "stop processing": released
-])
+@pytest.mark.parametrize(
+    ("upto", "busy", "prefill"),
+    [
+        (184, 0, None),  # before the request
+        (187, 1, (0, 1804, 0)),  # "new prompt, …, task.n_tokens = 1804"
+        (190, 1, (1024, 1804, 56)),  # "cached n_tokens = 1024": 1024 of 1804 tokens
+        (192, 1, None),  # "init sampler": the prompt is in, generation runs
+        (None, 0, None),  # "stop processing": released
+    ],
+)
 def test_estimate_from_real_runner_lines(upto: int | None, busy: int, prefill: tuple[int, int, int] | None) -> None:
     state = _state(upto)
     (v,) = state.models
@@ -135,21 +147,25 @@ def test_estimate_from_real_runner_lines(upto: int | None, busy: int, prefill: t
 
 def test_reported_slots_win_and_an_idle_runner_hides_the_prefill() -> None:
     v = _state(190).models[0]
-    busy = SlotsSnapshot(1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, (SlotState(0, 4096, False),
-                                                                         SlotState(1, 4096, True))),))
+    busy = SlotsSnapshot(
+        1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, (SlotState(0, 4096, False), SlotState(1, 4096, True))),)
+    )
     use = slot_use(v, busy, _state(190).log.recent, _state(190).log.loads, 1)
     assert use is not None and (use.source, use.busy, use.total, use.n_ctx_per_slot) == ("runner", 1, 2, 4096)
     assert use.prefill is not None and use.prefill.percent == 56
     assert use.note == "GET http://127.0.0.1:40000/slots (runner PID 99); prefill progress from the runner log"
-    idle = SlotsSnapshot(1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, (SlotState(0, 4096, False),
-                                                                         SlotState(1, 4096, False))),))
+    idle = SlotsSnapshot(
+        1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, (SlotState(0, 4096, False), SlotState(1, 4096, False))),)
+    )
     use = slot_use(v, idle, _state(190).log.recent, _state(190).log.loads, 1)
     assert use is not None and use.busy == 0 and use.prefill is None
     failed = SlotsSnapshot(1.0, (RunnerSlots(99, 40000, blob(TINY), 8192, error="no answer within 0.5 s"),))
     use = slot_use(v, failed, _state(190).log.recent, _state(190).log.loads, 2)
     assert use is not None and use.source == "estimated" and use.busy == 1 and use.log_ambiguous
-    assert use.note.startswith("/slots on port 40000: no answer within 0.5 s; runner log slot lines of load #1;"
-                               " the log's slot lines name no model: with 2 llama-server runners loaded")
+    assert use.note.startswith(
+        "/slots on port 40000: no answer within 0.5 s; runner log slot lines of load #1;"
+        " the log's slot lines name no model: with 2 llama-server runners loaded"
+    )
 
 
 def test_no_log_no_runner() -> None:
@@ -163,18 +179,35 @@ def test_props_and_metrics_are_read_from_llama_server_shapes() -> None:
     """``/props`` and ``/metrics`` as upstream ``server-context.cpp`` builds them (get_res_props, metrics)."""
     from kvtop.sources.slots import parse_metrics, parse_props
 
-    props = parse_props({"default_generation_settings": {"n_ctx": 8192, "params": {}}, "total_slots": 2,
-                         "model_path": "/m/blobs/sha256-" + "ab" * 32, "build_info": "b10488-abc",
-                         "endpoint_metrics": False, "chat_template": "{{x}}"})
-    assert (props.n_ctx_per_slot, props.total_slots, props.build_info, props.metrics_endpoint) == (8192, 2, "b10488-abc", False)
+    props = parse_props(
+        {
+            "default_generation_settings": {"n_ctx": 8192, "params": {}},
+            "total_slots": 2,
+            "model_path": "/m/blobs/sha256-" + "ab" * 32,
+            "build_info": "b10488-abc",
+            "endpoint_metrics": False,
+            "chat_template": "{{x}}",
+        }
+    )
+    assert (props.n_ctx_per_slot, props.total_slots, props.build_info, props.metrics_endpoint) == (
+        8192,
+        2,
+        "b10488-abc",
+        False,
+    )
     assert parse_props({"total_slots": True, "default_generation_settings": []}).total_slots is None
     with pytest.raises(ValueError, match="expected a JSON object"):
         parse_props([1])
-    text = ("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
-            "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 1804\n"
-            "llamacpp:tokens_predicted_total 1500\nllamacpp:requests_processing 1\nother_metric 3\nllamacpp:bad x\n")
-    assert parse_metrics(text) == {"llamacpp:prompt_tokens_total": 1804.0, "llamacpp:tokens_predicted_total": 1500.0,
-                                   "llamacpp:requests_processing": 1.0}
+    text = (
+        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+        "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 1804\n"
+        "llamacpp:tokens_predicted_total 1500\nllamacpp:requests_processing 1\nother_metric 3\nllamacpp:bad x\n"
+    )
+    assert parse_metrics(text) == {
+        "llamacpp:prompt_tokens_total": 1804.0,
+        "llamacpp:tokens_predicted_total": 1500.0,
+        "llamacpp:requests_processing": 1.0,
+    }
 
 
 class _Runner(BaseHTTPRequestHandler):
@@ -184,13 +217,25 @@ class _Runner(BaseHTTPRequestHandler):
         srv = self.server
         srv.asked.append(self.path)  # type: ignore[attr-defined]
         if self.path == "/props":
-            body = json.dumps({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2,
-                               "endpoint_metrics": srv.metrics_on}).encode()  # type: ignore[attr-defined]
+            body = json.dumps(
+                {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2, "endpoint_metrics": srv.metrics_on}
+            ).encode()  # type: ignore[attr-defined]
         elif self.path == "/metrics":
             body = b"llamacpp:tokens_predicted_total 42\n"
         else:
-            body = json.dumps([{"id": 0, "n_ctx": 4096, "is_processing": True, "id_task": 3, "n_prompt_tokens": 100,
-                                "next_token": [{"n_decoded": 9}]}, {"id": 1, "n_ctx": 4096, "is_processing": False}]).encode()
+            body = json.dumps(
+                [
+                    {
+                        "id": 0,
+                        "n_ctx": 4096,
+                        "is_processing": True,
+                        "id_task": 3,
+                        "n_prompt_tokens": 100,
+                        "next_token": [{"n_decoded": 9}],
+                    },
+                    {"id": 1, "n_ctx": 4096, "is_processing": False},
+                ]
+            ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -222,4 +267,6 @@ async def test_props_once_per_runner_metrics_only_when_on(metrics_on: bool) -> N
     assert a.props == b.props and a.props is not None and (a.props.n_ctx_per_slot, a.props.total_slots) == (4096, 2)
     assert b.metrics == ({"llamacpp:tokens_predicted_total": 42.0} if metrics_on else {})
     assert [(s.id, s.is_processing, s.id_task, s.n_tokens, s.n_decoded) for s in b.slots] == [
-        (0, True, 3, 100, 9), (1, False, None, None, None)]
+        (0, True, 3, 100, 9),
+        (1, False, None, None, None),
+    ]

@@ -30,8 +30,9 @@ class _Runner(BaseHTTPRequestHandler):
             body = json.dumps({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2}).encode()
         else:
             busy = bool(srv.busy)  # type: ignore[attr-defined]
-            body = json.dumps([{"id": 0, "n_ctx": 4096, "is_processing": busy},
-                               {"id": 1, "n_ctx": 4096, "is_processing": False}]).encode()
+            body = json.dumps(
+                [{"id": 0, "n_ctx": 4096, "is_processing": busy}, {"id": 1, "n_ctx": 4096, "is_processing": False}]
+            ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -75,7 +76,8 @@ class Clock:
 
 
 async def test_an_idle_runner_is_asked_every_idle_period_a_busy_one_every_sample(
-        runner_server: ThreadingHTTPServer) -> None:
+    runner_server: ThreadingHTTPServer,
+) -> None:
     clock = Clock()
     r = RunnerProcess(7, "llama-server", "C", blob=BLOB, port=runner_server.server_address[1])
     source = SlotsSource(clock=clock)
@@ -195,7 +197,8 @@ class _CountingSlots(SlotsSource):
 
 
 async def test_the_app_asks_an_idle_runner_every_idle_period_and_repaints_nothing_for_it(
-        runner_server: ThreadingHTTPServer) -> None:
+    runner_server: ThreadingHTTPServer,
+) -> None:
     """The real app at a 0.25 s interval with a runner (a real HTTP server) in its process sample:
     while the runner is idle its /slots is asked once per IDLE_EVERY_S and the rounds change no
     state (the state keeps its first /slots snapshot: nothing is folded, evaluated or repainted for
@@ -211,11 +214,16 @@ async def test_the_app_asks_an_idle_runner_every_idle_period_and_repaints_nothin
     port = runner_server.server_address[1]
     procs = ProcSnapshot(taken_at=0.0, runners=(RunnerProcess(4242, "llama-server", "C", blob=BLOB, port=port),))
     slots = _CountingSlots()
-    app = make_app(Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
-                   FakeSource(snapshot_at(step_index("spills")), hold=True),  # type: ignore[arg-type]
-                   gpu_source=FixedGpuSource(), proc_source=FixedProcSource(procs), slots_source=slots)
+    app = make_app(
+        Settings(host_url=HOST, interval_s=0.25, log_spec="none"),
+        FakeSource(snapshot_at(step_index("spills")), hold=True),  # type: ignore[arg-type]
+        gpu_source=FixedGpuSource(),
+        proc_source=FixedProcSource(procs),
+        slots_source=slots,
+    )
     asked: list[str] = runner_server.asked  # type: ignore[attr-defined]
     async with app.run_test(size=(120, 40)) as pilot:
+
         async def until(cond, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s

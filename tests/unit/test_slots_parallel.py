@@ -15,15 +15,7 @@ from kvtop.model.slot_snapshots import RunnerSlots, SlotState, SlotsSnapshot
 from kvtop.model.fold_alerts import fold_with_alerts, fold_slots_with_alerts
 from kvtop.ui.format import context_text
 from kvtop.ui.widgets.models_table import slots_cell
-from tests.unit.test_alerts import (
-    TINY,
-    blob,
-    layout,
-    llama_server_run,
-    ps_snapshot,
-    row,
-    state_of,
-)
+from tests.unit.test_alerts import TINY, blob, layout, llama_server_run, ps_snapshot, row, state_of
 
 SIZE = 60_000_000
 
@@ -71,7 +63,9 @@ def test_back_to_the_default_when_the_runner_stops_answering() -> None:
 
 
 def test_another_models_runner_changes_nothing() -> None:
-    state = fold_slots_with_alerts(state_of(ps_snapshot([row(TINY, 4096, SIZE)])), two_slots(blob_name="sha256-" + "cd" * 32))
+    state = fold_slots_with_alerts(
+        state_of(ps_snapshot([row(TINY, 4096, SIZE)])), two_slots(blob_name="sha256-" + "cd" * 32)
+    )
     assert state.models[0].parallel.source == "default"
 
 
@@ -79,8 +73,9 @@ def test_a_count_the_log_allocated_is_kept() -> None:
     # the real -c 8192 -np 2 run as Ollama logs it: the log says 2 slots (allocated)
     state = state_of(ps_snapshot([row(TINY, 4096, SIZE)]), llama_server_run("busy-np2-prefill", blob(TINY)))
     assert (state.models[0].parallel.value, state.models[0].parallel.source) == (2, "allocated")
-    three = SlotsSnapshot(1.0, (RunnerSlots(4242, 40123, blob(TINY), 12288,
-                                            tuple(SlotState(i, 4096, False) for i in range(3))),))
+    three = SlotsSnapshot(
+        1.0, (RunnerSlots(4242, 40123, blob(TINY), 12288, tuple(SlotState(i, 4096, False) for i in range(3))),)
+    )
     (v,) = fold_slots_with_alerts(state, three).models
     assert (v.parallel.value, v.parallel.source) == (2, "allocated")
 

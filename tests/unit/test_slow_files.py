@@ -16,5 +16,6 @@ def test_every_slow_file_exists() -> None:
 
 
 def test_the_slow_files_are_test_files() -> None:
-    assert SLOW_FILES and all(f.startswith("tests/") and Path(f).name.startswith("test_") and f.endswith(".py")
-                              for f in SLOW_FILES)
+    assert SLOW_FILES and all(
+        f.startswith("tests/") and Path(f).name.startswith("test_") and f.endswith(".py") for f in SLOW_FILES
+    )

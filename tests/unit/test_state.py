@@ -18,25 +18,52 @@ from tests.conftest import load_json
 from tests.ui.fakes import TAKEN_AT, down_snapshot, snapshot_at, step_index
 
 QWEN3_1_7B = {  # seeds/kv-cache-experiments-ja.txt: 28 layers, 8 KV heads, head dim 128
-    "general.architecture": "qwen3", "qwen3.block_count": 28, "qwen3.attention.head_count": 16,
-    "qwen3.attention.head_count_kv": 8, "qwen3.attention.key_length": 128, "qwen3.attention.value_length": 128,
-    "qwen3.embedding_length": 2048, "qwen3.context_length": 40960,
+    "general.architecture": "qwen3",
+    "qwen3.block_count": 28,
+    "qwen3.attention.head_count": 16,
+    "qwen3.attention.head_count_kv": 8,
+    "qwen3.attention.key_length": 128,
+    "qwen3.attention.value_length": 128,
+    "qwen3.embedding_length": 2048,
+    "qwen3.context_length": 40960,
 }
 
 
-def _snap(model: PsModel, *, version: str | None = "0.22.1", info: dict | None = None, params: str = "",
-          file_size: int | None = None, remote: bool = False) -> OllamaSnapshot:
-    show = ShowInfo(digest=model.digest, name=model.name, model_info=MappingProxyType(info or {}),
-                    parameters=params, remote=remote)
+def _snap(
+    model: PsModel,
+    *,
+    version: str | None = "0.22.1",
+    info: dict | None = None,
+    params: str = "",
+    file_size: int | None = None,
+    remote: bool = False,
+) -> OllamaSnapshot:
+    show = ShowInfo(
+        digest=model.digest, name=model.name, model_info=MappingProxyType(info or {}), parameters=params, remote=remote
+    )
     tags = {model.digest: TagInfo(model.name, model.digest, file_size)} if file_size else {}
-    return OllamaSnapshot(host_url="h", taken_at=TAKEN_AT, reachable=True, version=version, models=(model,),
-                          shows=MappingProxyType({model.digest: show}), tags=MappingProxyType(tags))
+    return OllamaSnapshot(
+        host_url="h",
+        taken_at=TAKEN_AT,
+        reachable=True,
+        version=version,
+        models=(model,),
+        shows=MappingProxyType({model.digest: show}),
+        tags=MappingProxyType(tags),
+    )
 
 
 def _model(**kw: object) -> PsModel:
-    base = PsModel(name="qwen3:1.7b", model="qwen3:1.7b", digest="a" * 64, size_bytes=2_754_892_672,
-                   size_vram_bytes=2_754_892_672, context_length=4096,
-                   expires_at=parse_go_time("2026-11-18T10:00:00Z"), expires_at_raw=None)
+    base = PsModel(
+        name="qwen3:1.7b",
+        model="qwen3:1.7b",
+        digest="a" * 64,
+        size_bytes=2_754_892_672,
+        size_vram_bytes=2_754_892_672,
+        context_length=4096,
+        expires_at=parse_go_time("2026-11-18T10:00:00Z"),
+        expires_at_raw=None,
+    )
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -75,20 +102,26 @@ def test_pre_0_10_server_has_no_context_length_and_unknown_slots() -> None:
 
 def test_modelfile_num_ctx_is_requested_when_ps_has_none() -> None:
     params = 'temperature 0.6\nnum_ctx                        16384\nstop "<|im_end|>"'  # corpus api/010
-    v = fold_with_alerts(AppState("h"), _snap(_model(context_length=None), version="0.9.0", info=QWEN3_1_7B, params=params)).models[0]
+    v = fold_with_alerts(
+        AppState("h"), _snap(_model(context_length=None), version="0.9.0", info=QWEN3_1_7B, params=params)
+    ).models[0]
     assert v.context.value == 16384 and v.context.source == "requested"
 
 
 def test_cloud_model_has_no_local_memory() -> None:
     info = load_json("api/007-api-show-deepseek-v4-flash-cloud-compact.json")["model_info"]
-    v = fold_with_alerts(AppState("h"), _snap(_model(name="deepseek-v4-flash:cloud", size_bytes=0, size_vram_bytes=0),
-                                   info=info, remote=True)).models[0]
+    v = fold_with_alerts(
+        AppState("h"),
+        _snap(_model(name="deepseek-v4-flash:cloud", size_bytes=0, size_vram_bytes=0), info=info, remote=True),
+    ).models[0]
     assert v.cloud and v.kv_unavailable == "cloud model: runs remotely, no local memory"
     assert v.processor == "100% CPU"  # exactly what `ollama ps` prints for size_vram == 0
 
 
 def test_unavailable_architecture_says_so() -> None:
-    v = fold_with_alerts(AppState("h"), _snap(_model(), info={"general.architecture": "bert", "bert.block_count": 12})).models[0]
+    v = fold_with_alerts(
+        AppState("h"), _snap(_model(), info={"general.architecture": "bert", "bert.block_count": 12})
+    ).models[0]
     assert v.memory.kv.value is None and v.kv_unavailable and "bert" in v.kv_unavailable
 
 
@@ -125,16 +158,31 @@ def test_sort_and_filter() -> None:
         sort_views(views, "nope")
 
 
-@pytest.mark.parametrize(("text", "parsed"), [("0.22.1", (0, 22, 1)), ("v0.33.0-rc2", (0, 33, 0)), ("0.0.0", (0, 0, 0)), ("dev", None), (None, None)])
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [("0.22.1", (0, 22, 1)), ("v0.33.0-rc2", (0, 33, 0)), ("0.0.0", (0, 0, 0)), ("dev", None), (None, None)],
+)
 def test_parse_version(text: str | None, parsed: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == parsed
 
 
 @pytest.mark.parametrize(
     ("seconds", "text"),  # Go format.humanDuration (docs/ollama-internals.md §1.5)
-    [(0.5, "Less than a second"), (1.5, "1 second"), (59, "59 seconds"), (60, "About a minute"), (119, "About a minute"),
-     (299, "4 minutes"), (3599, "59 minutes"), (3600, "About an hour"), (5400, "2 hours"), (47 * 3600, "47 hours"),
-     (3 * 86400, "3 days"), (20 * 86400, "2 weeks"), (90 * 86400, "3 months")],
+    [
+        (0.5, "Less than a second"),
+        (1.5, "1 second"),
+        (59, "59 seconds"),
+        (60, "About a minute"),
+        (119, "About a minute"),
+        (299, "4 minutes"),
+        (3599, "59 minutes"),
+        (3600, "About an hour"),
+        (5400, "2 hours"),
+        (47 * 3600, "47 hours"),
+        (3 * 86400, "3 days"),
+        (20 * 86400, "2 weeks"),
+        (90 * 86400, "3 months"),
+    ],
 )
 def test_human_duration(seconds: float, text: str) -> None:
     assert human_duration(seconds) == text
@@ -164,7 +212,9 @@ def test_zero_expires_at_reads_never_like_ollama() -> None:
 
 
 def test_source_strings_lose_control_characters() -> None:
-    row = parse_ps({"models": [{"name": "a\x1b[2Jb", "digest": "\x1b]2;x\x07" + "ab" * 32, "size": 1, "size_vram": 1}]})[0]
+    row = parse_ps(
+        {"models": [{"name": "a\x1b[2Jb", "digest": "\x1b]2;x\x07" + "ab" * 32, "size": 1, "size_vram": 1}]}
+    )[0]
     assert "\x1b" not in row.name and "\x07" not in row.digest
 
 
@@ -178,7 +228,9 @@ def test_header_latency_is_the_median_of_the_last_polls_so_one_slow_answer_does_
     step = step_index("spill")
     for i, ms in enumerate([3, 4, 250, 3, 5]):
         state = fold(state, snapshot_at(step, taken_at=1_795_000_000.0 + i, latency_s=ms / 1000))
-    assert state.latency_s == 0.003  # the first poll's; the median (4 ms) moved less than 2 ms; never the 250 ms outlier
+    assert (
+        state.latency_s == 0.003
+    )  # the first poll's; the median (4 ms) moved less than 2 ms; never the 250 ms outlier
     state = fold(state, snapshot_at(step, taken_at=1_795_000_010.0, latency_s=0.005))
     state = fold(state, snapshot_at(step, taken_at=1_795_000_011.0, latency_s=0.005))
     assert sorted(state.latencies_s)[len(state.latencies_s) // 2] == 0.005
@@ -194,8 +246,13 @@ def test_ram_noise_keeps_the_previous_figures_and_a_real_move_shows() -> None:
     from kvtop.model.views import AppState
 
     def gpu(used: int, swap: int = 0) -> GpuSnapshot:
-        return GpuSnapshot(taken_at=1.0, status="GPU telemetry: none", system=SystemMemory(
-            ram_total_bytes=24 * 2**30, ram_used_bytes=used, swap_total_bytes=8 * 2**30, swap_used_bytes=swap))
+        return GpuSnapshot(
+            taken_at=1.0,
+            status="GPU telemetry: none",
+            system=SystemMemory(
+                ram_total_bytes=24 * 2**30, ram_used_bytes=used, swap_total_bytes=8 * 2**30, swap_used_bytes=swap
+            ),
+        )
 
     procs = ProcSnapshot(taken_at=1.0)
     state = fold_gpu(AppState(host_url="h"), gpu(1500 * 2**20), procs)

@@ -98,27 +98,55 @@ def _runners_world(busy_pid: int | None = None) -> tuple[OllamaSnapshot, ProcSna
     snap = snapshot_at(STEP)
     blobs = {m.digest: snap.shows[m.digest].model_blob for m in snap.models}
     env = ServiceEnv(values=MappingProxyType({"OLLAMA_NUM_PARALLEL": "2"}), source="/proc/1/environ")
-    runners = tuple(RunnerProcess(pid=100 + i, kind="llama-server", era="v0.30+", blob=blobs[m.digest], port=40000 + i,
-                                  ctx_size=2 * (m.context_length or 4096), parallel=2, cache_type_k="f16",
-                                  cache_type_v="f16", flash_attn="on", ppid=1, server_pid=1)
-                    for i, m in enumerate(snap.models))
-    procs = ProcSnapshot(taken_at=TAKEN_AT, servers=(ServerProcess(1, "ollama", ("ollama", "serve"), env),),
-                         runners=runners)
-    slots = SlotsSnapshot(TAKEN_AT, tuple(
-        RunnerSlots(r.pid, r.port or 0, r.blob, r.ctx_size,
-                    (SlotState(0, (r.ctx_size or 0) // 2, r.pid == busy_pid, 7 if r.pid == busy_pid else None),
-                     SlotState(1, (r.ctx_size or 0) // 2, False)))
-        for r in runners))
+    runners = tuple(
+        RunnerProcess(
+            pid=100 + i,
+            kind="llama-server",
+            era="v0.30+",
+            blob=blobs[m.digest],
+            port=40000 + i,
+            ctx_size=2 * (m.context_length or 4096),
+            parallel=2,
+            cache_type_k="f16",
+            cache_type_v="f16",
+            flash_attn="on",
+            ppid=1,
+            server_pid=1,
+        )
+        for i, m in enumerate(snap.models)
+    )
+    procs = ProcSnapshot(
+        taken_at=TAKEN_AT, servers=(ServerProcess(1, "ollama", ("ollama", "serve"), env),), runners=runners
+    )
+    slots = SlotsSnapshot(
+        TAKEN_AT,
+        tuple(
+            RunnerSlots(
+                r.pid,
+                r.port or 0,
+                r.blob,
+                r.ctx_size,
+                (
+                    SlotState(0, (r.ctx_size or 0) // 2, r.pid == busy_pid, 7 if r.pid == busy_pid else None),
+                    SlotState(1, (r.ctx_size or 0) // 2, False),
+                ),
+            )
+            for r in runners
+        ),
+    )
     return snap, procs, slots
 
 
-def test_rows_with_runners_and_slots_stay_and_follow_a_busy_slot(memo: RowMemo, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_with_runners_and_slots_stay_and_follow_a_busy_slot(
+    memo: RowMemo, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rows' slots (``with_slot_use``) are kept with the memo's rows: an unchanged poll with
     the same ``/slots`` answers makes no new row; a runner whose answer changed (a busy slot)
     has its row derived again, and only that one, as a derivation from scratch gives it."""
     snap, procs, slots = _runners_world()
-    first = fold(fold_slots(fold_procs(AppState(snap.host_url), procs), slots),
-                 dataclasses.replace(snap, taken_at=TAKEN_AT + 1))
+    first = fold(
+        fold_slots(fold_procs(AppState(snap.host_url), procs), slots), dataclasses.replace(snap, taken_at=TAKEN_AT + 1)
+    )
     assert [v.parallel.source for v in first.models] == ["runner"] * 3
     assert [v.slots.busy if v.slots else None for v in first.models] == [0, 0, 0]
     derived = memo.derived

@@ -457,7 +457,9 @@ def _events(lines: list[str]) -> list[tuple[str, str]]:
     return [(e.kind, e.raw) for e in parse_lines(lines, default_year=2025) if e.kind not in PER_REQUEST_KINDS]
 
 
-@pytest.mark.parametrize("path", sorted(p for p in CORPUS.rglob("*.log") if p.name not in HARD_WRAPPED), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in CORPUS.rglob("*.log") if p.name not in HARD_WRAPPED), ids=lambda p: p.name
+)
 def test_the_prefilter_keeps_every_event_of_the_corpus(path: Path) -> None:
     from kvtop.logparse import group_loads, parse_lines
     from kvtop.sources.tail_base import keep_line
@@ -465,7 +467,9 @@ def test_the_prefilter_keeps_every_event_of_the_corpus(path: Path) -> None:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     kept = [x for x in lines if keep_line(x)]
     assert _events(kept) == _events(lines)
-    assert len(group_loads(parse_lines(kept, default_year=2025))) == len(group_loads(parse_lines(lines, default_year=2025)))
+    assert len(group_loads(parse_lines(kept, default_year=2025))) == len(
+        group_loads(parse_lines(lines, default_year=2025))
+    )
 
 
 def test_the_prefilter_sheds_per_request_noise() -> None:
@@ -513,9 +517,9 @@ async def test_falling_far_behind_sheds_noise_but_keeps_event_lines(log: Path) -
     # A loaded machine may read the write in several pieces, each shed alone (its events and its own
     # newest 10 kB kept): past the last gap, only the newest 10 kB of the log remain.
     last_gap = max(i for i, p in enumerate(positions) if i + 1 < len(positions) and positions[i + 1] - p > 1)
-    kept_after = [body[p] for p in positions[last_gap + 1:]]
+    kept_after = [body[p] for p in positions[last_gap + 1 :]]
     tail = [line for line in kept_after if line not in (body[1234], body[15_000])]
-    assert tail == body[-len(tail):] and 50 < len(tail) < 120  # past the events, only the newest 10 kB
+    assert tail == body[-len(tail) :] and 50 < len(tail) < 120  # past the events, only the newest 10 kB
 
 
 async def test_stream_buffer_overflow_keeps_event_lines() -> None:
@@ -544,5 +548,7 @@ def test_log_line_shows_dropped_lines() -> None:
     from kvtop.ui.dashboard_text import log_line
 
     assert "dropped" not in log_line(LogState(source="file:/x", lines=5), "auto").plain
-    assert " · 722,000 dropped" in log_line(LogState(source="file:/x", lines=278_000, dropped_lines=722_000), "auto").plain
+    assert (
+        " · 722,000 dropped" in log_line(LogState(source="file:/x", lines=278_000, dropped_lines=722_000), "auto").plain
+    )
     assert "12 dropped" in log_line(LogState(source="file:/x", status="file truncated", dropped_lines=12), "auto").plain

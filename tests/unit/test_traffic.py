@@ -26,7 +26,7 @@ def _oracle(values: list[float], q: float) -> float:
 
 
 def _gin(t: datetime, status: int, latency_s: float, client: str, path: str, n: int = 1) -> GinRequest:
-    raw = f"[GIN] {t:%Y/%m/%d - %H:%M:%S} | {status} | {latency_s}s | {client} | POST \"{path}\""
+    raw = f'[GIN] {t:%Y/%m/%d - %H:%M:%S} | {status} | {latency_s}s | {client} | POST "{path}"'
     return GinRequest(n, t, raw, status, latency_s, "POST", path, client)
 
 
@@ -57,8 +57,9 @@ def test_corpus_lines() -> None:
 
 def test_corpus_file_with_server_busy_503() -> None:
     lines = (FIXTURES / "053-newengine-windows-low-ram-gpu-memory-503-busy-2026.log").read_text().splitlines()
-    log = fold_events(LogState(), parse_lines(lines, default_year=2026), source="file", status=None, ok=True,
-                    lines=len(lines))
+    log = fold_events(
+        LogState(), parse_lines(lines, default_year=2026), source="file", status=None, ok=True, lines=len(lines)
+    )
     assert log.traffic.requests == 1 and log.traffic.busy == 1
     assert log.traffic.endpoint("/api/chat").latencies_s == (5.8114756,)  # type: ignore[union-attr]
 
@@ -80,11 +81,14 @@ def test_generated_burst_matches_oracle_across_batches() -> None:
     for i in range(3000):
         t = start + timedelta(seconds=i // 10)  # 10 requests a second for 300 s
         status = rng.choice([200] * 17 + [400, 404, 503])
-        events.append(_gin(t, status, round(rng.lognormvariate(0, 1.5), 6), f"10.0.0.{rng.randrange(40)}",
-                           rng.choice(paths), i + 1))
+        events.append(
+            _gin(
+                t, status, round(rng.lognormvariate(0, 1.5), 6), f"10.0.0.{rng.randrange(40)}", rng.choice(paths), i + 1
+            )
+        )
     t = tr.Traffic()
     for k in range(0, len(events), 137):  # batches of any size give the same result
-        t = tr.add_events(t, events[k:k + 137])
+        t = tr.add_events(t, events[k : k + 137])
     assert t.requests == 3000
     assert t.client_errors == sum(1 for e in events if 400 <= e.status < 500)
     assert t.server_errors == t.busy == sum(1 for e in events if e.status == 503)
@@ -95,7 +99,7 @@ def test_generated_burst_matches_oracle_across_batches() -> None:
         mine = [e.latency_s for e in events if e.path == path]
         row = t.endpoint(path)
         assert row is not None and row.requests == len(mine)
-        window = mine[-tr.LATENCY_WINDOW:]
+        window = mine[-tr.LATENCY_WINDOW :]
         assert row.latencies_s == tuple(window)
         assert row.p50_s == _oracle(window, 50)
         assert row.p95_s == _oracle(window, 95)
@@ -135,8 +139,10 @@ def test_log_trim_keeps_traffic() -> None:
     start = datetime(2026, 5, 1, 12, 0, 0)
     log = LogState()
     for b in range(30):
-        batch = [_gin(start + timedelta(seconds=b), 200, 0.01, "127.0.0.1", "/api/generate", b * 1000 + i)
-                 for i in range(1000)]
+        batch = [
+            _gin(start + timedelta(seconds=b), 200, 0.01, "127.0.0.1", "/api/generate", b * 1000 + i)
+            for i in range(1000)
+        ]
         log = fold_events(log, batch, source="f", status=None, ok=True, lines=1000)
     assert len(log.load_events) < 30_000  # the per-request events were trimmed
     assert log.traffic.requests == 30_000
@@ -145,7 +151,7 @@ def test_log_trim_keeps_traffic() -> None:
 # A latency no Go program printed (a Go duration is an int64 of nanoseconds, at most about 292 years):
 # the server view once showed ``1666666666666666638704h38m``.
 _HUGE = '[GIN] 2026/03/31 - 19:53:57 | 200 | 1666666666666666638704h38m |       127.0.0.1 | POST     "/api/chat"'
-_INF = '[GIN] 2026/03/31 - 19:53:58 | 200 | ' + "9" * 400 + 's |       127.0.0.1 | POST     "/api/chat"'
+_INF = "[GIN] 2026/03/31 - 19:53:58 | 200 | " + "9" * 400 + 's |       127.0.0.1 | POST     "/api/chat"'
 _MAX = '[GIN] 2026/03/31 - 19:53:59 | 200 | 2562047h47m16.854775807s |       127.0.0.1 | POST     "/api/chat"'
 _OVER = '[GIN] 2026/03/31 - 19:54:00 | 200 | 2562047h47m17s |       127.0.0.1 | POST     "/api/chat"'
 _REAL = '[GIN] 2026/03/31 - 19:54:01 | 200 |    2.5s |       127.0.0.1 | POST     "/api/chat"'
@@ -164,9 +170,13 @@ def test_absurd_gin_latency_is_not_known_and_not_counted() -> None:
 def test_absurd_latency_from_elsewhere_is_not_counted() -> None:
     """A GinRequest built with a latency out of range (a recording, another reader) is not counted either."""
     t0 = datetime(2026, 3, 31, 19, 53, 57)
-    events = [_gin(t0, 200, 1e22, "127.0.0.1", "/api/chat"), _gin(t0, 200, float("inf"), "127.0.0.1", "/api/chat"),
-              _gin(t0, 200, float("nan"), "127.0.0.1", "/api/chat"), _gin(t0, 200, -3.0, "127.0.0.1", "/api/chat"),
-              _gin(t0, 200, 0.25, "127.0.0.1", "/api/chat")]
+    events = [
+        _gin(t0, 200, 1e22, "127.0.0.1", "/api/chat"),
+        _gin(t0, 200, float("inf"), "127.0.0.1", "/api/chat"),
+        _gin(t0, 200, float("nan"), "127.0.0.1", "/api/chat"),
+        _gin(t0, 200, -3.0, "127.0.0.1", "/api/chat"),
+        _gin(t0, 200, 0.25, "127.0.0.1", "/api/chat"),
+    ]
     t = tr.add_events(tr.Traffic(), events)
     chat = t.endpoint("/api/chat")
     assert chat is not None and chat.requests == 5 and chat.latencies_s == (0.25,)
@@ -205,8 +215,10 @@ def test_status_polls_are_counted_apart_from_the_work() -> None:
     assert {"address": "127.0.0.1", "requests": 3, "status_polls": 2} in polls  # type: ignore[operator]
     # a minute of kvtop polling /api/ps each second beside 4 chats: 4 requests of work, 60 polls
     start = datetime(2026, 12, 2, 6, 0, 0)
-    burst = [GinRequest(i + 1, start + timedelta(seconds=i), "", 200, 0.001, "GET", "/api/ps", "127.0.0.1")
-             for i in range(60)]
+    burst = [
+        GinRequest(i + 1, start + timedelta(seconds=i), "", 200, 0.001, "GET", "/api/ps", "127.0.0.1")
+        for i in range(60)
+    ]
     burst += [_gin(start + timedelta(seconds=10 * i), 200, 2.5, "10.0.0.7", "/api/chat", 100 + i) for i in range(4)]
     busy = tr.add_events(tr.Traffic(), burst)
     now = start + timedelta(seconds=59)

@@ -19,15 +19,7 @@ from typing import TYPE_CHECKING
 from kvtop.logparse.events import ContextOverTraining, LoadRequest, LogEvent, RunnerStarted
 from kvtop.logparse.load_build import Load
 from kvtop.model import kv
-from kvtop.model.alerts.log_scan import (
-    LogScan,
-    Timed,
-    log_events,
-    reference_time,
-    scan_log,
-    service_env,
-    unix_seconds,
-)
+from kvtop.model.alerts.log_scan import LogScan, Timed, log_events, reference_time, scan_log, service_env, unix_seconds
 from kvtop.model.alerts.types import Thresholds
 from kvtop.model.gpu import GpuView, ModelGpu, gpu_views, model_gpu_usage
 from kvtop.model.gpu_snapshots import ServiceEnv
@@ -231,8 +223,11 @@ class Ctx:
             return view.name
         if blob is not None:
             if self._name_by_blob is None:
-                self._name_by_blob = {load.model_blob: load.model_name for load in self.loads
-                                      if load.model_blob is not None and load.model_name}
+                self._name_by_blob = {
+                    load.model_blob: load.model_name
+                    for load in self.loads
+                    if load.model_blob is not None and load.model_name
+                }
             name = self._name_by_blob.get(blob)
             if name:
                 return name
@@ -325,7 +320,9 @@ class Ctx:
         if key not in self._other_kv:
             layout = self.layout(view)
             kv_bytes = view.memory.kv.value
-            self._other_kv[key] = other_kv(view, layout, kv_bytes) if layout is not None and kv_bytes is not None else None
+            self._other_kv[key] = (
+                other_kv(view, layout, kv_bytes) if layout is not None and kv_bytes is not None else None
+            )
         return self._other_kv[key]
 
     def others_by_vram(self) -> list[tuple[int, int, ModelView]]:
@@ -334,7 +331,8 @@ class Ctx:
         if self._others_by_vram is None:
             self._others_by_vram = sorted(
                 ((o.size_vram_bytes, i, o) for i, o in enumerate(self.views) if o.size_vram_bytes),
-                key=lambda x: (x[0], x[1]))
+                key=lambda x: (x[0], x[1]),
+            )
         return self._others_by_vram
 
 
@@ -355,9 +353,16 @@ def build(state: AppState, thresholds: Thresholds, naive_tz: tzinfo) -> Ctx:
     now = reference_time(state, events, naive_tz)
     scan = scan_log(events, naive_tz)
     ctx = Ctx(
-        state=state, th=thresholds, now=now, naive_tz=naive_tz,
-        views=tuple(v for v in state.models if not v.cloud), live=state.reachable is not False, loads=loads,
-        events=events, scan=scan, load_starts=[load.first_line for load in loads],
+        state=state,
+        th=thresholds,
+        now=now,
+        naive_tz=naive_tz,
+        views=tuple(v for v in state.models if not v.cloud),
+        live=state.reachable is not False,
+        loads=loads,
+        events=events,
+        scan=scan,
+        load_starts=[load.first_line for load in loads],
     )
     cutoff = None if now is None else now - max(thresholds.event_window_s, thresholds.churn_window_s)
     ctx.recent = scan.timed_since(cutoff)

@@ -21,13 +21,15 @@ from kvtop.model.alerts.types import Alert
 
 __all__ = ["LOAD_EVENT_KINDS", "split_current"]
 
-LOAD_EVENT_KINDS: frozenset[str] = frozenset({
-    "oom", "load_failed", "runner_crash", "quantized_v_refused", "eviction", "reload_churn",
-})
+LOAD_EVENT_KINDS: frozenset[str] = frozenset(
+    {"oom", "load_failed", "runner_crash", "quantized_v_refused", "eviction", "reload_churn"}
+)
 """Alert kinds about a load as an event: current for their whole window, loaded or not."""
 
 
-def split_current(alerts: Sequence[Alert], loaded: Collection[str] | None) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
+def split_current(
+    alerts: Sequence[Alert], loaded: Collection[str] | None
+) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
     """``alerts`` as (current, past), each in the order given.
 
     Args:

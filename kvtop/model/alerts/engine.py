@@ -13,7 +13,13 @@ from kvtop.model.alerts import context
 from kvtop.model.alerts.current import split_current
 from kvtop.model.alerts.gpus import gpu_alerts
 from kvtop.model.alerts.loadstate import context_over_training, load_alerts, runner_over_training_alerts
-from kvtop.model.alerts.logevents import churn_alerts, clamp_alerts, incident_alerts, rejection_alerts, truncation_alerts
+from kvtop.model.alerts.logevents import (
+    churn_alerts,
+    clamp_alerts,
+    incident_alerts,
+    rejection_alerts,
+    truncation_alerts,
+)
 from kvtop.model.alerts.queue import queue_alerts
 from kvtop.model.alerts.server import server_alerts
 from kvtop.model.alerts.spill import spill

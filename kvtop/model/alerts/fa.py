@@ -18,5 +18,7 @@ _FA_FORCED_RE: Final = re.compile(r"forcing off|not supported|not compatible|pre
 
 def fa_forced(load: Load) -> bool:
     """The runner or Ollama turned flash attention off because the model or GPU cannot use it."""
-    return (any(isinstance(e, FlashAttentionForcedOff) for e in load.events)
-            or _FA_FORCED_RE.search(load.flash_attention_reason or "") is not None)
+    return (
+        any(isinstance(e, FlashAttentionForcedOff) for e in load.events)
+        or _FA_FORCED_RE.search(load.flash_attention_reason or "") is not None
+    )

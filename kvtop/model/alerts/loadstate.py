@@ -16,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
-from kvtop.logparse.events import ContextOverTraining, FlashAttentionForcedOff, KvTypeFallback, LoadRequest, RunnerStarted
+from kvtop.logparse.events import (
+    ContextOverTraining,
+    FlashAttentionForcedOff,
+    KvTypeFallback,
+    LoadRequest,
+    RunnerStarted,
+)
 from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.context import Ctx, current_types
@@ -52,11 +58,14 @@ def context_over_training(ctx: Ctx, view: ModelView) -> Alert | None:
             train, where = line.n_ctx_train, f"; the runner said so (log line {line.line_no})"
     if num_ctx is None or not train or num_ctx <= train:
         return None
-    text = (f"num_ctx {num_ctx} is above the training context {train} ({view.context.source}): past {train} tokens"
-            f" the model degrades, and the extra cache is allocated anyway{where}")
+    text = (
+        f"num_ctx {num_ctx} is above the training context {train} ({view.context.source}): past {train} tokens"
+        f" the model degrades, and the extra cache is allocated anyway{where}"
+    )
     fix = context_fix(ctx, view, train, f"none: the model was trained on {train} tokens")
-    return Alert("context_over_training", "warning", view.name, ctx.now, text, (fix,),
-                 f"context_over_training:{view.name}")
+    return Alert(
+        "context_over_training", "warning", view.name, ctx.now, text, (fix,), f"context_over_training:{view.name}"
+    )
 
 
 def runner_over_training_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
@@ -79,12 +88,21 @@ def runner_over_training_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> l
         owner = ctx.owner(e.line_no)
         model = ctx.name_for_blob(owner.model_blob) if owner is not None else None
         name = model or (short_blob(ident) if ident else None)
-        text = (f"{name + ': ' if name else ''}the runner ran num_ctx {e.n_ctx_per_seq} per slot, above the training"
-                f" context {e.n_ctx_train} (log line {e.line_no}): past {e.n_ctx_train} tokens the model degrades")
-        fix = Fix(f"num_ctx {e.n_ctx_train}", "the training context: nothing past it is of use", None,
-                  f"none: the model was trained on {e.n_ctx_train} tokens")
-        out.append(Alert("context_over_training", "warning", model, t.ts, text, (fix,),
-                         f"context_over_training:{ident or '-'}"))
+        text = (
+            f"{name + ': ' if name else ''}the runner ran num_ctx {e.n_ctx_per_seq} per slot, above the training"
+            f" context {e.n_ctx_train} (log line {e.line_no}): past {e.n_ctx_train} tokens the model degrades"
+        )
+        fix = Fix(
+            f"num_ctx {e.n_ctx_train}",
+            "the training context: nothing past it is of use",
+            None,
+            f"none: the model was trained on {e.n_ctx_train} tokens",
+        )
+        out.append(
+            Alert(
+                "context_over_training", "warning", model, t.ts, text, (fix,), f"context_over_training:{ident or '-'}"
+            )
+        )
     return out
 
 
@@ -101,8 +119,12 @@ def _requested_kv(ctx: Ctx, load: Load) -> tuple[str | None, str]:
         if isinstance(e, RunnerStarted):
             value = e.cache_type_k or e.kv_cache_type
             if value:
-                return value, f"runner command line --cache-type-k {value}" if e.cache_type_k else \
-                    f"runner command line --kv-cache-type {value}"
+                return (
+                    value,
+                    f"runner command line --cache-type-k {value}"
+                    if e.cache_type_k
+                    else f"runner command line --kv-cache-type {value}",
+                )
         elif e.kv_cache_type:
             return e.kv_cache_type, f"load request KvCacheType:{e.kv_cache_type}"
     env = ctx.config_before(load.first_line)
@@ -120,8 +142,13 @@ def _allocated_kv(ctx: Ctx, load: Load) -> str | None:
     for e in ctx.launch_events(load):
         if isinstance(e, LoadRequest) and e.kv_cache_type == "":
             return "f16"  # B2: an empty KvCacheType is the f16 default (docs/ollama-internals.md §3.2)
-        if (isinstance(e, RunnerStarted) and e.complete and e.cmd is not None and e.era in ("A", "B1", "C")
-                and not (e.cache_type_k or e.kv_cache_type)):
+        if (
+            isinstance(e, RunnerStarted)
+            and e.complete
+            and e.cmd is not None
+            and e.era in ("A", "B1", "C")
+            and not (e.cache_type_k or e.kv_cache_type)
+        ):
             return "f16"  # a complete command line without a cache type flag: the runner's default
     return None
 
@@ -148,8 +175,12 @@ def _fa_fix(ctx: Ctx, load: Load, needs: str | None) -> Fix | None:
     if fa_forced(load):
         if needs is None:
             return None
-        return Fix("OLLAMA_KV_CACHE_TYPE=f16", "the model or GPU cannot use flash attention, and a quantized cache"
-                   " needs it", None, "f16 cache: about twice the KV memory of q8_0; server-wide, restart Ollama")
+        return Fix(
+            "OLLAMA_KV_CACHE_TYPE=f16",
+            "the model or GPU cannot use flash attention, and a quantized cache needs it",
+            None,
+            "f16 cache: about twice the KV memory of q8_0; server-wide, restart Ollama",
+        )
     if _fa_requested(ctx, load) is not None:
         return None  # already asked for and still off: the runner decided (GPU or model support)
     raw = (load.flash_attention_requested or "").strip()
@@ -169,7 +200,11 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
     candidates: list[tuple[Load, ModelView | None]] = [(v.load, v) for v in live if v.load is not None]
     seen_blobs = {v.model_blob for v in live if v.load is not None}
     for load in ctx.loads:
-        if id(load) in current or ctx.superseded(load) or (load.model_blob is not None and load.model_blob in seen_blobs):
+        if (
+            id(load) in current
+            or ctx.superseded(load)
+            or (load.model_blob is not None and load.model_blob in seen_blobs)
+        ):
             continue
         if ctx.recent_enough(ctx.load_time(load), ctx.th.event_window_s):
             candidates.append((load, None))
@@ -177,7 +212,11 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
     for load, view in candidates:
         model = view.name if view is not None else ctx.name_for_blob(load.model_blob)
         # the alert names its model (every view prints it before the message); a load no row names says which
-        who = "" if model else (short_blob(load.model_blob) if load.model_blob else f"a load (log line {load.first_line})") + ": "
+        who = (
+            ""
+            if model
+            else (short_blob(load.model_blob) if load.model_blob else f"a load (log line {load.first_line})") + ": "
+        )
         key = model or load.model_blob or f"line{load.first_line}"
         since = ctx.now if view is not None else ctx.load_time(load)
         requested, where = _requested_kv(ctx, load)
@@ -201,19 +240,31 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
                 fixes.append(fa_fix)
             if view is not None and req_norm is not None:
                 fixes.extend(_type_saving(ctx, view, req_norm))
-            out.append(Alert("kv_type_not_applied", "warning", model, since, text, tuple(fixes),
-                             f"kv_type_not_applied:{key}"))
+            out.append(
+                Alert("kv_type_not_applied", "warning", model, since, text, tuple(fixes), f"kv_type_not_applied:{key}")
+            )
         if load.flash_attention == "disabled":
             why = _fa_requested(ctx, load)
             if why is not None or needs:
                 parts = [why] if why else []
                 if needs:
                     parts.append(f"the {needs} cache needs it")
-                text = (f"{who}flash attention is off although {' and '.join(parts)}:"
-                        f" {load.flash_attention_reason or 'resolved off'}")
+                text = (
+                    f"{who}flash attention is off although {' and '.join(parts)}:"
+                    f" {load.flash_attention_reason or 'resolved off'}"
+                )
                 fa_fix = _fa_fix(ctx, load, needs)
-                out.append(Alert("flash_attention_off", "warning", model, since, text,
-                                 (fa_fix,) if fa_fix is not None else (), f"flash_attention_off:{key}"))
+                out.append(
+                    Alert(
+                        "flash_attention_off",
+                        "warning",
+                        model,
+                        since,
+                        text,
+                        (fa_fix,) if fa_fix is not None else (),
+                        f"flash_attention_off:{key}",
+                    )
+                )
     return out
 
 
@@ -235,7 +286,11 @@ def _type_saving(ctx: Ctx, view: ModelView, cache_type: str) -> list[Fix]:
     now, allocated = formula_now, view.memory.kv.value
     if allocated is not None and formula_now > 0:
         now, new = allocated, round(new * allocated / formula_now)
-    return [Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type} once it applies", f"KV ~{ib(new)} (~{delta(new - now)})", None,
-                "what the requested type would change")]
-
-
+    return [
+        Fix(
+            f"OLLAMA_KV_CACHE_TYPE={cache_type} once it applies",
+            f"KV ~{ib(new)} (~{delta(new - now)})",
+            None,
+            "what the requested type would change",
+        )
+    ]

@@ -51,10 +51,21 @@ class Timed:
     ts: float | None
 
 
-RECENT_KINDS: Final = frozenset({
-    "truncation", "oom", "load_failed", "eviction", "unknown_warning", "flash_attention_forced_off",
-    "kv_type_fallback", "context_clamped", "context_over_training", "prompt_rejected", "context_overflow",
-})
+RECENT_KINDS: Final = frozenset(
+    {
+        "truncation",
+        "oom",
+        "load_failed",
+        "eviction",
+        "unknown_warning",
+        "flash_attention_forced_off",
+        "kv_type_fallback",
+        "context_clamped",
+        "context_over_training",
+        "prompt_rejected",
+        "context_overflow",
+    }
+)
 """Event kinds the event rules read (kept with their effective time by :func:`scan_log`)."""
 
 
@@ -94,12 +105,12 @@ class _Buffers:
     def prefix_of(self, scan: LogScan) -> _Buffers:
         """New buffers holding what ``scan`` sees (a copy: the rare branch of an older state)."""
         out = _Buffers()
-        out.line_nos = self.line_nos[:scan.n]
-        out.times = self.times[:scan.n]
-        out.timed = self.timed[:scan.n_timed]
-        out.configs = self.configs[:scan.n_configs]
-        out.launches = self.launches[:scan.n_launches]
-        out.over = self.over[:scan.n_over]
+        out.line_nos = self.line_nos[: scan.n]
+        out.times = self.times[: scan.n]
+        out.timed = self.timed[: scan.n_timed]
+        out.configs = self.configs[: scan.n_configs]
+        out.launches = self.launches[: scan.n_launches]
+        out.over = self.over[: scan.n_over]
         out.end = scan.n
         return out
 
@@ -206,8 +217,14 @@ def _ts_of(t: Timed) -> float:
     return t.ts  # type: ignore[return-value]  # (only called on stamped entries)
 
 
-def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogScan | None,
-          whole: Sequence[LogEvent], buf: _Buffers) -> LogScan:
+def _scan(
+    events: Sequence[LogEvent],
+    start: int,
+    naive_tz: tzinfo,
+    base: LogScan | None,
+    whole: Sequence[LogEvent],
+    buf: _Buffers,
+) -> LogScan:
     """Scan ``events[start:]`` into ``buf``, continuing ``base`` (the scan of ``events[:start]``)
     when given."""
     if base is not None:
@@ -252,9 +269,20 @@ def _scan(events: Sequence[LogEvent], start: int, naive_tz: tzinfo, base: LogSca
         elif isinstance(e, ContextOverTraining):  # pragma: no cover - its kind is a recent kind
             over.append(e)
     return LogScan(
-        events=whole, naive_tz=naive_tz, buf=buf, n=len(events), n_timed=len(timed), n_configs=len(configs),
-        n_launches=len(launches), n_over=len(over), ordered=ordered, ts_sorted=ts_sorted, untimed_head=head,
-        last_timed_ts=last_timed_ts, last_time=last_dt, last_ts=last_ts,
+        events=whole,
+        naive_tz=naive_tz,
+        buf=buf,
+        n=len(events),
+        n_timed=len(timed),
+        n_configs=len(configs),
+        n_launches=len(launches),
+        n_over=len(over),
+        ordered=ordered,
+        ts_sorted=ts_sorted,
+        untimed_head=head,
+        last_timed_ts=last_timed_ts,
+        last_time=last_dt,
+        last_ts=last_ts,
     )
 
 
@@ -305,8 +333,9 @@ def scan_log(events: Sequence[LogEvent], naive_tz: tzinfo) -> LogScan:
         hit = _scans.get(id(events))
         if hit is not None and hit.events is events and hit.naive_tz == naive_tz:
             return hit
-        base = next((s for s in reversed(_scans.values()) if s.naive_tz == naive_tz and _extends(events, s.events)),
-                    None)
+        base = next(
+            (s for s in reversed(_scans.values()) if s.naive_tz == naive_tz and _extends(events, s.events)), None
+        )
         if base is None:
             buf = _Buffers()
         elif base.buf.end == base.n:
@@ -337,7 +366,7 @@ def log_events(state: AppState) -> Sequence[LogEvent]:
 
 
 def reference_time(state: AppState, events: Sequence[LogEvent], naive_tz: tzinfo) -> float | None:
-    """"Now" for the rules: the latest ``/api/ps`` poll's time, else the latest GPU or process
+    """ "Now" for the rules: the latest ``/api/ps`` poll's time, else the latest GPU or process
     sample's, else the newest log stamp; None when there is none."""
     if state.ollama is not None:
         return state.ollama.taken_at

@@ -49,10 +49,13 @@ _INCIDENT_GAP_S: Final = 60.0
 """Lines of one kind less than this apart (and of one load) are one incident (as ``logparse.loads``)."""
 
 _QUANTIZED_V_RE: Final = re.compile(
-    r"V cache quantization requires flash_attn|quantized V cache (?:was requested|requires)", re.IGNORECASE)
+    r"V cache quantization requires flash_attn|quantized V cache (?:was requested|requires)", re.IGNORECASE
+)
 _CRASH_RE: Final = re.compile(
     r"GGML_ASSERT|SIGSEGV|SIGABRT|segmentation fault|core dumped|panic:|runner process has terminated"
-    r"|exception in thread|std::bad_alloc", re.IGNORECASE)
+    r"|exception in thread|std::bad_alloc",
+    re.IGNORECASE,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,12 +117,21 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
                 model = single.name  # the lines name no model and no context: the only model served them
             elif e.prompt is not None and single.context.value is not None and single.context.value >= e.prompt:
                 continue  # the running context holds that prompt now: from an earlier, smaller load
-            elif (owner is None and e.limit is not None and single.context.value is not None
-                    and e.limit not in (single.context.value, single.total_ctx_cells)):
+            elif (
+                owner is None
+                and e.limit is not None
+                and single.context.value is not None
+                and e.limit not in (single.context.value, single.total_ctx_cells)
+            ):
                 model = None  # a line that names no model, with another context: not this runner's
             else:
                 model = single.name
-        elif owner is not None and owner.model_blob is not None and not current and ctx.view_for_blob(owner.model_blob) is None:
+        elif (
+            owner is not None
+            and owner.model_blob is not None
+            and not current
+            and ctx.view_for_blob(owner.model_blob) is None
+        ):
             # the load that printed it is of a model no longer loaded: name it (a past alert,
             # model.alerts.current), not none, so it leaves the banner with its model
             model = ctx.name_for_blob(owner.model_blob)
@@ -135,18 +147,26 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
             latest = f"latest: {cut}limit {last.limit}, keep {last.keep}; "
         if len(cuts) == len(items) and last is not None:  # only truncation lines: as the line reads
             cut = f"a {last.prompt}-token prompt cut to {last.new}, " if last.prompt is not None else ""
-            text = (f"{plural(len(items), 'prompt')} truncated in the last {minutes(window)} (latest: {cut}limit"
-                    f" {last.limit}, keep {last.keep}): the replies ignored the start of the prompt")
+            text = (
+                f"{plural(len(items), 'prompt')} truncated in the last {minutes(window)} (latest: {cut}limit"
+                f" {last.limit}, keep {last.keep}): the replies ignored the start of the prompt"
+            )
         elif refused == len(items):
-            text = (f"{plural(len(items), 'request')} refused with HTTP 400 in the last {minutes(window)}"
-                    f" ({_forms_seen(items)}): Ollama's answer to a prompt over the context (the log does not print"
-                    f" the reason)")
+            text = (
+                f"{plural(len(items), 'request')} refused with HTTP 400 in the last {minutes(window)}"
+                f" ({_forms_seen(items)}): Ollama's answer to a prompt over the context (the log does not print"
+                f" the reason)"
+            )
         else:
-            text = (f"{plural(len(items), 'prompt')} over the context in the last {minutes(window)} ({latest}seen:"
-                    f" {_forms_seen(items)}): the replies ignored the start of the prompt or were refused")
+            text = (
+                f"{plural(len(items), 'prompt')} over the context in the last {minutes(window)} ({latest}seen:"
+                f" {_forms_seen(items)}): the replies ignored the start of the prompt or were refused"
+            )
         fixes: tuple[Fix, ...] = ()
         view = ctx.view_named(model)
-        longest = max((i.event.prompt for i in items if isinstance(i.event, Truncation) and i.event.prompt), default=None)
+        longest = max(
+            (i.event.prompt for i in items if isinstance(i.event, Truncation) and i.event.prompt), default=None
+        )
         if longest is not None:
             target = _next_power_of_two(longest)
             cap = view.context_train if view is not None else None
@@ -158,16 +178,28 @@ def truncation_alerts(ctx: Ctx) -> list[Alert]:
             else:
                 fixes = (Fix(f"num_ctx {target}", f"holds the longest prompt seen ({longest} tokens)", None, cost),)
         elif last is not None and last.limit:
-            fixes = (Fix(f"num_ctx {2 * last.limit}", "the log does not print the prompt length: twice the limit",
-                         None, "more KV cache memory"),)
+            fixes = (
+                Fix(
+                    f"num_ctx {2 * last.limit}",
+                    "the log does not print the prompt length: twice the limit",
+                    None,
+                    "more KV cache memory",
+                ),
+            )
         elif view is not None and view.context.value:
             target = 2 * view.context.value
             cap = view.context_train
             if cap:
                 target = min(target, cap)
             if target > view.context.value:
-                fixes = (context_fix(ctx, view, target, "more KV cache memory; the log does not print the prompt"
-                                     " length: twice the context"),)
+                fixes = (
+                    context_fix(
+                        ctx,
+                        view,
+                        target,
+                        "more KV cache memory; the log does not print the prompt length: twice the context",
+                    ),
+                )
         since = next((i.ts for i in items if i.ts is not None), None)
         out.append(Alert("prompt_truncated", "warning", model, since, text, fixes, f"prompt_truncated:{model or '-'}"))
     return out
@@ -206,9 +238,12 @@ def rejection_alerts(ctx: Ctx) -> list[Alert]:
         if cap and target > cap:
             target = cap
         holds = target >= longest
-        head = (f"prompt rejected: {last.n_prompt_tokens} tokens > num_ctx {last.n_ctx}" if len(items) == 1 else
-                f"{len(items)} prompts rejected in the last {minutes(window)} (latest: {last.n_prompt_tokens} tokens"
-                f" > num_ctx {last.n_ctx})")
+        head = (
+            f"prompt rejected: {last.n_prompt_tokens} tokens > num_ctx {last.n_ctx}"
+            if len(items) == 1
+            else f"{len(items)} prompts rejected in the last {minutes(window)} (latest: {last.n_prompt_tokens} tokens"
+            f" > num_ctx {last.n_ctx})"
+        )
         if holds:
             tail = f"; num_ctx {target} would hold {'it' if len(items) == 1 else f'the longest ({longest} tokens)'}"
         else:
@@ -221,8 +256,17 @@ def rejection_alerts(ctx: Ctx) -> list[Alert]:
         elif holds:
             fix = Fix(f"num_ctx {target}", f"holds the longest prompt seen ({longest} tokens)", None, cost)
         since = next((t.ts for t, _ in items if t.ts is not None), ctx.now)
-        out.append(Alert("prompt_rejected", "warning", model, since, text, (fix,) if fix is not None else (),
-                         f"prompt_rejected:{model or '-'}"))
+        out.append(
+            Alert(
+                "prompt_rejected",
+                "warning",
+                model,
+                since,
+                text,
+                (fix,) if fix is not None else (),
+                f"prompt_rejected:{model or '-'}",
+            )
+        )
     return out
 
 
@@ -242,11 +286,14 @@ def clamp_alerts(ctx: Ctx) -> list[Alert]:
         first.setdefault(model, t.ts)
     out: list[Alert] = []
     for model, (_t, asked, train) in found.items():
-        text = (f"num_ctx {asked if asked is not None else '?'} was requested; Ollama clamped it to the training context"
-                f" {train if train is not None else '?'}: longer prompts are truncated")
-        out.append(Alert("context_clamped", "info", model, first.get(model), text, (), f"context_clamped:{model or '-'}"))
+        text = (
+            f"num_ctx {asked if asked is not None else '?'} was requested; Ollama clamped it to the training context"
+            f" {train if train is not None else '?'}: longer prompts are truncated"
+        )
+        out.append(
+            Alert("context_clamped", "info", model, first.get(model), text, (), f"context_clamped:{model or '-'}")
+        )
     return out
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,8 +376,11 @@ def incident_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
                 failed.append((t, owner))
         elif isinstance(e, Eviction):
             add("eviction", t, e.model_blob, None)  # about the model evicted, not the one loading
-        elif (isinstance(e, UnknownWarning) and e.level.upper() in ("ERROR", "FATAL", "PANIC", "ERR")
-              and _CRASH_RE.search(e.message)):
+        elif (
+            isinstance(e, UnknownWarning)
+            and e.level.upper() in ("ERROR", "FATAL", "PANIC", "ERR")
+            and _CRASH_RE.search(e.message)
+        ):
             add("runner_crash", t, blob, owner)
     for t, owner in failed:  # failures of a load whose quantized V was refused are that incident
         if owner is not None and owner.index in refused_loads:
@@ -357,17 +407,28 @@ def incident_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
             text = f"{who}the load failed: a quantized V cache needs flash attention, which is off ({reason})"
             forced = inc.load is not None and fa_forced(inc.load)
             fixes = (
-                Fix("OLLAMA_KV_CACHE_TYPE=f16", "the load then succeeds without flash attention", None,
-                    "f16 cache: about twice the KV memory of q8_0; server-wide, restart Ollama"),
+                Fix(
+                    "OLLAMA_KV_CACHE_TYPE=f16",
+                    "the load then succeeds without flash attention",
+                    None,
+                    "f16 cache: about twice the KV memory of q8_0; server-wide, restart Ollama",
+                ),
             )
             if not forced:  # never offered where the model or GPU cannot use flash attention
-                fixes += (Fix("OLLAMA_FLASH_ATTENTION=1", "lets llama.cpp use the quantized V cache", None,
-                              "server-wide, restart Ollama"),)
+                fixes += (
+                    Fix(
+                        "OLLAMA_FLASH_ATTENTION=1",
+                        "lets llama.cpp use the quantized V cache",
+                        None,
+                        "server-wide, restart Ollama",
+                    ),
+                )
         elif kind == "runner_crash":
             text = f"{who}a runner aborted {when}: {reason}"
         else:
-            text = (f"{plural(n, 'eviction')} {when}" + (f": {name} unloaded to make room" if name else "")
-                    + f" ({reason})")
+            text = (
+                f"{plural(n, 'eviction')} {when}" + (f": {name} unloaded to make room" if name else "") + f" ({reason})"
+            )
         since = next((i.ts for i in inc.items if i.ts is not None), ctx.now)
         out.append(Alert(kind, severity, model, since, text, fixes, f"{kind}:{ident or '-'}"))
     return out
@@ -387,7 +448,7 @@ def value_chain(values: list[object], shown: int = CHAIN_SHOWN) -> str:
     """``a → b → c``, with the middle cut to ``… (N more) …`` past ``shown`` values (None: ``?``)."""
     text = ["?" if v is None else str(v) for v in values]
     if len(text) > shown:
-        head, tail = text[:2], text[-(shown - 2):]
+        head, tail = text[:2], text[-(shown - 2) :]
         text = [*head, f"… ({len(values) - shown} more)", *tail]
     return " → ".join(text)
 
@@ -411,23 +472,38 @@ def churn_alerts(ctx: Ctx) -> list[Alert]:
         model = ctx.name_for_blob(blob)
         changes: list[str] = []
         fixes: list[Fix] = []
-        for label, attr in (("num_ctx", "num_ctx_per_seq"), ("parallel", "parallel"), ("KV type", "kv_type_k"),
-                            ("flash attention", "flash_attention")):
+        for label, attr in (
+            ("num_ctx", "num_ctx_per_seq"),
+            ("parallel", "parallel"),
+            ("KV type", "kv_type_k"),
+            ("flash attention", "flash_attention"),
+        ):
             values: list[object] = [getattr(x, attr) for x in loads]
             if len({v for v in values if v is not None}) > 1:
                 changes.append(f"{label} " + value_chain(values))
         span = items[-1][0] - items[0][0]
-        text = (f"{model or short_blob(blob)} loaded {len(items)} times in {span_text(span)}"
-                + (f": {'; '.join(changes)}" if changes else ": the same settings each time (keep_alive or eviction)"))
+        text = f"{model or short_blob(blob)} loaded {len(items)} times in {span_text(span)}" + (
+            f": {'; '.join(changes)}" if changes else ": the same settings each time (keep_alive or eviction)"
+        )
         if any(c.startswith("num_ctx") for c in changes):
-            fixes.append(Fix("one num_ctx for every client", "PARAMETER num_ctx in a Modelfile, or OLLAMA_CONTEXT_LENGTH"
-                             " and no options.num_ctx in requests", None,
-                             "clients that asked for more are truncated"))
+            fixes.append(
+                Fix(
+                    "one num_ctx for every client",
+                    "PARAMETER num_ctx in a Modelfile, or OLLAMA_CONTEXT_LENGTH and no options.num_ctx in requests",
+                    None,
+                    "clients that asked for more are truncated",
+                )
+            )
         elif not changes:
-            fixes.append(Fix("keep_alive -1 (or OLLAMA_KEEP_ALIVE)", "keeps the model loaded between requests", None,
-                             "holds its memory while idle"))
-        out.append(Alert("reload_churn", "warning", model, items[0][0], text, tuple(fixes),
-                         f"reload_churn:{model or blob}"))
+            fixes.append(
+                Fix(
+                    "keep_alive -1 (or OLLAMA_KEEP_ALIVE)",
+                    "keeps the model loaded between requests",
+                    None,
+                    "holds its memory while idle",
+                )
+            )
+        out.append(
+            Alert("reload_churn", "warning", model, items[0][0], text, tuple(fixes), f"reload_churn:{model or blob}")
+        )
     return out
-
-

@@ -29,15 +29,22 @@ def _free_bytes(ctx: Ctx) -> int | None:
 def queue_alerts(ctx: Ctx) -> list[Alert]:
     """``queue_wait`` for the server, with the slots and queue-length fixes (none while nothing waits)."""
     queue = ctx.state.queue
-    if (queue is None or not queue.waiting or queue.oldest_wait_s is None
-            or queue.oldest_wait_s < ctx.th.queue_wait_s or not ctx.live):
+    if (
+        queue is None
+        or not queue.waiting
+        or queue.oldest_wait_s is None
+        or queue.oldest_wait_s < ctx.th.queue_wait_s
+        or not ctx.live
+    ):
         return []
     full = [v for v in ctx.views if v.name in queue.full_models]
     model = full[0].name if len(full) == 1 else None
     busy = f" ({queue.busy_slots}/{queue.total_slots} slots busy)" if queue.total_slots is not None else ""
-    text = (f"{queue.waiting} request{'s' if queue.waiting != 1 else ''} waiting for a slot, the oldest "
-            f"{queue.oldest_wait_s:.0f} s: every slot of {', '.join(v.name for v in full) or 'a model'} is busy{busy}"
-            f" (estimated: {queue.in_flight} connections to port {queue.port})")
+    text = (
+        f"{queue.waiting} request{'s' if queue.waiting != 1 else ''} waiting for a slot, the oldest "
+        f"{queue.oldest_wait_s:.0f} s: every slot of {', '.join(v.name for v in full) or 'a model'} is busy{busy}"
+        f" (estimated: {queue.in_flight} connections to port {queue.port})"
+    )
     fixes: list[Fix] = []
     free = _free_bytes(ctx)
     for view in full[:1]:
@@ -48,9 +55,30 @@ def queue_alerts(ctx: Ctx) -> list[Alert]:
         extra = kv_bytes * (wanted - slots) // slots
         fits = None if free is None else extra <= free
         room = "" if free is None else f", {ib(free)} free on the GPU"
-        fixes.append(Fix(f"OLLAMA_NUM_PARALLEL={wanted}", f"KV ~{ib(kv_bytes + extra)} (~{delta(extra)}){room}", fits,
-                         "a restart of ollama serve; every model loaded after it gets that many slots, each with its own num_ctx of KV"))
-    fixes.append(Fix("OLLAMA_MAX_QUEUE=" + str(max(1, queue.waiting)), "requests beyond it are refused at once (HTTP 503)",
-                     None, "clients get 'server busy' instead of waiting; a restart of ollama serve"))
-    return [Alert(kind="queue_wait", severity="warning", model=model, since=ctx.now, message=text,
-                  fixes=tuple(fixes), key=f"queue_wait:{model or '-'}")]
+        fixes.append(
+            Fix(
+                f"OLLAMA_NUM_PARALLEL={wanted}",
+                f"KV ~{ib(kv_bytes + extra)} (~{delta(extra)}){room}",
+                fits,
+                "a restart of ollama serve; every model loaded after it gets that many slots, each with its own num_ctx of KV",
+            )
+        )
+    fixes.append(
+        Fix(
+            "OLLAMA_MAX_QUEUE=" + str(max(1, queue.waiting)),
+            "requests beyond it are refused at once (HTTP 503)",
+            None,
+            "clients get 'server busy' instead of waiting; a restart of ollama serve",
+        )
+    )
+    return [
+        Alert(
+            kind="queue_wait",
+            severity="warning",
+            model=model,
+            since=ctx.now,
+            message=text,
+            fixes=tuple(fixes),
+            key=f"queue_wait:{model or '-'}",
+        )
+    ]

@@ -42,16 +42,22 @@ def _load_on_gpu(load: Load | None) -> bool:
     if load is None:
         return False
     devices = [d for per in load.memory.values() for d in per]
-    return (any(not is_cpu_device(d) for d in devices) or bool(load.layers_offloaded)
-            or any(not is_cpu_device(d) for d in load.device_free))
+    return (
+        any(not is_cpu_device(d) for d in devices)
+        or bool(load.layers_offloaded)
+        or any(not is_cpu_device(d) for d in load.device_free)
+    )
 
 
 def _cpu_buffers(load: Load | None) -> dict[str, int]:
     """KV (and, with partial offload, weights) bytes the load put on CPU devices."""
     if load is None or not _load_on_gpu(load):
         return {}
-    full = (load.layers_offloaded is not None and load.layers_total is not None
-            and load.layers_offloaded >= load.layers_total)
+    full = (
+        load.layers_offloaded is not None
+        and load.layers_total is not None
+        and load.layers_offloaded >= load.layers_total
+    )
     out: dict[str, int] = {}
     for component in ("kv", "weights"):
         if component == "weights" and (full or load.layers_offloaded is None):
@@ -68,8 +74,13 @@ def _gpu_present(ctx: Ctx, view: ModelView) -> bool:
         return True
     usage = ctx.usage.get((view.name, view.digest))
     gpu = ctx.state.gpu
-    return (usage is not None and bool(usage.runner_pids) and gpu is not None and gpu.ok
-            and any(d.error is None and (d.memory_total_bytes or 0) > 0 for d in gpu.devices))
+    return (
+        usage is not None
+        and bool(usage.runner_pids)
+        and gpu is not None
+        and gpu.ok
+        and any(d.error is None and (d.memory_total_bytes or 0) > 0 for d in gpu.devices)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +144,13 @@ def spill(ctx: Ctx, view: ModelView) -> Alert | None:
     elif size and vram == 0 and _gpu_present(ctx, view):
         deficit = size
         causes.append(f"all {ib(size)} in system RAM although the machine has a GPU")
-    if load is not None and load.layers_offloaded is not None and load.layers_total and _load_on_gpu(load) \
-            and load.layers_offloaded < load.layers_total:
+    if (
+        load is not None
+        and load.layers_offloaded is not None
+        and load.layers_total
+        and _load_on_gpu(load)
+        and load.layers_offloaded < load.layers_total
+    ):
         causes.append(f"{load.layers_offloaded}/{load.layers_total} layers on the GPU")
     if load is not None and load.fit_overflowing:
         causes.append(f"{load.fit_overflowing} layers overflow the GPU (llama-server fit)")
@@ -172,14 +188,16 @@ def _bytes_per_element(cache_type: str) -> float:
 
 
 def _fa_cost(view: ModelView, cache_type: str) -> str:
-    quality = ("quality close to f16" if cache_type == "q8_0" else "noticeably lower quality on long contexts")
+    quality = "quality close to f16" if cache_type == "q8_0" else "noticeably lower quality on long contexts"
     fa = view.flash_attention
     if fa.value == "enabled":
         state = f" (on now, {fa.source})"
     elif setting_in_force(view.local.env, "OLLAMA_FLASH_ATTENTION", "1"):
         state = " (OLLAMA_FLASH_ATTENTION is set)"
     elif fa.value == "auto":
-        state = " (auto now: llama.cpp decides at load, unknown without the log; OLLAMA_FLASH_ATTENTION=1 makes it sure)"
+        state = (
+            " (auto now: llama.cpp decides at load, unknown without the log; OLLAMA_FLASH_ATTENTION=1 makes it sure)"
+        )
     else:
         state = " (OLLAMA_FLASH_ATTENTION=1)"
     cost = f"{cache_type} cache: {quality}; needs flash attention{state}"
@@ -198,15 +216,24 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
     fixes: list[Fix] = []
     if layout is None or ctx_value is None or par is None or kv_budget is None or b.kv_now is None:
         why = view.kv_unavailable or "num_ctx, slots or the KV size is not known"
-        fixes.append(Fix("lower num_ctx", f"KV arithmetic unavailable: {why}", None,
-                         "prompts over the new num_ctx are truncated"))
+        fixes.append(
+            Fix(
+                "lower num_ctx", f"KV arithmetic unavailable: {why}", None, "prompts over the new num_ctx are truncated"
+            )
+        )
         fixes.extend(_other_model_fixes(ctx, view, b))
         return _sorted_fixes(fixes)
     type_k, type_v, fa = current_types(view)
     kv_now = b.kv_now
     if b.need <= b.budget:
-        fixes.append(Fix(f"reload {view.name}", f"needs {ib(b.need)}, {ib(b.budget)} available now", True,
-                         "one slow request while it reloads; nothing else changes"))
+        fixes.append(
+            Fix(
+                f"reload {view.name}",
+                f"needs {ib(b.need)}, {ib(b.budget)} available now",
+                True,
+                "one slow request while it reloads; nothing else changes",
+            )
+        )
     try:
         best = kv.max_num_ctx(layout, kv_budget, par, type_k, type_v, flash_attention=fa)
     except ValueError:
@@ -214,13 +241,25 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
     if best is not None and b.need > b.budget:
         if 0 < best < ctx_value:
             new = kv.kv_allocation(layout, best, par, type_k, type_v, flash_attention=fa).total_bytes
-            fixes.append(Fix(f"num_ctx {best}", f"KV ~{ib(new)} (~{delta(new - kv_now)})", True,
-                             f"prompts over {best} tokens are truncated (now {ctx_value})"))
+            fixes.append(
+                Fix(
+                    f"num_ctx {best}",
+                    f"KV ~{ib(new)} (~{delta(new - kv_now)})",
+                    True,
+                    f"prompts over {best} tokens are truncated (now {ctx_value})",
+                )
+            )
         elif best == 0:
             from kvtop.model.plan import beside_kv  # the what-if derives the weights the same way
 
-            fixes.append(Fix("lower num_ctx", f"weights and compute alone need {ib(beside_kv(view, b.need))}"
-                             f" of {ib(b.budget)}: no num_ctx fits", False, "the context is not what overflows"))
+            fixes.append(
+                Fix(
+                    "lower num_ctx",
+                    f"weights and compute alone need {ib(beside_kv(view, b.need))} of {ib(b.budget)}: no num_ctx fits",
+                    False,
+                    "the context is not what overflows",
+                )
+            )
     current_bpe = _bytes_per_element(type_k) + _bytes_per_element(type_v)
     # a quantized cache needs flash attention (docs/ollama-internals.md §3.2): never offered for a
     # model whose runner turned it off because the model or GPU cannot use it
@@ -236,24 +275,38 @@ def _spill_fixes(ctx: Ctx, view: ModelView, b: Budget) -> tuple[Fix, ...]:
             fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type}", f"llama.cpp refuses it here: {exc}", False, ""))
             continue
         if new <= kv_budget:
-            fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type}", f"KV ~{ib(new)} (~{delta(new - kv_now)})", True,
-                             _fa_cost(view, cache_type)))
+            fixes.append(
+                Fix(
+                    f"OLLAMA_KV_CACHE_TYPE={cache_type}",
+                    f"KV ~{ib(new)} (~{delta(new - kv_now)})",
+                    True,
+                    _fa_cost(view, cache_type),
+                )
+            )
             continue
         n = kv.max_num_ctx(layout, kv_budget, par, cache_type, flash_attention=True)
         if n > (best or 0):
             new = kv.kv_allocation(layout, n, par, cache_type, flash_attention=True).total_bytes
-            fixes.append(Fix(f"OLLAMA_KV_CACHE_TYPE={cache_type} and num_ctx {n}",
-                             f"KV ~{ib(new)} (~{delta(new - kv_now)})", True,
-                             f"prompts over {n} tokens are truncated (now {ctx_value}); " + _fa_cost(view, cache_type)))
+            fixes.append(
+                Fix(
+                    f"OLLAMA_KV_CACHE_TYPE={cache_type} and num_ctx {n}",
+                    f"KV ~{ib(new)} (~{delta(new - kv_now)})",
+                    True,
+                    f"prompts over {n} tokens are truncated (now {ctx_value}); " + _fa_cost(view, cache_type),
+                )
+            )
     if par > 1 and b.need > b.budget:
         slots_fix: Fix | None = None
         for p in range(par - 1, 0, -1):
             new = kv.kv_allocation(layout, ctx_value, p, type_k, type_v, flash_attention=fa).total_bytes
             if new <= kv_budget or p == 1:
-                slots_fix = Fix(f"OLLAMA_NUM_PARALLEL={p}", f"KV ~{ib(new)} (~{delta(new - kv_now)})",
-                                new <= kv_budget,
-                                f"{plural(par - p, 'fewer concurrent request')} ({slots(p)} of num_ctx {ctx_value});"
-                                " server-wide, restart Ollama")
+                slots_fix = Fix(
+                    f"OLLAMA_NUM_PARALLEL={p}",
+                    f"KV ~{ib(new)} (~{delta(new - kv_now)})",
+                    new <= kv_budget,
+                    f"{plural(par - p, 'fewer concurrent request')} ({slots(p)} of num_ctx {ctx_value});"
+                    " server-wide, restart Ollama",
+                )
                 break
         if slots_fix is not None:
             fixes.append(slots_fix)
@@ -302,24 +355,42 @@ def _other_model_fixes(ctx: Ctx, view: ModelView, b: Budget) -> list[Fix]:
         if not 0 < n < o_ctx:  # pragma: no cover - shrinks_for says exactly when it is
             continue
         new = kv.kv_allocation(other.layout, n, o_par, k, v, flash_attention=fa).total_bytes
-        fixes.append(Fix(f"num_ctx {n} for {o.name}", f"frees {ib(o_kv - new)} of VRAM{shared}", True,
-                         f"{o.name}: prompts over {n} tokens are truncated (now {o_ctx}); it reloads"))
+        fixes.append(
+            Fix(
+                f"num_ctx {n} for {o.name}",
+                f"frees {ib(o_kv - new)} of VRAM{shared}",
+                True,
+                f"{o.name}: prompts over {n} tokens are truncated (now {o_ctx}); it reloads",
+            )
+        )
         break
     by_vram = ctx.others_by_vram()
     start = bisect.bisect_left(by_vram, short, key=lambda x: x[0])
     enough = next((o for _, _, o in itertools.islice(by_vram, start, None) if here(o)), None)
     if enough is not None:
         o = enough
-        fixes.append(Fix(f"unload {o.name}", f"frees {ib(o.size_vram_bytes)} of VRAM{shared}", True,
-                         f"{o.name} reloads on its next request (ollama stop {o.name})"))
+        fixes.append(
+            Fix(
+                f"unload {o.name}",
+                f"frees {ib(o.size_vram_bytes)} of VRAM{shared}",
+                True,
+                f"{o.name} reloads on its next request (ollama stop {o.name})",
+            )
+        )
     else:
         others = [o for o in ctx.views if o.size_vram_bytes and here(o)]  # none is enough alone: all of them
         if not others:
             return []
         total = sum(o.size_vram_bytes or 0 for o in others)
         names = ", ".join(o.name for o in others)
-        fixes.append(Fix(f"unload {names}", f"frees {ib(total)} of VRAM{shared}, {ib(short)} needed",
-                         total >= short, "they reload on their next request"))
+        fixes.append(
+            Fix(
+                f"unload {names}",
+                f"frees {ib(total)} of VRAM{shared}, {ib(short)} needed",
+                total >= short,
+                "they reload on their next request",
+            )
+        )
     return fixes
 
 
@@ -344,4 +415,3 @@ def context_fix(ctx: Ctx, view: ModelView, num_ctx: int, cost: str) -> Fix:
     if new > b.kv_now and b.free is None:
         fits = None  # a larger cache needs free memory that only GPU telemetry shows
     return Fix(f"num_ctx {num_ctx}", f"KV ~{ib(new)} (~{delta(new - b.kv_now)})", fits, cost)
-

@@ -23,7 +23,10 @@ is off or about to be), ``info`` (worth knowing, nothing to do)."""
 KINDS: Final[Mapping[str, tuple[Severity, str]]] = {
     "server_unreachable": ("critical", "the latest /api/ps poll failed"),
     "spill": ("critical", "part of a model is in system RAM (size_vram < size, layers or buffers on the CPU)"),
-    "quantized_v_refused": ("critical", "llama.cpp refused a quantized V cache without flash attention: the load failed"),
+    "quantized_v_refused": (
+        "critical",
+        "llama.cpp refused a quantized V cache without flash attention: the load failed",
+    ),
     "oom": ("critical", "out of memory at load or run time"),
     "load_failed": ("critical", "a model load failed"),
     "runner_crash": ("critical", "a runner aborted (GGML_ASSERT, panic, segfault)"),

@@ -172,9 +172,12 @@ class ConfirmWrite(OnceModal[bool]):
         self.swallowed += 1
         hint = self.query_one("#confirm-hint", Static)
         hint.display = True
-        hint.update(Text(
-            f"Ignored: {what or self.CONFIRM_KEY} came before this question was ready. Read it, then press "
-            f"{self.CONFIRM_KEY} once the button reads {self.action_label} ({self.CONFIRM_KEY})."))
+        hint.update(
+            Text(
+                f"Ignored: {what or self.CONFIRM_KEY} came before this question was ready. Read it, then press "
+                f"{self.CONFIRM_KEY} once the button reads {self.action_label} ({self.CONFIRM_KEY})."
+            )
+        )
 
     # -- answers ----------------------------------------------------------------------------
 

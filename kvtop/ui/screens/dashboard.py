@@ -237,11 +237,14 @@ class DashboardScreen(Screen[None]):
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(too_small, "-too-small")
         if too_small:
-            self._update_static("#too-small", Text(
-                f"Terminal too small: {width}×{height}.\n"
-                f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
-                justify="center",
-            ))
+            self._update_static(
+                "#too-small",
+                Text(
+                    f"Terminal too small: {width}×{height}.\n"
+                    f"kvtop needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or press q to quit.",
+                    justify="center",
+                ),
+            )
         replay = app.replay
         header = self.query_one(ServerHeader)
         header.interval_s = app.interval_s
@@ -264,16 +267,24 @@ class DashboardScreen(Screen[None]):
         if local or app.log_source is None:
             self._update_static("#logline", log_line(state.log, app.settings.log_spec))
         else:
-            self._update_static("#logline", Text(
-                f"Server log: none for this server (the log read is server {app.hosts.index(app.local_host) + 1}'s):"
-                " figures are reported or estimated", no_wrap=True, overflow="ellipsis"))
+            self._update_static(
+                "#logline",
+                Text(
+                    f"Server log: none for this server (the log read is server {app.hosts.index(app.local_host) + 1}'s):"
+                    " figures are reported or estimated",
+                    no_wrap=True,
+                    overflow="ellipsis",
+                ),
+            )
         self.query_one("#alertbar").set_class(not state.alerts, "-none")
         self._update_static("#alertbar", alert_bar(state, dict(app.theme_variables), width - 2))
         if local:
             panel = self._gpu_panel(state)
         else:  # the GPU sample is this machine's: it belongs to the local server only
-            panel = GpuPanelData(status=f"GPU telemetry: none for this server (this machine's GPUs show with server"
-                                        f" {app.hosts.index(app.local_host) + 1})")
+            panel = GpuPanelData(
+                status=f"GPU telemetry: none for this server (this machine's GPUs show with server"
+                f" {app.hosts.index(app.local_host) + 1})"
+            )
         shown = self.panels.refresh_panels(state, panel, local)
         # with the map on screen the GPU strip keeps what the map lacks, one line per GPU
         self.query_one(GpuPanel).show_data(panel, width, compact=True if shown["map"] else None)
@@ -281,8 +292,14 @@ class DashboardScreen(Screen[None]):
         if events_pane.has_class("-visible"):
             # the alerts panel, when shown, has the alerts and their fixes: the events pane keeps to events
             # the past alerts (a model no longer loaded) are only here, with their age
-            events_pane.show(state.log, app.filter_text, () if shown["alerts"] else state.alerts, app.operator.log,
-                             past=state.past_alerts, now=state_clock(state))
+            events_pane.show(
+                state.log,
+                app.filter_text,
+                () if shown["alerts"] else state.alerts,
+                app.operator.log,
+                past=state.past_alerts,
+                now=state_clock(state),
+            )
 
     def _status_line(self, state: AppState, shown_models: int) -> Text:
         """The line under the table: filter, sort and the legend; or why there is nothing to show."""
@@ -293,16 +310,23 @@ class DashboardScreen(Screen[None]):
         if state.ollama is not None and not state.ollama.reachable and app.replay is None:
             from kvtop.model.hints import unreachable_hint_line  # the way forward, as --once/--check say it
 
-            return Text(unreachable_hint_line(width - 2, demo=app.settings.demo, error_kind=state.ollama.error_kind,
-                                              error=state.ollama.error),
-                        no_wrap=True, overflow="ellipsis", style=dict(app.theme_variables).get("kv-warn", ""))
+            return Text(
+                unreachable_hint_line(
+                    width - 2, demo=app.settings.demo, error_kind=state.ollama.error_kind, error=state.ollama.error
+                ),
+                no_wrap=True,
+                overflow="ellipsis",
+                style=dict(app.theme_variables).get("kv-warn", ""),
+            )
         if state.ollama is not None and state.ollama.reachable and not state.models:
             return Text("No model loaded: models appear here when a client loads one.")
         status = Text(no_wrap=True, overflow="ellipsis")
         if app.filter_text:
             status.append(f"filter: {safe(app.filter_text, 20)} ({shown_models} of {len(state.models)})  ")
-        status.append(f"sort: {app.sort_key}{' ↑' if app.sort_reverse else ''}  "
-                      f"{legend(state.models, short=width < 100)}  Enter details  ? help")
+        status.append(
+            f"sort: {app.sort_key}{' ↑' if app.sort_reverse else ''}  "
+            f"{legend(state.models, short=width < 100)}  Enter details  ? help"
+        )
         return status
 
     def _gpu_panel(self, state: AppState) -> GpuPanelData:

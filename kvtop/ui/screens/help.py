@@ -87,34 +87,42 @@ Esc, ? or F1 closes this help; ↓ / j and PgDn scroll it.
 GLYPHS_HEAD = "Glyphs on screen (each with its ASCII mode stand-in; ~ * ? stay marks)"
 
 GLYPH_ROWS: tuple[tuple[str, tuple[tuple[str, str, str | None], ...]], ...] = (
-    ("The table", (
-        ("▶1", "CONTEXT: requests being answered now, in 1 slot (the runner's /slots)", None),
-        ("~▶1", "the same, estimated from the log (no /slots to read)", None),
-        ("pf 43%", "CONTEXT: a prompt being read (prefill, runner log), 43% done; pf 0%: under 1% yet", None),
-        ("4096×2", "CONTEXT: num_ctx per slot × slots (4096×1*: both Ollama's defaults)", None),
-        ("5.0G+1.2G", "SIZE of a spilled model: VRAM + system RAM (header VRAM+RAM)", None),
-        ("▁▂▃▄▅▆▇█", "VRAM 1m: size_vram over the last minute, 0 to its peak", None),
-        ("…", "VRAM 1m not sampled yet; in a name: cut to fit", None),
-        ("–", "TOK/S: kvtop measures the next request that ends (none yet)", None),
-        ("?", "not known: nothing kvtop can read says it (no log, no /slots)", None),
-        ("▼", "the sorted column, largest first (S reverses)", None),
-        ("▲", "the sorted column, A to Z (ASCII mode writes A there: its ! is a warning)", "A"),
-    )),
+    (
+        "The table",
+        (
+            ("▶1", "CONTEXT: requests being answered now, in 1 slot (the runner's /slots)", None),
+            ("~▶1", "the same, estimated from the log (no /slots to read)", None),
+            ("pf 43%", "CONTEXT: a prompt being read (prefill, runner log), 43% done; pf 0%: under 1% yet", None),
+            ("4096×2", "CONTEXT: num_ctx per slot × slots (4096×1*: both Ollama's defaults)", None),
+            ("5.0G+1.2G", "SIZE of a spilled model: VRAM + system RAM (header VRAM+RAM)", None),
+            ("▁▂▃▄▅▆▇█", "VRAM 1m: size_vram over the last minute, 0 to its peak", None),
+            ("…", "VRAM 1m not sampled yet; in a name: cut to fit", None),
+            ("–", "TOK/S: kvtop measures the next request that ends (none yet)", None),
+            ("?", "not known: nothing kvtop can read says it (no log, no /slots)", None),
+            ("▼", "the sorted column, largest first (S reverses)", None),
+            ("▲", "the sorted column, A to Z (ASCII mode writes A there: its ! is a warning)", "A"),
+        ),
+    ),
     ("Memory map (m) and GPU strip (g): one cell per share of the device", ()),
-    ("Header, switcher, alerts, log line", (
-        ("● up", "the server answers (… connecting, ✖ down); ● REC: --record writes", None),
-        ("⇣2", "server switcher: 2 models spilled to system RAM", None),
-        ("✖ ▲ ℹ", "alerts: critical / warning / info", None),
-        (CURSOR_GLYPH, "alerts panel (Tab): the fix Enter acts on (↑ ↓ move)", None),
-        ("N dropped", "log line: lines not read (the history before kvtop started, noise shed under load)",
-         None),
-        ("−", "a real minus: measured below what is listed", None),
-    )),
-    ("History plots (h)", (
-        ("━ •", "a series (its legend names each one)", None),
-        ("│ ┆ ║", "a model loaded / unloaded / reloaded (the legend names each)", None),
-        ("┄", "a limit (the device's total)", None),
-    )),
+    (
+        "Header, switcher, alerts, log line",
+        (
+            ("● up", "the server answers (… connecting, ✖ down); ● REC: --record writes", None),
+            ("⇣2", "server switcher: 2 models spilled to system RAM", None),
+            ("✖ ▲ ℹ", "alerts: critical / warning / info", None),
+            (CURSOR_GLYPH, "alerts panel (Tab): the fix Enter acts on (↑ ↓ move)", None),
+            ("N dropped", "log line: lines not read (the history before kvtop started, noise shed under load)", None),
+            ("−", "a real minus: measured below what is listed", None),
+        ),
+    ),
+    (
+        "History plots (h)",
+        (
+            ("━ •", "a series (its legend names each one)", None),
+            ("│ ┆ ║", "a model loaded / unloaded / reloaded (the legend names each)", None),
+            ("┄", "a limit (the device's total)", None),
+        ),
+    ),
 )
 """The glyph sections of the help: (title, rows of (glyph as drawn, meaning, ASCII stand-in when
 kvtop writes its own rather than :func:`kvtop.core.glyphs.to_ascii`'s)). The map's rows come from
@@ -125,8 +133,11 @@ def map_rows() -> tuple[tuple[str, str, str | None], ...]:
     """The memory map's and the GPU strip's glyphs, from their widgets' tables, with their meaning."""
     g = MAP_GLYPHS
     return (
-        (f"{g['weights']} {g['kv']} {g['compute']}", "a model's weights / KV cache / compute (the strip: █ a runner)",
-         None),
+        (
+            f"{g['weights']} {g['kv']} {g['compute']}",
+            "a model's weights / KV cache / compute (the strip: █ a runner)",
+            None,
+        ),
         (g["model"], "a model, not broken down", None),
         (g["overhead"], "runner overhead: NVML's measure − the parts listed (CUDA context, buffers)", None),
         (g["ollama"], "other Ollama processes (a runner not paired yet: loading <model>)", None),
@@ -146,8 +157,9 @@ def glyph_text() -> str:
         for glyph, meaning, stand_in in rows or map_rows():
             ascii_form = stand_in if stand_in is not None else to_ascii(glyph)
             shown = "same" if ascii_form == glyph else ascii_form
-            lines.append(f"  {glyph}{' ' * max(2, 11 - cell_len(glyph))}{shown}{' ' * max(2, 10 - len(shown))}"
-                         f"{meaning}")
+            lines.append(
+                f"  {glyph}{' ' * max(2, 11 - cell_len(glyph))}{shown}{' ' * max(2, 10 - len(shown))}{meaning}"
+            )
     return "\n".join(lines) + "\n\n"
 
 
@@ -206,8 +218,15 @@ def help_text(readonly: bool = False, *, signals: bool = True, replay: bool = Fa
     line_end = tail.index("\n") + 1
     planner = REPLAY_HELP if replay else READONLY_HELP if readonly else LOAD_HELP
     text = (head + sep + tail[:line_end] + planner + tail[line_end:]).replace("{glyphs}\n", glyph_text())
-    actions = (REPLAY_ACTIONS_HELP if replay else READONLY_ACTIONS_HELP if readonly else ACTIONS_HELP if signals
-               else ACTIONS_HELP.replace(SIGNAL_HELP, ""))
+    actions = (
+        REPLAY_ACTIONS_HELP
+        if replay
+        else READONLY_ACTIONS_HELP
+        if readonly
+        else ACTIONS_HELP
+        if signals
+        else ACTIONS_HELP.replace(SIGNAL_HELP, "")
+    )
     return text.replace("What-if planner (w on a model)\n", actions + "What-if planner (w on a model)\n", 1)
 
 
@@ -220,8 +239,7 @@ class HelpScreen(ModalScreen[None]):
         border: round $primary; background: $surface; padding: 0 0 0 1; }
     HelpScreen Static { padding-right: 1; }
     """
-    BINDINGS = [Binding("escape,question_mark,f1", "dismiss", "Close"),
-                Binding("j", "scroll_down", "Down", show=False)]
+    BINDINGS = [Binding("escape,question_mark,f1", "dismiss", "Close"), Binding("j", "scroll_down", "Down", show=False)]
 
     def __init__(self, readonly: bool | None = None) -> None:
         """``readonly``: leave the write keys out; None: ask the app (``settings.readonly``)."""

@@ -75,8 +75,15 @@ MARKER_STYLES = {"load": "default", "unload": "dotted", "reload": "double"}
 
 def _markers(history: History, start_s: float, end_s: float, distinct: bool = False) -> tuple[PlotMarker, ...]:
     marks: list[Marker] = list(history.markers_between(start_s, end_s))
-    return tuple(PlotMarker(m.t_s - end_s, f"{m.kind} {safe(m.model, 40)}", MARKER_COLORS[m.kind],
-                            MARKER_STYLES[m.kind] if distinct else "default") for m in marks)
+    return tuple(
+        PlotMarker(
+            m.t_s - end_s,
+            f"{m.kind} {safe(m.model, 40)}",
+            MARKER_COLORS[m.kind],
+            MARKER_STYLES[m.kind] if distinct else "default",
+        )
+        for m in marks
+    )
 
 
 def window_end(history: History, window_s: float, slots: int) -> float | None:
@@ -96,8 +103,9 @@ def _shown_models(history: History, max_models: int | None) -> tuple[list[ModelS
     return found[:max_models], f" · {max_models} most recent of {len(found)} models (h: all)"
 
 
-def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distinct: bool = False,
-             max_models: int | None = None) -> PlotSpec:
+def gpu_spec(
+    history: History, window_s: float, slots: int, gap_s: float, distinct: bool = False, max_models: int | None = None
+) -> PlotSpec:
     """GPU memory used per device (driver figures) with each total as a reference line; without
     GPU telemetry, each model's ``/api/ps`` ``size_vram`` instead, saying why (at most
     ``max_models`` of them, the most recent, when given). Load / unload / reload markers on both."""
@@ -115,12 +123,20 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
             used = dev.used_bytes.latest
             total = dev.total_bytes.latest
             latest = f"{ibytes(int(used[1]))}" + (f" of {ibytes(int(total[1]))}" if total else "") if used else ""
-            lines.append(PlotLine(f"GPU {dev.index} used", _slice(dev.used_bytes, start, end, slots, GiB), color,
-                                  latest=latest, marker=_marker(i, distinct)))
+            lines.append(
+                PlotLine(
+                    f"GPU {dev.index} used",
+                    _slice(dev.used_bytes, start, end, slots, GiB),
+                    color,
+                    latest=latest,
+                    marker=_marker(i, distinct),
+                )
+            )
             if total is not None:
                 lines.append(PlotLine(f"GPU {dev.index} total", ((0.0, total[1] / GiB),), "kv-muted", "reference"))
-        return PlotSpec(f"GPU memory, GiB ({history.gpu_source}) · last {span}", window_s, "GiB", tuple(lines), markers,
-                        gap_s=gap_s)
+        return PlotSpec(
+            f"GPU memory, GiB ({history.gpu_source}) · last {span}", window_s, "GiB", tuple(lines), markers, gap_s=gap_s
+        )
     colors = _colors(history)
     shown, cut = _shown_models(history, max_models)
     for series in shown:
@@ -128,8 +144,15 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
         if not pts:
             continue
         latest = series.vram_bytes.latest
-        lines.append(PlotLine(series.name, pts, colors[series.key],
-                              latest=ibytes(int(latest[1])) if latest else "", marker=_marker(len(lines), distinct)))
+        lines.append(
+            PlotLine(
+                series.name,
+                pts,
+                colors[series.key],
+                latest=ibytes(int(latest[1])) if latest else "",
+                marker=_marker(len(lines), distinct),
+            )
+        )
     why = history.gpu_note or "GPU telemetry: none yet"
     title = f"Model VRAM, GiB (/api/ps size_vram) · last {span}{cut} · {why}"
     if not lines:
@@ -137,8 +160,9 @@ def gpu_spec(history: History, window_s: float, slots: int, gap_s: float, distin
     return PlotSpec(title, window_s, "GiB", tuple(lines), markers, gap_s=gap_s)
 
 
-def tps_spec(history: History, window_s: float, slots: int, log_note: str, distinct: bool = False,
-             max_models: int | None = None) -> PlotSpec:
+def tps_spec(
+    history: History, window_s: float, slots: int, log_note: str, distinct: bool = False, max_models: int | None = None
+) -> PlotSpec:
     """Decode tokens/s per model: one dot per timed request (runner log), with requests/min (at
     most ``max_models`` models, the most recent, when given)."""
     end = window_end(history, window_s, slots)
@@ -156,8 +180,16 @@ def tps_spec(history: History, window_s: float, slots: int, log_note: str, disti
             continue
         rpm = series.requests_per_min.latest
         latest = f"{pts[-1][1]:,.1f}" + (f" · {int(rpm[1])} req/min" if rpm is not None else "")
-        lines.append(PlotLine(series.name, pts, colors[series.key], "points", latest,
-                              marker=_marker(len(lines), distinct, points=True)))
+        lines.append(
+            PlotLine(
+                series.name,
+                pts,
+                colors[series.key],
+                "points",
+                latest,
+                marker=_marker(len(lines), distinct, points=True),
+            )
+        )
     if not lines:
         return PlotSpec(title, window_s, empty=f"no timed request in the last {span}: {log_note}")
     return PlotSpec(title, window_s, "tok/s", tuple(lines), _markers(history, start, end, distinct))
@@ -184,13 +216,22 @@ def kv_spec(history: History, window_s: float, slots: int, gap_s: float, distinc
         mark = "~" if series.kv_source == "estimated" else ""
         sources.add(series.kv_source or "unknown")
         latest = series.kv_bytes.latest
-        lines.append(PlotLine(series.name, _x(pts, end, scale), colors[series.key],
-                              latest=mark + ibytes(int(latest[1])) if latest else "",
-                              marker=_marker(len(lines), distinct)))
+        lines.append(
+            PlotLine(
+                series.name,
+                _x(pts, end, scale),
+                colors[series.key],
+                latest=mark + ibytes(int(latest[1])) if latest else "",
+                marker=_marker(len(lines), distinct),
+            )
+        )
     title = f"KV cache per model, {unit} ({', '.join(sorted(sources)) or 'no source'}) · last {span}"
     if not lines:
-        return PlotSpec(f"KV cache per model · last {span}", window_s,
-                        empty=f"no KV figure in the last {span} (needs /api/show or the server log)")
+        return PlotSpec(
+            f"KV cache per model · last {span}",
+            window_s,
+            empty=f"no KV figure in the last {span} (needs /api/show or the server log)",
+        )
     return PlotSpec(title, window_s, unit, tuple(lines), _markers(history, start, end, distinct), gap_s=gap_s)
 
 
@@ -264,13 +305,21 @@ class HistoryScreen(Screen[None]):
         gap = max(3 * interval + 1, 2.5 * span / slots, 3 * self.history.bucket_s)
         state = getattr(self.app, "state", None)
         shown = "" if span >= self.window_s else f", {span_text(span)} shown (all there is)"
-        self.query_one("#history-title", Static).update(Text.assemble(
-            ("History", "bold"), f" · {span_text(self.window_s)} window{shown} (z ← →) · ",
-            f"{self.history.point_count():,} points · x: time before the newest sample",
-            no_wrap=True, overflow="ellipsis"))
+        self.query_one("#history-title", Static).update(
+            Text.assemble(
+                ("History", "bold"),
+                f" · {span_text(self.window_s)} window{shown} (z ← →) · ",
+                f"{self.history.point_count():,} points · x: time before the newest sample",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
         self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, span, gpu_slots, gap, distinct))
-        note = _log_note(state.log.source if state is not None else None, demo=self._demo(),
-                         replay=getattr(self.app, "replay", None) is not None)
+        note = _log_note(
+            state.log.source if state is not None else None,
+            demo=self._demo(),
+            replay=getattr(self.app, "replay", None) is not None,
+        )
         self.query_one("#plot-tps", PlotView).show(tps_spec(self.history, span, slots, note, distinct))
         self.query_one("#plot-kv", PlotView).show(kv_spec(self.history, span, slots, gap, distinct))
 
@@ -302,4 +351,3 @@ def _log_note(source: str | None, *, demo: bool = False, replay: bool = False) -
     if source is None:
         return "timings come from the server log (--log), which is off"
     return f"timings come from {safe(source, 40)} (llama-server runners, Ollama v0.30+, print them)"
-

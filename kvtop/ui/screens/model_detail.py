@@ -55,15 +55,28 @@ def _slot_rows(out: Text, v: ModelView) -> None:
     if p is not None:
         tokens = ""
         if p.done_tokens is not None:
-            tokens = f"{p.done_tokens:,}" + (f" of {p.total_tokens:,}" if p.total_tokens is not None else "") + " tokens"
+            tokens = (
+                f"{p.done_tokens:,}" + (f" of {p.total_tokens:,}" if p.total_tokens is not None else "") + " tokens"
+            )
         pct = f"{p.percent}%" if p.percent is not None else "in progress"
         if p.source == "runner":
-            _row(out, "prefill", f"in progress ({p.done_tokens:,} tokens in the slot so far)" if p.done_tokens is not None
-                 else "in progress", "[runner]", f"slot {p.slot}: busy, nothing generated yet (/slots); the prompt's"
-                 " length is only in the runner log")
+            _row(
+                out,
+                "prefill",
+                f"in progress ({p.done_tokens:,} tokens in the slot so far)"
+                if p.done_tokens is not None
+                else "in progress",
+                "[runner]",
+                f"slot {p.slot}: busy, nothing generated yet (/slots); the prompt's length is only in the runner log",
+            )
         else:
-            _row(out, "prefill", f"{pct}" + (f" ({tokens})" if tokens else ""), "[estimated]",
-                 f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}")
+            _row(
+                out,
+                "prefill",
+                f"{pct}" + (f" ({tokens})" if tokens else ""),
+                "[estimated]",
+                f"slot {p.slot if p.slot is not None else '?'}, runner log line {p.line_no}",
+            )
 
 
 def _queue_row(out: Text, v: ModelView, state: AppState) -> None:
@@ -74,8 +87,13 @@ def _queue_row(out: Text, v: ModelView, state: AppState) -> None:
     queue = state.queue
     if queue is None or v.name not in queue.full_models:
         return
-    _row(out, "queue", "every slot busy: a new request would wait", "",
-         f"on this server: {queue_short(queue)}" if queue_short(queue) else "")
+    _row(
+        out,
+        "queue",
+        "every slot busy: a new request would wait",
+        "",
+        f"on this server: {queue_short(queue)}" if queue_short(queue) else "",
+    )
 
 
 def _local_rows(out: Text, v: ModelView) -> None:
@@ -88,12 +106,21 @@ def _local_rows(out: Text, v: ModelView) -> None:
     if r is None:
         _row(out, "runner process", "not found", "", local.note)
     else:
-        _row(out, "runner process", f"PID {r.pid}" + (f", user {safe(r.user, 32)}" if r.user else "") + f", {r.kind}",
-             "", f"Ollama {r.era}" + (f", port {r.port}" if r.port else ""))
+        _row(
+            out,
+            "runner process",
+            f"PID {r.pid}" + (f", user {safe(r.user, 32)}" if r.user else "") + f", {r.kind}",
+            "",
+            f"Ollama {r.era}" + (f", port {r.port}" if r.port else ""),
+        )
         flags = r.flags
-        _row(out, "requested", safe(flags, 200) if flags else "nothing about memory on its command line",
-             "[requested]" if flags else "",
-             "" if flags else "v0.11.5–v0.24 runners get their settings over /load: only the server log shows them")
+        _row(
+            out,
+            "requested",
+            safe(flags, 200) if flags else "nothing about memory on its command line",
+            "[requested]" if flags else "",
+            "" if flags else "v0.11.5–v0.24 runners get their settings over /load: only the server log shows them",
+        )
     ep = local.endpoints
     if ep is not None:
         if ep.props is not None:
@@ -109,8 +136,12 @@ def _local_rows(out: Text, v: ModelView) -> None:
         elif ep.props_error:
             _row(out, "GET /props", "no answer", "", ep.props_error)
         if ep.metrics:
-            shown = ", ".join(f"{safe(k.removeprefix('llamacpp:'), 40)} {v:,.6g}" for k, v in sorted(ep.metrics.items())[:8])
-            _row(out, "GET /metrics", shown, "[runner]", f"http://127.0.0.1:{ep.port}/metrics (the runner has --metrics)")
+            shown = ", ".join(
+                f"{safe(k.removeprefix('llamacpp:'), 40)} {v:,.6g}" for k, v in sorted(ep.metrics.items())[:8]
+            )
+            _row(
+                out, "GET /metrics", shown, "[runner]", f"http://127.0.0.1:{ep.port}/metrics (the runner has --metrics)"
+            )
         if ep.error is None:
             for slot in ep.slots:
                 fill = slot.fill
@@ -120,9 +151,15 @@ def _local_rows(out: Text, v: ModelView) -> None:
                     tokens = "empty (no request served yet)"
                 else:
                     tokens = "context fill not listed"
-                _row(out, f"slot {slot.id}", ("busy, " if slot.is_processing else "idle, ") + tokens, "[runner]",
-                     f"{slot.n_decoded:,} tokens generated so far for task {slot.id_task}" if slot.is_processing
-                     and slot.n_decoded is not None and slot.id_task is not None else "")
+                _row(
+                    out,
+                    f"slot {slot.id}",
+                    ("busy, " if slot.is_processing else "idle, ") + tokens,
+                    "[runner]",
+                    f"{slot.n_decoded:,} tokens generated so far for task {slot.id_task}"
+                    if slot.is_processing and slot.n_decoded is not None and slot.id_task is not None
+                    else "",
+                )
         else:
             _row(out, "GET /slots", "no answer", "", ep.error)
     if v.decode_tps.source == "runner" and v.decode_tps.value is not None:
@@ -135,9 +172,14 @@ def _local_rows(out: Text, v: ModelView) -> None:
     else:
         values = dict(env.values)
         n = sum(1 for k in values if k.startswith("OLLAMA_"))
-        _row(out, "server environment", (f"{n} OLLAMA_* set" if n else "no OLLAMA_* set") + (
-             f", {len(values) - n} other" if len(values) > n else ""),
-             "[service]", (env.source or "") + (f"; {env.error}" if env.error else ""))
+        _row(
+            out,
+            "server environment",
+            (f"{n} OLLAMA_* set" if n else "no OLLAMA_* set")
+            + (f", {len(values) - n} other" if len(values) > n else ""),
+            "[service]",
+            (env.source or "") + (f"; {env.error}" if env.error else ""),
+        )
         for key, val in values.items():
             _row(out, "", f"{safe(key, 40)}={safe(val, 120)}")
 
@@ -153,14 +195,30 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "architecture", safe(v.architecture or "?", 40))
     _row(out, "parameters", safe(v.parameter_size or "?", 20))
     _row(out, "weights quant", safe(v.quantization_level or "?", 20))
-    _row(out, "training context", f"{v.context_train:,}" if v.context_train else "?", "[reported]" if v.context_train else "")
+    _row(
+        out,
+        "training context",
+        f"{v.context_train:,}" if v.context_train else "?",
+        "[reported]" if v.context_train else "",
+    )
     out.append("\nMemory\n", style="bold underline")
     _row(out, "size", exact_bytes(v.size_bytes), "[reported]", "/api/ps size: weights + KV + compute")
     _row(out, "in VRAM", exact_bytes(v.size_vram_bytes), "[reported]", "/api/ps size_vram")
     if v.size_bytes is not None and v.size_vram_bytes is not None:
-        _row(out, "in system RAM", exact_bytes(max(0, v.size_bytes - v.size_vram_bytes)), "[reported]",
-             "size − size_vram" + (" — runs entirely on the CPU" if v.size_vram_bytes == 0 and v.size_bytes
-                                   else " — SPILLED: every request runs partly on the CPU" if v.spilled else ""))
+        _row(
+            out,
+            "in system RAM",
+            exact_bytes(max(0, v.size_bytes - v.size_vram_bytes)),
+            "[reported]",
+            "size − size_vram"
+            + (
+                " — runs entirely on the CPU"
+                if v.size_vram_bytes == 0 and v.size_bytes
+                else " — SPILLED: every request runs partly on the CPU"
+                if v.spilled
+                else ""
+            ),
+        )
     if v.cloud:
         _row(out, "processor", "cloud", "", "runs on the remote service: no local memory, no local KV cache")
     else:
@@ -170,24 +228,41 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "KV cache", _size(m.kv), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
     _row(out, "compute + other", _size(m.compute), _src(m.compute), m.compute.note)
     out.append("\nKV cache\n", style="bold underline")
-    _row(out, "num_ctx per slot", f"{v.context.value:,}" if v.context.value else "not known", _src(v.context), v.context.note)
+    _row(
+        out,
+        "num_ctx per slot",
+        f"{v.context.value:,}" if v.context.value else "not known",
+        _src(v.context),
+        v.context.note,
+    )
     if v.context.value and v.context_train and v.context.value > v.context_train:
-        _row(out, "", f"above the training context ({v.context_train:,}): Ollama ≥ 0.15.5 clamps it; older versions"
-             " run past what the model was trained for")
+        _row(
+            out,
+            "",
+            f"above the training context ({v.context_train:,}): Ollama ≥ 0.15.5 clamps it; older versions"
+            " run past what the model was trained for",
+        )
     _row(out, "slots (parallel)", str(v.parallel.value) if v.parallel.value else "?", _src(v.parallel), v.parallel.note)
     _slot_rows(out, v)
     _queue_row(out, v, state)
     if v.total_ctx_cells is not None:
         _row(out, "cells (ctx × slots)", f"{v.total_ctx_cells:,}")
     _row(out, "KV type", v.kv_type.value or "?", _src(v.kv_type), v.kv_type.note)
-    _row(out, "flash attention", v.flash_attention.value or "not known", _src(v.flash_attention), v.flash_attention.note)
+    _row(
+        out, "flash attention", v.flash_attention.value or "not known", _src(v.flash_attention), v.flash_attention.note
+    )
     for line in v.differences:
         out.append("  ≠ ", style="bold")
         out.append(safe(line, 300) + "\n")
     if v.kv_bytes_per_token is not None:
         per = v.kv_bytes_per_token
-        _row(out, "KV per token", f"~{ibytes(per)} ({per:,} B)" if per >= 1024 else f"~{per:,} B", "[estimated]",
-             f"at {v.kv_type.value or 'f16'}, all KV layers")
+        _row(
+            out,
+            "KV per token",
+            f"~{ibytes(per)} ({per:,} B)" if per >= 1024 else f"~{per:,} B",
+            "[estimated]",
+            f"at {v.kv_type.value or 'f16'}, all KV layers",
+        )
     if v.kv_estimate is not None:
         e = v.kv_estimate
         out.append("\n  arithmetic:  ", style="bold")  # two spaces: a long formula wraps under itself
@@ -195,9 +270,17 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         out.append("\n")
         _row(out, "K / V", f"~{exact_bytes(e.k_bytes)} / ~{exact_bytes(e.v_bytes)}", "[estimated]")
         if e.swa_cells is not None:
-            _row(out, "sliding window", f"{e.swa_layers} SWA layers × {e.swa_cells:,} cells, {e.full_layers} full layers")
+            _row(
+                out, "sliding window", f"{e.swa_layers} SWA layers × {e.swa_cells:,} cells, {e.full_layers} full layers"
+            )
         if e.recurrent_bytes:
-            _row(out, "recurrent state", f"~{exact_bytes(e.recurrent_bytes)}", "[estimated]", "per-sequence state, not per token")
+            _row(
+                out,
+                "recurrent state",
+                f"~{exact_bytes(e.recurrent_bytes)}",
+                "[estimated]",
+                "per-sequence state, not per token",
+            )
     elif v.kv_unavailable:
         _row(out, "estimate", "unavailable", "", v.kv_unavailable)
     mine = [a for a in state.alerts if a.model == v.name]
@@ -221,11 +304,22 @@ def detail_text(v: ModelView, state: AppState) -> Text:
         _row(out, "load", "not matched", "", v.load_note)
     else:
         _row(out, "load", safe(v.load_note, 80), "", f"blob {safe(load.model_blob or '?', 80)}")
-        _row(out, "runner", f"era {load.era or '?'}" + (f", {load.engine} engine" if load.engine else "")
-             + (f", port {load.port}" if load.port else "") + (f", PID {load.pid}" if load.pid else ""))
+        _row(
+            out,
+            "runner",
+            f"era {load.era or '?'}"
+            + (f", {load.engine} engine" if load.engine else "")
+            + (f", port {load.port}" if load.port else "")
+            + (f", PID {load.pid}" if load.pid else ""),
+        )
         if load.num_ctx_total is not None:
-            _row(out, "KV cells", f"{load.num_ctx_total:,} total" + (f" = {load.num_ctx_per_seq:,} × {load.parallel}"
-                 if load.num_ctx_per_seq and load.parallel else ""), "[allocated]")
+            _row(
+                out,
+                "KV cells",
+                f"{load.num_ctx_total:,} total"
+                + (f" = {load.num_ctx_per_seq:,} × {load.parallel}" if load.num_ctx_per_seq and load.parallel else ""),
+                "[allocated]",
+            )
         if load.layers_offloaded is not None and load.layers_total is not None:
             _row(out, "layers on GPU", f"{load.layers_offloaded}/{load.layers_total}", "[allocated]")
         for component in ("weights", "kv", "compute", "output", "recurrent"):
@@ -235,22 +329,42 @@ def detail_text(v: ModelView, state: AppState) -> Text:
                 _row(out, f"{component} by device", text, "[allocated]")
         if load.estimate is not None:
             required = load.estimates
-            _row(out, "scheduler estimate", ", ".join(f"{k} ~{ibytes(b)}" for k, b in required.items() if b is not None),
-                 "[estimated]", "Ollama's own memory.required.* figures")
+            _row(
+                out,
+                "scheduler estimate",
+                ", ".join(f"{k} ~{ibytes(b)}" for k, b in required.items() if b is not None),
+                "[estimated]",
+                "Ollama's own memory.required.* figures",
+            )
     t = v.throughput
     if t is not None and t.requests:
-        _row(out, "requests (timed)", f"{t.requests}" + (f", {t.requests_per_min}/min" if t.requests_per_min is not None else ""))
+        _row(
+            out,
+            "requests (timed)",
+            f"{t.requests}" + (f", {t.requests_per_min}/min" if t.requests_per_min is not None else ""),
+        )
         if t.last_prefill_tps is not None:
             _row(out, "prefill", f"{t.last_prefill_tps:,.1f} tok/s", "[allocated]", "newest request")
         if t.last_decode_tps is not None:
             avg = f", average {t.avg_decode_tps:,.1f}" if t.avg_decode_tps is not None else ""
-            _row(out, "decode", f"{t.last_decode_tps:,.1f} tok/s{avg}", "[allocated]", "newest request; average of the last 10")
+            _row(
+                out,
+                "decode",
+                f"{t.last_decode_tps:,.1f} tok/s{avg}",
+                "[allocated]",
+                "newest request; average of the last 10",
+            )
     elif v.timings_note and load is not None:
         _row(out, "tok/s", "not available", "", v.timings_note)
     if v.slots is not None and v.slots.log_ambiguous and t is not None and t.requests:
-        _row(out, "", "timings may be another model's", "",
-             f"the runner log's timing lines name no model: with {v.slots.log_runners} llama-server runners loaded"
-             " each is given to the newest load begun before it")
+        _row(
+            out,
+            "",
+            "timings may be another model's",
+            "",
+            f"the runner log's timing lines name no model: with {v.slots.log_runners} llama-server runners loaded"
+            " each is given to the newest load begun before it",
+        )
     for finding in v.findings:
         out.append("  ⚠ ", style="bold")
         out.append(safe(finding, 200) + "\n")
@@ -259,11 +373,20 @@ def detail_text(v: ModelView, state: AppState) -> Text:
 
     out.append("\nKeep-alive\n", style="bold underline")
     _row(out, "expires", v.expires_at.isoformat() if v.expires_at else "?", "[reported]")
-    _row(out, "until", v.until, "", "expires_at is in the past: a request longer than keep_alive is running, or the model is unloading"
-         if v.expired else "")
+    _row(
+        out,
+        "until",
+        v.until,
+        "",
+        "expires_at is in the past: a request longer than keep_alive is running, or the model is unloading"
+        if v.expired
+        else "",
+    )
     out.append("\nGPU\n", style="bold underline")
     usage = model_gpu_usage(state.gpu, state.procs, state.models).get((v.name, v.digest)) if state.procs else None
-    for label, value, source, note in gpu_detail_rows(usage, gpu_status_line(state.gpu), state.gpu is not None and state.gpu.ok):
+    for label, value, source, note in gpu_detail_rows(
+        usage, gpu_status_line(state.gpu), state.gpu is not None and state.gpu.ok
+    ):
         _row(out, label, value, source, note)
     if v.show_error:
         _row(out, "/api/show", "failed", "", v.show_error)

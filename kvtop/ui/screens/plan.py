@@ -57,8 +57,28 @@ if TYPE_CHECKING:
 __all__ = ["ConfirmLoad", "PlanScreen", "next_num_ctx", "plan_screen_for"]
 
 NUM_CTX_LADDER: tuple[int, ...] = (
-    256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536, 98304,
-    131072, 196608, 262144, 393216, 524288, 786432, 1048576,
+    256,
+    512,
+    1024,
+    2048,
+    3072,
+    4096,
+    6144,
+    8192,
+    12288,
+    16384,
+    24576,
+    32768,
+    49152,
+    65536,
+    98304,
+    131072,
+    196608,
+    262144,
+    393216,
+    524288,
+    786432,
+    1048576,
 )
 """num_ctx values ``←``/``→`` step through (powers of two and the 1.5× between them)."""
 
@@ -124,10 +144,19 @@ class PlanScreen(Screen[None]):
     gpu_free_bytes: var[int | None] = var(None)
     """Free GPU memory (bytes), set by the app as telemetry arrives; None when not known."""
 
-    def __init__(self, name: str, digest: str, *, gpu_free_bytes: int | None = None, readonly: bool = False,
-                 host_url: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 fetch_tensors: bool = False, writer: object | None = None,
-                 access: ServerAccess | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        digest: str,
+        *,
+        gpu_free_bytes: int | None = None,
+        readonly: bool = False,
+        host_url: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        fetch_tensors: bool = False,
+        writer: object | None = None,
+        access: ServerAccess | None = None,
+    ) -> None:
         super().__init__()
         self.access = access
         self.writer = writer
@@ -185,7 +214,9 @@ class PlanScreen(Screen[None]):
                 self._show_key = key
                 self.spec = plan.derive_weights(  # no weights figure: the spill alert's derivation
                     plan.model_spec(view.name, info, tensors=self._tensors, file_size=tag.size_bytes if tag else None),
-                    view, engine=self.engine)
+                    view,
+                    engine=self.engine,
+                )
             self.calibration = plan.calibration_from_view(view)
             inputs = (state.log, view, state.gpu, snap)  # what the advice reads: recomputed when one changes
             if len(inputs) != len(self._advice_of) or any(a is not b for a, b in zip(inputs, self._advice_of)):
@@ -235,8 +266,9 @@ class PlanScreen(Screen[None]):
         if self.spec is None or self.config is None:
             return None
         try:
-            return plan.predict(self.spec, self.config, budget_bytes=self.budget(),
-                                calibration=self.calibration, engine=self.engine)
+            return plan.predict(
+                self.spec, self.config, budget_bytes=self.budget(), calibration=self.calibration, engine=self.engine
+            )
         except ValueError:
             return None
 
@@ -253,13 +285,15 @@ class PlanScreen(Screen[None]):
         for ct in plan.PLAN_CACHE_TYPES:
             cfg = dataclasses.replace(self.config, cache_type=ct)
             try:
-                out[ct] = plan.max_num_ctx_on_gpu(self.spec, cfg, budget, calibration=self.calibration,
-                                                  engine=self.engine)
+                out[ct] = plan.max_num_ctx_on_gpu(
+                    self.spec, cfg, budget, calibration=self.calibration, engine=self.engine
+                )
             except ValueError:
                 out[ct] = None
         try:
-            out["slots"] = plan.max_parallel_on_gpu(self.spec, self.config, budget, calibration=self.calibration,
-                                                    engine=self.engine)
+            out["slots"] = plan.max_parallel_on_gpu(
+                self.spec, self.config, budget, calibration=self.calibration, engine=self.engine
+            )
         except ValueError:
             out["slots"] = None
         self._limits_cache = {key: out}
@@ -286,13 +320,17 @@ class PlanScreen(Screen[None]):
         out.append("What if: ", style="bold")
         out.append(safe(self.model_name, 80), style="bold")
         if spec is not None:
-            out.append(f"   {safe(spec.architecture, 30)}, {spec.block_count} layers"
-                       + (f", trained {spec.context_train:,} tokens" if spec.context_train else ""))
+            out.append(
+                f"   {safe(spec.architecture, 30)}, {spec.block_count} layers"
+                + (f", trained {spec.context_train:,} tokens" if spec.context_train else "")
+            )
         out.append("\n")
         if v is not None:
-            now = (f"loaded now: {context_pair(v.context, v.parallel, sep=' × ')} slot(s), "
-                   f"{setting_text(v.kv_type)}, flash attention {setting_text(v.flash_attention)}; "
-                   f"size {ibytes(v.size_bytes)}, {v.processor}")
+            now = (
+                f"loaded now: {context_pair(v.context, v.parallel, sep=' × ')} slot(s), "
+                f"{setting_text(v.kv_type)}, flash attention {setting_text(v.flash_attention)}; "
+                f"size {ibytes(v.size_bytes)}, {v.processor}"
+            )
             out.append(safe(now, 200) + "\n", style="dim")
         else:
             out.append("not loaded now (the plan still holds; nothing is held in VRAM)\n", style="dim")
@@ -301,8 +339,12 @@ class PlanScreen(Screen[None]):
             return out
         out.append("\n")
         values = [f"{cfg.num_ctx:,}", cfg.cache_type, str(cfg.parallel), "on" if cfg.flash_attention else "off"]
-        hints = ["←/→ ladder, or type digits + Enter", "←/→ or k: f16 · q8_0 · q4_0", "←/→, or type + Enter",
-                 "←/→ or f (the runner's resolution)"]
+        hints = [
+            "←/→ ladder, or type digits + Enter",
+            "←/→ or k: f16 · q8_0 · q4_0",
+            "←/→, or type + Enter",
+            "←/→ or f (the runner's resolution)",
+        ]
         for i, (label, value, hint) in enumerate(zip(FIELDS, values, hints)):
             selected = i == self.field
             out.append("▸ " if selected else "  ", style="bold")
@@ -465,17 +507,23 @@ class PlanScreen(Screen[None]):
             f"Load {self.model_name} with num_ctx {num_ctx:,} now?",
             "",
             f"kvtop sends POST {self.host_url or '?'}/api/generate with an empty prompt and "
-            f"options.num_ctx {num_ctx}" + (", keep_alive -1 (it is kept forever now)" if keep == -1 else
-                                            " (keep_alive: the server's default)") + ".",
+            f"options.num_ctx {num_ctx}"
+            + (", keep_alive -1 (it is kept forever now)" if keep == -1 else " (keep_alive: the server's default)")
+            + ".",
             "If the model is loaded with another num_ctx, Ollama reloads it: requests wait meanwhile.",
         ]
         if self.view is not None:
             server = self._initial_config(self.view)
             cfg = self.config
-            if (cfg.cache_type, cfg.parallel, cfg.flash_attention) != (server.cache_type, server.parallel,
-                                                                       server.flash_attention):
-                lines.append(f"Only num_ctx changes: the server keeps its own KV type ({server.cache_type}), "
-                             f"slots ({server.parallel}) and flash attention.")
+            if (cfg.cache_type, cfg.parallel, cfg.flash_attention) != (
+                server.cache_type,
+                server.parallel,
+                server.flash_attention,
+            ):
+                lines.append(
+                    f"Only num_ctx changes: the server keeps its own KV type ({server.cache_type}), "
+                    f"slots ({server.parallel}) and flash attention."
+                )
         self.app.push_screen(ConfirmLoad("\n".join(lines)), lambda yes: self._confirmed(bool(yes), num_ctx, keep))
 
     def _confirmed(self, yes: bool, num_ctx: int, keep: int | None) -> None:
@@ -503,8 +551,9 @@ class PlanScreen(Screen[None]):
             if generate is not None:
                 error = await generate(self.model_name, keep_alive=keep, num_ctx=num_ctx)
             else:
-                error = await send_load_request(self.host_url, self.model_name, num_ctx, keep,
-                                                transport=self.transport, access=self.access)
+                error = await send_load_request(
+                    self.host_url, self.model_name, num_ctx, keep, transport=self.transport, access=self.access
+                )
         finally:
             self.loading = False
             self.refresh_bindings()
@@ -520,8 +569,8 @@ class PlanScreen(Screen[None]):
         self._refresh()
 
 
-def plan_screen_for(view: ModelView, *, gpu_free_bytes: int | None, readonly: bool,
-                    host_url: str | None = None) -> PlanScreen:
+def plan_screen_for(
+    view: ModelView, *, gpu_free_bytes: int | None, readonly: bool, host_url: str | None = None
+) -> PlanScreen:
     """The screen for a dashboard row (what ``w`` pushes)."""
     return PlanScreen(view.name, view.digest, gpu_free_bytes=gpu_free_bytes, readonly=readonly, host_url=host_url)
-

@@ -21,8 +21,15 @@ def _fmt_error(n: int) -> str:
     return f"±{ibytes(n)}"
 
 
-def render_bar(out: Text, p: plan.Prediction, colors: Mapping[str, str], *, held_bytes: int | None,
-               gpu_free_bytes: int | None, width: int) -> None:
+def render_bar(
+    out: Text,
+    p: plan.Prediction,
+    colors: Mapping[str, str],
+    *,
+    held_bytes: int | None,
+    gpu_free_bytes: int | None,
+    width: int,
+) -> None:
     """The memory bar (weights, KV, compute against the GPU budget, ``width`` cells) and its
     budget line; ``held_bytes``: what the model holds in VRAM now (``size_vram``), None when not loaded."""
     budget = p.fit.budget_bytes if p.fit is not None else None
@@ -30,22 +37,29 @@ def render_bar(out: Text, p: plan.Prediction, colors: Mapping[str, str], *, held
     if budget is None:
         held = held_bytes
         out.append("GPU free memory not known", style=colors.get("kv-warn", ""))
-        out.append(" (no GPU telemetry): no fit verdict" + (f"; this model holds {ibytes(held)} now" if held else "")
-                   + "\n\n")
+        out.append(
+            " (no GPU telemetry): no fit verdict" + (f"; this model holds {ibytes(held)} now" if held else "") + "\n\n"
+        )
         if need is None:
             return
         scale = need
     else:
         held = held_bytes or 0
-        out.append(f"GPU budget {ibytes(budget)} = {ibytes(gpu_free_bytes)} free"
-                   + (f" + {ibytes(held)} held by this model" if held else "") + "\n")
+        out.append(
+            f"GPU budget {ibytes(budget)} = {ibytes(gpu_free_bytes)} free"
+            + (f" + {ibytes(held)} held by this model" if held else "")
+            + "\n"
+        )
         if need is None:
             out.append("\n")
             return
         scale = max(budget, need)
     weights_gpu = need - (p.kv_bytes or 0) - (p.recurrent_bytes or 0) - p.compute_bytes
-    parts = [(weights_gpu, "█", "kv-weights"), ((p.kv_bytes or 0) + (p.recurrent_bytes or 0), "▓", "kv-kv"),
-             (p.compute_bytes, "▒", "kv-compute")]
+    parts = [
+        (weights_gpu, "█", "kv-weights"),
+        ((p.kv_bytes or 0) + (p.recurrent_bytes or 0), "▓", "kv-kv"),
+        (p.compute_bytes, "▒", "kv-compute"),
+    ]
     cells: list[tuple[str, str]] = []
     acc = 0
     for value, glyph, var_name in parts:
@@ -66,6 +80,7 @@ def render_bar(out: Text, p: plan.Prediction, colors: Mapping[str, str], *, held
 
 def render_figures(out: Text, p: plan.Prediction, colors: Mapping[str, str], spec: plan.ModelSpec | None) -> None:
     """Weights, KV cache, compute, total, the fit verdict and the notes, one row each, with their marks."""
+
     def row(label: str, value: str, note: str = "", style: str = "") -> None:
         out.append(f"  {label:<12}", style="bold")
         out.append(value, style=style)
@@ -84,18 +99,27 @@ def render_figures(out: Text, p: plan.Prediction, colors: Mapping[str, str], spe
     row("compute", f"~{ibytes(p.compute_bytes)} {_fmt_error(p.compute_error_bytes)}", p.compute_note)
     if p.total_bytes is not None:
         row("total", f"~{ibytes(p.total_bytes)} {_fmt_error(p.total_error_bytes)}", "weights + KV + compute")
-        row("on GPU", "~" + ibytes(p.gpu_bytes), "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)")
+        row(
+            "on GPU",
+            "~" + ibytes(p.gpu_bytes),
+            "for 100% GPU: all but the input layer (llama.cpp keeps token_embd on the CPU)",
+        )
     else:
-        missing = [what for what, known in (("the weights", p.weights_bytes is not None),
-                                             ("the KV cache", p.kv is not None)) if not known]
+        missing = [
+            what
+            for what, known in (("the weights", p.weights_bytes is not None), ("the KV cache", p.kv is not None))
+            if not known
+        ]
         row("total", NOT_KNOWN_WORDS, f"needs {' and '.join(missing) or 'the weights and the KV cache'}")
     f = p.fit
     if f is not None:
         if f.verdict == "fits":
             text, style = f"FITS: 100% GPU, {ibytes(f.headroom_bytes)} to spare", colors.get("kv-ok", "")
         elif f.verdict == "marginal":
-            text = (f"MARGINAL: {ibytes(abs(f.headroom_bytes))} {'to spare' if f.headroom_bytes >= 0 else 'short'}, "
-                    "within the estimate's error")
+            text = (
+                f"MARGINAL: {ibytes(abs(f.headroom_bytes))} {'to spare' if f.headroom_bytes >= 0 else 'short'}, "
+                "within the estimate's error"
+            )
             style = colors.get("kv-warn", "")
         else:
             text = f"SPILLS: {ibytes(-f.headroom_bytes)} short; {f.text().removeprefix('spills: ')}, ≈ {f.processor}"
@@ -108,8 +132,9 @@ def render_figures(out: Text, p: plan.Prediction, colors: Mapping[str, str], spe
         out.append(f"  ! {safe(note, 200)}\n", style=colors.get("kv-warn", ""))
     reason = spec.kv_reason if spec is not None else None
     if reason:
-        out.append(f"  kvtop cannot do the KV math for this model: {safe(reason, 200)}\n",
-                   style=colors.get("kv-warn", ""))
+        out.append(
+            f"  kvtop cannot do the KV math for this model: {safe(reason, 200)}\n", style=colors.get("kv-warn", "")
+        )
 
 
 def render_calibration(out: Text, spec: plan.ModelSpec, cal: plan.Calibration | None, engine: plan.Engine) -> None:
@@ -127,8 +152,10 @@ def render_calibration(out: Text, spec: plan.ModelSpec, cal: plan.Calibration | 
             continue
         pct = f" ({r.error_percent:+.1f}%)" if r.error_percent is not None else ""
         mark = "within" if r.within else "OUTSIDE"
-        out.append(f"  {r.component:<10} predicted {ibytes(r.predicted):<10} actual {ibytes(r.actual):<10} "
-                   f"error {r.error_bytes:+,} B{pct}, {mark} ±{ibytes(r.stated_error_bytes)}\n")
+        out.append(
+            f"  {r.component:<10} predicted {ibytes(r.predicted):<10} actual {ibytes(r.actual):<10} "
+            f"error {r.error_bytes:+,} B{pct}, {mark} ±{ibytes(r.stated_error_bytes)}\n"
+        )
 
 
 def render_limits(out: Text, p: plan.Prediction, lim: Mapping[str, int | None], spec: plan.ModelSpec) -> None:
@@ -138,7 +165,9 @@ def render_limits(out: Text, p: plan.Prediction, lim: Mapping[str, int | None], 
         return
     out.append("\nLargest num_ctx that stays 100% on the GPU", style="bold")
     out.append(f" ({p.config.parallel} slot(s), FA {'on' if p.config.flash_attention else 'off'}): ")
-    out.append("  ".join(f"{ct} {plan.num_ctx_limit_text(spec, p.config, lim.get(ct))}" for ct in plan.PLAN_CACHE_TYPES))
+    out.append(
+        "  ".join(f"{ct} {plan.num_ctx_limit_text(spec, p.config, lim.get(ct))}" for ct in plan.PLAN_CACHE_TYPES)
+    )
     out.append("\n")
     slots = lim.get("slots")
     out.append("Largest slot count at this num_ctx: ", style="bold")
@@ -154,12 +183,21 @@ def render_ctx_advice(out: Text, advice: CtxAdvice | None) -> None:
     out.append(f" (from the log): {safe(advice_line(advice), 1000)}\n")
     r = advice.recommendation
     if r is not None:
-        out.append(f"  type {r.config.num_ctx} + Enter on num_ctx to see it here; nothing is applied by itself\n",
-                   style="dim")
+        out.append(
+            f"  type {r.config.num_ctx} + Enter on num_ctx to see it here; nothing is applied by itself\n", style="dim"
+        )
 
 
-def render_apply(out: Text, p: plan.Prediction, colors: Mapping[str, str], *, readonly: bool, typed: str,
-                 status: str, server: plan.PlanConfig | None) -> None:
+def render_apply(
+    out: Text,
+    p: plan.Prediction,
+    colors: Mapping[str, str],
+    *,
+    readonly: bool,
+    typed: str,
+    status: str,
+    server: plan.PlanConfig | None,
+) -> None:
     """The load action (or why there is none), its last outcome, and the server-wide settings'
     lines when the configuration differs from the server's (``server``; None: not loaded)."""
     out.append("\nApply\n", style="bold")
@@ -168,14 +206,21 @@ def render_apply(out: Text, p: plan.Prediction, colors: Mapping[str, str], *, re
     elif typed:
         out.append(f"  finish typing first: Enter applies {typed}, Esc cancels\n", style="dim")
     else:
-        out.append(f"  a  load now with num_ctx {p.config.num_ctx:,} (POST /api/generate, empty prompt;"
-                   " asks first, y confirms)\n")
+        out.append(
+            f"  a  load now with num_ctx {p.config.num_ctx:,} (POST /api/generate, empty prompt;"
+            " asks first, y confirms)\n"
+        )
     if status:
-        out.append(f"     {safe(status, 200)}\n", style=colors.get("kv-warn", "") if "fail" in status
-                   or "cannot" in status or "HTTP" in status else "")
+        out.append(
+            f"     {safe(status, 200)}\n",
+            style=colors.get("kv-warn", "") if "fail" in status or "cannot" in status or "HTTP" in status else "",
+        )
     cfg = p.config
     if server is None or (cfg.cache_type, cfg.parallel, cfg.flash_attention) != (
-            server.cache_type, server.parallel, server.flash_attention):
+        server.cache_type,
+        server.parallel,
+        server.flash_attention,
+    ):
         s = plan.server_settings(cfg.cache_type, cfg.parallel, cfg.flash_attention)
         out.append("  KV cache type, slots and flash attention are server-wide (restart; every model unloads):\n")
         out.append("    systemd  sudo systemctl edit ollama.service, add (one per line, as a drop-in):\n")

@@ -69,29 +69,51 @@ def traffic_lines(t: Traffic, log_source: str | None, now: datetime | None, widt
         out.append(Text("  no server log (--log): the access lines are where traffic comes from"))
         return out
     if t.requests == 0:
-        out.append(Text("  no access lines yet: kvtop is still looking for the server log (--log names it)"
-                        if log_source == "auto" else f"  no access lines yet in {safe(log_source, 60)}"))
+        out.append(
+            Text(
+                "  no access lines yet: kvtop is still looking for the server log (--log names it)"
+                if log_source == "auto"
+                else f"  no access lines yet in {safe(log_source, 60)}"
+            )
+        )
         return out
     rpm, polls = t.requests_per_min(now), t.polls_per_min(now)
     work = None if rpm is None else rpm - (polls or 0)
-    out.append(Text(f"  {work if work is not None else NOT_KNOWN} req/min"
-                    f" (+ {polls if polls is not None else NOT_KNOWN} status polls/min: /api/ps, /api/version,"
-                    f" /api/tags, /api/show — monitors, kvtop's own among them)"))
+    out.append(
+        Text(
+            f"  {work if work is not None else NOT_KNOWN} req/min"
+            f" (+ {polls if polls is not None else NOT_KNOWN} status polls/min: /api/ps, /api/version,"
+            f" /api/tags, /api/show — monitors, kvtop's own among them)"
+        )
+    )
     out.append(Text(f"  {t.requests:,} requests read · 4xx {t.client_errors:,} · 5xx {t.server_errors:,}"))
     queue = f"  queue: {t.busy:,} answered 503 (server busy)"
     if t.last_busy is not None:
         queue += f", last {t.last_busy:%Y-%m-%d %H:%M:%S}"
     out.append(Text(queue))
-    out.append(Text(f"  OLLAMA_MAX_QUEUE {t.max_queue}" if t.max_queue is not None else
-                    "  OLLAMA_MAX_QUEUE ? (no server config line in the log)"))
+    out.append(
+        Text(
+            f"  OLLAMA_MAX_QUEUE {t.max_queue}"
+            if t.max_queue is not None
+            else "  OLLAMA_MAX_QUEUE ? (no server config line in the log)"
+        )
+    )
     w = 28 if width >= 100 else 22
     out.append(Text(f"  {'ENDPOINT':<{w}} {'REQS':>7} {'4xx':>5} {'5xx':>5} {'p50':>9} {'p95':>9}", style="bold"))
     for e in sorted(t.endpoints, key=lambda e: -e.requests)[:ENDPOINTS_SHOWN]:
-        out.append(Text(f"  {safe(e.path, w):<{w}} {e.requests:>7,} {e.client_errors:>5,} {e.server_errors:>5,} "
-                        f"{_seconds(e.p50_s):>9} {_seconds(e.p95_s):>9}", no_wrap=True, overflow="ellipsis"))
+        out.append(
+            Text(
+                f"  {safe(e.path, w):<{w}} {e.requests:>7,} {e.client_errors:>5,} {e.server_errors:>5,} "
+                f"{_seconds(e.p50_s):>9} {_seconds(e.p95_s):>9}",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
     polled = dict(t.client_polls)
-    busiest = ", ".join(f"{safe(a, 40)} {n - polled.get(a, 0):,}" + (f" (+{polled[a]:,} polls)" if polled.get(a) else "")
-                        for a, n in t.busiest_clients(CLIENTS_SHOWN))
+    busiest = ", ".join(
+        f"{safe(a, 40)} {n - polled.get(a, 0):,}" + (f" (+{polled[a]:,} polls)" if polled.get(a) else "")
+        for a, n in t.busiest_clients(CLIENTS_SHOWN)
+    )
     if t.other_clients:
         busiest += f", others {t.other_clients:,}"
     out.append(Text(f"  clients: {busiest}"))
@@ -109,7 +131,9 @@ def queue_lines(state: AppState) -> list[Text]:
     out = [Text("Queue", style="bold")]
     summary = queue_summary(queue)
     if queue is None or summary is None:
-        out.append(Text("  not read: kvtop counts the connections to a server on this machine (not in the demo or a replay)"))
+        out.append(
+            Text("  not read: kvtop counts the connections to a server on this machine (not in the demo or a replay)")
+        )
         return out
     if queue.error is not None:
         out.append(Text(f"  {safe(summary, 200)}"))
@@ -121,12 +145,14 @@ def queue_lines(state: AppState) -> list[Text]:
     if queue.clients:
         shown = ", ".join(f"{safe(addr, 48)} ×{n}" for addr, n in queue.clients[:CLIENTS_SHOWN])
         more = len(queue.clients) - CLIENTS_SHOWN
-        out.append(Text(f"  clients (connections to port {queue.port}{own}): {shown}"
-                        + (f", {more} more" if more > 0 else "")))
+        out.append(
+            Text(f"  clients (connections to port {queue.port}{own}): {shown}" + (f", {more} more" if more > 0 else ""))
+        )
     else:
         out.append(Text(f"  no client connected to port {queue.port}{own}"))
-    out.append(Text(f"  {source_mark(queue.source)} estimated: an idle keep-alive connection counts as in flight",
-                    style="dim"))
+    out.append(
+        Text(f"  {source_mark(queue.source)} estimated: an idle keep-alive connection counts as in flight", style="dim")
+    )
     return out
 
 
@@ -142,12 +168,17 @@ def health_lines(info: ServerInfo, now_s: float) -> list[Text]:
         out.append(Text(f"  {safe(h.error or 'no process', 160)}"))
     else:
         cpu = NOT_KNOWN if t.cpu_percent is None else f"{t.cpu_percent:.0f}%"
-        out.append(Text(f"  ollama serve pid {t.pid} · up {_duration(now_s - t.started_at if t.started_at else None)}"
-                        f" · {t.processes} process{'es' if t.processes != 1 else ''} · CPU {cpu} · RSS "
-                        f"{ibytes(t.rss_bytes)}"))
+        out.append(
+            Text(
+                f"  ollama serve pid {t.pid} · up {_duration(now_s - t.started_at if t.started_at else None)}"
+                f" · {t.processes} process{'es' if t.processes != 1 else ''} · CPU {cpu} · RSS "
+                f"{ibytes(t.rss_bytes)}"
+            )
+        )
         for pid, rss, cpu_r in t.runners[:6]:
-            out.append(Text(f"    runner pid {pid}: RSS {ibytes(rss)}, CPU "
-                            f"{NOT_KNOWN if cpu_r is None else f'{cpu_r:.0f}%'}"))
+            out.append(
+                Text(f"    runner pid {pid}: RSS {ibytes(rss)}, CPU {NOT_KNOWN if cpu_r is None else f'{cpu_r:.0f}%'}")
+            )
     r = h.restarts
     if r.count is not None:
         restarts = f"{r.count} ({safe(r.source or '', 60)})"
@@ -162,8 +193,9 @@ def health_lines(info: ServerInfo, now_s: float) -> list[Text]:
         cur = "" if c.memory_current_bytes is None else f" (using {ibytes(c.memory_current_bytes)})"
         cpu_l = "no limit" if c.cpu_max_cores is None else f"{c.cpu_max_cores:g} cores"
         out.append(Text(f"  cgroup v{c.version}: memory {mem}{cur} · CPU {cpu_l}"))
-    out.append(Text("Settings" + (f" (= {safe(h.env_source, 60)}; secrets masked)" if h.env_source else ""),
-                    style="bold"))
+    out.append(
+        Text("Settings" + (f" (= {safe(h.env_source, 60)}; secrets masked)" if h.env_source else ""), style="bold")
+    )
     if not h.env:
         out.append(Text("  not readable (the service rung: /proc environ, systemctl, docker inspect)"))
     for name, value in list(h.env.items())[:SETTINGS_SHOWN]:
@@ -176,18 +208,27 @@ def _sized(n: int | None, source: str) -> str:
     return NOT_KNOWN if n is None else source_mark(source) + ibytes(n, short=True)
 
 
-def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], info: ServerInfo,
-                    width: int = 120) -> list[Text]:
+def preflight_lines(
+    defaults: ServerDefaults, rows: tuple[PreflightRow, ...], info: ServerInfo, width: int = 120
+) -> list[Text]:
     """The pre-flight section: one row per pulled model."""
     out = [Text("Pre-flight: will it fit if loaded now?", style="bold")]
-    out.append(Text(f"  at num_ctx {marked(defaults.num_ctx)} × {marked(defaults.parallel)} slot(s), KV "
-                    f"{marked(defaults.cache_type)}, flash attention {marked(defaults.flash_attention)}"))
+    out.append(
+        Text(
+            f"  at num_ctx {marked(defaults.num_ctx)} × {marked(defaults.parallel)} slot(s), KV "
+            f"{marked(defaults.cache_type)}, flash attention {marked(defaults.flash_attention)}"
+        )
+    )
     if defaults.num_ctx.source == "estimated":  # v0.15.5+ without the GPUs' total: say what was assumed
-        out.append(Text(f"  num_ctx {marked(defaults.num_ctx)} assumed: Ollama v0.15.5+ sizes its default by the "
-                        "GPUs' total memory (4096 / 32768 from 23 GiB / 262144 from 47 GiB), not known here"
-                        if width >= 124 else
-                        f"  {marked(defaults.num_ctx)} assumed: the default follows the total VRAM (not known)",
-                        style="yellow"))
+        out.append(
+            Text(
+                f"  num_ctx {marked(defaults.num_ctx)} assumed: Ollama v0.15.5+ sizes its default by the "
+                "GPUs' total memory (4096 / 32768 from 23 GiB / 262144 from 47 GiB), not known here"
+                if width >= 124
+                else f"  {marked(defaults.num_ctx)} assumed: the default follows the total VRAM (not known)",
+                style="yellow",
+            )
+        )
     out.append(Text("  fit: against the free VRAM now, plus what the model itself holds when loaded"))
     pulled = info.pulled
     if pulled is None:
@@ -196,13 +237,19 @@ def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], in
     if pulled.error:
         out.append(Text(f"  /api/tags: {safe(pulled.error, 160)}"))
     w = 28 if width >= 100 else 18
-    out.append(Text(f"  {'NAME':<{w}} {'SIZE':>6} {'NUM_CTX':>8} {'KV':>7} {'TOTAL':>7} {'FIT':<8} {'MAX CTX':>7}",
-                    style="bold"))
+    out.append(
+        Text(
+            f"  {'NAME':<{w}} {'SIZE':>6} {'NUM_CTX':>8} {'KV':>7} {'TOTAL':>7} {'FIT':<8} {'MAX CTX':>7}", style="bold"
+        )
+    )
     styles = {"fits": "green", "marginal": "yellow", "spills": "red"}
     for r in rows:
-        line = Text(f"  {safe(r.name, w):<{w}} {ibytes(r.size_bytes, short=True):>6} {marked(r.num_ctx):>8} "
-                    f"{_sized(r.kv_bytes, r.kv_source):>7} {_sized(r.total_bytes, r.total_source):>7} ",
-                    no_wrap=True, overflow="ellipsis")
+        line = Text(
+            f"  {safe(r.name, w):<{w}} {ibytes(r.size_bytes, short=True):>6} {marked(r.num_ctx):>8} "
+            f"{_sized(r.kv_bytes, r.kv_source):>7} {_sized(r.total_bytes, r.total_source):>7} ",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
         line.append(f"{r.verdict:<8}", style=styles.get(r.verdict, ""))
         line.append(f" {NOT_KNOWN if r.max_num_ctx is None else r.max_num_ctx:>7}")
         said = [r.note] if r.note and r.verdict != "fits" else []
@@ -217,11 +264,15 @@ def preflight_lines(defaults: ServerDefaults, rows: tuple[PreflightRow, ...], in
     if not rows and pulled.tags is not None:
         out.append(Text("  no pulled models"))
     wide = width >= 100
-    out.append(Text(f"  {source_mark('estimated')} estimated  {source_mark('default')} "
-                    f"{'Ollama default' if wide else 'default'}  {source_mark('service')} server env  "
-                    f"{source_mark('requested')} Modelfile  "
-                    + ("unmarked: a loaded model's own (log, /api/ps)" if wide else "no mark: a loaded model's"),
-                    style="dim"))
+    out.append(
+        Text(
+            f"  {source_mark('estimated')} estimated  {source_mark('default')} "
+            f"{'Ollama default' if wide else 'default'}  {source_mark('service')} server env  "
+            f"{source_mark('requested')} Modelfile  "
+            + ("unmarked: a loaded model's own (log, /api/ps)" if wide else "no mark: a loaded model's"),
+            style="dim",
+        )
+    )
     return out
 
 
@@ -243,10 +294,7 @@ def server_text(state: AppState, *, now_s: float, log_now: datetime | None, widt
 class ServerScreen(Screen[None]):
     """The server view; Escape (or ``i``) goes back."""
 
-    BINDINGS = [
-        Binding("escape,i", "app.pop_screen", "Back"),
-        Binding("q", "app.quit", "Quit"),
-    ]
+    BINDINGS = [Binding("escape,i", "app.pop_screen", "Back"), Binding("q", "app.quit", "Quit")]
 
     DEFAULT_CSS = """
     ServerScreen #server-body { padding: 0 1; }

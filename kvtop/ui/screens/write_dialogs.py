@@ -28,11 +28,22 @@ from kvtop.ui.screens.confirm import ConfirmWrite, OnceModal
 if TYPE_CHECKING:
     from kvtop.sources.signals import SignalTarget
 
-__all__ = ["KEEP_ALIVE_CHOICES", "FixTextScreen", "KeepAliveScreen", "SignalScreen", "keep_label", "sig_name",
-           "signal_questions"]
+__all__ = [
+    "KEEP_ALIVE_CHOICES",
+    "FixTextScreen",
+    "KeepAliveScreen",
+    "SignalScreen",
+    "keep_label",
+    "sig_name",
+    "signal_questions",
+]
 
 KEEP_ALIVE_CHOICES: tuple[tuple[str, str | int], ...] = (
-    ("5 m", "5m"), ("1 h", "1h"), ("forever (-1)", -1), ("0 = release now", 0))
+    ("5 m", "5m"),
+    ("1 h", "1h"),
+    ("forever (-1)", -1),
+    ("0 = release now", 0),
+)
 """The keep-alive list (label, the ``keep_alive`` value sent)."""
 
 
@@ -91,8 +102,9 @@ class FixTextScreen(OnceModal[None]):
 
     def compose(self) -> ComposeResult:
         body = Text()
-        body.append(f"{safe(self.alert.kind)}{': ' + safe(self.alert.model, 60) if self.alert.model else ''}\n",
-                    style="bold")
+        body.append(
+            f"{safe(self.alert.kind)}{': ' + safe(self.alert.model, 60) if self.alert.model else ''}\n", style="bold"
+        )
         body.append(self.note or "A setting: kvtop shows it, never applies it. Copy it:")
         body.append("\n\n")
         body.append(f"  {safe(self.fix.action, 200)}\n", style="bold reverse")
@@ -118,8 +130,11 @@ class SignalScreen(OnceModal[None]):
         border: round $warning; background: $surface; padding: 0 1; }
     SignalScreen OptionList { height: auto; max-height: 16; }
     """
-    BINDINGS = [Binding("enter", "term", "SIGTERM", priority=True), Binding("9", "kill", "SIGKILL"),
-                Binding("escape", "dismiss", "Close")]
+    BINDINGS = [
+        Binding("enter", "term", "SIGTERM", priority=True),
+        Binding("9", "kill", "SIGKILL"),
+        Binding("escape", "dismiss", "Close"),
+    ]
 
     def __init__(self, processes: Sequence[GpuProcessView], only_pid: int | None = None) -> None:
         super().__init__()
@@ -129,8 +144,9 @@ class SignalScreen(OnceModal[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(Text("Signal a GPU process that is not Ollama's (Ollama's runners: unload with u)",
-                              style="bold"))
+            yield Static(
+                Text("Signal a GPU process that is not Ollama's (Ollama's runners: unload with u)", style="bold")
+            )
             yield OptionList(id="procs")
             yield Static(id="signal-status")
 
@@ -143,8 +159,11 @@ class SignalScreen(OnceModal[None]):
         from kvtop.sources.signals import signal_targets
 
         self.targets = await asyncio.to_thread(signal_targets, [p.pid for p in self.processes])
-        self.status = ("Enter: SIGTERM (asks first) · 9: SIGKILL (asks twice) · Esc: close" if self.processes
-                       else "no foreign process on the GPUs")
+        self.status = (
+            "Enter: SIGTERM (asks first) · 9: SIGKILL (asks twice) · Esc: close"
+            if self.processes
+            else "no foreign process on the GPUs"
+        )
         self._fill()
 
     def _line(self, p: GpuProcessView) -> Text:
@@ -152,8 +171,10 @@ class SignalScreen(OnceModal[None]):
         text = Text()
         text.append(f"PID {p.pid:<8}", style="bold")
         mem = ibytes(p.gpu_memory_bytes) if p.gpu_memory_bytes is not None else "?"
-        text.append(f" {mem:>9}  {safe((t.user if t else None) or p.user or '?', 16):<16} "
-                    f"{safe(p.command or p.name or (t.name if t else None) or '?', 40)}")
+        text.append(
+            f" {mem:>9}  {safe((t.user if t else None) or p.user or '?', 16):<16} "
+            f"{safe(p.command or p.name or (t.name if t else None) or '?', 40)}"
+        )
         if t is None:
             text.append("  …", style="dim")
         elif not t.allowed:
@@ -247,15 +268,27 @@ def signal_questions(target: SignalTarget, sig: int) -> list[tuple[str, str]]:
     name = safe(target.name or "?", 40)
     owner = safe(target.owner, 32)
     whose = "yours" if target.mine else f"owned by {owner}, not you"
-    questions = [(f"Send {sig_name(sig)} to PID {target.pid} ({name}), owned by {owner}"
-                  f"{'' if target.mine else ' (another user)'}?\n\n"
-                  + ("It asks the process to exit; it may clean up first." if sig == _signal.SIGTERM else
-                     "SIGKILL ends it at once: it cannot save anything or clean up."), sig_name(sig))]
+    questions = [
+        (
+            f"Send {sig_name(sig)} to PID {target.pid} ({name}), owned by {owner}"
+            f"{'' if target.mine else ' (another user)'}?\n\n"
+            + (
+                "It asks the process to exit; it may clean up first."
+                if sig == _signal.SIGTERM
+                else "SIGKILL ends it at once: it cannot save anything or clean up."
+            ),
+            sig_name(sig),
+        )
+    ]
     if not target.mine:
-        questions.append((f"PID {target.pid} ({name}) is {whose}. kvtop runs as root, so the kernel lets it "
-                          f"signal any user's process: {owner} may lose work.\n\n"
-                          f"Really send {sig_name(sig)} to {owner}'s process?", f"{sig_name(sig)} anyway"))
+        questions.append(
+            (
+                f"PID {target.pid} ({name}) is {whose}. kvtop runs as root, so the kernel lets it "
+                f"signal any user's process: {owner} may lose work.\n\n"
+                f"Really send {sig_name(sig)} to {owner}'s process?",
+                f"{sig_name(sig)} anyway",
+            )
+        )
     if sig == _signal.SIGKILL:
-        questions.append((f"Really SIGKILL PID {target.pid} ({name}, {whose})? This is the last question.",
-                          "SIGKILL"))
+        questions.append((f"Really SIGKILL PID {target.pid} ({name}, {whose})? This is the last question.", "SIGKILL"))
     return questions

@@ -94,8 +94,16 @@ class EventsPane(DataTable[Text]):
         except Exception:  # noqa: BLE001 - not running
             return 120
 
-    def show(self, log: LogState, needle: str = "", alerts: Sequence[Alert] = (),
-             actions: Sequence[OperatorEntry] = (), *, past: Sequence[Alert] = (), now: float | None = None) -> None:
+    def show(
+        self,
+        log: LogState,
+        needle: str = "",
+        alerts: Sequence[Alert] = (),
+        actions: Sequence[OperatorEntry] = (),
+        *,
+        past: Sequence[Alert] = (),
+        now: float | None = None,
+    ) -> None:
         """Render kvtop's own writes (``actions``, newest first), the active ``alerts`` (each with
         every fix), the ``past`` alerts (about a model no longer loaded: ``(no longer loaded)``,
         with every fix), then the newest events; filtered by ``needle`` (kind or text,
@@ -104,8 +112,20 @@ class EventsPane(DataTable[Text]):
         read here in full; the alert bar has room for one."""
         width = self._width()
         ages = tuple(alert_age(a, now) for a in (*alerts, *past))
-        key = (log.recent[-1].line_no if log.recent else None, len(log.recent), log.lines, needle, self.raw,
-               log.source, log.status, tuple(alerts), tuple(past), ages, width, tuple(actions))
+        key = (
+            log.recent[-1].line_no if log.recent else None,
+            len(log.recent),
+            log.lines,
+            needle,
+            self.raw,
+            log.source,
+            log.status,
+            tuple(alerts),
+            tuple(past),
+            ages,
+            width,
+            tuple(actions),
+        )
         if key == self._shown:
             return
         self._shown = key
@@ -144,8 +164,9 @@ class EventsPane(DataTable[Text]):
             event.stop()
             self.post_message(self.FixChosen(*chosen))
 
-    def _collect_actions(self, rows: list[tuple[Text, Text, Text]], actions: Sequence[OperatorEntry],
-                         needle: str) -> None:
+    def _collect_actions(
+        self, rows: list[tuple[Text, Text, Text]], actions: Sequence[OperatorEntry], needle: str
+    ) -> None:
         colors = self.app.theme_variables
         needle = needle.strip().lower()
         for entry in reversed(actions):
@@ -153,12 +174,24 @@ class EventsPane(DataTable[Text]):
             if needle and needle not in "kvtop action" and needle not in text.lower():
                 continue
             style = "" if entry.ok else f"bold {colors.get('kv-warn', '')}"
-            rows.append((Text(datetime.fromtimestamp(entry.at).strftime("%H:%M:%S")),
-                         Text("kvtop action", style=style), Text(safe(text, 400), style=style)))
+            rows.append(
+                (
+                    Text(datetime.fromtimestamp(entry.at).strftime("%H:%M:%S")),
+                    Text("kvtop action", style=style),
+                    Text(safe(text, 400), style=style),
+                )
+            )
             self._row_fixes.append(None)
 
-    def _collect_alerts(self, rows: list[tuple[Text, Text, Text]], alerts: Sequence[Alert], needle: str,
-                        now: float | None, *, past: bool) -> None:
+    def _collect_alerts(
+        self,
+        rows: list[tuple[Text, Text, Text]],
+        alerts: Sequence[Alert],
+        needle: str,
+        now: float | None,
+        *,
+        past: bool,
+    ) -> None:
         """One row per alert (``qwen3:1.7b · 3 min: …``; a past one ``qwen3:1.7b (no longer
         loaded) · 3 min: …``, muted), then a row per fix, filtered by ``needle``."""
         colors = self.app.theme_variables
@@ -170,17 +203,27 @@ class EventsPane(DataTable[Text]):
             text = f"{head + ': ' if head else ''}{alert.message}"
             if needle and needle not in alert.kind and needle not in text.lower():
                 continue
-            tone = colors.get('kv-crit' if alert.severity == 'critical' else 'kv-warn', '')
+            tone = colors.get("kv-crit" if alert.severity == "critical" else "kv-warn", "")
             style = colors.get("kv-muted", "") if past else f"bold {tone}"
             mark = {"critical": "✖", "warning": "▲"}.get(alert.severity, "ℹ")
             since = datetime.fromtimestamp(alert.since).strftime("%H:%M:%S") if alert.since else ""
-            rows.append((Text(since), Text(f"{mark} {alert.kind}", style=style),
-                         Text(safe(text, 400), style=colors.get("kv-muted", "") if past else "")))
+            rows.append(
+                (
+                    Text(since),
+                    Text(f"{mark} {alert.kind}", style=style),
+                    Text(safe(text, 400), style=colors.get("kv-muted", "") if past else ""),
+                )
+            )
             self._row_fixes.append(None)
             for fix in alert.fixes:
                 verdict = {True: "fits", False: "does not fit", None: "fit not known"}[fix.fits]
-                rows.append((Text(""), Text("  fix", style=colors.get("kv-ok", "") if fix.fits and not past else ""),
-                             Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400))))
+                rows.append(
+                    (
+                        Text(""),
+                        Text("  fix", style=colors.get("kv-ok", "") if fix.fits and not past else ""),
+                        Text(safe(f"{fix.action} — {fix.detail} ({verdict}; {fix.cost})", 400)),
+                    )
+                )
                 self._row_fixes.append((fix, alert))
 
     def _collect(self, rows: list[tuple[Text, Text, Text]], log: LogState, needle: str) -> None:
@@ -218,9 +261,17 @@ class EventsPane(DataTable[Text]):
             if n >= MAX_ROWS:
                 break
         if polls:
-            rows.append((Text(""), Text("—", style="dim"), Text(
-                f"{polls:,} status poll{'s' if polls != 1 else ''} left out (GET /api/ps … from monitors, kvtop's own"
-                " among them): / gin shows them", style="dim")))
+            rows.append(
+                (
+                    Text(""),
+                    Text("—", style="dim"),
+                    Text(
+                        f"{polls:,} status poll{'s' if polls != 1 else ''} left out (GET /api/ps … from monitors, kvtop's own"
+                        " among them): / gin shows them",
+                        style="dim",
+                    ),
+                )
+            )
         elif n == 0:
             what = safe(log.status or ("no events yet" if log.source else self._no_log()), 200)
             rows.append((Text(""), Text("—"), Text(what)))
@@ -231,7 +282,9 @@ class EventsPane(DataTable[Text]):
         if getattr(self.app, "replay", None) is not None:
             return "no server log lines in the recording up to here"
         if getattr(getattr(self.app, "settings", None), "demo", False):
-            return "no server log in this demo run (the dashboard demo follows its stand-in's log when no log is chosen)"
+            return (
+                "no server log in this demo run (the dashboard demo follows its stand-in's log when no log is chosen)"
+            )
         if getattr(getattr(self.app, "settings", None), "log_spec", None) == "none":
             return "server log: off (--log none)"  # the user's choice: not a fault to point at --log for
         return "no server log: start kvtop with --log"

@@ -20,8 +20,16 @@ from kvtop.ui.textual_fixes import prune_closed_watchers
 __all__ = ["FOOTER_DROP_ORDER", "KvFooter", "fit_keys"]
 
 FOOTER_DROP_ORDER: tuple[str, ...] = (
-    "toggle_gpu", "server_view", "toggle_map", "keep_alive", "cycle_sort", "toggle_pause", "toggle_events",
-    "unload", "what_if", "filter",
+    "toggle_gpu",
+    "server_view",
+    "toggle_map",
+    "keep_alive",
+    "cycle_sort",
+    "toggle_pause",
+    "toggle_events",
+    "unload",
+    "what_if",
+    "filter",
 )
 """Actions whose footer keys go first when the row is too narrow, first to go first. Keys of other
 actions (replay, server switch, a focused panel's) go after these; ``quit`` and ``help`` never."""
@@ -40,8 +48,10 @@ def fit_keys(keys: list[tuple[str, int]], width: int) -> set[int]:
     the right; never ``quit``/``help``."""
     total = sum(w for _, w in keys)
     order = {a: i for i, a in enumerate(FOOTER_DROP_ORDER)}
-    candidates = sorted((i for i, (a, _) in enumerate(keys) if a not in _NEVER_DROPPED),
-                        key=lambda i: (order.get(keys[i][0], len(order)), -i))
+    candidates = sorted(
+        (i for i, (a, _) in enumerate(keys) if a not in _NEVER_DROPPED),
+        key=lambda i: (order.get(keys[i][0], len(order)), -i),
+    )
     dropped: set[int] = set()
     for i in candidates:
         if total <= width:

@@ -34,8 +34,13 @@ MAX_OTHER_LINES = 3
 MAX_MODEL_LINES = 4
 """Models listed with measured vs reported VRAM in the wide form."""
 
-GLYPHS = {"model": MAP_GLYPHS["weights"], "ollama": MAP_GLYPHS["ollama"], "other": MAP_GLYPHS["other"],
-          "unattributed": MAP_GLYPHS["unattributed"], "free": MAP_GLYPHS["free"]}
+GLYPHS = {
+    "model": MAP_GLYPHS["weights"],
+    "ollama": MAP_GLYPHS["ollama"],
+    "other": MAP_GLYPHS["other"],
+    "unattributed": MAP_GLYPHS["unattributed"],
+    "free": MAP_GLYPHS["free"],
+}
 """The memory map's glyphs (``kvtop.ui.widgets.memory_map.GLYPHS``), so that both pictures read
 alike when they show together: a runner ``█`` (mostly its weights), other Ollama processes ``▚``,
 other processes ``▄``, unattributed ``·``, free ``░``; each differs so the bar reads without colour."""
@@ -57,7 +62,7 @@ def short_gpu_name(name: str | None, limit: int) -> str:
     text = safe(name)
     for prefix in ("NVIDIA ", "GeForce ", "AMD ", "Radeon "):
         if text.startswith(prefix) and len(text) > len(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     return safe(text, limit)
 
 
@@ -151,8 +156,9 @@ def _error_line(view: GpuView, compact: bool, name_width: int, colors: Mapping[s
     return line
 
 
-def compact_line(view: GpuView, usable: int, name_width: int, colors: Mapping[str, str],
-                 model_colors: Mapping[Key, str]) -> Text:
+def compact_line(
+    view: GpuView, usable: int, name_width: int, colors: Mapping[str, str], model_colors: Mapping[Key, str]
+) -> Text:
     """One GPU in one line: ``GPU0 RTX 4090 ███▄··░░░ 21G/24G  97%  71°C  350W``."""
     d = view.device
     if d.error:
@@ -177,8 +183,9 @@ def compact_line(view: GpuView, usable: int, name_width: int, colors: Mapping[st
     return line
 
 
-def wide_lines(view: GpuView, usable: int, name_width: int, colors: Mapping[str, str],
-               model_colors: Mapping[Key, str]) -> list[Text]:
+def wide_lines(
+    view: GpuView, usable: int, name_width: int, colors: Mapping[str, str], model_colors: Mapping[Key, str]
+) -> list[Text]:
     """One GPU in the wide form: the bar line, the legend, foreign processes, a note."""
     d = view.device
     if d.error:
@@ -187,11 +194,15 @@ def wide_lines(view: GpuView, usable: int, name_width: int, colors: Mapping[str,
     mem = f"  {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · {ibytes(d.memory_free_bytes)} free"
     if d.unified_memory and d.vendor == "apple":
         alloc = f" ({ibytes(d.memory_allocated_bytes)} alloc.)" if d.memory_allocated_bytes is not None else ""
-        mem = (f"  shares RAM: {ibytes(d.memory_free_bytes)} of {ibytes(d.memory_total_bytes)} available"
-               f" · GPU holds {ibytes(d.memory_used_bytes)}{alloc}")
+        mem = (
+            f"  shares RAM: {ibytes(d.memory_free_bytes)} of {ibytes(d.memory_total_bytes)} available"
+            f" · GPU holds {ibytes(d.memory_used_bytes)}{alloc}"
+        )
     elif d.unified_memory:
-        mem = (f"  shares system RAM: {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · "
-               f"{ibytes(d.memory_free_bytes)} available")
+        mem = (
+            f"  shares system RAM: {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · "
+            f"{ibytes(d.memory_free_bytes)} available"
+        )
     if d.memory_reserved_bytes:
         mem += f" ({ibytes(d.memory_reserved_bytes)} reserved)"
     util = "  util " + ("?" if d.gpu_util_percent is None else f"{d.gpu_util_percent}%")
@@ -212,8 +223,14 @@ def wide_lines(view: GpuView, usable: int, name_width: int, colors: Mapping[str,
     legend = Text(indent, no_wrap=True, overflow="ellipsis")
     muted = colors.get("kv-muted", "")
     if d.memory_note:
-        lines.append(Text(f"{indent}{safe(d.memory_note, max(20, usable - len(indent)))}", style=muted,
-                          no_wrap=True, overflow="ellipsis"))
+        lines.append(
+            Text(
+                f"{indent}{safe(d.memory_note, max(20, usable - len(indent)))}",
+                style=muted,
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
     if d.processes is None:
         legend.append(safe(view.note or "processes not available", 160), style=muted)
         lines.append(legend)
@@ -292,16 +309,27 @@ def system_text(system: SystemMemory | None, colors: Mapping[str, str], *, short
     if system.swap_total_bytes:
         style = colors.get("kv-warn", "") if system.swap_used_bytes else ""
         out.append(" · ")
-        out.append(f"swap {ibytes(system.swap_used_bytes, short=short)}/{ibytes(system.swap_total_bytes, short=short)}",
-                   style=style)
+        out.append(
+            f"swap {ibytes(system.swap_used_bytes, short=short)}/{ibytes(system.swap_total_bytes, short=short)}",
+            style=style,
+        )
     elif system.swap_total_bytes == 0 and not short:
         out.append(" · no swap")
     return out
 
 
-def panel_text(views: Sequence[GpuView], status: str, width: int, colors: Mapping[str, str], *,
-               system: SystemMemory | None = None, notes: Sequence[str] = (), usages: Sequence[ModelGpu] = (),
-               compact: bool | None = None, ok: bool | None = None) -> Text:
+def panel_text(
+    views: Sequence[GpuView],
+    status: str,
+    width: int,
+    colors: Mapping[str, str],
+    *,
+    system: SystemMemory | None = None,
+    notes: Sequence[str] = (),
+    usages: Sequence[ModelGpu] = (),
+    compact: bool | None = None,
+    ok: bool | None = None,
+) -> Text:
     """The whole panel as text (the widget renders this; tests call it directly).
 
     Args:
@@ -361,15 +389,27 @@ def gpu_detail_rows(usage: ModelGpu | None, status: str, ok: bool = False) -> li
         return rows
     rows.append(("runner PID", ", ".join(str(p) for p in usage.runner_pids) or "not found", "", usage.note))
     known = usage.measured_bytes is not None
-    rows.append(("measured VRAM", exact_bytes(usage.measured_bytes), "[reported]" if known else "",
-                 "NVML per-process used GPU memory of the runner, all GPUs" if known else ""))
+    rows.append(
+        (
+            "measured VRAM",
+            exact_bytes(usage.measured_bytes),
+            "[reported]" if known else "",
+            "NVML per-process used GPU memory of the runner, all GPUs" if known else "",
+        )
+    )
     for index, b in usage.by_gpu:
         rows.append((f"  on GPU {index}", exact_bytes(b), "[reported]" if b is not None else "", ""))
     rows.append(("size_vram", exact_bytes(usage.size_vram_bytes), "[reported]", "/api/ps: what Ollama counts"))
     if usage.overhead_bytes is not None:
         sign = "+" if usage.overhead_bytes >= 0 else "−"
-        rows.append(("difference", f"{sign}{abs(usage.overhead_bytes):,} B ({sign}{ibytes(abs(usage.overhead_bytes))})",
-                     "", "measured − size_vram: CUDA context and buffers Ollama does not count"))
+        rows.append(
+            (
+                "difference",
+                f"{sign}{abs(usage.overhead_bytes):,} B ({sign}{ibytes(abs(usage.overhead_bytes))})",
+                "",
+                "measured − size_vram: CUDA context and buffers Ollama does not count",
+            )
+        )
     return rows
 
 
@@ -400,9 +440,18 @@ class GpuPanel(Static):
         self._shown = None
         self.refresh(layout=True)
 
-    def show(self, views: Sequence[GpuView], status: str, width: int, *, system: SystemMemory | None = None,
-             notes: Sequence[str] = (), usages: Sequence[ModelGpu] = (), compact: bool | None = None,
-             ok: bool | None = None) -> None:
+    def show(
+        self,
+        views: Sequence[GpuView],
+        status: str,
+        width: int,
+        *,
+        system: SystemMemory | None = None,
+        notes: Sequence[str] = (),
+        usages: Sequence[ModelGpu] = (),
+        compact: bool | None = None,
+        ok: bool | None = None,
+    ) -> None:
         """Set what the panel shows (``width``: the terminal's columns)."""
         if status == NOT_SAMPLED and getattr(self.app, "replay", None) is not None:
             status = NOT_RECORDED  # a replay waits for no sample: the recording has none before this point
@@ -421,8 +470,16 @@ class GpuPanel(Static):
 
     def show_data(self, data: GpuPanelData, width: int, *, compact: bool | None = None) -> None:
         """``show()`` with everything ``model.gpu.gpu_panel_data`` joined."""
-        self.show(data.views, data.status, width, system=data.system, notes=data.notes, usages=data.usages,
-                  compact=compact, ok=data.ok)
+        self.show(
+            data.views,
+            data.status,
+            width,
+            system=data.system,
+            notes=data.notes,
+            usages=data.usages,
+            compact=compact,
+            ok=data.ok,
+        )
 
     def render(self) -> Text:
         """The panel from the last ``show()``."""
@@ -430,5 +487,6 @@ class GpuPanel(Static):
         if self._data is None:
             return Text(NOT_SAMPLED, style=colors.get("kv-muted", ""), no_wrap=True, overflow="ellipsis")
         views, status, width, system, notes, usages, compact, ok = self._data
-        return panel_text(views, status, width, colors, system=system, notes=notes, usages=usages,
-                          compact=compact, ok=ok)
+        return panel_text(
+            views, status, width, colors, system=system, notes=notes, usages=usages, compact=compact, ok=ok
+        )

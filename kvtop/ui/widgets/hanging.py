@@ -109,7 +109,7 @@ def hang_wrap(text: Text, width: int) -> Text:
         out.append(first)
         room = width - indent
         while rest.cell_len:
-            rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")):]
+            rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")) :]
             if not rest.plain:
                 break
             cut = _break_at(rest.plain, room) if rest.cell_len > room else len(rest.plain)

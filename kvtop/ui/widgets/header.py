@@ -102,7 +102,9 @@ class ServerHeader(Static):
         snap = st.ollama if st is not None else None
         if st is not None:
             if snap is None:
-                flags.append(Text("no sample yet" if replay is not None else "connecting…", style=v.get("kv-muted", "")))
+                flags.append(
+                    Text("no sample yet" if replay is not None else "connecting…", style=v.get("kv-muted", ""))
+                )
             elif snap.reachable:
                 flags.append(Text("● up", style=v.get("kv-ok", "")))
             elif snap.error_kind == "auth":
@@ -117,7 +119,12 @@ class ServerHeader(Static):
             flags.append(Text("ASCII", style=v.get("kv-muted", "")))
         if self.tls is not None:
             insecure = self.tls.startswith("TLS")
-            flags.append(Text(safe(self.tls, 30), style=f"bold reverse {v.get('kv-warn', '')}" if insecure else v.get("kv-muted", "")))
+            flags.append(
+                Text(
+                    safe(self.tls, 30),
+                    style=f"bold reverse {v.get('kv-warn', '')}" if insecure else v.get("kv-muted", ""),
+                )
+            )
         details: list[tuple[int, Text]] = []  # (priority: lower is kept longer, text)
         if st is not None:
             details.append((0, Text(safe(display_host(st.host_url), 60))))
@@ -140,8 +147,12 @@ class ServerHeader(Static):
         line2 = Text()
         if snap is None and replay is not None:
             at_start = clock is not None and clock.startswith("--")
-            line2.append("start of the recording: no server sample played yet" if at_start
-                         else "no server sample recorded before this point", style=v.get("kv-muted", ""))
+            line2.append(
+                "start of the recording: no server sample played yet"
+                if at_start
+                else "no server sample recorded before this point",
+                style=v.get("kv-muted", ""),
+            )
         elif snap is None:
             line2.append("waiting for the first answer from the server…", style=v.get("kv-muted", ""))
         elif not snap.reachable:
@@ -150,7 +161,9 @@ class ServerHeader(Static):
                 line2.append(f"data from {st.stale_s:.0f} s ago", style=v.get("kv-warn", ""))
             else:
                 line2.append("no data yet", style=v.get("kv-muted", ""))
-            line2.append(f" · {st.failures} failed poll{'s' if st.failures != 1 else ''} · ", style=v.get("kv-muted", ""))
+            line2.append(
+                f" · {st.failures} failed poll{'s' if st.failures != 1 else ''} · ", style=v.get("kv-muted", "")
+            )
             line2.append(safe(snap.error or "unreachable", 160), style=v.get("kv-crit", ""))
         else:
             n = len(st.models)

@@ -32,22 +32,41 @@ from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import safe, safe_name
 
 GLYPHS: dict[str, str] = {
-    "weights": "█", "kv": "▓", "compute": "▒", "model": "▇", "overhead": "▐",
-    "ollama": "▚", "other": "▄", "unattributed": "·", "free": "░",
+    "weights": "█",
+    "kv": "▓",
+    "compute": "▒",
+    "model": "▇",
+    "overhead": "▐",
+    "ollama": "▚",
+    "other": "▄",
+    "unattributed": "·",
+    "free": "░",
 }
 """One glyph per kind, so the bar reads without colour (the mono theme, NO_COLOR); overhead ``▐``
 and other Ollama ``▚`` differ at a glance (``▞`` beside ``▚`` did not), and so do their ASCII ``|``, ``\\``."""
 
 KIND_VARS: dict[str, str] = {
-    "weights": "kv-weights", "kv": "kv-kv", "compute": "kv-compute", "model": "kv-weights",
-    "overhead": "kv-muted", "ollama": "kv-muted", "other": "kv-warn", "unattributed": "kv-unknown",
+    "weights": "kv-weights",
+    "kv": "kv-kv",
+    "compute": "kv-compute",
+    "model": "kv-weights",
+    "overhead": "kv-muted",
+    "ollama": "kv-muted",
+    "other": "kv-warn",
+    "unattributed": "kv-unknown",
     "free": "kv-free",
 }
 """Theme variable per kind."""
 
 KIND_WORDS: dict[str, str] = {
-    "weights": "weights", "kv": "KV cache", "compute": "compute", "model": "model (not split)",
-    "overhead": "overhead", "ollama": "other Ollama", "other": "other processes", "unattributed": "unattributed",
+    "weights": "weights",
+    "kv": "KV cache",
+    "compute": "compute",
+    "model": "model (not split)",
+    "overhead": "overhead",
+    "ollama": "other Ollama",
+    "other": "other processes",
+    "unattributed": "unattributed",
     "free": "free",
 }
 
@@ -75,7 +94,7 @@ def _short_title(bar: DeviceBar) -> str:
     name = bar.title.split(" ", 2)[2] if bar.title.count(" ") >= 2 else ""
     for prefix in ("NVIDIA ", "GeForce ", "AMD ", "Radeon "):
         if name.startswith(prefix) and len(name) > len(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return f"{bar.key} {safe(name, 12)}".rstrip()
 
 
@@ -145,7 +164,7 @@ def write_names(bar: Text, spans: Sequence[tuple[int, int, ModelKey]]) -> Text:
         pieces = Text()
         for ch, st in zip(label, seg_styles):
             pieces.append(ch, style=f"bold reverse {st}".strip())
-        out = out[:at] + pieces + out[at + len(label):]
+        out = out[:at] + pieces + out[at + len(label) :]
     return out
 
 
@@ -324,8 +343,10 @@ def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
         return line
     used = bar.used_bytes
     if bar.total_bytes is not None:  # used/total, the GPU strip's form; free follows in words
-        line.append(f"  {ibytes(used) + '/' if used is not None else ''}{ibytes(bar.total_bytes)}"
-                    + (" used" if used is not None else " total"))
+        line.append(
+            f"  {ibytes(used) + '/' if used is not None else ''}{ibytes(bar.total_bytes)}"
+            + (" used" if used is not None else " total")
+        )
     if bar.free_bytes is not None:
         ratio = bar.free_bytes / bar.total_bytes if bar.total_bytes else 1.0
         style = colors.get("kv-crit", "") if ratio <= 0.05 else colors.get("kv-warn", "") if ratio <= 0.15 else ""

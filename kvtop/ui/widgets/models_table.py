@@ -59,6 +59,7 @@ def _spark(sparks: Sparks) -> Callable[[ModelView, dict[str, str]], Text]:
         if not line or not line.strip():
             return Text("…", style=colors.get("kv-muted", ""))  # not sampled yet
         return Text(line, style=colors.get("kv-weights", ""), no_wrap=True)
+
     return cell
 
 
@@ -87,6 +88,7 @@ def _context(width: int) -> Callable[[ModelView, dict[str, str]], Text]:
         text = slots_cell(v, width)
         busy = v.slots is not None and bool(v.slots.busy)
         return Text(text, style=colors.get("kv-ok", "") if busy else "", no_wrap=True)
+
     return cell
 
 
@@ -94,6 +96,7 @@ def _name(width: int) -> Callable[[ModelView, dict[str, str]], Text]:
     def cell(v: ModelView, colors: dict[str, str]) -> Text:
         style = f"bold {colors.get('kv-crit', '')}" if v.spilled else ""
         return Text(safe_name(v.name, width), style=style, no_wrap=True)
+
     return cell
 
 
@@ -111,6 +114,7 @@ def _until(short: bool) -> Callable[[ModelView, dict[str, str]], Text]:
     def cell(v: ModelView, colors: dict[str, str]) -> Text:
         text = short_until(v) if short else v.until
         return Text(text, style=colors.get("kv-warn", "") if v.expired else "")
+
     return cell
 
 
@@ -120,6 +124,7 @@ def _known(attr: str) -> Callable[[ModelView, dict[str, str]], Text]:
         if k.value is None:
             return Text("?", style=colors.get("kv-muted", ""))
         return Text(setting_text(k), style=colors.get("kv-muted", "") if k.source == "default" else "")
+
     return cell
 
 
@@ -143,6 +148,7 @@ def _memory(bar_width: int, figures: bool) -> Callable[[ModelView, dict[str, str
         else:
             out.append(" KV " + size_text(v.memory.kv, short=True))
         return out
+
     return cell
 
 
@@ -249,8 +255,13 @@ def _column_set(width: int, sparks: Sparks | None, spill: bool = False) -> tuple
     medium = width >= MEDIUM_MIN_COLUMNS
     bar_w = 12 if medium else 9 if width >= 78 else 4
     with_spark = width >= SPARK_MIN_COLUMNS
-    name_w = max(8, min(40, width - 54 - bar_w - (11 if medium else 0) - (SPARK_CELLS + 2 if with_spark else 0)
-                        - (1 if spill else 0)))
+    name_w = max(
+        8,
+        min(
+            40,
+            width - 54 - bar_w - (11 if medium else 0) - (SPARK_CELLS + 2 if with_spark else 0) - (1 if spill else 0),
+        ),
+    )
     cols: tuple[Column, ...] = (
         Column("name", "NAME", name_w, _name(name_w)),
         size,
@@ -337,8 +348,13 @@ class ModelsTable(DataTable[Text | str]):
                 return True
         return False
 
-    def show(self, views: tuple[ModelView, ...], width: int, sparks: Sparks | None = None,
-             sort: tuple[str, bool] = ("server", False)) -> None:
+    def show(
+        self,
+        views: tuple[ModelView, ...],
+        width: int,
+        sparks: Sparks | None = None,
+        sort: tuple[str, bool] = ("server", False),
+    ) -> None:
         """Replace the rows (and the columns when the width class or the sort changed); ``sparks``:
         each model's VRAM sparkline (``History.sparklines``), keyed by ``(name, digest)``; ``sort``:
         the sort key and whether it is reversed, marked in its column's header (``sorted_label``).
@@ -351,8 +367,15 @@ class ModelsTable(DataTable[Text | str]):
         columns_key = (views, width, sparks, sort)
         if columns_key != self._columns_key:  # fitting NAME renders every cell: only when its inputs changed
             self._columns_key = columns_key
-            self._columns = tuple(Column(c.key, sorted_label(c, *sort, ascii_mode=ascii_on(getattr(self.app, "settings", None))), c.width, c.cell)
-                                  for c in columns_for(width, sparks, views))
+            self._columns = tuple(
+                Column(
+                    c.key,
+                    sorted_label(c, *sort, ascii_mode=ascii_on(getattr(self.app, "settings", None))),
+                    c.width,
+                    c.cell,
+                )
+                for c in columns_for(width, sparks, views)
+            )
             self.column_fits += 1
         cols = self._columns
         signature = tuple((c.key, c.width) for c in cols)
@@ -406,8 +429,14 @@ class ModelsTable(DataTable[Text | str]):
         self._update_count += 1  # the header's render cache is keyed by it (as DataTable.sort does)
         self.refresh()
 
-    def _cells_for(self, keys: tuple[str, ...], views: tuple[ModelView, ...], cols: tuple[Column, ...],
-                   colors: dict[str, str], sparks: Sparks | None) -> list[tuple[Text | str, ...]]:
+    def _cells_for(
+        self,
+        keys: tuple[str, ...],
+        views: tuple[ModelView, ...],
+        cols: tuple[Column, ...],
+        colors: dict[str, str],
+        sparks: Sparks | None,
+    ) -> list[tuple[Text | str, ...]]:
         """Each row's cells: from the cache when its view (the same object, or an equal one) and
         its sparkline are those it was rendered from, else rendered now."""
         cache = self._cell_cache

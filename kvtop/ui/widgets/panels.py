@@ -36,16 +36,24 @@ FixRef = tuple[Fix, Alert]
 """One of an alert's fixes, with its alert (what ``EventsPane.FixChosen`` carries)."""
 
 
-def alert_blocks(alerts: Sequence[Alert], colors: Mapping[str, str],
-                 now: float | None = None) -> list[tuple[Text, FixRef | None]]:
+def alert_blocks(
+    alerts: Sequence[Alert], colors: Mapping[str, str], now: float | None = None
+) -> list[tuple[Text, FixRef | None]]:
     """The alerts panel's text as blocks, one per line it starts (an alert's heading, then each of
     its fixes), each with the fix it shows (None for a heading). Most severe first as the engine
     orders them, each with its age at ``now`` (Unix seconds, the state's clock:
     ``alert_age.state_clock``; no age when None), all its fixes (the ones that fit first) and what
     each fix costs."""
     if not alerts:
-        return [(Text("No alerts: nothing spilled, truncated, fell back or ran out of memory.",
-                      style=colors.get("kv-ok", "")), None)]
+        return [
+            (
+                Text(
+                    "No alerts: nothing spilled, truncated, fell back or ran out of memory.",
+                    style=colors.get("kv-ok", ""),
+                ),
+                None,
+            )
+        ]
     out: list[tuple[Text, FixRef | None]] = []
     for a in alerts:
         out.extend(_one_alert_blocks(a, colors, alert_age(a, now)))
@@ -68,8 +76,9 @@ class AlertBlocks:
         self.built = 0
         self.measured = 0
 
-    def blocks(self, alerts: Sequence[Alert], colors: Mapping[str, str],
-               now: float | None = None) -> list[tuple[Text, FixRef | None]]:
+    def blocks(
+        self, alerts: Sequence[Alert], colors: Mapping[str, str], now: float | None = None
+    ) -> list[tuple[Text, FixRef | None]]:
         """``alert_blocks(alerts, colors, now)``; an alert's blocks are built once per colours and
         age text (``3 min`` stays the same blocks for a minute)."""
         key = tuple(sorted(colors.items()))
@@ -99,8 +108,9 @@ class AlertBlocks:
         if got is None:
             self.measured += 1
             age = AGE_WIDEST if a.since is not None else None
-            got = self._lines[(a, width)] = tuple(max(1, len(b.wrap(console, width)))
-                                                  for b, _ in _one_alert_blocks(a, {}, age))
+            got = self._lines[(a, width)] = tuple(
+                max(1, len(b.wrap(console, width))) for b, _ in _one_alert_blocks(a, {}, age)
+            )
         return got
 
     def line_count(self, alerts: Sequence[Alert], width: int, console: Console) -> int:
@@ -250,9 +260,13 @@ class AlertsPanel(Static, can_focus=True):
         settings = getattr(app, "settings", None)
         state = getattr(app, "state", None)
         loaded = [v.name for v in state.models] if state is not None else []
-        return enter_does(chosen[0], loaded, readonly=bool(getattr(settings, "readonly", False)),
-                          replay=getattr(app, "replay", None) is not None,
-                          demo=bool(getattr(settings, "demo", False)))
+        return enter_does(
+            chosen[0],
+            loaded,
+            readonly=bool(getattr(settings, "readonly", False)),
+            replay=getattr(app, "replay", None) is not None,
+            demo=bool(getattr(settings, "demo", False)),
+        )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The cursor keys and Enter exist only while a fix is shown; of Enter's two bindings only
@@ -375,6 +389,8 @@ class HistoryPanel(Vertical):
         slots = max(10, 2 * width)
         gap = max(3 * interval_s + 1, 2.5 * span / slots, 3 * history.bucket_s)
         self.query_one("#panel-plot-gpu", PlotView).show(
-            gpu_spec(history, span, slots, gap, distinct, max_models=PANEL_MAX_MODELS))
+            gpu_spec(history, span, slots, gap, distinct, max_models=PANEL_MAX_MODELS)
+        )
         self.query_one("#panel-plot-tps", PlotView).show(
-            tps_spec(history, span, slots, log_note, distinct, max_models=PANEL_MAX_MODELS))
+            tps_spec(history, span, slots, log_note, distinct, max_models=PANEL_MAX_MODELS)
+        )

@@ -193,8 +193,10 @@ def _plot_area(spec: PlotSpec, width: int, height: int, colors: Mapping[str, str
     fig.legend(active=False)
     text = Text.from_ansi(fig.build().string(), no_wrap=True)
     # plotext paints a background under some pixels; the widget's own background is the theme's
-    text.spans[:] = [Span(s.start, s.end, Style(color=s.style.color, bold=s.style.bold))
-                     if isinstance(s.style, Style) else s for s in text.spans]
+    text.spans[:] = [
+        Span(s.start, s.end, Style(color=s.style.color, bold=s.style.bold)) if isinstance(s.style, Style) else s
+        for s in text.spans
+    ]
     rows = list(text.split("\n", allow_blank=True))[:height]
     return Text("\n").join(row[:width] for row in rows)
 
@@ -241,8 +243,13 @@ def area_key(spec: PlotSpec, width: int, height: int) -> tuple[object, ...]:
             dot = (column(x), int(y * y_dots))
             if dot == last:
                 continue
-            if (line.kind == "line" and last is not None and len(dots) >= 2 and dots[-2] is not None
-                    and dots[-2][1] == last[1] == dot[1]):
+            if (
+                line.kind == "line"
+                and last is not None
+                and len(dots) >= 2
+                and dots[-2] is not None
+                and dots[-2][1] == last[1] == dot[1]
+            ):
                 dots[-1] = dot  # a level run is drawn from its first dot to its last, whatever is between
             else:
                 dots.append(dot)
@@ -386,8 +393,9 @@ class PlotView(Widget):
         if self._picture is None or self._picture.memo != memo:
             title, parts, area_h = _frame(self._spec, width, height, colors)
             area = (area_key(self._spec, width, area_h), memo[3]) if area_h else None
-            self._picture = _Frame(memo, title, parts, area_h, (_text_key([title, *parts]), area, memo[3]), area,
-                                   colors)
+            self._picture = _Frame(
+                memo, title, parts, area_h, (_text_key([title, *parts]), area, memo[3]), area, colors
+            )
         return self._picture
 
     def on_mount(self) -> None:
