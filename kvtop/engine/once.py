@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvtop.engine.core import EngineCore, Notice, Poll
+from kvtop.engine.core import EngineCore
 from kvtop.engine.fold import LogRun
 from kvtop.engine.logfeed import LogFeed
 from kvtop.engine.sources import health_source, pulled_source
+from kvtop.engine.steps import Notice, Poll
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.state import fold, fold_gpu, fold_slots
 from kvtop.model.views import AppState
