@@ -315,7 +315,7 @@ class _Handler(BaseHTTPRequestHandler):
         """``GET /_standin/machine``: the scenario's RAM plus what the loaded models hold in it, and its
         simulated GPU and processes (``kvtop.demo.gpusim.machine_doc``)."""
         from kvtop.demo.gpusim import machine_doc
-        from kvtop.demo.logwriter import runner_argv, runner_pid
+        from kvtop.demo.log_lines import runner_argv, runner_pid
 
         player = self.server.player
         machine = player.scenario.machine

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtop.config import Settings
-from kvtop.demo.logwriter import restamp
+from kvtop.demo.log_lines import restamp
 from kvtop.model.views import AppState
 from kvtop.sources.recorder import Recorder, recording_header
 from kvtop.sources.recording import read_recording, resolve_recording

@@ -12,7 +12,7 @@ from __future__ import annotations
 import httpx
 
 from kvtop.config import Settings
-from kvtop.demo.logwriter import LLAMA_SERVER
+from kvtop.demo.log_lines import LLAMA_SERVER
 from kvtop.demo.machine import DEMO_GPU_STATUS, DemoMachineSource, NoProcSource
 from kvtop.model.memmap import state_memory_map
 from kvtop.sources.recording import read_recording, resolve_recording

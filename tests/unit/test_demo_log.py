@@ -10,17 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvtop.demo.gpusim import RUNNER_CUDA_CONTEXT_BYTES, machine_doc, parse_gpu
-from kvtop.demo.logwriter import (
-    CLIENTS,
-    LLAMA_SERVER,
-    LogWriter,
-    build_script,
-    gin_line,
-    go_duration,
-    restamp,
-    runner_argv,
-    script_lines,
-)
+from kvtop.demo.log_lines import CLIENTS, LLAMA_SERVER, gin_line, go_duration, restamp, runner_argv
+from kvtop.demo.logwriter import LogWriter, build_script, script_lines
 from kvtop.demo.scenario_file import load_scenario
 from kvtop.demo.player import ScenarioPlayer
 from kvtop.demo.scenario import model_blob

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from kvtop.model.gpu_snapshots import GpuSnapshot, SystemMemory
-from kvtop.demo.logwriter import load_lines, restamp
+from kvtop.demo.log_lines import load_lines, restamp
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.logstate import LogState, fold_events
 from kvtop.model.memmap import DeviceBar, gpu_device_index, loading_runners, memory_map
