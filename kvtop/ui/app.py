@@ -26,7 +26,8 @@ from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike,
 from kvtop.ui.actions import OperatorActions
 from kvtop.ui.ascii_mode import with_ascii
 from kvtop.ui.commands import TEXTUAL_REPLACED, dead_key_reason, front_is_dashboard, palette_commands, refusal
-from kvtop.ui.dashboard_text import ServerOverview, overview_key, server_overview
+from kvtop.ui.dashboard_text import ServerOverview, overview_key
+from kvtop.ui.engine_views import EngineViews
 from kvtop.ui.format import safe
 from kvtop.ui.keys import BINDINGS, INTERVAL_STEPS_S
 from kvtop.ui.messages import (
@@ -41,6 +42,7 @@ from kvtop.ui.messages import (
 )
 from kvtop.ui.screens.dashboard import DashboardScreen
 from kvtop.ui.server_rounds import ServerSampled, ServerView
+from kvtop.ui.server_switcher import ServerSwitcher
 from kvtop.ui.textual_fixes import install_textual_fixes
 from kvtop.ui.theme_setup import register_themes
 from kvtop.ui.themes import DEFAULT_THEME, default_variables
@@ -60,7 +62,7 @@ SIGNAL_EXIT_GRACE_S = 5.0
 """After SIGTERM/SIGHUP, the longest a clean shutdown may take before the process just ends."""
 
 
-class KvtopApp(App[int]):
+class KvtopApp(EngineViews, ServerSwitcher, App[int]):
     """The dashboard.
 
     Data flows one way: the engine (``kvtop.engine.Engine``, run by one worker) polls every
@@ -72,6 +74,7 @@ class KvtopApp(App[int]):
     attachment and replay (whose worker posts recorded messages that are staged in the same
     engine); its parts are ``operator`` (the writes, ``actions.py``) and ``server_view``; the
     dashboard holds the panel layout (``DashboardScreen.panels``, ``layout.py``).
+    Its bases: ``engine_views.EngineViews`` (the engine's state) and ``server_switcher.ServerSwitcher``.
     """
 
     CSS_PATH = "kvtop.tcss"
@@ -149,52 +152,6 @@ class KvtopApp(App[int]):
             self.engine.apply_each = not replay.header.apply_steps  # a recording without apply records
             self._reset_replay_state(replay)
             self.set_reactive(KvtopApp.replay_header, self.replay.header_text())
-
-    # the engine's view of the servers, read by the screens, the mixins and the tests
-    sources = property(
-        lambda self: self.engine.sources.servers, doc="Host URL → its poller (the engine's; empty in a replay)."
-    )
-    hosts = property(
-        lambda self: self.engine.hosts, doc="Every server watched, in the order given; ``state`` is the one on screen."
-    )
-    local_host = property(
-        lambda self: self.engine.local_host, doc="The server this machine's GPU sample and the server log belong to."
-    )
-    machine_hosts = property(
-        lambda self: self.engine.machine_hosts,
-        doc="The other servers on this machine: their runners and environment are read here too.",
-    )
-    states = property(lambda self: self.engine.states, doc="Each server's state (the engine's).")
-    histories = property(
-        lambda self: self.engine.histories,
-        doc="Each server's capped history (plots on ``h``, the table's VRAM sparkline).",
-    )
-    apply_steps = property(lambda self: self.engine.apply_steps, doc="Apply steps the engine ran.")
-    alert_evaluations = property(
-        lambda self: self.engine.alert_evaluations,
-        doc="Alert evaluations run by the apply steps (one per changed server and step).",
-    )
-    _pending = property(lambda self: self.engine.pending, doc="Staged messages not applied yet, by server.")
-    log_source = property(
-        lambda self: self.engine.sources.log,
-        lambda self, v: setattr(self.engine.sources, "log", v),
-        doc="The server log followed (the local server's), or None.",
-    )
-    gpu_source = property(
-        lambda self: self.engine.sources.gpu,
-        lambda self, v: setattr(self.engine.sources, "gpu", v),
-        doc="This machine's GPU reader (the demo's simulated one), or None.",
-    )
-    proc_source = property(
-        lambda self: self.engine.sources.procs,
-        lambda self, v: setattr(self.engine.sources, "procs", v),
-        doc="This machine's process reader, or None.",
-    )
-    slots_source = property(
-        lambda self: self.engine.sources.slots,
-        lambda self, v: setattr(self.engine.sources, "slots", v),
-        doc="The local runners' ``/slots`` reader, or None.",
-    )
 
     @property
     def recorder(self) -> Recorder | None:
@@ -347,12 +304,6 @@ class KvtopApp(App[int]):
         if overview_changed:
             self.overview = self._overview_rows()
 
-    def _overview_rows(self) -> tuple[ServerOverview, ...]:
-        """The switcher's rows, one per server (none with one server: the switcher does not show)."""
-        if len(self.hosts) < 2:
-            return ()
-        return tuple(server_overview(self.states[h], h == self.current_host) for h in self.hosts)
-
     def _on_engine_notice(self, notice: Notice) -> None:
         """A source that failed (a log parser error, …), said once by the engine; notes are --once's."""
         if notice.error and self.is_running:
@@ -367,24 +318,6 @@ class KvtopApp(App[int]):
             timeout=30,
             markup=False,
         )
-
-    def show_server(self, index: int) -> None:
-        """Put the ``index``-th server (0-based, in ``--host`` order) on screen."""
-        if not 0 <= index < len(self.hosts) or self.hosts[index] == self.current_host:
-            return
-        self.current_host = self.hosts[index]
-        self.state = self.states[self.current_host]
-        self.overview = self._overview_rows()
-
-    def action_next_server(self) -> None:
-        self.show_server((self.hosts.index(self.current_host) + 1) % len(self.hosts))
-
-    def action_prev_server(self) -> None:
-        self.show_server((self.hosts.index(self.current_host) - 1) % len(self.hosts))
-
-    def action_server(self, number: int) -> None:
-        """Keys ``1``–``9``: the server with that number in the overview row."""
-        self.show_server(number - 1)
 
     # -- replay ------------------------------------------------------------------------------------
 
