@@ -43,6 +43,7 @@ from kvtop.logparse.events import (
     Oom,
     UnknownWarning,
 )
+from kvtop.logparse.llamacpp_trouble import ALLOCATOR_FAILURES, TROUBLE_RE, may_be_trouble
 from kvtop.logparse.values import MIB, blob_of, bytes_or_none, mib_bytes, scaled_bytes, to_count
 from kvtop.logparse.wrappers import sanitize
 from kvtop.core.bounds import INT64_MAX
@@ -91,48 +92,6 @@ _FIT_SHORT_RE = re.compile(
 )
 _FIT_DEVICE_RE = re.compile(r"-\s+(\S+)(?:\s+\((.*)\))?:\s+(\d+) total,\s+(\d+) used,\s+(\d+) (surplus|deficit)")
 _LOADED_FROM_RE = re.compile(r"loaded meta data with .* from (.+?)(?: \(version [^)]*\))?\s*$")
-_TROUBLE_RE = re.compile(
-    r"(?P<oom>[Oo]ut of memory|OutOf(?:Device|Host)?Memory|cudaMalloc failed|hipMalloc failed|[Ff]ailed to allocate"
-    r"|[Ii]nsufficient [Mm]emory|[Nn]ot enough memory|[Uu]nable to allocate)"
-    r"|(?P<fail>[Ee]rror loading model|[Ff]ailed to load model|[Uu]nable to load model|[Ff]ailed to create context"
-    r"|unable to create llama context|Unsupported cache type|requires flash_attn|failed to initialize the context"
-    r"|error: failed to)"
-)
-
-_ALLOCATOR_FAILURES = frozenset(("cudaMalloc failed", "hipMalloc failed", "Unable to allocate", "unable to allocate"))
-"""The :data:`_TROUBLE_RE` out-of-memory matches that are an allocator's own failure line (``Oom.allocation``)."""
-
-
-def _may_be_trouble(text: str) -> bool:
-    """Cheap substring test run before :data:`_TROUBLE_RE` (most free-text lines are harmless).
-
-    A broad test first, then one substring that every alternative of the regex contains
-    (the regex search costs far more when it fails on a long line).
-    """
-    if not (
-        "emory" in text
-        or "alloc" in text
-        or "ail" in text
-        or "nable" in text
-        or "rror" in text
-        or "Unsupported" in text
-        or "requires" in text
-    ):
-        return False
-    return (
-        "ut of memory" in text
-        or "ailed to" in text
-        or "nable to " in text
-        or "OutOf" in text
-        or "Malloc failed" in text
-        or "nsufficient " in text
-        or "ot enough memory" in text
-        or "rror loading model" in text
-        or "Unsupported cache type" in text
-        or "requires flash_attn" in text
-    )
-
-
 _CTX_PARAMS = {
     "n_ctx": "n_ctx",
     "n_ctx_per_seq": "n_ctx_per_seq",
@@ -527,16 +486,16 @@ def _panic(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEve
 
 def _trouble(rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
     """An out-of-memory or load-failure line in free text; None if it is neither."""
-    if not _may_be_trouble(rest):
+    if not may_be_trouble(rest):
         return None
-    m = _TROUBLE_RE.search(rest)
+    m = TROUBLE_RE.search(rest)
     if m is None:
         return None
     meta = _meta(n, text, time)
     reason = rest.strip()
     oom = m.group("oom")
     if oom is not None:
-        return [Oom(*meta, reason, oom in _ALLOCATOR_FAILURES)]
+        return [Oom(*meta, reason, oom in ALLOCATOR_FAILURES)]
     return [LoadFailed(*meta, reason, blob_of(rest))]
 
 
