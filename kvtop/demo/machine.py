@@ -120,7 +120,7 @@ class DemoProcSource:
 
     async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot:
         """The demo's process table as of the machine's last answer (empty before one)."""
-        from kvtop.sources.procs import classify_cmdline
+        from kvtop.sources.proc_cmdline import classify_cmdline
 
         doc = self._machine.last_doc or {}
         servers: list[ServerProcess] = []

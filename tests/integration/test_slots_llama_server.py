@@ -24,7 +24,7 @@ import pytest
 from kvtop.logparse.events import PrefillProgress, SlotActivity
 from kvtop.logparse.parser import parse_lines
 from kvtop.model.gpu_snapshots import RunnerProcess
-from kvtop.sources.procs import classify_cmdline
+from kvtop.sources.proc_cmdline import classify_cmdline
 from kvtop.sources.slots import SlotsSource
 from tests.llama_fixture import (
     free_port,

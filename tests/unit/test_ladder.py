@@ -23,7 +23,7 @@ from kvtop.model.slot_snapshots import DecodeRate, RunnerProps, RunnerSlots, Slo
 from kvtop.model.slots import decode_rates
 from kvtop.model.fold_alerts import fold_gpu_with_alerts, fold_slots_with_alerts
 from kvtop.model.gpu_snapshots import GpuSnapshot
-from kvtop.sources.procs import classify_cmdline
+from kvtop.sources.proc_cmdline import classify_cmdline
 from kvtop.ui.format import context_text
 from tests.unit.test_alerts import TINY, blob, llama_server_run, ps_snapshot, row, state_of
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from kvtop.sources.procs import ProcSource, blob_of, classify_cmdline, container_kind, pid_namespace
+from kvtop.sources.proc_cmdline import blob_of, classify_cmdline
+from kvtop.sources.procs import ProcSource, container_kind, pid_namespace
 from tests.fakes.procs import FakeProcess, blob
 
 B1 = blob(0xB1)
