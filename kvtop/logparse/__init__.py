@@ -22,10 +22,7 @@ if TYPE_CHECKING:
         ContextOverflow,
         ContextOverTraining,
         ContextParams,
-        DeviceFree,
         Eviction,
-        FitOverflow,
-        FitPlan,
         FlashAttention,
         FlashAttentionDecision,
         FlashAttentionForcedOff,
@@ -53,6 +50,7 @@ if TYPE_CHECKING:
         Unload,
         event_to_dict,
     )
+    from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
     from kvtop.logparse.inspect_doc import inspect_events, inspect_lines
     from kvtop.logparse.load_build import Load
     from kvtop.logparse.load_grouping import group_loads
@@ -61,6 +59,7 @@ if TYPE_CHECKING:
 _LAZY = {
     **dict.fromkeys(("Load", "group_loads", "inspect_events", "inspect_lines"), "kvtop.logparse.loads"),
     **dict.fromkeys(("LogParser", "iter_events", "parse_lines"), "kvtop.logparse.parser"),
+    **dict.fromkeys(("DeviceFree", "FitOverflow", "FitPlan"), "kvtop.logparse.fit_events"),
 }
 """Names re-exported from a submodule other than ``events`` (every other name is ``events``').
 

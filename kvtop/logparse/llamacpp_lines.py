@@ -30,9 +30,6 @@ from kvtop.logparse.events import (
     Allocation,
     ContextOverTraining,
     ContextParams,
-    DeviceFree,
-    FitOverflow,
-    FitPlan,
     FlashAttention,
     FlashAttentionForcedOff,
     KvSummary,
@@ -43,6 +40,7 @@ from kvtop.logparse.events import (
     Oom,
     UnknownWarning,
 )
+from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
 from kvtop.logparse.llamacpp_trouble import ALLOCATOR_FAILURES, TROUBLE_RE, may_be_trouble
 from kvtop.logparse.values import MIB, blob_of, bytes_or_none, mib_bytes, scaled_bytes, to_count
 from kvtop.logparse.wrappers import sanitize

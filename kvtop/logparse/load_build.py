@@ -12,8 +12,6 @@ from typing import Any
 
 from kvtop.logparse.events import (
     ContextOverTraining,
-    FitOverflow,
-    FitPlan,
     FlashAttentionForcedOff,
     KvTypeFallback,
     LoadFailed,
@@ -21,6 +19,7 @@ from kvtop.logparse.events import (
     Oom,
     SchedulerEstimate,
 )
+from kvtop.logparse.fit_events import FitOverflow, FitPlan
 
 COMPONENTS = ("weights", "kv", "compute")
 """Memory components of the JSON document (allocations only)."""

@@ -16,9 +16,6 @@ from kvtop.logparse.events import (
     ContextOverflow,
     ContextOverTraining,
     ContextParams,
-    DeviceFree,
-    FitOverflow,
-    FitPlan,
     FlashAttention,
     FlashAttentionDecision,
     FlashAttentionForcedOff,
@@ -40,6 +37,7 @@ from kvtop.logparse.events import (
     PromptRejected,
     Truncation,
 )
+from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
 from kvtop.logparse.load_build import Load, _Builder
 
 REPORTED_KINDS = frozenset(
