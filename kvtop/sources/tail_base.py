@@ -164,7 +164,7 @@ def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
 # -- shedding under overload ------------------------------------------------------------------
 
 _EXTRA_MARKERS = (
-    # free-text trouble (llamacpp_lines._may_be_trouble / _TROUBLE_RE) and asserts
+    # free-text trouble (llamacpp_trouble.may_be_trouble / TROUBLE_RE) and asserts
     "ut of memory",
     "ailed to",
     "nable to ",
