@@ -120,7 +120,7 @@ class DemoProcSource:
 
     async def sample(self, gpu_pids: Collection[int] = ()) -> ProcSnapshot:
         """The demo's process table as of the machine's last answer (empty before one)."""
-        from kvtop.sources.proc_cmdline import classify_cmdline
+        from kvtop.sources.proc_cmdline import classify_cmdline, runner_process
 
         doc = self._machine.last_doc or {}
         servers: list[ServerProcess] = []
@@ -139,27 +139,7 @@ class DemoProcSource:
             elif c is not None and c.kind == "runner" and c.runner_kind is not None:
                 ppid = p.get("ppid") if isinstance(p.get("ppid"), int) else None
                 runners.append(
-                    RunnerProcess(
-                        pid=pid,
-                        kind=c.runner_kind,
-                        era=c.era,
-                        model_arg=c.model_arg,
-                        blob=c.blob,
-                        port=c.port,
-                        ctx_size=c.ctx_size,
-                        parallel=c.parallel,
-                        engine=c.engine,
-                        ppid=ppid,
-                        server_pid=ppid,
-                        user=user,
-                        rss_bytes=rss,
-                        cmdline=argv,
-                        cache_type_k=c.cache_type_k,
-                        cache_type_v=c.cache_type_v,
-                        flash_attn=c.flash_attn,
-                        n_gpu_layers=c.n_gpu_layers,
-                        tensor_split=c.tensor_split,
-                    )
+                    runner_process(pid, c, ppid=ppid, server_pid=ppid, user=user, rss_bytes=rss, cmdline=argv)
                 )
         wanted = {
             pid: infos.get(pid, ProcessInfo(pid=pid, visible=False, note="no such process in the demo"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvtop.logparse.cmdline import parse_cmd
-from kvtop.model.gpu_snapshots import RunnerKind
+from kvtop.model.gpu_snapshots import RunnerKind, RunnerProcess
 
 _BLOB = re.compile(r"sha256[-:]([0-9a-f]{64})")
 """A weights blob file name: ``sha256-<hex>`` (``sha256:<hex>`` in very old stores)."""
@@ -217,3 +217,45 @@ def _classify(argv: Sequence[str]) -> Cmdline | None:
             ollama_path=ollama,
         )
     return None
+
+
+def runner_process(
+    pid: int,
+    c: Cmdline,
+    *,
+    ppid: int | None,
+    server_pid: int | None,
+    user: str | None,
+    rss_bytes: int | None,
+    cmdline: tuple[str, ...],
+) -> RunnerProcess:
+    """The runner a classified command line describes (``c.kind == "runner"``), with what the
+    process table adds: its parent, the server it belongs to, owner, RSS and the (masked) argv.
+
+    Raises:
+        ValueError: ``c`` is not a runner's command line.
+    """
+    if c.runner_kind is None:
+        raise ValueError("not a runner's command line")
+    return RunnerProcess(
+        pid=pid,
+        kind=c.runner_kind,
+        era=c.era,
+        model_arg=c.model_arg,
+        blob=c.blob,
+        model_name=c.model_name,
+        port=c.port,
+        ctx_size=c.ctx_size,
+        parallel=c.parallel,
+        engine=c.engine,
+        cache_type_k=c.cache_type_k,
+        cache_type_v=c.cache_type_v,
+        flash_attn=c.flash_attn,
+        n_gpu_layers=c.n_gpu_layers,
+        tensor_split=c.tensor_split,
+        ppid=ppid,
+        server_pid=server_pid,
+        user=user,
+        rss_bytes=rss_bytes,
+        cmdline=cmdline,
+    )

@@ -26,7 +26,7 @@ from typing import Any
 
 from kvtop.redact import mask_argv
 from kvtop.model.gpu_snapshots import PidNamespace, ProcSnapshot, ProcessInfo, RunnerProcess, ServerProcess
-from kvtop.sources.proc_cmdline import Cmdline, classify_cmdline
+from kvtop.sources.proc_cmdline import Cmdline, classify_cmdline, runner_process
 from kvtop.sources.service_env import ServiceEnvReader
 
 HOST_INIT_NAMES = frozenset({"systemd", "init", "launchd", "upstart", "openrc-init", "runit"})
@@ -337,22 +337,9 @@ class ProcSource:
             assert c.runner_kind is not None
             mem = info.get("memory_info")
             runners.append(
-                RunnerProcess(
-                    pid=pid,
-                    kind=c.runner_kind,
-                    era=c.era,
-                    model_arg=c.model_arg,
-                    blob=c.blob,
-                    model_name=c.model_name,
-                    port=c.port,
-                    ctx_size=c.ctx_size,
-                    parallel=c.parallel,
-                    engine=c.engine,
-                    cache_type_k=c.cache_type_k,
-                    cache_type_v=c.cache_type_v,
-                    flash_attn=c.flash_attn,
-                    n_gpu_layers=c.n_gpu_layers,
-                    tensor_split=c.tensor_split,
+                runner_process(
+                    pid,
+                    c,
                     ppid=ppid if isinstance(ppid, int) else None,
                     server_pid=ppid if ppid in server_pids else None,
                     user=info.get("username"),
