@@ -65,8 +65,10 @@ def fold_connections(previous: QueueView | None, snap: ConnSnapshot, models: Seq
     in_flight = len(snap.clients)
     waiting: int | None
     oldest: float | None = None
-    if total is None:
-        waiting = None if models else 0  # slots not known: cannot tell; nothing loaded: a new load serves it
+    if in_flight == 0 or not models:
+        waiting = 0  # no connection open, or nothing loaded (a new load serves the request): nothing waits
+    elif total is None:
+        waiting = None  # connections open, slots not known: cannot tell
     elif full:
         waiting = max(0, in_flight - (busy or 0))
     else:

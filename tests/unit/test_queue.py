@@ -74,6 +74,9 @@ def test_waiting_counts_connections_beyond_the_busy_slots_while_a_model_is_full(
 def test_slots_not_known_leave_waiting_unknown_and_a_failed_read_says_why() -> None:
     unknown = fold_connections(None, ConnSnapshot(1.0, PORT, (("10.0.0.7", 1),)), [_model("m", None, None)])  # type: ignore[list-item]
     assert unknown.in_flight == 1 and unknown.waiting is None
+    # no connection open: nothing waits, slots known or not (--once printed 'in flight 0~ · waiting ?')
+    idle = fold_connections(None, ConnSnapshot(1.0, PORT, ()), [_model("m", None, None)])  # type: ignore[list-item]
+    assert idle.in_flight == 0 and idle.waiting == 0
     failed = fold_connections(unknown, ConnSnapshot(2.0, PORT, error="connections not readable: AccessDenied"), [])
     assert failed.in_flight is None and failed.error == "connections not readable: AccessDenied"
     assert queue_json(failed)["error"] == "connections not readable: AccessDenied"
