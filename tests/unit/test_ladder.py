@@ -23,7 +23,7 @@ from kvtop.model.slot_snapshots import DecodeRate, RunnerProps, RunnerSlots, Slo
 from kvtop.model.slots import decode_rates
 from kvtop.model.fold_alerts import fold_gpu_with_alerts, fold_slots_with_alerts
 from kvtop.model.gpu_snapshots import GpuSnapshot
-from kvtop.sources.proc_cmdline import classify_cmdline
+from kvtop.sources.proc_cmdline import classify_cmdline, runner_process
 from kvtop.ui.format import context_text
 from tests.unit.test_alerts import TINY, blob, llama_server_run, ps_snapshot, row, state_of
 
@@ -39,27 +39,10 @@ def corpus_cmd(stem: str) -> list[str]:
 
 
 def runner_of(argv: list[str], pid: int = 77) -> RunnerProcess:
-    """What ``ProcSource`` makes of a runner's argv (the same ``classify_cmdline``)."""
+    """What ``ProcSource`` makes of a runner's argv (the same ``classify_cmdline`` and ``runner_process``)."""
     c = classify_cmdline(argv)
     assert c is not None and c.kind == "runner" and c.runner_kind is not None
-    return RunnerProcess(
-        pid=pid,
-        kind=c.runner_kind,
-        era=c.era,
-        model_arg=c.model_arg,
-        blob=c.blob,
-        port=c.port,
-        ctx_size=c.ctx_size,
-        parallel=c.parallel,
-        engine=c.engine,
-        cache_type_k=c.cache_type_k,
-        cache_type_v=c.cache_type_v,
-        flash_attn=c.flash_attn,
-        n_gpu_layers=c.n_gpu_layers,
-        tensor_split=c.tensor_split,
-        server_pid=1,
-        cmdline=tuple(argv),
-    )
+    return runner_process(pid, c, ppid=None, server_pid=1, user=None, rss_bytes=None, cmdline=tuple(argv))
 
 
 # --------------------------------------------------------------------------------------------
