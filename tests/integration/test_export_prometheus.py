@@ -319,7 +319,13 @@ def test_the_log_gives_allocated_kv_tokens_per_second_and_counters(tmp_path: Pat
         host = server.url
         ids = {"host": host, "model": name, "digest": digest}
         with exporter(tmp_path, "--host", host, "--interval", "0.25", "--log", f"file:{log}") as ex:
-            fams = ex.until(lambda f: bool(samples(f, "kvtop_model_memory_bytes", **ids, part="kv")))
+            # the engine starts following the log after the first poll: wait for both states
+            fams = ex.until(
+                lambda f: (
+                    bool(samples(f, "kvtop_model_memory_bytes", **ids, part="kv"))
+                    and bool(samples(f, "kvtop_log_up", host=host, source=f"file:{log}"))
+                )
+            )
             assert value(fams, "kvtop_model_memory_bytes", **ids, part="kv", source="estimated") > 0
             assert value(fams, "kvtop_log_up", host=host, source=f"file:{log}") == 1
             assert samples(fams, "kvtop_model_reloads_total") == []
