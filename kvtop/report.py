@@ -59,6 +59,8 @@ def model_json(v: ModelView, usage: ModelGpu | None = None, state: AppState | No
         "decode_tokens_per_second": v.decode_tps.value,
         "decode_tokens_per_second_source": v.decode_tps.source,
         "differences": list(v.differences),
+        "engine": v.engine.value,
+        "engine_source": v.engine.source,
         "runner": _runner_json(v),
         "ctx_advice": advice_json(advice_for(state, v)) if state is not None else None,
     }
@@ -210,6 +212,7 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
     # while a model is spilled, VRAM+RAM after SIZE: its VRAM, then its system RAM (PROCESSOR gives
     # the same split CPU first, as `ollama ps` prints it)
     spill = any(v.spilled for v in state.models)
+    engines = any(v.engine.known for v in state.models)  # RUNNER: llama.cpp / mlx (/api/ps 0.40+, or the runner's argv)
     # the dashboard's column order (its MEMORY column is WEIGHTS KV COMPUTE here), ollama ps's words
     header = [
         "NAME",
@@ -223,6 +226,7 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
         "PROCESSOR",
         "FLASH ATTN",
         "KV TYPE",
+        *(["RUNNER"] if engines else []),
         "UNTIL",
     ]
     rows = [header]
@@ -241,6 +245,7 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
                 "cloud" if v.cloud else v.processor,
                 setting_text(v.flash_attention),
                 setting_text(v.kv_type),
+                *([safe(setting_text(v.engine), 20)] if engines else []),
                 v.until,
             ]
         )

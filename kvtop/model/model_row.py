@@ -489,7 +489,19 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
         decode_tps=decode_tps,
         local=local,
         differences=differences,
+        engine=_engine(m, local),
     )
+
+
+def _engine(m: PsModel, local: LocalRunner) -> Known[str]:
+    """Which runner serves ``m``: ``/api/ps``'s ``runner`` (reported), else the runner process's
+    command line (runner rung), else unknown with the reason (docs/ollama-internals.md §7.2)."""
+    if m.runner:
+        return Known(m.runner, "reported", "/api/ps runner field (Ollama 0.40+)")
+    proc = local.process
+    if proc is not None and proc.engine:
+        return Known(proc.engine, "runner", "the runner's command line")
+    return Known(None, None, "/api/ps names no runner before Ollama 0.40, and no runner process is readable here")
 
 
 def _decode_tps(

@@ -41,6 +41,8 @@ class PsModel:
         context_length: Per-slot context (``num_ctx``); None before Ollama v0.10.0 (§1.3).
         expires_at: When the keep-alive runs out, timezone-aware; None if unparsable.
         expires_at_raw: The text as sent, for display when parsing failed.
+        runner: Which runner serves the model as ``/api/ps`` names it (``llama.cpp`` or ``mlx``;
+            Ollama 0.40+, docs/ollama-internals.md §7.2), None when the server does not say.
     """
 
     name: str
@@ -52,6 +54,7 @@ class PsModel:
     expires_at: datetime | None
     expires_at_raw: str | None
     details: ModelDetails = field(default_factory=ModelDetails)
+    runner: str | None = None
 
 
 def detail_key(m: PsModel) -> str:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone, tzinfo
 from kvtop.logparse.load_build import Load
 from kvtop.model import kv
 from kvtop.model.alerts.types import DEFAULT_THRESHOLDS, Alert, Thresholds
+from kvtop.model.changes import Change
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot
 from kvtop.model.known import Known
 from kvtop.model.ladder import LocalRunner
@@ -106,6 +107,9 @@ class ModelView:
     """The runner process, its endpoints and the server environment this machine can read."""
     differences: tuple[str, ...] = ()
     """Lower rungs that disagree with a shown figure (``model.ladder.difference_lines``)."""
+    engine: Known[str] = Known()
+    """Which runner serves the model: ``/api/ps``'s ``runner`` (reported, Ollama 0.40+), else the
+    runner's command line (runner: ``llama.cpp``, ``ollama`` or ``mlx``); unknown otherwise."""
 
     @property
     def spilled(self) -> bool:
@@ -169,6 +173,9 @@ class AppState:
     only: not part of the state's equality, so an unchanged poll still gives an equal state)."""
     server: ServerInfo = ServerInfo()
     """The server view's health and pulled models (``model.server_view``; traffic is in ``log``)."""
+    changes: tuple[Change, ...] = ()
+    """The server's newest changes (restarts, upgrades, settings, each model's load facts),
+    oldest first: ``model.changes``, kept across kvtop runs by the engine (``engine.timeline``)."""
     latency_s: float | None = dataclasses.field(default=None, compare=False)
     """The latency the header shows: the median of ``latencies_s``, moved only when the median
     moves by more than ``model.state.LATENCY_STEADY`` (a quarter, at least 2 ms), so jitter of a

@@ -89,6 +89,27 @@ def parse_details(obj: Any) -> ModelDetails:
     )
 
 
+RUNNER_MAX_CHARS = 40
+"""A runner name longer than this is cut (the names seen are ``llama.cpp`` and ``mlx``)."""
+
+
+def parse_runner(value: Any) -> str | None:
+    """The runner a ``/api/ps`` entry names (Ollama 0.40+: ``llama.cpp`` or ``mlx``), else None.
+
+    A string is taken as sent (control characters replaced, cut at ``RUNNER_MAX_CHARS``); an
+    object's ``name``, ``type`` or ``engine`` string is taken the same way, so a later richer
+    shape still shows its name; anything else (absent before 0.40, null, a number) is None.
+    The field's shape is not in the Ollama source this repo mirrors (v0.33.0-rc2): see
+    docs/ollama-internals.md §7.2.
+    """
+    if isinstance(value, Mapping):
+        value = next((value[k] for k in ("name", "type", "engine") if isinstance(value.get(k), str)), None)
+    text = _str_or_none(value)
+    if text is None or not text.strip():
+        return None
+    return text.strip()[:RUNNER_MAX_CHARS]
+
+
 def parse_ps(obj: Any) -> tuple[PsModel, ...]:
     """Turn a ``GET /api/ps`` body into ``PsModel`` rows.
 
@@ -133,6 +154,7 @@ def parse_ps(obj: Any) -> tuple[PsModel, ...]:
                 expires_at=parse_go_time(raw_expires),
                 expires_at_raw=raw_expires,
                 details=parse_details(entry.get("details")),
+                runner=parse_runner(entry.get("runner")),
             )
         )
     return tuple(rows)

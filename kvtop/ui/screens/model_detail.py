@@ -102,6 +102,13 @@ def _local_rows(out: Text, v: ModelView) -> None:
         return
     local = v.local
     out.append("\nRunner process and server environment\n", style="bold underline")
+    _row(
+        out,
+        "runner engine",
+        safe(v.engine.value, 40) if v.engine.value else NOT_KNOWN_WORDS,
+        _src(v.engine),
+        v.engine.note,
+    )
     r = local.process
     if r is None:
         _row(out, "runner process", "not found", "", local.note)
