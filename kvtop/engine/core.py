@@ -30,9 +30,11 @@ from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvtop.config import Settings
+from kvtop.config.files import state_dir
 from kvtop.engine.fold import LogRun, Pending, fold_pending
 from kvtop.engine.logfeed import LogFeed
 from kvtop.engine.sources import EngineSources
+from kvtop.engine.timeline import ChangeKeeper
 from kvtop.engine.steps import (
     APPLY_SETTLE_S,
     LOG_APPLY_GAP_INTERVALS,
@@ -136,6 +138,10 @@ class EngineCore:
         self._pulled_sources: dict[str, Any] = {}
         """The server view's pulled-model readers, one per server asked about (closed by :meth:`aclose`)."""
         tz = naive_tz or datetime.now().astimezone().tzinfo or timezone.utc
+        self.timeline = ChangeKeeper(
+            None if settings.demo else state_dir(), lambda h, t: self.report(Notice("timeline", h, t))
+        )
+        """Each server's changes (``engine.timeline``), kept in the state folder (not the demo's)."""
         self.warnings: list[str] = []
         self.reset(
             tuple(hosts or self.sources.servers or settings.host_urls),
@@ -362,6 +368,8 @@ class EngineCore:
                     continue  # nothing changed (a repeated /slots round): no evaluation, no repaint
                 self.alert_evaluations += 1
                 new = with_alerts(new)
+                if not self.replaying:  # a recording's past is not this server's timeline
+                    new = self.timeline.observe(host, new, log_events if host == self.log_host else ())
             except Exception as exc:  # noqa: BLE001 - a bug in the model must not stop the engine
                 self.report(Notice("apply", host, f"internal error applying a sample: {type(exc).__name__}: {exc}"))
                 continue
