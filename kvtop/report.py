@@ -141,6 +141,7 @@ def state_json(state: AppState) -> dict[str, Any]:
         **gpu_json(state.gpu, state.procs, state.models),
         "alerts": [alert_json(a) for a in state.alerts],
         "past_alerts": [alert_json(a) for a in state.past_alerts],
+        "changes": [c.to_json() for c in state.changes],  # what changed: model/changes.py
         "queue": queue_json(state.queue),
         "service": service_json(state),
         "server": server_json(state, _log_now(state)),
