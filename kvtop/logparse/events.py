@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from kvtop.logparse.event_class import EventBase, frozen_event
 from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
+from kvtop.logparse.memory_events import ContextCheckpoint, ProjectorEstimate, PromptCacheState
 from kvtop.logparse.request_events import (
     ContextOverflow,
     GinRequest,
@@ -391,6 +392,14 @@ class SchedulerEstimate(EventBase):
     graph_partial_bytes: int | None = None
     available_bytes: tuple[int, ...] = ()
     allocations_bytes: tuple[int, ...] = ()
+    layers_split: tuple[int, ...] = ()
+    """``layers.split=11,11,11,11``: the layers the estimate gives each GPU, in ``memory.available``'s order."""
+    gpu_overhead_bytes: int | None = None
+    """``memory.gpu_overhead``: ``OLLAMA_GPU_OVERHEAD`` as the server read it (reserved on each GPU)."""
+    projector_weights_bytes: int | None = None
+    """``projector.weights`` (a vision model's projector, corpus 012), part of ``memory.required.*``."""
+    projector_graph_bytes: int | None = None
+    """``projector.graph``: the projector's compute graph (corpus 012)."""
 
 
 @frozen_event
@@ -494,6 +503,9 @@ LogEvent = (
     | LoadFailed
     | GinRequest
     | DeviceFree
+    | PromptCacheState
+    | ContextCheckpoint
+    | ProjectorEstimate
     | UnknownWarning
 )
 """Any event the parser produces."""
@@ -531,6 +543,9 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     LoadFailed,
     GinRequest,
     DeviceFree,
+    PromptCacheState,
+    ContextCheckpoint,
+    ProjectorEstimate,
     UnknownWarning,
 )
 """Every event class, in catalogue order."""

@@ -20,6 +20,7 @@ from kvtop.logparse.events import (
     SchedulerEstimate,
 )
 from kvtop.logparse.fit_events import FitOverflow, FitPlan
+from kvtop.logparse.memory_events import ContextCheckpoint, PromptCacheState
 
 COMPONENTS = ("weights", "kv", "compute")
 """Memory components of the JSON document (allocations only)."""
@@ -116,6 +117,20 @@ class Load:
     """Incidents that give a finding line each but are not in ``events`` (:data:`MAX_FINDING_EVENTS` reached)."""
     fit: FitFacts | None = None
     """llama.cpp's fit pass for this load (Era C), when the log has its lines."""
+    kv_swa: Mapping[str, int] = field(default_factory=dict)
+    """Device → bytes of an interleaved-SWA model's sliding-window KV cache (``creating SWA KV cache`` and the
+    buffer lines after it; corpus 042, fixture ollama-16480); part of ``memory["kv"]``, empty when not iSWA."""
+    recurrent_size_bytes: int | None = None
+    """``llama_memory_recurrent: size = X MiB (…)``: a hybrid model's recurrent state in all (corpus 043)."""
+    projector_bytes: int | None = None
+    """llama-server's ``[mtmd] estimated worst-case memory usage of mmproj`` (bytes), when printed."""
+    prompt_cache: PromptCacheState | None = None
+    """The newest ``cache state:`` line of this runner: its host prompt cache (llama-server)."""
+    checkpoint_bytes: int | None = None
+    """The slots' live context checkpoints in host RAM: per slot, the checkpoints its current task created
+    (``created context checkpoint N of M (…, size = X MiB)``; a checkpoint N drops the slot's N and later ones)."""
+    checkpoint_count: int = 0
+    """How many checkpoints ``checkpoint_bytes`` adds up."""
 
     @property
     def estimates(self) -> dict[str, int | None]:
@@ -199,6 +214,7 @@ class _Builder:
 
     __slots__ = (
         "alloc",
+        "checkpoints",
         "device_free",
         "engine",
         "era",
@@ -220,6 +236,7 @@ class _Builder:
         "kv_ctx_set",
         "kv_sizes",
         "kv_swa",
+        "kv_swa_alloc",
         "last_line",
         "max_order",
         "mmproj_blob",
@@ -228,7 +245,10 @@ class _Builder:
         "over_training",
         "pid",
         "port",
+        "projector_bytes",
+        "prompt_cache",
         "ready",
+        "recurrent_size",
         "time",
         "touched",
         "values",
@@ -260,6 +280,13 @@ class _Builder:
         """Which iSWA cache the following KV lines describe (``creating [non-]SWA KV cache``); None: not iSWA."""
         self.kv_ctx_set = False
         """A KV summary of this context creation already gave the context (an iSWA SWA cache never does)."""
+        self.kv_swa_alloc: dict[str, int] = {}
+        """The SWA cache's KV buffers per device (a part of ``alloc["kv"]``)."""
+        self.recurrent_size: int | None = None
+        self.projector_bytes: int | None = None
+        self.prompt_cache: PromptCacheState | None = None
+        self.checkpoints: dict[int | None, dict[int, int]] = {}
+        """Slot → checkpoint number → bytes (the slot's current task's checkpoints)."""
         self.over_training: ContextOverTraining | None = None
         self.estimate: SchedulerEstimate | None = None
         self.fit_overflowing: int | None = None
@@ -310,6 +337,15 @@ class _Builder:
             self.max_order = max(self.max_order, order)
         per = self.alloc.setdefault(component, {})
         per[device] = per.get(device, 0) + nbytes
+        if component == "kv" and self.kv_swa:
+            self.kv_swa_alloc[device] = self.kv_swa_alloc.get(device, 0) + nbytes
+
+    def add_checkpoint(self, e: ContextCheckpoint) -> None:
+        """A slot's checkpoint N: the slot's checkpoints N and later are replaced (a new task numbers from 1)."""
+        slot = self.checkpoints.setdefault(e.slot, {})
+        for number in [k for k in slot if k >= e.number]:
+            del slot[number]
+        slot[e.number] = e.size_bytes
 
     def add_kv_size(self, size: int) -> None:
         if self.max_order > 1:
@@ -322,6 +358,7 @@ class _Builder:
         self.kv_sizes = []
         self.max_order = -1
         self.kv_swa = None
+        self.kv_swa_alloc = {}
         self.kv_ctx_set = False
 
     def build(self, server_era: str | None) -> Load:
@@ -387,6 +424,14 @@ class _Builder:
             n_ctx_train=self.get("n_ctx_train"),
             over_training=self.over_training,
             fit=self.fit_facts(),
+            kv_swa=dict(self.kv_swa_alloc),
+            recurrent_size_bytes=self.recurrent_size,
+            projector_bytes=self.projector_bytes,
+            prompt_cache=self.prompt_cache,
+            checkpoint_bytes=sum(b for slot in self.checkpoints.values() for b in slot.values())
+            if self.checkpoints
+            else None,
+            checkpoint_count=sum(len(slot) for slot in self.checkpoints.values()),
         )
 
     def add_fit(self, e: FitPlan | FitOverflow) -> None:

@@ -39,6 +39,7 @@ from kvtop.logparse.events import (
 )
 from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
 from kvtop.logparse.load_build import Load, _Builder
+from kvtop.logparse.memory_events import ContextCheckpoint, ProjectorEstimate, PromptCacheState
 
 REPORTED_KINDS = frozenset(
     {
@@ -224,6 +225,15 @@ class _Grouper:
                 target = cur.index
                 if isinstance(e, LoadFailed):
                     cur.set_blob(e.model_blob)
+        elif isinstance(e, (PromptCacheState, ContextCheckpoint, ProjectorEstimate)):
+            if cur is not None:  # the runner's own memory beyond its buffers (kvtop.model.ledger)
+                b = cur
+                if isinstance(e, PromptCacheState):
+                    cur.prompt_cache = e
+                elif isinstance(e, ContextCheckpoint):
+                    cur.add_checkpoint(e)
+                else:
+                    cur.projector_bytes = e.size_bytes
         elif isinstance(e, (Truncation, ContextOverflow, PromptRejected, RequestTiming)):
             if cur is not None:
                 target = cur.index
@@ -312,6 +322,8 @@ class _Grouper:
             b.add_alloc(e.component, e.device, e.bytes)
             b.set_era("B2" if e.grammar == "ollama" else _GRAMMAR_ERA.get(e.grammar), 1)
         elif isinstance(e, KvSummary):
+            if e.recurrent and e.size_bytes is not None:
+                b.recurrent_size = e.size_bytes  # a hybrid model's R/S state (not KV)
             if e.swa is not None:  # llama_kv_cache_iswa: creating [non-]SWA KV cache, size = N cells
                 if not e.swa:
                     b.kv_ctx_set = False  # a new pair of caches: the non-SWA one gives the context

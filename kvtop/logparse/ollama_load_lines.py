@@ -184,8 +184,20 @@ def estimate(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: s
             graph_partial_bytes=size_bytes(slog_get(rest, "memory.graph.partial")),
             available_bytes=size_list(slog_get(rest, "memory.available")),
             allocations_bytes=size_list(slog_get(rest, "memory.required.allocations")),
+            layers_split=_int_list(slog_get(rest, "layers.split")),
+            gpu_overhead_bytes=size_bytes(slog_get(rest, "memory.gpu_overhead")),
+            projector_weights_bytes=size_bytes(slog_get(rest, "projector.weights")),
+            projector_graph_bytes=size_bytes(slog_get(rest, "projector.graph")),
         )
     ]
+
+
+def _int_list(text: str | None) -> tuple[int, ...]:
+    """``11,11,11,11`` -> ``(11, 11, 11, 11)`` (``layers.split``, corpus 001); ``()`` when absent or not all counts."""
+    if not text:
+        return ()
+    counts = tuple(to_count(part) for part in text.split(","))
+    return () if any(c is None for c in counts) else tuple(c for c in counts if c is not None)
 
 
 _ALLOC_COMPONENT = {"model weights": "weights", "kv cache": "kv", "compute graph": "compute"}

@@ -39,6 +39,7 @@ from kvtop.logparse.events import (
     Truncation,
     UnknownWarning,
 )
+from kvtop.logparse.memory_events import parse_memory_line
 from kvtop.logparse.values import blob_of, slog_pairs, to_count, to_float
 from kvtop.logparse.wrappers import epoch_time, sanitize
 
@@ -131,6 +132,10 @@ def parse_server_line(body: str, n: int, text: str, time: TimeFn) -> list[LogEve
     if sm is not None:
         slot, task = to_count(sm.group(1)), to_count(sm.group(2))
         rest = rest[sm.end() :]
+    if "cache state:" in rest or "context checkpoint" in rest or "usage of mmproj" in rest:
+        found = parse_memory_line(rest, n, sanitize(text), time, slot)
+        if found is not None:
+            return [*found]
     if func == "print_timing":
         part = timing_part(rest, n, text, time, slot, task)
         if part is None:

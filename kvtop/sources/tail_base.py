@@ -200,6 +200,10 @@ _EXTRA_MARKERS = (
     "msg=load ",
     'msg="kv cache',
     'msg=\\"kv cache',
+    # llama-server's memory beyond its buffers (logparse.memory_events.MARKERS)
+    "cache state:",
+    "context checkpoint",
+    "usage of mmproj",
     # short covers for families of the names below (fewer passes over a shed block)
     "ggml_",
     "common_",
