@@ -385,9 +385,9 @@ class KvtopApp(EngineViews, ServerSwitcher, App[int]):
     def watch_theme(self, theme: str) -> None:
         """Remember a theme picked with ``t`` or the command palette for the next start."""
         if getattr(self, "_theme_loaded", False):
-            problem = save_theme(theme)
-            if problem:
-                self.notify(problem, severity="warning", markup=False)
+            problem = save_theme(theme)  # said once, where t and the palette both land
+            level = "warning" if problem else "information"
+            self.notify(problem or f"saved: theme {theme}", severity=level, timeout=5 if problem else 1.5, markup=False)
 
     def action_server_view(self) -> None:
         """Open the server view of the server on screen (``ServerView.open``)."""
@@ -501,8 +501,7 @@ class KvtopApp(EngineViews, ServerSwitcher, App[int]):
     def action_cycle_theme(self) -> None:
         names = list(self._kvtop_themes) or [DEFAULT_THEME]
         i = names.index(self.theme) if self.theme in names else -1
-        self.theme = names[(i + 1) % len(names)]
-        self.notify(f"theme: {self.theme}", timeout=1.5, markup=False)
+        self.theme = names[(i + 1) % len(names)]  # watch_theme saves it and says so
 
     def action_cycle_sort(self) -> None:
         i = SORT_KEYS.index(self.sort_key)

@@ -64,6 +64,9 @@ async def test_t_cycles_themes_and_the_choice_persists() -> None:
         await pilot.press("t")
         assert app.theme == "kvtop-dark"
         await pilot.press("t")
+        said = [n.message for n in app._notifications if "theme" in n.message]
+        assert len(said) == 5 and all(m.startswith("saved: theme ") for m in said)  # one notice a choice
+        assert said[-1] == "saved: theme kvtop-light"
     assert saved_theme() == "kvtop-light"
 
 
