@@ -296,7 +296,7 @@ def gpu_text_lines(state: AppState) -> list[str]:
             if d.memory_total_bytes is not None and d.memory_free_bytes is not None
             else d.memory_used_bytes
         )
-        shared = " (shares system RAM)" if d.unified_memory else ""
+        shared = " (shares system RAM)" if d.unified_memory else " (VRAM+GTT)" if d.memory_pool == "vram+gtt" else ""
         lines.append(
             f"{name}{shared}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
             f", util {d.gpu_util_percent if d.gpu_util_percent is not None else '?'}%"

@@ -93,6 +93,14 @@ class GpuDevice:
             allocated, in use or not); None elsewhere.
         memory_note: Where the memory figures come from when not from the GPU driver's own
             counters, or why they are missing (one sentence); None when the driver gave them.
+        memory_pool: Which of the driver's pools ``memory_*`` count: ``vram`` (the GPU's own
+            memory), ``vram+gtt`` (AMD APU, or a GPU whose GTT holds more than its VRAM could: VRAM
+            carve-out + GTT, the system RAM the GPU maps, summed) or None (one pool, not split).
+        gtt_total_bytes / gtt_used_bytes: AMD: the GTT pool as ``mem_info_gtt_total``/``_used``
+            report it (system RAM mapped for the GPU), counted in ``memory_*`` only with
+            ``memory_pool == "vram+gtt"``; None elsewhere.
+        vram_total_bytes / vram_used_bytes: The VRAM pool alone when ``memory_*`` are a sum of
+            pools (``vram+gtt``); None otherwise (``memory_*`` are then the VRAM).
     """
 
     index: int
@@ -115,6 +123,11 @@ class GpuDevice:
     unified_memory: bool = False
     memory_allocated_bytes: int | None = None
     memory_note: str | None = None
+    memory_pool: Literal["vram", "vram+gtt"] | None = None
+    gtt_total_bytes: int | None = None
+    gtt_used_bytes: int | None = None
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,8 @@ class GpuSource:
     Args:
         nvml: A ``pynvml``-like module (tests pass a fake); None imports ``pynvml`` lazily.
         sysfs_root: Where ``class/drm`` lives (tests build a fake tree in ``tmp_path``).
+        proc_root: Where ``<pid>/fdinfo`` lives, for Intel GPUs' VRAM use from DRM fdinfo
+            (``gpu_fdinfo``); None: not read.
         platform: ``sys.platform`` (tests pass ``darwin``).
         psutil_module: The ``psutil`` module or a fake; None imports it.
         clock: Wall-clock time for ``taken_at``.
@@ -103,6 +105,7 @@ class GpuSource:
         *,
         nvml: Any = None,
         sysfs_root: Path | str = "/sys",
+        proc_root: Path | str | None = "/proc",
         platform: str | None = None,
         psutil_module: Any = None,
         clock: Callable[[], float] = time.time,
@@ -113,6 +116,7 @@ class GpuSource:
         self._nvml: Any = nvml
         self._import_error: str | None = None
         self._sysfs_root = Path(sysfs_root)
+        self._proc_root = Path(proc_root) if proc_root is not None else None
         self._platform = platform if platform is not None else sys.platform
         self._psutil: Any = psutil_module
         self._clock = clock
@@ -187,7 +191,7 @@ class GpuSource:
         """No NVML: AMD and Intel through sysfs if there are any, otherwise the NVML status."""
         if self._amd and self._platform.startswith("linux"):
             amd, others = read_amd_sysfs(self._sysfs_root)
-            intel, intel_notes = read_intel_sysfs(self._sysfs_root)
+            intel, intel_notes = read_intel_sysfs(self._sysfs_root, self._proc_root)
             notes = (*notes, *intel_notes)
             vendors = sorted(set(o for o in others if o not in ("NVIDIA", "Intel")))
             if vendors:

@@ -246,6 +246,7 @@ def test_gpu_json(tmp_path: Path) -> None:
         "free": 48 * GiB - 512 * MiB - 14 * GiB,
         "reserved": 512 * MiB,
         "allocated": None,
+        **dict.fromkeys(("pool", "vram_total", "vram_used", "gtt_total", "gtt_used")),  # AMD's pools only
     }
     assert g0["unified_memory"] is False and g0["memory_note"] is None
     assert g0["utilization"] == {"gpu": 45, "memory": 20}

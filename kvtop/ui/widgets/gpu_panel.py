@@ -166,6 +166,8 @@ def compact_line(
     mem = f"{ibytes(_used(view), short=True)}/{ibytes(d.memory_total_bytes, short=True)}"
     if d.unified_memory:  # of the system's RAM: what is in use (NVIDIA), what the GPU holds (Apple)
         mem = ("GPU " if d.vendor == "apple" else "RAM ") + mem
+    elif d.memory_pool == "vram+gtt":  # an AMD APU: VRAM carve-out + GTT (memory_note splits them)
+        mem = "V+GTT " + mem
     util = "  ?%" if d.gpu_util_percent is None else f"{d.gpu_util_percent:>3}%"
     temp = "  ?°C" if d.temperature_c is None else f"{d.temperature_c:>3}°C"
     power = f"{_watts(d.power_draw_mw):>4}W"
