@@ -42,6 +42,8 @@ SUBCOMMANDS_HELP = """\
 subcommands (each has its own --help):
   kvtop inspect-log PATH|- [--json]
       read a whole server log and report every model load
+  kvtop changes [--since VERSION|TIME] [--now] [--json]
+      what changed on the server (restarts, upgrades, settings, loads), kept across runs
   kvtop plan MODEL [--ctx N]... [--kv TYPE]... [--gpu-free BYTES|auto] [--json]
       one model's memory and fit at other num_ctx, KV cache types or slot counts
   kvtop plan --all [--ctx N] [--kv TYPE] [--gpu-free BYTES|auto] [--json]
@@ -165,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvtop.inspect_log import main_inspect_log
 
         return main_inspect_log(argv[1:])
+    if argv[:1] == ["changes"]:
+        from kvtop.cli.changes import main_changes
+
+        return main_changes(argv[1:])
     if argv[:1] == ["plan"]:
         from kvtop.plan_cli import main_plan
 

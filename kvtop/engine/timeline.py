@@ -39,6 +39,8 @@ class ChangeKeeper:
         self.changes: dict[str, tuple[Change, ...]] = {}
         self._stores: dict[str, TimelineStore] = {}
         self._said: set[str] = set()
+        self._saved: dict[str, set[str]] = {}
+        """The fingerprint keys the file holds, by host."""
 
     def _say(self, host: str, text: str) -> None:
         if text not in self._said and self.warn is not None:
@@ -56,6 +58,7 @@ class ChangeKeeper:
         if found.warning:
             self._say(host, found.warning)
         self.facts[host], self.changes[host] = dict(found.facts), found.changes
+        self._saved[host] = set(found.facts)
 
     def timeline(self, host: str) -> tuple[Change, ...]:
         """Every change kept for ``host`` (this run's and the file's), oldest first."""
@@ -80,12 +83,14 @@ class ChangeKeeper:
             facts, changed = observe(facts, obs)
             found.extend(changed)
         self.facts[host] = facts
-        if found:
+        new_keys = facts.keys() - self._saved.get(host, set())
+        if found or new_keys:  # a key seen for the first time is written too: the next run compares with it
             self.changes[host] = (*self.changes[host], *sorted(found, key=lambda c: c.at))[-MAX_CHANGES:]
             store = self._stores.get(host)
             if store is not None:
                 error = store.write(self.changes[host], facts)
                 if error is not None:
                     self._say(host, error)
+            self._saved[host] = set(facts)
         recent = self.changes[host][-RECENT_CHANGES:]
         return state if state.changes == recent else dataclasses.replace(state, changes=recent)

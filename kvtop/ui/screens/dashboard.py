@@ -299,6 +299,7 @@ class DashboardScreen(Screen[None]):
                 app.operator.log,
                 past=state.past_alerts,
                 now=state_clock(state),
+                changes=state.changes,
             )
 
     def _status_line(self, state: AppState, shown_models: int) -> Text:

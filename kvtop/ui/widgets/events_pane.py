@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from kvtop.model.alerts import Alert, Fix
+from kvtop.model.changes import Change
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
 from kvtop.model.traffic import is_status_poll
@@ -22,6 +23,9 @@ from kvtop.ui.format import safe
 from kvtop.ui.widgets.hanging import hang_wrap
 
 MAX_ROWS = 300
+
+CHANGE_ROWS = 10
+"""The newest changes of the server the pane lists (``kvtop changes`` and the ``C`` screen: all)."""
 
 KIND_WIDTH = 24
 """The widest EVENT column (longer kinds end in an ellipsis)."""
@@ -103,6 +107,7 @@ class EventsPane(DataTable[Text]):
         *,
         past: Sequence[Alert] = (),
         now: float | None = None,
+        changes: Sequence[Change] = (),
     ) -> None:
         """Render kvtop's own writes (``actions``, newest first), the active ``alerts`` (each with
         every fix), the ``past`` alerts (about a model no longer loaded: ``(no longer loaded)``,
@@ -125,6 +130,7 @@ class EventsPane(DataTable[Text]):
             ages,
             width,
             tuple(actions),
+            tuple(changes),
         )
         if key == self._shown:
             return
@@ -132,6 +138,7 @@ class EventsPane(DataTable[Text]):
         rows: list[tuple[Text, Text, Text]] = []
         self._row_fixes = []
         self._collect_actions(rows, actions, needle)
+        self._collect_changes(rows, changes, needle)
         self._collect_alerts(rows, alerts, needle, now, past=False)
         self._collect_alerts(rows, past, needle, now, past=True)
         self._collect(rows, log, needle)
@@ -179,6 +186,26 @@ class EventsPane(DataTable[Text]):
                     Text(datetime.fromtimestamp(entry.at).strftime("%H:%M:%S")),
                     Text("kvtop action", style=style),
                     Text(safe(text, 400), style=style),
+                )
+            )
+            self._row_fixes.append(None)
+
+    def _collect_changes(self, rows: list[tuple[Text, Text, Text]], changes: Sequence[Change], needle: str) -> None:
+        """The server's newest :data:`CHANGE_ROWS` changes (``AppState.changes``: restarts, upgrades,
+        settings, load facts), newest first: ``server restarted: 0.32.15 → 0.33.0``; ``C``: all of them."""
+        colors = self.app.theme_variables
+        needle = needle.strip().lower()
+        for change in list(reversed(changes))[:CHANGE_ROWS]:
+            text = f"{change.text()} ({change.source}, {change.origin})"
+            kind = "restart" if change.restart else "changed"
+            if needle and needle not in kind and needle not in text.lower():
+                continue
+            style = f"bold {colors.get('kv-warn', '')}" if change.restart else ""
+            rows.append(
+                (
+                    Text(datetime.fromtimestamp(change.at).strftime("%H:%M:%S")),
+                    Text(kind, style=style),
+                    Text(safe(text, 400)),
                 )
             )
             self._row_fixes.append(None)
