@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Literal, Protocol
 
 from kvtop.sources.tail_base import LogBatch, stop_process
@@ -220,9 +220,19 @@ def auto_file_candidates(env: Mapping[str, str] | None = None, platform: str | N
     home = Path(e.get("HOME") or e.get("USERPROFILE") or os.path.expanduser("~"))
     out: list[tuple[Path, str]] = []
     if plat.startswith("win"):
-        local = e.get("LOCALAPPDATA")
+        # app/server/server_windows.go: serverLogPath = %LOCALAPPDATA%\Ollama\server.log, rotated to
+        # server-1.log … server-5.log at each start (app/logrotate); app.log beside it is the tray
+        # app's own log, not the server's (docs/ollama-internals.md §6)
+        local = e.get("LOCALAPPDATA") or (
+            str(PureWindowsPath(e["USERPROFILE"]) / "AppData" / "Local") if e.get("USERPROFILE") else ""
+        )
         if local:
-            out.append((Path(local) / "Ollama" / "server.log", "the Windows app's server log"))
+            out.append(
+                (
+                    Path(PureWindowsPath(local) / "Ollama" / "server.log"),
+                    "the Windows app's server log (rotated to server-1.log … on each start)",
+                )
+            )
         return out
     out.append(
         (

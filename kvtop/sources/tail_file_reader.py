@@ -5,7 +5,7 @@ thread) and of ``read_tail`` (one read, as ``FileTail`` starts).
 
 How it reads (toolong's poll watcher's way, plus rotation, truncation and deletion, which it lacks):
 
-- ``os.pread`` in 64 KiB chunks from a byte offset, split on ``b"\\n"``; the unfinished last line
+- ``os.pread`` (``tail_fileio.pread``: seek + read on Windows) in 64 KiB chunks from a byte offset, split on ``b"\\n"``; the unfinished last line
   is held until its newline arrives.
 - Every poll compares the path's ``st_ino``/``st_dev`` with the open descriptor's, and the
   descriptor's size with the offset:
@@ -40,7 +40,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvtop.sources import tail_fileio
 from kvtop.sources.tail_base import LineSplitter, shed_block
+from kvtop.sources.tail_fileio import open_log
 
 CHUNK_BYTES = 64 * 1024
 """Bytes per ``pread`` (toolong reads 64 KiB at a time)."""
@@ -162,8 +164,7 @@ class FileReader:
 
     def _open_path(self, *, initial: bool) -> _Open | None:
         try:
-            # O_NONBLOCK: opening a FIFO must not hang waiting for a writer (it is refused below)
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+            fd = open_log(self.path)  # POSIX: O_NONBLOCK (a FIFO must not hang); Windows: lets the app rotate it
         except FileNotFoundError:
             self._missing = True
             self._fail = (
@@ -203,7 +204,7 @@ class FileReader:
         found = False
         while pos > floor and need > 0:
             lo = max(floor, pos - CHUNK_BYTES)
-            chunk = os.pread(op.fd, pos - lo, lo)
+            chunk = tail_fileio.pread(op.fd, pos - lo, lo)
             if not chunk:
                 break
             n = chunk.count(b"\n")
@@ -222,7 +223,7 @@ class FileReader:
         op.offset = start
         op.initial = True
         if start > 0:
-            op.skip_fragment = os.pread(op.fd, 1, start - 1) != b"\n"
+            op.skip_fragment = tail_fileio.pread(op.fd, 1, start - 1) != b"\n"
 
     # -- reading --------------------------------------------------------------------------
 
@@ -248,7 +249,7 @@ class FileReader:
         got = 0
         lines_before = len(out)
         while op.offset < size:
-            chunk = os.pread(op.fd, min(CHUNK_BYTES, size - op.offset), op.offset)
+            chunk = tail_fileio.pread(op.fd, min(CHUNK_BYTES, size - op.offset), op.offset)
             if not chunk:
                 break
             op.offset += len(chunk)
@@ -287,11 +288,11 @@ class FileReader:
         the splitter's held partial line is joined to the first line of the slice.
         """
         end = min(target, op.offset + SHED_SCAN_BYTES)
-        data = os.pread(op.fd, end - op.offset, op.offset)
+        data = tail_fileio.pread(op.fd, end - op.offset, op.offset)
         if not data:
             return 0
         if end == target and not data.endswith(b"\n"):  # the last slice ends with the line holding target
-            more = os.pread(op.fd, CHUNK_BYTES, end)
+            more = tail_fileio.pread(op.fd, CHUNK_BYTES, end)
             nl = more.find(b"\n")
             if nl >= 0:
                 data += more[: nl + 1]
@@ -316,7 +317,7 @@ class FileReader:
             dropped += shed
             op.offset += last_nl + 1
         n = min(SIGNATURE_BYTES, op.offset)
-        op.signature = os.pread(op.fd, n, op.offset - n)
+        op.signature = tail_fileio.pread(op.fd, n, op.offset - n)
         return dropped
 
     def _signature_changed(self, op: _Open) -> bool:
@@ -325,7 +326,7 @@ class FileReader:
         if not sig or op.offset < len(sig):
             return False
         try:
-            return os.pread(op.fd, len(sig), op.offset - len(sig)) != sig
+            return tail_fileio.pread(op.fd, len(sig), op.offset - len(sig)) != sig
         except OSError:  # pragma: no cover
             return False
 
@@ -345,7 +346,7 @@ class FileReader:
         count = 0
         pos = lo
         while pos < hi:
-            chunk = os.pread(fd, min(1 << 20, hi - pos), pos)
+            chunk = tail_fileio.pread(fd, min(1 << 20, hi - pos), pos)
             if not chunk:
                 break
             count += chunk.count(b"\n")
