@@ -11,7 +11,9 @@ first :data:`MAX_SERVER_EVENTS` server events and counts the rest (``--json`` li
 load's finding lines stop after ``MAX_FINDING_EVENTS`` incidents of their kind (counted).
 Prints, per model load, the model blob, runner era, context
 (total, slots, per slot), K/V cache types, flash attention as resolved, offloaded layers,
-weights/KV/compute per device (binary units and exact bytes), the scheduler's estimates and
+weights/KV/compute per device (binary units and exact bytes), the scheduler's estimates, where the
+load landed and why (``model.placement_reason``: free memory and layers per GPU, what overflowed, the
+reason and the fix; also the ``placement`` member of each load in ``--json``) and
 the findings (context over the training context, spill, KV type fallback, flash attention
 forced off, truncations, OOM, evictions, load failures); then the server config. ``--json`` prints the document of
 :func:`kvtop.logparse.inspect_events` instead (the shape of ``corpus/expected/README.md``).
@@ -26,6 +28,8 @@ replaced in the human output.
 from __future__ import annotations
 
 import argparse
+import bisect
+import dataclasses
 import io
 import json
 import os
@@ -35,11 +39,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from kvtop.logparse import LogParser
-from kvtop.logparse.events import LogEvent
-from kvtop.logparse.inspect_doc import event_json, load_json
+from kvtop.logparse.cmdline import era_of_version
+from kvtop.logparse.events import LogEvent, ServerConfig, ServerListening
+from kvtop.logparse.inspect_doc import event_json, inspect_events, load_json
 from kvtop.logparse.load_build import Load
 from kvtop.logparse.load_stream import MAX_LOAD_REQUESTS, REQUEST_KINDS, LoadStream
 from kvtop.logparse.parser import iter_events
+from kvtop.model.placement_reason import placement_json, placement_report, placement_settings
+from kvtop.model.placement_text import placement_rows
 from kvtop.textsafe import emit, safe, safe_block, safe_json
 from kvtop.ui.format import exact_bytes, ibytes
 
@@ -99,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         "path", metavar="PATH|-", help="server log file (server.log, journalctl or docker output); - for stdin"
     )
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the report")
+    p.add_argument(
+        "--changes", action="store_true", help="list the restarts, version and server config changes instead"
+    )
     return p
 
 
@@ -120,6 +130,10 @@ def main_inspect_log(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse prints its own message
         return EXIT_OK if exc.code == 0 else EXIT_UNREADABLE
+    if args.changes:  # what changed between the log's server starts: kvtop/inspect_changes.py
+        from kvtop.inspect_changes import main_log_changes
+
+        return main_log_changes(args.path, as_json=args.json)
     path: str = args.path
     try:
         if path == "-":
@@ -276,9 +290,12 @@ def _inspect(stream: IO[bytes]) -> Inspection:
     parser = LogParser()
     loads, events = _Spool(), _Spool()
     try:
+        seen = ServerSeen()
 
         def on_load(load: Load, requests: list[LogEvent], total: int) -> None:
-            loads.add([load_json(load), [event_json(e, load.index) for e in requests], total])
+            obj = load_json(load)
+            obj["placement"] = seen.placement(load, prune=True)
+            loads.add([obj, [event_json(e, load.index) for e in requests], total])
 
         def on_incident(event: LogEvent, load: int | None) -> None:
             events.add(event_json(event, load))
@@ -288,6 +305,7 @@ def _inspect(stream: IO[bytes]) -> Inspection:
         parsed = 0
         for event in iter_events(_lines(stream), parser=parser):
             parsed += 1
+            seen.see(event)
             feed(event)
         grouper.finish()
     except BaseException:
@@ -300,6 +318,63 @@ def _inspect(stream: IO[bytes]) -> Inspection:
             f"(last: {safe(parser.last_error or '', 200)})"
         )
     return Inspection(grouper, loads, events, parser.line_no, parsed)
+
+
+class ServerSeen:
+    """The ``server config`` and version lines of a log by line number, so that a load's placement reads the
+    settings in effect when it started (the last config line before its first line) and, when its own lines do
+    not say, the runner era of the version then. Entries older than needed are dropped as loads come in order."""
+
+    def __init__(self) -> None:
+        self._configs: list[tuple[int, Mapping[str, str]]] = []
+        self._versions: list[tuple[int, str]] = []
+
+    def see(self, event: LogEvent) -> None:
+        """Keep ``event`` when it is a ``server config`` or a version line."""
+        if isinstance(event, ServerConfig):
+            self._configs.append((event.line_no, event.env))
+        elif isinstance(event, ServerListening) and event.version:
+            self._versions.append((event.line_no, event.version))
+
+    @staticmethod
+    def _before(items: list[tuple[int, Any]], line: int, prune: bool) -> Any:
+        at = bisect.bisect_left(items, line, key=lambda item: item[0]) - 1
+        if at < 0:
+            return None
+        if prune and at > 0:
+            del items[:at]
+            at = 0
+        return items[at][1]
+
+    def placement(self, load: Load, *, prune: bool = False) -> dict[str, Any] | None:
+        """Where ``load`` landed and why (``model.placement_reason``), the JSON member ``placement``."""
+        config = self._before(self._configs, load.first_line, prune)
+        if load.era is None:
+            era = era_of_version(self._before(self._versions, load.first_line, prune))
+            if era is not None:
+                load = dataclasses.replace(load, era=era)
+        return placement_json(placement_report(load, settings=placement_settings(None, config)))
+
+
+def inspect_document(lines: Iterable[str]) -> dict[str, Any]:
+    """The ``inspect-log --json`` document of ``lines`` read at once (``kvtop.logparse.inspect_lines``) with each
+    load's ``placement``, as the streamed command writes it."""
+    events = list(iter_events(lines))
+    doc = inspect_events(events)
+    seen = ServerSeen()
+    placements: dict[int, dict[str, Any] | None] = {}
+
+    def on_load(load: Load, requests: list[LogEvent], total: int) -> None:
+        placements[load.index] = seen.placement(load)
+
+    stream = LoadStream(on_load, lambda event, load: None)
+    for event in events:
+        seen.see(event)
+        stream.feed(event)
+    stream.finish()
+    for obj in doc["loads"]:
+        obj["placement"] = placements.get(obj["index"])
+    return doc
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,6 +531,11 @@ def _render_load(w: Any, load: Mapping[str, Any], requests: Sequence[Mapping[str
         )
     for label, text in rows:
         w(f"  {label:<16} {text}\n")
+    placement = load.get("placement")
+    if placement:
+        w("  placement\n")
+        for label, text in placement_rows(placement):
+            w(f"    {safe(label, 16):<14} {safe(text, 600)}\n")
     findings = load.get("findings") or []
     if findings:
         w("  findings\n")

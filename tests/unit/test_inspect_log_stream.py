@@ -3,7 +3,8 @@ memory that does not grow with the lines, bounded lists with their counts stated
 
 Real corpus lines (``tests/fixtures/logs``) written to real files; ``main_inspect_log`` run as the
 CLI runs it. The in-memory path (``inspect_lines`` + ``safe_json`` / ``render_report``) is the
-reference: it is the document the corpus oracles check.
+reference: it is the document the corpus oracles check, with each load's ``placement`` added
+(``inspect_document``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.inspect_log import MAX_LINE_BYTES, MAX_SERVER_EVENTS, _inspect, _lines, main_inspect_log, render_report
-from kvtop.logparse import inspect_lines
+from kvtop.inspect_log import (
+    MAX_LINE_BYTES,
+    MAX_SERVER_EVENTS,
+    _inspect,
+    _lines,
+    inspect_document,
+    main_inspect_log,
+    render_report,
+)
 from kvtop.logparse.load_stream import MAX_FINDING_EVENTS, MAX_LOAD_REQUESTS
 from kvtop.textsafe import safe_block, safe_json
 
@@ -45,7 +53,7 @@ def _reference(path: Path) -> tuple[str, str]:
     """JSON and text of the in-memory document (the old path)."""
     with path.open("rb") as f:
         lines = list(_lines(f))
-    doc = inspect_lines(lines)
+    doc = inspect_document(lines)
     return safe_json(doc) + "\n", safe_block(render_report(doc, source=str(path), lines=len(lines)))
 
 
