@@ -143,7 +143,7 @@ def amd_memory_pools(
     if gtt_total and vram_total is not None and (apu or spilled):
         total = vram_total + gtt_total
         used = (vram_used or 0) + (gtt_used or 0) if vram_used is not None or gtt_used is not None else None
-        why = "an APU: its VRAM is a carve-out and models live in GTT" if apu else "GTT holds more than the VRAM"
+        why = "APU: a VRAM carve-out, models in GTT" if apu else "GTT holds more than the VRAM"
         out.update(
             memory_pool="vram+gtt",
             memory_total_bytes=total,
@@ -153,7 +153,7 @@ def amd_memory_pools(
             vram_used_bytes=vram_used,
             memory_note=(
                 f"VRAM+GTT ({why}): VRAM {ibytes(vram_used)} / {ibytes(vram_total)}"
-                f" + GTT {ibytes(gtt_used)} / {ibytes(gtt_total)} (system RAM the GPU maps, shared with the CPU)"
+                f" + GTT {ibytes(gtt_used)} / {ibytes(gtt_total)} (system RAM the GPU maps)"
             ),
         )
         return out

@@ -42,7 +42,7 @@ def test_a_small_carve_out_is_summed_with_gtt(tmp_path: Path) -> None:
     assert (d.gtt_total_bytes, d.gtt_used_bytes) == (66_655_879_168, 21_915_045_888)
     ratio = d.memory_used_bytes / d.memory_total_bytes
     assert 0.34 < ratio < 0.36  # not the carve-out's 99 %
-    assert d.memory_note is not None and d.memory_note.startswith("VRAM+GTT (an APU")
+    assert d.memory_note is not None and d.memory_note.startswith("VRAM+GTT (APU: a VRAM carve-out, models in GTT)")
     assert "VRAM 2.0 GiB / 2.0 GiB + GTT 20.4 GiB / 62.1 GiB" in d.memory_note
 
 
