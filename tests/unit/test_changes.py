@@ -123,3 +123,20 @@ def test_a_damaged_timeline_is_read_as_far_as_it_goes(tmp_path: Path) -> None:
     assert back.facts == {}  # the fingerprint line was the truncated one
     assert back.warning is not None and "3 unreadable line(s) skipped" in back.warning
     assert json.loads(store.path.read_text(encoding="utf-8").splitlines()[0])["type"] == "server"
+
+
+def test_inspect_log_changes_lists_the_restart_of_a_pasted_log(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtop.inspect_log import main_inspect_log
+
+    assert main_inspect_log([str(FIXTURE), "--changes"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:4] == ["server changes", "  2 start(s), 1 restart(s) in the log; what changed at each:", out[3]]
+    assert out[3].endswith("server restarted: 0.1.41 → 0.6.6")
+    assert any(line.endswith("OLLAMA_FLASH_ATTENTION false → true (server config)") for line in out)
+    assert main_inspect_log([str(FIXTURE), "--changes", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["starts"] == 2
+    assert {(c["kind"], c["before"], c["after"]) for c in doc["changes"]} >= {("version", "0.1.41", "0.6.6")}
+    one = FIXTURE.parents[1] / "logs" / "018-server-config-docker-compose-prefix-0.1.41.log"
+    assert main_inspect_log([str(one), "--changes"]) == 0
+    assert "one server start in the log: nothing to compare it with" in capsys.readouterr().out
