@@ -15,6 +15,7 @@ from kvtop import __version__
 from kvtop.model.gpu import ModelGpu, gpu_json, gpu_status_line, model_gpu_json, model_gpu_usage
 from kvtop.model.alerts import alert_json
 from kvtop.model.ctx_advice import advice_for, advice_json, advice_line
+from kvtop.model.placement_reason import placement_for, placement_json
 from kvtop.model.queue import queue_json, queue_summary
 from kvtop.model.server_view import server_json
 from kvtop.model.known import SOURCE_LEGEND, units_note
@@ -25,7 +26,8 @@ JSON_SCHEMA_VERSION = 1
 
 def model_json(v: ModelView, usage: ModelGpu | None = None, state: AppState | None = None) -> dict[str, Any]:
     """One model as the ``--once --json`` schema describes it (bytes as integers, null when unknown); with
-    ``state``, its ``ctx_advice`` (``model.ctx_advice``: what num_ctx the traffic needs), else null."""
+    ``state``, its ``ctx_advice`` (``model.ctx_advice``: what num_ctx the traffic needs) and ``placement``
+    (``model.placement_reason``: where its load landed and why), else null."""
     m = v.memory
     return {
         "name": v.name,
@@ -63,6 +65,7 @@ def model_json(v: ModelView, usage: ModelGpu | None = None, state: AppState | No
         "engine_source": v.engine.source,
         "runner": _runner_json(v),
         "ctx_advice": advice_json(advice_for(state, v)) if state is not None else None,
+        "placement": placement_json(placement_for(state, v)) if state is not None else None,
     }
 
 

@@ -17,6 +17,7 @@ from kvtop.ui.format import exact_bytes, ibytes, safe, size_text
 from kvtop.model.gpu import gpu_status_line, model_gpu_usage
 from kvtop.ui.widgets.gpu_panel import gpu_detail_rows
 from kvtop.ui.widgets.hanging import Hanging
+from kvtop.ui.widgets.placement_section import append_placement
 
 
 def _src(k: Known[Any]) -> str:
@@ -375,6 +376,7 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     for finding in v.findings:
         out.append("  ⚠ ", style="bold")
         out.append(safe(finding, 200) + "\n")
+    append_placement(out, v, state)
 
     _local_rows(out, v)
 
