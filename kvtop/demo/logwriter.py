@@ -249,6 +249,12 @@ class LogWriter:
         with self._lock:
             self._served.append(line)
 
+    def write_lines(self, lines: list[str]) -> None:
+        """Log lines of a request the stand-in serves (``kvtop.demo.standin_serve``); written at the
+        next tick, stamped then. Thread-safe, as :meth:`access`."""
+        with self._lock:
+            self._served.extend(lines)
+
     def tick(self) -> int:
         """Write what is due now; returns the lines written."""
         with self._lock:

@@ -29,8 +29,10 @@ from kvtop.demo.api_bodies import (
     show_body,
     tags_body,
 )
+from kvtop.demo.log_lines import runner_figures
 from kvtop.demo.player import ScenarioPlayer
-from kvtop.demo.scenario import Step
+from kvtop.demo.scenario import LoadedModel, Step
+from kvtop.demo.standin_serve import Slots, answer_body, prompt_tokens
 
 
 # --------------------------------------------------------------------------------------------
@@ -73,6 +75,8 @@ class StandinServer(ThreadingHTTPServer):
         """``https`` once :meth:`use_tls` wrapped the socket."""
         self.requests: deque[tuple[str, str]] = deque(maxlen=10_000)
         """``(method, path)`` of every request outside ``/_standin/``, oldest first (``GET /_standin/requests``)."""
+        self.slots = Slots()
+        """The runners' slots for requests with a prompt (``kvtop.demo.standin_serve``)."""
         self.log_writer: Any = None
         """``--log-file``: the ``kvtop.demo.logwriter.LogWriter`` writing the scenario's server log, or None."""
         super().__init__(address, _Handler)
@@ -406,6 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
             ("HEAD", "/api/tags"),
             ("POST", "/api/show"),
             ("POST", "/api/generate"),
+            ("POST", "/api/chat"),
         }
         if (method, path) not in routes:
             self._drain()
@@ -430,7 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(200, ps_body(scenario, step, since_ns, reloads=reloads, expiry=expiry))
         elif path == "/api/tags":
             self._json(200, tags_body(scenario))
-        elif path == "/api/generate":
+        elif path in ("/api/generate", "/api/chat"):
             self._generate(index, step)
         else:
             self._show()
@@ -460,6 +465,9 @@ class _Handler(BaseHTTPRequestHandler):
         row = next((r for r in step.loaded if r.model.lower() == name), None)  # names match case-blind
         if row is not None:
             name = row.model
+            if prompt_tokens(body):  # a request with a prompt: served in one of the runner's slots
+                self._serve(index, row, body)
+                return
         keep_ns: int | None = None
         if "keep_alive" in body:
             keep_ns = _keep_alive_ns(body["keep_alive"])
@@ -532,6 +540,25 @@ class _Handler(BaseHTTPRequestHandler):
                 "done_reason": "load",
             },
         )
+
+    def _serve(self, index: int, row: LoadedModel, body: dict[str, Any]) -> None:
+        """Answer a request with a prompt once a slot of ``row``'s runner has served it (``standin_serve``)."""
+        scenario = self.server.player.scenario
+        writer = self.server.log_writer
+        with self.server.reloads_lock:
+            ctx = self.server.reloads.get((index, row.model), (row.context_length,))[0] or row.context_length or 2048
+        started = time.time_ns()
+        served = self.server.slots.serve(
+            index,
+            row.model,
+            body,
+            runner_figures(scenario, row.model) if scenario.models[row.model].runner is not None else {},
+            ctx,
+            writer.write_lines if writer is not None else None,
+        )
+        chat = urlsplit(self.path).path.rstrip("/") == "/api/chat"
+        answer = answer_body(row.model, served, chat, format_go_time(time.time_ns()), time.time_ns() - started)
+        self._json(200, answer)
 
     def _show(self) -> None:
         body = self._json_body(required=True)

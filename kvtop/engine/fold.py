@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from kvtop.logparse.events import LogEvent
+from kvtop.model.queue import requeue
 from kvtop.model.state import fold_log_events
 from kvtop.model.views import AppState
 
@@ -70,4 +71,4 @@ def fold_pending(state: AppState, pending: Sequence[Pending]) -> AppState:
     log batches were merged into one :class:`LogRun` as they arrived); alerts not evaluated."""
     for item in pending:
         state = item.fold(state) if isinstance(item, LogRun) else item(state)
-    return state
+    return requeue(state)  # the queue's slots figures follow the models' slots folded in just now

@@ -298,6 +298,7 @@ def main_export(argv: Sequence[str]) -> int:
         proc_source=sources.procs,
         log_source=sources.log,
         slots_source=sources.slots,
+        conns_source=sources.conns,
     )
     if args.format == "textfile":
         return _main_textfile(

@@ -31,6 +31,7 @@ from kvtop.sources.protocols import GpuSourceLike, OllamaSource, ProcSourceLike,
 
 if TYPE_CHECKING:
     from kvtop.engine import Notice, Step
+    from kvtop.sources.connections import ConnectionSource
     from kvtop.sources.tail import LogSource
 
 
@@ -133,6 +134,7 @@ class Exporter:
         proc_source: ProcSourceLike | None = None,
         log_source: LogSource | None = None,
         slots_source: SlotsSourceLike | None = None,
+        conns_source: ConnectionSource | None = None,
     ) -> None:
         from kvtop.config import Settings
         from kvtop.engine import Engine, EngineSources
@@ -158,6 +160,7 @@ class Exporter:
                 gpu=gpu_source,
                 procs=proc_source,
                 slots=slots_source,
+                conns=conns_source,  # the queue of the first host when it is on this machine
             ),
             hosts=urls or None,
             alerts=self.pollers[0].alerts if self.pollers else {},

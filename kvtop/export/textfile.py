@@ -72,13 +72,32 @@ TEXTFILE_FIRST_WAIT_S = 1.0
 """Beyond the request timeout, how long the first write waits for every host's first poll."""
 
 
+def first_sample_read(exporter: Exporter) -> bool:
+    """Whether every source of the first sample was read: every host polled once, this machine's
+    GPUs (when sampled), the server log's first batch (when one is read) and the connections to
+    the local API port (the queue, when they are read)."""
+    if not all(p.view.polls > 0 for p in exporter.pollers):
+        return False
+    if exporter.gpu_source is not None and exporter.gpu is None:
+        return False
+    engine = exporter.engine
+    log_state = engine.states.get(engine.log_host) if engine.log_host is not None else None
+    if exporter.log_source is not None and log_state is not None and log_state.log.source is None:
+        return False
+    local = engine.states.get(engine.local_host)
+    return (
+        engine.sources.conns is None or engine.queue_port() is None or (local is not None and local.queue is not None)
+    )
+
+
 async def write_textfile_forever(
     exporter: Exporter, path: str, stop: asyncio.Event, *, once: bool = False, first_wait_s: float
 ) -> str | None:
     """Write ``path`` (:func:`write_atomically`) every ``exporter.interval_s`` until ``stop``.
 
-    The first write waits until every host was polled once and, when this machine is sampled, its
-    GPUs were (at most ``first_wait_s``), so the file never starts empty. A write that fails is
+    The first write waits (at most ``first_wait_s``) until the first sample is whole
+    (:func:`first_sample_read`), so the file never starts empty and ``--once`` writes what
+    ``kvtop --once`` prints. A write that fails is
     said once on stderr (and again when the error changes or clears) and tried again next
     interval.
 
@@ -88,8 +107,7 @@ async def write_textfile_forever(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + first_wait_s
     while loop.time() < deadline and not stop.is_set():
-        polled = all(p.view.polls > 0 for p in exporter.pollers)
-        if polled and (exporter.gpu_source is None or exporter.gpu is not None):
+        if first_sample_read(exporter):
             break
         await asyncio.sleep(0.02)
     said: str | None = None

@@ -12,7 +12,7 @@ how many wait, so kvtop estimates it from what this machine shows:
   every model has a free slot, the next request is served at once: 0). The newest connections are the
   ones waiting (Ollama serves in arrival order), so the **oldest wait** is the age of the oldest of
   them, from the time kvtop first saw each connection (a connection that was already open at
-  kvtop's start is aged from then).
+  kvtop's start is aged from then; after a single read, as ``--once`` makes, it is not known).
 
 Pure: the connections are a :class:`~kvtop.model.queue_snapshots.ConnSnapshot` (the data, below
 the views, in ``model.queue_snapshots``); :func:`fold_connections` carries the first-seen times from
@@ -29,7 +29,7 @@ from kvtop.model.known import marked
 from kvtop.model.queue_snapshots import ConnSnapshot, QueueView
 from kvtop.model.views import AppState, ModelView
 
-__all__ = ["fold_connections", "fold_queue", "queue_json", "queue_short", "queue_summary"]
+__all__ = ["fold_connections", "fold_queue", "queue_json", "queue_short", "queue_summary", "requeue"]
 
 
 def _slots(models: Sequence[ModelView]) -> tuple[int | None, int | None, tuple[str, ...]]:
@@ -59,8 +59,9 @@ def fold_connections(previous: QueueView | None, snap: ConnSnapshot, models: Seq
     """
     busy, total, full = _slots(models)
     if snap.error is not None:
-        return QueueView(snap.taken_at, snap.port, None, busy, total, None, None, full, error=snap.error)
-    seen = previous.first_seen if previous is not None and previous.port == snap.port else {}
+        return QueueView(snap.taken_at, snap.port, None, busy, total, None, None, full, error=snap.error, snap=snap)
+    read_before = previous is not None and previous.port == snap.port and previous.error is None
+    seen = previous.first_seen if previous is not None and read_before else {}
     first_seen = {c: seen.get(c, snap.taken_at) for c in snap.clients}
     in_flight = len(snap.clients)
     waiting: int | None
@@ -73,7 +74,7 @@ def fold_connections(previous: QueueView | None, snap: ConnSnapshot, models: Seq
         waiting = max(0, in_flight - (busy or 0))
     else:
         waiting = 0  # every model has a free slot: the next request for it is served at once
-    if waiting:
+    if waiting and read_before:  # a first read cannot age its connections: the oldest wait is not known yet
         times = sorted(first_seen.values())
         oldest = max(0.0, snap.taken_at - times[len(times) - waiting])
     per_client: dict[str, int] = {}
@@ -81,8 +82,35 @@ def fold_connections(previous: QueueView | None, snap: ConnSnapshot, models: Seq
         per_client[addr] = per_client.get(addr, 0) + 1
     clients = tuple(sorted(per_client.items(), key=lambda kv: (-kv[1], kv[0])))
     return QueueView(
-        snap.taken_at, snap.port, in_flight, busy, total, waiting, oldest, full, clients, snap.own, None, first_seen
+        snap.taken_at,
+        snap.port,
+        in_flight,
+        busy,
+        total,
+        waiting,
+        oldest,
+        full,
+        clients,
+        snap.own,
+        None,
+        first_seen,
+        snap,
+        read_before,
     )
+
+
+def requeue(state: AppState) -> AppState:
+    """``state`` with its queue derived again from its last connections read when the models' slots
+    changed since (a ``/slots`` round or the log's slot lines arrive between two reads of the
+    connections, which are read every few seconds); ``state`` itself when they did not."""
+    queue = state.queue
+    if queue is None or queue.snap is None:
+        return state
+    busy, total, full = _slots(state.models)
+    if (busy, total, full) == (queue.busy_slots, queue.total_slots, queue.full_models):
+        return state
+    before = queue if queue.aged else None  # with no read before the last one, its ages stay unknown
+    return dataclasses.replace(state, queue=fold_connections(before, queue.snap, state.models))
 
 
 def fold_queue(state: AppState, snap: ConnSnapshot) -> AppState:

@@ -45,12 +45,15 @@ class QueueView:
         busy_slots / total_slots: Summed over the loaded models whose slots are known; None when
             no model's are.
         waiting: Requests waiting for a slot (0 while a slot is free); None when not known.
-        oldest_wait_s: Seconds the oldest waiting request has waited; None when none waits.
+        oldest_wait_s: Seconds the oldest waiting request has waited; None when none waits, and
+            after the first read (a connection's age is counted from when kvtop first saw it).
         full_models: The models whose every slot is busy: a new request for them would wait.
         clients: Connections per client address, most first.
         own: kvtop's own connections left out.
         error: Why the connections could not be read.
         first_seen: When each open connection was first seen (Unix seconds), carried to the next sample.
+        snap: The connections read these figures come from: the slots figures are derived again from
+            it when the models' slots change between two reads (``model.queue.requeue``).
     """
 
     taken_at: float
@@ -65,6 +68,9 @@ class QueueView:
     own: int = 0
     error: str | None = None
     first_seen: Mapping[Endpoint, float] = dataclasses.field(default_factory=dict, compare=False)
+    snap: ConnSnapshot | None = dataclasses.field(default=None, compare=False)
+    aged: bool = dataclasses.field(default=False, compare=False)
+    """Whether the connections were read before ``snap`` (then their ages are known)."""
 
     @property
     def source(self) -> str:

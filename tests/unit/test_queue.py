@@ -5,12 +5,14 @@ and the estimate of requests waiting for a slot."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-from kvtop.model.queue import fold_connections, queue_json
+from kvtop.model.queue import fold_connections, queue_json, requeue
+from kvtop.model.views import AppState
 from kvtop.model.queue_snapshots import ConnSnapshot
 from kvtop.model.slot_snapshots import SlotUse
 from kvtop.sources.connections import ESTABLISHED, parse_proc_net_tcp, read_connections
@@ -61,7 +63,7 @@ def test_waiting_counts_connections_beyond_the_busy_slots_while_a_model_is_full(
     clients = tuple(("10.0.0.7", 50000 + i) for i in range(5))
     first = fold_connections(None, ConnSnapshot(100.0, PORT, clients[:3]), [_model("qwen3", 2, 2)])  # type: ignore[list-item]
     assert (first.in_flight, first.busy_slots, first.total_slots, first.waiting) == (3, 2, 2, 1)
-    assert first.oldest_wait_s == 0.0 and first.full_models == ("qwen3",)
+    assert first.oldest_wait_s is None and first.full_models == ("qwen3",)  # one read: no age yet (--once)
     # 12 s later two more arrive: 3 wait; the oldest waiting is the newest of the first three (FIFO)
     later = fold_connections(first, ConnSnapshot(112.0, PORT, clients), [_model("qwen3", 2, 2)])  # type: ignore[list-item]
     assert later.waiting == 3 and later.oldest_wait_s == 12.0
@@ -69,6 +71,25 @@ def test_waiting_counts_connections_beyond_the_busy_slots_while_a_model_is_full(
     # a free slot: nothing waits although connections are open (idle keep-alives count as in flight)
     free = fold_connections(later, ConnSnapshot(113.0, PORT, clients), [_model("qwen3", 1, 2)])  # type: ignore[list-item]
     assert free.in_flight == 5 and free.waiting == 0 and free.oldest_wait_s is None and free.full_models == ()
+
+
+def test_the_queue_follows_the_slots_between_two_reads_of_the_connections() -> None:
+    """The connections are read every few seconds, the slots every poll: ``requeue`` derives the queue
+    again from the last read when a model's slots change (the slot's request ended: nothing waits)."""
+    clients = tuple(("10.0.0.7", 50000 + i) for i in range(3))
+    full = [_model("qwen3", 1, 1)]
+    first = fold_connections(None, ConnSnapshot(100.0, PORT, clients), full)  # type: ignore[arg-type]
+    queue = fold_connections(first, ConnSnapshot(105.0, PORT, clients), full)  # type: ignore[arg-type]
+    state = AppState(host_url="http://127.0.0.1:11434", queue=queue, models=tuple(full))  # type: ignore[arg-type]
+    assert requeue(state) is state  # slots as they were: the same state
+    with_free = requeue(dataclasses.replace(state, models=(_model("qwen3", 0, 1),)))
+    assert with_free.queue is not None
+    assert (with_free.queue.waiting, with_free.queue.busy_slots, with_free.queue.full_models) == (0, 0, ())
+    assert with_free.queue.in_flight == 3 and with_free.queue.taken_at == 105.0  # still the last read's
+    busy_again = requeue(dataclasses.replace(with_free, models=tuple(full)))
+    assert (
+        busy_again.queue is not None and busy_again.queue.waiting == 2 and busy_again.queue.oldest_wait_s == 5.0
+    )  # aged from the first read
 
 
 def test_slots_not_known_leave_waiting_unknown_and_a_failed_read_says_why() -> None:
