@@ -24,6 +24,15 @@ Control endpoints (not part of Ollama):
   cache at the new type, the rest unchanged) and placed in the VRAM budget; later
   ``/api/generate`` reloads use it too. Answers the state plus ``kv_cache_type`` and ``vram_bytes``.
 
+  The same endpoint also takes ``OLLAMA_CONTEXT_LENGTH``, ``OLLAMA_NUM_PARALLEL``,
+  ``OLLAMA_MAX_LOADED_MODELS`` and ``OLLAMA_KEEP_ALIVE``: the scheduler's settings for later loads.
+- ``POST /api/generate`` for a pulled model that is not loaded loads it by Ollama's scheduler rules
+  (``kvtop.demo.standin_sched``, docs/ollama-scheduler.md): models unloaded to make room or at
+  ``OLLAMA_MAX_LOADED_MODELS``, shortest keep-alive first, idle before in use, the load waiting
+  for a busy one. ``POST /_standin/busy`` ``{"model": NAME, "requests": N}`` sets a model's requests
+  in flight; ``GET /_standin/sched`` -> ``{"loads": [{"model", "unloaded", "num_ctx", ...}],
+  "env", "waiting"}``.
+
 ``--vram-bytes N`` gives the stand-in a GPU of N bytes for Ollama: a ``POST /api/generate`` reload
 (or an ``env`` restart) that no longer fits gets ``size_vram`` capped to what the step's other
 models leave free, the rest in system RAM, as Ollama's scheduler does. Without it a model fully on

@@ -1,8 +1,7 @@
 """The stand-in's HTTP server: :class:`StandinServer` (the player, the reloads and keep-alives the
 ``POST /api/generate`` requests made, the auth a proxy would ask) and its request handler, which
 routes the Ollama API and the ``/_standin/`` control endpoints (:mod:`kvtop.demo.server` lists them).
-
-Standard library only.
+A generate for a model not loaded goes to the scheduler (:mod:`kvtop.demo.standin_sched`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from kvtop.demo.api_bodies import (
 )
 from kvtop.demo.log_lines import runner_figures
 from kvtop.demo.player import ScenarioPlayer
+from kvtop.demo.standin_sched import busy_route, load_route, merge_ps, ps_rows
 from kvtop.demo.scenario import LoadedModel, Step
 from kvtop.demo.standin_serve import Slots, answer_body, prompt_tokens
 
@@ -79,6 +79,10 @@ class StandinServer(ThreadingHTTPServer):
         """The runners' slots for requests with a prompt (``kvtop.demo.standin_serve``)."""
         self.log_writer: Any = None
         """``--log-file``: the ``kvtop.demo.logwriter.LogWriter`` writing the scenario's server log, or None."""
+        from kvtop.demo.standin_sched import Sched
+
+        self.sched = Sched(threading.Condition(self.reloads_lock))
+        """The scheduler's state: models a generate loaded, busy counts, its environment (``kvtop.demo.standin_sched``)."""
         super().__init__(address, _Handler)
 
     @property
@@ -311,6 +315,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._machine()
         elif path == "/_standin/env" and method == "POST":
             self._env(self._json_body(required=True))
+        elif path == "/_standin/busy" and method == "POST":
+            busy_route(self, self._json_body(required=True))
+        elif path == "/_standin/sched" and method == "GET":
+            with self.server.reloads_lock:
+                sched = self.server.sched
+                self._json(200, {"loads": list(sched.events), "env": dict(sched.env), "waiting": list(sched.waiting)})
         else:
             self._drain()
             self._error(404, "not found")
@@ -358,11 +368,23 @@ class _Handler(BaseHTTPRequestHandler):
         """``POST /_standin/env``: restart with ``OLLAMA_KV_CACHE_TYPE``; the current step's models are
         re-sized (KV cache at the new type, ``kv.bytes_per_token × num_ctx``) and placed in the budget."""
         from kvtop.model import kv
+        from kvtop.demo.standin_sched import SCHED_ENV
 
-        unknown = sorted(set(body) - {"OLLAMA_KV_CACHE_TYPE"})
+        unknown = sorted(set(body) - {"OLLAMA_KV_CACHE_TYPE", *SCHED_ENV})
         if unknown:
-            self._error(400, f"the stand-in only simulates OLLAMA_KV_CACHE_TYPE, not {', '.join(unknown)}")
+            self._error(
+                400,
+                f"the stand-in only simulates OLLAMA_KV_CACHE_TYPE and {', '.join(SCHED_ENV)}, not {', '.join(unknown)}",
+            )
             return
+        sched_env = {k: str(v) for k, v in body.items() if k in SCHED_ENV}
+        if sched_env:  # the scheduler's variables: used by the next load (no restart)
+            with self.server.reloads_lock:
+                self.server.sched.env.update(sched_env)
+            if "OLLAMA_KV_CACHE_TYPE" not in body:
+                index, since_ns = self.server.player.current()
+                self._json(200, self._state(index, since_ns) | {"env": dict(self.server.sched.env)})
+                return
         raw = body.get("OLLAMA_KV_CACHE_TYPE")
         new_type = kv.normalize_cache_type(raw if isinstance(raw, str) else None) if raw != "" else "f16"
         if new_type is None:
@@ -432,7 +454,8 @@ class _Handler(BaseHTTPRequestHandler):
                 with self.server.reloads_lock:
                     reloads = {m: v for (i, m), v in self.server.reloads.items() if i == index}
                     expiry = {m: v for (i, m), v in self.server.expiry.items() if i == index}
-                self._json(200, ps_body(scenario, step, since_ns, reloads=reloads, expiry=expiry))
+                    extra = ps_rows(self.server, index)
+                self._json(200, merge_ps(ps_body(scenario, step, since_ns, reloads=reloads, expiry=expiry), extra))
         elif path == "/api/tags":
             self._json(200, tags_body(scenario))
         elif path in ("/api/generate", "/api/chat"):
@@ -489,8 +512,9 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        if row is None:
-            self._error(404, f"model '{name}' is not loaded in this step of the stand-in's scenario")
+        unloaded = row is not None and self.server.expiry.get((index, row.model), 0) is None
+        if row is None or (unloaded and num_ctx is None and "keep_alive" not in body):
+            load_route(self, index, step, name, options if isinstance(options, dict) else {}, keep_ns)
             return
         if keep_ns is not None and num_ctx is None:  # a keep-alive alone: the model stays (or loads again)
             now = time.time_ns()

@@ -267,6 +267,9 @@ class Launch:
     cache_type: Known[str]
     flash_attention: Known[bool]
     problem: str | None = None
+    auto_ctx: bool = False
+    """num_ctx is Ollama's automatic one (no request, Modelfile or ``OLLAMA_CONTEXT_LENGTH`` value:
+    ``routes.go:usesAutomaticNumCtx``); a runner loaded automatically is then reused whatever its num_ctx."""
 
     @property
     def runner_ctx(self) -> int | None:
@@ -301,6 +304,7 @@ def launch_settings(
     own = _parameter_num_ctx(show.parameters) if show is not None and num_ctx is None else None
     if own:
         ctx = Known(own, "requested", "the Modelfile's PARAMETER num_ctx")
+    auto = ctx.source in ("default", "estimated")
     if ctx.value is not None and context_train and ctx.value > context_train:
         ctx = Known(context_train, "estimated", f"{ctx.value} clamped to the training context")
     elif ctx.value is not None and ctx.value < 4:
@@ -325,7 +329,7 @@ def launch_settings(
                 cache = Known("f16", "default", "a quantized type needs OLLAMA_FLASH_ATTENTION=1 (v0.13.4–v0.24.0)")
         elif parsed >= (0, 5, 0) and fa.value is False:
             cache = Known("f16", "default", "a quantized type needs flash attention")
-    return Launch(ctx, parallel, cache, fa, problem)
+    return Launch(ctx, parallel, cache, fa, problem, auto)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,11 +432,16 @@ def forecast(
     free = free_bytes
     same = next((r for r in loaded if _same(r.name, model)), None)
     if same is not None:
-        if same.context_length is None or same.context_length == launch.num_ctx.value:
+        if same.context_length is None or same.context_length == launch.num_ctx.value or launch.auto_ctx:
+            why = "loaded: a request without options is served by it, nothing loads"
+            if launch.auto_ctx and same.context_length not in (None, launch.num_ctx.value):
+                why += (
+                    f" (if its load at num_ctx {same.context_length} asked for that num_ctx, a request "
+                    f"without options reloads it at {launch.num_ctx.value}: needsReload)"
+                )
             return NextLoad(
                 model, launch, need_bytes, need_error_bytes, free_bytes, free_bytes, None, (),
-                tuple(r.name for r in loaded), "loaded", rules, None,
-                ("loaded at these settings: a request is served by it, nothing loads",),
+                tuple(r.name for r in loaded), "loaded", rules, None, (why,),
             )  # fmt: skip
         loaded.remove(same)
         evicted.append(Eviction(same.name, "reload", bool(same.in_use.value), same.vram_bytes))

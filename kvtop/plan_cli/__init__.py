@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Ollama version the plan is for (default: /api/version, offline 0.30+: llama-server)",
     )
+    from kvtop.plan_cli.next_load_cli import add_arguments
+
+    add_arguments(p, _gpu_bytes)  # --gguf, --env, --gpus, --gpu-total, --in-use: the next-load forecast
     return p
 
 
@@ -292,7 +295,11 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="replace")
+    given = [k for k in ("ctx", "kv", "parallel", "flash_attention") if getattr(args, k) is not None]
     if args.all:
+        if args.gguf:
+            emit("kvtop plan: --all plans the pulled models; --gguf plans one file")
+            return EXIT_ERROR
         if args.model is not None or args.log or args.model_info or args.weights is not None or args.reserve:
             emit(
                 "kvtop plan: --all plans every pulled model of a server; leave out MODEL, --log, --model-info, "
@@ -303,15 +310,15 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
             emit("kvtop plan: --all takes one --ctx and one --kv")
             return EXIT_ERROR
         return _main_all(args)
-    if args.model is None:
-        emit("kvtop plan: name a MODEL, or --all for every pulled model")
+    if args.model is None and not args.gguf:
+        emit("kvtop plan: name a MODEL, or --gguf PATH for a local file, or --all for every pulled model")
         return EXIT_ERROR
     if args.parallel is None:
         args.parallel = 1
     if args.flash_attention is None:
         args.flash_attention = "on"
     try:
-        result = _plan(args, transport)
+        result = _plan(args, transport, given)
     except PlanError as exc:
         emit(f"kvtop plan: {exc}")
         return EXIT_ERROR
@@ -331,8 +338,28 @@ def _ascii(text: str, args: argparse.Namespace) -> str:
     return text
 
 
-def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> PlanResult | None:
-    if args.model_info:
+def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None, given: list[str]) -> PlanResult | None:
+    import dataclasses
+    import time
+
+    from kvtop.plan_cli.next_load_cli import forecast_for, read_gguf_input, server_loaded
+
+    if args.gguf:
+        if args.model_info or args.weights is not None:
+            raise PlanError("--gguf reads the file itself; leave out --model-info and --weights")
+        inp = read_gguf_input(args.gguf, args.model, args.server_version)
+        raw = args.host if args.host is not None else os.environ.get("OLLAMA_HOST")
+        host, access = server_access(raw, strict=args.host is not None, args=args)
+        version, rows, blobs, more = server_loaded(host, access, args.timeout, transport)
+        inp = dataclasses.replace(
+            inp,
+            version=args.server_version or version,
+            ps_rows=rows,
+            loaded_blobs=blobs,
+            notes=inp.notes + tuple(more),
+            source=f"{inp.source}; loaded models: {host}",
+        )
+    elif args.model_info:
         if args.host:
             raise PlanError("--model-info plans offline; leave out --host")
         inp = read_model_info_file(args.model_info, args.model, args.weights, args.server_version)
@@ -349,11 +376,14 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
         return None
     free: int | None = None
     free_source = ""
+    total: int | None = args.gpu_total
     if args.gpu_free == "auto":
         free, free_source = nvml_free_bytes()
         free_source = f"NVML, {free_source}"
+        total = total if total is not None else nvml_total_bytes()
     elif isinstance(args.gpu_free, int):
         free, free_source = args.gpu_free, "--gpu-free"
+    next_load, _ = forecast_for(inp, args, free_bytes=free, total_bytes=total, now_s=time.time(), given=given)
     calibration: plan.Calibration | None = None
     calibration_note = ""
     served, log_config = None, None
@@ -373,6 +403,7 @@ def _plan(args: argparse.Namespace, transport: httpx.BaseTransport | None) -> Pl
         calibration_note=calibration_note,
         served=served,
         log_config=log_config,
+        next_load=next_load,
     )
 
 
@@ -384,12 +415,12 @@ def _main_all(args: argparse.Namespace) -> int:
         host, access = server_access(raw, strict=args.host is not None, args=args)
         free: int | None = None
         free_source = ""
-        total: int | None = None
+        total: int | None = args.gpu_total
         from kvtop.sources.hosts import host_is_this_machine
 
         if args.gpu_free == "auto":
             free, label = nvml_free_bytes()
-            free_source, total = f"NVML, {label}", nvml_total_bytes()
+            free_source, total = f"NVML, {label}", total if total is not None else nvml_total_bytes()
         elif isinstance(args.gpu_free, int):
             free, free_source = args.gpu_free, "--gpu-free"
         version, pulled, loaded, notes = asyncio.run(fetch_all(host, args.timeout, access))

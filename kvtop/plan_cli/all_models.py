@@ -35,6 +35,8 @@ class AllResult:
     notes: tuple[str, ...]
     unread: tuple[tuple[str, str], ...] = ()
     """``(name, reason)`` of each model whose ``/api/show`` was not read: the answer is incomplete."""
+    next_loads: tuple[Any, ...] = ()
+    """Per row, what loading it now would do (``model.next_load.NextLoad``), None where unread."""
 
 
 def nvml_total_bytes() -> int | None:
@@ -98,7 +100,10 @@ def make_all(
     from kvtop.model import preflight
     from kvtop.model.known import Known
 
-    d = running = preflight.server_defaults(version, None, total_bytes)
+    from kvtop.plan_cli.next_load_cli import parse_env
+
+    env = parse_env(getattr(args, "env", None))
+    d = running = preflight.server_defaults(version, env, total_bytes)
     if args.ctx:
         d = dataclasses.replace(d, num_ctx=Known(args.ctx[0], "requested", "--ctx"))
     if args.kv:
@@ -115,12 +120,12 @@ def make_all(
             f"num_ctx ~{d.num_ctx.value} is assumed: Ollama v0.15.5+ picks its default from the GPUs' "
             "total memory (4096 under 23 GiB, 32768 from 23 GiB, 262144 from 47 GiB), which is not known "
             "here, so the smallest is assumed; --gpu-free auto reads it (NVML, on the server's machine), "
-            "or pass --ctx"
+            "or pass --gpu-total or --ctx"
         )
     assumed = [
         what
         for what, given in (
-            ("OLLAMA_CONTEXT_LENGTH as unset (--ctx)", args.ctx),
+            ("OLLAMA_CONTEXT_LENGTH as unset (--ctx)", args.ctx or env),
             ("the KV type f16 (--kv)", args.kv),
             ("1 slot (--parallel)", args.parallel is not None),
             ("flash attention on (--flash-attention)", args.flash_attention is not None),
@@ -135,13 +140,84 @@ def make_all(
         pulled, d, free_bytes=free_bytes, loaded=loaded, engine=plan.engine_for_version(version), running=running
     )
     not_asked = f"not asked: the {all_budget_s(args.timeout):g} s for all of them ran out first"
+    loads = _next_loads(args, version, env, d, pulled, loaded, free_bytes)
     return AllResult(
-        host, version, d, free_bytes, free_source, total_bytes, rows, tuple(more), preflight.unread(rows, not_asked)
+        host,
+        version,
+        d,
+        free_bytes,
+        free_source,
+        total_bytes,
+        rows,
+        tuple(more),
+        preflight.unread(rows, not_asked),
+        loads,
     )
+
+
+def _next_loads(
+    args: argparse.Namespace,
+    version: str | None,
+    env: Any,
+    d: Any,
+    pulled: Any,
+    loaded: Sequence[Any],
+    free: int | None,
+) -> tuple[Any, ...]:
+    """The next-load forecast of every pulled model (``model.next_load``), None for one not read."""
+    import time
+
+    from kvtop.model.known import Known
+    from kvtop.model.next_load_view import forecast_model
+
+    shows = pulled.shows if pulled is not None else {}
+    blobs = {
+        row.name: shows[row.digest].model_blob for row in loaded if row.digest in shows and shows[row.digest].model_blob
+    }
+    busy = {
+        row.name: Known(True, "requested", "--in-use")
+        for row in loaded
+        for b in (args.in_use or ())
+        if _same(row.name, b)
+    }
+    out: list[Any] = []
+    for digest, tag in (pulled.tags or {}).items():
+        show = shows.get(digest)
+        if show is None or show.error or show.remote:
+            out.append(None)
+            continue
+        spec = plan.model_spec(tag.name, show.model_info, file_size=tag.size_bytes)
+        out.append(
+            forecast_model(
+                tag.name, spec, d, version=version, env=env, loaded=loaded, free_bytes=free, gpu_count=args.gpus,
+                now_s=time.time(), show=show, blobs=blobs, busy=busy, engine=plan.engine_for_version(version),
+                num_ctx=d.num_ctx if args.ctx else None,
+            )
+        )  # fmt: skip
+    return tuple(out)
+
+
+def _same(a: str, b: str) -> bool:
+    def full(name: str) -> str:
+        name = name.strip().lower()
+        return name if ":" in name.rsplit("/", 1)[-1] else name + ":latest"
+
+    return full(a) == full(b)
+
+
+def next_load_cell(n: Any) -> str:
+    """The ``NEXT LOAD`` column: ``loaded``, ``unloads a, b``, ``waits for a``, ``—`` (nothing unloaded)."""
+    if n is None:
+        return NOT_KNOWN
+    if n.verdict == "loaded":
+        return "loaded"
+    gone = [e.name + (" (waits)" if e.waits else "") for e in n.evicted]
+    return ("unloads " + ", ".join(gone)) if gone else "—"
 
 
 def all_json(r: AllResult) -> dict[str, Any]:
     """The ``kvtop plan --all --json`` document (bytes exact; ``verdict`` per model)."""
+    from kvtop.model.next_load_view import next_load_json
     from kvtop.model.preflight import defaults_json, preflight_json
 
     return {
@@ -149,7 +225,10 @@ def all_json(r: AllResult) -> dict[str, Any]:
         "version": r.version,
         "defaults": defaults_json(r.defaults),
         "gpu": {"free_bytes": r.free_bytes, "free_source": r.free_source or None, "total_bytes": r.total_bytes},
-        "models": [preflight_json(row) for row in r.rows],
+        "models": [
+            preflight_json(row) | {"next_load": next_load_json(n) if n is not None else None}
+            for row, n in zip(r.rows, r.next_loads or (None,) * len(r.rows))
+        ],
         "notes": list(r.notes),
         "complete": not r.unread,
         "unread": [{"name": name, "reason": why} for name, why in r.unread],
@@ -174,9 +253,9 @@ def all_text(r: AllResult) -> str:
         ),
         "",
     ]
-    table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX"]]
+    table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX", "NEXT LOAD"]]
     calibrated: list[str] = []
-    for row in r.rows:
+    for row, n in zip(r.rows, r.next_loads or (None,) * len(r.rows)):
         fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")
         table.append(
             [
@@ -188,6 +267,7 @@ def all_text(r: AllResult) -> str:
                 _est(row.gpu_bytes),
                 fit,
                 NOT_KNOWN if row.max_num_ctx is None else row.max_num_ctx_text,
+                next_load_cell(n),
             ]
         )
         if row.calibration:
@@ -196,13 +276,23 @@ def all_text(r: AllResult) -> str:
     for line in table:
         out.append(
             "  "
-            + "  ".join(c.ljust(widths[i]) if i in (0, 6) else c.rjust(widths[i]) for i, c in enumerate(line)).rstrip()
+            + "  ".join(
+                c.ljust(widths[i]) if i in (0, 6, 8) else c.rjust(widths[i]) for i, c in enumerate(line)
+            ).rstrip()
         )
     if not r.rows:
         out.append("  (no pulled models)")
     out.append("")
     out.extend(f"  loaded  {c}; its unmarked figures are its own" for c in calibrated)
     out.extend(f"  note  {n}" for n in r.notes)
+    if any(n is not None for n in r.next_loads):
+        first = next(n for n in r.next_loads if n is not None)
+        out.append(
+            f"  next load: what loading it now does (Ollama's scheduler, docs/ollama-scheduler.md): at most "
+            f"{setting_text(first.rules.max_loaded)} models loaded; beside others a model takes at most "
+            f"{round(first.rules.fit_fraction * 100)}% of the free GPU memory, else the shortest keep-alive goes first; "
+            "kvtop plan MODEL says more"
+        )
     if r.unread:
         out.append(
             f"  incomplete: /api/show of {len(r.unread)} of {len(r.rows)} model(s) not read (exit {EXIT_INCOMPLETE}):"

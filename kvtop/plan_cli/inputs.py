@@ -5,6 +5,7 @@ exit codes and :class:`PlanError`, the one-line reason to stop.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import warnings
@@ -69,6 +70,12 @@ class PlanInput:
     loaded: Loaded | None
     remote: bool
     notes: tuple[str, ...] = ()
+    ps_rows: tuple[Any, ...] = ()
+    """Every ``/api/ps`` row (``PsModel``): what is loaded now, for the next-load forecast."""
+    loaded_blobs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Loaded model name → its weights blob (``/api/show`` Modelfile ``FROM``): the unload order's tiebreak."""
+    show: Any = None
+    """The model's ``/api/show`` as a ``ShowInfo`` (Modelfile ``num_ctx``, capabilities), None offline."""
 
 
 def _full_name(name: str) -> str:
@@ -173,8 +180,6 @@ def fetch_input(
     Raises:
         PlanError: Unreachable server, unknown model, or an answer of the wrong shape.
     """
-    from kvtop.sources.ollama_decode import ShapeError, parse_ps
-
     notes: list[str] = []
     with _client(base_url, timeout, transport, access) as client:
         client.kvtop_access = access  # type: ignore[attr-defined]  # for the 401/403 message
@@ -202,12 +207,11 @@ def fetch_input(
         if not isinstance(show, Mapping):
             raise PlanError("/api/show: unexpected answer")
         info, tensors, blob, remote = _show_parts(show)
+        from kvtop.sources.ollama_decode import parse_show
+
+        show_info = parse_show(show, digest=digest or "", name=name)
         loaded: Loaded | None = None
-        try:
-            rows = parse_ps(_get(client, "GET", "/api/ps"))
-        except (_HttpError, ShapeError):
-            rows = ()
-            notes.append("/api/ps could not be read: treated as not loaded")
+        rows, blobs = loaded_models(client, notes)
         for row in rows:
             if _same_model(row.name, name) or (digest is not None and row.digest == digest):
                 loaded = Loaded(row.size_bytes, row.size_vram_bytes, row.context_length)
@@ -215,7 +219,29 @@ def fetch_input(
     if file_size is None and not remote:
         notes.append("/api/tags does not list this model: its file size is not known")
     spec = plan.model_spec(name, info, tensors=tensors, file_size=file_size)
-    return PlanInput(spec, base_url, version, blob, loaded, remote, tuple(notes))
+    return PlanInput(spec, base_url, version, blob, loaded, remote, tuple(notes), rows, blobs, show_info)
+
+
+def loaded_models(client: httpx.Client, notes: list[str]) -> tuple[tuple[Any, ...], dict[str, str]]:
+    """``/api/ps`` rows and each loaded model's weights blob (``/api/show`` without ``verbose``: the
+    Modelfile's ``FROM``), read-only; what cannot be read is left out with a note in ``notes``."""
+    from kvtop.sources.ollama_decode import ShapeError, parse_ps, parse_show
+
+    try:
+        rows = parse_ps(_get(client, "GET", "/api/ps"))
+    except (_HttpError, ShapeError):
+        notes.append("/api/ps could not be read: treated as not loaded")
+        return (), {}
+    blobs: dict[str, str] = {}
+    for row in rows:
+        try:
+            body = _get(client, "POST", "/api/show", {"model": row.name})
+            found = parse_show(body, digest=row.digest, name=row.name).model_blob
+        except (PlanError, ShapeError):
+            found = None
+        if found:
+            blobs[row.name] = found
+    return rows, blobs
 
 
 def nvml_free_bytes() -> tuple[int, str]:

@@ -16,6 +16,8 @@ from kvtop.model import kv
 from kvtop.model import plan
 from kvtop.model.ctx_advice import ROUNDING, ROUNDING_WHY, CtxAdvice, advice_json, advice_line, advise
 from kvtop.model.ctx_served import ServedRequests
+from kvtop.model.next_load import NextLoad
+from kvtop.model.next_load_view import next_load_json, next_load_lines
 from kvtop.model.known import CLAMPED_MARK, exact_bytes, ibytes, marked, units_note
 from kvtop.plan_cli.inputs import EXIT_OK, PlanInput
 
@@ -47,6 +49,8 @@ class PlanResult:
     notes: tuple[str, ...]
     ctx_advice: CtxAdvice | None = None
     """What num_ctx the traffic of ``--log`` needs (``model.ctx_advice``); None without ``--log``."""
+    next_load: NextLoad | None = None
+    """What loading it now would do (``model.next_load``: settings, evictions, fit)."""
 
 
 def make_plan(
@@ -63,6 +67,7 @@ def make_plan(
     calibration_note: str = "",
     served: ServedRequests | None = None,
     log_config: plan.PlanConfig | None = None,
+    next_load: NextLoad | None = None,
 ) -> PlanResult:
     """Predict every ``ctx`` x ``kv`` configuration (pure given its inputs); with ``served`` (the requests of
     ``--log``), the num_ctx that traffic needs (``model.ctx_advice.advise``), from the configuration the log's
@@ -73,8 +78,14 @@ def make_plan(
     engine = plan.engine_for_version(inp.version)
     loaded = inp.loaded
     if not ctxs:
+        launch_ctx = next_load.launch.num_ctx if next_load is not None else None
         if loaded is not None and loaded.context_length:
             ctxs = [loaded.context_length]
+        elif launch_ctx is not None and launch_ctx.value and launch_ctx.source in ("service", "requested", "default"):
+            ctxs = [launch_ctx.value]
+            notes.append(
+                f"num_ctx {launch_ctx.value}: what a load without options gets ({launch_ctx.note}); pass --ctx"
+            )
         else:
             ctxs = [plan.DEFAULT_NUM_CTX]
             notes.append(
@@ -167,6 +178,7 @@ def make_plan(
         settings,
         tuple(dict.fromkeys(notes)),
         advice,
+        next_load,
     )
 
 
@@ -305,6 +317,12 @@ def render_text(r: PlanResult) -> str:
         w(f"\n  log       {r.calibration_note}\n")
     if r.ctx_advice is not None:
         _render_ctx_advice(w, r.ctx_advice)
+    if r.next_load is not None:
+        w("\nIf a request loads it now (Ollama's scheduler, docs/ollama-scheduler.md):\n")
+        for line in next_load_lines(r.next_load, ibytes):
+            w(f"  {line}\n")
+        for note in r.next_load.notes:
+            w(f"  note      {note}\n")
     w("\nApply: num_ctx is per request (options.num_ctx; OLLAMA_CONTEXT_LENGTH sets the server's default).\n")
     if r.settings:
         example = next((x for x in r.settings if dict(x.env)["OLLAMA_KV_CACHE_TYPE"] != "f16"), r.settings[0])
@@ -395,6 +413,7 @@ def result_json(r: PlanResult) -> dict[str, Any]:
         ],
         "notes": list(r.notes),
         "ctx_advice": advice_json(r.ctx_advice),
+        "next_load": next_load_json(r.next_load) if r.next_load is not None else None,
     }
 
 

@@ -128,6 +128,10 @@ def test_already_loaded_and_reload() -> None:
     loaded = [res("m:latest", 4), res("other", 4)]
     n = forecast("m", LAUNCH, loaded, rules, free_bytes=1 * GiB, need_bytes=3 * GiB)
     assert n.verdict == "loaded" and n.evicted == ()
+    # an automatic num_ctx reuses a runner loaded automatically at any num_ctx (needsReload)
+    auto = dataclasses.replace(LAUNCH, auto_ctx=True)
+    other = [dataclasses.replace(res("m:latest", 4), context_length=8192)]
+    assert forecast("m", auto, other, rules, free_bytes=1 * GiB, need_bytes=3 * GiB).verdict == "loaded"
     n = forecast(
         "m",
         LAUNCH,

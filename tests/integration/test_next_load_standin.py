@@ -1,0 +1,169 @@
+"""The next-load forecast (``kvtop plan MODEL --json`` ``next_load``) against scripted loads on the
+stand-in, whose scheduler (``kvtop.demo.standin_sched``) follows Ollama's rules (docs/ollama-scheduler.md):
+kvtop predicts, the test loads the model with a generate, and ``/api/ps`` must then show the prediction —
+the models unloaded, the num_ctx, 100% on the GPU — and the stand-in's own record of the load agrees.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtop.plan_cli import main_plan
+from tests.standin import BUNDLED, Standin, running
+
+GiB = 1024**3
+VRAM = 24 * GiB
+
+
+def _scenario(tmp_path: Path, loaded: list[tuple[str, int, float | None]]) -> Path:
+    """Five qwen3-1.7B models (the bundled one's keys, other names and file sizes), a 24 GiB GPU
+    (``--vram-bytes``), Ollama 0.33.0; ``loaded``: (name, size_vram, expires_in_s) of step 0."""
+    data = json.loads(BUNDLED.read_text(encoding="utf-8"))
+    template = data["models"]["qwen3:1.7b-q8_0"]
+    sizes = {"alpha:latest": 8, "bravo:latest": 5, "charlie:latest": 4, "delta:latest": 3, "newbie:latest": 2}
+    data["models"] = {
+        name: {**template, "digest": f"{i:02d}" * 32, "file_size": gib * GiB, "runner": None}
+        for i, (name, gib) in enumerate(sizes.items())
+    }
+    for m in data["models"].values():
+        m.pop("runner")
+    data["version"] = "0.33.0"
+    data.pop("log_version", None)
+    data.pop("machine", None)
+    data["steps"] = [
+        {
+            "at_s": 0,
+            "label": "loaded",
+            "loaded": [
+                {
+                    "model": n,
+                    "context_length": 4096,
+                    "size": vram,
+                    "size_vram": vram,
+                    "expires_in_s": "forever" if keep is None else keep,
+                }
+                for n, vram, keep in loaded
+            ],
+        }
+    ]
+    path = tmp_path / "sched.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def standin(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Standin]:
+    path = _scenario(tmp_path, request.param)
+    with running(["--scenario", str(path), "--manual", "--vram-bytes", str(VRAM)]) as server:
+        yield server
+
+
+def _plan(server: Standin, model: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    used = sum(r["size_vram"] for r in server.ps())
+    argv = [model, "--host", server.url, "--json", "--gpu-free", str(VRAM - used), "--gpu-total", str(VRAM)]
+    argv += ["--gpus", "1", *extra]
+    capsys.readouterr()
+    assert main_plan(argv) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert doc["next_load"] is not None
+    return doc["next_load"]
+
+
+def _load(server: Standin, model: str) -> None:
+    r = server.client.post("/api/generate", json={"model": model}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def _check(server: Standin, before: list[str], nl: dict[str, Any], model: str) -> None:
+    ps = {r["name"]: r for r in server.ps()}
+    unloaded = [n for n in before if n not in ps]
+    assert unloaded == [e["name"] for e in nl["evicted"]]
+    assert sorted(ps) == sorted(nl["stays"] + [model])
+    row = ps[model]
+    assert row["context_length"] == nl["num_ctx"]
+    assert nl["verdict"] == "fits" and row["size_vram"] == row["size"]  # 100% on the GPU, as predicted
+    record = server.client.get("/_standin/sched").json()["loads"][-1]
+    assert record["unloaded"] == unloaded and record["num_ctx"] == nl["num_ctx"]
+
+
+def _env(server: Standin, **env: str) -> list[str]:
+    """Set the stand-in's scheduler variables; the same as ``kvtop plan --env`` arguments."""
+    assert server.client.post("/_standin/env", json=env).status_code == 200
+    return [f"--env={k}={v}" for k, v in env.items()]
+
+
+# three loaded (the default limit is 3 per GPU: 4 lets memory decide)
+LOADED_3 = [("alpha:latest", 9 * GiB, 300.0), ("bravo:latest", 6 * GiB, 300.0), ("charlie:latest", 4 * GiB, None)]
+
+
+@pytest.mark.parametrize("standin", [LOADED_3], indirect=True)
+def test_evicts_what_the_forecast_says_to_make_room(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    # free 5 GiB: the 32768-token default (24 GiB tier) needs ~5.8 GiB > 80% of 5 → one model goes:
+    # charlie is forever (last); alpha and bravo have 5m: the one whose blob sorts first
+    before = [r["name"] for r in standin.ps()]
+    nl = _plan(standin, "newbie", capsys, *_env(standin, OLLAMA_MAX_LOADED_MODELS="4"))
+    assert nl["num_ctx"] == 32768 and nl["num_ctx_source"] == "default"
+    assert len(nl["evicted"]) == 1 and nl["evicted"][0]["reason"] == "memory"
+    assert nl["evicted"][0]["name"] in ("alpha:latest", "bravo:latest")
+    _load(standin, "newbie")
+    _check(standin, before, nl, "newbie:latest")
+
+
+@pytest.mark.parametrize("standin", [LOADED_3], indirect=True)
+def test_an_idle_model_goes_before_one_in_use(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    env = _env(standin, OLLAMA_MAX_LOADED_MODELS="4")
+    first = _plan(standin, "newbie", capsys, *env)["evicted"][0]["name"]
+    r = standin.client.post("/_standin/busy", json={"model": first, "requests": 1})
+    assert r.status_code == 200
+    before = [r["name"] for r in standin.ps()]
+    nl = _plan(standin, "newbie", capsys, *env, "--in-use", first)
+    assert [e["name"] for e in nl["evicted"]] != [first] and len(nl["evicted"]) == 1
+    _load(standin, "newbie")
+    _check(standin, before, nl, "newbie:latest")
+
+
+@pytest.mark.parametrize(
+    "standin", [[("alpha:latest", 2 * GiB, 300.0), ("bravo:latest", 2 * GiB, 600.0)]], indirect=True
+)
+def test_max_loaded_models_unloads_one_with_room_to_spare(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    env = _env(standin, OLLAMA_MAX_LOADED_MODELS="2", OLLAMA_CONTEXT_LENGTH="8192")
+    before = [r["name"] for r in standin.ps()]
+    nl = _plan(standin, "delta", capsys, *env)
+    # at the limit, the shortest keep-alive (alpha, 5m) goes though 20 GiB are free
+    assert [(e["name"], e["reason"]) for e in nl["evicted"]] == [("alpha:latest", "max_loaded")]
+    assert (nl["num_ctx"], nl["num_ctx_source"], nl["max_loaded"]) == (8192, "service", 2)
+    _load(standin, "delta")
+    _check(standin, before, nl, "delta:latest")
+
+
+@pytest.mark.parametrize(
+    "standin", [[("alpha:latest", 10 * GiB, 300.0), ("bravo:latest", 10 * GiB, 600.0)]], indirect=True
+)
+def test_all_in_use_the_load_waits_for_the_first_in_order(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("alpha:latest", "bravo:latest"):
+        assert standin.client.post("/_standin/busy", json={"model": name, "requests": 1}).status_code == 200
+    before = [r["name"] for r in standin.ps()]
+    nl = _plan(standin, "newbie", capsys, "--in-use", "alpha", "--in-use", "bravo")
+    assert [(e["name"], e["waits"]) for e in nl["evicted"]] == [("alpha:latest", True)]
+    done: list[int] = []
+    worker = threading.Thread(
+        target=lambda: done.append(
+            standin.client.post("/api/generate", json={"model": "newbie"}, timeout=60).status_code
+        )
+    )
+    worker.start()
+    try:
+        while standin.client.get("/_standin/sched").json()["waiting"] != ["alpha:latest"]:
+            pass  # the load is waiting for alpha's request (a state, polled)
+        assert sorted(r["name"] for r in standin.ps()) == ["alpha:latest", "bravo:latest"]
+        standin.client.post("/_standin/busy", json={"model": "alpha:latest", "requests": 0})
+    finally:
+        worker.join(60)
+    assert done == [200]
+    _check(standin, before, nl, "newbie:latest")
