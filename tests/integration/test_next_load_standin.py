@@ -167,3 +167,33 @@ def test_all_in_use_the_load_waits_for_the_first_in_order(standin: Standin, caps
         worker.join(60)
     assert done == [200]
     _check(standin, before, nl, "newbie:latest")
+
+
+@pytest.mark.parametrize("standin", [[("alpha:latest", 9 * GiB, 300.0)]], indirect=True)
+def test_a_local_gguf_file(standin: Standin, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``kvtop plan --gguf PATH``: the model from the file's header (written here, GGUF v3), the
+    server's loaded models from the stand-in."""
+    from tests.unit.test_gguf_file import tiny_llama
+
+    path = tmp_path / "tiny.gguf"
+    tiny_llama(path)
+    argv = ["--gguf", str(path), "--host", standin.url, "--json", "--gpu-free", str(15 * GiB)]
+    argv += ["--gpu-total", str(VRAM)]
+    assert main_plan(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["model"], doc["architecture"], doc["block_count"], doc["context_train"]) == (
+        "tiny.gguf",
+        "llama",
+        2,
+        8192,
+    )
+    assert doc["version"] == "0.33.0" and doc["source"].startswith(f"--gguf {path} (GGUF v3)")
+    nl = doc["next_load"]
+    # the 24 GiB tier's 32768 clamped to the file's training context; tiny: nothing unloaded
+    assert (nl["num_ctx"], nl["num_ctx_source"], nl["evicted"], nl["stays"]) == (
+        8192,
+        "estimated",
+        [],
+        ["alpha:latest"],
+    )
+    assert nl["verdict"] == "fits"
