@@ -114,6 +114,13 @@ METRICS: tuple[MetricSpec, ...] = (
         (*_MODEL, "source"),
     ),
     MetricSpec(
+        "kvtop_model_slots_busy",
+        "gauge",
+        "Slots serving a request now; source: runner (/slots) or estimated (the runner log's slot lines); "
+        "equal to kvtop_model_slots: a new request for the model waits",
+        (*_MODEL, "source"),
+    ),
+    MetricSpec(
         "kvtop_model_cpu_ratio",
         "gauge",
         "(size - size_vram) / size: the share in system RAM, the figure ollama ps rounds to a percentage",
@@ -314,6 +321,8 @@ def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
         _add(fams, "kvtop_model_memory_bytes", (*base, part, known.source or ""), known.value)
     _add(fams, "kvtop_model_context_tokens", (*base, v.context.source or ""), v.context.value)
     _add(fams, "kvtop_model_slots", (*base, v.parallel.source or ""), v.parallel.value)
+    if v.slots is not None:
+        _add(fams, "kvtop_model_slots_busy", (*base, v.slots.source or ""), v.slots.busy)
     if v.size_bytes and v.size_vram_bytes is not None and 0 <= v.size_vram_bytes <= v.size_bytes:
         _add(fams, "kvtop_model_cpu_ratio", base, (v.size_bytes - v.size_vram_bytes) / v.size_bytes)
     if v.size_bytes is not None and v.size_vram_bytes is not None:

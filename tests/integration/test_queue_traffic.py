@@ -148,4 +148,6 @@ async def test_three_slow_requests_on_one_slot_two_wait_on_every_face(tmp_path: 
             metrics = prom.read_text(encoding="utf-8").splitlines()
             assert f'kvtop_requests_in_flight{{host="{server.url}"}} 3.0' in metrics
             assert f'kvtop_requests_waiting{{host="{server.url}"}} 2.0' in metrics
+            busy = next(m for m in metrics if m.startswith("kvtop_model_slots_busy{"))
+            assert f'model="{MODEL}"' in busy and 'source="estimated"' in busy and busy.endswith("} 1.0")
             assert clients.poll() is None  # all three still open: the first in the slot, two waiting

@@ -182,6 +182,7 @@ async def test_metric_names_follow_prometheus_conventions() -> None:
         assert spec.name.endswith(units) or spec.name in {
             "kvtop_server_up",
             "kvtop_model_slots",
+            "kvtop_model_slots_busy",
             "kvtop_model_spilled",
             "kvtop_alerts",
             "kvtop_log_up",
