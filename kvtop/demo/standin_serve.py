@@ -11,8 +11,8 @@ slow requests make a real queue that kvtop sees on the API port (``kvtop.sources
 
 With ``--log-file`` the runner's slot lines are written as llama-server prints them (the formats of
 ``kvtop.demo.logwriter``'s scripted requests, from ``tests/fixtures/llama_server``): ``launch_slot_``
-and ``new prompt`` when the slot is taken, ``print_timing`` and ``release`` when it is freed; gin's
-access line follows from the handler as for every request.
+and ``new prompt`` when the slot is taken, ``init sampler`` once the prompt is in, ``print_timing``
+and ``release`` when it is freed; gin's access line follows from the handler as for every request.
 
 The prompt's length in tokens is estimated as one token per 4 bytes of UTF-8 text (at least 1), the
 usual rule of thumb for English text; ``options.num_predict`` (default 16) is the tokens generated.
@@ -148,7 +148,12 @@ class Slots:
                         f"slot   operator(): {head} new prompt, n_ctx_slot = {ctx}, n_keep = 0, task.n_tokens = {prompt}",
                     ]
                 )
-            sleep(min(MAX_HOLD_S, prefill_s + decode_s))
+            sleep(min(MAX_HOLD_S, prefill_s))
+            if write is not None:  # the prompt is in: generation starts (llama-server's init_sampler line)
+                write(
+                    [f"slot init_sampler: {head} init sampler, took 0.34 ms, tokens: text = {prompt}, total = {prompt}"]
+                )
+            sleep(min(MAX_HOLD_S, decode_s))
             if write is not None:
                 p_ms, e_ms = prefill_s * 1000, decode_s * 1000
                 write(
