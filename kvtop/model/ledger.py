@@ -44,21 +44,24 @@ COMPONENTS = ("weights", "kv", "kv_swa", "recurrent", "compute", "output", "proj
 COMPONENT_WORDS = {
     "weights": "weights",
     "kv": "KV cache",
-    "kv_swa": "KV cache, SWA pool",
-    "recurrent": "recurrent state (RS)",
+    "kv_swa": "KV SWA pool",
+    "recurrent": "recurrent (RS)",
     "compute": "compute",
     "output": "output buffer",
-    "projector": "projector (mmproj)",
-    "prompt_cache": "host prompt cache",
-    "checkpoints": "context checkpoints",
+    "projector": "projector",
+    "prompt_cache": "prompt cache",
+    "checkpoints": "checkpoints",
 }
-"""Each component in words (the detail view, ``--once``)."""
+"""Each component in words, 16 characters at most (the detail view, ``--once``)."""
 
 HOST = "host"
 """The device of the runner's host-RAM parts that no buffer line names (prompt cache, checkpoints)."""
 
 UNKNOWN_DEVICE = "?"
 """The device of a part whose line names none (a KV/recurrent summary, the projector's estimate, ``/api/ps``)."""
+
+DEVICE_WORDS = {HOST: "host RAM, runner-held", UNKNOWN_DEVICE: "device not known"}
+"""The synthetic devices in words."""
 
 _GPU_DEVICE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|MTL)(\d*)$", re.IGNORECASE)
 _SLACK_BYTES = 64 * 1024 * 1024
@@ -320,19 +323,19 @@ def model_ledger(view: ModelView, usage: ModelGpu | None) -> Ledger:
             measures.append(Measure(device, listed, measured, None if got is None else got - listed))
     listed_gpu = sum(r.bytes for r in gpu_rows)
     if usage is not None and usage.measured_bytes is not None:
-        if gpu_rows or usage.measured_bytes == 0:
+        if from_log or usage.measured_bytes == 0:
             gpus: Known[int] = Known(usage.measured_bytes, "reported", "NVML: the runner's memory on every GPU")
             measures.append(Measure("GPUs", listed_gpu, gpus, usage.measured_bytes - listed_gpu))
         else:
-            note = "the log gives no per-device figures to compare with"
+            note = "NVML: the runner's memory on every GPU; no runner log load to compare with"
             measures.append(Measure("GPUs", 0, Known(usage.measured_bytes, "reported", note), None))
     else:
         why = usage.note if usage is not None and usage.note else "no per-process GPU memory (NVML) for this runner"
         measures.append(Measure("GPUs", listed_gpu, Known(None, None, why), None))
     listed_host = sum(r.bytes for r in ordered if not is_gpu_device(r.device) and r.device != UNKNOWN_DEVICE)
-    measures.append(
-        Measure(HOST, listed_host, Known(None, None, "host RAM is not measured per process (NVML is GPU only)"), None)
-    )
+    if from_log:
+        host_note = "host RAM is not measured per process (NVML is GPU only)"
+        measures.append(Measure(HOST, listed_host, Known(None, None, host_note), None))
     return Ledger(
         name=view.name,
         digest=view.digest,
@@ -342,6 +345,14 @@ def model_ledger(view: ModelView, usage: ModelGpu | None) -> Ledger:
         from_log=from_log,
         absent=tuple(absent),
     )
+
+
+def state_ledger(state: AppState, view: ModelView) -> Ledger:
+    """One model's ledger in ``state`` (its runner's NVML use when a process sample was taken)."""
+    from kvtop.model.gpu import model_gpu_usage
+
+    usage = model_gpu_usage(state.gpu, state.procs, state.models) if state.procs is not None else {}
+    return model_ledger(view, usage.get((view.name, view.digest)))
 
 
 def state_ledgers(state: AppState) -> dict[tuple[str, str], Ledger]:

@@ -32,7 +32,6 @@ No I/O, no clock, no Textual. All sizes are bytes; ``None`` means not known.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,32 +40,44 @@ from typing import TYPE_CHECKING, Literal
 from kvtop.model.gpu import GpuView, gpu_views, match_runners
 from kvtop.model.gpu_snapshots import GpuSnapshot, ProcSnapshot, RunnerProcess, SystemMemory
 from kvtop.model.known import Known, Source
+from kvtop.model.ledger import gpu_device_index, model_ledger, pair_devices
 from kvtop.model.model_row import SHOW_PENDING
 
 if TYPE_CHECKING:
     from kvtop.model.logstate import LogState
     from kvtop.model.views import AppState, ModelView
 
-SegmentKind = Literal["weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free"]
+SegmentKind = Literal[
+    "weights",
+    "kv",
+    "kv_swa",
+    "recurrent",
+    "compute",
+    "output",
+    "model",
+    "overhead",
+    "ollama",
+    "other",
+    "unattributed",
+    "free",
+]
 """``weights``/``kv``/``compute``: a model's parts; ``model``: a model's memory not broken down;
 ``overhead``: what NVML measures for a model's runner beyond its listed parts; ``ollama``: other
 Ollama processes; ``other``: one foreign process; ``unattributed``: used memory nobody listed (or
 RAM in use by the OS and other programs); ``free``."""
 
-MODEL_KINDS = frozenset({"weights", "kv", "compute", "model", "overhead"})
+MODEL_KINDS = frozenset({"weights", "kv", "kv_swa", "recurrent", "compute", "output", "model", "overhead"})
 """Segment kinds that belong to a model (``Segment.model`` is set)."""
 
 ModelKey = tuple[str, str]
 """``(name, digest)``, as the table keys a model."""
 
 _PARTS: tuple[SegmentKind, ...] = ("weights", "kv", "compute")
-_GPU_DEVICE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|MTL)(\d*)$", re.IGNORECASE)
+_LEDGER_KINDS = frozenset({"weights", "kv", "kv_swa", "recurrent", "compute", "output"})
+"""The ledger's components that are buffers on a device (the map draws each)."""
 _OVERHEAD_MIN_BYTES = 1024 * 1024
 """A model's measured bytes beyond its listed parts form a segment from this size on; less is the
 log's rounding (it prints MiB with two decimals per buffer), not memory."""
-_SLACK_BYTES = 64 * 1024 * 1024
-"""How far a log device's parts may exceed the runner's measured bytes on a GPU and still pair
-(the log prints MiB with two decimals; NVML rounds to its page size)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,9 @@ class Segment:
     label: str
     model: ModelKey | None = None
     note: str = ""
+    signed_bytes: int | None = None
+    """An ``overhead`` segment's remainder as computed (measured − listed, ``model.ledger``), negative when the log
+    lists more than is measured (``bytes`` is then 0); None for every other segment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,16 +151,6 @@ class MemoryMap:
     status: str = ""
 
 
-def gpu_device_index(name: str) -> int | None:
-    """The number in a llama.cpp/ggml device name (``CUDA0`` -> 0, ``ROCm1`` -> 1, ``Metal`` -> 0);
-    None for a CPU-side buffer (``CPU``, ``CPU_Mapped``, ``CUDA_Host``) or an unknown name. The
-    number is the runner's, not the physical GPU's (see the module docstring)."""
-    m = _GPU_DEVICE.match(name)
-    if m is None:
-        return None
-    return int(m.group(2) or 0)
-
-
 def _log_parts(devices: Mapping[str, Mapping[str, int]], device: str) -> dict[str, int]:
     return {p: devices.get(p, {}).get(device, 0) for p in _PARTS if device in devices.get(p, {})}
 
@@ -166,22 +170,8 @@ def _cpu_log_parts(view: ModelView) -> dict[str, int]:
 
 
 def _pair_devices(view: ModelView, on_gpus: Sequence[tuple[int, int | None]]) -> dict[int, str] | None:
-    """GPU index -> the log device whose parts it holds, or None when no pairing fits."""
-    devices = _gpu_log_devices(view)
-    if not devices or len(devices) != len(on_gpus):
-        return None
-    sums = {d: sum(_log_parts(view.devices, d).values()) for d in devices}
-
-    def fits(pairs: list[tuple[tuple[int, int | None], str]]) -> bool:
-        return all(b is not None and sums[d] <= b + _SLACK_BYTES for (_, b), d in pairs)
-
-    by_index = list(zip(sorted(on_gpus), devices))
-    if fits(by_index):
-        return {i: d for (i, _), d in by_index}
-    by_size = list(zip(sorted(on_gpus, key=lambda g: g[1] or 0), sorted(devices, key=lambda d: sums[d])))
-    if fits(by_size):
-        return {i: d for (i, _), d in by_size}
-    return None
+    """GPU index -> the log device whose parts it holds, or None when no pairing fits (``model.ledger``)."""
+    return pair_devices(view.devices, on_gpus, _PARTS)
 
 
 def _model_segments(
@@ -194,12 +184,25 @@ def _model_segments(
     key = (view.name, view.digest)
     out: list[Segment] = []
     if log_device is not None:
-        parts = _log_parts(view.devices, log_device)
-        for p in _PARTS:
-            if parts.get(p):
-                out.append(
-                    Segment(p, parts[p], "allocated", view.name, key, f"the runner log's {log_device} {p} buffers")
-                )
+        # the ledger's rows on this device (model.ledger: both KV pools, recurrent state, output buffer)
+        for r in model_ledger(view, None).on(log_device):
+            kind: SegmentKind = r.component if r.component in _LEDGER_KINDS else "compute"  # type: ignore[assignment]
+            out.append(Segment(kind, r.bytes, "allocated", view.name, key, f"the runner log's {r.note}"))
+        remainder = budget - sum(s.bytes for s in out)
+        # never hidden: the unexplained remainder (measured − listed) is a segment even at 0 or below; below 1 MiB
+        # it is the log's rounding (two decimals of MiB per buffer) and takes no cell (``bytes`` 0)
+        return [
+            *out,
+            Segment(
+                "overhead",
+                remainder if remainder >= _OVERHEAD_MIN_BYTES else 0,
+                "estimated",
+                view.name,
+                key,
+                f"{where} − the parts listed: unexplained (CUDA context, buffers the log does not itemise)",
+                signed_bytes=remainder,
+            ),
+        ]
     else:
         m = view.memory
         known: list[tuple[SegmentKind, Known[int]]] = [

@@ -83,7 +83,7 @@ def test_wide_text_full_width_with_names_and_marks(tmp_path: Path) -> None:
     assert lines[8] == "▇ gemma4:latest 1.2G  · OS and other programs ~23G"  # reported, as the table
     # the key: only what the bars draw, every entry whole at 118 cells
     assert lines[9:] == [
-        "~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute ▇ model (not split) ▐ overhead",
+        "~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute ▇ model (not split) ▐ unexplained",
         "▄ other processes · unattributed ░ free",
     ]
     assert all(cell_len(line) <= 118 and "…" not in line for line in lines[2:3] + lines[5:])
@@ -97,8 +97,8 @@ def test_key_lists_only_the_kinds_drawn_and_wraps_at_whole_entries(tmp_path: Pat
     lines = [t.plain for t in key_lines(kinds, 78, COLORS)]
     assert lines == [
         "~ estimated, no mark: allocated or reported  █ weights ▓ KV cache ▒ compute",
-        "▇ model (not split) ▐ overhead ▚ other Ollama ▄ other processes · unattributed",
-        "░ free",
+        "▇ model (not split) ▐ unexplained ▚ other Ollama ▄ other processes",
+        "· unattributed ░ free",
     ]
     assert [t.plain for t in key_lines((), 78, COLORS)] == ["~ estimated, no mark: allocated or reported"]
 

@@ -191,11 +191,17 @@ def test_equal_inputs_give_an_equal_map(tmp_path: Path) -> None:
 
 def test_rounding_is_not_an_overhead_segment(tmp_path: Path) -> None:
     """The log prints MiB with two decimals: a measured figure a few hundred bytes above the parts is
-    rounding, and no ``overhead`` segment is drawn for it (from 1 MiB on there is one)."""
+    rounding: its ``overhead`` segment (the unexplained remainder) takes no cell (from 1 MiB on it does)."""
     gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
     measured = 6 * GiB + 256 * MiB
     close = with_devices(models, Q8, {"weights": {"CUDA0": measured - 405 - 3 * GiB}, "kv": {"CUDA0": 3 * GiB}})
-    assert [s.kind for s in memory_map(gpu, procs, close).bars[0].segments if s.label == Q8] == ["weights", "kv"]
+    segs = [s for s in memory_map(gpu, procs, close).bars[0].segments if s.label == Q8]
+    # the remainder is never hidden (model.ledger), but rounding takes no cell of the bar
+    assert [(s.kind, s.bytes, s.signed_bytes) for s in segs] == [
+        ("weights", measured - 405 - 3 * GiB, None),
+        ("kv", 3 * GiB, None),
+        ("overhead", 0, 405),
+    ]
     far = with_devices(models, Q8, {"weights": {"CUDA0": measured - MiB - 3 * GiB}, "kv": {"CUDA0": 3 * GiB}})
     segs = [s for s in memory_map(gpu, procs, far).bars[0].segments if s.label == Q8]
     assert [(s.kind, s.bytes) for s in segs][-1] == ("overhead", MiB)
@@ -270,3 +276,27 @@ def test_a_runner_the_log_is_loading_is_loading(tmp_path: Path) -> None:
     assert loading_runners(procs, gone, fresh, {q4.model_blob: Q4}) == {Q4_PID: f"loading {Q4}"}
     stale = _log_of([restamp(line, t - 40) for line in lines])
     assert loading_runners(procs, gone, stale, {q4.model_blob: Q4}) == {}
+
+
+def test_a_paired_gpu_shows_every_ledger_part_and_a_negative_remainder(tmp_path: Path) -> None:
+    """The real iSWA load of ollama/ollama#16480 (both KV pools on ROCm0) on the q8 runner's one GPU: the SWA pool
+    is a segment of its own, and NVML measuring less than the log lists gives a remainder below zero, shown in the
+    legend and taking no cell."""
+    from kvtop.logparse import group_loads
+    from kvtop.ui.widgets.memory_map import legend_pieces
+
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "posted"
+    lines = (next(log.glob("ollama-16480-*.log"))).read_text(encoding="utf-8").splitlines()
+    (load,) = group_loads(parse_lines([line for line in lines if not line.startswith("#")]))
+    gpu, procs, models = sample_with(tmp_path, one_gpu_nvml())
+    models = tuple(dataclasses.replace(m, load=load, devices=load.memory) if m.name == Q8 else m for m in models)
+    bar = memory_map(gpu, procs, models).bars[0]
+    segs = [s for s in bar.segments if s.label == Q8]
+    remainder = 6 * GiB + 256 * MiB - 9216 * MiB - 90 * MiB
+    assert [(s.kind, s.bytes, s.source, s.signed_bytes) for s in segs] == [
+        ("kv", 9216 * MiB, "allocated", None),
+        ("kv_swa", 90 * MiB, "allocated", None),
+        ("overhead", 0, "estimated", remainder),
+    ]
+    entry = next(p for p in legend_pieces(bar) if any(Q8 in text for text, _ in p))
+    assert "".join(text for text, _ in entry).endswith(" KV 9.0G SWA 90M ~−2.8G")

@@ -15,6 +15,7 @@ from kvtop.model.known import NOT_KNOWN_WORDS, SOURCE_WORDS, Known
 from kvtop.model.views import AppState, ModelView
 from kvtop.ui.format import exact_bytes, ibytes, safe, size_text
 from kvtop.model.gpu import gpu_status_line, model_gpu_usage
+from kvtop.model.ledger import COMPONENT_WORDS, DEVICE_WORDS, HOST, Ledger, Measure, state_ledger
 from kvtop.ui.widgets.gpu_panel import gpu_detail_rows
 from kvtop.ui.widgets.hanging import Hanging
 from kvtop.ui.widgets.placement_section import append_placement
@@ -192,6 +193,59 @@ def _local_rows(out: Text, v: ModelView) -> None:
             _row(out, "", f"{safe(key, 40)}={safe(val, 120)}")
 
 
+def _ledger_rows(out: Text, ledger: Ledger) -> None:
+    """The memory ledger (``model.ledger``): every listed part per device with its source, then what NVML measures
+    of the runner and the unexplained remainder (measured − listed), shown even when negative, zero or unknown."""
+    origin = "the runner log, per device" if ledger.from_log else "/api/ps and kvtop's formulas (no runner log load)"
+    out.append("\nMemory ledger", style="bold underline")
+    out.append(f"  {origin}\n", style="dim")
+    for device in ledger.devices():
+        where = DEVICE_WORDS.get(device, device)
+        out.append(f"  {safe(where, 40)}\n", style="bold")
+        for r in ledger.on(device):
+            _row(
+                out,
+                f"  {COMPONENT_WORDS[r.component]}",
+                _size(Known(r.bytes, r.source)),
+                _src(Known(r.bytes, r.source)),
+                r.note,
+            )
+        m = ledger.measure(device)
+        if m is not None and device != HOST:
+            _measure_rows(out, m, "  ")
+    if not ledger.rows:
+        _row(out, "  (nothing listed)", "", "", "neither the runner log nor /api/ps breaks this model's memory down")
+    for component in ledger.absent:
+        _row(out, f"  {COMPONENT_WORDS[component]}", "not in the log", "", "the runner has one; no line gave its size")
+    for m in ledger.measures:
+        if m.scope in ("GPUs", HOST):
+            out.append(f"  {'all GPUs of the runner' if m.scope == 'GPUs' else 'host RAM'}\n", style="bold")
+            _measure_rows(out, m, "  ")
+
+
+def _measure_rows(out: Text, m: Measure, indent: str) -> None:
+    if m.listed_bytes or m.remainder_bytes is not None:
+        _row(
+            out,
+            f"{indent}listed",
+            exact_bytes(m.listed_bytes),
+            "",
+            "the rows above" if m.scope not in ("GPUs", HOST) else "",
+        )
+    _row(out, f"{indent}measured", _size(m.measured), _src(m.measured), m.measured.note)
+    rem = m.remainder
+    if rem.value is None:
+        _row(out, f"{indent}unexplained", NOT_KNOWN_WORDS, "", "measured − listed: nothing measured")
+    else:
+        _row(
+            out,
+            f"{indent}unexplained",
+            _size(rem),
+            _src(rem),
+            "measured − listed" + (" (the log lists more than is measured)" if rem.value < 0 else ""),
+        )
+
+
 def detail_text(v: ModelView, state: AppState) -> Text:
     """The whole detail view as text (also used by tests)."""
     out = Text()
@@ -235,6 +289,8 @@ def detail_text(v: ModelView, state: AppState) -> Text:
     _row(out, "weights", _size(m.weights), _src(m.weights), m.weights.note)
     _row(out, "KV cache", _size(m.kv), _src(m.kv), "" if m.kv.value is not None else m.kv.note)
     _row(out, "compute + other", _size(m.compute), _src(m.compute), m.compute.note)
+    if not v.cloud:
+        _ledger_rows(out, state_ledger(state, v))
     out.append("\nKV cache\n", style="bold underline")
     _row(
         out,

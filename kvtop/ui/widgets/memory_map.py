@@ -34,7 +34,10 @@ from kvtop.ui.format import safe, safe_name
 GLYPHS: dict[str, str] = {
     "weights": "█",
     "kv": "▓",
+    "kv_swa": "▓",
+    "recurrent": "▓",
     "compute": "▒",
+    "output": "▒",
     "model": "▇",
     "overhead": "▐",
     "ollama": "▚",
@@ -48,7 +51,10 @@ and other Ollama ``▚`` differ at a glance (``▞`` beside ``▚`` did not), an
 KIND_VARS: dict[str, str] = {
     "weights": "kv-weights",
     "kv": "kv-kv",
+    "kv_swa": "kv-kv",
+    "recurrent": "kv-kv",
     "compute": "kv-compute",
+    "output": "kv-compute",
     "model": "kv-weights",
     "overhead": "kv-muted",
     "ollama": "kv-muted",
@@ -61,16 +67,29 @@ KIND_VARS: dict[str, str] = {
 KIND_WORDS: dict[str, str] = {
     "weights": "weights",
     "kv": "KV cache",
+    "kv_swa": "KV SWA pool",
+    "recurrent": "recurrent state",
     "compute": "compute",
+    "output": "output buffer",
     "model": "model (not split)",
-    "overhead": "overhead",
+    "overhead": "unexplained",
     "ollama": "other Ollama",
     "other": "other processes",
     "unattributed": "unattributed",
     "free": "free",
 }
 
-PART_LETTERS = {"weights": "W", "kv": "KV", "compute": "C", "model": "", "overhead": "+"}
+PART_LETTERS = {
+    "weights": "W",
+    "kv": "KV",
+    "kv_swa": "SWA",
+    "recurrent": "RS",
+    "compute": "C",
+    "output": "out",
+    "model": "",
+    "overhead": "+",
+}
+"""A model's parts in its legend entry (``+``: the unexplained remainder, measured − listed; ``model.ledger``)."""
 
 MIN_LABEL_CELLS = 5
 """A model's name is written over its stretch of the bar from this many cells."""
@@ -195,6 +214,10 @@ def _model_legend_pieces(segs: Sequence[Segment]) -> list[Piece]:
     out.append((f" {safe_name(segs[0].label, 32)}", "bold"))
     for s in segs:
         letter = PART_LETTERS.get(s.kind, "")
+        if s.signed_bytes is not None:  # the remainder as computed: negative when the log lists more than is measured
+            sign = "+" if s.signed_bytes >= 0 else ""
+            out.append((f" {sign}{marked(s.signed_bytes, s.source, size=True, short=True)}", ""))
+            continue
         out.append((f" {letter}{' ' if letter and letter != '+' else ''}{_size(s)}", ""))
     return out
 
@@ -357,7 +380,20 @@ def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
     return line
 
 
-KEY_ORDER = ("weights", "kv", "compute", "model", "overhead", "ollama", "other", "unattributed", "free")
+KEY_ORDER = (
+    "weights",
+    "kv",
+    "kv_swa",
+    "recurrent",
+    "compute",
+    "output",
+    "model",
+    "overhead",
+    "ollama",
+    "other",
+    "unattributed",
+    "free",
+)
 """The key's glyph entries, in this order."""
 
 MARKS_KEY = "~ estimated, no mark: allocated or reported"
