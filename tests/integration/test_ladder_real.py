@@ -40,6 +40,7 @@ from kvtop.logparse.load_grouping import group_loads
 from kvtop.logparse.parser import parse_lines
 from kvtop.model import kv
 from tests.llama_fixture import (
+    RUNNER_THREADS_ENV,
     TinyLlama,
     free_port,
     llama_server_binary,
@@ -70,7 +71,8 @@ import json, os, subprocess, sys
 sys.path[:0] = json.loads(os.environ["KVTOP_TEST_PATHS"])
 runner = json.loads(os.environ["KVTOP_TEST_RUNNER"])
 with open(os.environ["KVTOP_TEST_RUNNER_LOG"], "wb") as err:
-    child = subprocess.Popen(runner, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    runner_env = {**os.environ, **json.loads(os.environ["KVTOP_TEST_RUNNER_ENV"])}  # the runner's alone
+    child = subprocess.Popen(runner, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=runner_env)
 try:
     from kvtop.demo.server import main
     code = main(["--port", "0", "--scenario", os.environ["KVTOP_TEST_SCENARIO"], "--no-loop"])
@@ -148,6 +150,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tree]:
                 [str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
             ),
             "KVTOP_TEST_RUNNER": json.dumps(runner),
+            "KVTOP_TEST_RUNNER_ENV": json.dumps(RUNNER_THREADS_ENV),  # one thread (tests/llama_fixture.py)
             "KVTOP_TEST_RUNNER_LOG": str(tmp / "runner.stderr"),
             "KVTOP_TEST_SCENARIO": str(_scenario(tmp, model.name)),
         }

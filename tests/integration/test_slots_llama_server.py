@@ -31,6 +31,7 @@ from tests.llama_fixture import (
     llama_server_binary,
     ollama_args,
     require_llama_server,
+    runner_env,
     store_as_blob,
     write_tiny_llama,
 )
@@ -57,7 +58,12 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str]
     err_path = tmp / "llama-server.stderr"
     with err_path.open("wb") as err:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=runner_env(),  # one thread: see tests/llama_fixture.py RUNNER_THREADS_ENV
+            start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 60
@@ -206,15 +212,23 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
         # completion of the tiny model may be shorter than the 3 s an idle runner waits
         slots_source=SlotsSource(idle_every_s=0),
     )
-    done = threading.Event()
+    done, seen = threading.Event(), threading.Event()
 
     def complete() -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
-            client.post(
+        # streamed, so that closing the connection once the test has seen the busy slot cancels
+        # the rest of the 3,000 tokens (llama-server stops a task whose client went away)
+        with (
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client,
+            client.stream(
+                "POST",
                 "/completion",
-                json={"prompt": PROMPT, "n_predict": 3000, "ignore_eos": True, "cache_prompt": False},
+                json={"prompt": PROMPT, "n_predict": 3000, "ignore_eos": True, "cache_prompt": False, "stream": True},
                 timeout=120,
-            )
+            ) as response,
+        ):
+            for _ in response.iter_lines():
+                if seen.is_set():
+                    break
         done.set()
 
     async with app.run_test(size=(120, 40)) as pilot:
@@ -242,6 +256,7 @@ async def test_app_shows_the_busy_slot(runner: tuple[list[str], int, Path]) -> N
             assert busy_cell == f"{NUM_CTX}×{PARALLEL} ▶1"  # the /slots count replaces the default 1*
             assert f"slots busy          1 of {PARALLEL}, {NUM_CTX:,} cells each  [runner]" in text
         finally:
+            seen.set()  # the request is cancelled: the slot is released without its remaining tokens
             worker.join(timeout=120)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and app.state.models[0].slots.busy:

