@@ -73,6 +73,6 @@ def placement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     if read:
         rows.append(("settings", " ".join(read)))
     for f in report.get("fixes") or []:
-        verdict = {True: "enough", False: "not enough", None: "size not known"}.get(f.get("enough"), "")
-        rows.append(("fix", f"{f.get('action')} ({verdict}): {f.get('detail')}"))
+        verdict = {True: " (enough)", False: " (not enough)"}.get(f.get("enough"), "")
+        rows.append(("fix", f"{f.get('action')}{verdict}: {f.get('detail')}"))
     return rows
