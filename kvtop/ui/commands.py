@@ -202,6 +202,7 @@ PALETTE: tuple[PaletteEntry, ...] = (
     PaletteEntry("toggle_alerts", "Panel: alerts with fixes", "show or hide the alerts panel (saved)"),
     PaletteEntry("toggle_history_panel", "Panel: VRAM history", "show or hide the history panel (saved)"),
     PaletteEntry("history", "History plots", "VRAM, RAM and GPU over time"),
+    PaletteEntry("changes", "What changed", "restarts, upgrades, settings and loads of the server, kept across runs"),
     PaletteEntry("server_view", "Server view", "traffic, health, pre-flight of pulled models"),
     PaletteEntry("what_if", "What-if planner", "the selected model's memory at another num_ctx, KV type"),
     PaletteEntry("unload", "Unload model", "unload the selected model (asks first)"),

@@ -61,6 +61,15 @@ class EngineViews:
         lambda self, v: setattr(self.engine.sources, "procs", v),
         doc="This machine's process reader, or None.",
     )
+
+    def action_changes(self) -> None:
+        """``c``: what changed on the server on screen (``screens/changes.py``): every change the
+        engine keeps for it (``engine.timeline``: this run's and the state folder's)."""
+        from kvtop.ui.screens.changes import ChangesScreen
+
+        host = self.current_host  # type: ignore[attr-defined]  # the app's (ServerSwitcher)
+        self.push_screen(ChangesScreen(host, self.engine.timeline.timeline(host)))  # type: ignore[attr-defined]
+
     slots_source = property(
         lambda self: self.engine.sources.slots,
         lambda self, v: setattr(self.engine.sources, "slots", v),

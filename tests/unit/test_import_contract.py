@@ -2,7 +2,7 @@
 
 1. **Layers**: no kvtop module imports a layer above its own::
 
-       faces     kvtop.ui, kvtop.cli, kvtop.plan_cli, kvtop.inspect_log, kvtop.report, kvtop.export,
+       faces     kvtop.ui, kvtop.cli, kvtop.plan_cli, kvtop.inspect_log, kvtop.inspect_changes, kvtop.report, kvtop.export,
                  kvtop.demo, kvtop.__main__ (the faces may import each other)
        engine    kvtop.engine
        settings  kvtop.config (the resolved settings; it reads the access options of kvtop.sources)
@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kvtop.cli",
             "kvtop.plan_cli",
             "kvtop.inspect_log",
+            "kvtop.inspect_changes",
             "kvtop.report",
             "kvtop.export",
             "kvtop.demo",

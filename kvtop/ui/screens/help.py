@@ -33,6 +33,7 @@ Keys (and htop's F1 help, F4 filter, F6 sort, F9 signal, F10 quit)
              they show by themselves; a key's choice is saved; click a
              model's bar in the map to select it)
   i          server view: traffic, health, pre-flight of pulled models
+  c          what changed: restarts, upgrades, settings (kvtop changes)
 
 What-if planner (w on a model)
   ← →        num_ctx along a ladder    ↑ ↓        pick a field

@@ -18,6 +18,7 @@ from textual.widgets import Footer, Static
 
 from kvtop.model.history import WINDOWS_S, History, Marker, ModelSeries, Series
 from kvtop.ui.format import ibytes, safe
+from kvtop.ui.screens.changes import with_change_markers as marked
 from kvtop.ui.widgets.plot import PlotLine, PlotMarker, PlotSpec, PlotView, span_text
 
 GiB = 1024**3
@@ -292,7 +293,9 @@ class HistoryScreen(Screen[None]):
         wide = width >= WIDE_MIN_COLUMNS
         self.set_class(wide, "-wide")
         distinct = self.distinct()
-        key = (self.history.version, self.window_s, width, self.app.size.height, distinct)
+        state = getattr(self.app, "state", None)
+        changes = state.changes if state is not None else ()  # a marker at each change (screens/changes.py)
+        key = (self.history.version, self.window_s, width, self.app.size.height, distinct, changes[-1:])
         if key == self._shown:
             return
         self._shown = key
@@ -314,14 +317,20 @@ class HistoryScreen(Screen[None]):
                 overflow="ellipsis",
             )
         )
-        self.query_one("#plot-gpu", PlotView).show(gpu_spec(self.history, span, gpu_slots, gap, distinct))
+        gpu_plot = gpu_spec(self.history, span, gpu_slots, gap, distinct)
+        self.query_one("#plot-gpu", PlotView).show(marked(gpu_plot, changes, window_end(self.history, span, gpu_slots)))
         note = _log_note(
             state.log.source if state is not None else None,
             demo=self._demo(),
             replay=getattr(self.app, "replay", None) is not None,
         )
-        self.query_one("#plot-tps", PlotView).show(tps_spec(self.history, span, slots, note, distinct))
-        self.query_one("#plot-kv", PlotView).show(kv_spec(self.history, span, slots, gap, distinct))
+        end = window_end(self.history, span, slots)
+        self.query_one("#plot-tps", PlotView).show(
+            marked(tps_spec(self.history, span, slots, note, distinct), changes, end)
+        )
+        self.query_one("#plot-kv", PlotView).show(
+            marked(kv_spec(self.history, span, slots, gap, distinct), changes, end)
+        )
 
     def _demo(self) -> bool:
         settings = getattr(self.app, "settings", None)
