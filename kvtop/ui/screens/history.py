@@ -306,7 +306,6 @@ class HistoryScreen(Screen[None]):
         gpu_slots = max(10, 2 * width)
         interval = float(getattr(self.app, "interval_s", 1.0))
         gap = max(3 * interval + 1, 2.5 * span / slots, 3 * self.history.bucket_s)
-        state = getattr(self.app, "state", None)
         shown = "" if span >= self.window_s else f", {span_text(span)} shown (all there is)"
         self.query_one("#history-title", Static).update(
             Text.assemble(
