@@ -173,6 +173,12 @@ class LoadDecision(EventBase):
     parallel: int | None = None
     layers_total: int | None = None
     layers_requested: int | None = None
+    gpu: str | None = None
+    """``gpu=GPU-…``: the one GPU of ``new model will fit in available VRAM in single GPU, loading`` (corpus 051)."""
+    available_bytes: int | None = None
+    """``available=15813967872``: that GPU's free memory in bytes, as the scheduler saw it."""
+    required_bytes: int | None = None
+    """``required="11.3 GiB"``: the scheduler's estimate of the model's VRAM."""
 
 
 @frozen_event

@@ -72,6 +72,17 @@ class FitFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class SingleGpu:
+    """The one GPU Ollama's scheduler gave a load (``… in single GPU, loading gpu=… available=… required=…``;
+    v0.1.3x–v0.11 ``server/sched.go`` ``pickBestFullFitByLibrary``, docs/placement.md §1): its id, its free memory
+    then and the model's estimated VRAM, in bytes (None where the line does not say)."""
+
+    gpu: str
+    available_bytes: int | None
+    required_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Load:
     """One model load as the log tells it. Sizes in bytes; None where the log does not say."""
 
@@ -117,6 +128,8 @@ class Load:
     """Incidents that give a finding line each but are not in ``events`` (:data:`MAX_FINDING_EVENTS` reached)."""
     fit: FitFacts | None = None
     """llama.cpp's fit pass for this load (Era C), when the log has its lines."""
+    single_gpu: SingleGpu | None = None
+    """The scheduler's ``new model will fit in available VRAM in single GPU`` choice for this load (corpus 051)."""
     kv_swa: Mapping[str, int] = field(default_factory=dict)
     """Device → bytes of an interleaved-SWA model's sliding-window KV cache (``creating SWA KV cache`` and the
     buffer lines after it; corpus 042, fixture ollama-16480); part of ``memory["kv"]``, empty when not iSWA."""
@@ -229,6 +242,7 @@ class _Builder:
         "fit",
         "fit_devices",
         "fit_overflowing",
+        "single_gpu",
         "has_alloc",
         "has_request",
         "has_spawn",
@@ -293,6 +307,7 @@ class _Builder:
         self.fit: dict[str, Any] | None = None
         """The fit pass's facts so far (:class:`FitFacts` fields but ``devices``); None: no fit line."""
         self.fit_devices: dict[str, dict[str, int]] = {}
+        self.single_gpu: SingleGpu | None = None
         self.device_free: dict[str, int] = {}
         self.has_spawn = False
         self.has_request = False
@@ -424,6 +439,7 @@ class _Builder:
             n_ctx_train=self.get("n_ctx_train"),
             over_training=self.over_training,
             fit=self.fit_facts(),
+            single_gpu=self.single_gpu,
             kv_swa=dict(self.kv_swa_alloc),
             recurrent_size_bytes=self.recurrent_size,
             projector_bytes=self.projector_bytes,

@@ -38,7 +38,7 @@ from kvtop.logparse.events import (
     Truncation,
 )
 from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
-from kvtop.logparse.load_build import Load, _Builder
+from kvtop.logparse.load_build import Load, SingleGpu, _Builder
 from kvtop.logparse.memory_events import ContextCheckpoint, ProjectorEstimate, PromptCacheState
 
 REPORTED_KINDS = frozenset(
@@ -163,6 +163,8 @@ class _Grouper:
             b.put("layers_total", e.layers_total, 1)
             if e.layers_requested is not None and e.layers_requested >= 0:
                 b.put("layers_requested", e.layers_requested, 1)
+            if e.gpu is not None:
+                b.single_gpu = SingleGpu(e.gpu, e.available_bytes, e.required_bytes)
         elif isinstance(e, (ModelLoad, DeviceFree)):
             blob = e.model_blob if isinstance(e, ModelLoad) else None
             if cur is not None and not cur.has_alloc and not cur.ready and cur.blob_ok(blob):

@@ -192,6 +192,13 @@ def estimate(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: s
     ]
 
 
+def _plain_or_size(text: str | None) -> int | None:
+    """``15813967872`` (bytes, corpus 051's ``available=``) or ``"14.7 GiB"``."""
+    if text is not None and text.isdigit():
+        return to_count(text)
+    return size_bytes(text)
+
+
 def _int_list(text: str | None) -> tuple[int, ...]:
     """``11,11,11,11`` -> ``(11, 11, 11, 11)`` (``layers.split``, corpus 001); ``()`` when absent or not all counts."""
     if not text:
@@ -250,6 +257,9 @@ def decision(msg: str, rest: str, level: str, n: int, t: datetime | None, raw: s
             parallel=to_count(slog_get(rest, "parallel")),
             layers_total=to_count(slog_get(rest, '"model layers"')),
             layers_requested=to_int(slog_get(rest, "requested")),
+            gpu=slog_get(rest, "gpu"),
+            available_bytes=_plain_or_size(slog_get(rest, "available")),
+            required_bytes=size_bytes(slog_get(rest, "required")),
         )
     ]
 

@@ -199,6 +199,13 @@ def _devices(load: Load) -> list[DevicePlacement]:
                 placed[device] = placed.get(device, 0) + nbytes
     for device, nbytes in placed.items():
         row(device)["placed"] = Known(nbytes, "allocated", "the runner's buffers (weights + KV + compute)")
+    one = load.single_gpu
+    if one is not None and len(rows) <= 1:  # the scheduler's one GPU: the runner's only device, or named by its id
+        r = next(iter(rows.values())) if rows else row(one.gpu)
+        if one.available_bytes is not None and "free" not in r:
+            r["free"] = Known(one.available_bytes, "reported", "the scheduler's single-GPU line: available")
+        if one.required_bytes is not None and "placed" not in r:
+            r["placed"] = Known(one.required_bytes, "estimated", "the scheduler's single-GPU line: required")
     return [
         DevicePlacement(
             name=name,
@@ -356,6 +363,12 @@ def _fits_text(
     layers = f"all {load.layers_total} layers" if load.layers_total else "every layer"
     where = ", ".join(d.name for d in used) or "the GPU"
     text = f"{layers} on {where}: nothing overflowed to system memory"
+    one = load.single_gpu
+    if one is not None and one.available_bytes and one.required_bytes:
+        return text + (
+            f"; the scheduler gave it one GPU because it fits there (~{_size(one.required_bytes)} of"
+            f" {_size(one.available_bytes)} free): with OLLAMA_SCHED_SPREAD off Ollama tries each GPU alone first"
+        )
     if len(used) == 1 and unused and spread_setting(settings) is not True:
         text += (
             f"; one GPU because it fits there: with OLLAMA_SCHED_SPREAD off Ollama keeps a model on the fewest GPUs"

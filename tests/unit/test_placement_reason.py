@@ -154,10 +154,17 @@ def test_045_kv_cache_in_host_buffers() -> None:
     assert r.reason == "not_enough"
 
 
-def test_051_single_gpu_fit_line_alone_gives_no_report() -> None:
-    # The scheduler's "new model will fit in available VRAM in single GPU" line names the GPU and its free
-    # memory, but the load keeps neither (kvtop.logparse.load_build.Load): no devices, no layers, no report.
-    assert placement_report(_load(_lines("051"))) is None
+def test_051_the_schedulers_single_gpu_choice() -> None:
+    # "new model will fit in available VRAM in single GPU, loading … gpu=GPU-… available=15813967872
+    # required="11.3 GiB"" (server/sched.go pickBestFullFitByLibrary, spread off)
+    load = _load(_lines("051"))
+    r = placement_report(load)
+    assert r is not None and r.reason == "fits" and r.fixes == ()
+    (gpu,) = r.devices
+    assert gpu.name == "GPU-00000000-0000-0000-0000-000000000000"
+    assert (gpu.free_bytes.value, gpu.free_bytes.source) == (15813967872, "reported")
+    assert (gpu.placed_bytes.value, gpu.placed_bytes.source) == (round(11.3 * GIB), "estimated")
+    assert "the scheduler gave it one GPU because it fits there (~11.3 GiB of 14.7 GiB free)" in r.reason_text
 
 
 def _era_c(*extra: str) -> Load:
