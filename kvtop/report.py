@@ -19,6 +19,7 @@ from kvtop.model.placement_reason import placement_for, placement_json
 from kvtop.model.queue import queue_json, queue_summary
 from kvtop.model.server_view import server_json
 from kvtop.model.known import SOURCE_LEGEND, units_note
+from kvtop.model.ledger import ledger_json, ledger_text, model_ledger
 from kvtop.model.views import AppState, ModelView
 
 JSON_SCHEMA_VERSION = 1
@@ -66,6 +67,7 @@ def model_json(v: ModelView, usage: ModelGpu | None = None, state: AppState | No
         "runner": _runner_json(v),
         "ctx_advice": advice_json(advice_for(state, v)) if state is not None else None,
         "placement": placement_json(placement_for(state, v)) if state is not None else None,
+        "ledger": None if v.cloud else ledger_json(model_ledger(v, usage)),  # model/ledger.py
     }
 
 
@@ -264,9 +266,23 @@ def state_text(state: AppState, *, hints: Sequence[str] = ()) -> str:
         for d in v.differences:
             lines.append(f"NOTE {safe_name(v.name, 40)}: {safe(d, 300)}")
     lines.extend(ctx_advice_lines(state))
+    lines.extend(ledger_lines(state))
     lines.extend(alert_lines(state))
     lines.extend(gpu_text_lines(state))
     return "\n".join(lines) + "\n"
+
+
+def ledger_lines(state: AppState) -> list[str]:
+    """``LEDGER <model>: …``, one line per model whose runner log lists its memory (``model.ledger``): every part
+    per device with its mark, then the runner's measured GPU memory, the parts on its GPUs, and the remainder."""
+    from kvtop.model.ledger import state_ledgers
+    from kvtop.ui.format import safe, safe_name
+
+    out: list[str] = []
+    for (name, _), ledger in state_ledgers(state).items():
+        if ledger.from_log:
+            out.append(f"LEDGER {safe_name(name, 40)}: {safe(ledger_text(ledger), 600)}")
+    return out
 
 
 def ctx_advice_lines(state: AppState) -> list[str]:

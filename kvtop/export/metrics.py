@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from kvtop import __version__
 from kvtop.export.log_counters import LogCounters
 from kvtop.model.gpu_snapshots import GpuSnapshot
+from kvtop.model.ledger import device_label, state_ledgers
 from kvtop.model.snapshots import OllamaSnapshot
 from kvtop.model.views import AppState, ModelView
 from kvtop.redact import scrub_text
@@ -100,6 +101,28 @@ METRICS: tuple[MetricSpec, ...] = (
         "size split into weights, KV cache and compute buffers; source: allocated (server log), "
         "reported (API) or estimated (kvtop's KV arithmetic)",
         (*_MODEL, "part", "source"),
+    ),
+    MetricSpec(
+        "kvtop_model_ledger_bytes",
+        "gauge",
+        "The model's memory ledger (kvtop/model/ledger.py): each part on each device as the runner log lists it "
+        "(component: weights, kv, kv_swa, recurrent, compute, output, projector, prompt_cache, checkpoints; "
+        "device as llama.cpp names it, host, ? or other); source: allocated, estimated, reported",
+        (*_MODEL, "component", "device", "source"),
+    ),
+    MetricSpec(
+        "kvtop_model_ledger_measured_bytes",
+        "gauge",
+        "The model's runner memory NVML measures (reported): per paired log GPU device, and device=GPUs for all of "
+        "its GPUs; absent when not measured",
+        (*_MODEL, "device"),
+    ),
+    MetricSpec(
+        "kvtop_model_ledger_unexplained_bytes",
+        "gauge",
+        "Measured minus listed (estimated) on the same device(s): memory the log does not explain, negative when it "
+        "lists more than is measured; absent when not measured",
+        (*_MODEL, "device"),
     ),
     MetricSpec(
         "kvtop_model_context_tokens",
@@ -382,6 +405,21 @@ def _memo_model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView, mem
         fams[name].samples.extend(samples)
 
 
+def _ledger_metrics(fams: Mapping[str, Metric], host: str, state: AppState) -> None:
+    """Every loaded model's memory ledger (``model.ledger.state_ledgers``: the GPU and process samples are in it, so
+    not memoised with the model's view)."""
+    for (name, digest), ledger in state_ledgers(state).items():
+        base = (host, name, digest)
+        for r in ledger.rows:
+            _add(fams, "kvtop_model_ledger_bytes", (*base, r.component, device_label(r.device), r.source), r.bytes)
+        for m in ledger.measures:
+            if m.measured.value is None:
+                continue
+            device = device_label(m.scope)
+            _add(fams, "kvtop_model_ledger_measured_bytes", (*base, device), m.measured.value)
+            _add(fams, "kvtop_model_ledger_unexplained_bytes", (*base, device), m.remainder_bytes)
+
+
 def _host_metrics(
     fams: Mapping[str, Metric], hv: HostView, memo: ModelMemo | None = None, kept: ModelMemo | None = None
 ) -> None:
@@ -406,6 +444,7 @@ def _host_metrics(
                 _memo_model_metrics(fams, host, v, memo, kept)
             else:
                 _model_metrics(fams, host, v)
+        _ledger_metrics(fams, host, state)
     if hv.log:
         _add(fams, "kvtop_log_up", (host, state.log.source or ""), 1 if state.log.ok else 0)
         _add(fams, "kvtop_log_lines_total", (host,), state.log.lines)

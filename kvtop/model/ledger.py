@@ -69,6 +69,18 @@ _SLACK_BYTES = 64 * 1024 * 1024
 _BUFFER_PARTS = ("weights", "kv", "recurrent", "compute", "output")
 
 
+_LABEL_DEVICE = re.compile(
+    r"^(?:(?:CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|MTL)\d{0,3}(?:_Host)?|CPU(?:_Mapped|_REPACK|_AARCH64)?|BLAS|GPUs|host|\?)$",
+    re.IGNORECASE,
+)
+
+
+def device_label(device: str) -> str:
+    """``device`` as a ``/metrics`` label value: the device names llama.cpp prints (``CUDA0``, ``ROCm_Host``,
+    ``CPU_Mapped``…), ``GPUs``, ``host`` and ``?`` as they are; any other text of the log ``other`` (a bounded set)."""
+    return device if _LABEL_DEVICE.match(device) else "other"
+
+
 def gpu_device_index(name: str) -> int | None:
     """The number in a llama.cpp/ggml device name (``CUDA0`` -> 0, ``Metal`` -> 0); None for a CPU-side buffer
     (``CPU``, ``CPU_Mapped``, ``CUDA_Host``) or an unknown name. The runner's number, not the physical GPU's."""
@@ -361,6 +373,27 @@ def state_ledgers(state: AppState) -> dict[tuple[str, str], Ledger]:
 
     usage = model_gpu_usage(state.gpu, state.procs, state.models) if state.procs is not None else {}
     return {(m.name, m.digest): model_ledger(m, usage.get((m.name, m.digest))) for m in state.models}
+
+
+def ledger_text(ledger: Ledger) -> str:
+    """The ledger in one line (``--once``): ``KV CPU 1.1 MiB · KV SWA pool CPU 1.0 MiB · … ; GPUs: measured 5.2 GiB,
+    listed 0 B, unexplained ~5.2 GiB`` (sizes through ``model.known.marked``: ``~`` estimated)."""
+    from kvtop.model.known import NOT_KNOWN, marked
+
+    def size(k: Known[int]) -> str:
+        return marked(k.value, k.source, size=True) if k.value is not None else NOT_KNOWN
+
+    parts = [f"{COMPONENT_WORDS[r.component]} {r.device} {size(Known(r.bytes, r.source))}" for r in ledger.rows]
+    text = " · ".join(parts) if parts else "nothing listed"
+    gpus = ledger.measure("GPUs")
+    if gpus is not None:
+        text += (
+            f"; GPUs: measured {size(gpus.measured)}, listed {size(Known(gpus.listed_bytes, 'allocated'))},"
+            f" unexplained {size(gpus.remainder)}"
+        )
+    if ledger.absent:
+        text += "; not in the log: " + ", ".join(COMPONENT_WORDS[c] for c in ledger.absent)
+    return text
 
 
 def ledger_json(ledger: Ledger) -> dict[str, object]:
