@@ -111,11 +111,21 @@ ASCII_GLYPHS: dict[str, str] = {
     # (by rule all three would be ``|``); the map's overhead ``▐`` is ``|`` above, its other Ollama ``▚`` ``\``
     "┆": ":",
     "║": "H",
+    # the history plots' series markers without colours (``kvtop.ui.screens.history``): each its
+    # own stand-in, none a source mark (the plots' ``*`` read as "Ollama default")
+    "◇": "$",
+    "□": "[",
+    "■": "]",
+    "○": "(",
 }
 """Each glyph kvtop draws and the ASCII it becomes in ASCII mode (one cell each). Box-drawing lines
 (U+2500–U+257F) and Braille cells (the plots, U+2800–U+28FF) are mapped by rule in
 :func:`ascii_char`; anything else not ASCII becomes ``_`` per cell (``é`` -> ``e`` where Unicode
 decomposes it)."""
+
+ASCII_TWO_CELLS: dict[str, str] = {"🔎": ">>"}
+"""Two-cell glyphs (emoji) drawn by Textual and their two-cell stand-ins: the command palette's
+search icon drew ``__``."""
 
 ASCII_WIDE: dict[str, str] = {"±": "+/-", "≤": "<=", "≥": ">=", "≠": "!=", "→": "->", "←": "<-", "—": "--"}
 """Stand-ins for plain-text output (``--once``, ``--check``, ``plan``; :func:`to_ascii` with
@@ -132,6 +142,8 @@ def _east_asian_cells(ch: str) -> int:
 
 def _box(ch: str) -> str:
     name = unicodedata.name(ch, "")
+    if "HORIZONTAL" in name and "DASH" in name and "VERTICAL" not in name:
+        return "`"  # a plot's limit line (the device's total), not its axis or a data line's ``-``
     if "HORIZONTAL" in name and "VERTICAL" not in name and "AND" not in name:
         return "-"
     if "VERTICAL" in name and "HORIZONTAL" not in name and "AND" not in name:
@@ -163,7 +175,7 @@ def ascii_char(ch: str, cells: int = 1) -> str:
         return ch
     if cells <= 0:
         return ""
-    known = ASCII_GLYPHS.get(ch)
+    known = ASCII_GLYPHS.get(ch) or ASCII_TWO_CELLS.get(ch)
     if known is not None and len(known) == cells:
         return known
     code = ord(ch)

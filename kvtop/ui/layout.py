@@ -41,9 +41,22 @@ PANEL_MIN_SIZE: dict[str, tuple[int, int]] = {
 }
 """Terminal size (columns, rows) from which an ``auto`` panel shows."""
 
-EVENTS_FILL_ROWS = 8
-"""From 120×36, without the history plots, an ``auto`` events pane takes the rows the table and the
-alerts leave free when there are at least this many (the table keeps every model's row)."""
+EVENTS_FILL_ROWS = 5
+"""Without the history plots, an ``auto`` events pane takes the rows the table leaves free when
+there are at least this many (its border, its heading and 3 lines; the table keeps every model's
+row). At 80×24 the alerts with their fixes come first in it, then the events (issue 26: 11 rows
+were left empty while the banner cut the spill alert). The count does not depend on the alerts
+(the alerts banner is counted at its 2 rows, the alerts panel not at all): the pane does not come
+and go as alerts come and go."""
+
+WIDE_PANELS_FROM = 160
+"""From this width the alerts panel takes 2/5 of the panel row beside the history plots (1/3 below)."""
+
+BANNER_ROWS = 2
+"""The alerts banner's rows at most (``#alertbar``: hidden when there is no alert)."""
+
+EVENTS_MIN_ROWS = 4
+"""Rows the events pane keeps when the alerts panel above it takes the rest (it scrolls)."""
 
 REMEASURES = 5
 """Repaints after a layout that could not be measured yet (none while the screen is too small)."""
@@ -51,27 +64,22 @@ REMEASURES = 5
 COMPACT_MAP_BELOW = (120, 36)
 """Below this size a map switched on with ``m`` is one line per device."""
 
-PANEL_WORDS = {"map": "memory map", "alerts": "alerts", "history": "history", "events": "events"}
-
 
 def panels_shown(width: int, height: int, choices: Mapping[str, str], spare_rows: int | None = None) -> dict[str, bool]:
     """Which panels show at ``width`` × ``height`` with the user's ``choices`` (``auto``/``on``/``off``).
 
-    ``spare_rows``: rows the table (every model's row) and the alerts (all their lines) leave free
-    below them, None when not measured. From the map's size on, without the history plots, an
-    ``auto`` events pane also shows when at least :data:`EVENTS_FILL_ROWS` are spare (it fills them)."""
+    ``spare_rows``: rows the table (every model's row) leaves free below it, None when not
+    measured. Without the history plots an ``auto`` events pane also shows when at least
+    :data:`EVENTS_FILL_ROWS` are spare (it fills them, under the alerts panel when that shows)."""
     out: dict[str, bool] = {}
     for name in PANELS:
         choice = choices.get(name, "auto")
         w, h = PANEL_MIN_SIZE[name]
         out[name] = choice == "on" or (choice == "auto" and width >= w and height >= h)
-    w, h = PANEL_MIN_SIZE["map"]
     if (
         choices.get("events", "auto") == "auto"
         and not out["events"]
         and not out["history"]
-        and width >= w
-        and height >= h
         and spare_rows is not None
         and spare_rows >= EVENTS_FILL_ROWS
     ):
@@ -117,11 +125,12 @@ class PanelLayout:
         app = self.app
         return panels_shown(app.size.width, app.size.height, self.panel_choices, self._spare_rows)
 
-    def measure_spare_rows(self, alerts_rows: int) -> int | None:
-        """Rows left below the table's rows and ``alerts_rows`` (the alerts panel's lines, 0 when it
-        does not show), from the last layout: the table, the panel row and the events pane share what
-        the header, map, GPU strip and status lines leave, whichever of them fills it. None before the
-        first layout."""
+    def measure_spare_rows(self) -> int | None:
+        """Rows left below the table's rows, from the last layout: the table, the panel row and the
+        events pane share what the header, map, GPU strip and status lines leave, whichever of them
+        fills it. The alerts banner counts as :data:`BANNER_ROWS` shown or not, and the alerts
+        panel not at all (the result does not change with the alerts). None before the first
+        layout."""
         main = self.screen
         table = main.query_one(ModelsTable)
         if not table.size.height:
@@ -133,13 +142,15 @@ class PanelLayout:
         if mmap.has_class("-shown"):  # its lines now, if it was laid out at another height (or hidden)
             shared += mmap.outer_size.height if mmap.display else 0
             shared -= mmap.line_count()
-        return shared - table.virtual_size.height - alerts_rows
+        banner = main.query_one("#alertbar")
+        shared += (banner.outer_size.height if banner.display else 0) - BANNER_ROWS
+        return shared - table.virtual_size.height
 
     def settled(self) -> bool:
         """Whether the layout on screen is final: measured (not waiting for a re-measure after a
         repaint) and every panel shown or hidden as :meth:`shown_panels` says. Tests wait for it."""
         shown = self.shown_panels()
-        spare = self.measure_spare_rows(self._alerts_rows if shown["alerts"] else 0)
+        spare = self.measure_spare_rows()
         if spare is None or spare != self._spare_rows:
             return False
         main = self.screen
@@ -169,10 +180,12 @@ class PanelLayout:
         """The dashboard screen's layout classes for the panels ``shown`` (class name → set)."""
         return {
             "-panel-row": shown["alerts"] or shown["history"],
-            "-events-fill": shown["events"] and not shown["history"] and shown["map"],
+            "-events-fill": shown["events"] and not shown["history"],
             # under the map's size, panels switched on by hand share the rows left instead of the
             # events pane's 12 pushing the screen into a scrollbar (80x24 with every panel on)
             "-short": self.app.size.height < PANEL_MIN_SIZE["map"][1],
+            # the alerts get 2/5 of the panel row instead of 1/3 (kvtop.tcss)
+            "-wide-panels": self.app.size.width >= WIDE_PANELS_FROM,
         }
 
     def toggle_panel(self, name: str) -> None:
@@ -181,9 +194,11 @@ class PanelLayout:
         now = self.shown_panels()[name]
         self.panel_choices[name] = "off" if now else "on"
         problem = save_panels(self.panel_choices)
-        if problem:
-            app.notify(problem, severity="warning", markup=False)
-        app.notify(f"{PANEL_WORDS[name]}: {'hidden' if now else 'shown'} (saved)", timeout=1.5, markup=False)
+        said = f"{name} {'off' if now else 'on'}"
+        if problem:  # one notice either way: what was chosen, and whether it was saved
+            app.notify(f"{said} (not saved: {problem})", severity="warning", markup=False)
+        else:
+            app.notify(f"saved: {said}", timeout=1.5, markup=False)
         self.repaint()
 
     def current_memory_map(self, state: AppState, gpu_panel: GpuPanelData | None, local: bool) -> MemoryMap:
@@ -235,10 +250,7 @@ class PanelLayout:
         app = self.app
         main = self.screen
         colors = dict(app.theme_variables)
-        alerts_rows = 0
-        if panels_shown(app.size.width, app.size.height, self.panel_choices)["alerts"]:
-            alerts_rows = self.alerts_rows(state, colors, max(10, app.size.width - 2))
-        spare = self.measure_spare_rows(alerts_rows)
+        spare = self.measure_spare_rows()
         if spare != self._spare_rows or (spare is None and self._remeasures < REMEASURES):
             # measured on the layout before this repaint (or none yet): measure again once this one
             # is laid out, so a quiet server (no new sample to repaint for) gets its rows too
@@ -246,6 +258,16 @@ class PanelLayout:
             app.call_after_refresh(self.repaint)
         self._spare_rows = spare
         shown = self.apply_panel_layout()
+        alerts_panel = main.query_one(AlertsPanel)
+        if shown["alerts"] and shown["events"] and not shown["history"] and spare is not None:
+            # the alerts take the rows they need, the events pane keeps at least EVENTS_MIN_ROWS
+            banner = main.query_one("#alertbar")
+            free = spare + BANNER_ROWS - (banner.outer_size.height if banner.display else 0)
+            cap = max(3, free - EVENTS_MIN_ROWS)
+            if alerts_panel.styles.max_height is None or alerts_panel.styles.max_height.value != cap:
+                alerts_panel.styles.max_height = cap
+        elif alerts_panel.styles.max_height is not None:
+            alerts_panel.styles.max_height = None
         if shown["map"]:
             w, h = COMPACT_MAP_BELOW
             compact = app.size.width < w or app.size.height < h

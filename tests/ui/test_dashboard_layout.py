@@ -44,12 +44,16 @@ def _shown(app: Any) -> dict[str, bool]:
 
 async def test_toggle_is_saved_and_restored(tmp_path: Path) -> None:
     app = shared_app(tmp_path)
+    said: list[str] = []  # every notice, however soon it times out
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(message), notify(message, **kw))[1]  # type: ignore[method-assign]
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         assert _shown(app) == {"map": True, "alerts": True, "history": True, "events": False}
         await pilot.press("m")
         await pilot.pause(0.1)
         assert not app.query_one(MemoryMapPanel).display
+        assert said == ["saved: map off"]  # said once, with what was chosen
         await pilot.press("l")
         await pilot.pause(0.1)
         assert app.query_one(EventsPane).display
@@ -92,13 +96,15 @@ def test_dashboard_220x55(snap_compare: Any, tmp_path: Path) -> None:
 
 
 def test_events_fill_the_rows_left_free() -> None:
-    """From the map's size on, without the history plots, an auto events pane takes the rows the
-    table and the alerts leave when there are enough of them (not 18 empty rows at 120x40)."""
+    """Without the history plots, an auto events pane takes the rows the table leaves when there
+    are enough of them (not 18 empty rows at 120x40, not 11 at 80x24 while the banner cut the
+    spill alert)."""
     assert panels_shown(120, 40, AUTO, spare_rows=EVENTS_FILL_ROWS)["events"] is True
     assert panels_shown(120, 40, AUTO, spare_rows=EVENTS_FILL_ROWS - 1)["events"] is False
     assert panels_shown(120, 40, AUTO)["events"] is False  # not measured yet
     assert panels_shown(160, 48, AUTO, spare_rows=30)["events"] is False  # the plots take the rows
-    assert panels_shown(100, 60, AUTO, spare_rows=30)["events"] is False  # below the map's width: as at 80x24
+    assert panels_shown(100, 60, AUTO, spare_rows=30)["events"] is True  # below the map's width too
+    assert panels_shown(80, 24, AUTO, spare_rows=11)["events"] is True  # 80x24: alerts with fixes, then events
     assert panels_shown(120, 40, {**AUTO, "events": "off"}, spare_rows=30)["events"] is False
 
 

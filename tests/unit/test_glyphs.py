@@ -29,6 +29,7 @@ BARS = {
     "GPU strip": "█▚▄·░",
     "sparkline": "▁▂▃▄▅▆▇█",
     "plot markers": "│┆║",
+    "plot series markers": "•×◆◇□■○",
 }
 
 
@@ -54,8 +55,21 @@ def test_the_unknown_part_is_no_longer_the_estimated_mark() -> None:
     assert to_ascii("4096*×1*") == "4096*x1*"
 
 
+def test_plot_series_markers_are_no_source_mark() -> None:
+    from kvtop.ui.screens.history import LINE_MARKERS, POINT_MARKERS
+
+    for marker in {*LINE_MARKERS, *POINT_MARKERS} - {"braille"}:
+        assert to_ascii(marker) not in SOURCE_MARKS and to_ascii(marker) != "_", marker
+
+
+def test_the_palettes_search_icon() -> None:
+    """Textual's command palette draws 🔎 (two cells): ``__`` in ASCII mode before."""
+    assert to_ascii("🔎 unl", cell_width=lambda ch: 2 if ch == "🔎" else 1) == ">> unl"
+
+
 def test_box_lines_braille_and_wide_characters() -> None:
     assert to_ascii("╭──╮│ │╰──╯┼━┃") == "+--+| |+--++-|"
+    assert to_ascii("┄┈╌") == "```"  # a plot's limit line is not its axis (issue 26: both were ``-``)
     assert to_ascii("⠀⠁⡀⠒⣿") == " '.::"
     assert to_ascii("模型:latest") == "____:latest"  # two cells each: the layout keeps its width
     assert to_ascii("café") == "cafe"

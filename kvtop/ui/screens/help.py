@@ -30,8 +30,9 @@ Keys (and htop's F1 help, F4 filter, F6 sort, F9 signal, F10 quit)
   1–9 ] [    server N / next / previous (with two servers or more)
   h          history plots (z or ← → window, Esc back)
   m / f / v  memory map / alerts with fixes / history panels (from 120×36
-             they show by themselves; a key's choice is saved; click a
-             model's bar in the map to select it)
+             they show by themselves, the events pane in rows left free;
+             a key's choice is saved; click a model's bar in the map to
+             select it)
   i          server view: traffic, health, pre-flight of pulled models
   c          what changed: restarts, upgrades, settings (kvtop changes)
 
@@ -120,6 +121,7 @@ GLYPH_ROWS: tuple[tuple[str, tuple[tuple[str, str, str | None], ...]], ...] = (
         "History plots (h)",
         (
             ("━ •", "a series (its legend names each one)", None),
+            ("× ◆ ◇ □ ■ ○", "without colours (NO_COLOR, mono): each series its own marker", None),
             ("│ ┆ ║", "a model loaded / unloaded / reloaded (the legend names each)", None),
             ("┄", "a limit (the device's total)", None),
         ),

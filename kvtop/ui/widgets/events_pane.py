@@ -110,7 +110,7 @@ class EventsPane(DataTable[Text]):
         changes: Sequence[Change] = (),
     ) -> None:
         """Render kvtop's own writes (``actions``, newest first), the active ``alerts`` (each with
-        every fix), the ``past`` alerts (about a model no longer loaded: ``(no longer loaded)``,
+        every fix), the server's newest ``changes``, the ``past`` alerts (about a model no longer loaded: ``(no longer loaded)``,
         with every fix), then the newest events; filtered by ``needle`` (kind or text,
         case-insensitive). Each alert says its age at ``now`` (Unix seconds, the state's clock:
         ``alert_age.state_clock``; none when None). Alerts about the whole server (no model) are
@@ -138,8 +138,10 @@ class EventsPane(DataTable[Text]):
         rows: list[tuple[Text, Text, Text]] = []
         self._row_fixes = []
         self._collect_actions(rows, actions, needle)
-        self._collect_changes(rows, changes, needle)
+        # the alerts with their fixes before the server's changes: at 80x24 the pane is where they
+        # are read in full (issue 26: alerts with their fixes, then events)
         self._collect_alerts(rows, alerts, needle, now, past=False)
+        self._collect_changes(rows, changes, needle)
         self._collect_alerts(rows, past, needle, now, past=True)
         self._collect(rows, log, needle)
         self._fixes = self._row_fixes + [None] * (len(rows) - len(self._row_fixes))

@@ -179,6 +179,12 @@ def _size_column(spill: bool) -> Column:
     return Column("size", SPILL_SIZE_LABEL if spill else "SIZE", 9 if spill else 8, _size)
 
 
+WIDE_NAME = 24
+"""From 160 columns, NAME's cells before the memory bar grows (a longer name still widens it)."""
+
+WIDE_BAR_GROW = 24
+"""From 160 columns, the cells the memory bar grows by past its 6 (at most)."""
+
 NAME_MAX = 80
 """The widest NAME column (``safe_name`` cuts longer names in the middle, keeping the tag)."""
 
@@ -238,12 +244,17 @@ def _column_set(width: int, sparks: Sparks | None, spill: bool = False) -> tuple
     # + 2 for the vertical scrollbar + 1 spare
     size = _size_column(spill)
     if width >= WIDE_MIN_COLUMNS:
-        name_w = max(14, min(44, width - 143 - (1 if spill else 0)))
+        # past 160 columns the width goes to NAME up to WIDE_NAME, then to the memory bar up to
+        # WIDE_BAR_GROW more cells; what is left widens NAME only for a longer name (_fit_names)
+        # (issue 26: at 220 NAME took 45 cells for 15-cell names, the bar 6)
+        extra = width - 143 - (1 if spill else 0)
+        name_w = max(14, min(WIDE_NAME, extra))
+        grow = min(WIDE_BAR_GROW, max(0, extra - name_w))
         return (
             Column("name", "NAME", name_w, _name(name_w)),
             Column("id", "ID", 12, lambda v, c: Text(safe(v.short_id, 12))),
             size,
-            Column("memory", "MEMORY weights|KV|compute", 30, _memory(6, True)),
+            Column("memory", "MEMORY weights|KV|compute", 30 + grow, _memory(6 + grow, True)),
             Column("context", "CONTEXT", 10, _context(10)),
             Column("processor", "PROCESSOR", 15, _processor),
             Column("fa", "FLASH ATTN", 10, _known("flash_attention")),
