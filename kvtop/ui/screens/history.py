@@ -35,10 +35,11 @@ WIDE_MIN_COLUMNS = 140
 NICE_SPANS_S: tuple[float, ...] = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 """The x axis spans a short history is drawn over (the smallest that holds it)."""
 
-LINE_MARKERS: tuple[str, ...] = ("braille", "•", "×", "+", "o", "◆", "▪", "*")
-"""Without colours (NO_COLOR, the mono theme) each line series gets its own marker, in this order."""
+LINE_MARKERS: tuple[str, ...] = ("braille", "•", "×", "◆", "◇", "□", "■", "○")
+"""Without colours (NO_COLOR, the mono theme) each line series gets its own marker, in this order.
+None is a source mark (``*``) or a bar's glyph, in ASCII mode either (``kvtop.core.glyphs``)."""
 
-POINT_MARKERS: tuple[str, ...] = ("•", "×", "+", "o", "◆", "▪", "*", "#")
+POINT_MARKERS: tuple[str, ...] = ("•", "×", "◆", "◇", "□", "■", "○")
 """Without colours, each point series (tok/s) gets its own marker."""
 
 
