@@ -26,7 +26,8 @@ Control endpoints (not part of Ollama):
 
   The same endpoint also takes ``OLLAMA_CONTEXT_LENGTH``, ``OLLAMA_NUM_PARALLEL``,
   ``OLLAMA_MAX_LOADED_MODELS`` and ``OLLAMA_KEEP_ALIVE``: the scheduler's settings for later loads.
-- ``POST /api/generate`` for a pulled model that is not loaded loads it by Ollama's scheduler rules
+- After ``POST /_standin/sched`` ``{"enabled": true}`` (else such a generate answers 404 as before),
+  ``POST /api/generate`` for a pulled model that is not loaded loads it by Ollama's scheduler rules
   (``kvtop.demo.standin_sched``, docs/ollama-scheduler.md): models unloaded to make room or at
   ``OLLAMA_MAX_LOADED_MODELS``, shortest keep-alive first, idle before in use, the load waiting
   for a busy one. ``POST /_standin/busy`` ``{"model": NAME, "requests": N}`` sets a model's requests

@@ -30,7 +30,7 @@ from kvtop.demo.api_bodies import (
 )
 from kvtop.demo.log_lines import runner_figures
 from kvtop.demo.player import ScenarioPlayer
-from kvtop.demo.standin_sched import busy_route, load_route, merge_ps, ps_rows
+from kvtop.demo.standin_sched import load_route, merge_ps, ps_rows, sched_route
 from kvtop.demo.scenario import LoadedModel, Step
 from kvtop.demo.standin_serve import Slots, answer_body, prompt_tokens
 
@@ -315,12 +315,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._machine()
         elif path == "/_standin/env" and method == "POST":
             self._env(self._json_body(required=True))
-        elif path == "/_standin/busy" and method == "POST":
-            busy_route(self, self._json_body(required=True))
-        elif path == "/_standin/sched" and method == "GET":
-            with self.server.reloads_lock:
-                sched = self.server.sched
-                self._json(200, {"loads": list(sched.events), "env": dict(sched.env), "waiting": list(sched.waiting)})
+        elif path in ("/_standin/busy", "/_standin/sched"):
+            sched_route(self, method, path)
         else:
             self._drain()
             self._error(404, "not found")
@@ -513,8 +509,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         unloaded = row is not None and self.server.expiry.get((index, row.model), 0) is None
-        if row is None or (unloaded and num_ctx is None and "keep_alive" not in body):
+        if self.server.sched.enabled and (row is None or (unloaded and num_ctx is None and "keep_alive" not in body)):
             load_route(self, index, step, name, options if isinstance(options, dict) else {}, keep_ns)
+            return
+        if row is None:
+            self._error(404, f"model '{name}' is not loaded in this step of the stand-in's scenario")
             return
         if keep_ns is not None and num_ctx is None:  # a keep-alive alone: the model stays (or loads again)
             now = time.time_ns()

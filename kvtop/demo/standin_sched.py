@@ -57,6 +57,8 @@ class Sched:
     """The scheduler's state (guarded by ``cond``, which wraps the server's ``reloads_lock``)."""
 
     cond: threading.Condition
+    enabled: bool = False
+    """``POST /_standin/sched {"enabled": true}``: a generate for a model not loaded loads it (else 404, as before)."""
     env: dict[str, str] = field(default_factory=dict)
     extras: dict[tuple[int, str], Extra] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)
@@ -231,6 +233,23 @@ def merge_ps(body: dict[str, Any], extra: list[tuple[int, dict[str, Any]]]) -> d
 
 
 # HTTP routes (the handler's ``_json``/``_error``)
+
+
+def sched_route(handler: Any, method: str, path: str) -> None:
+    """``POST /_standin/busy``; ``POST /_standin/sched`` ``{"enabled": true}`` (generates load by the rules);
+    ``GET /_standin/sched`` (the loads made, the environment, the models a load waits for)."""
+    sched: Sched = handler.server.sched
+    if path == "/_standin/busy" and method == "POST":
+        busy_route(handler, handler._json_body(required=True))
+    elif method == "POST":
+        sched.enabled = bool(handler._json_body(required=True).get("enabled"))
+        handler._json(200, {"enabled": sched.enabled})
+    elif method == "GET":
+        with sched.cond:
+            handler._json(200, {"loads": list(sched.events), "env": dict(sched.env), "waiting": list(sched.waiting)})
+    else:
+        handler._drain()
+        handler._error(404, "not found")
 
 
 def busy_route(handler: Any, body: dict[str, Any]) -> None:

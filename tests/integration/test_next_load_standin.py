@@ -61,6 +61,7 @@ def _scenario(tmp_path: Path, loaded: list[tuple[str, int, float | None]]) -> Pa
 def standin(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Standin]:
     path = _scenario(tmp_path, request.param)
     with running(["--scenario", str(path), "--manual", "--vram-bytes", str(VRAM)]) as server:
+        assert server.client.post("/_standin/sched", json={"enabled": True}).json() == {"enabled": True}
         yield server
 
 

@@ -35,6 +35,9 @@ from textual.widgets import Footer, Static
 
 from kvtop.model import kv, plan
 from kvtop.model.ctx_advice import CtxAdvice, advice_for
+from kvtop.model.known import Known
+from kvtop.model.next_load import NextLoad
+from kvtop.model.next_load_view import state_next_load
 from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
@@ -48,6 +51,7 @@ from kvtop.ui.screens.plan_text import (
     render_ctx_advice,
     render_figures,
     render_limits,
+    render_next_load,
 )
 from kvtop.ui.widgets.hanging import Hanging
 
@@ -129,8 +133,8 @@ class PlanScreen(Screen[None]):
     """
     BINDINGS = [
         Binding("escape", "back", "Back"),
-        Binding("up", "field(-1)", "Field ↑", show=False),
-        Binding("down", "field(1)", "Field ↓", show=False),
+        Binding("up", "field(-1)", "Field ↑", show=False, priority=True),  # not the scroll's: ↑/↓ pick a field
+        Binding("down", "field(1)", "Field ↓", show=False, priority=True),
         Binding("left", "change(-1)", "Less", key_display="←"),
         Binding("right", "change(1)", "More", key_display="→"),
         Binding("enter", "apply_typed", "Apply typed", show=False),
@@ -181,6 +185,8 @@ class PlanScreen(Screen[None]):
         self._limits_cache: dict[tuple[Any, ...], dict[str, int | None]] = {}
         self.advice: CtxAdvice | None = None
         self._advice_of: tuple[Any, ...] = ()
+        self._next_load: NextLoad | None = None
+        self._next_load_of: tuple[Any, ...] = ()
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -299,6 +305,18 @@ class PlanScreen(Screen[None]):
         self._limits_cache = {key: out}
         return out
 
+    def next_load(self) -> NextLoad | None:
+        """What ``a`` would do (``model.next_load_view.state_next_load``: a load at this num_ctx)."""
+        state = getattr(self.app, "state", None)
+        if not isinstance(state, AppState) or self.config is None:
+            return None
+        key = (id(state), self.config.num_ctx, id(self.spec))
+        if key != self._next_load_of:
+            self._next_load_of = key
+            ctx = Known(self.config.num_ctx, "requested", "the what-if's num_ctx")
+            self._next_load = state_next_load(state, self.model_name, self.spec, ctx)
+        return self._next_load
+
     # -- rendering --------------------------------------------------------------------------
 
     def _colors(self) -> Mapping[str, str]:
@@ -366,6 +384,7 @@ class PlanScreen(Screen[None]):
         render_calibration(out, spec, self.calibration, self.engine)
         render_limits(out, p, self.limits(), spec)
         render_ctx_advice(out, self.advice if self.view is not None else None)
+        render_next_load(out, self.next_load(), colors)
         server = self._initial_config(self.view) if self.view is not None else None
         render_apply(out, p, colors, readonly=self.readonly, typed=self.typed, status=self.status, server=server)
         return out

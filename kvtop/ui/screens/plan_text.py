@@ -1,6 +1,6 @@
 """What the what-if screen (``plan.PlanScreen``) says below its fields, section by section: the
 memory bar, the figures with their marks and the verdict, prediction against reality, the limits,
-and the load action with the server-wide settings. Pure: a prediction of ``kvtop.model.plan`` in,
+what a load now does to the other models, and the load action with the server-wide settings. Pure: a prediction of ``kvtop.model.plan`` in,
 lines appended to a ``rich.text.Text`` out (names through ``format.safe``: data, never markup)."""
 
 from __future__ import annotations
@@ -12,9 +12,19 @@ from rich.text import Text
 from kvtop.model import plan
 from kvtop.model.ctx_advice import CtxAdvice, advice_line
 from kvtop.model.known import NOT_KNOWN_WORDS
+from kvtop.model.next_load import NextLoad
+from kvtop.model.next_load_view import next_load_lines
 from kvtop.ui.format import ibytes, safe
 
-__all__ = ["render_apply", "render_bar", "render_calibration", "render_ctx_advice", "render_figures", "render_limits"]
+__all__ = [
+    "render_apply",
+    "render_bar",
+    "render_calibration",
+    "render_ctx_advice",
+    "render_figures",
+    "render_limits",
+    "render_next_load",
+]
 
 
 def _fmt_error(n: int) -> str:
@@ -231,3 +241,17 @@ def render_apply(
         out.append(f"    docker   {s.docker}\n")
         for note in s.notes[2:]:
             out.append(f"    ! {note}\n", style=colors.get("kv-crit", ""))
+
+
+def render_next_load(out: Text, n: NextLoad | None, colors: Mapping[str, str]) -> None:
+    """What ``a`` (a load at this num_ctx) does on the server: the settings, the models Ollama's
+    scheduler unloads and why, the fit (``model.next_load_view.next_load_lines``, as ``kvtop plan`` writes it)."""
+    if n is None:
+        return
+    out.append("\nIf loaded now", style="bold")
+    out.append(" (Ollama's scheduler; docs/ollama-scheduler.md)\n", style="dim")
+    for line in next_load_lines(n, ibytes):
+        warn = line.startswith(("unloads ", "spills", "fails", "marginal"))
+        out.append(f"  {safe(line, 300)}\n", style=colors.get("kv-warn", "") if warn else "")
+    for note in n.notes:
+        out.append(f"  {safe(note, 300)}\n", style="dim")
