@@ -160,12 +160,13 @@ def _gpu_log_devices(view: ModelView) -> list[str]:
     return sorted(names, key=lambda d: (gpu_device_index(d) or 0, d))
 
 
-def _cpu_log_parts(view: ModelView) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for p in _PARTS:
-        total = sum(b for d, b in view.devices.get(p, {}).items() if gpu_device_index(d) is None)
-        if total:
-            out[p] = total
+def _cpu_ledger_parts(view: ModelView) -> dict[SegmentKind, int]:
+    """The ledger's buffers on CPU-side devices, per component (both KV pools, recurrent state and output apart)."""
+    out: dict[SegmentKind, int] = {}
+    for r in model_ledger(view, None).rows:
+        if r.component in _LEDGER_KINDS and r.device not in ("?", "host") and gpu_device_index(r.device) is None:
+            kind: SegmentKind = r.component  # type: ignore[assignment]
+            out[kind] = out.get(kind, 0) + r.bytes
     return out
 
 
@@ -396,20 +397,19 @@ def _ram_bar(system: SystemMemory | None, models: Sequence[ModelView]) -> Device
         if not m.spilled or m.size_bytes is None or m.size_vram_bytes is None:
             continue
         key = (m.name, m.digest)
-        cpu = _cpu_log_parts(m)
+        cpu = _cpu_ledger_parts(m)
         if cpu:
-            for p in _PARTS:
-                if cpu.get(p):
-                    segments.append(
-                        Segment(
-                            p,
-                            cpu[p],
-                            "allocated",
-                            m.name,
-                            key,
-                            f"the runner log's CPU-side {p} buffers (CPU, CPU_Mapped, *_Host)",
-                        )
+            for kind, nbytes in cpu.items():
+                segments.append(
+                    Segment(
+                        kind,
+                        nbytes,
+                        "allocated",
+                        m.name,
+                        key,
+                        f"the runner log's CPU-side {kind} buffers (CPU, CPU_Mapped, *_Host)",
                     )
+                )
         else:
             # both /api/ps figures, as the table's VRAM+RAM (model.placement.vram_ram) and ollama ps's split
             segments.append(

@@ -300,3 +300,22 @@ def test_a_paired_gpu_shows_every_ledger_part_and_a_negative_remainder(tmp_path:
     ]
     entry = next(p for p in legend_pieces(bar) if any(Q8 in text for text, _ in p))
     assert "".join(text for text, _ in entry).endswith(" KV 9.0G SWA 90M ~−2.8G")
+
+
+def test_the_ram_bar_shows_a_spilled_models_cpu_parts_pool_by_pool(tmp_path: Path) -> None:
+    """A real llama-server run of an interleaved-SWA model (CPU only) as the spilled gemma's log: its CPU parts in
+    RAM, the SWA pool apart from the full-context one (model.ledger)."""
+    from kvtop.logparse import group_loads
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "llama-server-runs"
+    lines = (run / "gemma3-iswa-prompt-cache-np2.log").read_text(encoding="utf-8").splitlines()
+    (load,) = group_loads(parse_lines([line for line in lines if not line.startswith("#")]))
+    gpu, procs, models = shared_sample(tmp_path)
+    models = tuple(dataclasses.replace(m, load=load, devices=load.memory) if m.name == GEMMA else m for m in models)
+    ram = memory_map(gpu, procs, models).bars[-1]
+    assert [(s.kind, s.bytes, s.source) for s in ram.segments if s.label == GEMMA] == [
+        ("weights", 3722445, "allocated"),
+        ("kv", 1111491, "allocated"),
+        ("kv_swa", 1048576, "allocated"),
+        ("compute", 7895777, "allocated"),
+    ]
