@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from datetime import datetime
@@ -22,7 +23,7 @@ from typing import Any
 
 from kvtop.cli.exits import EXIT_OK, EXIT_UNREACHABLE
 from kvtop.config.files import state_dir
-from kvtop.model.changes import Change, changes_since, parse_since, story
+from kvtop.model.changes import Change, changes_since, parse_since, start_label, story
 from kvtop.sources.timeline_store import TimelineStore, timeline_folder
 from kvtop.textsafe import emit, safe, safe_block, safe_json
 
@@ -65,7 +66,7 @@ def render_changes(host: str, changes: tuple[Change, ...], *, since_label: str |
             "  nothing changed" + (f" since {safe(since_label)}" if since_label else "") + " while kvtop watched"
         )
         return "\n".join(out) + "\n"
-    label = since_label or _when(changes[0].at)
+    label = since_label or start_label(changes) or _when(changes[0].at)
     out.append(safe(story(changes, since=label), 2000))
     for c in changes:
         out.append(f"  {_when(c.at)}  {safe(c.text(), 300)}  ({safe(c.source)}, {c.origin})")
@@ -132,5 +133,10 @@ def main_changes(argv: list[str]) -> int:
         }
         sys.stdout.write(safe_json(doc) + "\n")
     else:
-        sys.stdout.write(safe_block(render_changes(store.url, shown, since_label=label, path=str(store.path))))
+        from kvtop.core.glyphs import output_wants_ascii, to_ascii
+
+        text = render_changes(store.url, shown, since_label=label, path=str(store.path))
+        if output_wants_ascii(os.environ, getattr(sys.stdout, "encoding", None), sys.flags.utf8_mode, sys._xoptions):
+            text = to_ascii(text, keep_cells=False)  # no UTF-8 locale: the plain-text stand-ins (-> for →)
+        sys.stdout.write(safe_block(text))
     return EXIT_OK

@@ -60,7 +60,7 @@ def _model_facts(m: ModelView, at: float) -> dict[str, Fact]:
     facts: dict[str, Fact] = {}
     name = m.name
     fa = m.flash_attention
-    if fa.value is not None and fa.source not in _UNSETTLED:
+    if fa.value is not None and fa.source not in _UNSETTLED and fa.value != "auto":  # auto: not resolved yet
         facts[f"fa:{name}"] = Fact(_FA.get(fa.value, fa.value), at, fa.source or "reported")
     kv = m.kv_type
     if kv.value is not None and kv.source not in _UNSETTLED:

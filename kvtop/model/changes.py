@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Change", "Fact", "Observation", "changes_since", "observe", "parse_since", "story"]
+__all__ = ["Change", "Fact", "Observation", "changes_since", "observe", "parse_since", "start_label", "story"]
 
 WHOLE_PREFIXES = ("env:", "config:")
 """Key prefixes read as a whole: a name missing from a complete read is unset."""
@@ -261,6 +261,13 @@ def story(changes: Sequence[Change], *, since: str | None = None) -> str:
             parts.append(part)
     head = f"since {since}: " if since else ""
     return head + " → ".join(parts)
+
+
+def start_label(changes: Sequence[Change]) -> str | None:
+    """What a story of ``changes`` starts from when nothing else is said: the version the server ran
+    before the first change, when that change is an upgrade (``0.32.15``); else None (say the time)."""
+    first = min(changes, key=lambda c: c.at, default=None)
+    return first.before if first is not None and first.kind == "version" and first.before else None
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*$", re.IGNORECASE)

@@ -75,6 +75,8 @@ def test_restart_upgrade_and_spill_are_found_across_runs_and_kept(tmp_path: Path
     proc = kvtop("changes", "--host", url, "--since", "0.33.0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1] == "since 0.33.0: spill"
+    story_all = kvtop("changes", "--host", url).stdout.splitlines()[1]
+    assert story_all == "since 0.32.15: version 0.33.0 → spill"  # from the version before the upgrade
     assert "tiny:latest: placement gpu → spill" in proc.stdout
     everything = json.loads(kvtop("changes", "--host", url, "--json").stdout)
     assert everything["story"] == "version 0.33.0 → spill"

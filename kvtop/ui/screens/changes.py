@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from kvtop.model.changes import Change, story
+from kvtop.model.changes import Change, start_label, story
 from kvtop.ui.format import safe
 from kvtop.ui.widgets.plot import PlotMarker, PlotSpec
 
@@ -41,7 +41,7 @@ def changes_text(host: str, changes: Sequence[Change], colors: dict[str, str] | 
             style=colors.get("kv-muted", ""),
         )
         return out
-    first = datetime.fromtimestamp(changes[0].at).strftime("%Y-%m-%d %H:%M")
+    first = start_label(changes) or datetime.fromtimestamp(changes[0].at).strftime("%Y-%m-%d %H:%M")
     out.append(safe(story(changes, since=first), 2000) + "\n\n")
     for c in list(reversed(changes))[:MAX_LISTED]:
         when = datetime.fromtimestamp(c.at).strftime("%Y-%m-%d %H:%M:%S")
