@@ -155,11 +155,14 @@ def with_busy(residents: Sequence[Resident], busy: Mapping[str, Known[bool]]) ->
     return [dataclasses.replace(r, in_use=busy[r.name]) if r.name in busy else r for r in residents]
 
 
-def state_next_load(state: Any, name: str, spec: plan.ModelSpec | None, num_ctx: Known[int] | None) -> NextLoad | None:
+def state_next_load(
+    state: Any, name: str, spec: plan.ModelSpec | None, num_ctx: Known[int] | None, free_bytes: int | None = None
+) -> NextLoad | None:
     """The forecast of loading ``name`` now on the server of ``state`` (an ``AppState``): its version,
     its environment (the service rung, as the pre-flight reads it), the GPU sample (total, free and
     count: this machine's), ``/api/ps``, the weights blobs of ``/api/show`` and the models' busy slots
-    (``ModelView.slots``). ``num_ctx``: a request's own (the what-if screen's); None when not known yet."""
+    (``ModelView.slots``). ``num_ctx``: a request's own (the what-if screen's); ``free_bytes``: the free
+    GPU memory the face shows (default: the GPU sample's)."""
     from kvtop.model.gpu import gpu_free_bytes
     from kvtop.model.preflight import server_defaults
     from kvtop.model.server_view import server_for
@@ -206,7 +209,7 @@ def state_next_load(state: Any, name: str, spec: plan.ModelSpec | None, num_ctx:
         version=snap.version,
         env=env,
         loaded=snap.models,
-        free_bytes=gpu_free_bytes(gpu),
+        free_bytes=free_bytes if free_bytes is not None else gpu_free_bytes(gpu),
         gpu_count=count,
         now_s=snap.taken_at,
         show=show,

@@ -310,11 +310,11 @@ class PlanScreen(Screen[None]):
         state = getattr(self.app, "state", None)
         if not isinstance(state, AppState) or self.config is None:
             return None
-        key = (id(state), self.config.num_ctx, id(self.spec))
+        key = (id(state), self.config.num_ctx, id(self.spec), self.gpu_free_bytes)
         if key != self._next_load_of:
             self._next_load_of = key
             ctx = Known(self.config.num_ctx, "requested", "the what-if's num_ctx")
-            self._next_load = state_next_load(state, self.model_name, self.spec, ctx)
+            self._next_load = state_next_load(state, self.model_name, self.spec, ctx, self.gpu_free_bytes)
         return self._next_load
 
     # -- rendering --------------------------------------------------------------------------
