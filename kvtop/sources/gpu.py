@@ -207,11 +207,16 @@ class GpuSource:
                     for group, label in ((amd, "AMD"), (intel, "Intel"))
                     if group
                 ]
+                intel_use = any(d.memory_used_bytes is not None for d in intel)  # from DRM fdinfo (gpu_fdinfo)
                 what = (
                     "no per-process GPU memory"
                     if not intel
+                    else "AMD: no per-process GPU memory; Intel: VRAM use from DRM fdinfo"
+                    if amd and intel_use
                     else "no per-process GPU memory; Intel: VRAM size only"
                     if amd
+                    else "VRAM use and per-process memory from DRM fdinfo"
+                    if intel_use
                     else "VRAM size only, no use or per-process memory"
                 )
                 backend: GpuBackend = "sysfs" if amd and intel else "amd-sysfs" if amd else "intel-sysfs"

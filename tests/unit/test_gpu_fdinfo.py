@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvtop.sources.gpu import GpuSource
 from kvtop.sources.gpu_fdinfo import parse_fdinfo, parse_size, read_drm_vram
 from kvtop.sources.gpu_sysfs import read_intel_sysfs
 from tests.fakes.sysfs import GiB, add_intel_card
@@ -95,3 +96,11 @@ def test_without_a_proc_root_the_use_stays_unknown(tmp_path: Path) -> None:
     (d,), _ = read_intel_sysfs(tmp_path)
     assert d.memory_used_bytes is None
     assert d.memory_note is not None and d.memory_note.startswith("VRAM size from sysfs tileN/physical_vram_size_bytes")
+
+
+def test_the_status_line_says_where_the_use_comes_from(tmp_path: Path) -> None:
+    add_intel_card(tmp_path / "sys", 0, driver="xe", tiles=(16 * GiB,), slot="0000:03:00.0")
+    proc = tmp_path / "proc"
+    _proc(proc, 4242, {3: ("/dev/dri/renderD128", XE)})
+    snap = GpuSource(nvml=False, sysfs_root=tmp_path / "sys", proc_root=proc, platform="linux").sample_sync()
+    assert snap.status == "GPU telemetry: 1 Intel GPU (sysfs; VRAM use and per-process memory from DRM fdinfo)"
