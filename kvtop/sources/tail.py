@@ -229,7 +229,7 @@ def auto_file_candidates(env: Mapping[str, str] | None = None, platform: str | N
         if local:
             out.append(
                 (
-                    Path(PureWindowsPath(local) / "Ollama" / "server.log"),
+                    Path(str(PureWindowsPath(local) / "Ollama" / "server.log")),  # str: backslashes kept on any host
                     "the Windows app's server log (rotated to server-1.log … on each start)",
                 )
             )
