@@ -104,3 +104,17 @@ def test_the_status_line_says_where_the_use_comes_from(tmp_path: Path) -> None:
     _proc(proc, 4242, {3: ("/dev/dri/renderD128", XE)})
     snap = GpuSource(nvml=False, sysfs_root=tmp_path / "sys", proc_root=proc, platform="linux").sample_sync()
     assert snap.status == "GPU telemetry: 1 Intel GPU (sysfs; VRAM use and per-process memory from DRM fdinfo)"
+
+
+def test_between_walks_only_known_fds_are_read_again(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _proc(proc, 4242, {3: ("/dev/dri/renderD128", XE)})
+    drivers = frozenset({"xe"})
+    assert read_drm_vram(proc, drivers, now=100.0)["0000:03:00.0"].used_bytes == VRAM0
+    # the runner's VRAM grows (a known fd: read again at once) and a new process opens the GPU
+    (proc / "4242" / "fdinfo" / "3").write_text(XE.replace("5361664 KiB", "6000000 KiB"), encoding="utf-8")
+    _proc(proc, 5000, {4: ("/dev/dri/renderD128", XE.replace("drm-client-id:\t3", "drm-client-id:\t8"))})
+    use = read_drm_vram(proc, drivers, now=105.0)["0000:03:00.0"]
+    assert (use.used_bytes, sorted(use.by_pid)) == (6_000_000 * 1024, [4242])
+    use = read_drm_vram(proc, drivers, now=110.0)["0000:03:00.0"]  # FULL_SCAN_S later: a new walk
+    assert (use.used_bytes, sorted(use.by_pid)) == (6_000_000 * 1024 + VRAM0, [4242, 5000])
