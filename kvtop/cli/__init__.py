@@ -43,7 +43,7 @@ subcommands (each has its own --help):
   kvtop inspect-log PATH|- [--json]
       read a whole server log and report every model load
   kvtop changes [--since VERSION|TIME] [--now] [--json]
-      what changed on the server (restarts, upgrades, settings, loads), kept across runs
+      what changed on the server (restarts, upgrades, settings, loads)
   kvtop plan MODEL [--ctx N]... [--kv TYPE]... [--gpu-free BYTES|auto] [--json]
       one model's memory and fit at other num_ctx, KV cache types or slot counts
   kvtop plan --all [--ctx N] [--kv TYPE] [--gpu-free BYTES|auto] [--json]

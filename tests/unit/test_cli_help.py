@@ -19,7 +19,7 @@ def _epilog_lines() -> list[str]:
 
 def test_every_dispatched_subcommand_is_in_the_epilog() -> None:
     dispatched = re.findall(r'argv\[:1\] == \["([a-z-]+)"\]', inspect.getsource(cli.main))
-    assert sorted(dispatched) == ["export", "inspect-log", "plan"]
+    assert sorted(dispatched) == ["changes", "export", "inspect-log", "plan"]
     usages = [line.strip() for line in _epilog_lines() if line.startswith("  kvtop ")]
     for name in dispatched:
         assert any(u.startswith(f"kvtop {name} ") for u in usages), name
