@@ -206,13 +206,14 @@ def _same(a: str, b: str) -> bool:
 
 
 def next_load_cell(n: Any) -> str:
-    """The ``NEXT LOAD`` column: ``loaded``, ``unloads a, b``, ``waits for a``, ``—`` (nothing unloaded)."""
+    """The ``NEXT LOAD`` column: ``loaded``; else what it unloads (``(waits)``: in use, the load waits
+    for its requests) or ``unloads nothing``, then the fit after the unloads (``fits``, ``spills``…)."""
     if n is None:
         return NOT_KNOWN
     if n.verdict == "loaded":
         return "loaded"
     gone = [e.name + (" (waits)" if e.waits else "") for e in n.evicted]
-    return ("unloads " + ", ".join(gone)) if gone else "—"
+    return ("unloads " + ", ".join(gone) if gone else "unloads nothing") + f"; {n.verdict}"
 
 
 def all_json(r: AllResult) -> dict[str, Any]:

@@ -198,3 +198,15 @@ def test_a_local_gguf_file(standin: Standin, capsys: pytest.CaptureFixture[str],
         ["alpha:latest"],
     )
     assert nl["verdict"] == "fits"
+
+
+@pytest.mark.parametrize("standin", [LOADED_3], indirect=True)
+def test_plan_all_gives_each_model_the_same_forecast(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    env = _env(standin, OLLAMA_MAX_LOADED_MODELS="4")
+    one = _plan(standin, "newbie", capsys, *env)
+    used = sum(r["size_vram"] for r in standin.ps())
+    argv = ["--all", "--host", standin.url, "--json", "--gpu-free", str(VRAM - used), "--gpu-total", str(VRAM)]
+    assert main_plan([*argv, "--gpus", "1", *env]) == 0
+    rows = {m["name"]: m["next_load"] for m in json.loads(capsys.readouterr().out)["models"]}
+    assert rows["newbie:latest"]["evicted"] == one["evicted"] and rows["newbie:latest"]["num_ctx"] == 32768
+    assert rows["alpha:latest"]["verdict"] == "loaded" and rows["alpha:latest"]["evicted"] == []
