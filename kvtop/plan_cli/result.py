@@ -81,7 +81,11 @@ def make_plan(
         launch_ctx = next_load.launch.num_ctx if next_load is not None else None
         if loaded is not None and loaded.context_length:
             ctxs = [loaded.context_length]
-        elif launch_ctx is not None and launch_ctx.value and launch_ctx.source in ("service", "requested", "default"):
+        elif (
+            launch_ctx is not None
+            and launch_ctx.value
+            and (launch_ctx.source in ("service", "requested", "default") or "clamped" in launch_ctx.note)
+        ):
             ctxs = [launch_ctx.value]
             notes.append(
                 f"num_ctx {launch_ctx.value}: what a load without options gets ({launch_ctx.note}); pass --ctx"
