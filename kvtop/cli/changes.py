@@ -127,7 +127,7 @@ def main_changes(argv: list[str]) -> int:
             "host": store.url,
             "timeline": str(store.path),
             "since": label,
-            "story": story(shown, since=label) if shown else "",
+            "story": story(shown, since=label or start_label(shown)) if shown else "",
             "changes": [c.to_json() for c in shown],
             "warning": warning,
         }

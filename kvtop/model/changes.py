@@ -210,7 +210,8 @@ def observe(fingerprint: Mapping[str, Fact], obs: Observation) -> tuple[dict[str
     from the read become unset.
 
     Returns:
-        The new fingerprint (a new dict; ``fingerprint`` is not changed) and the changes, in key order.
+        The new fingerprint (a new dict; ``fingerprint`` is not changed) and the changes by time,
+        a restart first among those of one time, then by key.
     """
     new = dict(fingerprint)
     changes: list[Change] = []
@@ -241,7 +242,7 @@ def observe(fingerprint: Mapping[str, Fact], obs: Observation) -> tuple[dict[str
             new[key] = fact
         elif fact.source != old.source:
             new[key] = fact
-    changes.sort(key=lambda c: c.at)
+    changes.sort(key=lambda c: (c.at, not c.restart, c.key))  # a restart first: the settings came with it
     return new, tuple(changes)
 
 

@@ -69,17 +69,21 @@ def test_restart_upgrade_and_spill_are_found_across_runs_and_kept(tmp_path: Path
         assert second["changes"][0]["source"] == "reported"
         set_kv(server, "f16")  # the KV cache grows past the GPU budget: the model spills
         third = once(url)
+        set_kv(server, "q8_0")  # back under the budget: kvtop changes --now samples the server first
+        now = kvtop("changes", "--host", url, "--now", "--json")
+        assert now.returncode == 0, now.stderr
+        assert json.loads(now.stdout)["story"] == "since 0.32.15: version 0.33.0 → spill → all on GPU"
     kinds = [(c["kind"], c["subject"], c["before"], c["after"]) for c in third["changes"]]
     assert kinds == [("version", "", "0.32.15", "0.33.0"), ("placement", "tiny:latest", "gpu", "spill")]
 
     proc = kvtop("changes", "--host", url, "--since", "0.33.0")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[1] == "since 0.33.0: spill"
+    assert proc.stdout.splitlines()[1] == "since 0.33.0: spill → all on GPU"
     story_all = kvtop("changes", "--host", url).stdout.splitlines()[1]
-    assert story_all == "since 0.32.15: version 0.33.0 → spill"  # from the version before the upgrade
+    assert story_all == "since 0.32.15: version 0.33.0 → spill → all on GPU"  # from the version before the upgrade
     assert "tiny:latest: placement gpu → spill" in proc.stdout
     everything = json.loads(kvtop("changes", "--host", url, "--json").stdout)
-    assert everything["story"] == "version 0.33.0 → spill"
-    assert len(everything["changes"]) == 2
+    assert everything["story"] == "since 0.32.15: version 0.33.0 → spill → all on GPU"
+    assert len(everything["changes"]) == 3
     unknown = kvtop("changes", "--host", url, "--since", "0.1.0")
     assert unknown.returncode == 2 and "not in the timeline" in unknown.stderr

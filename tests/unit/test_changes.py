@@ -140,3 +140,27 @@ def test_inspect_log_changes_lists_the_restart_of_a_pasted_log(capsys: pytest.Ca
     one = FIXTURE.parents[1] / "logs" / "018-server-config-docker-compose-prefix-0.1.41.log"
     assert main_inspect_log([str(one), "--changes"]) == 0
     assert "one server start in the log: nothing to compare it with" in capsys.readouterr().out
+
+
+def test_the_process_sample_gives_the_service_environment_and_a_new_pid_is_a_restart() -> None:
+    from types import MappingProxyType
+
+    from kvtop.engine.timeline import ChangeKeeper
+    from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess, ServiceEnv
+    from kvtop.model.state import fold_procs, initial_state
+
+    def sample(at: float, pid: int, **env: str) -> ProcSnapshot:
+        read = ServiceEnv(MappingProxyType(env), source=f"/proc/{pid}/environ")
+        return ProcSnapshot(taken_at=at, servers=(ServerProcess(pid, "ollama", ("ollama", "serve"), read),))
+
+    state, _ = initial_state("http://127.0.0.1:11434", {}, timezone.utc)
+    keeper = ChangeKeeper(None)
+    state = keeper.observe("h", fold_procs(state, sample(100.0, 4242, OLLAMA_FLASH_ATTENTION="1")))
+    assert state.changes == ()
+    state = keeper.observe("h", fold_procs(state, sample(200.0, 5151, OLLAMA_KV_CACHE_TYPE="q8_0")))
+    assert [(c.text(), c.source, c.at) for c in state.changes] == [
+        ("server restarted: PID 4242 → 5151", "service", 200.0),
+        ("OLLAMA_FLASH_ATTENTION 1 → unset", "service", 200.0),
+        ("OLLAMA_KV_CACHE_TYPE unset → q8_0", "service", 200.0),
+    ]
+    assert story(state.changes) == "restart → OLLAMA_FLASH_ATTENTION unset → OLLAMA_KV_CACHE_TYPE=q8_0"
