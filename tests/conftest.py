@@ -18,67 +18,82 @@ SLOW_FILE_S = 5.0
 teardown summed from ``pytest --durations=0``, the whole suite on 2 cores) is listed in
 :data:`SLOW_FILES`, and each of its tests carries the ``slow`` marker. ``pytest -m "not slow"`` is
 then the inner loop (under 2 minutes on 2 cores); the whole suite (no ``-m``) is what CI and the
-README run. A file that grows past the bound goes on the list; ``tests/unit/test_slow_files.py``
-checks that every entry still names a file."""
+README run. A file that grows past the bound goes on the list with its seconds; the whole run
+starts the files with the most seconds first, so that with 4 workers (pyproject.toml addopts) no
+long file starts last and runs alone. ``tests/unit/test_slow_files.py`` checks that every entry
+still names a file."""
 
-SLOW_FILES: frozenset[str] = frozenset(
-    {  # seconds in all: the run of 2026-12-02 on 2 busy cores (25 min in all)
-        "tests/integration/test_apply_step.py",  # 11 s
-        "tests/integration/test_check_log.py",  # 16 s
-        "tests/integration/test_cli.py",  # 18 s
-        "tests/integration/test_credentials.py",  # 25 s
-        "tests/integration/test_export_prometheus.py",  # 28 s
-        "tests/integration/test_export_textfile.py",  # 29 s
-        "tests/integration/test_exporter_load.py",  # 14 s
-        "tests/integration/test_exporter_slowloris.py",  # 10 s
-        "tests/integration/test_hostile_server.py",  # 58 s
-        "tests/integration/test_ladder_real.py",  # 88 s
-        "tests/integration/test_llama_server.py",  # 7 s
-        "tests/integration/test_log_burst.py",  # 12 s
-        "tests/integration/test_log_never_found.py",  # 8 s
-        "tests/integration/test_multi_host.py",  # 15 s
-        "tests/integration/test_one_engine.py",  # 5.1 s alone on a quiet machine (newer than the run above)
-        "tests/integration/test_one_vocabulary.py",  # 9 s
-        "tests/integration/test_plan_cli.py",  # 28 s
-        "tests/integration/test_preflight.py",  # 14 s
-        "tests/integration/test_preflight_pool.py",  # 37 s
-        "tests/integration/test_process.py",  # 10 s
-        "tests/integration/test_record_replay.py",  # 17 s
-        "tests/integration/test_remote_servers.py",  # 16 s
-        "tests/integration/test_slots_llama_server.py",  # 224 s
-        "tests/integration/test_soak.py",  # 218 s
-        "tests/integration/test_stream.py",  # 7 s
-        "tests/integration/test_tail_rotation.py",  # 6 s
-        "tests/integration/test_tls_words.py",  # 9 s
-        "tests/integration/test_tmux.py",  # 9 s
-        "tests/integration/test_type_ahead_tmux.py",  # 5 s
-        "tests/integration/test_way_forward.py",  # 9 s
-        "tests/ui/test_app.py",  # 11 s
-        "tests/ui/test_dashboard_layout.py",  # 9 s
-        "tests/ui/test_demo_mission.py",  # 11 s
-        "tests/ui/test_header_flags.py",  # 11 s
-        "tests/ui/test_history_fit.py",  # 17 s
-        "tests/ui/test_history_screen.py",  # 12 s
-        "tests/ui/test_memory_map.py",  # 10 s
-        "tests/ui/test_narrow_text.py",  # 10 s
-        "tests/ui/test_operator_actions.py",  # 71 s
-        "tests/ui/test_plan_screen.py",  # 16 s
-        "tests/ui/test_plot_resolution.py",  # 6 s
-        "tests/ui/test_screen_leaks.py",  # 56 s
-        "tests/ui/test_snapshots.py",  # 10 s
-        "tests/ui/test_snapshots_narrow.py",  # 25 s
-        "tests/ui/test_table_cost.py",  # 7 s
-        "tests/ui/test_terminals.py",  # 6 s
-        "tests/ui/test_themes.py",  # 8 s
-        "tests/ui/test_type_ahead.py",  # 46 s
-        "tests/ui/test_write_safety.py",  # 17 s
-        "tests/unit/test_fuzz.py",  # 52 s
-        "tests/unit/test_inspect_log_stream.py",  # 11 s
-        "tests/unit/test_output_safety.py",  # 10 s
-        "tests/unit/test_replay_hostile.py",  # 10 s
-        "tests/unit/test_tail.py",  # 6 s
-    }
-)
+SLOW_FILES: dict[str, float] = {  # seconds in all: the run of 2026-12-02 on 2 busy cores (25 min in all)
+    "tests/integration/test_apply_step.py": 11,
+    "tests/integration/test_check_log.py": 16,
+    "tests/integration/test_cli.py": 18,
+    "tests/integration/test_credentials.py": 25,
+    "tests/integration/test_export_prometheus.py": 28,
+    "tests/integration/test_export_textfile.py": 29,
+    "tests/integration/test_exporter_load.py": 14,
+    "tests/integration/test_exporter_slowloris.py": 10,
+    "tests/integration/test_hostile_server.py": 58,
+    "tests/integration/test_ladder_real.py": 12,  # alone, since its llama-server runs one thread (88 s before)
+    "tests/integration/test_llama_server.py": 7,
+    "tests/integration/test_log_burst.py": 12,
+    "tests/integration/test_log_never_found.py": 8,
+    "tests/integration/test_multi_host.py": 15,
+    "tests/integration/test_one_engine.py": 5.1,  # alone on a quiet machine (newer than the run above)
+    "tests/integration/test_one_vocabulary.py": 9,
+    "tests/integration/test_plan_cli.py": 28,
+    "tests/integration/test_preflight.py": 14,
+    "tests/integration/test_preflight_pool.py": 37,
+    "tests/integration/test_process.py": 10,
+    "tests/integration/test_record_replay.py": 17,
+    "tests/integration/test_remote_servers.py": 16,
+    "tests/integration/test_slots_llama_server.py": 30,  # alone, since its llama-server runs one thread (224 s before)
+    "tests/integration/test_soak.py": 218,
+    "tests/integration/test_stream.py": 7,
+    "tests/integration/test_tail_rotation.py": 6,
+    "tests/integration/test_tls_words.py": 9,
+    "tests/integration/test_tmux.py": 9,
+    "tests/integration/test_type_ahead_tmux.py": 5,
+    "tests/integration/test_way_forward.py": 9,
+    "tests/ui/test_app.py": 11,
+    "tests/ui/test_dashboard_layout.py": 9,
+    "tests/ui/test_demo_mission.py": 11,
+    "tests/ui/test_header_flags.py": 11,
+    "tests/ui/test_history_fit.py": 17,
+    "tests/ui/test_history_screen.py": 12,
+    "tests/ui/test_memory_map.py": 10,
+    "tests/ui/test_narrow_text.py": 10,
+    "tests/ui/test_operator_actions.py": 71,
+    "tests/ui/test_plan_screen.py": 16,
+    "tests/ui/test_plot_resolution.py": 6,
+    "tests/ui/test_screen_leaks.py": 56,
+    "tests/ui/test_snapshots.py": 10,
+    "tests/ui/test_snapshots_narrow.py": 25,
+    "tests/ui/test_table_cost.py": 7,
+    "tests/ui/test_terminals.py": 6,
+    "tests/ui/test_themes.py": 8,
+    "tests/ui/test_type_ahead.py": 46,
+    "tests/ui/test_write_safety.py": 17,
+    "tests/unit/test_fuzz.py": 52,
+    "tests/unit/test_inspect_log_stream.py": 11,
+    "tests/unit/test_output_safety.py": 10,
+    "tests/unit/test_replay_hostile.py": 10,
+    "tests/unit/test_tail.py": 6,
+}
+
+
+WORKERS = 4
+"""Worker processes (pytest-xdist) for a run of the whole suite or of folders (pyproject.toml's
+``-n auto``): most tests wait on servers, Pilot or tmux, so 4 beat 2 even on 2 cores."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """:data:`WORKERS` for the whole suite or folders (``pytest``, ``pytest -m "not slow"``,
+    ``pytest tests/ui``); none (one process) when the arguments name test files or tests, whose
+    few tests would not pay for the workers' start-up. ``-n N`` on the command line overrides."""
+    for arg in config.args:
+        if "::" in arg or Path(arg).is_file():
+            return 0
+    return WORKERS
 
 
 LLAMA_SERVER_NAMES = frozenset({"llama_server_binary", "run_llama_server", "require_llama_server"})
@@ -99,9 +114,11 @@ def needs_llama_server(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test of a :data:`SLOW_FILES` file ``slow`` (no test file carries the marker
-    itself), and run the tests that need ``llama-server`` last (in their order): the README's
-    install builds it in the background while the others run (tests/install_test_extras.py)."""
+    itself); run the slow files first, longest first, and the tests that need ``llama-server``
+    last: the README's install builds it in the background while the others run
+    (tests/install_test_extras.py)."""
     slow = pytest.mark.slow
+    seconds: dict[int, float] = {}
     for item in items:
         try:
             path = item.path.relative_to(config.rootpath).as_posix()
@@ -109,10 +126,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if path in SLOW_FILES:
             item.add_marker(slow)
-    llama = [item for item in items if needs_llama_server(item)]
-    if llama:
-        chosen = set(map(id, llama))
-        items[:] = [item for item in items if id(item) not in chosen] + llama
+            seconds[id(item)] = SLOW_FILES[path]
+    # the llama-server tests last; before them the slow files, longest first; then the rest
+    # (sorted() keeps the order of equals: a file's tests stay in their order)
+    items.sort(key=lambda item: (needs_llama_server(item), -seconds.get(id(item), 0.0)))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
