@@ -16,7 +16,8 @@ load landed and why (``model.placement_reason``: free memory and layers per GPU,
 reason and the fix; also the ``placement`` member of each load in ``--json``) and
 the findings (context over the training context, spill, KV type fallback, flash attention
 forced off, truncations, OOM, evictions, load failures); then the server config. ``--json`` prints the document of
-:func:`kvtop.logparse.inspect_events` instead (the shape of ``corpus/expected/README.md``).
+:func:`kvtop.logparse.inspect_events` instead (the shape of ``corpus/expected/README.md``), each load with its
+``placement`` (:func:`inspect_document` is the same document read at once).
 
 Exit status: 0; 1 when no line of the file is one kvtop reads as an Ollama server log line
 (the report is replaced by a message saying so and where the server log usually is; ``--json``

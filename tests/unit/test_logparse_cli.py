@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.inspect_log import main_inspect_log
-from kvtop.logparse import inspect_lines
+from kvtop.inspect_log import inspect_document, main_inspect_log
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab are layout
@@ -48,7 +47,8 @@ def test_json_is_the_inspect_document(capsys: pytest.CaptureFixture[str]) -> Non
     rc, out, _ = _run([str(path), "--json"], capsys)
     assert rc == 0
     doc = json.loads(out)
-    assert doc == json.loads(json.dumps(inspect_lines(path.read_text(encoding="utf-8").splitlines())))
+    assert doc == json.loads(json.dumps(inspect_document(path.read_text(encoding="utf-8").splitlines())))
+    assert doc["loads"][0]["placement"]["cpu_layers"] == 29  # 20 of 49 layers on the GPU (model.placement_reason)
     assert doc["loads"][0]["memory"]["kv"] == {"CUDA0": 1181116006, "CPU": 1610612736}
     assert out.startswith("{\n  ")  # indent=2
 
