@@ -61,9 +61,12 @@ _BUFFER_COMPONENT = {
     None: "weights",
 }
 _KV_SIZE_RE = re.compile(
-    r"size\s*=\s*(\d+(?:\.\d+)?) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\)"
+    r"size\s*=\s*(\d+(?:\.\d+)?) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs(?:\s+\d+ rs_seq)?\)"
     r"(?:,\s*([KR]) \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*([VS]) \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
 )
+"""``llama_kv_cache: size = … (C cells, L layers, S/T seqs), K (t): …, V (t): …`` and the recurrent state's
+``llama_memory_recurrent: size = 0.15 MiB (2 cells, 4 layers, 2 seqs 0 rs_seq), R (f32): …, S (f32): …, P (f32): …``
+of llama-server (Era C; fixture llama-server-runs/mamba-recurrent-np2.log; the ``P`` part is not read)."""
 _KV_SELF_RE = re.compile(
     r"[Kk][Vv] self size\s*=\s*(\d+(?:\.\d+)?) (MiB|MB)(?:,\s*K \((\w+)\):\s*(\d+(?:\.\d+)?) MiB,\s*V \((\w+)\):\s*(\d+(?:\.\d+)?) MiB)?"
 )

@@ -159,3 +159,18 @@ def _view(load: Load) -> ModelView:
 
     model = demo_models()[0]
     return dataclasses.replace(model, load=load, devices=load.memory)
+
+
+def test_ledger_of_a_recurrent_runner_lists_its_rs_buffers() -> None:
+    """A real llama-server run of a recurrent (Mamba) model: its ``RS buffer size`` line gives the device, its size
+    line (``2 seqs  0 rs_seq``, this build's form) the whole; no KV cache."""
+    load = _load(LOGS / "llama-server-runs" / "mamba-recurrent-np2.log")
+    assert load.recurrent_size_bytes == _mib("0.15") and load.kv_bytes is None
+    assert _rows(model_ledger(_view(load), None)) == [
+        ("weights", "CPU_Mapped", _mib("1.94"), "allocated"),
+        ("recurrent", "CPU", _mib("0.15"), "allocated"),
+        ("compute", "CPU", _mib("3.79"), "allocated"),
+        ("prompt_cache", HOST, 0, "allocated"),
+        ("checkpoints", HOST, load.checkpoint_bytes, "allocated"),
+    ]
+    assert load.checkpoint_count == 1
