@@ -235,3 +235,15 @@ def test_001_rows_carry_marks_and_fixes() -> None:
     assert rows["CUDA0"] == "11 layers, placed ~21.8 GiB, free 22.0 GiB at load"
     assert rows["CPU"] == "37 layers, ~40.3 GiB overflowed (memory.required.full − partial)"
     assert "OLLAMA_SCHED_SPREAD false=" in rows["settings"]
+
+
+def test_era_c_spread_fix_is_sized_per_unused_gpu() -> None:
+    # The fit's cut line in llama.cpp's format string (as tests/unit/test_logparse_forms.py builds it): 6210 MiB cut.
+    cut = "common_params_fit_impl: cannot fulfill margin of 1024 MiB, need to reduce device memory by 6210 MiB"
+    r = placement_report(_era_c(cut), gpus=_sample(1.0, 22.0, 3.0))
+    assert r is not None and r.reason == "single_gpu"
+    assert (r.cpu_bytes.value, r.cpu_bytes.source) == (6210 * MIB, "runner")
+    (fix,) = r.fixes
+    # most free first, each up to its free memory less the 1024 MiB margin: GPU 1 takes it all
+    assert (fix.action, fix.bytes, fix.enough) == ("OLLAMA_SCHED_SPREAD=1", 6210 * MIB, True)
+    assert fix.detail == "the overflow would go to GPU 1 ~6.1 GiB"
