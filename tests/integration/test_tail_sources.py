@@ -30,9 +30,9 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX fakes")
 FAKE = """#!/bin/sh
 d=$(CDPATH= cd -- "${0%/*}" && pwd)
 n=${0##*/}
-echo $$ >> "$d/$n.pids"
 printf '%s\\n' "$@" > "$d/$n.argv"
 printf '%s\\n' "$@" >> "$d/$n.allargv"
+echo $$ >> "$d/$n.pids"  # last: a test that saw the PID reads the arguments whole, however busy the machine
 [ -f "$d/$n.out" ] && /bin/cat "$d/$n.out"
 [ -f "$d/$n.err" ] && /bin/cat "$d/$n.err" >&2
 case " $* " in
@@ -216,8 +216,8 @@ def test_journal_message_shapes() -> None:
 
 DOCKER_BOTH = """#!/bin/sh
 d=$(CDPATH= cd -- "${0%/*}" && pwd)
-echo $$ >> "$d/docker.pids"
 printf '%s\\n' "$@" > "$d/docker.argv"
+echo $$ >> "$d/docker.pids"  # after the arguments (as FAKE)
 echo 'time=2026-01-01T00:00:00Z level=INFO msg="server config" (stderr)' >&2
 echo '[GIN] 2026/01/01 - 00:00:01 | 200 | 1ms | 127.0.0.1 | GET "/api/ps" (stdout)'
 echo 'llama_context: n_ctx = 4096 (stderr)' >&2
