@@ -106,7 +106,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "kvtop_model_ledger_bytes",
         "gauge",
         "The model's memory ledger (kvtop/model/ledger.py): each part on each device as the runner log lists it "
-        "(component: weights, kv, kv_swa, recurrent, compute, output, projector, prompt_cache, checkpoints; "
+        "(component: weights, kv, kv_swa, recurrent, compute, output, projector, draft, prompt_cache, checkpoints; "
         "device as llama.cpp names it, host, ? or other); source: allocated, estimated, reported",
         (*_MODEL, "component", "device", "source"),
     ),

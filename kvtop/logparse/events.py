@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from kvtop.logparse.event_class import EventBase, frozen_event
 from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
-from kvtop.logparse.memory_events import ContextCheckpoint, ProjectorEstimate, PromptCacheState
+from kvtop.logparse.memory_events import ContextCheckpoint, DraftModelLoad, ProjectorEstimate, PromptCacheState
 from kvtop.logparse.request_events import (
     ContextOverflow,
     GinRequest,
@@ -512,6 +512,7 @@ LogEvent = (
     | PromptCacheState
     | ContextCheckpoint
     | ProjectorEstimate
+    | DraftModelLoad
     | UnknownWarning
 )
 """Any event the parser produces."""
@@ -552,6 +553,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     PromptCacheState,
     ContextCheckpoint,
     ProjectorEstimate,
+    DraftModelLoad,
     UnknownWarning,
 )
 """Every event class, in catalogue order."""

@@ -41,6 +41,7 @@ from kvtop.logparse.events import (
     UnknownWarning,
 )
 from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
+from kvtop.logparse.memory_events import parse_draft_line
 from kvtop.logparse.llamacpp_trouble import ALLOCATOR_FAILURES, TROUBLE_RE, may_be_trouble
 from kvtop.logparse.values import MIB, blob_of, bytes_or_none, mib_bytes, scaled_bytes, to_count
 from kvtop.logparse.wrappers import sanitize
@@ -510,6 +511,12 @@ def free_text(body: str, n: int, text: str, time: TimeFn) -> list[LogEvent]:
     return []
 
 
+def _draft(func: str, rest: str, n: int, text: str, time: TimeFn) -> list[LogEvent] | None:
+    """``common_speculative_init_result: loading draft model '<path>'`` (``memory_events.DraftModelLoad``)."""
+    found = parse_draft_line(rest, n, sanitize(text), time)
+    return [*found] if found is not None else None
+
+
 HANDLERS: dict[str, Handler] = {}
 """Handlers by llama.cpp function prefix."""
 for _names, _handler in (
@@ -539,6 +546,7 @@ for _names, _handler in (
         _errors_only,
     ),
     ("panic", _panic),
+    ("common_speculative_init_result", _draft),
 ):
     for _name in _names.split():
         HANDLERS[_name] = _handler

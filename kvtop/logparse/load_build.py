@@ -144,6 +144,11 @@ class Load:
     (``created context checkpoint N of M (…, size = X MiB)``; a checkpoint N drops the slot's N and later ones)."""
     checkpoint_count: int = 0
     """How many checkpoints ``checkpoint_bytes`` adds up."""
+    draft: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """A draft model's buffers (``weights``/``kv``/``compute``/``output`` → device → bytes): the load lines after
+    ``loading draft model``, kept apart from the target's ``memory`` (fixture llama-server-runs/draft-…)."""
+    draft_blob: str | None = None
+    """The draft model's weights blob, when its path is one."""
 
     @property
     def estimates(self) -> dict[str, int | None]:
@@ -229,6 +234,9 @@ class _Builder:
         "alloc",
         "checkpoints",
         "device_free",
+        "draft_alloc",
+        "draft_blob",
+        "drafting",
         "engine",
         "era",
         "era_rank",
@@ -301,6 +309,10 @@ class _Builder:
         self.prompt_cache: PromptCacheState | None = None
         self.checkpoints: dict[int | None, dict[int, int]] = {}
         """Slot → checkpoint number → bytes (the slot's current task's checkpoints)."""
+        self.drafting = False
+        """The lines read now are a draft model's load (after ``loading draft model``)."""
+        self.draft_alloc: dict[str, dict[str, int]] = {}
+        self.draft_blob: str | None = None
         self.over_training: ContextOverTraining | None = None
         self.estimate: SchedulerEstimate | None = None
         self.fit_overflowing: int | None = None
@@ -448,6 +460,8 @@ class _Builder:
             if self.checkpoints
             else None,
             checkpoint_count=sum(len(slot) for slot in self.checkpoints.values()),
+            draft={c: dict(per) for c, per in self.draft_alloc.items()},
+            draft_blob=self.draft_blob,
         )
 
     def add_fit(self, e: FitPlan | FitOverflow) -> None:

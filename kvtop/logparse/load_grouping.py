@@ -39,7 +39,7 @@ from kvtop.logparse.events import (
 )
 from kvtop.logparse.fit_events import DeviceFree, FitOverflow, FitPlan
 from kvtop.logparse.load_build import Load, SingleGpu, _Builder
-from kvtop.logparse.memory_events import ContextCheckpoint, ProjectorEstimate, PromptCacheState
+from kvtop.logparse.memory_events import ContextCheckpoint, DraftModelLoad, ProjectorEstimate, PromptCacheState
 
 REPORTED_KINDS = frozenset(
     {
@@ -118,6 +118,10 @@ class _Grouper:
 
     def feed(self, e: LogEvent) -> None:
         cur = self.cur
+        if cur is not None and (cur.drafting or isinstance(e, DraftModelLoad)) and self.draft_line(cur, e):
+            cur.last_line = max(cur.last_line, e.line_no)
+            cur.touched += 1
+            return
         b: _Builder | None = None
         target: int | None = None
         """Index of the load a reported event belongs to (``len(loads)``: the next one)."""
@@ -249,6 +253,26 @@ class _Grouper:
             b.touched += 1
         if e.kind in REPORTED_KINDS:
             self.incident(e, target)
+
+    @staticmethod
+    def draft_line(b: _Builder, e: LogEvent) -> bool:
+        """A draft model's line of load ``b`` (``loading draft model`` and the model, buffer and context lines after
+        it): its buffers go to ``b.draft_alloc``, its context and KV summaries are not the target's. False (and the
+        draft's lines over) for any other event."""
+        if isinstance(e, DraftModelLoad):
+            b.drafting = True
+            b.draft_blob = e.model_blob
+            return True
+        if isinstance(e, ModelLoad) and e.grammar != "llama-server":
+            return True
+        if isinstance(e, Allocation):
+            per = b.draft_alloc.setdefault(e.component, {})
+            per[e.device] = per.get(e.device, 0) + e.bytes
+            return True
+        if isinstance(e, (KvSummary, ContextParams, FlashAttention, OffloadedLayers, FitOverflow, FitPlan)):
+            return True
+        b.drafting = False
+        return False
 
     def incident(self, e: LogEvent, load: int | None) -> None:
         """Record a reported event, unless it continues the previous incident of its kind."""

@@ -11,7 +11,9 @@ llama.cpp server-cuda13 image, 2026) and ``tests/fixtures/llama_server/*.log`` (
   its checkpoints (``- prompt 0x…: 7783 tokens, checkpoints:  1,   404.720 MiB``);
 - ``slot create_check: id  8 | task 3 | created context checkpoint 1 of 32 (pos_min = …, size = 170.013 MiB)``
   (``slot update_slots:`` in earlier builds): a copy of a slot's SWA/recurrent state in host RAM, numbered per task;
-- ``srv    load_model: [mtmd] estimated worst-case memory usage of mmproj is 354.46 MiB``: the projector.
+- ``srv    load_model: [mtmd] estimated worst-case memory usage of mmproj is 354.46 MiB``: the projector;
+- ``common_speculative_init_result: loading draft model '<path>'``: a draft model, whose own load lines follow
+  (``tests/fixtures/logs/llama-server-runs/draft-gemma3-iswa-np1.log``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import ClassVar
 from kvtop.logparse.event_class import EventBase, frozen_event
 from kvtop.logparse.values import MIB, bytes_or_none, to_count
 
-__all__ = ["ContextCheckpoint", "ProjectorEstimate", "PromptCacheState", "parse_memory_line"]
+__all__ = ["ContextCheckpoint", "DraftModelLoad", "ProjectorEstimate", "PromptCacheState", "parse_memory_line"]
 
 
 @frozen_event
@@ -58,6 +60,30 @@ class ProjectorEstimate(EventBase):
 
     kind: ClassVar[str] = "projector_estimate"
     size_bytes: int
+
+
+@frozen_event
+class DraftModelLoad(EventBase):
+    """llama-server loads a draft model for speculative decoding (``--model-draft``):
+    ``common_speculative_init_result: loading draft model '<path>'`` (fixture llama-server-runs/draft-*.log). The
+    ``llama_model_loader``, buffer and context lines that follow are the draft's, not a new load's."""
+
+    kind: ClassVar[str] = "draft_model_load"
+    path: str | None
+    model_blob: str | None
+
+
+_DRAFT_RE = re.compile(r"loading draft model '([^']*)'")
+
+
+def parse_draft_line(rest: str, n: int, raw: str, time: Callable[[], datetime | None]) -> list[DraftModelLoad] | None:
+    """``loading draft model '<path>'`` (``rest``: the text after the function name); None for another line."""
+    m = _DRAFT_RE.search(rest)
+    if m is None:
+        return None
+    path = m.group(1)
+    found = re.search(r"sha256[-:]([0-9a-f]{64})", path)
+    return [DraftModelLoad(n, time(), raw, path, f"sha256-{found.group(1)}" if found else None)]
 
 
 _CACHE_STATE_RE = re.compile(

@@ -13,7 +13,9 @@ projector or the runner's host prompt cache (issue 25). The ledger lists, per de
 * ``prompt_cache`` and ``checkpoints``: llama-server's host prompt cache (``cache state: N prompts, X MiB``) and its
   slots' live context checkpoints (``created context checkpoint … size = X MiB``), in host RAM (``allocated``;
   fixture ``llama-server-gemma4-mmproj-checkpoints-prompt-cache.log``);
-* ``draft``: no log kvtop has seen names a draft model's memory (Ollama passes none), so it is never listed.
+* ``draft``: a draft model's buffers on each device (weights, KV, compute of the load lines after llama-server's
+  ``loading draft model``; fixture ``llama-server-runs/draft-gemma3-iswa-np1.log``), ``allocated``: kept apart, not
+  taken for the target's figures (Ollama passes no ``--model-draft``; a llama-server run by hand may).
 
 Without a log load the parts are the row's ``Memory`` (``/api/ps`` and kvtop's formulas), device not known.
 
@@ -38,7 +40,18 @@ if TYPE_CHECKING:
     from kvtop.model.gpu import ModelGpu
     from kvtop.model.views import AppState, ModelView
 
-COMPONENTS = ("weights", "kv", "kv_swa", "recurrent", "compute", "output", "projector", "prompt_cache", "checkpoints")
+COMPONENTS = (
+    "weights",
+    "kv",
+    "kv_swa",
+    "recurrent",
+    "compute",
+    "output",
+    "projector",
+    "draft",
+    "prompt_cache",
+    "checkpoints",
+)
 """Every component a ledger row can have, in listing order (a bounded set: ``/metrics`` labels)."""
 
 COMPONENT_WORDS = {
@@ -49,6 +62,7 @@ COMPONENT_WORDS = {
     "compute": "compute",
     "output": "output buffer",
     "projector": "projector",
+    "draft": "draft model",
     "prompt_cache": "prompt cache",
     "checkpoints": "checkpoints",
 }
@@ -272,6 +286,14 @@ def _log_rows(view: ModelView) -> tuple[list[LedgerRow], list[str]]:
         )
     elif load.mmproj_blob is not None:
         absent.append("projector")
+    draft: dict[str, dict[str, int]] = {}
+    for component, per in load.draft.items():
+        for device, nbytes in per.items():
+            draft.setdefault(device, {})[component] = draft.get(device, {}).get(component, 0) + nbytes
+    for device, parts in draft.items():
+        what = ", ".join(f"{c} {n:,} B" for c, n in parts.items() if n)
+        blob = f" {load.draft_blob[:19]}…" if load.draft_blob else ""
+        rows.append(LedgerRow("draft", device, sum(parts.values()), "allocated", f"draft model{blob}: {what}"))
     if load.prompt_cache is not None:
         pc = load.prompt_cache
         limit = f", limit {pc.limit_bytes:,} B" if pc.limit_bytes is not None else ""

@@ -174,3 +174,27 @@ def test_ledger_of_a_recurrent_runner_lists_its_rs_buffers() -> None:
         ("checkpoints", HOST, load.checkpoint_bytes, "allocated"),
     ]
     assert load.checkpoint_count == 1
+
+
+def test_a_draft_models_buffers_are_its_own_not_the_targets() -> None:
+    """A real llama-server run with --model-draft: the draft's load lines after ``loading draft model`` neither start
+    a new load nor replace the target's figures (what ``ollama ps`` shows for such a runner); the ledger lists them
+    as the ``draft`` row."""
+    path = LOGS / "llama-server-runs" / "draft-gemma3-iswa-np1.log"
+    events = parse_lines(_lines(path))
+    assert [e.kind for e in events if e.kind == "draft_model_load"] == ["draft_model_load"]
+    load = _load(path)  # one load, not two
+    assert load.memory["kv"] == {"CPU": _mib("0.53") + _mib("0.50")}  # the target's q8_0 cache
+    assert load.kv_swa == {"CPU": _mib("0.50")}
+    assert load.draft == {
+        "weights": {"CPU_Mapped": _mib("3.55")},
+        "output": {"CPU": 0},
+        "kv": {"CPU": _mib("1.00") + _mib("0.94")},  # the draft's f16 cache
+        "compute": {"CPU": _mib("7.53")},
+    }
+    assert load.num_ctx_total == 4096 and load.kv_type_k == "q8_0"  # the draft's context lines are not the target's
+    draft = [r for r in model_ledger(_view(load), None).rows if r.component == "draft"]
+    assert [(r.device, r.bytes, r.source) for r in draft] == [
+        ("CPU", _mib("1.00") + _mib("0.94") + _mib("7.53"), "allocated"),
+        ("CPU_Mapped", _mib("3.55"), "allocated"),
+    ]
