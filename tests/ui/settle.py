@@ -20,11 +20,24 @@ def settled(app: Any, rows: int | None = None) -> bool:
         return False
     if rows is not None and app.query_one(ModelsTable).row_count != rows:
         return False
+    if not _panels_settled(app):
+        return False
     engine = app.engine
     if engine.sources.gpu is None:
         return True
     history = engine.histories.get(state.host_url)
     return state.gpu is not None and (not state.gpu.devices or (history is not None and bool(history.devices)))
+
+
+def _panels_settled(app: Any) -> bool:
+    """The dashboard's panels laid out for the rows its widgets take now (``PanelLayout.settled``:
+    the events pane and the alerts panel's height follow the GPU strip's lines, which come with
+    the GPU sample); True when there is no dashboard or it is too small to lay panels out."""
+    dashboard = getattr(app, "dashboard", None)
+    panels = getattr(dashboard, "panels", None)
+    if panels is None or not dashboard.is_mounted or dashboard.has_class("-too-small"):
+        return True
+    return bool(panels.settled())
 
 
 async def settle(pilot: Any, rows: int | None = None, *, tries: int = 200) -> None:

@@ -58,7 +58,7 @@ def test_wide_has_split_foreign_processes_and_measured_vram(tmp_path: Path) -> N
     assert f"PID {XORG_PID}" in text and "Xorg  (access denied: cmdline and username not readable)" in text
     assert "gemma4:latest  measured 5.2 GiB vs size_vram 5.0 GiB (+290 MiB CUDA context and overhead)" in text
     assert "runner PID 4102" in text
-    assert lines[-1] == "RAM 24.0 GiB/64.0 GiB (40.0 GiB available) · swap 256 MiB/8.0 GiB"
+    assert lines[-1] == "RAM 24.0 GiB/64.0 GiB used · 40.0 GiB free · swap 256 MiB/8.0 GiB"
 
 
 def test_colours_come_from_the_theme(tmp_path: Path) -> None:

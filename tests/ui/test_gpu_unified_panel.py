@@ -65,7 +65,7 @@ def test_gb10_shares_system_ram_at_80_and_160(tmp_path: Path) -> None:
     )  # RAM in use (total − available), as the RAM line and the memory map
     assert all(cell_len(line) <= 78 for line in narrow)
     wide = _text(data, 160)
-    assert "shares system RAM: 38.0 GiB / 128 GiB in use · 90.0 GiB available" in wide
+    assert "shares system RAM: 38.0 GiB/128 GiB used · 90.0 GiB available" in wide
     assert "NVML reports no memory for this GPU (Not Supported): it shares system RAM" in wide
     assert "▄ other processes 9.0 GiB   · rest of the RAM in use ~29.0 GiB   ░ free 90.0 GiB" in wide
     assert all(cell_len(line) <= 158 for line in wide.splitlines())

@@ -193,7 +193,8 @@ def wide_lines(
     if d.error:
         return [_error_line(view, False, name_width, colors)]
     head = f"{_label(view, False)}  {short_gpu_name(d.name, name_width).ljust(name_width)}  "
-    mem = f"  {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · {ibytes(d.memory_free_bytes)} free"
+    # one form with the memory map's header: used/total, then what is free (issue 26)
+    mem = f"  {ibytes(_used(view))}/{ibytes(d.memory_total_bytes)} used · {ibytes(d.memory_free_bytes)} free"
     if d.unified_memory and d.vendor == "apple":
         alloc = f" ({ibytes(d.memory_allocated_bytes)} alloc.)" if d.memory_allocated_bytes is not None else ""
         mem = (
@@ -202,7 +203,7 @@ def wide_lines(
         )
     elif d.unified_memory:
         mem = (
-            f"  shares system RAM: {ibytes(_used(view))} / {ibytes(d.memory_total_bytes)} in use · "
+            f"  shares system RAM: {ibytes(_used(view))}/{ibytes(d.memory_total_bytes)} used · "
             f"{ibytes(d.memory_free_bytes)} available"
         )
     if d.memory_reserved_bytes:
@@ -300,14 +301,15 @@ def ram_used(system: SystemMemory) -> int | None:
 
 
 def system_text(system: SystemMemory | None, colors: Mapping[str, str], *, short: bool) -> Text:
-    """``RAM 12.3/62.7 GiB · swap 0 B/8.0 GiB``; swap in use is a warning (the second cliff)."""
+    """``RAM 12.3 GiB/62.7 GiB used · 50.4 GiB free · swap 0 B/8.0 GiB`` (``RAM 12G/63G`` short); swap
+    in use is a warning (the second cliff)."""
     out = Text(no_wrap=True, overflow="ellipsis")
     if system is None:
         return out
     used = ram_used(system)
     out.append(f"RAM {ibytes(used, short=short)}/{ibytes(system.ram_total_bytes, short=short)}")
-    if not short and system.ram_available_bytes is not None:
-        out.append(f" ({ibytes(system.ram_available_bytes)} available)")
+    if not short and system.ram_available_bytes is not None:  # the map's form: its free part is this
+        out.append(f" used · {ibytes(system.ram_available_bytes)} free")
     if system.swap_total_bytes:
         style = colors.get("kv-warn", "") if system.swap_used_bytes else ""
         out.append(" · ")
