@@ -313,10 +313,15 @@ def main_plan(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
     if args.model is None and not args.gguf:
         emit("kvtop plan: name a MODEL, or --gguf PATH for a local file, or --all for every pulled model")
         return EXIT_ERROR
+    env = dict(args.env or ())  # --env: the server's settings are the table's defaults too
     if args.parallel is None:
-        args.parallel = 1
+        par = env.get("OLLAMA_NUM_PARALLEL", "").strip()
+        args.parallel = int(par) if par.isdigit() and 1 <= int(par) <= plan.MAX_SLOTS else 1
+    if args.kv is None and kv.normalize_cache_type(env.get("OLLAMA_KV_CACHE_TYPE") or None):
+        args.kv = [kv.normalize_cache_type(env["OLLAMA_KV_CACHE_TYPE"])]
     if args.flash_attention is None:
-        args.flash_attention = "on"
+        fa = env.get("OLLAMA_FLASH_ATTENTION", "").strip().lower()
+        args.flash_attention = "off" if fa in ("0", "false", "f", "no", "off") else "on"
     try:
         result = _plan(args, transport, given)
     except PlanError as exc:

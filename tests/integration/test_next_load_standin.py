@@ -210,3 +210,19 @@ def test_plan_all_gives_each_model_the_same_forecast(standin: Standin, capsys: p
     rows = {m["name"]: m["next_load"] for m in json.loads(capsys.readouterr().out)["models"]}
     assert rows["newbie:latest"]["evicted"] == one["evicted"] and rows["newbie:latest"]["num_ctx"] == 32768
     assert rows["alpha:latest"]["verdict"] == "loaded" and rows["alpha:latest"]["evicted"] == []
+
+
+@pytest.mark.parametrize("standin", [[("alpha:latest", 2 * GiB, 300.0)]], indirect=True)
+def test_num_parallel_multiplies_the_runner_context(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    env = _env(standin, OLLAMA_NUM_PARALLEL="2", OLLAMA_CONTEXT_LENGTH="8192")
+    used = sum(r["size_vram"] for r in standin.ps())
+    argv = ["delta", "--host", standin.url, "--json", "--gpu-free", str(VRAM - used), "--gpu-total", str(VRAM), *env]
+    assert main_plan(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    nl = doc["next_load"]
+    assert (nl["num_ctx"], nl["parallel"], nl["parallel_source"], nl["runner_ctx"]) == (8192, 2, "service", 16384)
+    assert doc["rows"][0]["parallel"] == 2  # the table at the server's slots too
+    _load(standin, "delta")
+    record = standin.client.get("/_standin/sched").json()["loads"][-1]
+    assert (record["num_ctx"], record["parallel"], record["unloaded"]) == (8192, 2, [])
+    assert {r["name"]: r["context_length"] for r in standin.ps()}["delta:latest"] == 8192
