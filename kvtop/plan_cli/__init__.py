@@ -6,6 +6,12 @@ Usage::
                      [--gpu-free BYTES|auto] [--reserve BYTES] [--json]
                      [--host URL] [--log FILE] [--model-info FILE [--weights BYTES] [--server-version V]]
     kvtop plan --all [--gpu-free BYTES|auto] [--ctx N] [--kv TYPE] [--parallel P] [--json] [--host URL]
+    kvtop plan --gguf PATH [the options of MODEL]
+    forecast: [--env OLLAMA_NAME=VALUE ...] [--gpus N] [--gpu-total BYTES] [--in-use MODEL ...]
+
+Every plan (MODEL, ``--gguf``, each ``--all`` row) forecasts what a request that loads the model now
+does (``kvtop.model.next_load``, docs/ollama-scheduler.md): the num_ctx × slots, KV type and flash
+attention Ollama resolves, which loaded models its scheduler unloads and why, and the fit.
 
 ``--all``: the pre-flight of every pulled model (``kvtop.model.preflight``), one row each: the
 num_ctx it would get (``--ctx``, else its Modelfile's, else Ollama's default: 4096, or from v0.15.5
