@@ -64,7 +64,11 @@ def add_arguments(p: argparse.ArgumentParser, gpu_bytes: Any) -> None:
         "not readable over the API: Ollama's defaults otherwise)",
     )
     p.add_argument(
-        "--gpus", type=_count, default=None, metavar="N", help="GPUs the server sees (default: NVML, else 1)"
+        "--gpus",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="GPUs the server sees (the default OLLAMA_MAX_LOADED_MODELS is 3 per GPU; without it 1 is assumed, marked ~)",
     )
     p.add_argument(
         "--gpu-total",
