@@ -130,6 +130,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the llama-server tests last; before them the slow files, longest first; then the rest
     # (sorted() keeps the order of equals: a file's tests stay in their order)
     items.sort(key=lambda item: (needs_llama_server(item), -seconds.get(id(item), 0.0)))
+    for item in items:
+        if needs_llama_server(item):
+            # one worker runs them all, one after another (--dist loadgroup): two of their runners
+            # at once would share a blob (the same tiny model) and a test that finds its runner
+            # in the process table by its blob found two (seen in a parallel run)
+            item.add_marker(pytest.mark.xdist_group("llama-server"))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

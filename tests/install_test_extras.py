@@ -157,7 +157,13 @@ def build_llama_server(requirement: str, env: dict[str, str]) -> int:
         print(f"whole log: {log.name}", file=sys.stderr)
         return code
     os.unlink(log.name)
-    print(f"llama-server: built and installed in {_elapsed(start)}", flush=True)
+    import resource  # Unix only, as the rest of the build
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = int(usage.ru_utime + usage.ru_stime)
+    print(
+        f"llama-server: built and installed in {_elapsed(start)} ({cpu_s // 60}m{cpu_s % 60:02d}s of CPU)", flush=True
+    )
     return 0
 
 
