@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from kvtop.model import plan
-from kvtop.model.known import Known, marked, setting_text
+from kvtop.model.known import NOT_KNOWN, Known, marked, setting_text
 from kvtop.model.next_load import (
     FOREVER_S,
     NextLoad,
@@ -24,7 +24,7 @@ from kvtop.model.next_load import (
 from kvtop.model.preflight import ServerDefaults
 from kvtop.model.snapshots import PsModel, ShowInfo
 
-__all__ = ["forecast_model", "next_load_json", "next_load_lines", "state_next_load", "with_busy"]
+__all__ = ["forecast_model", "next_load_cell", "next_load_json", "next_load_lines", "with_busy"]
 
 
 def forecast_model(
@@ -155,66 +155,19 @@ def with_busy(residents: Sequence[Resident], busy: Mapping[str, Known[bool]]) ->
     return [dataclasses.replace(r, in_use=busy[r.name]) if r.name in busy else r for r in residents]
 
 
-def state_next_load(
-    state: Any, name: str, spec: plan.ModelSpec | None, num_ctx: Known[int] | None, free_bytes: int | None = None
-) -> NextLoad | None:
-    """The forecast of loading ``name`` now on the server of ``state`` (an ``AppState``): its version,
-    its environment (the service rung, as the pre-flight reads it), the GPU sample (total, free and
-    count: this machine's), ``/api/ps``, the weights blobs of ``/api/show`` and the models' busy slots
-    (``ModelView.slots``). ``num_ctx``: a request's own (the what-if screen's); ``free_bytes``: the free
-    GPU memory the face shows (default: the GPU sample's)."""
-    from kvtop.model.gpu import gpu_free_bytes
-    from kvtop.model.preflight import server_defaults
-    from kvtop.model.server_view import server_for
-
-    snap = state.last_ok
-    if snap is None:
-        return None
-    server = server_for(state.procs, state.host_url)
-    env = server.env.values if server is not None and server.env is not None else None
-    health = state.server.health
-    if env is None and health is not None and health.env_source is not None:
-        env = health.env
-    gpu = state.gpu
-    total = count = None
-    if gpu is not None and gpu.ok and gpu.devices:
-        count = len(gpu.devices)
-        if all(d.error is None and d.memory_total_bytes for d in gpu.devices):
-            total = sum(d.memory_total_bytes or 0 for d in gpu.devices)
-    blobs = {m.name: s.model_blob for m in snap.models if (s := snap.shows.get(m.digest)) is not None and s.model_blob}
-    busy: dict[str, Known[bool]] = {}
-    for view in state.models:
-        use = view.slots
-        if use is not None and use.busy is not None and use.source is not None:
-            busy[view.name] = Known(use.busy > 0, "runner" if use.source == "runner" else "estimated", use.note)
-    own = next((m for m in snap.models if m.name == name), None)
-    show = snap.shows.get(own.digest) if own is not None else None
-    defaults = server_defaults(snap.version, env, total)
-    view = next((v for v in state.models if v.name == name), None)
-    if view is not None:  # loaded: the settings its runner shows are the server's
-        kv_type = (view.kv_type.value or "").split("/")[0] or None
-        fa = view.flash_attention.value
-        defaults = dataclasses.replace(
-            defaults,
-            cache_type=Known(kv_type, view.kv_type.source, view.kv_type.note) if kv_type else defaults.cache_type,
-            parallel=view.parallel if view.parallel.value else defaults.parallel,
-            flash_attention=Known(fa != "disabled", view.flash_attention.source, view.flash_attention.note)
-            if fa
-            else defaults.flash_attention,
-        )
-    return forecast_model(
-        name,
-        spec,
-        defaults,
-        version=snap.version,
-        env=env,
-        loaded=snap.models,
-        free_bytes=free_bytes if free_bytes is not None else gpu_free_bytes(gpu),
-        gpu_count=count,
-        now_s=snap.taken_at,
-        show=show,
-        blobs=blobs,
-        busy=busy,
-        num_ctx=num_ctx,
-        engine=plan.engine_for_version(snap.version),
-    )
+def next_load_cell(n: NextLoad | None) -> str:
+    """The ``NEXT LOAD`` cell of ``plan --all`` and the server view's pre-flight: ``loaded``; else
+    ``reloads at other settings`` (the model itself, loaded at settings a default request does not
+    ask for), what it unloads (``(waits)``: in use, the load waits for its requests) or ``unloads
+    nothing``, then the fit after the unloads (``fits``, ``spills``…); ``?`` when not forecast."""
+    if n is None:
+        return NOT_KNOWN
+    if n.verdict == "loaded":
+        return "loaded"
+    parts = []
+    if any(e.reason == "reload" for e in n.evicted):  # loaded at other settings: unloaded and loaded again
+        parts.append("reloads at other settings")
+    gone = [e.name + (" (waits)" if e.waits else "") for e in n.evicted if e.reason != "reload"]
+    if gone or not parts:
+        parts.append("unloads " + ", ".join(gone) if gone else "unloads nothing")
+    return ", ".join(parts) + f"; {n.verdict}"

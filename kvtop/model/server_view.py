@@ -15,7 +15,10 @@ from typing import Any
 from kvtop.model import plan
 from kvtop.model.gpu import gpu_free_bytes
 from kvtop.model.gpu_snapshots import ProcSnapshot, ServerProcess
+from kvtop.model.known import Known
 from kvtop.model.ladder import RunnerIndex
+from kvtop.model.next_load import NextLoad
+from kvtop.model.next_load_view import forecast_model, next_load_json
 from kvtop.model.preflight import (
     PreflightRow,
     ServerDefaults,
@@ -128,12 +131,15 @@ def server_json(state: AppState, now: Any = None) -> dict[str, Any]:
     the local ``ollama serve``, and the pre-flight of every pulled model. ``now``: the naive local
     time requests per minute count up to (None: the newest access line)."""
     defaults, rows = state_preflight(state)
+    nexts = state_next_loads(state, rows)
     pulled = state.server.pulled
     return {
         "traffic": traffic_json(state.log.traffic, now) if state.log.source is not None else None,
         "health": health_json(state.server),
         "defaults": defaults_json(defaults),
-        "preflight": [preflight_json(r) for r in rows],
+        "preflight": [
+            preflight_json(r) | {"next_load": next_load_json(n) if n is not None else None} for r, n in zip(rows, nexts)
+        ],
         "pulled_error": pulled.error if pulled is not None else "not read",
     }
 
@@ -146,3 +152,80 @@ def fold_server(state: AppState, health: ServerHealth | None = None, pulled: Pul
     if pulled is not None:
         info = fold_pulled(info, pulled)
     return dataclasses.replace(state, server=info)
+
+
+def state_next_load(
+    state: Any, name: str, spec: plan.ModelSpec | None, num_ctx: Known[int] | None, free_bytes: int | None = None
+) -> NextLoad | None:
+    """The forecast of loading ``name`` now on the server of ``state`` (an ``AppState``): its version,
+    its environment (the service rung, as the pre-flight reads it), the GPU sample (total, free and
+    count: this machine's), ``/api/ps``, the weights blobs of ``/api/show`` and the models' busy slots
+    (``ModelView.slots``). ``num_ctx``: a request's own (the what-if screen's); ``free_bytes``: the free
+    GPU memory the face shows (default: the GPU sample's)."""
+    snap = state.last_ok
+    if snap is None:
+        return None
+    server = server_for(state.procs, state.host_url)
+    env = server.env.values if server is not None and server.env is not None else None
+    health = state.server.health
+    if env is None and health is not None and health.env_source is not None:
+        env = health.env
+    gpu = state.gpu
+    total = count = None
+    if gpu is not None and gpu.ok and gpu.devices:
+        count = len(gpu.devices)
+        if all(d.error is None and d.memory_total_bytes for d in gpu.devices):
+            total = sum(d.memory_total_bytes or 0 for d in gpu.devices)
+    blobs = {m.name: s.model_blob for m in snap.models if (s := snap.shows.get(m.digest)) is not None and s.model_blob}
+    busy: dict[str, Known[bool]] = {}
+    for view in state.models:
+        use = view.slots
+        if use is not None and use.busy is not None and use.source is not None:
+            busy[view.name] = Known(use.busy > 0, "runner" if use.source == "runner" else "estimated", use.note)
+    own = next((m for m in snap.models if m.name == name), None)
+    show = snap.shows.get(own.digest) if own is not None else None
+    defaults = server_defaults(snap.version, env, total)
+    view = next((v for v in state.models if v.name == name), None)
+    if view is not None:  # loaded: the settings its runner shows are the server's
+        kv_type = (view.kv_type.value or "").split("/")[0] or None
+        fa = view.flash_attention.value
+        defaults = dataclasses.replace(
+            defaults,
+            cache_type=Known(kv_type, view.kv_type.source, view.kv_type.note) if kv_type else defaults.cache_type,
+            parallel=view.parallel if view.parallel.value else defaults.parallel,
+            flash_attention=Known(fa != "disabled", view.flash_attention.source, view.flash_attention.note)
+            if fa
+            else defaults.flash_attention,
+        )
+    return forecast_model(
+        name,
+        spec,
+        defaults,
+        version=snap.version,
+        env=env,
+        loaded=snap.models,
+        free_bytes=free_bytes if free_bytes is not None else gpu_free_bytes(gpu),
+        gpu_count=count,
+        now_s=snap.taken_at,
+        show=show,
+        blobs=blobs,
+        busy=busy,
+        num_ctx=num_ctx,
+        engine=plan.engine_for_version(snap.version),
+    )
+
+
+def state_next_loads(state: AppState, rows: tuple[PreflightRow, ...]) -> tuple[NextLoad | None, ...]:
+    """Per pre-flight row, what loading it now would do (:func:`state_next_load` with its ``/api/show``),
+    None for a model whose ``/api/show`` was not read (or failed, or is a cloud model)."""
+    pulled = state.server.pulled
+    shows = pulled.shows if pulled is not None else {}
+    out: list[NextLoad | None] = []
+    for r in rows:
+        show = shows.get(r.digest)
+        if show is None or show.error or show.remote:
+            out.append(None)
+            continue
+        spec = plan.model_spec(r.name, show.model_info, file_size=r.size_bytes)
+        out.append(state_next_load(state, r.name, spec, None))
+    return tuple(out)

@@ -17,6 +17,7 @@ from kvtop.sources.auth import ServerAccess
 
 from kvtop.model import plan
 from kvtop.model.known import NOT_KNOWN, ibytes
+from kvtop.model.next_load_view import next_load_cell
 from kvtop.plan_cli.inputs import EXIT_INCOMPLETE, PlanError, all_budget_s
 from kvtop.plan_cli.result import _est
 
@@ -203,17 +204,6 @@ def _same(a: str, b: str) -> bool:
         return name if ":" in name.rsplit("/", 1)[-1] else name + ":latest"
 
     return full(a) == full(b)
-
-
-def next_load_cell(n: Any) -> str:
-    """The ``NEXT LOAD`` column: ``loaded``; else what it unloads (``(waits)``: in use, the load waits
-    for its requests) or ``unloads nothing``, then the fit after the unloads (``fits``, ``spills``…)."""
-    if n is None:
-        return NOT_KNOWN
-    if n.verdict == "loaded":
-        return "loaded"
-    gone = [e.name + (" (waits)" if e.waits else "") for e in n.evicted]
-    return ("unloads " + ", ".join(gone) if gone else "unloads nothing") + f"; {n.verdict}"
 
 
 def all_json(r: AllResult) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from kvtop.model.next_load import (
     resident_from_ps,
     scheduler_rules,
 )
-from kvtop.model.next_load_view import next_load_json, next_load_lines
+from kvtop.model.next_load_view import next_load_cell, next_load_json, next_load_lines
 from kvtop.model.preflight import server_defaults
 from kvtop.model.snapshots import PsModel, ShowInfo
 
@@ -142,6 +142,13 @@ def test_already_loaded_and_reload() -> None:
     )
     assert [(e.name, e.reason) for e in n.evicted] == [("m:latest", "reload")]
     assert n.free_after_bytes == 5 * GiB and n.verdict == "fits"
+    # the server view's and plan --all's cell: the model itself is reloaded, not "unloaded"
+    assert next_load_cell(n) == "reloads at other settings; fits"
+    busy = [res("busy", 4, keep=60, busy=True), res("busy2", 4, keep=300, busy=True)]
+    waits = forecast("new", LAUNCH, busy, rules, free_bytes=1 * GiB, need_bytes=3 * GiB)
+    assert next_load_cell(waits) == f"unloads busy (waits); {waits.verdict}" and waits.verdict == "fits"
+    alone = forecast("new", LAUNCH, [res("idle", 4)], rules, free_bytes=20 * GiB, need_bytes=3 * GiB)
+    assert next_load_cell(alone) == "unloads nothing; fits" and next_load_cell(None) == "?"
 
 
 def test_keep_alive_from_expires_at() -> None:

@@ -37,7 +37,7 @@ from kvtop.model import kv, plan
 from kvtop.model.ctx_advice import CtxAdvice, advice_for
 from kvtop.model.known import Known
 from kvtop.model.next_load import NextLoad
-from kvtop.model.next_load_view import state_next_load
+from kvtop.model.server_view import state_next_load
 from kvtop.model.views import AppState, ModelView
 from kvtop.sources.auth import ServerAccess
 from kvtop.sources.ollama_writes import fetch_tensors, send_load_request
@@ -306,7 +306,7 @@ class PlanScreen(Screen[None]):
         return out
 
     def next_load(self) -> NextLoad | None:
-        """What ``a`` would do (``model.next_load_view.state_next_load``: a load at this num_ctx)."""
+        """What ``a`` would do (``model.server_view.state_next_load``: a load at this num_ctx)."""
         state = getattr(self.app, "state", None)
         if not isinstance(state, AppState) or self.config is None:
             return None

@@ -10,7 +10,7 @@ server or the log (paths, client addresses, model names, settings) goes through 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from rich.text import Text
@@ -23,7 +23,9 @@ from textual.widgets import Footer, Static
 from kvtop.core.bounds import GO_DURATION_MAX_S
 from kvtop.model.known import NOT_KNOWN, source_mark
 from kvtop.model.preflight import PreflightRow, ServerDefaults, marked
-from kvtop.model.server_view import state_preflight
+from kvtop.model.next_load import NextLoad
+from kvtop.model.next_load_view import next_load_cell
+from kvtop.model.server_view import state_next_loads, state_preflight
 from kvtop.model.server_health import ServerInfo
 from kvtop.model.views import AppState
 from kvtop.redact import scrub_text
@@ -209,9 +211,14 @@ def _sized(n: int | None, source: str) -> str:
 
 
 def preflight_lines(
-    defaults: ServerDefaults, rows: tuple[PreflightRow, ...], info: ServerInfo, width: int = 120
+    defaults: ServerDefaults,
+    rows: tuple[PreflightRow, ...],
+    info: ServerInfo,
+    width: int = 120,
+    nexts: Sequence[NextLoad | None] = (),
 ) -> list[Text]:
-    """The pre-flight section: one row per pulled model."""
+    """The pre-flight section: one row per pulled model; ``nexts`` (per row, ``state_next_loads``):
+    what loading it now would unload, said after the row."""
     out = [Text("Pre-flight: will it fit if loaded now?", style="bold")]
     out.append(
         Text(
@@ -243,7 +250,7 @@ def preflight_lines(
         )
     )
     styles = {"fits": "green", "marginal": "yellow", "spills": "red"}
-    for r in rows:
+    for i, r in enumerate(rows):
         line = Text(
             f"  {safe(r.name, w):<{w}} {ibytes(r.size_bytes, short=True):>6} {marked(r.num_ctx):>8} "
             f"{_sized(r.kv_bytes, r.kv_source):>7} {_sized(r.total_bytes, r.total_source):>7} ",
@@ -253,6 +260,9 @@ def preflight_lines(
         line.append(f"{r.verdict:<8}", style=styles.get(r.verdict, ""))
         line.append(f" {NOT_KNOWN if r.max_num_ctx is None else r.max_num_ctx:>7}")
         said = [r.note] if r.note and r.verdict != "fits" else []
+        cell = next_load_cell(nexts[i]) if i < len(nexts) else NOT_KNOWN
+        if cell not in ("loaded", NOT_KNOWN):  # Ollama's scheduler: what the load would unload first
+            said.insert(0, f"next load: {cell}")
         if r.calibration:  # loaded now: its real figures anchor (or are) the row's
             said.append(f"loaded, {r.calibration}")
         room = width - 4 - len(line.plain)  # padding and scrollbar: a note must not wrap under the columns
@@ -279,6 +289,7 @@ def preflight_lines(
 def server_text(state: AppState, *, now_s: float, log_now: datetime | None, width: int = 120) -> Text:
     """The whole view as one text (pure: the Pilot and snapshot tests render it)."""
     defaults, rows = state_preflight(state)
+    nexts = state_next_loads(state, rows)
     snap = state.last_ok
     title = Text(f"Server {safe(state.host_url, 60)}", style="bold")
     if snap is not None and snap.version:
@@ -287,7 +298,7 @@ def server_text(state: AppState, *, now_s: float, log_now: datetime | None, widt
     parts += traffic_lines(state.log.traffic, state.log.source, log_now, width) + [Text("")]
     parts += queue_lines(state) + [Text("")]
     parts += health_lines(state.server, now_s) + [Text("")]
-    parts += preflight_lines(defaults, rows, state.server, width)
+    parts += preflight_lines(defaults, rows, state.server, width, nexts)
     return Text("\n").join(parts)
 
 
