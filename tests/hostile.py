@@ -349,6 +349,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         self.request_body = body  # for an attack that answers by the request (Custom)
         with owner.lock:
+            if owner.first_request_at is None:
+                owner.first_request_at = time.perf_counter()
             owner.hits[path] += 1
             owner.requests.append((self.command, path, body))
             attack = owner.routes.get(path)
@@ -382,6 +384,7 @@ class HostileServer:
         most_in_flight: The most requests answered at once so far, per path (a client's concurrency).
         requests: ``(method, path, body bytes)`` of every request, in order.
         stop: Set when the server shuts down (attacks that wait watch it).
+        first_request_at: ``time.perf_counter()`` when the first request came (None before).
     """
 
     url: str = ""
@@ -392,6 +395,7 @@ class HostileServer:
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    first_request_at: float | None = None
 
     def set(self, path: str, attack: Attack) -> None:
         """Serve ``attack`` on ``path`` from the next request on."""
@@ -432,13 +436,15 @@ def hostile_server(routes: Mapping[str, Attack] | None = None, *, n_models: int 
 @dataclass
 class Measured:
     """What ``run_measured`` saw: exit code (None when killed at the limit), output, wall time in
-    seconds and the peak resident set size in bytes (sampled every ``sample_s``)."""
+    seconds, the peak resident set size in bytes (sampled every ``sample_s``) and
+    ``time.perf_counter()`` when the process was seen ended."""
 
     rc: int | None
     stdout: str
     stderr: str
     wall_s: float
     peak_rss_bytes: int
+    ended_at: float = 0.0
 
 
 def kvtop_command(*args: str) -> list[str]:
@@ -481,7 +487,10 @@ def run_measured(
                 rc = None
                 break
             time.sleep(sample_s)
-        wall_s = time.perf_counter() - t0
+        ended_at = time.perf_counter()
+        wall_s = ended_at - t0
         out.seek(0)
         err.seek(0)
-        return Measured(rc, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"), wall_s, peak)
+        return Measured(
+            rc, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"), wall_s, peak, ended_at
+        )

@@ -46,7 +46,17 @@ TIMEOUT_S = 2.0
 """``--timeout`` / ``timeout_s`` of every run here."""
 
 SLACK_S = 6.0
-"""Start-up and teardown a subprocess may add to its deadline (Python, textual imports)."""
+"""What a subprocess may add to its deadline between its first request and its exit (the report,
+teardown). Its start-up (Python, imports) is not counted: on a busy machine that alone took over
+10 s (:func:`after_first_request_s`)."""
+
+
+def after_first_request_s(run: Any, server: Any) -> float:
+    """Seconds from the hostile server's first request to the process's end: the part of a run
+    that ``--timeout`` bounds, whatever its start-up cost on a loaded machine."""
+    assert server.first_request_at is not None, "no request came"
+    return float(run.ended_at - server.first_request_at)
+
 
 RSS_LIMIT_BYTES = 300 * MiB
 """Peak RSS a kvtop process may reach under any attack (about 60 MiB when healthy; the attacks
@@ -145,9 +155,12 @@ def _kvtop(url: str, *args: str, limit_s: float) -> Any:
 def test_once_json_stays_bounded_under_each_attack(name: str) -> None:
     attack, kind, expected = ATTACKS[name]
     with hostile_server({"/api/ps": attack}) as server:
-        run = _kvtop(server.url, "--once", "--json", limit_s=TIMEOUT_S + 30)
+        run = _kvtop(server.url, "--once", "--json", limit_s=TIMEOUT_S + 60)
     assert run.rc is not None, f"{name}: kvtop --once still running after {run.wall_s:.0f} s"
-    assert run.wall_s < TIMEOUT_S + SLACK_S, f"{name}: kvtop --once took {run.wall_s:.1f} s (--timeout {TIMEOUT_S:g})"
+    took_s = after_first_request_s(run, server)
+    assert took_s < TIMEOUT_S + SLACK_S, (
+        f"{name}: kvtop --once took {took_s:.1f} s after asking (--timeout {TIMEOUT_S:g})"
+    )
     assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"{name}: peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
     assert run.rc == 2, (run.rc, run.stderr[-2000:])  # unreachable
     out = json.loads(run.stdout)
@@ -159,8 +172,8 @@ def test_once_json_stays_bounded_under_each_attack(name: str) -> None:
 def test_check_names_the_attack_in_plain_text(name: str) -> None:
     attack, kind, expected = ATTACKS[name]
     with hostile_server({"/api/ps": attack}) as server:
-        run = _kvtop(server.url, "--check", limit_s=TIMEOUT_S + 30)
-    assert run.rc is not None and run.wall_s < TIMEOUT_S + SLACK_S, run.wall_s
+        run = _kvtop(server.url, "--check", limit_s=TIMEOUT_S + 60)
+    assert run.rc is not None and after_first_request_s(run, server) < TIMEOUT_S + SLACK_S, run.wall_s
     assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"{name}: peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
     assert run.rc != 0
     first = run.stdout.splitlines()[0]
@@ -173,13 +186,14 @@ def test_check_names_the_attack_in_plain_text(name: str) -> None:
 def test_once_lists_a_thousand_models_with_slow_shows_in_bounded_time() -> None:
     show_delay_s = 0.5
     with hostile_server({"/api/show": JsonBody(show_body(), delay_s=show_delay_s)}, n_models=1000) as server:
-        run = _kvtop(server.url, "--once", "--json", limit_s=60)
+        run = _kvtop(server.url, "--once", "--json", limit_s=90)
         shows_asked = server.hits["/api/show"]
         most_at_once = server.most_in_flight["/api/show"]
     # /api/ps (--timeout) plus the details budget (the 10 s /api/show deadline), whatever the count
     budget_s = TIMEOUT_S + 10.0
     assert run.rc == 0, (run.rc, run.wall_s, run.stderr[-2000:])
-    assert run.wall_s < budget_s + SLACK_S, f"kvtop --once with 1,000 models took {run.wall_s:.1f} s"
+    took_s = after_first_request_s(run, server)
+    assert took_s < budget_s + SLACK_S, f"kvtop --once with 1,000 models took {took_s:.1f} s after asking"
     assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
     models = json.loads(run.stdout)["models"]
     assert [m["name"] for m in models] == [f"m{i:04d}:latest" for i in range(1000)]
@@ -323,7 +337,7 @@ def test_once_stays_bounded_when_every_show_is_an_object_bomb() -> None:
         h.wfile.write(body)
 
     with hostile_server({"/api/show": Custom(bomb)}, n_models=16) as server:
-        run = _kvtop(server.url, "--once", "--json", limit_s=60)
+        run = _kvtop(server.url, "--once", "--json", limit_s=90)
     assert run.rc == 0, run.stderr[-2000:]
     assert run.peak_rss_bytes < RSS_LIMIT_BYTES, f"peak RSS {run.peak_rss_bytes / MiB:.0f} MiB"
     out = json.loads(run.stdout)
