@@ -30,6 +30,7 @@ from typing import Final, Literal
 
 from kvtop.model import kv, plan
 from kvtop.model.known import Known
+from kvtop.model.ladder import PARALLEL_FORCED_ONE
 from kvtop.model.preflight import ServerDefaults
 from kvtop.model.snapshots import PsModel, ShowInfo, parse_version
 
@@ -61,23 +62,9 @@ NAME_TIEBREAK_SINCE: Final = (0, 6, 6)
 AUTO_MAX_SINCE: Final = (0, 2, 0)
 """``OLLAMA_MAX_LOADED_MODELS`` 0 = 3 per GPU from v0.2.0; v0.1.33 – v0.1.48 defaulted to 1."""
 
-SINGLE_SLOT_ARCHITECTURES: Final = frozenset(
-    {
-        "mllama",
-        "qwen3vl",
-        "qwen3vlmoe",
-        "qwen35",
-        "qwen35moe",
-        "qwen3next",
-        "lfm2",
-        "lfm2moe",
-        "nemotron_h",
-        "nemotron_h_moe",
-        "nemotron_h_omni",
-    }
-)
+SINGLE_SLOT_ARCHITECTURES: Final = PARALLEL_FORCED_ONE
 """Architectures ``server/sched.go:load`` (v0.33.0) gives one slot whatever ``OLLAMA_NUM_PARALLEL``
-says (docs/ollama-internals.md §3.3)."""
+says (docs/ollama-internals.md §3.3): the source ladder's list (``model.ladder``)."""
 
 FOREVER_S: Final = float("inf")
 """A negative keep-alive: ``time.Duration(math.MaxInt64)``, sorted last (``uint64``)."""
