@@ -1094,3 +1094,27 @@ def test_other_statuses_and_routes_are_no_overflow(status_path: tuple[str, str])
     line = [x for x in corpus_lines("015") if "[GIN]" in x][1].replace("| 200 |", status).replace('"/api/chat"', path)
     state = state_of(ps_snapshot([row(Q8, 512, 2_300_000_000)], taken_at=_utc(2025, 6, 11, 8, 21)), [line])
     assert [a for a in evaluate(state) if a.kind == "prompt_truncated"] == []
+
+
+# Ollama's "the model cannot use this cache type" warning (docs/ollama-internals.md §3.2: printed with the
+# requested type, v0.5.0–v0.13.3). The corpus has the line only with the spurious type="" (corpus 001): this is
+# that real line with the type the doc says it carries.
+UNSUPPORTED = corpus_line("001", "kv cache type not supported").replace('type=""', "type=q8_0")
+UNSUPPORTED = re.sub(r"^.*?time=\S+", "time=2024-07-24T16:07:51.800+02:00", UNSUPPORTED)
+
+
+def test_a_cache_type_the_model_does_not_support_offers_no_flash_attention() -> None:
+    """Issue 26: never offer OLLAMA_FLASH_ATTENTION=1 for a cache type the model does not support."""
+    state = state_of(
+        ps_snapshot([row(Q8, 2048, 2_754_892_672)], taken_at=SPAWN_TIME + 60), [UNSUPPORTED, spawn_line(blob(Q8), 2048)]
+    )
+    alerts = evaluate(state)
+    alert = only(alerts, "kv_type_not_applied", Q8)
+    assert alert.message == (
+        "KV cache f16 allocated, q8_0 requested (Ollama's warning): kv cache type not supported by model"
+        " — this model cannot use a q8_0 cache; flash attention would not change that, it keeps f16"
+    )
+    assert alert.fixes == ()
+    for a in alerts:
+        assert all("OLLAMA_FLASH_ATTENTION" not in f.action for f in a.fixes), (a.kind, a.fixes)
+        assert "q8_0 cache needs it" not in a.message, a.message

@@ -13,6 +13,7 @@ Current loads are judged from their rows; other loads count while recent
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -41,6 +42,10 @@ __all__ = ["context_over_training", "load_alerts", "runner_over_training_alerts"
 _FA_ON: Final = frozenset({"on", "true", "1", "enabled", "t", "yes"})
 _UNQUANTIZED: Final = frozenset({"f16", "f32", "bf16"})
 _BOOL_FALSE: Final = frozenset({"0", "f", "false"})
+# Ollama's warnings that the model itself cannot use the requested cache type (docs/ollama-internals.md
+# §3.2: ``kv cache type not supported by model``, gpt-oss's ``model only supports non-quantized cache
+# types``): flash attention does not make such a type apply, so no fix may offer it for that type.
+_UNSUPPORTED_RE: Final = re.compile(r"not supported by model|only supports non-quantized", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,11 +226,18 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
         since = ctx.now if view is not None else ctx.load_time(load)
         requested, where = _requested_kv(ctx, load)
         req_norm = kv.normalize_cache_type(requested) if requested is not None else None
-        needs = req_norm if req_norm is not None and req_norm not in _UNQUANTIZED else None
+        fallback = next((e for e in load.events if isinstance(e, KvTypeFallback)), None)
+        # the model itself cannot use the type: flash attention would not make it apply (§3.2)
+        unsupported = fallback is not None and _UNSUPPORTED_RE.search(fallback.reason) is not None
+        needs = req_norm if req_norm is not None and req_norm not in _UNQUANTIZED and not unsupported else None
         allocated = _allocated_kv(ctx, load)
         if requested is not None and allocated is not None and req_norm != allocated:
-            fallback = next((e for e in load.events if isinstance(e, KvTypeFallback)), None)
-            if fallback is not None:
+            if fallback is not None and unsupported:
+                reason = (
+                    f"{fallback.reason} — this model cannot use a {req_norm or requested} cache;"
+                    f" flash attention would not change that, it keeps {allocated}"
+                )
+            elif fallback is not None:
                 reason = fallback.reason
             elif req_norm is None:
                 reason = f"{requested!r} is not a cache type llama.cpp accepts"
@@ -238,7 +250,7 @@ def load_alerts(ctx: Ctx, current: Mapping[int, ModelView]) -> list[Alert]:
             fa_fix = _fa_fix(ctx, load, needs) if needs and load.flash_attention == "disabled" else None
             if fa_fix is not None:
                 fixes.append(fa_fix)
-            if view is not None and req_norm is not None:
+            if view is not None and req_norm is not None and not unsupported:
                 fixes.extend(_type_saving(ctx, view, req_norm))
             out.append(
                 Alert("kv_type_not_applied", "warning", model, since, text, tuple(fixes), f"kv_type_not_applied:{key}")
