@@ -244,7 +244,7 @@ def all_text(r: AllResult) -> str:
         ),
         "",
     ]
-    table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT", "MAX NUM_CTX", "NEXT LOAD"]]
+    table = [["NAME", "SIZE", "NUM_CTX", "KV", "TOTAL", "GPU NEED", "FIT NOW", "MAX NUM_CTX", "NEXT LOAD"]]
     calibrated: list[str] = []
     for row, n in zip(r.rows, r.next_loads or (None,) * len(r.rows)):
         fit = row.verdict + (f" ({row.note})" if row.note and row.verdict not in ("fits",) else "")

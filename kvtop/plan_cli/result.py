@@ -258,7 +258,7 @@ def render_text(r: PlanResult) -> str:
         "compute",
         "total",
         "100% GPU needs",
-        "fit",
+        "fit now",
         "max num_ctx",
         "max slots",
     ]
@@ -290,6 +290,9 @@ def render_text(r: PlanResult) -> str:
         cells = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(line)]
         w("  " + "  ".join(cells).rstrip() + "\n")
     w("\n")
+    nl = r.next_load
+    if nl is not None and nl.evicted and nl.verdict != "loaded":  # the table's fit is beside what is loaded now
+        w("  fit now   in the GPU memory free now, beside the models loaded now; a load first unloads (below)\n")
     problems = {p.kv_problem for p in (row.prediction for row in r.rows) if p.kv_problem and p.kv_problem != reason}
     for problem in sorted(problems):
         w(f"  ! {problem}\n")

@@ -112,6 +112,14 @@ def test_evicts_what_the_forecast_says_to_make_room(standin: Standin, capsys: py
     assert nl["num_ctx"] == 32768 and nl["num_ctx_source"] == "default"
     assert len(nl["evicted"]) == 1 and nl["evicted"][0]["reason"] == "memory"
     assert nl["evicted"][0]["name"] in ("alpha:latest", "bravo:latest")
+    # the text says the table's fit is beside the models loaded now, the forecast after the unload
+    used = sum(r["size_vram"] for r in standin.ps())
+    argv = ["newbie", "--host", standin.url, "--gpu-free", str(VRAM - used), "--gpu-total", str(VRAM), "--gpus", "1"]
+    argv.append("--env=OLLAMA_MAX_LOADED_MODELS=4")
+    assert main_plan(argv) == 0
+    text = capsys.readouterr().out
+    assert "fit now   in the GPU memory free now, beside the models loaded now; a load first unloads (below)" in text
+    assert f"  unloads {nl['evicted'][0]['name']}: to make room" in text
     _load(standin, "newbie")
     _check(standin, before, nl, "newbie:latest")
 
