@@ -317,7 +317,8 @@ def gpu_text_lines(state: AppState) -> list[str]:
         )
         shared = " (shares system RAM)" if d.unified_memory else " (VRAM+GTT)" if d.memory_pool == "vram+gtt" else ""
         lines.append(
-            f"{name}{shared}: {ibytes(used)} / {ibytes(d.memory_total_bytes)} in use, {ibytes(d.memory_free_bytes)} free"
+            # the GPU panel's and the memory map's form (kvtop.ui.widgets.gpu_panel)
+            f"{name}{shared}: {ibytes(used)}/{ibytes(d.memory_total_bytes)} used · {ibytes(d.memory_free_bytes)} free"
             f", util {d.gpu_util_percent if d.gpu_util_percent is not None else '?'}%"
             f", {d.temperature_c if d.temperature_c is not None else '?'}°C"
             f", {d.power_draw_mw // 1000 if d.power_draw_mw is not None else '?'} W"

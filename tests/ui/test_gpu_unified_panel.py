@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.cells import cell_len
 
+from kvtop.core.glyphs import to_ascii
 from kvtop.model.gpu import GpuPanelData, gpu_panel_data
 from kvtop.report import gpu_text_lines
 from kvtop.model.views import AppState
@@ -97,7 +98,11 @@ def test_once_text_says_the_gpu_shares_ram(tmp_path: Path) -> None:
     fake = FakeNvml([FakeGpu(name="NVIDIA GB10", unsupported={"nvmlDeviceGetMemoryInfo"})])
     snap = GpuSource(nvml=fake.module, sysfs_root=tmp_path, platform="linux", psutil_module=PSUTIL).sample_sync()
     lines = gpu_text_lines(AppState(host_url="http://127.0.0.1:11434", gpu=snap))
-    assert lines[1].startswith("GPU 0 NVIDIA GB10 (shares system RAM): 38.0 GiB / 128 GiB in use, 90.0 GiB free")
+    # the GPU panel's and the memory map's form, also in ASCII (LC_ALL=C)
+    assert lines[1].startswith("GPU 0 NVIDIA GB10 (shares system RAM): 38.0 GiB/128 GiB used · 90.0 GiB free")
+    assert to_ascii(lines[1], keep_cells=False).startswith(
+        "GPU 0 NVIDIA GB10 (shares system RAM): 38.0 GiB/128 GiB used . 90.0 GiB free"
+    )
     assert lines[2].startswith("  NVML reports no memory for this GPU (Not Supported)")
     assert data.ok
 
