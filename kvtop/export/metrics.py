@@ -153,7 +153,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kvtop_model_info",
         "gauge",
-        "The model's settings as text (value 1); *_source: allocated (log), requested (runner command line), service (server environment) or default; '' = not known",
+        "The model's settings as text (value 1); engine: the runner serving it (llama.cpp, ollama, mlx), as --once's RUNNER; *_source: allocated (log), requested (runner command line), service (server environment), reported (/api/ps), runner or default; '' = not known",
         (
             *_MODEL,
             "blob",
@@ -165,6 +165,8 @@ METRICS: tuple[MetricSpec, ...] = (
             "kv_type_source",
             "flash_attention",
             "flash_attention_source",
+            "engine",
+            "engine_source",
         ),
     ),
     MetricSpec(
@@ -364,6 +366,8 @@ def _model_metrics(fams: Mapping[str, Metric], host: str, v: ModelView) -> None:
             v.kv_type.source or "",
             v.flash_attention.value or "",
             v.flash_attention.source or "",
+            v.engine.value or "",
+            v.engine.source or "",
         ),
         1,
     )

@@ -159,6 +159,7 @@ async def test_every_model_of_the_spill_step_is_exported_with_the_scenarios_numb
         assert info[0].labels["blob"] == model_blob(model)
         assert info[0].labels["kv_type"] == "f16" and info[0].labels["kv_type_source"] == "default"
         assert info[0].labels["flash_attention"] == ""  # only a log tells
+        assert (info[0].labels["engine"], info[0].labels["engine_source"]) == ("", "")  # no runner argv, ps silent
         assert info[0].labels["processor"] == kv.processor_string(row.size, row.size_vram)
 
     gemma = {"host": HOST, "model": "gemma4:latest", "digest": scenario.models["gemma4:latest"].digest}
@@ -169,6 +170,23 @@ async def test_every_model_of_the_spill_step_is_exported_with_the_scenarios_numb
     assert value(fams, "kvtop_alerts", host=HOST, kind="spill", severity="critical", model="gemma4:latest") == 1
     q4 = {"host": HOST, "model": "qwen3:1.7b-q4_K_M", "digest": scenario.models["qwen3:1.7b-q4_K_M"].digest}
     assert value(fams, "kvtop_model_memory_bytes", **q4, part="kv", source="estimated") == 469762048  # 448 MiB
+
+
+async def test_model_info_names_the_runner_engine_as_once_does() -> None:
+    """``engine`` / ``engine_source``: ModelView.engine, the RUNNER column of ``--once`` and ``engine`` of its JSON."""
+    import dataclasses
+
+    from kvtop.model.known import Known
+
+    state = await state_at(4)
+    engines = [Known("mlx", "reported"), Known("llama.cpp", "runner"), Known("ollama", "runner")]
+    models = tuple(dataclasses.replace(v, engine=e) for v, e in zip(state.models, engines))
+    fams = scrape(
+        [HostView(url=HOST, local=False, log=False, state=dataclasses.replace(state, models=models), polls=1)]
+    )
+    for v, e in zip(models, engines):
+        (info,) = samples(fams, "kvtop_model_info", host=HOST, model=v.name, digest=v.digest)
+        assert (info.labels["engine"], info.labels["engine_source"]) == (e.value, e.source)
 
 
 async def test_metric_names_follow_prometheus_conventions() -> None:
