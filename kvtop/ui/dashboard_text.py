@@ -20,10 +20,12 @@ from kvtop.ui.format import safe
 __all__ = ["ServerOverview", "alert_bar", "log_line", "overview_key", "server_overview", "servers_bar"]
 
 
-def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text:
+def alert_bar(state: AppState, colors: dict[str, str], width: int = 200, *, listed_below: bool = False) -> Text:
     """The most severe alert in one line with its age (``▲ prompt truncated qwen3:1.7b · 3 min: …``;
     the age on the state's clock, ``alert_age.state_clock``), its first fix that fits in a second
-    line, and how many more; each line cut to ``width`` cells."""
+    line, and how many more; each line cut to ``width`` cells. ``listed_below``: the alerts panel or
+    the events pane already lists every alert on screen, so a count without a fix says ``+N more
+    below`` instead of sending the user to ``l`` (which would hide the events pane)."""
     text = Text()
     if not state.alerts:
         return text
@@ -47,7 +49,9 @@ def alert_bar(state: AppState, colors: dict[str, str], width: int = 200) -> Text
         second = Text()
         if more:
             second.append(
-                f"+{more} more{' · ' if fix is not None else ' (l: all alerts)'}", style=colors.get("kv-muted", "")
+                # with a fix the line is the fix's (no pointer); else where the others are
+                f"+{more} more{' · ' if fix is not None else ' below' if listed_below else ' (l: all alerts)'}",
+                style=colors.get("kv-muted", ""),
             )
         if fix is not None:
             second.append(f"fix: {safe(fix.action, 60)} — {safe(fix.detail, 100)}", style=colors.get("kv-ok", ""))

@@ -149,3 +149,46 @@ async def test_every_panel_on_fits_a_small_terminal(tmp_path: Path) -> None:
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
         assert app.query_one(EventsPane).outer_size.height == 12 and not screen.show_vertical_scrollbar
+
+
+def test_the_banner_count_points_where_the_alerts_are() -> None:
+    """``+N more``: ``(l: all alerts)`` only when no panel lists the alerts; with the events pane or the
+    alerts panel on screen (``l`` would hide the pane) it says they are below (issue 26 review)."""
+    import dataclasses
+
+    from kvtop.model.fold_alerts import fold_with_alerts
+    from kvtop.model.views import AppState
+    from kvtop.ui.dashboard_text import alert_bar
+    from tests.ui.fakes import snapshot_at, step_index
+
+    state = fold_with_alerts(AppState(host_url="http://127.0.0.1:11434"), snapshot_at(step_index("spills")))
+    (top,) = state.alerts
+    nofix = dataclasses.replace(top, fixes=())
+    state = dataclasses.replace(state, alerts=(nofix, dataclasses.replace(nofix, kind="gpu_nearly_full")))
+    assert alert_bar(state, {}).plain.splitlines()[1] == "+1 more (l: all alerts)"
+    assert alert_bar(state, {}, listed_below=True).plain.splitlines()[1] == "+1 more below"
+
+
+async def test_the_banner_knows_when_the_alerts_are_listed(tmp_path: Path, monkeypatch: Any) -> None:
+    """80×24: the events pane lists the alerts under the banner; after ``l`` hides it, nothing does."""
+    import kvtop.ui.screens.dashboard as dashboard
+
+    calls: list[bool] = []
+    real = dashboard.alert_bar
+
+    def spy(*args: Any, listed_below: bool = False, **kw: Any) -> Any:
+        calls.append(listed_below)
+        return real(*args, listed_below=listed_below, **kw)
+
+    monkeypatch.setattr(dashboard, "alert_bar", spy)
+    app = shared_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.query_one(EventsPane).display and len(app.state.alerts) >= 2
+        assert calls[-1] is True
+        await pilot.press("l")
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if not app.query_one(EventsPane).display and calls[-1] is False:
+                break
+        assert not app.query_one(EventsPane).display and calls[-1] is False

@@ -276,8 +276,6 @@ class DashboardScreen(Screen[None]):
                     overflow="ellipsis",
                 ),
             )
-        self.query_one("#alertbar").set_class(not state.alerts, "-none")
-        self._update_static("#alertbar", alert_bar(state, dict(app.theme_variables), width - 2))
         if local:
             panel = self._gpu_panel(state)
         else:  # the GPU sample is this machine's: it belongs to the local server only
@@ -286,6 +284,10 @@ class DashboardScreen(Screen[None]):
                 f" {app.hosts.index(app.local_host) + 1})"
             )
         shown = self.panels.refresh_panels(state, panel, local)
+        self.query_one("#alertbar").set_class(not state.alerts, "-none")
+        # the alerts panel, or the events pane without it, lists every alert: the banner points there
+        listed = shown["alerts"] or (shown["events"] and self.query_one(EventsPane).has_class("-visible"))
+        self._update_static("#alertbar", alert_bar(state, dict(app.theme_variables), width - 2, listed_below=listed))
         # with the map on screen the GPU strip keeps what the map lacks, one line per GPU
         self.query_one(GpuPanel).show_data(panel, width, compact=True if shown["map"] else None)
         events_pane = self.query_one(EventsPane)
