@@ -25,11 +25,23 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Change", "Fact", "Observation", "changes_since", "observe", "parse_since", "start_label", "story"]
+__all__ = [
+    "Change",
+    "ChangeRow",
+    "Fact",
+    "Observation",
+    "change_rows",
+    "changes_since",
+    "observe",
+    "parse_since",
+    "runner_diff",
+    "start_label",
+    "story",
+]
 
 WHOLE_PREFIXES = ("env:", "config:")
 """Key prefixes read as a whole: a name missing from a complete read is unset."""
@@ -134,7 +146,9 @@ class Change:
         if kind in ("env", "config"):
             where = "" if kind == "env" else " (server config)"
             return f"{subject} {before} → {after}{where}"
-        label = {"runner": "runner argv", "fa": "flash attention", "kv": "KV", "placement": "placement"}[kind]
+        if kind == "runner":  # a reload at other settings: only the flags that differ
+            return f"{subject} runner: {runner_diff(self.before, self.after)}"
+        label = {"fa": "flash attention", "kv": "KV", "placement": "placement"}[kind]
         return f"{subject}: {label} {before} → {after}"
 
     def short(self) -> str:
@@ -153,7 +167,7 @@ class Change:
             return f"KV {_v(after)}"
         if kind == "placement":
             return {"gpu": "all on GPU", "spill": "spill", "cpu": "on CPU"}.get(after or "", _v(after))
-        return f"runner {_v(after)}"
+        return f"runner {runner_diff(self.before, after, new_only=True)}"
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` / timeline object: ``at`` (ISO 8601 UTC), ``at_unix``, ``kind``, ``key``,
@@ -194,6 +208,105 @@ class Change:
 
 def _v(value: str | None) -> str:
     return "unset" if value is None else (value if value != "" else "(empty)")
+
+
+def _flags(argv: str | None) -> dict[str, str]:
+    """``-c 4096 -np 1 --flash-attn`` -> ``{"-c": "4096", "-np": "1", "--flash-attn": ""}`` (a
+    token after a flag is its value unless it is a flag itself; ``-1`` is a value)."""
+    out: dict[str, str] = {}
+    flag: str | None = None
+    for token in (argv or "").split():
+        if token.startswith("-") and not token[1:2].isdigit():
+            flag = token
+            out[flag] = ""
+        elif flag is not None:
+            out[flag] = f"{out[flag]} {token}".strip()
+    return out
+
+
+def runner_diff(before: str | None, after: str | None, *, new_only: bool = False) -> str:
+    """The flags of two runner command lines (``RunnerProcess.flags``) that differ, in the new
+    line's order: ``--ctx-size 4096 → 32768``, ``--flash-attn added``, ``--kv-cache-type q8_0
+    removed`` (``new_only``: the new values only, ``--ctx-size 32768``). The whole lines when no
+    flag can be told apart."""
+    b, a = _flags(before), _flags(after)
+    parts: list[str] = []
+    for flag in dict.fromkeys([*a, *b]):
+        old, new = b.get(flag), a.get(flag)
+        if old == new:
+            continue
+        if new_only:
+            parts.append(f"{flag} removed" if new is None else f"{flag} {new}".strip())
+        elif old is None:
+            parts.append(f"{flag} {new} added" if new else f"{flag} added")
+        elif new is None:
+            parts.append(f"{flag} {old} removed" if old else f"{flag} removed")
+        else:
+            parts.append(f"{flag} {_v(old)} → {_v(new)}")
+    if parts:
+        return ", ".join(parts)
+    return _v(after) if new_only else f"{_v(before)} → {_v(after)}"
+
+
+MODEL_KINDS = ("runner", "fa", "kv", "placement")
+"""Change kinds about one model's load (the rest are about the server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One line of a short list of changes (the dashboard's events pane).
+
+    Attributes:
+        at: Unix seconds of the newest change the row stands for.
+        text: The change (a model's reload: every fact that changed with it, ``; `` between).
+        marks: ``(source, origin)`` of each part, e.g. ``("requested", "runner argv")``.
+        restart: The row is a server restart.
+        earlier: Older rows folded into this one (the same model's earlier reloads or load facts,
+            or the same server change again).
+        since: Unix seconds of the oldest change folded in (``at`` when none).
+    """
+
+    at: float
+    text: str
+    marks: tuple[tuple[str, str], ...]
+    restart: bool = False
+    earlier: int = 0
+    since: float = 0.0
+
+
+def change_rows(changes: Sequence[Change], limit: int) -> tuple[list[ChangeRow], int]:
+    """The changes as at most ``limit`` rows, newest first, calm on a server that reloads often:
+    the facts of one model that changed at the same time (a reload at other settings) are one
+    row, each model keeps only its newest row (the older ones counted in ``earlier``), and a
+    server change whose text repeats is folded into its newest row.
+
+    Returns:
+        The rows and how many rows did not fit in ``limit``.
+    """
+    groups: dict[tuple[float, str], list[Change]] = {}
+    for c in changes:
+        key = (c.at, c.subject) if c.kind in MODEL_KINDS else (c.at, f"\0{c.key}")
+        groups.setdefault(key, []).append(c)
+    rows: list[ChangeRow] = []
+    index: dict[str, int] = {}
+    for (at, _), group in sorted(groups.items(), key=lambda kv: kv[0][0], reverse=True):
+        group.sort(key=lambda c: MODEL_KINDS.index(c.kind) if c.kind in MODEL_KINDS else -1)
+        first = group[0]
+        if first.kind in MODEL_KINDS:
+            parts = [group[0].text()]
+            parts += [c.text().removeprefix(f"{c.subject}: ") for c in group[1:]]
+            text, fold = "; ".join(parts), f"model:{first.subject}"
+        else:
+            text = first.text()
+            fold = f"text:{text}"
+        marks = tuple(dict.fromkeys((c.source, c.origin) for c in group))
+        if fold in index:
+            i = index[fold]
+            rows[i] = replace(rows[i], earlier=rows[i].earlier + 1, since=at)
+            continue
+        index[fold] = len(rows)
+        rows.append(ChangeRow(at, text, marks, any(c.restart for c in group), 0, at))
+    return rows[:limit], max(0, len(rows) - limit)
 
 
 def iso(t: float) -> str:

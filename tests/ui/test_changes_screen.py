@@ -64,3 +64,35 @@ async def test_a_restart_since_the_last_run_shows_in_the_events_pane_the_plots_a
         assert "OLLAMA_FLASH_ATTENTION 1 → unset" in lines[4]
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ChangesScreen))
+
+
+async def test_a_server_that_reloads_often_keeps_the_events_pane_for_alerts_and_events() -> None:
+    """The demo's loop (issue 27 review): reloads at another num_ctx, over and over, are one row per
+    model naming the flag that differs, with the earlier ones counted; at most CHANGE_ROWS rows."""
+    from kvtop.ui.widgets.events_pane import CHANGE_ROWS
+
+    snap = snapshot_at(step_index("spills"))
+    found: list[Change] = []
+    t = snap.taken_at - 3600
+    for loop in range(4):
+        for model in ("qwen3:1.7b-q8_0", "gemma4:latest", "qwen3:1.7b-q4_K_M"):
+            found.append(Change(t, f"runner:{model}", "-c 4096 -np 1", "-c 32768 -np 1", "requested"))
+            found.append(Change(t + 30, f"runner:{model}", "-c 32768 -np 1", "-c 4096 -np 1", "requested"))
+            t += 1
+        found.append(Change(t + 40, f"env:OLLAMA_X{loop}", None, "1", "service"))
+        t += 70
+    TimelineStore(timeline_folder(state_dir()), HOST).write(found, {"version": Fact(snap.version, 1.0, "reported")})
+    app = make_app(Settings(host_url=HOST, interval_s=0.25), FakeSource(snap, hold=True))
+    async with app.run_test(size=(130, 50)) as pilot:
+        pane = app.dashboard.query_one(EventsPane)
+        await wait_for(pilot, lambda: app.state is not None and len(app.state.changes) == len(found))
+        if not pane.has_class("-visible"):
+            await pilot.press("l")
+        await wait_for(pilot, lambda: pane.has_class("-visible") and pane.row_count > CHANGE_ROWS)
+        details = [pane.detail(i) for i in range(pane.row_count)]
+        changed = [d for d in details if "runner:" in d or "OLLAMA_X" in d or "c: what changed" in d]
+        assert len(changed) == CHANGE_ROWS + 1, changed
+        assert changed[-1] == "3 more (c: what changed)"
+        runner_rows = [d for d in changed if "runner:" in d]
+        assert len(runner_rows) == len({d.split(" runner:")[0] for d in runner_rows})  # one row per model
+        assert all(" runner: -c 32768 → 4096 (requested, runner argv) · 7 earlier since " in d for d in runner_rows)

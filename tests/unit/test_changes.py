@@ -164,3 +164,50 @@ def test_the_process_sample_gives_the_service_environment_and_a_new_pid_is_a_res
         ("OLLAMA_KV_CACHE_TYPE unset → q8_0", "service", 200.0),
     ]
     assert story(state.changes) == "restart → OLLAMA_FLASH_ATTENTION unset → OLLAMA_KV_CACHE_TYPE=q8_0"
+
+
+def test_a_reload_at_other_settings_names_only_the_flags_that_differ() -> None:
+    """The demo's reloads: ``RunnerProcess.flags`` before and after (llama-server and Ollama runner forms)."""
+    c = Change(
+        5.0, "runner:gemma4:latest", "--ctx-size 4096 --parallel 1", "--ctx-size 32768 --parallel 1", "requested"
+    )
+    assert c.text() == "gemma4:latest runner: --ctx-size 4096 → 32768"
+    assert c.short() == "runner --ctx-size 32768"
+    c = Change(5.0, "runner:m", "-c 4096 -np 1 -ngl -1", "-c 4096 -np 2 -ngl -1 --flash-attn on", "requested")
+    assert c.text() == "m runner: -np 1 → 2, --flash-attn on added"
+    c = Change(5.0, "runner:m", "-c 4096 --kv-cache-type q8_0", "-c 4096", "requested")
+    assert c.text() == "m runner: --kv-cache-type q8_0 removed"
+
+
+def test_the_events_pane_rows_stay_calm_over_the_demo_loop() -> None:
+    """Three loops of the demo's story (each model reloaded at another num_ctx, and back): one row per
+    model, the newest first, its earlier reloads counted; a reload's facts that changed with it in
+    that one row; a repeated server change folded; at most ``limit`` rows."""
+    from kvtop.model.changes import change_rows
+
+    found: list[Change] = []
+    t = 1000.0
+    for _ in range(3):
+        for model in ("qwen3:1.7b-q8_0", "gemma4:latest"):
+            found.append(Change(t, f"runner:{model}", "-c 4096 -np 1", "-c 32768 -np 1", "requested"))
+            found.append(Change(t, f"placement:{model}", "gpu", "spill", "reported"))
+            found.append(Change(t + 30, f"runner:{model}", "-c 32768 -np 1", "-c 4096 -np 1", "requested"))
+            found.append(Change(t + 30, f"placement:{model}", "spill", "gpu", "reported"))
+            t += 1
+        found.append(Change(t + 40, "env:OLLAMA_DEBUG", "1", None, "service"))
+        found.append(Change(t + 41, "env:OLLAMA_DEBUG", None, "1", "service"))
+        t += 70
+    rows, cut = change_rows(found, 10)
+    assert cut == 0 and len(rows) == 4
+    texts = [r.text for r in rows]
+    assert texts == [
+        "OLLAMA_DEBUG unset → 1",
+        "OLLAMA_DEBUG 1 → unset",
+        "gemma4:latest runner: -c 32768 → 4096; placement spill → gpu",
+        "qwen3:1.7b-q8_0 runner: -c 32768 → 4096; placement spill → gpu",
+    ]
+    assert [r.earlier for r in rows] == [2, 2, 5, 5]
+    assert rows[2].marks == (("requested", "runner argv"), ("reported", "model load"))
+    assert (rows[2].since, rows[2].at) == (1001.0, 1175.0)  # the first reload, the newest
+    rows, cut = change_rows(found, 3)
+    assert len(rows) == 3 and cut == 1

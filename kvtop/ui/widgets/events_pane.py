@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from kvtop.model.alerts import Alert, Fix
-from kvtop.model.changes import Change
+from kvtop.model.changes import Change, change_rows
 from kvtop.model.eventtext import describe
 from kvtop.model.logstate import WARNING_KINDS, LogState
 from kvtop.model.traffic import is_status_poll
@@ -24,8 +24,10 @@ from kvtop.ui.widgets.hanging import hang_wrap
 
 MAX_ROWS = 300
 
-CHANGE_ROWS = 10
-"""The newest changes of the server the pane lists (``kvtop changes`` and the ``C`` screen: all)."""
+CHANGE_ROWS = 4
+"""The server's changes the pane lists at most (``model.changes.change_rows``: one row per model,
+repeats folded; ``kvtop changes`` and the ``c`` screen: all), so the alerts and the log's events
+keep the pane."""
 
 KIND_WIDTH = 24
 """The widest EVENT column (longer kinds end in an ellipsis)."""
@@ -193,23 +195,36 @@ class EventsPane(DataTable[Text]):
             self._row_fixes.append(None)
 
     def _collect_changes(self, rows: list[tuple[Text, Text, Text]], changes: Sequence[Change], needle: str) -> None:
-        """The server's newest :data:`CHANGE_ROWS` changes (``AppState.changes``: restarts, upgrades,
-        settings, load facts), newest first: ``server restarted: 0.32.15 → 0.33.0``; ``C``: all of them."""
+        """The server's changes (``AppState.changes``: restarts, upgrades, settings, reloads at other
+        settings) as :func:`model.changes.change_rows`, newest first, at most :data:`CHANGE_ROWS`:
+        ``qwen3:8b runner: -c 4096 → 32768 (requested, runner argv) · 3 earlier since 09:38:39``;
+        the ``c`` screen has them all."""
         colors = self.app.theme_variables
         needle = needle.strip().lower()
-        for change in list(reversed(changes))[:CHANGE_ROWS]:
-            text = f"{change.text()} ({change.source}, {change.origin})"
-            kind = "restart" if change.restart else "changed"
+        shown = []
+        for row in change_rows(changes, len(changes))[0]:
+            kind = "restart" if row.restart else "changed"
+            marks = "; ".join(f"{source}, {origin}" for source, origin in row.marks)
+            text = f"{row.text} ({marks})"
+            if row.earlier:
+                since = datetime.fromtimestamp(row.since).strftime("%H:%M:%S")
+                text += f" · {row.earlier} earlier since {since}"
             if needle and needle not in kind and needle not in text.lower():
                 continue
-            style = f"bold {colors.get('kv-warn', '')}" if change.restart else ""
+            shown.append((row, kind, text))
+        for row, kind, text in shown[:CHANGE_ROWS]:
+            style = f"bold {colors.get('kv-warn', '')}" if row.restart else ""
             rows.append(
                 (
-                    Text(datetime.fromtimestamp(change.at).strftime("%H:%M:%S")),
+                    Text(datetime.fromtimestamp(row.at).strftime("%H:%M:%S")),
                     Text(kind, style=style),
                     Text(safe(text, 400)),
                 )
             )
+            self._row_fixes.append(None)
+        if len(shown) > CHANGE_ROWS:
+            rest = len(shown) - CHANGE_ROWS
+            rows.append((Text(""), Text("changed", style="dim"), Text(f"{rest} more (c: what changed)", style="dim")))
             self._row_fixes.append(None)
 
     def _collect_alerts(
