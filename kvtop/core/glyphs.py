@@ -28,6 +28,7 @@ ASCII_GLYPHS: dict[str, str] = {
     # bars: model memory (weights, KV, compute, not known), the memory map and the GPU strip
     "█": "#",
     "▓": "%",
+    "▤": ";",  # the memory map's KV SWA pool, told from the KV cache's ▓ (%)
     "▒": "+",
     "·": ".",
     "▇": "&",

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BARS = {
     "model memory bar": "█▓▒·",
-    "memory map": "█▓▒▇▐▚▄·░",
+    "memory map": "█▓▤▒▇▐▚▄·░",
     "GPU strip": "█▚▄·░",
     "sparkline": "▁▂▃▄▅▆▇█",
     "plot markers": "│┆║",
@@ -47,6 +47,19 @@ def test_no_glyph_becomes_a_source_mark_and_each_keeps_one_cell() -> None:
 def test_each_bar_keeps_its_parts_apart(name: str) -> None:
     glyphs = BARS[name]
     assert len({ascii_char(g) for g in glyphs}) == len(glyphs), [ascii_char(g) for g in glyphs]
+
+
+def test_the_swa_pool_is_told_from_the_kv_cache() -> None:
+    """The map's legend drew ``▓`` for both "KV cache" and "KV SWA pool" (issue 26 review): each has
+    its own glyph, in ASCII too, and the help lists it."""
+    from kvtop.ui.screens.help import glyph_text
+    from kvtop.ui.widgets.memory_map import GLYPHS, KIND_WORDS
+
+    assert (GLYPHS["kv"], GLYPHS["kv_swa"]) == ("▓", "▤")
+    assert (ascii_char(GLYPHS["kv"]), ascii_char(GLYPHS["kv_swa"])) == ("%", ";")
+    drawn = {GLYPHS[k] for k in KIND_WORDS if k not in ("recurrent", "output")}  # those share KV's / compute's
+    assert len(drawn) == len(KIND_WORDS) - 2
+    assert any(line.lstrip().startswith("▤") and "SWA pool" in line for line in glyph_text().splitlines())
 
 
 def test_the_unknown_part_is_no_longer_the_estimated_mark() -> None:

@@ -141,6 +141,7 @@ def map_rows() -> tuple[tuple[str, str, str | None], ...]:
             "a model's weights / KV cache / compute (the strip: █ a runner)",
             None,
         ),
+        (g["kv_swa"], "a model's KV SWA pool (sliding-window layers; beside its full KV cache)", None),
         (g["model"], "a model, not broken down", None),
         (g["overhead"], "runner overhead: NVML's measure − the parts listed (CUDA context, buffers)", None),
         (g["ollama"], "other Ollama processes (a runner not paired yet: loading <model>)", None),

@@ -34,7 +34,7 @@ from kvtop.ui.format import safe, safe_name
 GLYPHS: dict[str, str] = {
     "weights": "█",
     "kv": "▓",
-    "kv_swa": "▓",
+    "kv_swa": "▤",
     "recurrent": "▓",
     "compute": "▒",
     "output": "▒",
@@ -46,7 +46,8 @@ GLYPHS: dict[str, str] = {
     "free": "░",
 }
 """One glyph per kind, so the bar reads without colour (the mono theme, NO_COLOR); overhead ``▐``
-and other Ollama ``▚`` differ at a glance (``▞`` beside ``▚`` did not), and so do their ASCII ``|``, ``\\``."""
+and other Ollama ``▚`` differ at a glance (``▞`` beside ``▚`` did not), and so do their ASCII ``|``, ``\\``;
+the SWA pool ``▤`` (ASCII ``;``) is told from the full KV cache ``▓`` (``%``) beside it."""
 
 KIND_VARS: dict[str, str] = {
     "weights": "kv-weights",
