@@ -139,7 +139,10 @@ async def test_readonly_offers_no_write_anywhere() -> None:
                 assert "What if: qwen3:1.7b-q8_0" in text
                 body = _body(screen)
                 assert "read-only (--readonly): kvtop sends nothing that changes the server" in body
-                assert "load" not in body.lower().replace("loaded now", "")
+                # no load is offered; "If loaded now" forecasts what a client's request would do (Ollama's scheduler)
+                head, _, rest = body.partition("\nIf loaded now")
+                offers = head + "\nApply" + rest.partition("\nApply")[2]  # all but the forecast
+                assert "If loaded now" in body and "load" not in offers.lower().replace("loaded now", "")
                 footer = text.splitlines()[-1]
                 assert "Load" not in footer and "esc Back" in footer
                 assert all(b.binding.action != "load" for b in screen.active_bindings.values())
