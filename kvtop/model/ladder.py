@@ -20,7 +20,7 @@ allocated f16; ``OLLAMA_NUM_PARALLEL=2`` but the runner has 1 slot).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -64,15 +64,30 @@ class Figure(Generic[T]):
     others: tuple[Known[T], ...] = ()
 
 
-def choose(rungs: Sequence[Known[T]], unknown_note: str = "") -> Figure[T]:
-    """The first rung with a value, and the later ones that say otherwise."""
+def choose(
+    rungs: Sequence[Known[T]], unknown_note: str = "", agrees: Callable[[T, T], bool] | None = None
+) -> Figure[T]:
+    """The first rung with a value, and the later ones that say otherwise; ``agrees(chosen, lower)``
+    true keeps a lower rung out of ``others`` (flash attention's requested ``auto`` agrees with the
+    value the runner resolved)."""
     have = [r for r in rungs if r.value is not None]
     if not have:
         notes = [r.note for r in rungs if r.note]
         return Figure(Known(None, None, unknown_note or (notes[0] if notes else "")))
     best = have[0]
     # a default that a readable rung overrides is not a disagreement: it is why the ladder exists
-    return Figure(best, tuple(r for r in have[1:] if r.value != best.value and r.source != "default"))
+    return Figure(
+        best,
+        tuple(
+            r
+            for r in have[1:]
+            if r.value != best.value
+            and r.source != "default"
+            and not (
+                agrees is not None and best.value is not None and r.value is not None and agrees(best.value, r.value)
+            )
+        ),
+    )
 
 
 def go_bool(text: str | None) -> bool | None:
@@ -296,6 +311,12 @@ def requested_parallel(r: RunnerProcess | None) -> Known[int]:
         return Known()
     flag = "-np" if r.kind == "llama-server" else "--parallel"
     return Known(r.parallel, "requested", f"runner PID {r.pid} command line: {flag} {r.parallel}")
+
+
+def flash_agrees(chosen: str, lower: str) -> bool:
+    """A lower rung's ``auto`` (``--flash-attn auto``, the log's ``flash_attn = auto``) asks the
+    runner to decide, so it agrees with whatever the runner resolved (docs/ollama-internals.md §3.1)."""
+    return lower == "auto" and chosen in ("enabled", "disabled")
 
 
 def requested_kv_type(r: RunnerProcess | None) -> Known[str]:

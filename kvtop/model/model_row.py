@@ -352,7 +352,8 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
             Known(
                 load.flash_attention_requested,
                 "requested",
-                f"{where}: requested, the log does not say what the runner resolved",
+                f"{where}: requested"
+                + ("" if load.flash_attention is not None else ", the log does not say what the runner resolved"),
             )
         )
     fa_rungs.append(ladder.service_flash(env))
@@ -369,6 +370,7 @@ def _view_from(inputs: RowInputs, now_s: float, log: LogState, rates: Mapping[in
         fa_rungs,
         "not readable here: the runner's command line or the server log tells it"
         " (OLLAMA_FLASH_ATTENTION is misreported when unset)",
+        agrees=ladder.flash_agrees,
     )
     if cloud:
         fa_fig = ladder.Figure(Known(None, None, "cloud model"))

@@ -485,3 +485,16 @@ def test_the_detail_views_slot_fill_follows_every_round() -> None:
     (v,) = state.models
     assert v.local.endpoints is not None and v.local.endpoints.slots[0].n_tokens == 2048
     assert v.slots is not None and v.slots.prefill is not None and v.slots.prefill.done_tokens == 2048
+
+
+@pytest.mark.parametrize(("run", "ctx"), [("default-fa-auto-np1", 2048), ("q4_0-fa-auto-np1", 8192)])
+def test_a_requested_auto_agrees_with_what_the_runner_resolved(run: str, ctx: int) -> None:
+    # --flash-attn auto on the command line and in the log's spawn line; the runner's log says what it chose
+    lines = llama_server_run(run, blob(TINY))
+    argv = (Path(__file__).parent.parent / "fixtures" / "llama_server" / f"{run}.cmd").read_text().split()
+    argv = [f"/m/blobs/{blob(TINY)}" if "blobs/sha256-" in a else a for a in argv]
+    state = with_procs(state_of(ps_snapshot([row(TINY, ctx, 60_000_000)]), lines), procs(argv, OLLAMA_NUM_PARALLEL="1"))
+    (v,) = state.models
+    assert (v.flash_attention.value, v.flash_attention.source) == ("enabled", "allocated")
+    assert not [d for d in v.differences if d.startswith("flash attention")], v.differences
+    assert "the log does not say what the runner resolved" not in " ".join(v.differences)
