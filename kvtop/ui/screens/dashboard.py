@@ -24,6 +24,7 @@ from kvtop.model.gpu import GpuPanelData, gpu_panel_data
 from kvtop.model.view_order import filter_views, sort_views
 from kvtop.ui.actions import live_views
 from kvtop.ui.alert_age import state_clock
+from kvtop.ui.ascii_mode import ascii_on
 from kvtop.ui.dashboard_text import ServerOverview, alert_bar, log_line, servers_bar
 from kvtop.ui.format import legend, safe
 from kvtop.ui.layout import PanelLayout
@@ -32,7 +33,7 @@ from kvtop.ui.widgets.footer import KvFooter
 from kvtop.ui.widgets.gpu_panel import GpuPanel
 from kvtop.ui.widgets.header import ServerHeader
 from kvtop.ui.widgets.memory_map import MemoryMapPanel
-from kvtop.ui.widgets.models_table import SPARK_CELLS, SPARK_MIN_COLUMNS, ModelsTable
+from kvtop.ui.widgets.models_table import SPARK_CELLS, SPARK_MIN_COLUMNS, ModelsTable, sort_arrow
 from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel
 
 if TYPE_CHECKING:
@@ -304,6 +305,15 @@ class DashboardScreen(Screen[None]):
                 changes=state.changes,
             )
 
+    @staticmethod
+    def _sort_mark(app: DashboardHost) -> str:
+        """A reversed sort's mark on the status line: the column header's own arrow
+        (``sort: name ▼`` under ``NAME ▼``); the usual direction needs none (``sort: size``)."""
+        if not app.sort_reverse:
+            return ""
+        arrow = sort_arrow(app.sort_key, True, ascii_mode=ascii_on(app.settings))
+        return f" {arrow}" if arrow else " (reversed)"
+
     def _status_line(self, state: AppState, shown_models: int) -> Text:
         """The line under the table: filter, sort and the legend; or why there is nothing to show."""
         app = self._app()
@@ -327,7 +337,7 @@ class DashboardScreen(Screen[None]):
         if app.filter_text:
             status.append(f"filter: {safe(app.filter_text, 20)} ({shown_models} of {len(state.models)})  ")
         status.append(
-            f"sort: {app.sort_key}{' ↑' if app.sort_reverse else ''}  "
+            f"sort: {app.sort_key}{self._sort_mark(app)}  "
             f"{legend(state.models, short=width < 100)}  Enter details  ? help"
         )
         return status

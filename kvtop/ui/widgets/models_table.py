@@ -292,6 +292,16 @@ SORT_COLUMN = {"size": "size", "name": "name", "cpu": "processor", "context": "c
 order) marks none."""
 
 
+def sort_arrow(sort_key: str, reverse: bool = False, *, ascii_mode: bool = False) -> str:
+    """The sort's direction mark, the same in the column header and the status line: ``▼``
+    largest first (or Z to A), ``▲`` A to Z (or smallest first); ``v``/``A`` in ASCII mode;
+    ``""`` for ``server`` (the server's own order, which has no direction)."""
+    if sort_key not in SORT_COLUMN:
+        return ""
+    down = (sort_key != "name") != reverse
+    return ("v" if down else "A") if ascii_mode else "▼" if down else "▲"
+
+
 def sorted_label(col: Column, sort_key: str, reverse: bool = False, *, ascii_mode: bool = False) -> str:
     """``col``'s header with the sort mark when the table is sorted by it: ``▼`` largest first
     (sizes, CPU share, context, KV), ``▲`` A to Z (names); flipped when reversed. The KV sort
@@ -300,8 +310,7 @@ def sorted_label(col: Column, sort_key: str, reverse: bool = False, *, ascii_mod
     the alerts' warning ``!``, ``kvtop.core.glyphs``)."""
     if SORT_COLUMN.get(sort_key) != col.key:
         return col.label
-    down = (sort_key != "name") != reverse
-    arrow = ("v" if down else "A") if ascii_mode else "▼" if down else "▲"
+    arrow = sort_arrow(sort_key, reverse, ascii_mode=ascii_mode)
     if sort_key == "kv" and "|KV|" in col.label:
         return col.label.replace("|KV|", f"|KV{arrow}|", 1)
     if cell_len(col.label) + 2 > col.width:  # CONTEXT▼ in 8 cells, VRAM+RAM▼ in 9: the header cuts what overflows
