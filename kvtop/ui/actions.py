@@ -370,11 +370,11 @@ class OperatorActions:
         if op is None or app.settings.readonly or app.replay is not None or demo_signal:
             note = ""
             if op is not None:
-                note = (
-                    "read-only (--readonly): kvtop sends nothing. The command to run yourself:"
-                    if app.settings.readonly
-                    else "a recording: nothing to act on. The fix:"
+                note = (  # a replay runs read-only: say the true reason, not --readonly
+                    "a recording: nothing to act on. The fix:"
                     if app.replay is not None
+                    else "read-only (--readonly): kvtop sends nothing. The command to run yourself:"
+                    if app.settings.readonly
                     else "the demo's GPU processes are simulated (their PIDs are not this machine's): kvtop"
                     " signals nothing. The fix:"
                 )

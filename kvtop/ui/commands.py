@@ -42,9 +42,12 @@ def refusal(app: Any, action: str, *, over_dashboard: bool, typing: bool) -> str
     ``app`` is the ``KvtopApp`` (its ``settings``, ``replay``, ``hosts``, ``proc_source``);
     ``over_dashboard``: the dashboard is the screen the action would act on (no detail, help or
     planner screen in front of it); ``typing``: the focus is in a text box (the filter), where the
-    plain keys are typed. The order is the order of importance: a write under ``--readonly`` is
-    refused for that reason whatever the screen."""
+    plain keys are typed. The order is the order of importance: a write in a replay (which runs
+    read-only) is refused because a replay is not live, one under ``--readonly`` for that reason,
+    whatever the screen."""
     settings = app.settings
+    if action in WRITE_ACTIONS and app.replay is not None:  # a replay runs read-only; --readonly was not asked
+        return "a replay is not live: it plays a recording, so kvtop sends no unload, keep-alive, load or signal"
     if action in WRITE_ACTIONS and settings.readonly:
         return "read-only (--readonly): kvtop sends no unload, keep-alive, load or signal"
     if action == "signal_process" and settings.demo:

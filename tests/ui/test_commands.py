@@ -283,3 +283,22 @@ async def test_the_palette_opened_from_the_filter_box_still_offers_and_runs_the_
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: app.sort_reverse)
         assert app.filter_text == "qw"  # the filter stays
+
+
+def test_a_replays_write_keys_say_it_is_not_live_not_readonly() -> None:
+    # kvtop --replay runs with readonly set (cli/dashboard.py), but the user never gave --readonly
+    from types import SimpleNamespace
+
+    replay = SimpleNamespace(
+        settings=SimpleNamespace(readonly=True, demo=False),
+        replay=object(),
+        proc_source=None,
+        hosts=("http://a:11434",),
+    )
+    for action in ("unload", "keep_alive", "signal_process"):
+        why = refusal(replay, action, over_dashboard=True, typing=False)
+        assert why == "a replay is not live: it plays a recording, so kvtop sends no unload, keep-alive, load or signal"
+    live = SimpleNamespace(settings=replay.settings, replay=None, proc_source=None, hosts=replay.hosts)
+    assert refusal(live, "unload", over_dashboard=True, typing=False) == (
+        "read-only (--readonly): kvtop sends no unload, keep-alive, load or signal"
+    )
