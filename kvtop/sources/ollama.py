@@ -63,6 +63,13 @@ SHOW_RETRY_S = 15.0
 """Seconds before a failed ``/api/show`` for a digest is tried again."""
 
 
+def _local_plain_http(url: str) -> bool:
+    """Whether ``url`` is plain http to this machine (a new connection per request costs ~0.1 ms there)."""
+    from kvtop.sources.hosts import host_is_this_machine
+
+    return url.lower().startswith("http://") and host_is_this_machine(url)
+
+
 class OllamaClient:
     """Polls one Ollama server over ``httpx.AsyncClient`` and returns complete snapshots.
 
@@ -103,9 +110,14 @@ class OllamaClient:
         # and a local server; no CA bundle is read for plain http; only the encodings
         # _BoundedDecoder can decode with a bound are asked for
         self.access = access if access is not None else ServerAccess(self.base_url)
-        self._client = httpx.AsyncClient(
-            **self.access.client_options(base_url=self.base_url, timeout=httpx.Timeout(timeout_s), transport=transport)
+        options = self.access.client_options(
+            base_url=self.base_url, timeout=httpx.Timeout(timeout_s), transport=transport
         )
+        if _local_plain_http(self.base_url):
+            # no idle keep-alive connection to a server on this machine: another kvtop reading its queue
+            # (the connections to the API port, model.queue) would count it as a request in flight
+            options["limits"] = httpx.Limits(max_keepalive_connections=0)
+        self._client = httpx.AsyncClient(**options)
         self._show_slots = asyncio.Semaphore(SHOW_CONCURRENCY)
         self._shows: dict[str, ShowInfo] = {}
         self._show_failed_at: dict[str, float] = {}
