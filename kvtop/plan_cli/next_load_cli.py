@@ -5,6 +5,8 @@ from the command line (``--env``, ``--gpus``, ``--gpu-total``, ``--in-use``), a 
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import os
 from collections.abc import Sequence
@@ -147,6 +149,7 @@ def forecast_for(
     ``ctx``, whose first value is then the request's num_ctx)."""
     env = parse_env(getattr(args, "env", None))
     d = server_defaults(inp.version, env, total_bytes)
+    server = d
     if "kv" in given and args.kv:
         d = _replace(d, cache_type=Known(args.kv[0], "requested", "--kv"))
     if "parallel" in given:
@@ -157,13 +160,29 @@ def forecast_for(
     for row in inp.ps_rows:
         if any(_same(row.name, b) for b in busy):
             busy[row.name] = Known(True, "requested", "--in-use")
+    # KV type, slots and flash attention are the server's settings: another value than the server's means
+    # a restart of ollama serve with it, which unloads every model first (docs/ollama-scheduler.md)
+    changed = [
+        f"{flag} {new.value}"
+        for flag, new, old in (
+            ("--kv", d.cache_type, server.cache_type),
+            ("--parallel", d.parallel, server.parallel),
+            ("--flash-attention", d.flash_attention, server.flash_attention),
+        )
+        if new.value != old.value
+    ]
+    loaded = inp.ps_rows
+    if changed and loaded:
+        held = sum(r.size_vram_bytes or 0 for r in loaded)
+        free_bytes = None if free_bytes is None else free_bytes + held
+        loaded = ()
     n = forecast_model(
         inp.spec.name,
         inp.spec,
         d,
         version=inp.version,
         env=env,
-        loaded=inp.ps_rows,
+        loaded=loaded,
         free_bytes=free_bytes,
         gpu_count=getattr(args, "gpus", None),
         now_s=now_s,
@@ -173,6 +192,12 @@ def forecast_for(
         num_ctx=Known(args.ctx[0], "requested", "--ctx") if "ctx" in given and args.ctx else None,
         engine=plan.engine_for_version(inp.version),
     )
+    if changed and inp.ps_rows:
+        note = (
+            f"{', '.join(changed)}: server settings, not the server's now; setting them restarts ollama serve, "
+            f"which unloads every model ({', '.join(r.name for r in inp.ps_rows)}): the load starts on an empty server"
+        )
+        n = dataclasses.replace(n, notes=(note, *n.notes))
     return n, d
 
 

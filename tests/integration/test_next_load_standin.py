@@ -234,3 +234,18 @@ def test_num_parallel_multiplies_the_runner_context(standin: Standin, capsys: py
     record = standin.client.get("/_standin/sched").json()["loads"][-1]
     assert (record["num_ctx"], record["parallel"], record["unloaded"]) == (8192, 2, [])
     assert {r["name"]: r["context_length"] for r in standin.ps()}["delta:latest"] == 8192
+
+
+@pytest.mark.parametrize("standin", [LOADED_3], indirect=True)
+def test_a_server_setting_restarts_the_server_first(standin: Standin, capsys: pytest.CaptureFixture[str]) -> None:
+    # --kv q8_0 for a model loaded with the server's f16: OLLAMA_KV_CACHE_TYPE is the server's, so the
+    # load comes after a restart that unloads every model (not "already loaded at these settings")
+    nl = _plan(standin, "alpha", capsys, "--kv", "q8_0")
+    assert nl["kv_type"] == "q8_0" and nl["kv_type_source"] == "requested"
+    assert nl["evicted"] == [] and nl["stays"] == [] and nl["verdict"] != "loaded"
+    assert nl["notes"][0] == (
+        "--kv q8_0: server settings, not the server's now; setting them restarts ollama serve, which unloads"
+        " every model (charlie:latest, alpha:latest, bravo:latest): the load starts on an empty server"
+    )
+    same = _plan(standin, "alpha", capsys)  # at the server's own settings it is loaded: nothing loads
+    assert same["verdict"] == "loaded"
