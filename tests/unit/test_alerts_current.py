@@ -34,3 +34,13 @@ def test_the_load_event_kinds_are_alert_kinds() -> None:
 
     assert set(KINDS) >= LOAD_EVENT_KINDS
     assert "prompt_truncated" not in LOAD_EVENT_KINDS and "spill" not in LOAD_EVENT_KINDS
+
+
+def test_a_reload_churn_of_a_model_no_longer_loaded_is_past() -> None:
+    # tester N: "0 models loaded" under "▲ reload churn gemma4:latest" in the demo's empty phase
+    churn = _alert("reload_churn", "gemma4:latest")
+    churn_loaded = _alert("reload_churn", "qwen3:1.7b")
+    churn_unnamed = _alert("reload_churn", None)  # a blob no model name is known for: kept in the banner
+    current, past = split_current([churn, churn_loaded, churn_unnamed], {"qwen3:1.7b"})
+    assert current == (churn_loaded, churn_unnamed) and past == (churn,)
+    assert split_current([churn], set()) == ((), (churn,))

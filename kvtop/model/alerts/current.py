@@ -6,9 +6,11 @@ they are about has since been unloaded, the condition is gone although the event
 an alert is *past*: the faces keep it (events pane, ``--once``, JSON, ``--check``) with its age,
 and the banner and the alerts panel show only what is true now.
 
-Alerts about a load itself (it failed, ran out of memory, crashed, was evicted, was reloaded again
-and again) stay current while in their window whether or not the model is loaded: a model that
-failed to load is by definition not loaded, and that is the news. Alerts about no model (the
+Alerts about a load itself (it failed, ran out of memory, crashed, was evicted) stay current while
+in their window whether or not the model is loaded: a model that failed to load is by definition
+not loaded, and that is the news. A reload churn (the same model loaded again and again) is about
+a model that is loaded: once it is unloaded the churn has stopped, and the alert is past like the
+others (issue 26, "Calm"). Alerts about no model (the
 server, a GPU) are always current. While the server does not answer, nothing is known to be
 unloaded, so every alert stays current.
 """
@@ -21,9 +23,7 @@ from kvtop.model.alerts.types import Alert
 
 __all__ = ["LOAD_EVENT_KINDS", "split_current"]
 
-LOAD_EVENT_KINDS: frozenset[str] = frozenset(
-    {"oom", "load_failed", "runner_crash", "quantized_v_refused", "eviction", "reload_churn"}
-)
+LOAD_EVENT_KINDS: frozenset[str] = frozenset({"oom", "load_failed", "runner_crash", "quantized_v_refused", "eviction"})
 """Alert kinds about a load as an event: current for their whole window, loaded or not."""
 
 
