@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -27,7 +27,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from kvtop.model.known import ibytes, marked
-from kvtop.model.memmap import MODEL_KINDS, DeviceBar, MemoryMap, ModelKey, Segment
+from kvtop.model.memmap import MODEL_KINDS, DeviceBar, MemoryMap, ModelKey, Segment, SegmentKind
 from kvtop.ui.format import _cells as split_cells
 from kvtop.ui.format import safe, safe_name
 
@@ -381,21 +381,8 @@ def _title_line(bar: DeviceBar, colors: Mapping[str, str]) -> Text:
     return line
 
 
-KEY_ORDER = (
-    "weights",
-    "kv",
-    "kv_swa",
-    "recurrent",
-    "compute",
-    "output",
-    "model",
-    "overhead",
-    "ollama",
-    "other",
-    "unattributed",
-    "free",
-)
-"""The key's glyph entries, in this order."""
+KEY_ORDER: tuple[str, ...] = get_args(SegmentKind)
+"""The key's glyph entries, in this order: the segment kinds as ``model.memmap.SegmentKind`` lists them."""
 
 MARKS_KEY = "~ estimated, no mark: allocated or reported"
 """The key's first entry: the source marks (the map's figures carry ``~`` or nothing)."""
