@@ -44,6 +44,16 @@ def test_an_xe_client_counts_its_vram_regions_only() -> None:
     assert c.vram_resident_bytes == VRAM0 and c.vram_total_bytes == VRAM0
 
 
+def test_the_xe_drivers_own_example_output() -> None:
+    """The example in the kernel's drivers/gpu/drm/xe/xe_drm_client.c (tests/fixtures/fdinfo/README.md):
+    every region and engine key the driver prints; only vram0 is device memory."""
+    doc = (Path(__file__).resolve().parents[1] / "fixtures" / "fdinfo" / "xe-drm-client-doc-example.txt").read_text()
+    c = parse_fdinfo(doc)
+    assert c is not None
+    assert (c.driver, c.pdev, c.client_id, c.regions) == ("xe", "0000:03:00.0", "3", ("vram0",))
+    assert c.vram_resident_bytes == c.vram_total_bytes == 23992 * 1024  # 24,567,808 B
+
+
 def test_a_file_that_is_not_drm_is_none() -> None:
     assert parse_fdinfo("pos:\t0\nflags:\t02\nmnt_id:\t26\n") is None
 
