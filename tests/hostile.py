@@ -334,6 +334,23 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class _OnFirstWrite:
+    """A handler's ``wfile`` that calls ``first()`` once, before the first byte is written."""
+
+    def __init__(self, raw: Any, first: Callable[[], None]) -> None:
+        self._raw = raw
+        self._first: Callable[[], None] | None = first
+
+    def write(self, data: bytes) -> int:
+        if self._first is not None:
+            first, self._first = self._first, None
+            first()
+        return int(self._raw.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # as Go's net/http: no 40 ms delayed-ACK stall between head and body
@@ -356,6 +373,18 @@ class _Handler(BaseHTTPRequestHandler):
             attack = owner.routes.get(path)
             owner.in_flight[path] += 1
             owner.most_in_flight[path] = max(owner.most_in_flight[path], owner.in_flight[path])
+        counted = [True]
+
+        def answering() -> None:  # the answer starts: the client no longer waits for this request
+            with owner.lock:
+                if counted[0]:
+                    owner.in_flight[path] -= 1
+                    counted[0] = False
+
+        raw = self.wfile
+        # counted until the first byte of the answer, not until this thread returns: a client without
+        # keep-alive connections sends its next request on a new connection while this one still runs
+        self.wfile = _OnFirstWrite(raw, answering)  # type: ignore[assignment]
         try:
             if attack is None:
                 JsonBody({"error": "not found"}, status=404).serve(self, owner.stop)
@@ -365,8 +394,8 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
         finally:
-            with owner.lock:
-                owner.in_flight[path] -= 1
+            self.wfile = raw
+            answering()
 
     do_GET = _dispatch
     do_POST = _dispatch

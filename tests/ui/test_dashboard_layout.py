@@ -18,6 +18,7 @@ from kvtop.ui.alert_age import state_clock
 from kvtop.ui.widgets.panels import AlertsPanel, HistoryPanel, alerts_text
 from tests.ui.mapfakes import settle, shared_app
 from tests.ui.screen_text import screen_when
+from tests.ui.test_app import wait_for
 
 AUTO = dict.fromkeys(PANELS, "auto")
 
@@ -148,6 +149,8 @@ async def test_every_panel_on_fits_a_small_terminal(tmp_path: Path) -> None:
         assert app.query_one(GpuPanel).region.bottom <= 21  # the GPU, log, status and footer lines stay on screen
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
+        # the banner is rebuilt after the panels' layout, which may lay the screen out once more: wait for that
+        await wait_for(pilot, lambda: not screen.show_vertical_scrollbar, timeout_s=10)
         assert app.query_one(EventsPane).outer_size.height == 12 and not screen.show_vertical_scrollbar
 
 
