@@ -49,8 +49,12 @@ def test_once_writes_the_same_metrics_as_the_http_exporter(tmp_path: Path) -> No
     with running(["--manual"]) as server:
         server.goto(4)
         proc = _textfile(tmp_path, str(out), "--once", "--host", server.url)
+        written = set(_families(out)) if out.exists() else set()
         with exporter(tmp_path, "--host", server.url, "--interval", "0.25") as ex:
-            scraped = ex.until(lambda f: len(samples(f, "kvtop_model_memory_bytes", part="kv")) == 3)
+            # the exporter's GPU, process and connections loops start after its first poll: wait for them
+            scraped = ex.until(
+                lambda f: len(samples(f, "kvtop_model_memory_bytes", part="kv")) == 3 and written <= set(f)
+            )
     assert proc.returncode == 0, proc.stderr
     assert f"writing Prometheus metrics to {out} once" in proc.stderr
     assert sorted(os.listdir(out.parent)) == ["kvtop.prom"]  # no temporary file left behind
